@@ -1,0 +1,79 @@
+// Helpers shared by the benchmark programs: timing, a results table, and --json output.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace mpigrad::bench {
+
+// Seconds per call of fn: the best of `repeats` timings of `iterations` calls each, after one
+// warm-up round. The best, not the mean, because we compare against a baseline timed the same
+// way in the same run and want neither to carry the other's scheduling noise.
+inline double seconds_per_call(const std::function<void()>& fn, int iterations, int repeats = 5) {
+  for (int i = 0; i < iterations; ++i) fn();
+  double best = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < iterations; ++i) fn();
+    std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+    best = std::min(best, elapsed.count() / iterations);
+  }
+  return best;
+}
+
+// Named numbers, printed as a table and optionally written as one flat JSON object.
+class Results {
+ public:
+  void add(std::string key, double value, std::string unit, std::string note = "") {
+    rows_.push_back({std::move(key), value, std::move(unit), std::move(note)});
+  }
+  void add_text(std::string key, std::string value) { text_.emplace_back(std::move(key), std::move(value)); }
+
+  void print() const {
+    for (const auto& [key, value] : text_) std::printf("%-28s %s\n", key.c_str(), value.c_str());
+    std::printf("%-28s %14s  %-8s %s\n", "metric", "value", "unit", "note");
+    for (const auto& row : rows_) {
+      std::printf("%-28s %14.4f  %-8s %s\n", row.key.c_str(), row.value, row.unit.c_str(),
+                  row.note.c_str());
+    }
+  }
+
+  // Writes to path + ".tmp" and renames, so a reader never sees half a file.
+  bool write_json(const std::string& path) const {
+    std::string tmp = path + ".tmp";
+    {
+      std::ofstream out(tmp);
+      if (!out) return false;
+      out << "{\n";
+      bool first = true;
+      for (const auto& [key, value] : text_) {
+        out << (first ? "" : ",\n") << "  \"" << key << "\": \"" << value << "\"";
+        first = false;
+      }
+      for (const auto& row : rows_) {
+        out << (first ? "" : ",\n") << "  \"" << row.key << "\": " << row.value;
+        first = false;
+      }
+      out << "\n}\n";
+      if (!out) return false;
+    }
+    return std::rename(tmp.c_str(), path.c_str()) == 0;
+  }
+
+ private:
+  struct Row {
+    std::string key;
+    double value;
+    std::string unit, note;
+  };
+  std::vector<Row> rows_;
+  std::vector<std::pair<std::string, std::string>> text_;
+};
+
+}  // namespace mpigrad::bench

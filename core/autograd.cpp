@@ -1,0 +1,232 @@
+#include "mpigrad/core/autograd.h"
+
+#include <atomic>
+#include <limits>
+#include <algorithm>
+
+#include "mpigrad/core/ops/elementwise.h"
+
+namespace mpigrad::core {
+
+// ---- Grad mode -------------------------------------------------------------------------------
+
+namespace {
+thread_local bool grad_mode_enabled = true;
+std::atomic<uint64_t> next_sequence_nr{0};
+std::atomic<uint64_t> next_graph_task{1};
+}  // namespace
+
+bool grad_enabled() { return grad_mode_enabled; }
+void set_grad_enabled(bool enabled) { grad_mode_enabled = enabled; }
+
+// ---- Saved tensors ---------------------------------------------------------------------------
+
+SavedTensor::SavedTensor(const Tensor& tensor, bool is_output)
+    : tensor_(is_output ? tensor.detach() : tensor), version_(tensor.version()) {}
+
+const Tensor& SavedTensor::get(const Node& owner) const {
+  MPIGRAD_CHECK(!released_, "backward through ", owner.name(),
+                " a second time: its saved tensors were freed after the first backward; pass "
+                "retain_graph=true to the first backward to keep them");
+  MPIGRAD_CHECK(tensor_.version() == version_,
+                "a tensor needed by ", owner.name(), " for backward was modified by an in-place "
+                "operation: it is a ", tensor_.dtype(), " tensor of shape ", tensor_.shape(),
+                " now at version ", tensor_.version(), ", saved at version ", version_,
+                ". Use the out-of-place op, or clone() before modifying it");
+  return tensor_;
+}
+
+// ---- Nodes -----------------------------------------------------------------------------------
+
+Node::Node() : sequence_nr(next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
+
+AccumulateGrad::AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf) : leaf_(leaf) {
+  // Runs before any other ready node, so grad-ready hooks fire as early as possible.
+  sequence_nr = std::numeric_limits<uint64_t>::max();
+}
+
+void AccumulateGrad::apply(const Tensor& grad_output, std::vector<Tensor>&) {
+  std::shared_ptr<TensorImpl> leaf_impl = leaf_.lock();
+  if (!leaf_impl) return;  // the leaf is gone; nobody can read its gradient
+  Tensor leaf(leaf_impl);
+  AutogradMeta& meta = leaf.autograd_meta();
+  NoGradGuard no_grad;
+  Tensor incoming = grad_output;
+  if (incoming.dtype() != leaf.dtype() || incoming.device() != leaf.device()) {
+    incoming = incoming.to(leaf.device(), leaf.dtype());
+  }
+  if (!meta.grad.defined()) {
+    // Keep the engine's buffer when nothing else can see it; otherwise take a private copy, so
+    // that later in-place accumulation never writes into another tensor.
+    bool exclusive = incoming.is_contiguous() && incoming.impl_shared().use_count() <= 2 &&
+                     incoming.storage().use_count() == 1 && incoming.numel() == leaf.numel();
+    meta.grad = exclusive ? incoming.detach() : incoming.clone();
+  } else {
+    // In place, so that a .grad that is a view (a DDP bucket slot) stays one.
+    meta.grad.add_(incoming);
+  }
+  for (auto& [id, hook] : meta.hooks) hook(meta.grad);
+}
+
+// ---- Recording -------------------------------------------------------------------------------
+
+bool any_requires_grad(std::initializer_list<const Tensor*> inputs) {
+  if (!grad_mode_enabled) return false;
+  for (const Tensor* input : inputs) {
+    if (input->defined() && input->requires_grad()) return true;
+  }
+  return false;
+}
+
+bool any_requires_grad(const std::vector<Tensor>& inputs) {
+  if (!grad_mode_enabled) return false;
+  for (const Tensor& input : inputs) {
+    if (input.defined() && input.requires_grad()) return true;
+  }
+  return false;
+}
+
+std::shared_ptr<Node> gradient_edge(const Tensor& input) {
+  if (!input.defined() || !input.requires_grad()) return nullptr;
+  AutogradMeta& meta = input.autograd_meta();
+  if (meta.grad_fn) return meta.grad_fn;
+  if (!meta.grad_accumulator) {
+    meta.grad_accumulator = std::make_shared<AccumulateGrad>(input.impl_shared());
+  }
+  return meta.grad_accumulator;
+}
+
+namespace {
+void attach(const Tensor& result, std::shared_ptr<Node> node) {
+  AutogradMeta& meta = result.autograd_meta();
+  meta.requires_grad = true;
+  meta.grad_fn = std::move(node);
+}
+}  // namespace
+
+void set_history(const Tensor& result, std::shared_ptr<Node> node,
+                 std::initializer_list<const Tensor*> inputs) {
+  node->next.reserve(inputs.size());
+  for (const Tensor* input : inputs) node->next.push_back(gradient_edge(*input));
+  attach(result, std::move(node));
+}
+
+void set_history(const Tensor& result, std::shared_ptr<Node> node,
+                 const std::vector<Tensor>& inputs) {
+  node->next.reserve(inputs.size());
+  for (const Tensor& input : inputs) node->next.push_back(gradient_edge(input));
+  attach(result, std::move(node));
+}
+
+void check_inplace(const Tensor& tensor, const char* op) {
+  if (!grad_mode_enabled || !tensor.requires_grad()) return;
+  MPIGRAD_CHECK(!tensor.is_leaf(), op,
+                ": a leaf tensor that requires grad cannot be modified in place; wrap the "
+                "update in NoGradGuard (as optimizers do) or work on a copy");
+  // Rewriting a view's history would leave its base's history stale, so gradients of the base
+  // would silently ignore the write.
+  MPIGRAD_CHECK(!tensor.impl_ptr()->is_view, op,
+                ": in-place op on a view of a tensor that requires grad is not supported; use "
+                "the out-of-place op (or clone() the view first)");
+}
+
+// ---- Backward --------------------------------------------------------------------------------
+
+namespace {
+
+struct LaterFirst {
+  bool operator()(const Node* a, const Node* b) const { return a->sequence_nr < b->sequence_nr; }
+};
+
+// Scratch buffers of one backward, kept per thread so a training step allocates none of them.
+// A hook that itself calls backward gets fresh ones (the outer call holds these).
+struct EngineScratch {
+  std::vector<Node*> stack;
+  std::vector<Node*> ready;
+  std::vector<Tensor> grad_inputs;
+};
+thread_local EngineScratch scratch_cache;
+
+// Marks every node reachable from root with this task and counts, for each, how many edges of
+// the reachable graph point at it. Iterative, so graph depth is not limited by the stack.
+void count_dependencies(Node* root, uint64_t task, std::vector<Node*>& stack) {
+  stack.assign(1, root);
+  root->graph_task = task;
+  root->pending = 0;
+  root->grad_sum = Tensor();
+  while (!stack.empty()) {
+    Node* node = stack.back();
+    stack.pop_back();
+    for (const auto& child : node->next) {
+      if (!child) continue;
+      if (child->graph_task != task) {
+        child->graph_task = task;
+        child->pending = 0;
+        child->grad_sum = Tensor();
+        stack.push_back(child.get());
+      }
+      ++child->pending;
+    }
+  }
+}
+
+}  // namespace
+
+void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
+  MPIGRAD_CHECK(root.defined(), "backward: the root tensor is undefined");
+  MPIGRAD_CHECK(root.requires_grad(),
+                "backward: the tensor does not require grad and has no grad_fn; did a "
+                "NoGradGuard or detach() cut it from the graph?");
+  Tensor seed = gradient;
+  if (!seed.defined()) {
+    MPIGRAD_CHECK(root.numel() == 1, "backward: a gradient can be implied only for one-element "
+                  "outputs; this one has shape ", root.shape(), ", so pass its gradient");
+    seed = ones_like(root);
+  } else {
+    MPIGRAD_CHECK(seed.shape() == root.shape(), "backward: gradient shape ", seed.shape(),
+                  " does not match the output shape ", root.shape());
+  }
+
+  std::shared_ptr<Node> root_node = gradient_edge(root);
+  uint64_t task = next_graph_task.fetch_add(1, std::memory_order_relaxed);
+  EngineScratch scratch = std::move(scratch_cache);
+  count_dependencies(root_node.get(), task, scratch.stack);
+  root_node->grad_sum = seed.is_same(gradient) ? seed.detach() : seed;
+
+  NoGradGuard no_grad;  // gradients are not themselves differentiated
+  // A max-heap on sequence_nr: the most recently created ready node runs first.
+  std::vector<Node*>& ready = scratch.ready;
+  LaterFirst later_first;
+  ready.assign(1, root_node.get());
+  std::vector<Tensor>& grad_inputs = scratch.grad_inputs;
+  while (!ready.empty()) {
+    std::pop_heap(ready.begin(), ready.end(), later_first);
+    Node* node = ready.back();
+    ready.pop_back();
+    Tensor grad = std::move(node->grad_sum);
+    node->grad_sum = Tensor();
+    grad_inputs.assign(node->next.size(), Tensor());
+    if (grad.defined()) node->apply(grad, grad_inputs);
+    if (!retain_graph) node->release_saved();
+    for (size_t i = 0; i < node->next.size(); ++i) {
+      Node* child = node->next[i].get();
+      if (child == nullptr) continue;
+      Tensor& incoming = grad_inputs[i];
+      if (incoming.defined()) {
+        if (!child->grad_sum.defined()) {
+          child->grad_sum = std::move(incoming);
+        } else {
+          child->grad_sum = add(child->grad_sum, incoming);
+        }
+      }
+      if (--child->pending == 0) {
+        ready.push_back(child);
+        std::push_heap(ready.begin(), ready.end(), later_first);
+      }
+    }
+  }
+  grad_inputs.clear();
+  scratch_cache = std::move(scratch);
+}
+
+}  // namespace mpigrad::core

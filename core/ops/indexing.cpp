@@ -1,0 +1,158 @@
+#include "mpigrad/core/ops/indexing.h"
+
+#include "mpigrad/core/ops/elementwise.h"
+#include "mpigrad/core/ops/op_support.h"
+#include "mpigrad/core/ops/reduce.h"
+
+namespace mpigrad::core {
+
+namespace {
+
+// Dense Int64 indices on `device`; integer dtypes only.
+Tensor prepare_index(const Tensor& index, Device device, const char* op) {
+  MPIGRAD_CHECK(index.defined(), op, ": undefined index tensor");
+  MPIGRAD_CHECK(index.dtype() == kInt64 || index.dtype() == kInt32 || index.dtype() == kUInt8, op,
+                ": indices must be an integer tensor (int64 or int32), got ", index.dtype());
+  MPIGRAD_CHECK(index.device() == device, op, ": indices are on ", index.device(),
+                " but the source is on ", device);
+  NoGradGuard no_grad;
+  return index.to(kInt64).contiguous();
+}
+
+// Turns a kernel's "first bad position" into an error naming the value and the valid range.
+void check_index_result(int64_t bad_position, const Tensor& index, int64_t extent, int dim,
+                        const char* op) {
+  if (bad_position < 0) return;
+  int64_t value = index.reshape({-1}).select(0, bad_position).item<int64_t>();
+  fail(op, ": index ", value, " (at position ", bad_position, ") is out of range for dim ", dim,
+       " of extent ", extent, "; valid indices are 0..", extent - 1);
+}
+
+struct Layout3 {
+  int64_t outer = 1, extent = 1, inner = 1;
+};
+Layout3 split_at(const Shape& shape, int dim) {
+  Layout3 l;
+  for (int d = 0; d < shape.size(); ++d) {
+    if (d < dim) l.outer *= shape[d];
+    else if (d == dim) l.extent = shape[d];
+    else l.inner *= shape[d];
+  }
+  return l;
+}
+
+// Gradient of index_select (and embedding): rows added back where they were picked.
+struct IndexSelectBackward final : Node {
+  Shape input_shape;
+  int dim;
+  SavedTensor index;
+  IndexSelectBackward(Shape shape, int d) : input_shape(shape), dim(d) {}
+  const char* name() const override { return "IndexSelectBackward"; }
+  void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
+    const Tensor& idx = index.get(*this);
+    Tensor source = grad.contiguous();
+    Tensor result = zeros(input_shape, TensorOptions(grad.dtype()).device(grad.device()));
+    Layout3 l = split_at(input_shape, dim);
+    backend_for(grad.device()).index_add(grad.dtype(), l.outer, l.extent, l.inner,
+                                         idx.data<int64_t>(), idx.numel(), result.data_ptr(),
+                                         source.data_ptr());
+    grads[0] = std::move(result);
+  }
+  void release_saved() override { index.release(); }
+};
+
+struct GatherBackward final : Node {
+  Shape input_shape;
+  int dim;
+  SavedTensor index;
+  GatherBackward(Shape shape, int d) : input_shape(shape), dim(d) {}
+  const char* name() const override { return "GatherBackward"; }
+  void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
+    const Tensor& idx = index.get(*this);
+    Tensor source = grad.contiguous();
+    Tensor result = zeros(input_shape, TensorOptions(grad.dtype()).device(grad.device()));
+    Layout3 l = split_at(input_shape, dim);
+    backend_for(grad.device()).scatter_add(grad.dtype(), l.outer, l.extent, l.inner,
+                                           idx.data<int64_t>(), idx.shape()[dim],
+                                           result.data_ptr(), source.data_ptr());
+    grads[0] = std::move(result);
+  }
+  void release_saved() override { index.release(); }
+};
+
+}  // namespace
+
+Tensor index_select(const Tensor& x, int64_t dim_in, const Tensor& index_in) {
+  MPIGRAD_CHECK(x.defined(), "index_select: undefined source");
+  int dim = wrap_dim(dim_in, x.dim(), "index_select");
+  MPIGRAD_CHECK(index_in.defined() && index_in.dim() <= 1, "index_select: the index must be 0-d "
+                "or 1-d, got shape ", index_in.defined() ? index_in.shape().str() : "undefined");
+  Tensor index = prepare_index(index_in, x.device(), "index_select");
+  Tensor source;
+  {
+    NoGradGuard no_grad;
+    source = x.dim() == 0 ? x.reshape({1}) : x.contiguous();
+  }
+  Shape shape = source.shape();
+  shape[dim] = index.numel();
+  Tensor out = detail::empty_on(shape, x.dtype(), x.device());
+  Layout3 l = split_at(source.shape(), dim);
+  int64_t bad = backend_for(x.device()).index_select(x.dtype(), l.outer, l.extent, l.inner,
+                                                     index.data<int64_t>(), index.numel(),
+                                                     out.data_ptr(), source.data_ptr());
+  check_index_result(bad, index, l.extent, dim, "index_select");
+  if (auto node = detail::record<IndexSelectBackward>(out, {&x}, source.shape(), dim)) {
+    node->index = index;
+  }
+  return x.dim() == 0 ? out.reshape(Shape{}) : out;
+}
+
+Tensor gather(const Tensor& x, int64_t dim_in, const Tensor& index_in) {
+  MPIGRAD_CHECK(x.defined(), "gather: undefined source");
+  int dim = wrap_dim(dim_in, x.dim(), "gather");
+  Tensor index = prepare_index(index_in, x.device(), "gather");
+  MPIGRAD_CHECK(index.dim() == x.dim(), "gather: the index has shape ", index.shape(),
+                " but must have as many dims as the source ", x.shape());
+  for (int d = 0; d < x.dim(); ++d) {
+    MPIGRAD_CHECK(d == dim || index.shape()[d] == x.shape()[d], "gather: index shape ",
+                  index.shape(), " must match source shape ", x.shape(), " outside dim ", dim);
+  }
+  Tensor source;
+  {
+    NoGradGuard no_grad;
+    source = x.contiguous();
+  }
+  Tensor out = detail::empty_on(index.shape(), x.dtype(), x.device());
+  Layout3 l = split_at(source.shape(), dim);
+  int64_t count = x.dim() == 0 ? 1 : index.shape()[dim];
+  int64_t bad = backend_for(x.device()).gather(x.dtype(), l.outer, l.extent, l.inner,
+                                               index.data<int64_t>(), count, out.data_ptr(),
+                                               source.data_ptr());
+  check_index_result(bad, index, l.extent, dim, "gather");
+  if (auto node = detail::record<GatherBackward>(out, {&x}, x.shape(), dim)) node->index = index;
+  return out;
+}
+
+Tensor one_hot(const Tensor& labels, int64_t num_classes) {
+  MPIGRAD_CHECK(num_classes > 0, "one_hot: num_classes must be positive, got ", num_classes);
+  Tensor index = prepare_index(labels, labels.device(), "one_hot");
+  if (index.numel() > 0) {
+    int64_t lo = min(index).item<int64_t>(), hi = max(index).item<int64_t>();
+    MPIGRAD_CHECK(lo >= 0 && hi < num_classes, "one_hot: label ", lo < 0 ? lo : hi,
+                  " is out of range for ", num_classes, " classes (valid labels are 0..",
+                  num_classes - 1, ")");
+  }
+  Tensor classes = arange(num_classes, TensorOptions(kInt64).device(labels.device()));
+  return eq(index.unsqueeze(-1), classes).to(kInt64);
+}
+
+Tensor embedding(const Tensor& weight, const Tensor& indices) {
+  MPIGRAD_CHECK(weight.defined() && weight.dim() == 2, "embedding: the weight must be 2-d "
+                "[num_embeddings, dim], got shape ", weight.defined() ? weight.shape().str() : "undefined");
+  MPIGRAD_CHECK(indices.defined(), "embedding: undefined indices");
+  Shape shape = indices.shape();
+  shape.push_back(weight.shape()[1]);
+  return index_select(weight, 0, indices.reshape({-1})).reshape(shape);
+}
+
+}  // namespace mpigrad::core

@@ -1,0 +1,132 @@
+// matmul: torch.matmul's shape rules expressed with differentiable views (unsqueeze, expand)
+// around one batched GEMM primitive, so broadcasting gradients fall out of the view backward.
+#include "mpigrad/core/ops/linalg.h"
+
+#include "mpigrad/core/ops/op_support.h"
+
+namespace mpigrad::core {
+
+namespace {
+
+// How BLAS sees the last two dims of a [..., rows, cols] tensor, and one stride for the batch.
+struct MatrixLayout {
+  bool transposed = false;
+  int64_t leading_dim = 0;
+  int64_t batch_stride = 0;
+};
+
+bool describe_matrix(const Tensor& t, MatrixLayout& layout) {
+  int nd = t.dim();
+  int64_t rows = t.shape()[nd - 2], cols = t.shape()[nd - 1];
+  int64_t row_stride = t.strides()[nd - 2], col_stride = t.strides()[nd - 1];
+  if ((col_stride == 1 || cols == 1) && row_stride >= std::max<int64_t>(1, cols)) {
+    layout = {false, row_stride, 0};
+  } else if ((row_stride == 1 || rows == 1) && col_stride >= std::max<int64_t>(1, rows)) {
+    layout = {true, col_stride, 0};
+  } else if (rows == 1 && cols == 1) {
+    layout = {false, 1, 0};
+  } else {
+    return false;
+  }
+  // The batch dims must step through memory with one stride (or all be broadcast).
+  int64_t expected = -1;
+  for (int d = nd - 3; d >= 0; --d) {
+    int64_t extent = t.shape()[d];
+    if (extent == 1) continue;
+    int64_t stride = t.strides()[d];
+    if (expected < 0) {
+      layout.batch_stride = stride;
+      expected = stride * extent;
+    } else if (layout.batch_stride == 0 ? stride != 0 : stride != expected) {
+      return false;
+    } else {
+      expected = stride * extent;
+    }
+  }
+  return true;
+}
+
+Tensor batched_matmul(const Tensor& a, const Tensor& b);
+
+// d(A B) = dA B + A dB: grad_A = G B^T, grad_B = A^T G (transposes are views, not copies).
+struct BatchedMatmulBackward final : Node {
+  SavedTensor a, b;
+  const char* name() const override { return "MatmulBackward"; }
+  void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
+    if (next[0]) grads[0] = batched_matmul(grad, b.get(*this).transpose(-1, -2));
+    if (next[1]) grads[1] = batched_matmul(a.get(*this).transpose(-1, -2), grad);
+  }
+  void release_saved() override { a.release(); b.release(); }
+};
+
+// [..., m, k] x [..., k, n] -> [..., m, n] with identical batch dims.
+Tensor batched_matmul(const Tensor& a_in, const Tensor& b_in) {
+  int nd = a_in.dim();
+  int64_t m = a_in.shape()[nd - 2], k = a_in.shape()[nd - 1], n = b_in.shape()[nd - 1];
+  Shape out_shape = a_in.shape();
+  out_shape[nd - 1] = n;
+  Tensor out = detail::empty_on(out_shape, a_in.dtype(), a_in.device());
+  Backend& backend = backend_for(a_in.device());
+  MatrixLayout la, lb;
+  Tensor a = a_in, b = b_in;
+  if (!describe_matrix(a, la)) describe_matrix(a = a_in.detach().contiguous(), la);
+  if (!describe_matrix(b, lb)) describe_matrix(b = b_in.detach().contiguous(), lb);
+  if (out.numel() > 0 && k == 0) {
+    backend.fill(out.dtype(), out.numel(), out.data_ptr(), 0.0);
+  } else if (out.numel() > 0) {
+    GemmShape shape;
+    shape.transpose_a = la.transposed;
+    shape.transpose_b = lb.transposed;
+    shape.m = m;
+    shape.n = n;
+    shape.k = k;
+    shape.lda = la.leading_dim;
+    shape.ldb = lb.leading_dim;
+    shape.ldc = std::max<int64_t>(1, n);
+    shape.batch = out.numel() / (m * n);
+    shape.batch_stride_a = la.batch_stride;
+    shape.batch_stride_b = lb.batch_stride;
+    shape.batch_stride_c = m * n;
+    backend.gemm(a.dtype(), shape, 1.0, a.data_ptr(), b.data_ptr(), 0.0, out.data_ptr());
+  }
+  if (auto node = detail::record<BatchedMatmulBackward>(out, {&a_in, &b_in})) {
+    node->a = a_in;
+    node->b = b_in;
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  MPIGRAD_CHECK(a_in.defined() && b_in.defined(), "matmul: undefined operand");
+  detail::check_same_device("matmul", {&a_in, &b_in});
+  MPIGRAD_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1, "matmul: both operands need at least 1 dim, "
+                "got shapes ", a_in.shape(), " and ", b_in.shape());
+  DType dtype = promote_types(a_in.dtype(), b_in.dtype());
+  MPIGRAD_CHECK(is_floating(dtype), "matmul: expected floating-point operands, got ",
+                a_in.dtype(), " and ", b_in.dtype());
+  MPIGRAD_CHECK(!a_in.device().is_cpu() || dtype == kFloat32 || dtype == kFloat64, "matmul: ",
+                dtype, " is not supported on the CPU (BLAS has no 16-bit GEMM); convert to float32");
+  Tensor a = a_in.to(dtype), b = b_in.to(dtype);
+  if (a.dim() == 1) a = a.unsqueeze(0);
+  if (b.dim() == 1) b = b.unsqueeze(1);
+  int64_t k_a = a.shape()[a.dim() - 1], k_b = b.shape()[b.dim() - 2];
+  MPIGRAD_CHECK(k_a == k_b, "matmul: shapes ", a_in.shape(), " and ", b_in.shape(),
+                " cannot be multiplied (", k_a, " vs ", k_b, " inner elements)");
+  Shape a_batch(a.shape().data(), a.dim() - 2), b_batch(b.shape().data(), b.dim() - 2);
+  Shape batch = broadcast_shapes(a_batch, b_batch, "matmul (batch dims)");
+  Shape a_full = batch, b_full = batch;
+  a_full.push_back(a.shape()[a.dim() - 2]);
+  a_full.push_back(k_a);
+  b_full.push_back(k_b);
+  b_full.push_back(b.shape()[b.dim() - 1]);
+  if (!(a.shape() == a_full)) a = a.expand(a_full);
+  if (!(b.shape() == b_full)) b = b.expand(b_full);
+  Tensor out = batched_matmul(a, b);
+  if (a_in.dim() == 1) out = out.squeeze(-2);
+  if (b_in.dim() == 1) out = out.squeeze(-1);
+  return out;
+}
+
+}  // namespace mpigrad::core

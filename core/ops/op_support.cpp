@@ -1,0 +1,81 @@
+#include "mpigrad/core/ops/op_support.h"
+
+namespace mpigrad::core::detail {
+
+StridedLoop make_loop(const Shape& shape, std::initializer_list<const Tensor*> operands) {
+  StridedLoop loop;
+  int num_operands = int(operands.size());
+  // The common case, every operand dense with the full shape, is one flat loop.
+  bool all_dense = true;
+  for (const Tensor* operand : operands) {
+    if (!(operand->shape() == shape) || !operand->is_contiguous()) {
+      all_dense = false;
+      break;
+    }
+  }
+  if (all_dense) {
+    loop.ndim = 1;
+    loop.size[0] = shape.numel();
+    for (int op = 0; op < num_operands; ++op) loop.stride[op][0] = 1;
+    return loop;
+  }
+  // Drop extent-1 dims and align every operand's strides to `shape` (broadcast dims get 0).
+  int out_dim = 0;
+  for (int d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    loop.size[out_dim] = shape[d];
+    int op = 0;
+    for (const Tensor* operand : operands) {
+      int operand_dim = d - (shape.size() - operand->dim());
+      bool broadcast = operand_dim < 0 || operand->shape()[operand_dim] == 1;
+      loop.stride[op++][out_dim] = broadcast ? 0 : operand->strides()[operand_dim];
+    }
+    ++out_dim;
+  }
+  loop.ndim = out_dim;
+  if (loop.ndim == 0) {  // a single element
+    loop.ndim = 1;
+    loop.size[0] = 1;
+    for (int op = 0; op < num_operands; ++op) loop.stride[op][0] = 1;
+    return loop;
+  }
+  // Merge dim d into d+1 when, for every operand, stepping d is the same as stepping d+1 size
+  // times: then the pair is one longer dim.
+  int merged = 0;
+  for (int d = 1; d < loop.ndim; ++d) {
+    bool can_merge = true;
+    for (int op = 0; op < num_operands; ++op) {
+      if (loop.stride[op][merged] != loop.stride[op][d] * loop.size[d]) can_merge = false;
+    }
+    if (can_merge) {
+      loop.size[merged] *= loop.size[d];
+      for (int op = 0; op < num_operands; ++op) loop.stride[op][merged] = loop.stride[op][d];
+    } else {
+      ++merged;
+      loop.size[merged] = loop.size[d];
+      for (int op = 0; op < num_operands; ++op) loop.stride[op][merged] = loop.stride[op][d];
+    }
+  }
+  loop.ndim = merged + 1;
+  return loop;
+}
+
+void check_same_device(const char* op, std::initializer_list<const Tensor*> tensors) {
+  const Tensor* first = nullptr;
+  for (const Tensor* tensor : tensors) {
+    if (!tensor->defined()) continue;
+    if (first == nullptr) {
+      first = tensor;
+    } else {
+      MPIGRAD_CHECK(tensor->device() == first->device(), op, ": tensors are on different devices (",
+                    first->device(), " and ", tensor->device(), ")");
+    }
+  }
+}
+
+void check_floating(const char* op, const Tensor& tensor) {
+  MPIGRAD_CHECK(is_floating(tensor.dtype()), op, ": expected a floating-point tensor, got ",
+                tensor.dtype());
+}
+
+}  // namespace mpigrad::core::detail

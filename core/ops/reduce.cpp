@@ -1,0 +1,206 @@
+// Reductions: any set of axes is brought to the kernels' [outer, extent, inner] layout, by a
+// permuted copy only when the reduced axes are not already one contiguous block.
+#include "mpigrad/core/ops/reduce.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "mpigrad/core/ops/elementwise.h"
+#include "mpigrad/core/ops/op_support.h"
+
+namespace mpigrad::core {
+
+namespace {
+
+struct ReductionPlan {
+  Tensor input;  // contiguous, laid out as [outer, extent, inner]
+  int64_t outer = 1, extent = 1, inner = 1;
+  Shape keepdim_shape;  // output shape with reduced dims kept as 1
+  Shape out_shape;      // output shape as requested
+};
+
+ReductionPlan plan_reduction(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim,
+                             const char* op) {
+  MPIGRAD_CHECK(x.defined(), op, ": undefined operand");
+  std::vector<bool> reduced(size_t(x.dim()), dims_in.empty());
+  for (int64_t dim : dims_in) {
+    int d = wrap_dim(dim, x.dim(), op);
+    if (x.dim() == 0) continue;
+    MPIGRAD_CHECK(!reduced[size_t(d)], op, ": dim ", dim, " appears twice");
+    reduced[size_t(d)] = true;
+  }
+  ReductionPlan plan;
+  for (int d = 0; d < x.dim(); ++d) {
+    plan.keepdim_shape.push_back(reduced[size_t(d)] ? 1 : x.shape()[d]);
+    if (!reduced[size_t(d)] || keepdim) plan.out_shape.push_back(plan.keepdim_shape[d]);
+  }
+  int first = -1, last = -1;
+  for (int d = 0; d < x.dim(); ++d) {
+    if (reduced[size_t(d)]) {
+      if (first < 0) first = d;
+      last = d;
+    }
+  }
+  bool block = first >= 0 && std::all_of(reduced.begin() + first, reduced.begin() + last + 1,
+                                         [](bool r) { return r; });
+  if (first < 0) {  // nothing reduced (0-d input)
+    plan.input = x.contiguous();
+    plan.outer = x.numel();
+    return plan;
+  }
+  if (block) {
+    plan.input = x.contiguous();
+    for (int d = 0; d < x.dim(); ++d) {
+      int64_t extent = x.shape()[d];
+      if (d < first) plan.outer *= extent;
+      else if (d <= last) plan.extent *= extent;
+      else plan.inner *= extent;
+    }
+    return plan;
+  }
+  // Kept axes first, reduced axes last, then one dense copy.
+  std::vector<int64_t> order;
+  for (int d = 0; d < x.dim(); ++d) {
+    if (!reduced[size_t(d)]) order.push_back(d);
+  }
+  for (int d = 0; d < x.dim(); ++d) {
+    if (reduced[size_t(d)]) {
+      order.push_back(d);
+      plan.extent *= x.shape()[d];
+    } else {
+      plan.outer *= x.shape()[d];
+    }
+  }
+  NoGradGuard no_grad;
+  plan.input = x.permute(order).contiguous();
+  return plan;
+}
+
+// Runs the kernel; indices (Int64, same shape as the result) only for Max/Min.
+Tensor run_reduction(ReduceOp op, const ReductionPlan& plan, Tensor* indices) {
+  DType out_dtype = kernels::reduce_out_dtype(op, plan.input.dtype());
+  Device device = plan.input.device();
+  Tensor out = detail::empty_on(plan.out_shape, out_dtype, device);
+  int64_t* index_ptr = nullptr;
+  if (indices != nullptr) {
+    *indices = detail::empty_on(plan.out_shape, kInt64, device);
+    index_ptr = indices->data<int64_t>();
+  }
+  if (out.numel() > 0) {
+    backend_for(device).reduce(op, plan.input.dtype(), plan.outer, plan.extent, plan.inner,
+                               out.data_ptr(), index_ptr, plan.input.data_ptr());
+  }
+  return out;
+}
+
+struct SumBackward final : Node {
+  Shape input_shape, keepdim_shape;
+  double scale;  // 1 for sum, 1/count for mean
+  SumBackward(Shape in, Shape keep, double s) : input_shape(in), keepdim_shape(keep), scale(s) {}
+  const char* name() const override { return scale == 1.0 ? "SumBackward" : "MeanBackward"; }
+  void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
+    Tensor spread = grad.reshape(keepdim_shape).expand(input_shape);
+    grads[0] = scale == 1.0 ? spread : mul(spread, scalar_like(scale, spread));
+  }
+};
+
+// Gradient of max/min along a dim: the incoming gradient lands on the selected positions.
+struct SelectExtremumBackward final : Node {
+  Shape input_shape, keepdim_shape;
+  int dim;
+  SavedTensor indices;
+  SelectExtremumBackward(Shape in, Shape keep, int d) : input_shape(in), keepdim_shape(keep), dim(d) {}
+  const char* name() const override { return "MaxBackward"; }
+  void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
+    Tensor source = grad.reshape(keepdim_shape).contiguous();
+    Tensor index = indices.get(*this).reshape(keepdim_shape).contiguous();
+    Tensor result = zeros(input_shape, TensorOptions(grad.dtype()).device(grad.device()));
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < dim; ++d) outer *= input_shape[d];
+    for (int d = dim + 1; d < input_shape.size(); ++d) inner *= input_shape[d];
+    backend_for(grad.device())
+        .scatter_add(grad.dtype(), outer, input_shape[dim], inner, index.data<int64_t>(), 1,
+                     result.data_ptr(), source.data_ptr());
+    grads[0] = std::move(result);
+  }
+  void release_saved() override { indices.release(); }
+};
+
+ValuesIndices extremum(ReduceOp op, const Tensor& x, int64_t dim_in, bool keepdim) {
+  const char* name = op == ReduceOp::Max ? "max" : "min";
+  int d = wrap_dim(dim_in, x.dim(), name);
+  MPIGRAD_CHECK(x.dtype() != kBool, name, ": not defined for bool tensors");
+  ReductionPlan plan = plan_reduction(x, {dim_in}, keepdim, name);
+  MPIGRAD_CHECK(x.dim() == 0 || x.shape()[d] > 0, name, ": cannot reduce over dim ", dim_in,
+                " of extent 0 in shape ", x.shape());
+  ValuesIndices result;
+  result.values = run_reduction(op, plan, &result.indices);
+  if (x.dim() > 0) {
+    if (auto node = detail::record<SelectExtremumBackward>(result.values, {&x}, x.shape(),
+                                                           plan.keepdim_shape, d)) {
+      node->indices = result.indices;
+    }
+  }
+  return result;
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x) { return sum(x, {}, false); }
+
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  ReductionPlan plan = plan_reduction(x, dims, keepdim, "sum");
+  Tensor out = run_reduction(ReduceOp::Sum, plan, nullptr);
+  if (is_floating(x.dtype())) {
+    detail::record<SumBackward>(out, {&x}, x.shape(), plan.keepdim_shape, 1.0);
+  }
+  return out;
+}
+
+Tensor mean(const Tensor& x) { return mean(x, {}, false); }
+
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  detail::check_floating("mean", x);
+  ReductionPlan plan = plan_reduction(x, dims, keepdim, "mean");
+  Tensor out = run_reduction(ReduceOp::Sum, plan, nullptr);
+  double scale = plan.extent > 0 ? 1.0 / double(plan.extent) : 0.0;
+  if (plan.extent == 0) {
+    out.fill_(std::numeric_limits<double>::quiet_NaN());  // mean of nothing, as in PyTorch
+  } else {
+    NoGradGuard no_grad;
+    out.mul_(scale);
+  }
+  detail::record<SumBackward>(out, {&x}, x.shape(), plan.keepdim_shape, scale);
+  return out;
+}
+
+Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
+  detail::check_floating("var", x);
+  ReductionPlan plan = plan_reduction(x, dims, keepdim, "var");
+  // Two passes (mean, then squared deviations) for accuracy; autograd comes from the parts.
+  Tensor centered = sub(x, mean(x, dims, /*keepdim=*/true));
+  Tensor squares = sum(mul(centered, centered), dims, keepdim);
+  double denominator = double(plan.extent - correction);
+  return div(squares, scalar_like(denominator > 0 ? denominator : 0.0, squares));
+}
+
+ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim) {
+  return extremum(ReduceOp::Max, x, dim, keepdim);
+}
+ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim) {
+  return extremum(ReduceOp::Min, x, dim, keepdim);
+}
+Tensor max(const Tensor& x) {
+  MPIGRAD_CHECK(x.numel() > 0, "max: the tensor is empty");
+  return extremum(ReduceOp::Max, x.reshape({-1}), 0, false).values;
+}
+Tensor min(const Tensor& x) {
+  MPIGRAD_CHECK(x.numel() > 0, "min: the tensor is empty");
+  return extremum(ReduceOp::Min, x.reshape({-1}), 0, false).values;
+}
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
+  NoGradGuard no_grad;
+  return extremum(ReduceOp::Max, x, dim, keepdim).indices;
+}
+
+}  // namespace mpigrad::core

@@ -1,0 +1,527 @@
+// CPU elementwise kernels: unary, unary_backward, binary, where, clamp, copy, fill, arange.
+//
+// Layout: a StridedLoop of up to kMaxDims dims with element strides per operand (operand 0 is
+// the output). When every operand is dense row-major the loop is one flat, auto-vectorizable
+// pass; otherwise dims are coalesced and an odometer walks all but the last dim, with a flat
+// inner loop over the last one.
+// Threading: the flat element range is split across OpenMP threads (kElementwiseGrain).
+// Every kernel writes its output with `=`.
+//
+// Each op is a functor, so the op switch runs once per call, outside every loop, and each
+// (op, dtype) pair gets its own loop that the compiler can vectorize.
+#include "mpigrad/kernels/elementwise.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "mpigrad/kernels/cpu/parallel.h"
+#include "mpigrad/kernels/cpu/scalar.h"
+
+namespace mpigrad::kernels::cpu {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Loop drivers
+
+// __restrict lets the loop vectorize without runtime overlap checks. In-place ops (out == in)
+// stay correct because element i is read before element i is written and nothing else
+// overlaps; partially overlapping operands are not a valid elementwise call.
+template <typename Out, typename Fn, typename... In>
+void flat_kernel(int64_t n, Out* __restrict out, Fn fn, const In* __restrict... in) {
+  for (int64_t i = 0; i < n; ++i) out[i] = fn(in[i]...);
+}
+
+template <typename Out, typename Fn, typename... In, size_t... I>
+void strided_kernel(int64_t n, Out* out, int64_t out_stride, const int64_t* in_strides, Fn fn,
+                    std::index_sequence<I...>, const In*... in) {
+  for (int64_t j = 0; j < n; ++j) out[j * out_stride] = fn(in[j * in_strides[I]]...);
+}
+
+// The iteration space with size-1 dims dropped and mergeable neighbours merged, so that, e.g.,
+// a dense slice of a larger tensor becomes one long inner loop.
+struct Walk {
+  int ndim = 0;
+  int64_t size[kMaxDims] = {};
+  int64_t stride[4][kMaxDims] = {};
+};
+
+Walk coalesce(const StridedLoop& loop, int num_operands) {
+  Walk walk;
+  for (int d = 0; d < loop.ndim; ++d) {
+    if (loop.size[d] == 1) continue;
+    const int last = walk.ndim - 1;
+    bool mergeable = last >= 0;
+    for (int op = 0; mergeable && op < num_operands; ++op) {
+      mergeable = walk.stride[op][last] == loop.stride[op][d] * loop.size[d];
+    }
+    if (mergeable) {
+      walk.size[last] *= loop.size[d];
+      for (int op = 0; op < num_operands; ++op) walk.stride[op][last] = loop.stride[op][d];
+    } else {
+      walk.size[walk.ndim] = loop.size[d];
+      for (int op = 0; op < num_operands; ++op) walk.stride[op][walk.ndim] = loop.stride[op][d];
+      ++walk.ndim;
+    }
+  }
+  if (walk.ndim == 0) {  // a single element
+    walk.ndim = 1;
+    walk.size[0] = 1;
+  }
+  return walk;
+}
+
+// Elements [begin, end) of the walk in row-major order, as row pieces along the last dim.
+template <typename Out, typename Fn, typename... In, size_t... I>
+void strided_range(const Walk& walk, int64_t begin, int64_t end, Fn fn,
+                   std::index_sequence<I...> seq, Out* out, const In*... in) {
+  constexpr int kOps = 1 + int(sizeof...(In));
+  const int last = walk.ndim - 1;
+  int64_t index[kMaxDims] = {};
+  int64_t offset[kOps] = {};
+  int64_t rest = begin;
+  for (int d = last; d >= 0; --d) {
+    index[d] = rest % walk.size[d];
+    rest /= walk.size[d];
+    for (int op = 0; op < kOps; ++op) offset[op] += index[d] * walk.stride[op][d];
+  }
+  const int64_t in_strides[sizeof...(In)] = {walk.stride[I + 1][last]...};
+  bool unit_stride = walk.stride[0][last] == 1;
+  for (int64_t s : in_strides) unit_stride = unit_stride && s == 1;
+
+  int64_t position = begin;
+  while (position < end) {
+    const int64_t count = std::min(walk.size[last] - index[last], end - position);
+    if (unit_stride) {
+      flat_kernel(count, out + offset[0], fn, (in + offset[I + 1])...);
+    } else {
+      strided_kernel(count, out + offset[0], walk.stride[0][last], in_strides, fn, seq,
+                     (in + offset[I + 1])...);
+    }
+    position += count;
+    if (position >= end) break;
+    // The piece ran to the end of its row: rewind the last dim and carry into the outer ones.
+    for (int op = 0; op < kOps; ++op) offset[op] -= index[last] * walk.stride[op][last];
+    index[last] = 0;
+    for (int d = last - 1; d >= 0; --d) {
+      ++index[d];
+      for (int op = 0; op < kOps; ++op) offset[op] += walk.stride[op][d];
+      if (index[d] < walk.size[d]) break;
+      for (int op = 0; op < kOps; ++op) offset[op] -= walk.size[d] * walk.stride[op][d];
+      index[d] = 0;
+    }
+  }
+}
+
+// out = fn(in...) over the loop; operand k of the loop is in[k - 1].
+template <typename Out, typename Fn, typename... In>
+void for_each_element(const StridedLoop& loop, Out* out, Fn fn, const In*... in) {
+  constexpr int kOps = 1 + int(sizeof...(In));
+  const int64_t n = loop.numel();
+  if (n <= 0) return;
+  if (loop.contiguous(kOps)) {
+    parallel_for(0, n, kElementwiseGrain,
+                 [&](int64_t b, int64_t e) { flat_kernel(e - b, out + b, fn, (in + b)...); });
+    return;
+  }
+  const Walk walk = coalesce(loop, kOps);
+  parallel_for(0, n, kElementwiseGrain, [&](int64_t b, int64_t e) {
+    strided_range(walk, b, e, fn, std::index_sequence_for<In...>{}, out, in...);
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scalar math, in the compute type C (float for the 16-bit floats)
+
+constexpr double kSqrtHalf = 0.70710678118654752440;     // 1/sqrt(2)
+constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2/pi)
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;   // 1/sqrt(2*pi)
+constexpr double kGeluCubic = 0.044715;
+
+template <typename C>
+inline C sigmoid(C x) {
+  // Never exponentiate a large positive number: exp(-|x|) stays in (0, 1].
+  if (x >= C(0)) return C(1) / (C(1) + std::exp(-x));
+  const C e = std::exp(x);
+  return e / (C(1) + e);
+}
+
+// -1, 0 or 1; NaN gives 0, as torch.sign does, so the result is always one of the three.
+template <typename C>
+inline C sign_of(C x) {
+  return C((C(0) < x) - (x < C(0)));
+}
+
+template <typename C>
+inline C gelu_tanh_inner(C x) {
+  return C(kSqrt2OverPi) * (x + C(kGeluCubic) * x * x * x);
+}
+
+const char* unary_name(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::Neg: return "Neg";
+    case UnaryOp::Exp: return "Exp";
+    case UnaryOp::Log: return "Log";
+    case UnaryOp::Sqrt: return "Sqrt";
+    case UnaryOp::Rsqrt: return "Rsqrt";
+    case UnaryOp::Abs: return "Abs";
+    case UnaryOp::Relu: return "Relu";
+    case UnaryOp::GeluErf: return "GeluErf";
+    case UnaryOp::GeluTanh: return "GeluTanh";
+    case UnaryOp::Silu: return "Silu";
+    case UnaryOp::Sigmoid: return "Sigmoid";
+    case UnaryOp::Tanh: return "Tanh";
+    case UnaryOp::Sign: return "Sign";
+  }
+  return "unknown";
+}
+
+const char* binary_name(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::Add: return "Add";
+    case BinaryOp::Sub: return "Sub";
+    case BinaryOp::Mul: return "Mul";
+    case BinaryOp::Div: return "Div";
+    case BinaryOp::Maximum: return "Maximum";
+    case BinaryOp::Minimum: return "Minimum";
+    case BinaryOp::Pow: return "Pow";
+    case BinaryOp::Eq: return "Eq";
+    case BinaryOp::Ne: return "Ne";
+    case BinaryOp::Lt: return "Lt";
+    case BinaryOp::Le: return "Le";
+    case BinaryOp::Gt: return "Gt";
+    case BinaryOp::Ge: return "Ge";
+  }
+  return "unknown";
+}
+
+// The ops integers (and, for the sign-like ones, Bool) support besides the float-only ones.
+bool unary_allows_integers(UnaryOp op) {
+  return op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Relu || op == UnaryOp::Sign;
+}
+
+// ---------------------------------------------------------------------------------------------
+// unary
+
+template <typename T>
+void unary_typed(UnaryOp op, DType dtype, const StridedLoop& loop, T* out, const T* in) {
+  using C = compute_t<T>;
+  auto run = [&](auto f) {
+    for_each_element(loop, out, [f](T x) { return T(f(C(x))); }, in);
+  };
+  if constexpr (std::is_same_v<T, bool>) {
+    // Abs, Relu and Sign are the identity on {0, 1}; negating a Bool has no meaning.
+    if (op == UnaryOp::Neg || !unary_allows_integers(op)) {
+      throw_unsupported("unary", std::string("op ") + unary_name(op), dtype);
+    }
+    run([](C x) { return x; });
+  } else if constexpr (std::is_integral_v<C>) {
+    switch (op) {
+      case UnaryOp::Neg: return run([](C x) { return wrap_sub(C(0), x); });
+      case UnaryOp::Abs: return run([](C x) { return x < C(0) ? wrap_sub(C(0), x) : x; });
+      case UnaryOp::Relu: return run([](C x) { return x < C(0) ? C(0) : x; });
+      case UnaryOp::Sign: return run([](C x) { return sign_of(x); });
+      default: throw_unsupported("unary", std::string("op ") + unary_name(op), dtype);
+    }
+  } else {
+    switch (op) {
+      case UnaryOp::Neg: return run([](C x) { return -x; });
+      case UnaryOp::Exp: return run([](C x) { return std::exp(x); });
+      case UnaryOp::Log: return run([](C x) { return std::log(x); });
+      case UnaryOp::Sqrt: return run([](C x) { return std::sqrt(x); });
+      case UnaryOp::Rsqrt: return run([](C x) { return C(1) / std::sqrt(x); });
+      case UnaryOp::Abs: return run([](C x) { return std::abs(x); });
+      // `x < 0 ? 0 : x` lets NaN through, as max(x, 0) does in PyTorch.
+      case UnaryOp::Relu: return run([](C x) { return x < C(0) ? C(0) : x; });
+      case UnaryOp::GeluErf:
+        return run([](C x) { return C(0.5) * x * (C(1) + std::erf(x * C(kSqrtHalf))); });
+      case UnaryOp::GeluTanh:
+        return run([](C x) { return C(0.5) * x * (C(1) + std::tanh(gelu_tanh_inner(x))); });
+      case UnaryOp::Silu: return run([](C x) { return x * sigmoid(x); });
+      case UnaryOp::Sigmoid: return run([](C x) { return sigmoid(x); });
+      case UnaryOp::Tanh: return run([](C x) { return std::tanh(x); });
+      case UnaryOp::Sign: return run([](C x) { return sign_of(x); });
+    }
+    throw_unsupported("unary", std::string("op ") + unary_name(op), dtype);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// unary_backward: fn(g, x, y) with g = grad_out, x = in, y = out
+
+template <typename T>
+void unary_backward_typed(UnaryOp op, DType dtype, const StridedLoop& loop, T* grad_in,
+                          const T* grad_out, const T* in, const T* out) {
+  using C = compute_t<T>;
+  auto run = [&](auto f) {
+    for_each_element(
+        loop, grad_in, [f](T g, T x, T y) { return T(f(C(g), C(x), C(y))); }, grad_out, in,
+        out);
+  };
+  if constexpr (std::is_same_v<T, bool>) {
+    throw_unsupported("unary_backward", std::string("op ") + unary_name(op), dtype);
+  } else if constexpr (std::is_integral_v<C>) {
+    switch (op) {
+      case UnaryOp::Neg: return run([](C g, C, C) { return wrap_sub(C(0), g); });
+      case UnaryOp::Abs:
+        return run([](C g, C x, C) { return wrap_mul(g, sign_of(x)); });
+      case UnaryOp::Relu: return run([](C g, C x, C) { return x > C(0) ? g : C(0); });
+      case UnaryOp::Sign: return run([](C, C, C) { return C(0); });
+      default: throw_unsupported("unary_backward", std::string("op ") + unary_name(op), dtype);
+    }
+  } else {
+    switch (op) {
+      case UnaryOp::Neg: return run([](C g, C, C) { return -g; });
+      case UnaryOp::Exp: return run([](C g, C, C y) { return g * y; });
+      case UnaryOp::Log: return run([](C g, C x, C) { return g / x; });
+      case UnaryOp::Sqrt: return run([](C g, C, C y) { return g / (C(2) * y); });
+      case UnaryOp::Rsqrt: return run([](C g, C, C y) { return C(-0.5) * g * y * y * y; });
+      case UnaryOp::Abs: return run([](C g, C x, C) { return g * sign_of(x); });
+      // A select rather than g * (x > 0), so an infinite gradient at x <= 0 gives 0, not NaN.
+      case UnaryOp::Relu: return run([](C g, C x, C) { return x > C(0) ? g : C(0); });
+      case UnaryOp::GeluErf:
+        return run([](C g, C x, C) {
+          const C cdf = C(0.5) * (C(1) + std::erf(x * C(kSqrtHalf)));
+          const C pdf = C(kInvSqrt2Pi) * std::exp(C(-0.5) * x * x);
+          return g * (cdf + x * pdf);
+        });
+      case UnaryOp::GeluTanh:
+        return run([](C g, C x, C) {
+          const C t = std::tanh(gelu_tanh_inner(x));
+          const C inner_grad = C(kSqrt2OverPi) * (C(1) + C(3 * kGeluCubic) * x * x);
+          return g * (C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * inner_grad);
+        });
+      case UnaryOp::Silu:
+        return run([](C g, C x, C) {
+          const C s = sigmoid(x);
+          return g * (s * (C(1) + x * (C(1) - s)));
+        });
+      case UnaryOp::Sigmoid: return run([](C g, C, C y) { return g * y * (C(1) - y); });
+      case UnaryOp::Tanh: return run([](C g, C, C y) { return g * (C(1) - y * y); });
+      case UnaryOp::Sign: return run([](C, C, C) { return C(0); });
+    }
+    throw_unsupported("unary_backward", std::string("op ") + unary_name(op), dtype);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// binary
+
+template <typename C>
+inline C int_div(C a, C b) {
+  if (b == C(0)) return C(0);  // defined as 0 rather than a SIGFPE
+  if constexpr (std::is_signed_v<C>) {
+    if (b == C(-1)) return wrap_sub(C(0), a);  // MIN / -1 would trap too
+  }
+  return C(a / b);
+}
+
+template <typename C>
+inline C int_pow(C base, C exponent) {
+  if constexpr (std::is_signed_v<C>) {
+    if (exponent < C(0)) {
+      if (base == C(1)) return C(1);
+      if (base == C(-1)) return (exponent & C(1)) ? C(-1) : C(1);
+      return C(0);  // |base| >= 2 truncates to 0; 0 to a negative power is defined as 0 too
+    }
+  }
+  C result = C(1);
+  while (exponent != C(0)) {
+    if (exponent & C(1)) result = wrap_mul(result, base);
+    base = wrap_mul(base, base);
+    exponent = C(exponent >> 1);
+  }
+  return result;
+}
+
+template <typename C>
+inline C maximum(C a, C b) {
+  return (is_nan(a) || a > b) ? a : b;  // b wins when it is NaN, since a > NaN is false
+}
+
+template <typename C>
+inline C minimum(C a, C b) {
+  return (is_nan(a) || a < b) ? a : b;
+}
+
+template <typename T>
+void binary_typed(BinaryOp op, DType dtype, const StridedLoop& loop, void* out, const T* a,
+                  const T* b) {
+  using C = compute_t<T>;
+  auto run = [&](auto f) {
+    for_each_element(
+        loop, static_cast<T*>(out), [f](T x, T y) { return T(f(C(x), C(y))); }, a, b);
+  };
+  auto compare = [&](auto f) {
+    for_each_element(
+        loop, static_cast<bool*>(out), [f](T x, T y) { return bool(f(C(x), C(y))); }, a, b);
+  };
+  switch (op) {
+    case BinaryOp::Eq: return compare([](C x, C y) { return x == y; });
+    case BinaryOp::Ne: return compare([](C x, C y) { return x != y; });
+    case BinaryOp::Lt: return compare([](C x, C y) { return x < y; });
+    case BinaryOp::Le: return compare([](C x, C y) { return x <= y; });
+    case BinaryOp::Gt: return compare([](C x, C y) { return x > y; });
+    case BinaryOp::Ge: return compare([](C x, C y) { return x >= y; });
+    default: break;
+  }
+  if constexpr (std::is_same_v<T, bool>) {
+    // Bool arithmetic is logic: + and max are or, * and min are and.
+    switch (op) {
+      case BinaryOp::Add:
+      case BinaryOp::Maximum: return run([](C x, C y) { return x || y; });
+      case BinaryOp::Mul:
+      case BinaryOp::Minimum: return run([](C x, C y) { return x && y; });
+      default: throw_unsupported("binary", std::string("op ") + binary_name(op), dtype);
+    }
+  } else if constexpr (std::is_integral_v<C>) {
+    switch (op) {
+      case BinaryOp::Add: return run([](C x, C y) { return wrap_add(x, y); });
+      case BinaryOp::Sub: return run([](C x, C y) { return wrap_sub(x, y); });
+      case BinaryOp::Mul: return run([](C x, C y) { return wrap_mul(x, y); });
+      case BinaryOp::Div: return run([](C x, C y) { return int_div(x, y); });
+      case BinaryOp::Maximum: return run([](C x, C y) { return x > y ? x : y; });
+      case BinaryOp::Minimum: return run([](C x, C y) { return x < y ? x : y; });
+      case BinaryOp::Pow: return run([](C x, C y) { return int_pow(x, y); });
+      default: break;
+    }
+  } else {
+    switch (op) {
+      case BinaryOp::Add: return run([](C x, C y) { return x + y; });
+      case BinaryOp::Sub: return run([](C x, C y) { return x - y; });
+      case BinaryOp::Mul: return run([](C x, C y) { return x * y; });
+      case BinaryOp::Div: return run([](C x, C y) { return x / y; });
+      case BinaryOp::Maximum: return run([](C x, C y) { return maximum(x, y); });
+      case BinaryOp::Minimum: return run([](C x, C y) { return minimum(x, y); });
+      case BinaryOp::Pow: return run([](C x, C y) { return std::pow(x, y); });
+      default: break;
+    }
+  }
+  throw_unsupported("binary", std::string("op ") + binary_name(op), dtype);
+}
+
+// ---------------------------------------------------------------------------------------------
+// copy
+
+// Same-dtype copies move bits, never values: a strided Half copy needs no float round trip and
+// keeps NaN payloads.
+template <typename Word>
+void copy_bits(const StridedLoop& loop, void* out, const void* in) {
+  for_each_element(
+      loop, static_cast<Word*>(out), [](Word x) { return x; }, static_cast<const Word*>(in));
+}
+
+void copy_same_dtype(DType dtype, const StridedLoop& loop, void* out, const void* in) {
+  const int size = element_size(dtype);
+  if (out == in) return;  // a view copied onto itself; memcpy must not see the overlap
+  if (loop.contiguous(2)) {
+    auto* out_bytes = static_cast<char*>(out);
+    const auto* in_bytes = static_cast<const char*>(in);
+    // A single memcpy cannot use more than one core's share of memory bandwidth.
+    parallel_for(0, loop.numel() * size, int64_t(1) << 20, [&](int64_t b, int64_t e) {
+      std::memcpy(out_bytes + b, in_bytes + b, size_t(e - b));
+    });
+    return;
+  }
+  switch (size) {
+    case 1: return copy_bits<uint8_t>(loop, out, in);
+    case 2: return copy_bits<uint16_t>(loop, out, in);
+    case 4: return copy_bits<uint32_t>(loop, out, in);
+    default: return copy_bits<uint64_t>(loop, out, in);
+  }
+}
+
+}  // namespace
+
+void unary(UnaryOp op, DType dtype, const StridedLoop& loop, void* out, const void* in) {
+  visit_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    unary_typed<T>(op, dtype, loop, static_cast<T*>(out), static_cast<const T*>(in));
+  });
+}
+
+void unary_backward(UnaryOp op, DType dtype, const StridedLoop& loop, void* grad_in,
+                    const void* grad_out, const void* in, const void* out) {
+  visit_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    unary_backward_typed<T>(op, dtype, loop, static_cast<T*>(grad_in),
+                            static_cast<const T*>(grad_out), static_cast<const T*>(in),
+                            static_cast<const T*>(out));
+  });
+}
+
+void binary(BinaryOp op, DType dtype, const StridedLoop& loop, void* out, const void* a,
+            const void* b) {
+  visit_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    binary_typed<T>(op, dtype, loop, out, static_cast<const T*>(a), static_cast<const T*>(b));
+  });
+}
+
+void where(DType dtype, const StridedLoop& loop, void* out, const void* cond, const void* a,
+           const void* b) {
+  // cond is read as bytes: a Bool buffer filled from outside (a file, a cast) may hold values
+  // other than 0 and 1, and reading those as C++ bool is undefined.
+  visit_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    for_each_element(
+        loop, static_cast<T*>(out), [](uint8_t c, T x, T y) { return c != 0 ? x : y; },
+        static_cast<const uint8_t*>(cond), static_cast<const T*>(a), static_cast<const T*>(b));
+  });
+}
+
+void clamp(DType dtype, const StridedLoop& loop, void* out, const void* in, double lo,
+           double hi) {
+  visit_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using C = compute_t<T>;
+    const C low = saturate_bound<T>(lo);
+    const C high = saturate_bound<T>(hi);
+    // Applied as max then min, so lo > hi gives hi everywhere and NaN inputs pass through.
+    for_each_element(
+        loop, static_cast<T*>(out),
+        [low, high](T x) {
+          C y = C(x) < low ? low : C(x);
+          return T(y > high ? high : y);
+        },
+        static_cast<const T*>(in));
+  });
+}
+
+void copy(DType out_dtype, DType in_dtype, const StridedLoop& loop, void* out, const void* in) {
+  if (out_dtype == in_dtype) return copy_same_dtype(out_dtype, loop, out, in);
+  visit_dtype(out_dtype, [&](auto out_tag) {
+    using To = decltype(out_tag);
+    visit_dtype(in_dtype, [&](auto in_tag) {
+      using From = decltype(in_tag);
+      for_each_element(
+          loop, static_cast<To*>(out), [](From x) { return cast_to<To>(x); },
+          static_cast<const From*>(in));
+    });
+  });
+}
+
+void fill(DType dtype, int64_t n, void* out, double value) {
+  visit_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T v = cast_to<T>(value);
+    T* dst = static_cast<T*>(out);
+    parallel_for(0, n, kElementwiseGrain,
+                 [&](int64_t b, int64_t e) { std::fill(dst + b, dst + e, v); });
+  });
+}
+
+void arange(DType dtype, int64_t n, void* out, double start, double step) {
+  visit_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* dst = static_cast<T*>(out);
+    parallel_for(0, n, kElementwiseGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) dst[i] = cast_to<T>(start + double(i) * step);
+    });
+  });
+}
+
+}  // namespace mpigrad::kernels::cpu

@@ -1,0 +1,133 @@
+// CPU gemm through CBLAS, plus queries of the BLAS library that happens to be linked.
+//
+// Layout: row-major matrices with explicit leading dimensions; batch entries at element strides
+// (0 broadcasts one matrix to every entry). C is written with `=` when beta == 0 (its old
+// contents are never read, even if they hold NaN), otherwise C = alpha*op(A)*op(B) + beta*C.
+// Threading: large products leave threading to the BLAS library, one batch entry at a time.
+// Small products (below OpenBLAS's own single-thread threshold) are spread over batch entries
+// with OpenMP instead, since BLAS would run each of them on one thread anyway.
+// The BLAS-specific entry points are looked up with dlsym, so any CBLAS links.
+#include "mpigrad/kernels/matmul.h"
+
+#include <cblas.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <climits>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "mpigrad/kernels/cpu/parallel.h"
+#include "mpigrad/kernels/cpu/scalar.h"
+
+namespace mpigrad::kernels::cpu {
+namespace {
+
+// OpenBLAS runs a gemm with m*n*k at or below 65536 * 4 on the calling thread.
+constexpr int64_t kSmallGemmWork = int64_t(1) << 18;
+
+void check_shape(const GemmShape& s) {
+  auto fail = [](const std::string& what) {
+    throw std::invalid_argument("mpigrad::kernels::cpu::gemm: " + what);
+  };
+  if (s.m < 0 || s.n < 0 || s.k < 0 || s.batch < 0) fail("negative size");
+  if (s.m > INT_MAX || s.n > INT_MAX || s.k > INT_MAX || s.lda > INT_MAX || s.ldb > INT_MAX ||
+      s.ldc > INT_MAX) {
+    fail("a size or leading dimension exceeds the 32-bit range of CBLAS");
+  }
+  // BLAS would report these through xerbla, which prints and may abort; say it here instead.
+  const int64_t a_cols = s.transpose_a ? s.m : s.k;
+  const int64_t b_cols = s.transpose_b ? s.k : s.n;
+  if (s.lda < std::max<int64_t>(1, a_cols)) fail("lda " + std::to_string(s.lda) + " is too small");
+  if (s.ldb < std::max<int64_t>(1, b_cols)) fail("ldb " + std::to_string(s.ldb) + " is too small");
+  if (s.ldc < std::max<int64_t>(1, s.n)) fail("ldc " + std::to_string(s.ldc) + " is too small");
+}
+
+// C = beta * C for the products BLAS is not called for (k == 0 or alpha == 0).
+template <typename T>
+void scale_c(T* c, const GemmShape& s, T beta) {
+  for (int64_t row = 0; row < s.m; ++row) {
+    T* c_row = c + row * s.ldc;
+    for (int64_t col = 0; col < s.n; ++col) c_row[col] = beta == T(0) ? T(0) : beta * c_row[col];
+  }
+}
+
+template <typename T>
+void gemm_one(const GemmShape& s, T alpha, const T* a, const T* b, T beta, T* c) {
+  if (s.k == 0 || alpha == T(0)) return scale_c(c, s, beta);
+  const CBLAS_TRANSPOSE trans_a = s.transpose_a ? CblasTrans : CblasNoTrans;
+  const CBLAS_TRANSPOSE trans_b = s.transpose_b ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, trans_a, trans_b, int(s.m), int(s.n), int(s.k), alpha, a,
+                int(s.lda), b, int(s.ldb), beta, c, int(s.ldc));
+  } else {
+    cblas_dgemm(CblasRowMajor, trans_a, trans_b, int(s.m), int(s.n), int(s.k), alpha, a,
+                int(s.lda), b, int(s.ldb), beta, c, int(s.ldc));
+  }
+}
+
+template <typename T>
+void gemm_typed(const GemmShape& s, T alpha, const T* a, const T* b, T beta, T* c) {
+  auto entry = [&](int64_t i) {
+    gemm_one(s, alpha, a + i * s.batch_stride_a, b + i * s.batch_stride_b, beta,
+             c + i * s.batch_stride_c);
+  };
+  const int64_t work = s.m * s.n * std::max<int64_t>(s.k, 1);
+  // Entries that share C (batch_stride_c == 0) must not run concurrently.
+  if (s.batch > 1 && work < kSmallGemmWork && s.batch_stride_c != 0) {
+    const int64_t grain = std::max<int64_t>(1, kSmallGemmWork / std::max<int64_t>(work, 1) / 4);
+    parallel_for(0, s.batch, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) entry(i);
+    });
+    return;
+  }
+  for (int64_t i = 0; i < s.batch; ++i) entry(i);
+}
+
+}  // namespace
+
+void gemm(DType dtype, const GemmShape& shape, double alpha, const void* a, const void* b,
+          double beta, void* c) {
+  if (dtype != DType::Float32 && dtype != DType::Float64) {
+    throw_unsupported("gemm", "", dtype);
+  }
+  check_shape(shape);
+  if (shape.m == 0 || shape.n == 0 || shape.batch == 0) return;
+  if (dtype == DType::Float32) {
+    gemm_typed<float>(shape, float(alpha), static_cast<const float*>(a),
+                      static_cast<const float*>(b), float(beta), static_cast<float*>(c));
+  } else {
+    gemm_typed<double>(shape, alpha, static_cast<const double*>(a),
+                       static_cast<const double*>(b), beta, static_cast<double*>(c));
+  }
+}
+
+const char* blas_core_name() {
+  using CoreNameFn = char* (*)();
+  if (void* symbol = dlsym(RTLD_DEFAULT, "openblas_get_corename")) {
+    const char* name = reinterpret_cast<CoreNameFn>(symbol)();
+    if (name != nullptr) return name;
+  }
+  return "unknown";
+}
+
+void set_blas_threads(int num_threads) {
+  if (num_threads < 1) num_threads = 1;
+  if (void* symbol = dlsym(RTLD_DEFAULT, "openblas_set_num_threads")) {
+    reinterpret_cast<void (*)(int)>(symbol)(num_threads);
+    return;
+  }
+  // BLIS takes a dim_t, which is 64-bit in its default builds.
+  if (void* symbol = dlsym(RTLD_DEFAULT, "bli_thread_set_num_threads")) {
+    reinterpret_cast<void (*)(int64_t)>(symbol)(num_threads);
+    return;
+  }
+  // MKL's C entry point, which takes the count by value. (The lowercase mkl_set_num_threads
+  // symbol is the Fortran-style interface, and calling it by value would pass garbage.)
+  if (void* symbol = dlsym(RTLD_DEFAULT, "MKL_Set_Num_Threads")) {
+    reinterpret_cast<void (*)(int)>(symbol)(num_threads);
+  }
+}
+
+}  // namespace mpigrad::kernels::cpu

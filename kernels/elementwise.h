@@ -1,0 +1,88 @@
+// defines: unary, unary_backward, binary, where, clamp, copy (strided cast), fill, arange
+//
+// Elementwise kernels over up to kMaxDims dimensions with arbitrary element strides, which is how
+// broadcasting (stride 0) and non-contiguous views reach them without a copy. The caller (core/)
+// has already computed the broadcast shape and the strides of every operand in that shape.
+// All kernels write their output with `=`; none accumulates.
+#pragma once
+
+#include <cstdint>
+
+#include "mpigrad/kernels/dtype.h"
+
+namespace mpigrad::kernels {
+
+constexpr int kMaxDims = 8;
+
+// Shape of the iteration space plus the element strides of up to four operands in it.
+// Operand 0 is always the output.
+struct StridedLoop {
+  int ndim = 0;
+  int64_t size[kMaxDims] = {};
+  int64_t stride[4][kMaxDims] = {};
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int d = 0; d < ndim; ++d) n *= size[d];
+    return n;
+  }
+  // True when every operand given is dense and in row-major order, so a flat loop is valid.
+  bool contiguous(int num_operands) const {
+    for (int op = 0; op < num_operands; ++op) {
+      int64_t expected = 1;
+      for (int d = ndim - 1; d >= 0; --d) {
+        if (size[d] != 1 && stride[op][d] != expected) return false;
+        expected *= size[d];
+      }
+    }
+    return true;
+  }
+};
+
+enum class UnaryOp : uint8_t {
+  Neg, Exp, Log, Sqrt, Rsqrt, Abs, Relu, GeluErf, GeluTanh, Silu, Sigmoid, Tanh, Sign,
+};
+
+enum class BinaryOp : uint8_t {
+  Add, Sub, Mul, Div, Maximum, Minimum, Pow,
+  // Comparisons write Bool.
+  Eq, Ne, Lt, Le, Gt, Ge,
+};
+
+inline bool is_comparison(BinaryOp op) { return op >= BinaryOp::Eq; }
+
+namespace cpu {
+
+// out = op(in). Operands: 0 out, 1 in. Both have `dtype`, which must be a float type except for
+// Neg, Abs, Relu and Sign.
+void unary(UnaryOp op, DType dtype, const StridedLoop& loop, void* out, const void* in);
+
+// grad_in = grad_out * op'(in). Operands: 0 grad_in, 1 grad_out, 2 in, 3 out (the forward
+// result, which Exp, Sigmoid, Tanh, Sqrt and Rsqrt use instead of recomputing).
+void unary_backward(UnaryOp op, DType dtype, const StridedLoop& loop, void* grad_in,
+                    const void* grad_out, const void* in, const void* out);
+
+// out = a op b, all of `dtype`, except comparisons, whose out is Bool. Operands: 0 out, 1 a, 2 b.
+void binary(BinaryOp op, DType dtype, const StridedLoop& loop, void* out, const void* a,
+            const void* b);
+
+// out = cond ? a : b. cond is Bool; out, a, b are `dtype`. Operands: 0 out, 1 cond, 2 a, 3 b.
+void where(DType dtype, const StridedLoop& loop, void* out, const void* cond, const void* a,
+           const void* b);
+
+// out = min(max(in, lo), hi). Operands: 0 out, 1 in.
+void clamp(DType dtype, const StridedLoop& loop, void* out, const void* in, double lo, double hi);
+
+// out = in, converting in_dtype to out_dtype. Operands: 0 out, 1 in. This is also how core/
+// makes a view contiguous.
+void copy(DType out_dtype, DType in_dtype, const StridedLoop& loop, void* out, const void* in);
+
+// out[i] = value for a dense buffer of n elements.
+void fill(DType dtype, int64_t n, void* out, double value);
+
+// out[i] = start + i * step for a dense buffer of n elements.
+void arange(DType dtype, int64_t n, void* out, double start, double step);
+
+}  // namespace cpu
+
+}  // namespace mpigrad::kernels

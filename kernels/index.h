@@ -1,0 +1,35 @@
+// defines: index_select, index_add, gather, scatter_add
+//
+// Indexing along the middle axis of dense [outer, extent, inner] buffers with int64 indices.
+// index_select and gather write with `=`; index_add and scatter_add add with `+=` (they are the
+// backward of the first two, where one source element may receive several gradients).
+// Every kernel checks its indices and returns the position of the first one out of range,
+// or -1 when all are valid, so core/ can name the bad index without a second pass.
+#pragma once
+
+#include <cstdint>
+
+#include "mpigrad/kernels/dtype.h"
+
+namespace mpigrad::kernels {
+namespace cpu {
+
+// out[o, i, j] = in[o, index[i], j]; in is [outer, extent, inner], out is [outer, count, inner].
+int64_t index_select(DType dtype, int64_t outer, int64_t extent, int64_t inner,
+                     const int64_t* index, int64_t count, void* out, const void* in);
+
+// out[o, index[i], j] += in[o, i, j]; out is [outer, extent, inner], in is [outer, count, inner].
+int64_t index_add(DType dtype, int64_t outer, int64_t extent, int64_t inner, const int64_t* index,
+                  int64_t count, void* out, const void* in);
+
+// out[o, i, j] = in[o, index[o, i, j], j]; in is [outer, extent, inner], index and out are
+// [outer, count, inner].
+int64_t gather(DType dtype, int64_t outer, int64_t extent, int64_t inner, const int64_t* index,
+               int64_t count, void* out, const void* in);
+
+// out[o, index[o, i, j], j] += in[o, i, j]; the inverse layout of gather.
+int64_t scatter_add(DType dtype, int64_t outer, int64_t extent, int64_t inner,
+                    const int64_t* index, int64_t count, void* out, const void* in);
+
+}  // namespace cpu
+}  // namespace mpigrad::kernels

@@ -1,0 +1,17 @@
+# Installs the mpigrad build tree into a scratch prefix, then builds and runs tests/consumer
+# against it. Run by ctest (see tests/CMakeLists.txt); any failing step fails the test.
+file(REMOVE_RECURSE ${WORK_DIR})
+set(prefix ${WORK_DIR}/prefix)
+
+function(run_step)
+  execute_process(COMMAND ${ARGV} RESULT_VARIABLE result)
+  if(NOT result EQUAL 0)
+    message(FATAL_ERROR "install_consumer: step failed (${result}): ${ARGV}")
+  endif()
+endfunction()
+
+run_step(${CMAKE_COMMAND} --install ${MPIGRAD_BUILD_DIR} --prefix ${prefix})
+run_step(${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${WORK_DIR}/build -G ${GENERATOR}
+         -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release)
+run_step(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
+run_step(${WORK_DIR}/build/consumer)

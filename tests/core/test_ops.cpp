@@ -1,0 +1,238 @@
+// Op tests driven by the table in op_cases.h: every case is checked forward (float64 and float32)
+// against its hand-computed values, and every differentiable case has its backward checked
+// against central finite differences computed in float64. A few behaviours that a table row
+// cannot express (tie-breaking of gradients, promotion, sum_to) have their own cases below.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "mpigrad/core/autograd.h"
+#include "op_cases.h"
+
+namespace {
+
+using namespace mpigrad::core;  // NOLINT
+using mpigrad::test::OpCase;
+using mpigrad::test::OpInputs;
+
+// Describes the first element of `actual` that differs from `expected` by more than
+// atol + rtol * |expected|, or returns "" when all agree.
+std::string first_mismatch(const std::vector<double>& actual, const std::vector<double>& expected,
+                           double atol, double rtol) {
+  if (actual.size() != expected.size()) {
+    return "size " + std::to_string(actual.size()) + " vs expected " +
+           std::to_string(expected.size());
+  }
+  for (size_t i = 0; i < actual.size(); ++i) {
+    const double allowed = atol + rtol * std::abs(expected[i]);
+    if (!(std::abs(actual[i] - expected[i]) <= allowed)) {
+      std::ostringstream out;
+      out.precision(12);
+      out << "element " << i << ": got " << actual[i] << ", expected " << expected[i];
+      return out.str();
+    }
+  }
+  return "";
+}
+
+// Fixed pseudo-random weights in [-1, -0.25] U [0.25, 1]: the gradient check differentiates
+// sum(out * w), so every output element contributes with a distinct, non-zero weight.
+std::vector<double> fixed_weights(int64_t n, uint64_t seed) {
+  std::vector<double> weights;
+  uint64_t state = seed * 6364136223846793005ull + 1442695040888963407ull;
+  for (int64_t i = 0; i < n; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const double u = double(state >> 11) / double(1ull << 53);
+    weights.push_back((u < 0.5 ? -1.0 : 1.0) * (0.25 + 1.5 * std::abs(u - 0.5)));
+  }
+  return weights;
+}
+
+bool is_float_input(const mpigrad::test::OpInput& in) { return !in.fixed_dtype.has_value(); }
+
+// sum(build(values) * weights), evaluated without recording a graph.
+double weighted_output(const OpCase& op, const std::vector<std::vector<double>>& values,
+                       const std::vector<double>& weights) {
+  NoGradGuard no_grad;
+  const std::vector<double> out = op.build(mpigrad::test::make_inputs(op, kFloat64, &values))
+                                      .to_vector<double>();
+  double total = 0.0;
+  for (size_t i = 0; i < out.size(); ++i) total += out[i] * weights[i];
+  return total;
+}
+
+void check_forward(const OpCase& op, DType dtype, double tolerance) {
+  INFO("op case: ", op.name, ", dtype ", dtype_name(dtype));
+  try {
+    Tensor out = op.build(mpigrad::test::make_inputs(op, dtype));
+    CHECK(out.shape() == op.expected_shape);
+    CHECK(out.dtype() == op.output_dtype.value_or(dtype));
+    const std::string mismatch =
+        first_mismatch(out.to_vector<double>(), op.expected, tolerance, tolerance);
+    CHECK_MESSAGE(mismatch.empty(), mismatch);
+  } catch (const std::exception& e) {
+    FAIL_CHECK("threw: " << e.what());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("op table: forward values match the hand-computed ones") {
+  for (const OpCase& op : mpigrad::test::op_cases()) {
+    // The table's values carry 10 significant digits; float32 adds its own rounding.
+    check_forward(op, kFloat64, 1e-8);
+    check_forward(op, kFloat32, 2e-5);
+  }
+}
+
+TEST_CASE("op table: gradients match float64 central finite differences") {
+  constexpr double kStep = 1e-6;
+  constexpr double kTolerance = 1e-6;
+  uint64_t seed = 0;
+  for (const OpCase& op : mpigrad::test::op_cases()) {
+    ++seed;
+    if (!op.differentiable) continue;
+    INFO("op case: ", op.name);
+    try {
+      OpInputs inputs = mpigrad::test::make_inputs(op, kFloat64);
+      for (size_t k = 0; k < inputs.size(); ++k) {
+        if (is_float_input(op.inputs[k])) inputs[k].set_requires_grad(true);
+      }
+      Tensor out = op.build(inputs);
+      REQUIRE(out.requires_grad());
+      const std::vector<double> weights = fixed_weights(out.numel(), seed);
+      // backward(w) is the gradient of sum(out * w) without adding ops of our own to the graph.
+      out.backward(Tensor::from_vector(weights, out.shape(), kFloat64));
+
+      std::vector<std::vector<double>> values;
+      for (const auto& in : op.inputs) values.push_back(in.values);
+      for (size_t k = 0; k < inputs.size(); ++k) {
+        if (!is_float_input(op.inputs[k])) continue;
+        INFO("input ", k);
+        const Tensor grad = inputs[k].grad();
+        REQUIRE(grad.defined());
+        CHECK(grad.shape() == inputs[k].shape());
+        std::vector<double> numeric;
+        for (size_t i = 0; i < values[k].size(); ++i) {
+          const double original = values[k][i];
+          values[k][i] = original + kStep;
+          const double plus = weighted_output(op, values, weights);
+          values[k][i] = original - kStep;
+          const double minus = weighted_output(op, values, weights);
+          values[k][i] = original;
+          numeric.push_back((plus - minus) / (2 * kStep));
+        }
+        const std::string mismatch =
+            first_mismatch(grad.to_vector<double>(), numeric, kTolerance, kTolerance);
+        CHECK_MESSAGE(mismatch.empty(), mismatch);
+      }
+    } catch (const std::exception& e) {
+      FAIL_CHECK("threw: " << e.what());
+    }
+  }
+}
+
+TEST_CASE("forward-only ops do not require grad even with inputs that do") {
+  Tensor x = Tensor::from_vector<double>({1, 5, 3}, {3}).set_requires_grad(true);
+  CHECK_FALSE(gt(x, x * 0.5).requires_grad());
+  CHECK_FALSE(argmax(x, 0).requires_grad());
+  CHECK_FALSE(max(x, 0).indices.requires_grad());
+  CHECK(max(x, 0).values.requires_grad());
+}
+
+TEST_CASE("maximum and minimum split the gradient at ties") {
+  Tensor a = Tensor::from_vector<double>({1.0, 2.0, 3.0}, {3}).set_requires_grad(true);
+  Tensor b = Tensor::from_vector<double>({1.0, 5.0, 0.0}, {3}).set_requires_grad(true);
+  sum(maximum(a, b)).backward();
+  CHECK(a.grad().to_vector<double>() == std::vector<double>{0.5, 0.0, 1.0});
+  CHECK(b.grad().to_vector<double>() == std::vector<double>{0.5, 1.0, 0.0});
+
+  Tensor c = Tensor::from_vector<double>({1.0, 2.0, 3.0}, {3}).set_requires_grad(true);
+  Tensor d = Tensor::from_vector<double>({1.0, 5.0, 0.0}, {3}).set_requires_grad(true);
+  sum(minimum(c, d)).backward();
+  CHECK(c.grad().to_vector<double>() == std::vector<double>{0.5, 1.0, 0.0});
+  CHECK(d.grad().to_vector<double>() == std::vector<double>{0.5, 0.0, 1.0});
+}
+
+TEST_CASE("max and min along a dim pick and differentiate the first extreme element") {
+  Tensor x = Tensor::from_vector<double>({2, 7, 7, 1, 4, 4, 4, 0}, {2, 4}).set_requires_grad(true);
+  ValuesIndices top = max(x, 1);
+  CHECK(top.values.to_vector<double>() == std::vector<double>{7, 4});
+  CHECK(top.indices.to_vector<int64_t>() == std::vector<int64_t>{1, 0});
+  CHECK(argmax(x, 1).to_vector<int64_t>() == std::vector<int64_t>{1, 0});
+  sum(top.values).backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{0, 1, 0, 0, 1, 0, 0, 0});
+
+  Tensor y = Tensor::from_vector<double>({3, 1, 1, 5}, {4}).set_requires_grad(true);
+  ValuesIndices bottom = min(y, 0);
+  CHECK(bottom.values.item<double>() == 1.0);
+  CHECK(bottom.indices.item<int64_t>() == 1);
+  bottom.values.backward();
+  CHECK(y.grad().to_vector<double>() == std::vector<double>{0, 1, 0, 0});
+}
+
+TEST_CASE("relu, abs and clamp have the documented gradients away from their kinks") {
+  Tensor x = Tensor::from_vector<double>({-2.0, -0.5, 0.5, 3.0}, {4}).set_requires_grad(true);
+  sum(clamp(x, -1.0, 1.0) + relu(x) + abs(x)).backward();
+  // clamp: 1 inside the bounds, 0 where clamped; relu: step; abs: sign.
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{0 + 0 - 1, 1 + 0 - 1, 1 + 1 + 1,
+                                                            0 + 1 + 1});
+}
+
+TEST_CASE("binary ops promote dtypes; a scalar takes the tensor's dtype") {
+  Tensor f32 = ones({2}, kFloat32);
+  Tensor f64 = ones({2}, kFloat64);
+  Tensor i64 = ones({2}, kInt64);
+  CHECK((f32 + f64).dtype() == kFloat64);
+  CHECK((i64 * f32).dtype() == kFloat32);
+  CHECK((i64 + i64).dtype() == kInt64);
+  CHECK((f32 * 2.5).dtype() == kFloat32);
+  CHECK((f32 * 2.5).to_vector<float>() == std::vector<float>{2.5f, 2.5f});
+  CHECK((i64 + i64).to_vector<int64_t>() == std::vector<int64_t>{2, 2});
+}
+
+TEST_CASE("integer and Bool sums are Int64") {
+  Tensor flags = Tensor::from_vector<bool>({true, false, true, true}, {4});
+  Tensor total = sum(flags);
+  CHECK(total.dtype() == kInt64);
+  CHECK(total.item<int64_t>() == 3);
+  Tensor ints = Tensor::from_vector<int32_t>({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor rows = sum(ints, {1});
+  CHECK(rows.dtype() == kInt64);
+  CHECK(rows.to_vector<int64_t>() == std::vector<int64_t>{6, 15});
+}
+
+TEST_CASE("sum_to reduces a broadcast gradient back to the operand's shape") {
+  Tensor grad = Tensor::from_vector(mpigrad::test::ramp(24, 1.0, 0.0), {2, 3, 4}, kFloat64);
+  Tensor reduced = sum_to(grad, {3, 1});
+  CHECK(reduced.shape() == Shape{3, 1});
+  // Row r collects elements b*12 + r*4 + c for b in {0,1}, c in {0..3}.
+  CHECK(reduced.to_vector<double>() == std::vector<double>{60, 92, 124});
+  CHECK(sum_to(grad, {4}).to_vector<double>() == std::vector<double>{60, 66, 72, 78});
+  CHECK(sum_to(grad, {2, 3, 4}).to_vector<double>() == grad.to_vector<double>());
+}
+
+TEST_CASE("float32 sums accumulate in double") {
+  // A float accumulator drifts by about 1% on this sum; a double one is exact to ~1e-9.
+  Tensor x = full({1000000}, 0.1, kFloat32);
+  const double expected = 1e6 * double(0.1f);
+  CHECK(std::abs(sum(x).item<double>() - expected) < 0.05);
+  CHECK(std::abs(mean(x).item<double>() - double(0.1f)) < 1e-6);
+}
+
+TEST_CASE("softmax rows sum to one and log_softmax is its log") {
+  std::vector<double> logits;
+  for (int i = 0; i < 5 * 7; ++i) logits.push_back(std::sin(i * 1.3) * 4.0);
+  Tensor x = Tensor::from_vector(logits, {5, 7}, kFloat32);
+  const std::vector<double> rows = sum(softmax(x), {1}).to_vector<double>();
+  for (double r : rows) CHECK(r == doctest::Approx(1.0).epsilon(1e-6));
+  const std::vector<double> p = softmax(x).to_vector<double>();
+  const std::vector<double> lp = log_softmax(x).to_vector<double>();
+  for (size_t i = 0; i < p.size(); ++i) {
+    CHECK(std::log(p[i]) == doctest::Approx(lp[i]).epsilon(1e-5));
+  }
+}
