@@ -162,40 +162,29 @@ Tensor sub(const Tensor& a, const Tensor& b) {
   return r.out;
 }
 
+namespace {
+// Records NodeT for a binary result and saves both (promoted) operands in it.
+template <typename NodeT, typename... Args>
+Tensor record_saving_operands(const BinaryResult& r, Args&&... args) {
+  if (auto node = record<NodeT>(r.out, {&r.a, &r.b}, std::forward<Args>(args)...)) {
+    node->a = r.a;
+    node->b = r.b;
+  }
+  return r.out;
+}
+}  // namespace
+
 Tensor mul(const Tensor& a, const Tensor& b) {
-  BinaryResult r = binary_kernel(BinaryOp::Mul, a, b);
-  if (auto node = record<MulBackward>(r.out, {&r.a, &r.b})) {
-    node->a = r.a;
-    node->b = r.b;
-  }
-  return r.out;
+  return record_saving_operands<MulBackward>(binary_kernel(BinaryOp::Mul, a, b));
 }
-
 Tensor div(const Tensor& a, const Tensor& b) {
-  BinaryResult r = binary_kernel(BinaryOp::Div, a, b);
-  if (auto node = record<DivBackward>(r.out, {&r.a, &r.b})) {
-    node->a = r.a;
-    node->b = r.b;
-  }
-  return r.out;
+  return record_saving_operands<DivBackward>(binary_kernel(BinaryOp::Div, a, b));
 }
-
 Tensor maximum(const Tensor& a, const Tensor& b) {
-  BinaryResult r = binary_kernel(BinaryOp::Maximum, a, b);
-  if (auto node = record<ExtremumBackward>(r.out, {&r.a, &r.b}, true)) {
-    node->a = r.a;
-    node->b = r.b;
-  }
-  return r.out;
+  return record_saving_operands<ExtremumBackward>(binary_kernel(BinaryOp::Maximum, a, b), true);
 }
-
 Tensor minimum(const Tensor& a, const Tensor& b) {
-  BinaryResult r = binary_kernel(BinaryOp::Minimum, a, b);
-  if (auto node = record<ExtremumBackward>(r.out, {&r.a, &r.b}, false)) {
-    node->a = r.a;
-    node->b = r.b;
-  }
-  return r.out;
+  return record_saving_operands<ExtremumBackward>(binary_kernel(BinaryOp::Minimum, a, b), false);
 }
 
 Tensor eq(const Tensor& a, const Tensor& b) { return binary_kernel(BinaryOp::Eq, a, b).out; }

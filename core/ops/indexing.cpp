@@ -41,40 +41,28 @@ Layout3 split_at(const Shape& shape, int dim) {
   return l;
 }
 
-// Gradient of index_select (and embedding): rows added back where they were picked.
-struct IndexSelectBackward final : Node {
+// Gradient of index_select, embedding and gather: the incoming gradient added back at the
+// positions that were read (index_add for one index list, scatter_add for a per-element one).
+struct IndexBackward final : Node {
   Shape input_shape;
   int dim;
+  bool per_element;  // gather
   SavedTensor index;
-  IndexSelectBackward(Shape shape, int d) : input_shape(shape), dim(d) {}
-  const char* name() const override { return "IndexSelectBackward"; }
+  IndexBackward(Shape shape, int d, bool element) : input_shape(shape), dim(d), per_element(element) {}
+  const char* name() const override { return per_element ? "GatherBackward" : "IndexSelectBackward"; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
     const Tensor& idx = index.get(*this);
     Tensor source = grad.contiguous();
     Tensor result = zeros(input_shape, TensorOptions(grad.dtype()).device(grad.device()));
     Layout3 l = split_at(input_shape, dim);
-    backend_for(grad.device()).index_add(grad.dtype(), l.outer, l.extent, l.inner,
-                                         idx.data<int64_t>(), idx.numel(), result.data_ptr(),
-                                         source.data_ptr());
-    grads[0] = std::move(result);
-  }
-  void release_saved() override { index.release(); }
-};
-
-struct GatherBackward final : Node {
-  Shape input_shape;
-  int dim;
-  SavedTensor index;
-  GatherBackward(Shape shape, int d) : input_shape(shape), dim(d) {}
-  const char* name() const override { return "GatherBackward"; }
-  void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
-    const Tensor& idx = index.get(*this);
-    Tensor source = grad.contiguous();
-    Tensor result = zeros(input_shape, TensorOptions(grad.dtype()).device(grad.device()));
-    Layout3 l = split_at(input_shape, dim);
-    backend_for(grad.device()).scatter_add(grad.dtype(), l.outer, l.extent, l.inner,
-                                           idx.data<int64_t>(), idx.shape()[dim],
-                                           result.data_ptr(), source.data_ptr());
+    Backend& backend = backend_for(grad.device());
+    if (per_element) {
+      backend.scatter_add(grad.dtype(), l.outer, l.extent, l.inner, idx.data<int64_t>(),
+                          idx.shape()[dim], result.data_ptr(), source.data_ptr());
+    } else {
+      backend.index_add(grad.dtype(), l.outer, l.extent, l.inner, idx.data<int64_t>(),
+                        idx.numel(), result.data_ptr(), source.data_ptr());
+    }
     grads[0] = std::move(result);
   }
   void release_saved() override { index.release(); }
@@ -101,7 +89,7 @@ Tensor index_select(const Tensor& x, int64_t dim_in, const Tensor& index_in) {
                                                      index.data<int64_t>(), index.numel(),
                                                      out.data_ptr(), source.data_ptr());
   check_index_result(bad, index, l.extent, dim, "index_select");
-  if (auto node = detail::record<IndexSelectBackward>(out, {&x}, source.shape(), dim)) {
+  if (auto node = detail::record<IndexBackward>(out, {&x}, source.shape(), dim, false)) {
     node->index = index;
   }
   return x.dim() == 0 ? out.reshape(Shape{}) : out;
@@ -129,7 +117,9 @@ Tensor gather(const Tensor& x, int64_t dim_in, const Tensor& index_in) {
                                                index.data<int64_t>(), count, out.data_ptr(),
                                                source.data_ptr());
   check_index_result(bad, index, l.extent, dim, "gather");
-  if (auto node = detail::record<GatherBackward>(out, {&x}, x.shape(), dim)) node->index = index;
+  if (auto node = detail::record<IndexBackward>(out, {&x}, x.shape(), dim, true)) {
+    node->index = index;
+  }
   return out;
 }
 
