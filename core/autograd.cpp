@@ -21,8 +21,10 @@ void set_grad_enabled(bool enabled) { grad_mode_enabled = enabled; }
 
 // ---- Saved tensors ---------------------------------------------------------------------------
 
-SavedTensor::SavedTensor(const Tensor& tensor, bool is_output)
-    : tensor_(is_output ? tensor.detach() : tensor), version_(tensor.version()) {}
+// Always a detached alias: a node then owns other nodes only through `next`, which the iterative
+// ~Node can release without recursion, and never owns its own output (no cycle).
+SavedTensor::SavedTensor(const Tensor& tensor, bool /*is_output*/)
+    : tensor_(tensor.detach()), version_(tensor.version()) {}
 
 const Tensor& SavedTensor::get(const Node& owner) const {
   MPIGRAD_CHECK(!released_, "backward through ", owner.name(),
@@ -39,6 +41,32 @@ const Tensor& SavedTensor::get(const Node& owner) const {
 // ---- Nodes -----------------------------------------------------------------------------------
 
 Node::Node() : sequence_nr(next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
+
+namespace {
+// While a node is being destroyed, the nodes it releases hand their edges to this work list
+// instead of destroying their own successors: freeing a 1M-op chain takes no stack.
+thread_local std::vector<std::shared_ptr<Node>>* nodes_to_release = nullptr;
+}  // namespace
+
+Node::~Node() {
+  if (nodes_to_release != nullptr) {
+    for (auto& edge : next) {
+      if (edge) nodes_to_release->push_back(std::move(edge));
+    }
+    return;
+  }
+  std::vector<std::shared_ptr<Node>> work;
+  for (auto& edge : next) {
+    if (edge) work.push_back(std::move(edge));
+  }
+  nodes_to_release = &work;
+  while (!work.empty()) {
+    std::shared_ptr<Node> node = std::move(work.back());
+    work.pop_back();
+    node.reset();  // if this was the last owner, its ~Node appends its edges to `work`
+  }
+  nodes_to_release = nullptr;
+}
 
 AccumulateGrad::AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf) : leaf_(leaf) {
   // Runs before any other ready node, so grad-ready hooks fire as early as possible.

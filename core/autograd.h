@@ -41,7 +41,8 @@ class NoGradGuard {
 class SavedTensor {
  public:
   SavedTensor() = default;
-  // `is_output` saves a detached alias, so a node never owns its own output (no cycle).
+  // Keeps a detached alias (same storage, no history); `is_output` documents that a node saves
+  // its own result.
   SavedTensor(const Tensor& tensor, bool is_output = false);  // NOLINT
   // The tensor, or core::Error if it was modified in place or already released.
   const Tensor& get(const Node& owner) const;
@@ -58,7 +59,7 @@ class SavedTensor {
 class Node {
  public:
   Node();
-  virtual ~Node() = default;
+  virtual ~Node();  // iterative: releasing a long chain does not recurse
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 

@@ -26,7 +26,7 @@ inline constexpr DType kBool = DType::Bool;
 std::string_view dtype_name(DType dtype);
 std::ostream& operator<<(std::ostream& out, DType dtype);
 
-inline int64_t element_size(DType dtype) { return kernels::element_size(dtype); }
+using kernels::element_size;  // bytes per element
 inline bool is_floating(DType dtype) {
   return dtype == kFloat32 || dtype == kFloat64 || dtype == kBFloat16 || dtype == kFloat16;
 }

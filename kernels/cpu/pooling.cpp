@@ -1,0 +1,238 @@
+// CPU 2-d pooling: max (with argmax indices), average, adaptive average.
+//
+// Layout: dense [planes, height, width] in, [planes, out_h, out_w] out.
+// Threading: planes are spread over threads; a plane's outputs and its input gradient belong to
+// one thread, so backward's scatter needs no atomics and results do not depend on thread count.
+#include "mpigrad/kernels/pooling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "mpigrad/kernels/cpu/parallel.h"
+#include "mpigrad/kernels/cpu/scalar.h"
+
+namespace mpigrad::kernels::cpu {
+namespace {
+
+int64_t plane_grain(const Pool2dGeometry& g) {
+  return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, g.height * g.width));
+}
+
+template <typename T>
+void max_forward(const Pool2dGeometry& g, const T* in, T* out, int64_t* indices) {
+  parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const T* plane = in + p * g.height * g.width;
+      T* out_plane = out + p * g.out_h * g.out_w;
+      int64_t* index_plane = indices + p * g.out_h * g.out_w;
+      for (int64_t oy = 0; oy < g.out_h; ++oy) {
+        for (int64_t ox = 0; ox < g.out_w; ++ox) {
+          T best = -std::numeric_limits<T>::infinity();
+          int64_t best_index = -1;
+          for (int64_t i = 0; i < g.kernel_h; ++i) {
+            const int64_t y = oy * g.stride_h - g.pad_h + i * g.dilation_h;
+            if (y < 0 || y >= g.height) continue;
+            for (int64_t j = 0; j < g.kernel_w; ++j) {
+              const int64_t x = ox * g.stride_w - g.pad_w + j * g.dilation_w;
+              if (x < 0 || x >= g.width) continue;
+              const T v = plane[y * g.width + x];
+              // NaN wins, like PyTorch, so it propagates instead of being hidden.
+              if (v > best || std::isnan(v) || best_index < 0) {
+                best = v;
+                best_index = y * g.width + x;
+                if (std::isnan(v)) break;
+              }
+            }
+          }
+          out_plane[oy * g.out_w + ox] = best;
+          index_plane[oy * g.out_w + ox] = best_index < 0 ? 0 : best_index;
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+void max_backward(const Pool2dGeometry& g, const T* grad_out, const int64_t* indices,
+                  T* grad_in) {
+  parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      T* plane = grad_in + p * g.height * g.width;
+      std::fill(plane, plane + g.height * g.width, T(0));
+      const T* go = grad_out + p * g.out_h * g.out_w;
+      const int64_t* idx = indices + p * g.out_h * g.out_w;
+      for (int64_t o = 0; o < g.out_h * g.out_w; ++o) plane[idx[o]] += go[o];
+    }
+  });
+}
+
+// The window of output (oy, ox) clipped to the input, and its divisor.
+struct Window {
+  int64_t y0, y1, x0, x1;
+  int64_t divisor;
+};
+
+Window avg_window(const Pool2dGeometry& g, bool count_include_pad, int64_t oy, int64_t ox) {
+  int64_t y0 = oy * g.stride_h - g.pad_h, x0 = ox * g.stride_w - g.pad_w;
+  int64_t y1 = std::min(y0 + g.kernel_h, g.height + g.pad_h);
+  int64_t x1 = std::min(x0 + g.kernel_w, g.width + g.pad_w);
+  const int64_t padded_area = (y1 - y0) * (x1 - x0);
+  y0 = std::max<int64_t>(y0, 0);
+  x0 = std::max<int64_t>(x0, 0);
+  y1 = std::min(y1, g.height);
+  x1 = std::min(x1, g.width);
+  const int64_t divisor = count_include_pad ? padded_area : (y1 - y0) * (x1 - x0);
+  return {y0, y1, x0, x1, std::max<int64_t>(divisor, 1)};
+}
+
+template <typename T>
+void avg_forward(const Pool2dGeometry& g, bool include_pad, const T* in, T* out) {
+  parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const T* plane = in + p * g.height * g.width;
+      T* out_plane = out + p * g.out_h * g.out_w;
+      for (int64_t oy = 0; oy < g.out_h; ++oy) {
+        for (int64_t ox = 0; ox < g.out_w; ++ox) {
+          const Window w = avg_window(g, include_pad, oy, ox);
+          double total = 0;
+          for (int64_t y = w.y0; y < w.y1; ++y)
+            for (int64_t x = w.x0; x < w.x1; ++x) total += double(plane[y * g.width + x]);
+          out_plane[oy * g.out_w + ox] = T(total / double(w.divisor));
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+void avg_backward(const Pool2dGeometry& g, bool include_pad, const T* grad_out, T* grad_in) {
+  parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      T* plane = grad_in + p * g.height * g.width;
+      std::fill(plane, plane + g.height * g.width, T(0));
+      const T* go = grad_out + p * g.out_h * g.out_w;
+      for (int64_t oy = 0; oy < g.out_h; ++oy) {
+        for (int64_t ox = 0; ox < g.out_w; ++ox) {
+          const Window w = avg_window(g, include_pad, oy, ox);
+          const T share = T(double(go[oy * g.out_w + ox]) / double(w.divisor));
+          for (int64_t y = w.y0; y < w.y1; ++y)
+            for (int64_t x = w.x0; x < w.x1; ++x) plane[y * g.width + x] += share;
+        }
+      }
+    }
+  });
+}
+
+inline int64_t adaptive_start(int64_t i, int64_t in, int64_t out) { return (i * in) / out; }
+inline int64_t adaptive_end(int64_t i, int64_t in, int64_t out) {
+  return ((i + 1) * in + out - 1) / out;
+}
+
+template <typename T>
+void adaptive_forward(const Pool2dGeometry& g, const T* in, T* out) {
+  parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const T* plane = in + p * g.height * g.width;
+      T* out_plane = out + p * g.out_h * g.out_w;
+      for (int64_t oy = 0; oy < g.out_h; ++oy) {
+        const int64_t y0 = adaptive_start(oy, g.height, g.out_h);
+        const int64_t y1 = adaptive_end(oy, g.height, g.out_h);
+        for (int64_t ox = 0; ox < g.out_w; ++ox) {
+          const int64_t x0 = adaptive_start(ox, g.width, g.out_w);
+          const int64_t x1 = adaptive_end(ox, g.width, g.out_w);
+          double total = 0;
+          for (int64_t y = y0; y < y1; ++y)
+            for (int64_t x = x0; x < x1; ++x) total += double(plane[y * g.width + x]);
+          out_plane[oy * g.out_w + ox] = T(total / double((y1 - y0) * (x1 - x0)));
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+void adaptive_backward(const Pool2dGeometry& g, const T* grad_out, T* grad_in) {
+  parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      T* plane = grad_in + p * g.height * g.width;
+      std::fill(plane, plane + g.height * g.width, T(0));
+      const T* go = grad_out + p * g.out_h * g.out_w;
+      for (int64_t oy = 0; oy < g.out_h; ++oy) {
+        const int64_t y0 = adaptive_start(oy, g.height, g.out_h);
+        const int64_t y1 = adaptive_end(oy, g.height, g.out_h);
+        for (int64_t ox = 0; ox < g.out_w; ++ox) {
+          const int64_t x0 = adaptive_start(ox, g.width, g.out_w);
+          const int64_t x1 = adaptive_end(ox, g.width, g.out_w);
+          const T share = T(double(go[oy * g.out_w + ox]) / double((y1 - y0) * (x1 - x0)));
+          for (int64_t y = y0; y < y1; ++y)
+            for (int64_t x = x0; x < x1; ++x) plane[y * g.width + x] += share;
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+#define MPIGRAD_POOL_DISPATCH(kernel, call_float, call_double) \
+  switch (dtype) {                                             \
+    case DType::Float32: return call_float;                    \
+    case DType::Float64: return call_double;                   \
+    default: throw_unsupported(kernel, "", dtype);             \
+  }
+
+void max_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* in, void* out,
+                        int64_t* indices) {
+  MPIGRAD_POOL_DISPATCH(
+      "max_pool2d_forward",
+      max_forward(g, static_cast<const float*>(in), static_cast<float*>(out), indices),
+      max_forward(g, static_cast<const double*>(in), static_cast<double*>(out), indices))
+}
+
+void max_pool2d_backward(DType dtype, const Pool2dGeometry& g, const void* grad_out,
+                         const int64_t* indices, void* grad_in) {
+  MPIGRAD_POOL_DISPATCH("max_pool2d_backward",
+                        max_backward(g, static_cast<const float*>(grad_out), indices,
+                                     static_cast<float*>(grad_in)),
+                        max_backward(g, static_cast<const double*>(grad_out), indices,
+                                     static_cast<double*>(grad_in)))
+}
+
+void avg_pool2d_forward(DType dtype, const Pool2dGeometry& g, bool count_include_pad,
+                        const void* in, void* out) {
+  MPIGRAD_POOL_DISPATCH("avg_pool2d_forward",
+                        avg_forward(g, count_include_pad, static_cast<const float*>(in),
+                                    static_cast<float*>(out)),
+                        avg_forward(g, count_include_pad, static_cast<const double*>(in),
+                                    static_cast<double*>(out)))
+}
+
+void avg_pool2d_backward(DType dtype, const Pool2dGeometry& g, bool count_include_pad,
+                         const void* grad_out, void* grad_in) {
+  MPIGRAD_POOL_DISPATCH("avg_pool2d_backward",
+                        avg_backward(g, count_include_pad, static_cast<const float*>(grad_out),
+                                     static_cast<float*>(grad_in)),
+                        avg_backward(g, count_include_pad, static_cast<const double*>(grad_out),
+                                     static_cast<double*>(grad_in)))
+}
+
+void adaptive_avg_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* in,
+                                 void* out) {
+  MPIGRAD_POOL_DISPATCH(
+      "adaptive_avg_pool2d_forward",
+      adaptive_forward(g, static_cast<const float*>(in), static_cast<float*>(out)),
+      adaptive_forward(g, static_cast<const double*>(in), static_cast<double*>(out)))
+}
+
+void adaptive_avg_pool2d_backward(DType dtype, const Pool2dGeometry& g, const void* grad_out,
+                                  void* grad_in) {
+  MPIGRAD_POOL_DISPATCH(
+      "adaptive_avg_pool2d_backward",
+      adaptive_backward(g, static_cast<const float*>(grad_out), static_cast<float*>(grad_in)),
+      adaptive_backward(g, static_cast<const double*>(grad_out), static_cast<double*>(grad_in)))
+}
+
+#undef MPIGRAD_POOL_DISPATCH
+
+}  // namespace mpigrad::kernels::cpu

@@ -1,0 +1,44 @@
+// defines: batch_norm_statistics, batch_norm_forward, batch_norm_backward,
+//          layer_norm_forward, layer_norm_backward
+//
+// Batch norm works on a dense [batch, channels, inner] buffer (inner = H*W for NCHW, 1 for
+// [N, C]) and normalizes each channel over batch and inner. Layer norm works on a dense
+// [rows, cols] buffer and normalizes each row. Statistics are accumulated in double whatever the
+// storage type. Per-channel / per-row vectors (mean, invstd, weight, bias) have the data's dtype.
+// Everything writes with `=`; weight and bias may be null (no affine transform), and so may any
+// gradient output that is not wanted.
+#pragma once
+
+#include <cstdint>
+
+#include "mpigrad/kernels/dtype.h"
+
+namespace mpigrad::kernels {
+namespace cpu {
+
+// mean[c] and the biased (population) variance[c] over batch and inner.
+void batch_norm_statistics(DType dtype, int64_t batch, int64_t channels, int64_t inner,
+                           const void* x, void* mean, void* variance);
+
+// y = (x - mean[c]) * invstd[c] * weight[c] + bias[c].
+void batch_norm_forward(DType dtype, int64_t batch, int64_t channels, int64_t inner,
+                        const void* x, const void* mean, const void* invstd, const void* weight,
+                        const void* bias, void* y);
+
+// With `training`, mean and invstd are the batch's own statistics and grad_x includes their
+// dependence on x; otherwise they are constants (running statistics in eval mode).
+void batch_norm_backward(DType dtype, int64_t batch, int64_t channels, int64_t inner,
+                         bool training, const void* x, const void* grad_y, const void* mean,
+                         const void* invstd, const void* weight, void* grad_x, void* grad_weight,
+                         void* grad_bias);
+
+// y = (x - mean[r]) * rstd[r] * weight[col] + bias[col]; also writes mean[r] and rstd[r].
+void layer_norm_forward(DType dtype, int64_t rows, int64_t cols, double eps, const void* x,
+                        const void* weight, const void* bias, void* y, void* mean, void* rstd);
+
+void layer_norm_backward(DType dtype, int64_t rows, int64_t cols, const void* x,
+                         const void* grad_y, const void* mean, const void* rstd,
+                         const void* weight, void* grad_x, void* grad_weight, void* grad_bias);
+
+}  // namespace cpu
+}  // namespace mpigrad::kernels
