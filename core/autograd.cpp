@@ -173,6 +173,9 @@ struct EngineScratch {
   std::vector<Node*> ready;
   std::vector<Tensor> grad_inputs;
 };
+
+// Callbacks queued by hooks during the innermost backward running on this thread.
+thread_local std::vector<std::function<void()>>* backward_callbacks = nullptr;
 thread_local EngineScratch scratch_cache;
 
 // Marks every node reachable from root with this task and counts, for each, how many edges of
@@ -222,6 +225,13 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
   root_node->grad_sum = seed.is_same(gradient) ? seed.detach() : seed;
 
   NoGradGuard no_grad;  // gradients are not themselves differentiated
+  std::vector<std::function<void()>> callbacks;
+  std::vector<std::function<void()>>* outer_callbacks = backward_callbacks;
+  backward_callbacks = &callbacks;
+  struct RestoreCallbacks {
+    std::vector<std::function<void()>>* previous;
+    ~RestoreCallbacks() { backward_callbacks = previous; }
+  } restore{outer_callbacks};
   // A max-heap on sequence_nr: the most recently created ready node runs first.
   std::vector<Node*>& ready = scratch.ready;
   LaterFirst later_first;
@@ -255,6 +265,17 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
   }
   grad_inputs.clear();
   scratch_cache = std::move(scratch);
+  // Callbacks may queue further callbacks; run until none are left.
+  for (size_t i = 0; i < callbacks.size(); ++i) {
+    std::function<void()> callback = std::move(callbacks[i]);
+    callback();
+  }
+}
+
+void queue_backward_callback(std::function<void()> callback) {
+  MPIGRAD_CHECK(backward_callbacks != nullptr,
+                "queue_backward_callback: no backward is running on this thread");
+  backward_callbacks->push_back(std::move(callback));
 }
 
 }  // namespace mpigrad::core

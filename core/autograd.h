@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -122,5 +123,10 @@ void check_inplace(const Tensor& tensor, const char* op);
 // ---- Backward ----------------------------------------------------------------------------------
 // Runs backward from `root` with `gradient` (ones for a one-element root if undefined).
 void backward(const Tensor& root, const Tensor& gradient = Tensor(), bool retain_graph = false);
+
+// Queues `callback` to run once the backward in progress on this thread has processed its last
+// node, before backward() returns (PyTorch's queue_callback). Only valid inside a backward, e.g.
+// from a grad-ready hook: DDP uses it to finish its last buckets. Throws outside a backward.
+void queue_backward_callback(std::function<void()> callback);
 
 }  // namespace mpigrad::core

@@ -310,3 +310,25 @@ TEST_CASE("a 100000-op chain backprops and is destroyed without overflowing the 
   }
   CHECK(hook_calls == 1);
 }
+
+TEST_CASE("callbacks queued during backward run once it has finished") {
+  Tensor w1 = Tensor::from_vector<double>({2.0}, {1}).set_requires_grad();
+  Tensor w2 = Tensor::from_vector<double>({3.0}, {1}).set_requires_grad();
+  std::vector<std::string> events;
+  w2.register_grad_ready_hook([&](Tensor&) {
+    events.push_back("w2 ready");
+    queue_backward_callback([&] {
+      // By now every gradient of this backward is final.
+      events.push_back("callback, w1 grad defined: " + std::to_string(w1.grad().defined()));
+    });
+  });
+  w1.register_grad_ready_hook([&](Tensor&) { events.push_back("w1 ready"); });
+  sum(w1 * (w2 * w2)).backward();
+  // w1's gradient is final first (it comes straight from the outer mul); the callback, queued
+  // by w2's hook, still runs after both.
+  REQUIRE(events.size() == 3);
+  CHECK(events[0] == "w1 ready");
+  CHECK(events[1] == "w2 ready");
+  CHECK(events[2] == "callback, w1 grad defined: 1");
+  CHECK_THROWS_AS(queue_backward_callback([] {}), Error);
+}
