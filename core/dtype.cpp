@@ -16,7 +16,6 @@ std::string_view dtype_name(DType dtype) {
   return "unknown";
 }
 
-std::ostream& operator<<(std::ostream& out, DType dtype) { return out << dtype_name(dtype); }
 
 namespace {
 // Rank in the promotion lattice: bool < uint8 < int32 < int64 < 16-bit floats < float32 < float64.
@@ -43,3 +42,7 @@ DType promote_types(DType a, DType b) {
 }
 
 }  // namespace mpigrad::core
+
+std::ostream& mpigrad::kernels::operator<<(std::ostream& out, DType dtype) {
+  return out << mpigrad::core::dtype_name(dtype);
+}

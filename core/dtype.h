@@ -24,7 +24,6 @@ inline constexpr DType kBool = DType::Bool;
 
 // PyTorch's names: "float32", "bfloat16", "int64", "bool", ...
 std::string_view dtype_name(DType dtype);
-std::ostream& operator<<(std::ostream& out, DType dtype);
 
 using kernels::element_size;  // bytes per element
 inline bool is_floating(DType dtype) {
@@ -47,3 +46,9 @@ template <> constexpr DType dtype_of<bool>() { return kBool; }
 DType promote_types(DType a, DType b);
 
 }  // namespace mpigrad::core
+
+namespace mpigrad::kernels {
+// Declared beside DType (which lives in kernels/) so argument-dependent lookup finds it from any
+// namespace: std::cout << tensor.dtype() works in user code.
+std::ostream& operator<<(std::ostream& out, DType dtype);
+}  // namespace mpigrad::kernels
