@@ -1,8 +1,11 @@
 // The public API of mpigrad in one include: #include <mpigrad/mpigrad.h>.
 //
 // Each line names the concepts a header defines; include that header alone to compile less.
+// Not included here: launch/mpi_interop.h (the one header that includes <mpi.h>, for host codes
+// that hand mpigrad their own communicator).
 #pragma once
 
+// core: tensors, autograd, ops
 #include "mpigrad/core/autograd.h"        // defines: backward, NoGradGuard, Node, grad-ready hooks
 #include "mpigrad/core/device.h"          // defines: Device, kCPU, cuda()
 #include "mpigrad/core/dtype.h"           // defines: DType, kFloat32 ... kBool, promote_types
@@ -17,3 +20,32 @@
 #include "mpigrad/core/tensor.h"          // defines: Tensor, TensorOptions, zeros, ones, arange
 #include "mpigrad/core/threads.h"         // defines: num_threads, set_num_threads
 #include "mpigrad/version.h"              // defines: MPIGRAD_VERSION
+
+// nn: modules, layers, losses, optimizers, schedulers, checkpoints
+#include "mpigrad/nn/checkpoint.h"        // defines: CheckpointData, save_checkpoint, load_checkpoint
+#include "mpigrad/nn/init.h"              // defines: kaiming_uniform_, xavier_uniform_, normal_, ...
+#include "mpigrad/nn/layers/activation.h" // defines: ReLU, GELU, SiLU, Tanh, Sigmoid
+#include "mpigrad/nn/layers/batch_norm.h" // defines: BatchNorm1d, BatchNorm2d
+#include "mpigrad/nn/layers/container.h"  // defines: Sequential, Identity, Flatten
+#include "mpigrad/nn/layers/conv.h"       // defines: Conv2d
+#include "mpigrad/nn/layers/dropout.h"    // defines: Dropout
+#include "mpigrad/nn/layers/embedding.h"  // defines: Embedding
+#include "mpigrad/nn/layers/layer_norm.h" // defines: LayerNorm
+#include "mpigrad/nn/layers/linear.h"     // defines: Linear
+#include "mpigrad/nn/layers/pooling.h"    // defines: MaxPool2d, AvgPool2d, AdaptiveAvgPool2d
+#include "mpigrad/nn/loss.h"              // defines: cross_entropy, mse_loss, CrossEntropyLoss, ...
+#include "mpigrad/nn/module.h"            // defines: Module
+#include "mpigrad/nn/optim/adam.h"        // defines: Adam, AdamW
+#include "mpigrad/nn/optim/clip_grad.h"   // defines: clip_grad_norm_
+#include "mpigrad/nn/optim/lr_scheduler.h"// defines: StepLR, CosineAnnealingLR, OneCycleLR, ...
+#include "mpigrad/nn/optim/sgd.h"         // defines: SGD
+#include "mpigrad/nn/supcon_loss.h"       // defines: SupConLoss
+#include "mpigrad/nn/weight_averaging.h"  // defines: ModelEMA, SWAAverager, update_bn
+
+// launch: ranks, communicators, data parallelism
+#include "mpigrad/launch/communicator.h"              // defines: Communicator, ReduceOp, Backend
+#include "mpigrad/launch/distributed_data_parallel.h" // defines: DistributedDataParallel
+#include "mpigrad/launch/distributed_manager.h"       // defines: DistributedManager
+#include "mpigrad/launch/process_group.h"             // defines: ProcessGroup
+#include "mpigrad/launch/rank_logging.h"              // defines: RankLogger, rank_seed
+#include "mpigrad/launch/work.h"                      // defines: Work

@@ -1,0 +1,230 @@
+// CPU batch norm and layer norm, forward and backward.
+//
+// Layout: batch norm on dense [batch, channels, inner], layer norm on dense [rows, cols].
+// Threading: batch norm spreads channels over threads (a channel's statistics and gradients are
+// reduced by one thread, in a fixed order); layer norm spreads rows for grad_x and columns for
+// grad_weight/grad_bias. No result depends on the thread count.
+// Precision: sums are accumulated in double, so float32 statistics are exact to float rounding.
+#include "mpigrad/kernels/normalization.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "mpigrad/kernels/cpu/parallel.h"
+#include "mpigrad/kernels/cpu/scalar.h"
+
+namespace mpigrad::kernels::cpu {
+namespace {
+
+int64_t channel_grain(int64_t batch, int64_t inner) {
+  return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, batch * inner));
+}
+
+template <typename T>
+void bn_statistics(int64_t batch, int64_t channels, int64_t inner, const T* x, T* mean,
+                   T* variance) {
+  const double count = double(batch * inner);
+  parallel_for(0, channels, channel_grain(batch, inner), [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      double total = 0;
+      for (int64_t n = 0; n < batch; ++n) {
+        const T* row = x + (n * channels + c) * inner;
+        for (int64_t i = 0; i < inner; ++i) total += double(row[i]);
+      }
+      const double m = total / count;
+      // Two passes: sum((x - m)^2) does not cancel catastrophically like E[x^2] - m^2.
+      double squares = 0;
+      for (int64_t n = 0; n < batch; ++n) {
+        const T* row = x + (n * channels + c) * inner;
+        for (int64_t i = 0; i < inner; ++i) {
+          const double d = double(row[i]) - m;
+          squares += d * d;
+        }
+      }
+      mean[c] = T(m);
+      variance[c] = T(squares / count);
+    }
+  });
+}
+
+template <typename T>
+void bn_forward(int64_t batch, int64_t channels, int64_t inner, const T* x, const T* mean,
+                const T* invstd, const T* weight, const T* bias, T* y) {
+  parallel_for(0, channels, channel_grain(batch, inner), [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      const T scale = invstd[c] * (weight ? weight[c] : T(1));
+      const T shift = (bias ? bias[c] : T(0)) - mean[c] * scale;
+      for (int64_t n = 0; n < batch; ++n) {
+        const T* in = x + (n * channels + c) * inner;
+        T* out = y + (n * channels + c) * inner;
+        for (int64_t i = 0; i < inner; ++i) out[i] = in[i] * scale + shift;
+      }
+    }
+  });
+}
+
+template <typename T>
+void bn_backward(int64_t batch, int64_t channels, int64_t inner, bool training, const T* x,
+                 const T* grad_y, const T* mean, const T* invstd, const T* weight, T* grad_x,
+                 T* grad_weight, T* grad_bias) {
+  const double count = double(batch * inner);
+  parallel_for(0, channels, channel_grain(batch, inner), [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      const double m = double(mean[c]), s = double(invstd[c]);
+      double sum_dy = 0, sum_dy_xhat = 0;
+      for (int64_t n = 0; n < batch; ++n) {
+        const T* in = x + (n * channels + c) * inner;
+        const T* dy = grad_y + (n * channels + c) * inner;
+        for (int64_t i = 0; i < inner; ++i) {
+          sum_dy += double(dy[i]);
+          sum_dy_xhat += double(dy[i]) * (double(in[i]) - m) * s;
+        }
+      }
+      if (grad_weight) grad_weight[c] = T(sum_dy_xhat);
+      if (grad_bias) grad_bias[c] = T(sum_dy);
+      if (!grad_x) continue;
+      const double w = weight ? double(weight[c]) : 1.0;
+      const double mean_dy = training ? sum_dy / count : 0.0;
+      const double mean_dy_xhat = training ? sum_dy_xhat / count : 0.0;
+      for (int64_t n = 0; n < batch; ++n) {
+        const T* in = x + (n * channels + c) * inner;
+        const T* dy = grad_y + (n * channels + c) * inner;
+        T* dx = grad_x + (n * channels + c) * inner;
+        for (int64_t i = 0; i < inner; ++i) {
+          const double xhat = (double(in[i]) - m) * s;
+          dx[i] = T(w * s * (double(dy[i]) - mean_dy - xhat * mean_dy_xhat));
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+void ln_forward(int64_t rows, int64_t cols, double eps, const T* x, const T* weight,
+                const T* bias, T* y, T* mean, T* rstd) {
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, cols));
+  parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const T* in = x + r * cols;
+      T* out = y + r * cols;
+      double total = 0;
+      for (int64_t j = 0; j < cols; ++j) total += double(in[j]);
+      const double m = total / double(cols);
+      double squares = 0;
+      for (int64_t j = 0; j < cols; ++j) {
+        const double d = double(in[j]) - m;
+        squares += d * d;
+      }
+      const double s = 1.0 / std::sqrt(squares / double(cols) + eps);
+      for (int64_t j = 0; j < cols; ++j) {
+        const double v = (double(in[j]) - m) * s;
+        out[j] = T(v * (weight ? double(weight[j]) : 1.0) + (bias ? double(bias[j]) : 0.0));
+      }
+      mean[r] = T(m);
+      rstd[r] = T(s);
+    }
+  });
+}
+
+template <typename T>
+void ln_backward(int64_t rows, int64_t cols, const T* x, const T* grad_y, const T* mean,
+                 const T* rstd, const T* weight, T* grad_x, T* grad_weight, T* grad_bias) {
+  if (grad_x) {
+    const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, cols));
+    parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const T* in = x + r * cols;
+        const T* dy = grad_y + r * cols;
+        T* dx = grad_x + r * cols;
+        const double m = double(mean[r]), s = double(rstd[r]);
+        double sum_g = 0, sum_g_xhat = 0;
+        for (int64_t j = 0; j < cols; ++j) {
+          const double g = double(dy[j]) * (weight ? double(weight[j]) : 1.0);
+          sum_g += g;
+          sum_g_xhat += g * (double(in[j]) - m) * s;
+        }
+        const double mean_g = sum_g / double(cols), mean_g_xhat = sum_g_xhat / double(cols);
+        for (int64_t j = 0; j < cols; ++j) {
+          const double g = double(dy[j]) * (weight ? double(weight[j]) : 1.0);
+          const double xhat = (double(in[j]) - m) * s;
+          dx[j] = T(s * (g - mean_g - xhat * mean_g_xhat));
+        }
+      }
+    });
+  }
+  if (grad_weight || grad_bias) {
+    const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, rows));
+    parallel_for(0, cols, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t j = begin; j < end; ++j) {
+        double sum_w = 0, sum_b = 0;
+        for (int64_t r = 0; r < rows; ++r) {
+          const double dy = double(grad_y[r * cols + j]);
+          sum_w += dy * (double(x[r * cols + j]) - double(mean[r])) * double(rstd[r]);
+          sum_b += dy;
+        }
+        if (grad_weight) grad_weight[j] = T(sum_w);
+        if (grad_bias) grad_bias[j] = T(sum_b);
+      }
+    });
+  }
+}
+
+template <typename T> const T* in_ptr(const void* p) { return static_cast<const T*>(p); }
+template <typename T> T* out_ptr(void* p) { return static_cast<T*>(p); }
+
+}  // namespace
+
+#define MPIGRAD_NORM_DISPATCH(kernel, CALL)      \
+  switch (dtype) {                               \
+    case DType::Float32: { using T = float; CALL; return; }  \
+    case DType::Float64: { using T = double; CALL; return; } \
+    default: throw_unsupported(kernel, "", dtype); \
+  }
+
+void batch_norm_statistics(DType dtype, int64_t batch, int64_t channels, int64_t inner,
+                           const void* x, void* mean, void* variance) {
+  MPIGRAD_NORM_DISPATCH("batch_norm_statistics",
+                        bn_statistics(batch, channels, inner, in_ptr<T>(x), out_ptr<T>(mean),
+                                      out_ptr<T>(variance)))
+}
+
+void batch_norm_forward(DType dtype, int64_t batch, int64_t channels, int64_t inner,
+                        const void* x, const void* mean, const void* invstd, const void* weight,
+                        const void* bias, void* y) {
+  MPIGRAD_NORM_DISPATCH("batch_norm_forward",
+                        bn_forward(batch, channels, inner, in_ptr<T>(x), in_ptr<T>(mean),
+                                   in_ptr<T>(invstd), in_ptr<T>(weight), in_ptr<T>(bias),
+                                   out_ptr<T>(y)))
+}
+
+void batch_norm_backward(DType dtype, int64_t batch, int64_t channels, int64_t inner,
+                         bool training, const void* x, const void* grad_y, const void* mean,
+                         const void* invstd, const void* weight, void* grad_x, void* grad_weight,
+                         void* grad_bias) {
+  MPIGRAD_NORM_DISPATCH("batch_norm_backward",
+                        bn_backward(batch, channels, inner, training, in_ptr<T>(x),
+                                    in_ptr<T>(grad_y), in_ptr<T>(mean), in_ptr<T>(invstd),
+                                    in_ptr<T>(weight), out_ptr<T>(grad_x),
+                                    out_ptr<T>(grad_weight), out_ptr<T>(grad_bias)))
+}
+
+void layer_norm_forward(DType dtype, int64_t rows, int64_t cols, double eps, const void* x,
+                        const void* weight, const void* bias, void* y, void* mean, void* rstd) {
+  MPIGRAD_NORM_DISPATCH("layer_norm_forward",
+                        ln_forward(rows, cols, eps, in_ptr<T>(x), in_ptr<T>(weight),
+                                   in_ptr<T>(bias), out_ptr<T>(y), out_ptr<T>(mean),
+                                   out_ptr<T>(rstd)))
+}
+
+void layer_norm_backward(DType dtype, int64_t rows, int64_t cols, const void* x,
+                         const void* grad_y, const void* mean, const void* rstd,
+                         const void* weight, void* grad_x, void* grad_weight, void* grad_bias) {
+  MPIGRAD_NORM_DISPATCH("layer_norm_backward",
+                        ln_backward(rows, cols, in_ptr<T>(x), in_ptr<T>(grad_y), in_ptr<T>(mean),
+                                    in_ptr<T>(rstd), in_ptr<T>(weight), out_ptr<T>(grad_x),
+                                    out_ptr<T>(grad_weight), out_ptr<T>(grad_bias)))
+}
+
+#undef MPIGRAD_NORM_DISPATCH
+
+}  // namespace mpigrad::kernels::cpu

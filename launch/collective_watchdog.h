@@ -1,0 +1,67 @@
+// defines: CollectiveWatchdog
+//
+// Keeps a job from hanging in a collective. Each communicator numbers its collectives (every rank
+// starts them in the same order, so collective #7 is the same operation everywhere) and tells
+// its watchdog when a rank starts one and when it blocks waiting for one.
+//
+// A background thread per communicator wakes every few tens of milliseconds. If this rank has
+// been blocked in one collective for longer than the timeout, it asks every other rank, over a
+// separate control communicator, how many collectives it has started; their watchdog threads
+// answer even while their main thread sleeps, computes, or is stuck elsewhere. The report names
+// the operation, its sequence number and size, and the ranks that have not arrived (with where
+// they are), then MPI_Abort ends the job with a non-zero exit. Ranks that crash or exit never
+// answer and are reported as "no answer".
+//
+// Asking other ranks while the main thread is inside MPI needs MPI_THREAD_MULTIPLE. With less,
+// the watchdog still aborts on timeout but reports only what this rank knows.
+//
+// Cost on the hot path: next_sequence() is one atomic increment, begin_wait()/end_wait() a few
+// relaxed atomic stores; no MPI call, no lock, no clock read.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace mpigrad::launch {
+
+struct MpiCommHandle;
+
+class CollectiveWatchdog {
+ public:
+  // `control` must be a communicator over the same ranks used for nothing but the watchdog (and
+  // debug checks), and must outlive the watchdog.
+  CollectiveWatchdog(const MpiCommHandle& control, std::string name, double timeout_seconds,
+                     bool can_query_ranks);
+  ~CollectiveWatchdog();  // stops and joins the thread
+  CollectiveWatchdog(const CollectiveWatchdog&) = delete;
+  CollectiveWatchdog& operator=(const CollectiveWatchdog&) = delete;
+
+  // Called when this rank starts a collective; returns its sequence number (0, 1, 2, ...).
+  uint64_t next_sequence();
+  uint64_t started() const;
+
+  // Brackets the time this rank blocks for collective `sequence`; `op` must be a string literal.
+  void begin_wait(uint64_t sequence, const char* op, int64_t bytes);
+  void end_wait();
+
+  class WaitScope {
+   public:
+    WaitScope(CollectiveWatchdog& watchdog, uint64_t sequence, const char* op, int64_t bytes)
+        : watchdog_(watchdog) {
+      watchdog_.begin_wait(sequence, op, bytes);
+    }
+    ~WaitScope() { watchdog_.end_wait(); }
+    WaitScope(const WaitScope&) = delete;
+    WaitScope& operator=(const WaitScope&) = delete;
+
+   private:
+    CollectiveWatchdog& watchdog_;
+  };
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mpigrad::launch

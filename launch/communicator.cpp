@@ -1,0 +1,53 @@
+// Names and parsing for the communicator enums, and the environment-driven collective config.
+#include "mpigrad/launch/communicator.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "mpigrad/core/error.h"
+
+namespace mpigrad::launch {
+
+std::string_view reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+  }
+  return "?";
+}
+
+Backend parse_backend(std::string_view text) {
+  if (text == "auto") return Backend::Auto;
+  if (text == "mpi") return Backend::Mpi;
+  if (text == "nccl") return Backend::Nccl;
+  core::fail("unknown communication backend '", text, "'; expected auto, mpi or nccl");
+}
+
+std::string_view backend_name(Backend backend) {
+  switch (backend) {
+    case Backend::Auto: return "auto";
+    case Backend::Mpi: return "mpi";
+    case Backend::Nccl: return "nccl";
+  }
+  return "?";
+}
+
+CollectiveConfig CollectiveConfig::from_environment() {
+  CollectiveConfig config;
+  if (const char* text = std::getenv("MPIGRAD_COLLECTIVE_TIMEOUT"); text != nullptr && *text) {
+    char* end = nullptr;
+    double seconds = std::strtod(text, &end);
+    MPIGRAD_CHECK(end != text && *end == '\0', "MPIGRAD_COLLECTIVE_TIMEOUT='", text,
+                  "' is not a number of seconds");
+    config.timeout_seconds = seconds;
+  }
+  if (const char* text = std::getenv("MPIGRAD_DEBUG_COLLECTIVES"); text != nullptr) {
+    std::string_view value(text);
+    config.debug_collectives = !(value.empty() || value == "0" || value == "false" || value == "off");
+  }
+  return config;
+}
+
+}  // namespace mpigrad::launch

@@ -1,0 +1,96 @@
+// defines: DistributedManager, DistributedOptions, create_communicator
+//
+// Everything a training program needs to know about its place in the job: rank and world size,
+// its rank and the rank count on its node, the node count, the device it should use, and the
+// communicators over the world and over its node.
+//
+// Two ways in:
+// - DistributedManager::initialize(&argc, &argv): starts MPI (MPI_Init_thread asking for
+//   MPI_THREAD_MULTIPLE) unless it is already running, and finalizes it at the end only if it
+//   started it. A plain ./program with no launcher is a world of size 1.
+// - adopt_communicator(MPI_Comm) from mpi_interop.h: a host code that owns MPI hands over a
+//   communicator; the manager works on a duplicate of it and never touches MPI_COMM_WORLD.
+//
+// There is no global instance: the program owns the manager and passes it (or its
+// communicators) down. Destruction order is explicit: the manager's communicators (NCCL ones
+// first, once that backend exists), then CUDA state, then MPI - and MPI is finalized only when
+// the last communicator anyone still holds is gone, because each one keeps the runtime alive.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "mpigrad/core/device.h"
+#include "mpigrad/launch/communicator.h"
+#include "mpigrad/launch/launcher.h"
+#include "mpigrad/launch/mpi_runtime.h"
+
+namespace mpigrad::launch {
+
+struct MpiCommHandle;
+
+struct DistributedOptions {
+  // Overrides the automatic device choice (also MPIGRAD_DEVICE=cpu|cuda:N in the environment).
+  std::optional<core::Device> device;
+  CollectiveConfig collectives = CollectiveConfig::from_environment();
+};
+
+class DistributedManager {
+ public:
+  // Starts or attaches to MPI and builds the world and node-local communicators.
+  static DistributedManager initialize(int* argc = nullptr, char*** argv = nullptr,
+                                       DistributedOptions options = {});
+  // Used by adopt_communicator (mpi_interop.h): builds a manager over a communicator the
+  // manager already owns (a duplicate of the host's) on an attached runtime.
+  DistributedManager(std::shared_ptr<MpiRuntime> runtime, MpiCommHandle&& world,
+                     DistributedOptions options);
+
+  DistributedManager(DistributedManager&&) noexcept;
+  DistributedManager& operator=(DistributedManager&&) noexcept;
+  ~DistributedManager();
+
+  int rank() const;
+  int world_size() const;
+  int local_rank() const;
+  int local_size() const;
+  int node_count() const;
+  bool is_main_process() const { return rank() == 0; }
+
+  // CUDA local_rank % device_count when the CUDA backend is built and GPUs are visible,
+  // otherwise the CPU; options.device or MPIGRAD_DEVICE override it.
+  core::Device device() const;
+  void set_device(core::Device device);
+
+  Launcher launcher() const;
+  bool owns_mpi() const;
+  ThreadLevel thread_level() const;
+  const CollectiveConfig& collective_config() const;
+
+  // The world (a duplicate of MPI_COMM_WORLD, or of the adopted communicator) and the ranks
+  // sharing this node (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED).
+  Communicator& world();
+  Communicator& node_local();
+
+  // One line for logs: "rank 0/4 (local 0/2, 2 nodes), device cpu, Open MPI (mpirun),
+  // MPI_THREAD_MULTIPLE, owns MPI".
+  std::string describe() const;
+
+  // Releases the manager's communicators now and, if it started MPI and nothing else holds a
+  // communicator, finalizes MPI. The destructor does the same; calling it twice is harmless.
+  void finalize();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+  State& state() const;
+};
+
+// A new communicator over the same ranks as manager.world() for tensors on `device`:
+// Backend::Auto picks NCCL for CUDA devices and MPI for the CPU. Without the CUDA/NCCL backend,
+// asking for NCCL (or Auto with a CUDA device) throws a clear core::Error.
+std::unique_ptr<Communicator> create_communicator(DistributedManager& manager, Backend backend,
+                                                  core::Device device = core::kCPU,
+                                                  std::string name = "world");
+
+}  // namespace mpigrad::launch

@@ -1,0 +1,527 @@
+// MpiCommunicator: argument checks, the debug agreement check, and the blocking and nonblocking
+// MPI calls behind each collective.
+#include "mpigrad/launch/mpi_communicator.h"
+
+#include <climits>
+#include <cstdio>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "mpigrad/core/error.h"
+#include "mpigrad/kernels/dtype.h"
+#include "mpigrad/launch/collective_watchdog.h"
+#include "mpigrad/launch/mpi_interop.h"
+
+namespace mpigrad::launch {
+
+struct MpiCommunicator::State {
+  std::shared_ptr<MpiRuntime> runtime;  // destroyed last: MPI outlives the communicators
+  MpiCommHandle comm;                   // the collectives' traffic
+  MpiCommHandle control;                // watchdog queries and debug checks only
+  std::string name;
+  int rank = 0;
+  int size = 1;
+  CollectiveConfig config;
+  std::unique_ptr<CollectiveWatchdog> watchdog;  // destroyed first: its thread uses `control`
+
+  ~State() { watchdog.reset(); }
+};
+
+namespace {
+
+enum class Kind : int64_t { AllReduce, Broadcast, AllGather, AllGatherV, ReduceScatter, Barrier };
+
+const char* kind_name(Kind kind) {
+  switch (kind) {
+    case Kind::AllReduce: return "all_reduce";
+    case Kind::Broadcast: return "broadcast";
+    case Kind::AllGather: return "all_gather";
+    case Kind::AllGatherV: return "all_gather_v";
+    case Kind::ReduceScatter: return "reduce_scatter";
+    case Kind::Barrier: return "barrier";
+  }
+  return "?";
+}
+
+// One collective, checked and translated to MPI arguments.
+struct Call {
+  Kind kind = Kind::Barrier;
+  // Borrowed: the caller's tensors for a blocking call, the Work's own copies for an async one
+  // (the Work keeps them alive until completion). Pointers, not copies, keep the blocking path
+  // free of reference-count traffic.
+  const core::Tensor* input = nullptr;
+  const core::Tensor* output = nullptr;
+  core::DType dtype = core::kFloat32;
+  MPI_Datatype type = MPI_BYTE;
+  MPI_Op mpi_op = MPI_SUM;
+  ReduceOp reduce = ReduceOp::Sum;
+  int count = 0;  // all_reduce/broadcast: elements; all_gather: per rank; reduce_scatter: per rank
+  int root = 0;
+  bool in_place = false;
+  std::vector<int> counts, displs;  // all_gather_v
+  int64_t bytes = 0;                // what this rank moves, for reports
+
+  const void* send() const { return in_place ? MPI_IN_PLACE : input->data_ptr(); }
+  void* recv() const { return output->data_ptr(); }
+};
+
+int to_int_count(int64_t count, const char* op, const std::string& name) {
+  MPIGRAD_CHECK(count <= INT_MAX, op, " on communicator '", name, "': ", count,
+                " elements exceed MPI's int count limit (", INT_MAX, "); split the tensor");
+  return int(count);
+}
+
+void check_tensor(const core::Tensor& tensor, const char* op, const char* role,
+                  const MpiCommunicator::State& state) {
+  MPIGRAD_CHECK(tensor.defined(), op, " on communicator '", state.name, "': ", role, " is undefined");
+  MPIGRAD_CHECK(tensor.device().is_cpu(), op, " on communicator '", state.name, "' (MPI backend): ",
+                role, " is on ", tensor.device(), "; the MPI backend handles host tensors, use the "
+                "nccl backend for CUDA tensors");
+  MPIGRAD_CHECK(tensor.is_contiguous(), op, " on communicator '", state.name, "': ", role,
+                " of shape ", tensor.shape(), " is not contiguous; call .contiguous() first");
+}
+
+void check_pair(const core::Tensor& input, const core::Tensor& output, const char* op,
+                const MpiCommunicator::State& state) {
+  check_tensor(input, op, "input", state);
+  check_tensor(output, op, "output", state);
+  MPIGRAD_CHECK(input.dtype() == output.dtype(), op, " on communicator '", state.name,
+                "': input is ", input.dtype(), " but output is ", output.dtype());
+}
+
+// Avg = sum / size, applied to the output after the sum completes.
+void divide_by(const core::Tensor& tensor, int divisor) {
+  kernels::visit_dtype(tensor.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, core::BFloat16> ||
+                  std::is_same_v<T, core::Half>) {
+      using C = kernels::compute_t<T>;
+      T* data = static_cast<T*>(tensor.data_ptr());
+      C scale = C(1) / C(divisor);
+      for (int64_t i = 0, n = tensor.numel(); i < n; ++i) data[i] = T(C(data[i]) * scale);
+    }
+  });
+}
+
+void finish(const Call& call, int size) {
+  if ((call.kind == Kind::AllReduce || call.kind == Kind::ReduceScatter) &&
+      call.reduce == ReduceOp::Avg && size > 1) {
+    divide_by(*call.output, size);
+  }
+}
+
+// MPIGRAD_DEBUG_COLLECTIVES: every rank shares what it is about to call and all compare.
+void check_agreement(const MpiCommunicator::State& state, const Call& call, uint64_t seq) {
+  constexpr int kFields = 7;
+  int64_t counts_hash = 0;
+  for (int c : call.counts) counts_hash = counts_hash * 1000003 + c;
+  int64_t mine[kFields] = {int64_t(call.kind), int64_t(call.dtype),   int64_t(call.count),
+                           int64_t(call.root), int64_t(call.reduce), counts_hash,
+                           int64_t(seq)};
+  std::vector<int64_t> all(size_t(kFields * state.size));
+  check_mpi(MPI_Allgather(mine, kFields, MPI_INT64_T, all.data(), kFields, MPI_INT64_T,
+                          state.control.comm),
+            "MPI_Allgather", "MPIGRAD_DEBUG_COLLECTIVES check on '" + state.name + "'");
+  bool agree = true;
+  for (int r = 1; r < state.size && agree; ++r) {
+    for (int f = 0; f < kFields; ++f) agree = agree && all[size_t(r * kFields + f)] == all[size_t(f)];
+  }
+  if (agree) return;
+  std::string message = "[rank " + std::to_string(state.rank) + "/" + std::to_string(state.size) +
+                        "] MPIGRAD_DEBUG_COLLECTIVES: ranks disagree on collective #" +
+                        std::to_string(seq) + " of communicator '" + state.name + "':";
+  for (int r = 0; r < state.size; ++r) {
+    const int64_t* f = &all[size_t(r * kFields)];
+    message += "\n  rank " + std::to_string(r) + ": " + kind_name(Kind(f[0])) + "(dtype " +
+               std::string(core::dtype_name(core::DType(f[1]))) + ", count " + std::to_string(f[2]);
+    if (Kind(f[0]) == Kind::Broadcast) message += ", root " + std::to_string(f[3]);
+    if (Kind(f[0]) == Kind::AllReduce || Kind(f[0]) == Kind::ReduceScatter) {
+      message += ", op " + std::string(reduce_op_name(ReduceOp(f[4])));
+    }
+    if (Kind(f[0]) == Kind::AllGatherV) message += ", counts hash " + std::to_string(f[5]);
+    message += ") as collective #" + std::to_string(f[6]);
+  }
+  core::fail(message);
+}
+
+// Numbers the collective, runs the debug check, and returns the sequence number.
+uint64_t begin(const MpiCommunicator::State& state, const Call& call) {
+  uint64_t seq = state.watchdog->next_sequence();
+  if (state.config.debug_collectives) check_agreement(state, call, seq);
+  return seq;
+}
+
+void run_blocking(MpiCommunicator::State& state, Call& call) {
+  uint64_t seq = begin(state, call);
+  CollectiveWatchdog::WaitScope scope(*state.watchdog, seq, kind_name(call.kind), call.bytes);
+  MPI_Comm comm = state.comm.comm;
+  int rc = MPI_SUCCESS;
+  const char* what = "";
+  switch (call.kind) {
+    case Kind::AllReduce:
+      what = "MPI_Allreduce";
+      rc = MPI_Allreduce(call.send(), call.recv(), call.count, call.type, call.mpi_op, comm);
+      break;
+    case Kind::Broadcast:
+      what = "MPI_Bcast";
+      rc = MPI_Bcast(call.recv(), call.count, call.type, call.root, comm);
+      break;
+    case Kind::AllGather:
+      what = "MPI_Allgather";
+      rc = MPI_Allgather(call.send(), call.count, call.type, call.recv(), call.count,
+                         call.type, comm);
+      break;
+    case Kind::AllGatherV:
+      what = "MPI_Allgatherv";
+      rc = MPI_Allgatherv(call.send(), call.count, call.type, call.recv(),
+                          call.counts.data(), call.displs.data(), call.type, comm);
+      break;
+    case Kind::ReduceScatter:
+      what = "MPI_Reduce_scatter_block";
+      rc = MPI_Reduce_scatter_block(call.input->data_ptr(), call.recv(), call.count,
+                                    call.type, call.mpi_op, comm);
+      break;
+    case Kind::Barrier:
+      what = "MPI_Barrier";
+      rc = MPI_Barrier(comm);
+      break;
+  }
+  if (rc != MPI_SUCCESS) [[unlikely]] {
+    check_mpi(rc, what, "communicator '" + state.name + "', collective #" + std::to_string(seq));
+  }
+  finish(call, state.size);
+}
+
+class MpiWork final : public Work {
+ public:
+  MpiWork(std::shared_ptr<MpiCommunicator::State> state, Call call, uint64_t seq)
+      : state_(std::move(state)), call_(std::move(call)), seq_(seq) {
+    if (call_.input != nullptr) input_ = *call_.input;
+    if (call_.output != nullptr) output_ = *call_.output;
+    call_.input = &input_;
+    call_.output = &output_;
+  }
+
+  ~MpiWork() override {
+    if (done_) return;
+    try {
+      wait();
+    } catch (const std::exception& error) {
+      std::fprintf(stderr, "%s\n", error.what());
+    }
+  }
+
+  // Issues the nonblocking call. The Work owns the Call because MPI reads the buffers and the
+  // all_gather_v count and displacement arrays until the operation completes.
+  void start() {
+    Call& c = call_;
+    MPI_Comm comm = state_->comm.comm;
+    int rc = MPI_SUCCESS;
+    const char* what = "";
+    switch (c.kind) {
+      case Kind::AllReduce:
+        what = "MPI_Iallreduce";
+        rc = MPI_Iallreduce(c.send(), c.recv(), c.count, c.type, c.mpi_op, comm, &request_);
+        break;
+      case Kind::Broadcast:
+        what = "MPI_Ibcast";
+        rc = MPI_Ibcast(c.recv(), c.count, c.type, c.root, comm, &request_);
+        break;
+      case Kind::AllGather:
+        what = "MPI_Iallgather";
+        rc = MPI_Iallgather(c.send(), c.count, c.type, c.recv(), c.count, c.type, comm,
+                            &request_);
+        break;
+      case Kind::AllGatherV:
+        what = "MPI_Iallgatherv";
+        rc = MPI_Iallgatherv(c.send(), c.count, c.type, c.recv(), c.counts.data(),
+                             c.displs.data(), c.type, comm, &request_);
+        break;
+      case Kind::ReduceScatter:
+        what = "MPI_Ireduce_scatter_block";
+        rc = MPI_Ireduce_scatter_block(c.input->data_ptr(), c.recv(), c.count, c.type,
+                                       c.mpi_op, comm, &request_);
+        break;
+      case Kind::Barrier:
+        what = "MPI_Ibarrier";
+        rc = MPI_Ibarrier(comm, &request_);
+        break;
+    }
+    if (rc != MPI_SUCCESS) done_ = true;  // nothing in flight to wait for in the destructor
+    check(rc, what);
+  }
+
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    check(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+    if (flag) complete();
+    return done_;
+  }
+
+  void wait() override {
+    if (done_) return;
+    CollectiveWatchdog::WaitScope scope(*state_->watchdog, seq_, kind_name(call_.kind), call_.bytes);
+    check(MPI_Wait(&request_, MPI_STATUS_IGNORE), "MPI_Wait");
+    complete();
+  }
+
+ private:
+  // The message is only built on failure: test() runs in tight polling loops.
+  void check(int rc, const char* what) const {
+    if (rc != MPI_SUCCESS) [[unlikely]] check_mpi(rc, what, context());
+  }
+  std::string context() const {
+    return std::string(kind_name(call_.kind)) + " #" + std::to_string(seq_) + " on communicator '" +
+           state_->name + "'";
+  }
+  void complete() {
+    done_ = true;
+    finish(call_, state_->size);
+    input_ = core::Tensor();  // release the buffers as soon as MPI is done with them
+    output_ = core::Tensor();
+  }
+
+  std::shared_ptr<MpiCommunicator::State> state_;
+  Call call_;
+  core::Tensor input_, output_;
+  uint64_t seq_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+  bool done_ = false;
+};
+
+WorkPtr start_async(const std::shared_ptr<MpiCommunicator::State>& state, Call call) {
+  uint64_t seq = begin(*state, call);
+  auto work = std::make_shared<MpiWork>(state, std::move(call), seq);
+  work->start();
+  return work;
+}
+
+}  // namespace
+
+// ---- Argument checking: one Call per operation ---------------------------------------------------
+
+namespace {
+
+Call reduce_call(const MpiCommunicator::State& state, Kind kind, const core::Tensor& input,
+                 const core::Tensor& output, ReduceOp op) {
+  const char* name = kind_name(kind);
+  check_pair(input, output, name, state);
+  Call call;
+  call.kind = kind;
+  call.input = &input;
+  call.output = &output;
+  call.dtype = input.dtype();
+  call.type = mpi_datatype(call.dtype);
+  call.reduce = op;
+  try {
+    call.mpi_op = state.runtime->reduction_ops().find(call.dtype, op);
+  } catch (const core::Error& error) {
+    core::fail(name, " on communicator '", state.name, "': ", error.what());
+  }
+  if (kind == Kind::AllReduce) {
+    MPIGRAD_CHECK(input.numel() == output.numel(), name, " on communicator '", state.name,
+                  "': input has ", input.numel(), " elements but output has ", output.numel());
+    call.count = to_int_count(input.numel(), name, state.name);
+    call.in_place = input.data_ptr() == output.data_ptr();
+    call.bytes = input.nbytes();
+  } else {
+    MPIGRAD_CHECK(input.numel() == output.numel() * state.size, name, " on communicator '",
+                  state.name, "': input must hold size (", state.size, ") x output (",
+                  output.numel(), ") = ", output.numel() * state.size, " elements, got ",
+                  input.numel());
+    MPIGRAD_CHECK(input.numel() == 0 || input.data_ptr() != output.data_ptr(), name,
+                  " on communicator '", state.name, "': input and output must not alias");
+    call.count = to_int_count(output.numel(), name, state.name);
+    call.bytes = input.nbytes();
+  }
+  return call;
+}
+
+Call broadcast_call(const MpiCommunicator::State& state, const core::Tensor& tensor, int root) {
+  check_tensor(tensor, "broadcast", "tensor", state);
+  MPIGRAD_CHECK(root >= 0 && root < state.size, "broadcast on communicator '", state.name,
+                "': root ", root, " is not a rank of this communicator (size ", state.size, ")");
+  Call call;
+  call.kind = Kind::Broadcast;
+  call.output = &tensor;
+  call.dtype = tensor.dtype();
+  call.type = mpi_datatype(call.dtype);
+  call.root = root;
+  call.count = to_int_count(tensor.numel(), "broadcast", state.name);
+  call.bytes = tensor.nbytes();
+  return call;
+}
+
+Call all_gather_call(const MpiCommunicator::State& state, const core::Tensor& input,
+                     const core::Tensor& output) {
+  check_pair(input, output, "all_gather", state);
+  MPIGRAD_CHECK(output.numel() == input.numel() * state.size, "all_gather on communicator '",
+                state.name, "': output must hold size (", state.size, ") x input (", input.numel(),
+                ") = ", input.numel() * state.size, " elements, got ", output.numel());
+  Call call;
+  call.kind = Kind::AllGather;
+  call.input = &input;
+  call.output = &output;
+  call.dtype = input.dtype();
+  call.type = mpi_datatype(call.dtype);
+  call.count = to_int_count(input.numel(), "all_gather", state.name);
+  // In place when this rank's input already is its block of the output.
+  call.in_place = input.numel() > 0 &&
+                  input.data_ptr() == static_cast<char*>(output.data_ptr()) +
+                                          int64_t(state.rank) * input.nbytes();
+  call.bytes = output.nbytes();
+  return call;
+}
+
+Call all_gather_v_call(const MpiCommunicator::State& state, const core::Tensor& input,
+                       const core::Tensor& output, std::span<const int64_t> counts) {
+  check_pair(input, output, "all_gather_v", state);
+  MPIGRAD_CHECK(int64_t(counts.size()) == state.size, "all_gather_v on communicator '", state.name,
+                "': counts has ", counts.size(), " entries, expected one per rank (", state.size, ")");
+  Call call;
+  call.kind = Kind::AllGatherV;
+  call.input = &input;
+  call.output = &output;
+  call.dtype = input.dtype();
+  call.type = mpi_datatype(call.dtype);
+  int64_t total = 0;
+  for (int r = 0; r < state.size; ++r) {
+    MPIGRAD_CHECK(counts[size_t(r)] >= 0, "all_gather_v on communicator '", state.name,
+                  "': counts[", r, "] = ", counts[size_t(r)], " is negative");
+    call.counts.push_back(to_int_count(counts[size_t(r)], "all_gather_v", state.name));
+    call.displs.push_back(to_int_count(total, "all_gather_v", state.name));
+    total += counts[size_t(r)];
+  }
+  MPIGRAD_CHECK(input.numel() == counts[size_t(state.rank)], "all_gather_v on communicator '",
+                state.name, "': rank ", state.rank, " passes ", input.numel(),
+                " elements but counts[", state.rank, "] = ", counts[size_t(state.rank)]);
+  MPIGRAD_CHECK(output.numel() == total, "all_gather_v on communicator '", state.name,
+                "': output has ", output.numel(), " elements, the counts sum to ", total);
+  call.count = call.counts[size_t(state.rank)];
+  call.in_place = input.numel() > 0 &&
+                  input.data_ptr() == static_cast<char*>(output.data_ptr()) +
+                                          int64_t(call.displs[size_t(state.rank)]) * input.element_size();
+  call.bytes = output.nbytes();
+  return call;
+}
+
+}  // namespace
+
+// ---- MpiCommunicator ----------------------------------------------------------------------------
+
+MpiCommunicator::MpiCommunicator(MpiCommHandle&& comm, std::shared_ptr<MpiRuntime> runtime,
+                                 std::string name, CollectiveConfig config)
+    : state_(std::make_shared<State>()) {
+  State& s = *state_;
+  s.runtime = std::move(runtime);
+  s.comm = std::move(comm);
+  s.name = std::move(name);
+  s.config = config;
+  check_mpi(MPI_Comm_set_errhandler(s.comm.comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", s.name);
+  check_mpi(MPI_Comm_rank(s.comm.comm, &s.rank), "MPI_Comm_rank", s.name);
+  check_mpi(MPI_Comm_size(s.comm.comm, &s.size), "MPI_Comm_size", s.name);
+  s.control = duplicate_communicator(s.comm.comm, "control communicator of '" + s.name + "'");
+  s.watchdog = std::make_unique<CollectiveWatchdog>(
+      s.control, s.name, config.timeout_seconds,
+      s.runtime->thread_level() == ThreadLevel::Multiple);
+}
+
+MpiCommunicator::~MpiCommunicator() = default;
+
+int MpiCommunicator::rank() const { return state_->rank; }
+int MpiCommunicator::size() const { return state_->size; }
+const std::string& MpiCommunicator::name() const { return state_->name; }
+const MpiCommHandle& MpiCommunicator::handle() const { return state_->comm; }
+const std::shared_ptr<MpiRuntime>& MpiCommunicator::runtime() const { return state_->runtime; }
+uint64_t MpiCommunicator::collectives_started() const { return state_->watchdog->started(); }
+
+WorkPtr MpiCommunicator::all_reduce_async(const core::Tensor& input, const core::Tensor& output,
+                                          ReduceOp op) {
+  return start_async(state_, reduce_call(*state_, Kind::AllReduce, input, output, op));
+}
+void MpiCommunicator::all_reduce(const core::Tensor& input, const core::Tensor& output, ReduceOp op) {
+  Call call = reduce_call(*state_, Kind::AllReduce, input, output, op);
+  run_blocking(*state_, call);
+}
+
+WorkPtr MpiCommunicator::broadcast_async(const core::Tensor& tensor, int root) {
+  return start_async(state_, broadcast_call(*state_, tensor, root));
+}
+void MpiCommunicator::broadcast(const core::Tensor& tensor, int root) {
+  Call call = broadcast_call(*state_, tensor, root);
+  run_blocking(*state_, call);
+}
+
+WorkPtr MpiCommunicator::all_gather_async(const core::Tensor& input, const core::Tensor& output) {
+  return start_async(state_, all_gather_call(*state_, input, output));
+}
+void MpiCommunicator::all_gather(const core::Tensor& input, const core::Tensor& output) {
+  Call call = all_gather_call(*state_, input, output);
+  run_blocking(*state_, call);
+}
+
+WorkPtr MpiCommunicator::all_gather_v_async(const core::Tensor& input, const core::Tensor& output,
+                                            std::span<const int64_t> counts) {
+  return start_async(state_, all_gather_v_call(*state_, input, output, counts));
+}
+void MpiCommunicator::all_gather_v(const core::Tensor& input, const core::Tensor& output,
+                                   std::span<const int64_t> counts) {
+  Call call = all_gather_v_call(*state_, input, output, counts);
+  run_blocking(*state_, call);
+}
+
+WorkPtr MpiCommunicator::reduce_scatter_async(const core::Tensor& input, const core::Tensor& output,
+                                              ReduceOp op) {
+  return start_async(state_, reduce_call(*state_, Kind::ReduceScatter, input, output, op));
+}
+void MpiCommunicator::reduce_scatter(const core::Tensor& input, const core::Tensor& output,
+                                     ReduceOp op) {
+  Call call = reduce_call(*state_, Kind::ReduceScatter, input, output, op);
+  run_blocking(*state_, call);
+}
+
+WorkPtr MpiCommunicator::barrier_async() { return start_async(state_, Call{}); }
+void MpiCommunicator::barrier() {
+  Call call;
+  run_blocking(*state_, call);
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, std::string name) {
+  MPI_Comm part = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split(state_->comm.comm, color < 0 ? MPI_UNDEFINED : color, key, &part),
+            "MPI_Comm_split", "communicator '" + state_->name + "' into '" + name + "'");
+  if (part == MPI_COMM_NULL) return nullptr;
+  return std::make_unique<MpiCommunicator>(MpiCommHandle(part), state_->runtime, std::move(name),
+                                           state_->config);
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::split_node_local(std::string name) {
+  MPI_Comm part = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split_type(state_->comm.comm, MPI_COMM_TYPE_SHARED, state_->rank,
+                                MPI_INFO_NULL, &part),
+            "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)", "communicator '" + state_->name + "'");
+  return std::make_unique<MpiCommunicator>(MpiCommHandle(part), state_->runtime, std::move(name),
+                                           state_->config);
+}
+
+// ---- Interop ------------------------------------------------------------------------------------
+
+MpiCommHandle duplicate_communicator(MPI_Comm comm, std::string_view what) {
+  MPIGRAD_CHECK(comm != MPI_COMM_NULL, "mpigrad: cannot duplicate MPI_COMM_NULL (", what, ")");
+  MPI_Comm copy = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_dup(comm, &copy), "MPI_Comm_dup", what);
+  MpiCommHandle handle(copy);
+  check_mpi(MPI_Comm_set_errhandler(copy, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", what);
+  return handle;
+}
+
+MPI_Comm native_communicator(const Communicator& communicator) {
+  auto* mpi = dynamic_cast<const MpiCommunicator*>(&communicator);
+  MPIGRAD_CHECK(mpi != nullptr, "native_communicator: communicator '", communicator.name(),
+                "' uses the ", backend_name(communicator.backend()), " backend, not MPI");
+  return mpi->handle().comm;
+}
+
+}  // namespace mpigrad::launch

@@ -1,0 +1,182 @@
+#include "mpigrad/nn/checkpoint.h"
+
+#include <cstring>
+
+#include "mpigrad/core/hdf5.h"
+
+namespace mpigrad::nn {
+
+namespace {
+
+namespace hdf5 = core::hdf5;
+
+constexpr const char* kFormat = "mpigrad-checkpoint";
+constexpr int64_t kFormatVersion = 1;
+
+// "a/b/c" under `root` -> (group "/root/a/b", leaf "c").
+std::pair<std::string, std::string> split_key(const std::string& root, const std::string& key) {
+  const size_t slash = key.rfind('/');
+  if (slash == std::string::npos) return {root, key};
+  return {root + "/" + key.substr(0, slash), key.substr(slash + 1)};
+}
+
+// Writes a '/'-keyed StateDict (optimizer, scheduler): tensors as datasets, scalars as
+// attributes of their group.
+void write_nested(hdf5::File& file, const std::string& root, const StateDict& state) {
+  file.create_group(root);
+  for (const auto& [key, tensor] : state.tensors()) file.write_tensor(root + "/" + key, tensor);
+  for (const auto& [key, value] : state.scalars()) {
+    const auto [group, name] = split_key(root, key);
+    file.create_group(group);
+    file.write_attribute(group, name, value);
+  }
+}
+
+// Writes a dotted StateDict (model, ema): one dataset per entry directly under root.
+void write_flat(hdf5::File& file, const std::string& root, const StateDict& state) {
+  file.create_group(root);
+  for (const auto& [key, tensor] : state.tensors()) {
+    MPIGRAD_CHECK(key.find('/') == std::string::npos, "save_checkpoint: model key '", key,
+                  "' contains '/'");
+    file.write_tensor(root + "/" + key, tensor);
+  }
+  for (const auto& [key, value] : state.scalars()) file.write_attribute(root, key, value);
+}
+
+void read_group(const hdf5::File& file, const std::string& root, const std::string& prefix,
+                core::Device device, StateDict& out) {
+  for (const std::string& name : file.list_attributes(root)) {
+    out.set_scalar(prefix + name, file.read_double_attribute(root, name));
+  }
+  for (const std::string& member : file.list(root)) {
+    const std::string path = root + "/" + member;
+    switch (file.kind(path)) {
+      case hdf5::ObjectKind::Dataset:
+        out.set(prefix + member, file.read_tensor(path).to(device));
+        break;
+      case hdf5::ObjectKind::Group:
+        read_group(file, path, prefix + member + "/", device, out);
+        break;
+      default:
+        core::fail("load_checkpoint: ", file.path(), ": unexpected object ", path);
+    }
+  }
+}
+
+StateDict read_optional(const hdf5::File& file, const std::string& root, core::Device device) {
+  StateDict out;
+  if (file.kind(root) == hdf5::ObjectKind::Group) read_group(file, root, "", device, out);
+  return out;
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const CheckpointData& data) {
+  hdf5::AtomicFileWriter writer(path);
+  hdf5::File& file = writer.file();
+  file.write_attribute("/", "format", kFormat);
+  file.write_attribute("/", "format_version", kFormatVersion);
+  file.write_attribute("/", "epoch", data.epoch);
+  file.write_attribute("/", "step", data.step);
+  file.write_attribute("/", "world_size", data.world_size);
+  file.write_attribute("/", "config", data.config);
+  write_flat(file, "/model", data.model);
+  write_nested(file, "/optimizer", data.optimizer);
+  write_nested(file, "/scheduler", data.scheduler);
+  if (!data.ema.empty()) write_flat(file, "/ema", data.ema);
+  file.create_group("/rng");
+  for (const auto& [name, generator] : data.rng) {
+    // Int64 holds the uint64 bit patterns: HDF5 via h5py reads them as int64 either way.
+    const uint64_t raw[2] = {generator.seed(), generator.offset()};
+    std::vector<int64_t> bits(2);
+    std::memcpy(bits.data(), raw, sizeof(raw));
+    file.write_tensor("/rng/" + name, core::Tensor::from_vector(bits, {2}));
+  }
+  writer.commit();
+}
+
+CheckpointData load_checkpoint(const std::string& path, core::Device device) {
+  hdf5::File file = hdf5::File::open(path);
+  MPIGRAD_CHECK(file.has_attribute("/", "format") &&
+                    file.read_string_attribute("/", "format") == kFormat,
+                "load_checkpoint: ", path, " is an HDF5 file but not an mpigrad checkpoint (no "
+                "format attribute '", kFormat, "')");
+  const int64_t version = file.read_int_attribute("/", "format_version");
+  MPIGRAD_CHECK(version == kFormatVersion, "load_checkpoint: ", path, " has format version ",
+                version, ", this build reads version ", kFormatVersion);
+  CheckpointData data;
+  data.epoch = file.read_int_attribute("/", "epoch");
+  data.step = file.read_int_attribute("/", "step");
+  data.world_size = file.read_int_attribute("/", "world_size");
+  data.config = file.read_string_attribute("/", "config");
+  MPIGRAD_CHECK(file.kind("/model") == hdf5::ObjectKind::Group, "load_checkpoint: ", path,
+                " has no /model group");
+  for (const std::string& name : file.list("/model")) {
+    data.model.set(name, file.read_tensor("/model/" + name).to(device));
+  }
+  data.optimizer = read_optional(file, "/optimizer", device);
+  data.scheduler = read_optional(file, "/scheduler", device);
+  if (file.kind("/ema") == hdf5::ObjectKind::Group) {
+    for (const std::string& name : file.list("/ema")) {
+      data.ema.set(name, file.read_tensor("/ema/" + name).to(device));
+    }
+    for (const std::string& name : file.list_attributes("/ema")) {
+      data.ema.set_scalar(name, file.read_double_attribute("/ema", name));
+    }
+  }
+  if (file.kind("/rng") == hdf5::ObjectKind::Group) {
+    for (const std::string& name : file.list("/rng")) {
+      core::Tensor t = file.read_tensor("/rng/" + name);
+      MPIGRAD_CHECK(t.dtype() == core::kInt64 && t.numel() == 2, "load_checkpoint: ", path,
+                    ": /rng/", name, " must be Int64 [2] (seed, offset), found ", t.dtype(), " ",
+                    t.shape());
+      const std::vector<int64_t> bits = t.to_vector<int64_t>();
+      uint64_t raw[2];
+      std::memcpy(raw, bits.data(), sizeof(raw));
+      data.rng.emplace_back(name, core::Generator(raw[0], raw[1]));
+    }
+  }
+  return data;
+}
+
+void save_checkpoint(const std::string& path, const Module& model, const Optimizer* optimizer,
+                     const LRScheduler* scheduler, int64_t epoch, int64_t step,
+                     int64_t world_size, const std::string& config) {
+  CheckpointData data;
+  data.model = model.state_dict();
+  if (optimizer) data.optimizer = optimizer->state_dict();
+  if (scheduler) data.scheduler = scheduler->state_dict();
+  for (const auto& [name, generator] : model.named_generators()) {
+    data.rng.emplace_back("model." + name, *generator);
+  }
+  data.epoch = epoch;
+  data.step = step;
+  data.world_size = world_size;
+  data.config = config;
+  save_checkpoint(path, data);
+}
+
+CheckpointData load_checkpoint_into(const std::string& path, Module& model, Optimizer* optimizer,
+                                    LRScheduler* scheduler) {
+  CheckpointData data = load_checkpoint(path);
+  // Dtypes must match exactly here: a checkpoint resumes the same run.
+  for (const auto& [key, target] : model.state_dict().tensors()) {
+    const core::Tensor* stored = data.model.find(key);
+    if (stored == nullptr) continue;  // reported by load_state_dict below
+    MPIGRAD_CHECK(stored->shape() == target.shape(), "load_checkpoint: ", path, ": '/model/", key,
+                  "' has shape ", stored->shape(), ", the model expects ", target.shape());
+    MPIGRAD_CHECK(stored->dtype() == target.dtype(), "load_checkpoint: ", path, ": '/model/", key,
+                  "' has dtype ", stored->dtype(), ", the model expects ", target.dtype());
+  }
+  model.load_state_dict(data.model, true);
+  if (optimizer && !data.optimizer.empty()) optimizer->load_state_dict(data.optimizer);
+  if (scheduler && !data.scheduler.empty()) scheduler->load_state_dict(data.scheduler);
+  for (const auto& [name, generator] : model.named_generators()) {
+    for (const auto& [stored_name, stored] : data.rng) {
+      if (stored_name == "model." + name) generator->set_state(stored.seed(), stored.offset());
+    }
+  }
+  return data;
+}
+
+}  // namespace mpigrad::nn

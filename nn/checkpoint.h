@@ -1,0 +1,58 @@
+// defines: CheckpointData, save_checkpoint, load_checkpoint, load_checkpoint_into
+//
+// Training checkpoints in HDF5, readable with h5py and loadable into the equivalent torch model:
+//   /model/<dotted.name>        each parameter and persistent buffer, PyTorch name and layout
+//   /optimizer/state/<i>/<name> optimizer state tensors; group hyperparameters and step counts
+//                               are attributes of the enclosing groups (/optimizer/param_groups/0
+//                               has attributes lr, weight_decay, ...)
+//   /scheduler                  scheduler counters as attributes (nested keys as groups)
+//   /ema/<dotted.name>          an optional EMA/SWA model (its scalars as attributes of /ema)
+//   /rng/<name>                 Int64 [2]: a generator's seed and offset (bit patterns)
+//   /  attributes               format, format_version, epoch, step, world_size, config
+// The write is atomic (temporary file, then rename): a reader never sees half a checkpoint and a
+// failed save leaves the previous one intact. Loading puts every tensor on the requested device,
+// whatever device it was saved from; shapes and dtypes are verified with errors naming the key,
+// and a truncated or corrupt file gets an error naming the file.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mpigrad/core/device.h"
+#include "mpigrad/core/rng.h"
+#include "mpigrad/nn/module.h"
+#include "mpigrad/nn/optim/lr_scheduler.h"
+#include "mpigrad/nn/optim/optimizer.h"
+#include "mpigrad/nn/state_dict.h"
+
+namespace mpigrad::nn {
+
+struct CheckpointData {
+  StateDict model;
+  StateDict optimizer;
+  StateDict scheduler;
+  StateDict ema;  // optional averaged model
+  std::vector<std::pair<std::string, core::Generator>> rng;
+  int64_t epoch = 0, step = 0, world_size = 1;
+  std::string config;
+};
+
+void save_checkpoint(const std::string& path, const CheckpointData& data);
+// Every tensor is placed on `device`.
+CheckpointData load_checkpoint(const std::string& path, core::Device device = core::kCPU);
+
+// The common case: a model (its generators are saved as RNG state "model.<name>"), and
+// optionally an optimizer and a scheduler.
+void save_checkpoint(const std::string& path, const Module& model, const Optimizer* optimizer,
+                     const LRScheduler* scheduler, int64_t epoch, int64_t step,
+                     int64_t world_size = 1, const std::string& config = "");
+
+// Loads into live objects on their own devices: the model strictly, with dtype and shape
+// checked per key; the optimizer and scheduler when given (and present in the file); the
+// model's generators. Returns the whole file's contents for the caller's other fields.
+CheckpointData load_checkpoint_into(const std::string& path, Module& model, Optimizer* optimizer,
+                                    LRScheduler* scheduler);
+
+}  // namespace mpigrad::nn

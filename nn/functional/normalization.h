@@ -1,0 +1,28 @@
+// defines: batch_norm, layer_norm
+//
+// Batch normalization over [N, C, *] input (per channel, over the batch and the trailing dims)
+// and layer normalization over the trailing `normalized_shape` dims, with torch's formulas.
+// In training, batch_norm normalizes with the batch's biased variance and updates the running
+// statistics in place with the unbiased one: running = (1 - factor) * running + factor * batch.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "mpigrad/core/tensor.h"
+
+namespace mpigrad::nn::functional {
+
+// running_mean / running_var: may be undefined (then training must be true: batch statistics
+// only). weight and bias may be undefined. `factor` is the exponential average factor of the
+// running-stat update (BatchNorm's momentum, or 1/num_batches for a cumulative average).
+core::Tensor batch_norm(const core::Tensor& input, const core::Tensor& running_mean,
+                        const core::Tensor& running_var, const core::Tensor& weight,
+                        const core::Tensor& bias, bool training, double factor, double eps);
+
+// Normalizes over the last normalized_shape.size() dims, which must equal normalized_shape.
+// weight and bias (shape normalized_shape) may be undefined.
+core::Tensor layer_norm(const core::Tensor& input, const std::vector<int64_t>& normalized_shape,
+                        const core::Tensor& weight, const core::Tensor& bias, double eps = 1e-5);
+
+}  // namespace mpigrad::nn::functional

@@ -1,0 +1,66 @@
+// defines: BatchNorm, BatchNorm1d, BatchNorm2d
+//
+// torch.nn.BatchNorm1d/2d: per-channel normalization with affine weight (ones) and bias
+// (zeros), buffers running_mean (zeros), running_var (ones) and num_batches_tracked (Int64).
+// Training normalizes with batch statistics and updates the running ones with `momentum`
+// (unbiased variance); with momentum unset it keeps a cumulative average instead (1/batches),
+// which is what SWA's statistics recomputation uses. Eval normalizes with the running ones.
+#pragma once
+
+#include <optional>
+
+#include "mpigrad/nn/module.h"
+
+namespace mpigrad::nn {
+
+struct BatchNormConfig {
+  int64_t num_features = 0;
+  double eps = 1e-5;
+  std::optional<double> momentum = 0.1;
+  bool affine = true;
+  bool track_running_stats = true;
+};
+
+class BatchNorm : public Module {
+ public:
+  // expected_dims: the input ranks this flavour accepts (1d: 2 or 3, 2d: 4).
+  BatchNorm(const BatchNormConfig& config, std::string type_name, int min_dims, int max_dims);
+  Tensor forward(const Tensor& input) override;
+  std::string type_name() const override { return type_name_; }
+  std::string extra_repr() const override;
+
+  // Zeroes running_mean and num_batches_tracked and sets running_var to one.
+  void reset_running_stats();
+  std::optional<double> momentum() const { return config_.momentum; }
+  void set_momentum(std::optional<double> momentum) { config_.momentum = momentum; }
+  const BatchNormConfig& config() const { return config_; }
+
+ private:
+  BatchNormConfig config_;
+  std::string type_name_;
+  int min_dims_, max_dims_;
+  Tensor* weight_ = nullptr;
+  Tensor* bias_ = nullptr;
+  Tensor* running_mean_ = nullptr;
+  Tensor* running_var_ = nullptr;
+  Tensor* num_batches_tracked_ = nullptr;
+  Tensor none_;
+};
+
+// [N, C] or [N, C, L].
+class BatchNorm1d : public BatchNorm {
+ public:
+  explicit BatchNorm1d(int64_t num_features, double eps = 1e-5,
+                       std::optional<double> momentum = 0.1, bool affine = true,
+                       bool track_running_stats = true);
+};
+
+// [N, C, H, W].
+class BatchNorm2d : public BatchNorm {
+ public:
+  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5,
+                       std::optional<double> momentum = 0.1, bool affine = true,
+                       bool track_running_stats = true);
+};
+
+}  // namespace mpigrad::nn

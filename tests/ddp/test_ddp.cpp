@@ -1,0 +1,320 @@
+// DistributedDataParallel under mpirun (np 2 and 4): equivalence with one process, gradient
+// accumulation with no_sync, overlap of all-reduce with backward, errors, compression and
+// uneven inputs. Every rank can compute the single-process reference itself, because the whole
+// global batch is generated from a seed every rank shares.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mpigrad/core/autograd.h"
+#include "mpigrad/core/ops/elementwise.h"
+#include "mpigrad/core/ops/linalg.h"
+#include "mpigrad/core/ops/reduce.h"
+#include "mpigrad/core/rng.h"
+#include "mpigrad/launch/distributed_data_parallel.h"
+#include "mpigrad/launch/distributed_manager.h"
+
+using namespace mpigrad;
+using core::Tensor;
+using launch::DdpOptions;
+using launch::DistributedDataParallel;
+using launch::NamedTensor;
+
+namespace {
+
+// A two-layer MLP as plain tensors: fc1 [16, 8], fc2 [4, 16], like torch.nn.Linear layouts.
+struct Mlp {
+  std::vector<NamedTensor> parameters;
+  explicit Mlp(uint64_t seed, int64_t hidden = 16) {
+    core::Generator generator(seed);
+    auto make = [&](const char* name, core::Shape shape) {
+      parameters.push_back({name, (core::randn(shape, generator) * 0.3).set_requires_grad()});
+    };
+    make("fc1.weight", {hidden, 8});
+    make("fc1.bias", {hidden});
+    make("fc2.weight", {4, hidden});
+    make("fc2.bias", {4});
+  }
+  Tensor& p(size_t i) { return parameters[i].tensor; }
+  Tensor forward(const Tensor& x) {
+    Tensor h = core::relu(core::matmul(x, p(0).t()) + p(1));
+    return core::matmul(h, p(2).t()) + p(3);
+  }
+  void sgd_step(double lr) {
+    core::NoGradGuard no_grad;
+    for (auto& [name, param] : parameters) {
+      param.sub_(core::mul(param.grad(), core::scalar_like(lr, param)));
+      param.grad().zero_();
+    }
+  }
+};
+
+Tensor mse(const Tensor& prediction, const Tensor& target) {
+  Tensor diff = prediction - target;
+  return core::mean(diff * diff);
+}
+
+// The global batch of step `step`: inputs [n, 8] and targets [n, 4], identical on every rank.
+std::pair<Tensor, Tensor> global_batch(int step, int64_t n) {
+  core::Generator generator(1000 + uint64_t(step));
+  return {core::randn({n, 8}, generator), core::randn({n, 4}, generator)};
+}
+
+void check_close(const Tensor& a, const Tensor& b, double tolerance) {
+  std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
+  REQUIRE(x.size() == y.size());
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(x[i] - y[i]));
+  CHECK(worst <= tolerance);
+}
+
+// Forwards everything to a real communicator and logs when all-reduces start.
+class RecordingCommunicator final : public launch::Communicator {
+ public:
+  RecordingCommunicator(launch::Communicator& inner, std::vector<std::string>& log)
+      : inner_(inner), log_(log) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  const std::string& name() const override { return inner_.name(); }
+  launch::Backend backend() const override { return inner_.backend(); }
+  launch::WorkPtr all_reduce_async(const Tensor& in, const Tensor& out,
+                                   launch::ReduceOp op) override {
+    log_.push_back("all_reduce started");
+    return inner_.all_reduce_async(in, out, op);
+  }
+  void all_reduce(const Tensor& in, const Tensor& out, launch::ReduceOp op) override {
+    inner_.all_reduce(in, out, op);
+  }
+  launch::WorkPtr broadcast_async(const Tensor& t, int root) override {
+    return inner_.broadcast_async(t, root);
+  }
+  void broadcast(const Tensor& t, int root) override { inner_.broadcast(t, root); }
+  launch::WorkPtr all_gather_async(const Tensor& in, const Tensor& out) override {
+    return inner_.all_gather_async(in, out);
+  }
+  void all_gather(const Tensor& in, const Tensor& out) override { inner_.all_gather(in, out); }
+  launch::WorkPtr all_gather_v_async(const Tensor& in, const Tensor& out,
+                                     std::span<const int64_t> counts) override {
+    return inner_.all_gather_v_async(in, out, counts);
+  }
+  void all_gather_v(const Tensor& in, const Tensor& out, std::span<const int64_t> counts) override {
+    inner_.all_gather_v(in, out, counts);
+  }
+  launch::WorkPtr reduce_scatter_async(const Tensor& in, const Tensor& out,
+                                       launch::ReduceOp op) override {
+    return inner_.reduce_scatter_async(in, out, op);
+  }
+  void reduce_scatter(const Tensor& in, const Tensor& out, launch::ReduceOp op) override {
+    inner_.reduce_scatter(in, out, op);
+  }
+  launch::WorkPtr barrier_async() override { return inner_.barrier_async(); }
+  void barrier() override { inner_.barrier(); }
+  std::unique_ptr<launch::Communicator> split(int color, int key, std::string name) override {
+    return inner_.split(color, key, std::move(name));
+  }
+  std::unique_ptr<launch::Communicator> split_node_local(std::string name) override {
+    return inner_.split_node_local(std::move(name));
+  }
+
+ private:
+  launch::Communicator& inner_;
+  std::vector<std::string>& log_;
+};
+
+}  // namespace
+
+TEST_CASE("DDP over R ranks with batch B equals one process with batch R*B after 5 SGD steps") {
+  // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
+  auto manager = launch::DistributedManager::initialize();
+  auto& world = manager.world();
+  const int ranks = world.size(), rank = world.rank();
+  const int64_t per_rank = 6;
+  // Rank 0's seed wins: DDP broadcasts rank 0's initial parameters to everyone.
+  Mlp distributed(rank == 0 ? 7 : 99), reference(7);
+  DistributedDataParallel ddp(distributed.parameters, {}, world);
+  for (int step = 0; step < 5; ++step) {
+    auto [x, y] = global_batch(step, per_rank * ranks);
+    ddp.prepare_for_backward();
+    mse(distributed.forward(x.narrow(0, rank * per_rank, per_rank)),
+        y.narrow(0, rank * per_rank, per_rank))
+        .backward();
+    distributed.sgd_step(0.1);
+    mse(reference.forward(x), y).backward();
+    reference.sgd_step(0.1);
+  }
+  for (size_t i = 0; i < reference.parameters.size(); ++i) {
+    INFO(reference.parameters[i].name);
+    check_close(distributed.p(i), reference.p(i), 1e-5);
+  }
+}
+
+TEST_CASE("no_sync over k micro-steps equals one large-batch step, with a parameter unused in some") {
+  // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
+  auto manager = launch::DistributedManager::initialize();
+  auto& world = manager.world();
+  const int ranks = world.size(), rank = world.rank();
+  const int64_t per_rank = 8, micro_steps = 4, micro = per_rank / micro_steps;
+  Mlp distributed(11), reference(11);
+  // An extra parameter used only in the second micro-step.
+  Tensor extra_d = core::ones({4}).set_requires_grad();
+  Tensor extra_r = core::ones({4}).set_requires_grad();
+  distributed.parameters.push_back({"extra", extra_d});
+  DdpOptions options;
+  options.find_unused_parameters = true;
+  DistributedDataParallel ddp(distributed.parameters, {}, world, options);
+
+  auto [x, y] = global_batch(0, per_rank * ranks);
+  for (int64_t k = 0; k < micro_steps; ++k) {
+    Tensor xs = x.narrow(0, rank * per_rank + k * micro, micro);
+    Tensor ys = y.narrow(0, rank * per_rank + k * micro, micro);
+    ddp.prepare_for_backward();
+    Tensor out = distributed.forward(xs);
+    if (k == 1) out = out * extra_d;
+    Tensor loss = core::mul(mse(out, ys), core::scalar_like(1.0 / double(micro_steps), out));
+    if (k + 1 < micro_steps) {
+      auto guard = ddp.no_sync();
+      loss.backward();
+    } else {
+      loss.backward();
+    }
+  }
+  // Reference: the same micro-batches of every rank, in one process, averaged.
+  for (int r = 0; r < ranks; ++r) {
+    for (int64_t k = 0; k < micro_steps; ++k) {
+      Tensor out = reference.forward(x.narrow(0, r * per_rank + k * micro, micro));
+      if (k == 1) out = out * extra_r;
+      core::mul(mse(out, y.narrow(0, r * per_rank + k * micro, micro)),
+                core::scalar_like(1.0 / double(micro_steps * ranks), out))
+          .backward();
+    }
+  }
+  for (size_t i = 0; i < reference.parameters.size(); ++i) {
+    INFO(reference.parameters[i].name);
+    check_close(distributed.p(i).grad(), reference.p(i).grad(), 1e-5);
+  }
+  check_close(extra_d.grad(), extra_r.grad(), 1e-5);
+}
+
+TEST_CASE("a bucket's all-reduce starts before backward reaches the first layer") {
+  // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
+  auto manager = launch::DistributedManager::initialize();
+  auto& world = manager.world();
+  std::vector<std::string> log;
+  RecordingCommunicator recording(world, log);
+  Mlp model(3, 256);
+  DdpOptions options;
+  options.first_bucket_cap_mb = 0.001;  // every parameter in its own bucket
+  options.bucket_cap_mb = 0.001;
+  DistributedDataParallel ddp(model.parameters, {}, recording, options);
+  CHECK(ddp.bucket_count() == 4);
+  CHECK(ddp.bucket_layout()[0] == std::vector<std::string>{"fc2.bias"});
+  // fc1.weight's gradient is the last one backward produces.
+  model.p(0).register_grad_ready_hook([&](Tensor&) { log.push_back("fc1.weight ready"); });
+  log.clear();
+  auto [x, y] = global_batch(0, 16);
+  ddp.prepare_for_backward();
+  mse(model.forward(x), y).backward();
+  auto first_param = std::find(log.begin(), log.end(), "fc1.weight ready");
+  REQUIRE(first_param != log.end());
+  CHECK(std::count(log.begin(), first_param, "all_reduce started") >= 1);
+  CHECK(std::count(log.begin(), log.end(), "all_reduce started") == 4);
+}
+
+TEST_CASE("a model that differs between ranks is a clear error on every rank") {
+  // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
+  auto manager = launch::DistributedManager::initialize();
+  auto& world = manager.world();
+  Mlp model(5, world.rank() == 1 ? 12 : 16);
+  std::string message;
+  try {
+    DistributedDataParallel ddp(model.parameters, {}, world);
+  } catch (const core::Error& error) {
+    message = error.what();
+  }
+  if (world.size() == 1) {
+    CHECK(message.empty());
+  } else {
+    CHECK(message.find("differs between ranks") != std::string::npos);
+    CHECK(message.find("fc1.weight") != std::string::npos);
+    CHECK(message.find("rank 1") != std::string::npos);
+  }
+}
+
+TEST_CASE("a parameter without gradient is an error naming it, unless find_unused_parameters") {
+  // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
+  auto manager = launch::DistributedManager::initialize();
+  auto& world = manager.world();
+  Mlp model(5);
+  Tensor unused = core::ones({3}).set_requires_grad();
+  model.parameters.push_back({"head.unused", unused});
+  DistributedDataParallel ddp(model.parameters, {}, world);
+  auto [x, y] = global_batch(0, 4);
+  ddp.prepare_for_backward();
+  std::string message;
+  try {
+    mse(model.forward(x), y).backward();
+  } catch (const core::Error& error) {
+    message = error.what();
+  }
+  CHECK(message.find("head.unused") != std::string::npos);
+  CHECK(message.find("find_unused_parameters") != std::string::npos);
+}
+
+TEST_CASE("bf16 gradient compression stays close to the uncompressed average") {
+  // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
+  auto manager = launch::DistributedManager::initialize();
+  auto& world = manager.world();
+  Mlp exact(21), compressed(21);
+  DdpOptions options;
+  options.compression = launch::GradCompression::BFloat16;
+  DistributedDataParallel ddp_exact(exact.parameters, {}, world);
+  DistributedDataParallel ddp_compressed(compressed.parameters, {}, world, options);
+  auto [x, y] = global_batch(world.rank(), 8);
+  ddp_exact.prepare_for_backward();
+  mse(exact.forward(x), y).backward();
+  ddp_compressed.prepare_for_backward();
+  mse(compressed.forward(x), y).backward();
+  for (size_t i = 0; i < exact.parameters.size(); ++i) {
+    INFO(exact.parameters[i].name);
+    Tensor reference = exact.p(i).grad();
+    double scale = core::max(core::abs(reference)).item<double>();
+    check_close(compressed.p(i).grad(), reference, 1e-2 * scale + 1e-6);
+  }
+}
+
+TEST_CASE("uneven inputs: ranks with fewer batches join until everyone is done") {
+  // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
+  auto manager = launch::DistributedManager::initialize();
+  auto& world = manager.world();
+  const int rank = world.rank();
+  Mlp model(31);
+  DistributedDataParallel ddp(model.parameters, {}, world);
+  const int my_batches = 2 + rank;  // rank r has r more batches than rank 0
+  int step = 0;
+  while (true) {
+    bool has_batch = step < my_batches;
+    if (ddp.ranks_with_data(has_batch) == 0) break;
+    if (has_batch) {
+      auto [x, y] = global_batch(100 * rank + step, 4);
+      ddp.prepare_for_backward();
+      mse(model.forward(x), y).backward();
+    } else {
+      ddp.join_backward();
+    }
+    model.sgd_step(0.05);
+    ++step;
+  }
+  CHECK(step == 2 + world.size() - 1);
+  // Every rank applied the same averaged gradients, so the parameters still agree.
+  for (auto& [name, param] : model.parameters) {
+    INFO(name);
+    Tensor mine = param.detach().clone();
+    Tensor ranks0 = param.detach().clone();
+    world.broadcast(ranks0, 0);
+    check_close(mine, ranks0, 0.0);
+  }
+}

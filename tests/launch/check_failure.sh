@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Runs a launch scenario under mpirun and checks how the job ended.
+#   check_failure.sh MPIRUN NPROCS PROGRAM MODE ok|fail [PATTERN...]
+# fail: the exit status must be non-zero and the job must end within 2 x MPIGRAD_COLLECTIVE_TIMEOUT
+#       of the moment the program says its collective started ("collective starts at <ns>").
+# ok:   the exit status must be zero.
+# Each PATTERN (an extended regex, matched per line) must appear in the combined output.
+set -u
+mpirun=$1 nprocs=$2 program=$3 mode=$4 expect=$5
+shift 5
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+"$mpirun" -np "$nprocs" --oversubscribe "$program" "$mode" >"$log" 2>&1
+status=$?
+end=$(date +%s%N)
+cat "$log"
+echo "---- check_failure.sh: exit status $status"
+failed=0
+if [[ $expect == fail ]]; then
+  if [[ $status -eq 0 ]]; then echo "FAIL: expected a non-zero exit"; failed=1; fi
+  start=$(grep -o 'collective starts at [0-9]*' "$log" | head -1 | awk '{print $4}')
+  timeout=${MPIGRAD_COLLECTIVE_TIMEOUT:-2}
+  if [[ -z $start ]]; then
+    echo "FAIL: the program never reported the start of its collective"; failed=1
+  else
+    elapsed_ms=$(( (end - start) / 1000000 ))
+    limit_ms=$(awk -v t="$timeout" 'BEGIN { printf "%d", t * 2000 }')
+    echo "---- check_failure.sh: job ended ${elapsed_ms} ms after the collective started (limit ${limit_ms} ms)"
+    if (( elapsed_ms > limit_ms )); then echo "FAIL: the job took longer than 2 x the timeout"; failed=1; fi
+  fi
+elif [[ $status -ne 0 ]]; then
+  echo "FAIL: expected exit status 0"; failed=1
+fi
+for pattern in "$@"; do
+  if ! grep -Eq -- "$pattern" "$log"; then echo "FAIL: output lacks /$pattern/"; failed=1; fi
+done
+exit $failed

@@ -1,0 +1,344 @@
+// Layer tests: forward values against naive references or hand-computed numbers, and float64
+// finite-difference checks of every gradient (inputs and parameters) for every layer.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "gradcheck.h"
+#include "mpigrad/core/ops/elementwise.h"
+#include "mpigrad/core/ops/reduce.h"
+#include "mpigrad/nn/functional/conv.h"
+#include "mpigrad/nn/functional/pooling.h"
+#include "mpigrad/nn/layers/activation.h"
+#include "mpigrad/nn/layers/batch_norm.h"
+#include "mpigrad/nn/layers/container.h"
+#include "mpigrad/nn/layers/conv.h"
+#include "mpigrad/nn/layers/dropout.h"
+#include "mpigrad/nn/layers/embedding.h"
+#include "mpigrad/nn/layers/layer_norm.h"
+#include "mpigrad/nn/layers/linear.h"
+#include "mpigrad/nn/layers/pooling.h"
+
+namespace {
+
+using namespace mpigrad;  // NOLINT
+using core::Tensor;
+using mpigrad::test::fd_input;
+using mpigrad::test::gradient_mismatch;
+
+// Direct 7-loop convolution, the reference for the im2col + GEMM path.
+std::vector<double> naive_conv2d(const Tensor& x, const Tensor& w, const Tensor& b,
+                                 const nn::functional::Conv2dOptions& o) {
+  const auto xs = x.shape(), ws = w.shape();
+  const int64_t n = xs[0], c = xs[1], h = xs[2], wd = xs[3], oc = ws[0], kh = ws[2], kw = ws[3];
+  const int64_t g = o.groups, cg = c / g, ocg = oc / g;
+  const int64_t oh = (h + 2 * o.padding[0] - o.dilation[0] * (kh - 1) - 1) / o.stride[0] + 1;
+  const int64_t ow = (wd + 2 * o.padding[1] - o.dilation[1] * (kw - 1) - 1) / o.stride[1] + 1;
+  const auto xv = x.to_vector<double>(), wv = w.to_vector<double>();
+  const auto bv = b.defined() ? b.to_vector<double>() : std::vector<double>(size_t(oc), 0.0);
+  std::vector<double> out(size_t(n * oc * oh * ow));
+  for (int64_t in = 0; in < n; ++in)
+    for (int64_t o_c = 0; o_c < oc; ++o_c)
+      for (int64_t y = 0; y < oh; ++y)
+        for (int64_t xx = 0; xx < ow; ++xx) {
+          double total = bv[size_t(o_c)];
+          const int64_t group = o_c / ocg;
+          for (int64_t ic = 0; ic < cg; ++ic)
+            for (int64_t i = 0; i < kh; ++i)
+              for (int64_t j = 0; j < kw; ++j) {
+                const int64_t sy = y * o.stride[0] - o.padding[0] + i * o.dilation[0];
+                const int64_t sx = xx * o.stride[1] - o.padding[1] + j * o.dilation[1];
+                if (sy < 0 || sy >= h || sx < 0 || sx >= wd) continue;
+                total += xv[size_t(((in * c + group * cg + ic) * h + sy) * wd + sx)] *
+                         wv[size_t(((o_c * cg + ic) * kh + i) * kw + j)];
+              }
+          out[size_t(((in * oc + o_c) * oh + y) * ow + xx)] = total;
+        }
+  return out;
+}
+
+struct ConvCase {
+  const char* name;
+  core::Shape input, weight;
+  nn::functional::Conv2dOptions options;
+  bool bias;
+};
+
+nn::functional::Conv2dOptions conv_options(int64_t sh, int64_t sw, int64_t ph, int64_t pw,
+                                           int64_t dh, int64_t dw, int64_t groups) {
+  nn::functional::Conv2dOptions o;
+  o.stride = {sh, sw};
+  o.padding = {ph, pw};
+  o.dilation = {dh, dw};
+  o.groups = groups;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("conv2d matches a direct convolution and finite differences") {
+  const std::vector<ConvCase> cases = {
+      {"3x3 padding 1", {2, 2, 5, 5}, {3, 2, 3, 3}, conv_options(1, 1, 1, 1, 1, 1, 1), true},
+      {"stride 2, padding 1", {1, 2, 6, 5}, {2, 2, 3, 3}, conv_options(2, 2, 1, 1, 1, 1, 1), true},
+      {"asymmetric stride/padding/kernel", {1, 1, 5, 6}, {2, 1, 2, 3},
+       conv_options(1, 2, 0, 1, 1, 1, 1), true},
+      {"dilation 2", {1, 2, 6, 6}, {2, 2, 3, 3}, conv_options(1, 1, 2, 2, 2, 2, 1), false},
+      {"groups 2", {2, 4, 4, 4}, {6, 2, 3, 3}, conv_options(1, 1, 1, 1, 1, 1, 2), true},
+      {"depthwise with stride", {1, 3, 5, 5}, {3, 1, 3, 3}, conv_options(2, 2, 1, 1, 1, 1, 3),
+       true},
+      {"1x1 direct path", {2, 3, 3, 4}, {4, 3, 1, 1}, conv_options(1, 1, 0, 0, 1, 1, 1), true},
+      {"1x1 grouped direct path", {1, 4, 2, 3}, {2, 2, 1, 1}, conv_options(1, 1, 0, 0, 1, 1, 2),
+       false},
+  };
+  uint64_t seed = 10;
+  for (const ConvCase& c : cases) {
+    INFO("conv case: ", c.name);
+    Tensor x = fd_input(c.input, ++seed);
+    Tensor w = fd_input(c.weight, ++seed);
+    Tensor b = c.bias ? fd_input({c.weight[0]}, ++seed) : Tensor();
+    const std::vector<double> expected = naive_conv2d(x, w, b, c.options);
+    const std::vector<double> got =
+        nn::functional::conv2d(x, w, b, c.options).to_vector<double>();
+    REQUIRE(got.size() == expected.size());
+    for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(expected[i]).epsilon(1e-12));
+    // float32 agrees too (the training dtype).
+    const std::vector<float> got32 =
+        nn::functional::conv2d(x.to(core::kFloat32), w.to(core::kFloat32),
+                               b.defined() ? b.to(core::kFloat32) : Tensor(), c.options)
+            .to_vector<float>();
+    for (size_t i = 0; i < got32.size(); ++i) CHECK(got32[i] == doctest::Approx(expected[i]).epsilon(1e-5));
+
+    std::vector<Tensor> leaves{x, w};
+    if (b.defined()) leaves.push_back(b);
+    const std::string mismatch =
+        gradient_mismatch(leaves, [&] { return nn::functional::conv2d(x, w, b, c.options); }, seed);
+    CHECK_MESSAGE(mismatch.empty(), mismatch);
+  }
+}
+
+TEST_CASE("conv2d reports bad shapes") {
+  Tensor x = core::zeros({1, 3, 4, 4}, core::kFloat64);
+  CHECK_THROWS_WITH_AS(nn::functional::conv2d(x, core::zeros({2, 2, 3, 3}, core::kFloat64), Tensor()),
+                       doctest::Contains("expects 2 input channels"), core::Error);
+  CHECK_THROWS_WITH_AS(nn::functional::conv2d(x, core::zeros({2, 3, 5, 5}, core::kFloat64), Tensor()),
+                       doctest::Contains("smaller than the dilated kernel"), core::Error);
+  nn::functional::Conv2dOptions groups;
+  groups.groups = 2;
+  CHECK_THROWS_AS(nn::functional::conv2d(x, core::zeros({2, 1, 3, 3}, core::kFloat64), Tensor(), groups),
+                  core::Error);
+}
+
+TEST_CASE("Linear and Conv2d use PyTorch's default init bounds and names") {
+  core::Generator generator(3);
+  nn::Linear linear(16, 4, generator);
+  CHECK(linear.weight().shape() == core::Shape({4, 16}));
+  const double bound = 1.0 / std::sqrt(16.0);
+  CHECK(core::max(core::abs(linear.weight())).item<double>() <= bound);
+  CHECK(core::max(core::abs(linear.bias())).item<double>() <= bound);
+  // The draws fill the range, not a narrow part of it.
+  CHECK(core::max(core::abs(linear.weight())).item<double>() > 0.8 * bound);
+
+  nn::Conv2d conv(3, 8, 3, generator, 1, 1);
+  CHECK(conv.weight().shape() == core::Shape({8, 3, 3, 3}));
+  const double conv_bound = 1.0 / std::sqrt(27.0);
+  CHECK(core::max(core::abs(conv.weight())).item<double>() <= conv_bound);
+  CHECK(core::max(core::abs(conv.bias())).item<double>() <= conv_bound);
+  CHECK(conv.str() == "Conv2d(3, 8, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1))");
+
+  // Same seed, same model.
+  core::Generator again(3);
+  nn::Linear twin(16, 4, again);
+  CHECK(twin.weight().to_vector<float>() == linear.weight().to_vector<float>());
+}
+
+TEST_CASE("Linear and Embedding gradients match finite differences") {
+  core::Generator generator(5);
+  nn::Linear linear(3, 2, generator);
+  linear.to(core::kFloat64);
+  Tensor x = fd_input({4, 3}, 7);
+  std::string mismatch = gradient_mismatch({x, linear.weight(), linear.bias()},
+                                           [&] { return linear(x); });
+  CHECK_MESSAGE(mismatch.empty(), mismatch);
+
+  nn::Embedding embedding(5, 3, generator);
+  embedding.to(core::kFloat64);
+  Tensor indices = Tensor::from_vector<int64_t>({1, 4, 1, 0}, {2, 2});
+  CHECK(embedding(indices).shape() == core::Shape({2, 2, 3}));
+  mismatch = gradient_mismatch({embedding.weight()}, [&] { return embedding(indices); });
+  CHECK_MESSAGE(mismatch.empty(), mismatch);
+}
+
+TEST_CASE("BatchNorm in training mode: values, running statistics and gradients") {
+  nn::BatchNorm1d bn(3);
+  bn.to(core::kFloat64);
+  // [N=4, C=3]; channel 0 is 1,2,3,4: mean 2.5, biased var 1.25, unbiased 5/3.
+  Tensor x = Tensor::from_vector<double>({1, 0.5, -2, 2, 0.1, 3, 3, -0.7, 1, 4, 2.2, 0}, {4, 3});
+  Tensor y = bn(x);
+  const auto yv = y.to_vector<double>();
+  CHECK(yv[0] == doctest::Approx((1 - 2.5) / std::sqrt(1.25 + 1e-5)));
+  CHECK(yv[9] == doctest::Approx((4 - 2.5) / std::sqrt(1.25 + 1e-5)));
+  CHECK(bn.buffer("running_mean").to_vector<double>()[0] == doctest::Approx(0.1 * 2.5));
+  CHECK(bn.buffer("running_var").to_vector<double>()[0] == doctest::Approx(0.9 + 0.1 * 5.0 / 3.0));
+  CHECK(bn.buffer("num_batches_tracked").item<int64_t>() == 1);
+
+  // Gradients through the batch statistics: [N, C], [N, C, L] and 2-d.
+  nn::BatchNorm1d bn1(3);
+  bn1.to(core::kFloat64);
+  {
+    core::NoGradGuard no_grad;
+    bn1.parameter("weight").copy_(Tensor::from_vector<double>({0.5, -1.5, 2.0}, {3}));
+    bn1.parameter("bias").copy_(Tensor::from_vector<double>({0.1, 0.2, -0.3}, {3}));
+  }
+  std::string mismatch = gradient_mismatch({x, bn1.parameter("weight"), bn1.parameter("bias")},
+                                           [&] { return bn1(x); });
+  CHECK_MESSAGE(mismatch.empty(), mismatch);
+
+  Tensor x3 = fd_input({3, 2, 4}, 21);
+  nn::BatchNorm1d bn3(2);
+  bn3.to(core::kFloat64);
+  mismatch = gradient_mismatch({x3, bn3.parameter("weight")}, [&] { return bn3(x3) * x3; });
+  CHECK_MESSAGE(mismatch.empty(), mismatch);
+
+  Tensor x4 = fd_input({2, 3, 3, 2}, 22);
+  nn::BatchNorm2d bn2(3);
+  bn2.to(core::kFloat64);
+  mismatch = gradient_mismatch({x4, bn2.parameter("weight"), bn2.parameter("bias")},
+                               [&] { return bn2(x4); });
+  CHECK_MESSAGE(mismatch.empty(), mismatch);
+}
+
+TEST_CASE("BatchNorm in eval mode uses running statistics") {
+  nn::BatchNorm2d bn(2, 1e-5, 0.5);
+  bn.to(core::kFloat64);
+  Tensor x = fd_input({4, 2, 3, 3}, 31);
+  bn(x);
+  bn(x * 2.0);
+  bn.eval();
+  const double mean = bn.buffer("running_mean").to_vector<double>()[1];
+  const double var = bn.buffer("running_var").to_vector<double>()[1];
+  Tensor probe = fd_input({1, 2, 2, 2}, 32);
+  const auto out = bn(probe).to_vector<double>();
+  const auto in = probe.to_vector<double>();
+  CHECK(out[5] == doctest::Approx((in[5] - mean) / std::sqrt(var + 1e-5)));
+  CHECK(bn.buffer("num_batches_tracked").item<int64_t>() == 2);  // eval does not count
+  const std::string mismatch = gradient_mismatch({probe, bn.parameter("weight"), bn.parameter("bias")},
+                                                 [&] { return bn(probe); });
+  CHECK_MESSAGE(mismatch.empty(), mismatch);
+
+  // momentum unset: a cumulative average over batches.
+  nn::BatchNorm1d cumulative(1, 1e-5, std::nullopt);
+  cumulative.to(core::kFloat64);
+  cumulative(Tensor::from_vector<double>({1, 3}, {2, 1}));
+  cumulative(Tensor::from_vector<double>({5, 7}, {2, 1}));
+  CHECK(cumulative.buffer("running_mean").item<double>() == doctest::Approx(4.0));
+}
+
+TEST_CASE("LayerNorm values and gradients") {
+  nn::LayerNorm ln({4});
+  ln.to(core::kFloat64);
+  Tensor x = Tensor::from_vector<double>({1, 2, 3, 4, -1, 0, 1, 6}, {2, 4});
+  const auto y = ln(x).to_vector<double>();
+  CHECK(y[0] == doctest::Approx(-1.5 / std::sqrt(1.25 + 1e-5)));
+  {
+    core::NoGradGuard no_grad;
+    ln.parameter("weight").copy_(Tensor::from_vector<double>({0.5, 1.5, -1, 2}, {4}));
+    ln.parameter("bias").copy_(Tensor::from_vector<double>({0.1, 0, 0.3, -0.2}, {4}));
+  }
+  std::string mismatch = gradient_mismatch({x, ln.parameter("weight"), ln.parameter("bias")},
+                                           [&] { return ln(x); });
+  CHECK_MESSAGE(mismatch.empty(), mismatch);
+  nn::LayerNorm ln2({2, 3});
+  ln2.to(core::kFloat64);
+  Tensor x2 = fd_input({2, 2, 3}, 41);
+  mismatch = gradient_mismatch({x2, ln2.parameter("weight")}, [&] { return ln2(x2); });
+  CHECK_MESSAGE(mismatch.empty(), mismatch);
+}
+
+TEST_CASE("pooling values and gradients") {
+  // 1x1x4x4 with distinct values (no ties, so max pooling is differentiable everywhere).
+  std::vector<double> values;
+  for (int i = 0; i < 16; ++i) values.push_back(((i * 7) % 16) * 0.25 - 2.0);
+  Tensor x = Tensor::from_vector(values, {1, 1, 4, 4});
+  nn::MaxPool2d max2(2);
+  CHECK(max2(x).to_vector<double>() == std::vector<double>{1.0, 1.5, 1.75, 1.25});
+  nn::AvgPool2d avg2(2);
+  CHECK(avg2(x).to_vector<double>() == std::vector<double>{-0.625, -0.125, 0.375, -0.125});
+  nn::AdaptiveAvgPool2d global(1);
+  CHECK(global(x).item<double>() == doctest::Approx(-0.125));
+  CHECK(max2.str() == "MaxPool2d(kernel_size=2, stride=2, padding=0, dilation=1, ceil_mode=False)");
+
+  Tensor big = fd_input({2, 2, 5, 5}, 51);
+  nn::MaxPool2d max3(3, 2, 1);
+  nn::AvgPool2d avg_pad(3, 2, 1, true);
+  nn::AvgPool2d avg_nopad(3, 2, 1, false);
+  nn::AdaptiveAvgPool2d adaptive(std::array<int64_t, 2>{3, 2});
+  // Padding: a corner window of avg_pad divides by 9, of avg_nopad by 4.
+  const double corner = (big.to_vector<double>()[0] + big.to_vector<double>()[1] +
+                         big.to_vector<double>()[5] + big.to_vector<double>()[6]);
+  CHECK(avg_pad(big).to_vector<double>()[0] == doctest::Approx(corner / 9));
+  CHECK(avg_nopad(big).to_vector<double>()[0] == doctest::Approx(corner / 4));
+  CHECK(adaptive(big).shape() == core::Shape({2, 2, 3, 2}));
+  for (nn::Module* pool : std::vector<nn::Module*>{&max3, &avg_pad, &avg_nopad, &adaptive, &max2}) {
+    INFO("pool: ", pool->str());
+    const std::string mismatch = gradient_mismatch({big}, [&] { return (*pool)(big); });
+    CHECK_MESSAGE(mismatch.empty(), mismatch);
+  }
+}
+
+TEST_CASE("activations, Flatten, Identity and Sequential") {
+  Tensor x = fd_input({2, 3}, 61);
+  std::vector<std::shared_ptr<nn::Module>> modules = {
+      std::make_shared<nn::ReLU>(), std::make_shared<nn::GELU>(),
+      std::make_shared<nn::GELU>(core::GeluApproximation::Tanh), std::make_shared<nn::SiLU>(),
+      std::make_shared<nn::Tanh>(), std::make_shared<nn::Sigmoid>(),
+      std::make_shared<nn::Identity>()};
+  for (auto& module : modules) {
+    INFO("module: ", module->str());
+    const std::string mismatch = gradient_mismatch({x}, [&] { return (*module)(x); });
+    CHECK_MESSAGE(mismatch.empty(), mismatch);
+  }
+  CHECK(nn::Sigmoid()(x).to_vector<double>()[0] ==
+        doctest::Approx(1.0 / (1.0 + std::exp(-x.to_vector<double>()[0]))));
+
+  core::Generator generator(1);
+  nn::Sequential net{std::make_shared<nn::Conv2d>(1, 2, 3, generator, 1, 1),
+                     std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
+                     std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(8, 3, generator)};
+  net.to(core::kFloat64);
+  Tensor image = fd_input({2, 1, 4, 4}, 62);
+  CHECK(net(image).shape() == core::Shape({2, 3}));
+  std::vector<Tensor> leaves{image};
+  for (auto& p : net.parameters()) leaves.push_back(p);
+  const std::string mismatch = gradient_mismatch(leaves, [&] { return net(image); });
+  CHECK_MESSAGE(mismatch.empty(), mismatch);
+}
+
+TEST_CASE("Dropout is deterministic, scales survivors and is the identity in eval") {
+  Tensor x = core::ones({1000}, core::kFloat64);
+  nn::Dropout drop(0.25, nullptr, 7);
+  Tensor a = drop(x);
+  const auto av = a.to_vector<double>();
+  int zeros = 0;
+  for (double v : av) {
+    CHECK((v == 0.0 || v == doctest::Approx(1.0 / 0.75)));
+    zeros += v == 0.0;
+  }
+  CHECK(zeros > 180);
+  CHECK(zeros < 320);
+  nn::Dropout same(0.25, nullptr, 7);
+  CHECK(same(x).to_vector<double>() == av);        // same seed, same mask
+  CHECK(drop(x).to_vector<double>() != av);        // the stream moves on
+  drop.eval();
+  CHECK(drop(x).is_same(x));
+
+  // Gradient: the same mask scales the gradient (the generator is rewound per evaluation).
+  auto generator = std::make_shared<core::Generator>(9);
+  nn::Dropout seeded(0.5, generator);
+  Tensor input = fd_input({3, 4}, 71);
+  const std::string mismatch = gradient_mismatch({input}, [&] {
+    generator->set_state(9, 0);
+    return seeded(input);
+  });
+  CHECK_MESSAGE(mismatch.empty(), mismatch);
+}
