@@ -7,6 +7,8 @@
 
 // core: tensors, autograd, ops
 #include "mpigrad/core/autograd.h"        // defines: backward, NoGradGuard, Node, grad-ready hooks
+#include "mpigrad/core/cuda.h"            // defines: cuda_built, cuda_device_count
+#include "mpigrad/core/pinned.h"          // defines: pin_memory, to_async
 #include "mpigrad/core/device.h"          // defines: Device, kCPU, cuda()
 #include "mpigrad/core/dtype.h"           // defines: DType, kFloat32 ... kBool, promote_types
 #include "mpigrad/core/error.h"           // defines: Error, MPIGRAD_CHECK
@@ -17,6 +19,7 @@
 #include "mpigrad/core/ops/reduce.h"      // defines: sum, mean, var, max, min, argmax
 #include "mpigrad/core/ops/softmax.h"     // defines: softmax, log_softmax
 #include "mpigrad/core/rng.h"             // defines: Generator, rand, randn, bernoulli
+#include "mpigrad/core/stream.h"          // defines: Stream, Event, StreamGuard
 #include "mpigrad/core/tensor.h"          // defines: Tensor, TensorOptions, zeros, ones, arange
 #include "mpigrad/core/threads.h"         // defines: num_threads, set_num_threads
 #include "mpigrad/version.h"              // defines: MPIGRAD_VERSION
@@ -41,6 +44,14 @@
 #include "mpigrad/nn/optim/sgd.h"         // defines: SGD
 #include "mpigrad/nn/supcon_loss.h"       // defines: SupConLoss
 #include "mpigrad/nn/weight_averaging.h"  // defines: ModelEMA, SWAAverager, update_bn
+
+// data: sharded HDF5 datasets, samplers, loaders
+#include "mpigrad/core/hdf5.h"              // defines: hdf5::File, Dataset, AtomicFileWriter
+#include "mpigrad/data/data_loader.h"       // defines: DataLoader, DataLoaderOptions
+#include "mpigrad/data/hdf5_dataset.h"      // defines: Hdf5Dataset, rank_slice
+#include "mpigrad/data/multi_dataset.h"     // defines: MultiDataset, MultiDatasetBatchSampler
+#include "mpigrad/data/sampler.h"           // defines: DistributedSampler, RandomSampler, BatchSampler
+#include "mpigrad/data/transforms.h"        // defines: normalize_transform
 
 // launch: ranks, communicators, data parallelism
 #include "mpigrad/launch/communicator.h"              // defines: Communicator, ReduceOp, Backend

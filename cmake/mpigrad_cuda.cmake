@@ -1,6 +1,13 @@
-# CUDA detection: MPIGRAD_WITH_CUDA=AUTO builds the CUDA backend when a toolkit is found, ON
-# requires one, OFF never looks. Finding a toolkit needs no GPU: CI compiles all CUDA code on
-# machines without one.
+# CUDA detection and wiring. MPIGRAD_WITH_CUDA=AUTO builds the CUDA backend when a toolkit is
+# found, ON requires one, OFF never looks. Finding a toolkit needs no GPU: CI compiles all CUDA
+# code on machines without one, and the GPU tests then skip.
+#
+# Architectures: CMAKE_CUDA_ARCHITECTURES defaults to "90" (H100/H200), which CMake expands to
+# SASS for sm_90 plus compute_90 PTX embedded in the binary, so newer GPUs can JIT it.
+option(MPIGRAD_CUDA_DEBUG_SYNC
+  "Synchronize the stream and check for errors after every CUDA kernel launch (slow; for debugging)"
+  OFF)
+
 set(MPIGRAD_CUDA_ENABLED OFF)
 if(NOT MPIGRAD_WITH_CUDA STREQUAL "OFF")
   if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
@@ -19,16 +26,35 @@ endif()
 
 file(GLOB MPIGRAD_CUDA_SOURCES CONFIGURE_DEPENDS
   ${CMAKE_SOURCE_DIR}/kernels/cuda/*.cu ${CMAKE_SOURCE_DIR}/core/cuda/*.cpp)
-if(MPIGRAD_CUDA_TOOLKIT_FOUND AND NOT MPIGRAD_CUDA_SOURCES)
-  message(STATUS "mpigrad: CUDA toolkit found, but this version has no CUDA backend sources yet")
-elseif(MPIGRAD_CUDA_TOOLKIT_FOUND)
+# Compiled only in CPU builds: the same public API, answering "no CUDA" everywhere.
+set(MPIGRAD_CUDA_FALLBACK_SOURCE ${CMAKE_SOURCE_DIR}/core/cuda/without_cuda.cpp)
+list(REMOVE_ITEM MPIGRAD_CUDA_SOURCES ${MPIGRAD_CUDA_FALLBACK_SOURCE})
+
+if(MPIGRAD_CUDA_TOOLKIT_FOUND)
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "")
+    set(CMAKE_CUDA_ARCHITECTURES 90 CACHE STRING "CUDA architectures (90 = sm_90 SASS + compute_90 PTX)" FORCE)
+  endif()
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
   set(MPIGRAD_CUDA_ENABLED ON)
 endif()
 
-# Adds the CUDA backend to `target` when it is enabled.
+# Adds the CUDA backend to `target` when it is enabled, and the no-CUDA fallback otherwise.
 function(mpigrad_add_cuda_sources target)
   if(NOT MPIGRAD_CUDA_ENABLED)
+    target_sources(${target} PRIVATE ${MPIGRAD_CUDA_FALLBACK_SOURCE})
     return()
   endif()
-  message(FATAL_ERROR "mpigrad: CUDA sources present but the CUDA build is not wired up yet")
+  target_sources(${target} PRIVATE ${MPIGRAD_CUDA_SOURCES})
+  target_compile_definitions(${target} PRIVATE MPIGRAD_WITH_CUDA=1
+    $<$<BOOL:${MPIGRAD_CUDA_DEBUG_SYNC}>:MPIGRAD_CUDA_DEBUG_SYNC=1>)
+  # cudart is linked as a shared library, the same one the host .cpp files of core/cuda call.
+  set_target_properties(${target} PROPERTIES
+    CUDA_STANDARD 17
+    CUDA_STANDARD_REQUIRED ON
+    CUDA_RUNTIME_LIBRARY Shared)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -Xcompiler=-Wall,-Wextra>
+    $<$<AND:$<BOOL:${MPIGRAD_WERROR}>,$<COMPILE_LANGUAGE:CUDA>>:-Werror=all-warnings -Xcompiler=-Werror>)
+  target_link_libraries(${target} PRIVATE CUDA::cudart CUDA::cublas)
 endfunction()

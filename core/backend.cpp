@@ -5,6 +5,7 @@
 
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/threads.h"
+#include "mpigrad/kernels/cross_entropy.h"
 #include "mpigrad/kernels/random.h"
 
 namespace mpigrad::core {
@@ -97,16 +98,28 @@ class CpuBackend final : public Backend {
                  double p) override {
     kernels::cpu::bernoulli(dtype, n, out, seed, offset, p);
   }
+  int64_t cross_entropy(DType dtype, int64_t rows, int64_t cols, const void* logits,
+                        const int64_t* targets, int64_t ignore_index, double grad_scale,
+                        void* losses, void* grad) override {
+    return kernels::cpu::cross_entropy(dtype, rows, cols, logits, targets, ignore_index,
+                                       grad_scale, losses, grad);
+  }
 };
 
 }  // namespace
+
+namespace detail {
+// core/cuda/: the CUDA backend of a visible device, or the error saying why there is none (the
+// no-CUDA build's version reports that CUDA support was not built).
+Backend& cuda_backend_for(Device device);
+}  // namespace detail
 
 Backend& backend_for(Device device) {
   if (device.is_cpu()) {
     static CpuBackend cpu;
     return cpu;
   }
-  fail("device ", device, " is not available: this mpigrad was built without CUDA support");
+  return detail::cuda_backend_for(device);
 }
 
 }  // namespace mpigrad::core

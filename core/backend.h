@@ -74,6 +74,11 @@ class Backend {
                       double mean, double std) = 0;
   virtual void bernoulli(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset,
                          double p) = 0;
+  // Fused log-softmax + NLL + gradient (kernels/cross_entropy.h); returns the first bad target's
+  // position or -1.
+  virtual int64_t cross_entropy(DType dtype, int64_t rows, int64_t cols, const void* logits,
+                                const int64_t* targets, int64_t ignore_index, double grad_scale,
+                                void* losses, void* grad) = 0;
 };
 
 // The backend for `device`, or core::Error when this build or machine cannot serve it.

@@ -10,6 +10,7 @@
 #include "mpigrad/core/backend.h"
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/op_support.h"
+#include "mpigrad/core/pinned.h"
 
 namespace mpigrad::core {
 
@@ -156,6 +157,11 @@ Tensor Tensor::clone() const {
 
 Tensor Tensor::to(Device device) const { return to(device, dtype()); }
 Tensor Tensor::to(DType dtype) const { return to(device(), dtype); }
+
+Tensor Tensor::to(Device target, bool non_blocking) const {
+  bool crosses_host = target.is_cpu() != device().is_cpu();
+  return non_blocking && crosses_host ? to_async(*this, target) : to(target);
+}
 
 Tensor Tensor::to(Device target, DType target_dtype) const {
   if (target == device() && target_dtype == dtype()) return *this;

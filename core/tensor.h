@@ -133,6 +133,9 @@ class Tensor {
   Tensor to(Device device) const;
   Tensor to(DType dtype) const;
   Tensor to(Device device, DType dtype) const;  // this tensor itself when nothing changes
+  // With non_blocking, a host <-> CUDA copy is queued on the current stream through pinned
+  // memory (core/pinned.h) and returns at once; it records no autograd history.
+  Tensor to(Device device, bool non_blocking) const;
 
   // ---- In-place (bump the version; refused on leaves that require grad) ----------------------
   Tensor& fill_(double value);

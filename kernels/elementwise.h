@@ -85,4 +85,26 @@ void arange(DType dtype, int64_t n, void* out, double start, double step);
 
 }  // namespace cpu
 
+// The same kernels on a CUDA device: pointers are device memory, the work is queued on `stream`
+// (a cudaStream_t; null is the legacy default stream) and nothing waits for it. Unsupported dtypes
+// throw std::invalid_argument before anything is queued; launch failures std::runtime_error.
+namespace cuda {
+
+void unary(UnaryOp op, DType dtype, const StridedLoop& loop, void* out, const void* in,
+           void* stream);
+void unary_backward(UnaryOp op, DType dtype, const StridedLoop& loop, void* grad_in,
+                    const void* grad_out, const void* in, const void* out, void* stream);
+void binary(BinaryOp op, DType dtype, const StridedLoop& loop, void* out, const void* a,
+            const void* b, void* stream);
+void where(DType dtype, const StridedLoop& loop, void* out, const void* cond, const void* a,
+           const void* b, void* stream);
+void clamp(DType dtype, const StridedLoop& loop, void* out, const void* in, double lo, double hi,
+           void* stream);
+void copy(DType out_dtype, DType in_dtype, const StridedLoop& loop, void* out, const void* in,
+          void* stream);
+void fill(DType dtype, int64_t n, void* out, double value, void* stream);
+void arange(DType dtype, int64_t n, void* out, double start, double step, void* stream);
+
+}  // namespace cuda
+
 }  // namespace mpigrad::kernels

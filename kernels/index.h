@@ -7,6 +7,7 @@
 // or -1 when all are valid, so core/ can name the bad index without a second pass.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "mpigrad/kernels/dtype.h"
@@ -32,4 +33,26 @@ int64_t scatter_add(DType dtype, int64_t outer, int64_t extent, int64_t inner,
                     const int64_t* index, int64_t count, void* out, const void* in);
 
 }  // namespace cpu
+
+// The same kernels on a CUDA device (index, in and out are device memory), queued on `stream`.
+// They check the indices on the device first and wait for the stream to read the answer, so they
+// can return the bad position before anything is written; that check needs `workspace`, at
+// least kIndexCheckBytes of device memory. index_add and scatter_add add atomically, so the
+// order of float additions (and the last bits of the result) may vary between runs.
+namespace cuda {
+
+constexpr size_t kIndexCheckBytes = 8;
+
+int64_t index_select(DType dtype, int64_t outer, int64_t extent, int64_t inner,
+                     const int64_t* index, int64_t count, void* out, const void* in,
+                     void* workspace, void* stream);
+int64_t index_add(DType dtype, int64_t outer, int64_t extent, int64_t inner, const int64_t* index,
+                  int64_t count, void* out, const void* in, void* workspace, void* stream);
+int64_t gather(DType dtype, int64_t outer, int64_t extent, int64_t inner, const int64_t* index,
+               int64_t count, void* out, const void* in, void* workspace, void* stream);
+int64_t scatter_add(DType dtype, int64_t outer, int64_t extent, int64_t inner,
+                    const int64_t* index, int64_t count, void* out, const void* in,
+                    void* workspace, void* stream);
+
+}  // namespace cuda
 }  // namespace mpigrad::kernels

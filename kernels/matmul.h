@@ -1,4 +1,4 @@
-// defines: gemm (batched, row-major, through CBLAS on the CPU)
+// defines: gemm (batched, row-major; CBLAS on the CPU, cuBLAS on CUDA)
 //
 // C[b] = alpha * op(A[b]) * op(B[b]) + beta * C[b] for b in [0, batch), every matrix row-major
 // with its own leading dimension, and the batch walked with element strides (0 broadcasts).
@@ -34,4 +34,14 @@ const char* blas_core_name();
 void set_blas_threads(int num_threads);
 
 }  // namespace cpu
+
+// The same product on a CUDA device through cuBLAS, queued on `stream`. `blas_handle` is a
+// cublasHandle_t owned by the caller (core/cuda keeps one per device); the call sets its stream.
+// Float32 (fp32 compute, no TF32), Float64, and BFloat16 / Float16 with fp32 accumulation.
+namespace cuda {
+
+void gemm(DType dtype, const GemmShape& shape, double alpha, const void* a, const void* b,
+          double beta, void* c, void* blas_handle, void* stream);
+
+}  // namespace cuda
 }  // namespace mpigrad::kernels

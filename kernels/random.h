@@ -30,4 +30,18 @@ void normal(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset, d
 void bernoulli(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset, double p);
 
 }  // namespace cpu
+
+// The same fills on a CUDA device, queued on `stream`: the stream words and uniforms are the
+// CPU's bit for bit (so are uniform and bernoulli); normal agrees to about 1 ulp, because its
+// log/sqrt/cos come from the CUDA math library rather than the host's libm.
+namespace cuda {
+
+void uniform(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset, double lo,
+             double hi, void* stream);
+void normal(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset, double mean,
+            double std, void* stream);
+void bernoulli(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset, double p,
+               void* stream);
+
+}  // namespace cuda
 }  // namespace mpigrad::kernels

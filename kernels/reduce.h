@@ -6,6 +6,7 @@
 // sums over millions of elements keep their precision.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "mpigrad/kernels/dtype.h"
@@ -33,4 +34,18 @@ void reduce(ReduceOp op, DType dtype, int64_t outer, int64_t extent, int64_t inn
             int64_t* indices, const void* in);
 
 }  // namespace cpu
+
+// The same reduction on a CUDA device, queued on `stream`. Shapes with few outputs and a long
+// extent are reduced in two passes through device scratch memory: pass a `workspace` of at least
+// reduce_workspace_bytes() bytes (null when that is 0). The workspace may be reused as soon as
+// later work on the same stream is queued after this call.
+namespace cuda {
+
+size_t reduce_workspace_bytes(ReduceOp op, DType dtype, int64_t outer, int64_t extent,
+                              int64_t inner);
+void reduce(ReduceOp op, DType dtype, int64_t outer, int64_t extent, int64_t inner, void* out,
+            int64_t* indices, const void* in, void* workspace, void* stream);
+
+}  // namespace cuda
+
 }  // namespace mpigrad::kernels

@@ -21,4 +21,15 @@ void softmax_backward(bool log, DType dtype, int64_t rows, int64_t cols, void* g
                       const void* grad_out, const void* out);
 
 }  // namespace cpu
+
+// The same on a CUDA device, queued on `stream`: one warp per row up to 1024 columns, one block
+// per longer row, with the online (running max and sum) formulation.
+namespace cuda {
+
+void softmax_forward(bool log, DType dtype, int64_t rows, int64_t cols, void* out, const void* in,
+                     void* stream);
+void softmax_backward(bool log, DType dtype, int64_t rows, int64_t cols, void* grad_in,
+                      const void* grad_out, const void* out, void* stream);
+
+}  // namespace cuda
 }  // namespace mpigrad::kernels

@@ -1,0 +1,201 @@
+// mpigrad-bench-kernels: how close mpigrad's CUDA kernels come to the hardware.
+//
+// Every kernel family runs through the public Tensor API on tensors of at least 256 MB and is
+// timed with CUDA events over many calls after a warm-up. Its effective bandwidth (bytes it must
+// read and write, divided by the time) is reported beside the device-to-device cudaMemcpy
+// bandwidth measured the same way in the same run, and as a fraction of it. matmul reports
+// TFLOP/s through mpigrad against cuBLAS called directly with the same settings.
+//
+//   mpigrad-bench-kernels [--json FILE] [--iterations N]
+//
+// Without a visible GPU it says so and exits with status 2.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/bench_util.h"
+#include "mpigrad/core/cuda.h"
+#include "mpigrad/core/ops/elementwise.h"
+#include "mpigrad/core/ops/linalg.h"
+#include "mpigrad/core/ops/reduce.h"
+#include "mpigrad/core/ops/softmax.h"
+#include "mpigrad/core/rng.h"
+#include "mpigrad/core/stream.h"
+#include "mpigrad/kernels/cross_entropy.h"
+
+namespace {
+
+using namespace mpigrad::core;  // NOLINT
+
+const Device kGpu = cuda(0);
+constexpr int64_t kBytes = int64_t(256) << 20;  // 256 MiB per tensor
+
+void check(cudaError_t status, const char* call) {
+  if (status != cudaSuccess) {
+    std::fprintf(stderr, "mpigrad-bench-kernels: %s failed: %s\n", call, cudaGetErrorString(status));
+    std::exit(1);
+  }
+}
+
+void check(cublasStatus_t status, const char* call) {
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    std::fprintf(stderr, "mpigrad-bench-kernels: %s failed: %s\n", call, cublasGetStatusString(status));
+    std::exit(1);
+  }
+}
+
+// Milliseconds per call of fn on the current stream, from CUDA events, after warm-up calls.
+double time_ms(const std::function<void()>& fn, int iterations) {
+  for (int i = 0; i < 3; ++i) fn();
+  Event start(true), stop(true);
+  start.record(current_stream(kGpu));
+  for (int i = 0; i < iterations; ++i) fn();
+  stop.record(current_stream(kGpu));
+  stop.synchronize();
+  return double(start.elapsed_ms(stop)) / iterations;
+}
+
+double gbps(double bytes, double ms) { return bytes / (ms * 1e-3) / 1e9; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json_path;
+  int iterations = 20;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
+      json_path = argv[++i];
+    } else if (std::strcmp(argv[i], "--iterations") == 0 && i + 1 < argc) {
+      iterations = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: mpigrad-bench-kernels [--json FILE] [--iterations N]\n");
+      return 2;
+    }
+  }
+  if (iterations < 1) {
+    std::fprintf(stderr, "mpigrad-bench-kernels: --iterations must be at least 1\n");
+    return 2;
+  }
+  if (!cuda_is_available()) {
+    std::fprintf(stderr,
+                 "mpigrad-bench-kernels: cannot run: no CUDA GPU is visible (cuda_device_count() "
+                 "is 0: no device, no driver, or CUDA_VISIBLE_DEVICES hides them)\n");
+    return 2;
+  }
+
+  try {
+    mpigrad::bench::Results results;
+    results.add_text("device", cuda_device_name(kGpu));
+    results.add_text("tensor_bytes", std::to_string(kBytes));
+    Generator generator(1);
+    const int64_t n32 = kBytes / 4, n16 = kBytes / 2;
+    Tensor a = rand({n32}, generator, TensorOptions().device(kGpu));
+    Tensor b = rand({n32}, generator, TensorOptions().device(kGpu));
+    Tensor a16 = rand({n16}, generator, TensorOptions(kBFloat16).device(kGpu));
+    Tensor b16 = rand({n16}, generator, TensorOptions(kBFloat16).device(kGpu));
+    Tensor copy_dst = empty({n32}, TensorOptions().device(kGpu));
+
+    // Baseline: device-to-device cudaMemcpy reads and writes kBytes.
+    auto stream = static_cast<cudaStream_t>(current_stream(kGpu).handle());
+    const double copy_ms = time_ms([&] {
+      check(cudaMemcpyAsync(copy_dst.data_ptr(), a.data_ptr(), size_t(kBytes),
+                            cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
+    }, iterations);
+    const double copy_gbps = gbps(2.0 * double(kBytes), copy_ms);
+    results.add("copy_d2d_gbps", copy_gbps, "GB/s", "cudaMemcpy baseline, read + write");
+
+    auto family = [&](const std::string& key, double bytes, const std::function<void()>& fn,
+                      const std::string& note) {
+      const double ms = time_ms(fn, iterations);
+      const double rate = gbps(bytes, ms);
+      results.add(key + "_gbps", rate, "GB/s", note);
+      results.add(key + "_of_copy", rate / copy_gbps, "ratio", "fraction of cudaMemcpy D2D");
+    };
+
+    family("elementwise_add_f32", 3.0 * double(kBytes), [&] { Tensor c = a + b; }, "c = a + b");
+    family("elementwise_mul_bf16", 3.0 * double(kBytes), [&] { Tensor c = a16 * b16; }, "c = a * b");
+    family("elementwise_gelu_f32", 2.0 * double(kBytes), [&] { Tensor c = gelu(a); }, "unary");
+    family("elementwise_broadcast_f32", 2.0 * double(kBytes),
+           [&] { Tensor c = a.view({-1, 1024}) * b.slice(0, 0, 1024); }, "[N,1024] * [1024]");
+    family("reduction_sum_all_f32", double(kBytes), [&] { Tensor s = sum(a); }, "sum of 64M floats");
+    family("reduction_sum_rows_f32", double(kBytes), [&] { Tensor s = sum(a.view({-1, 1024}), {1}); },
+           "[65536,1024] over dim 1");
+    family("reduction_sum_cols_f32", double(kBytes), [&] { Tensor s = sum(a.view({-1, 1024}), {0}); },
+           "[65536,1024] over dim 0");
+    family("softmax_f32", 2.0 * double(kBytes), [&] { Tensor s = softmax(a.view({-1, 1024})); },
+           "rows of 1024 (warp per row)");
+    family("softmax_long_rows_f32", 2.0 * double(kBytes),
+           [&] { Tensor s = softmax(a.view({-1, 32768})); }, "rows of 32768 (block per row)");
+    family("softmax_bf16", 2.0 * double(kBytes), [&] { Tensor s = softmax(a16.view({-1, 1024})); },
+           "rows of 1024");
+    family("cast_f32_to_bf16", 1.5 * double(kBytes), [&] { Tensor c = a.to(kBFloat16); },
+           "read 4 B, write 2 B");
+    family("cast_bf16_to_f32", 3.0 * double(kBytes), [&] { Tensor c = a16.to(kFloat32); },
+           "read 2 B, write 4 B");
+
+    {  // Fused cross-entropy: logits [65536, 1024] f32 read, gradient written. Each call also
+       // checks its targets and waits for that check (a few microseconds of the time).
+      Tensor logits = a.view({-1, 1024});
+      const int64_t rows = logits.size(0), cols = logits.size(1);
+      std::vector<int64_t> target_values(static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r) target_values[size_t(r)] = (r * 37) % cols;
+      Tensor targets = Tensor::from_vector(target_values, {rows}).to(kGpu);
+      Tensor losses = empty({rows}, TensorOptions().device(kGpu));
+      Tensor grad = empty({rows, cols}, TensorOptions().device(kGpu));
+      Tensor flag = empty({1}, TensorOptions(kInt64).device(kGpu));
+      family("cross_entropy_f32", 2.0 * double(kBytes), [&] {
+        const int64_t bad = mpigrad::kernels::cuda::cross_entropy(
+            kFloat32, rows, cols, logits.data_ptr(), targets.data<int64_t>(), -100,
+            1.0 / double(rows), losses.data_ptr(), grad.data_ptr(), flag.data_ptr(),
+            current_stream(kGpu).handle());
+        if (bad >= 0) throw Error("cross_entropy: bad target in the benchmark data");
+      }, "loss + gradient, rows of 1024");
+    }
+
+    // matmul through mpigrad against cublasGemmEx, same types, fp32 compute, default algorithm.
+    cublasHandle_t handle = nullptr;
+    check(cublasCreate(&handle), "cublasCreate");
+    check(cublasSetStream(handle, stream), "cublasSetStream");
+    for (DType dtype : {kFloat32, kBFloat16}) {
+      for (int64_t n : {int64_t(4096), int64_t(8192)}) {
+        Tensor x = rand({n, n}, generator, TensorOptions(dtype).device(kGpu));
+        Tensor y = rand({n, n}, generator, TensorOptions(dtype).device(kGpu));
+        Tensor z = empty({n, n}, TensorOptions(dtype).device(kGpu));
+        const int reps = n == 4096 ? 20 : 5;
+        const double flops = 2.0 * double(n) * double(n) * double(n);
+        const double ours_ms = time_ms([&] { Tensor p = matmul(x, y); }, reps);
+        const cudaDataType_t type = dtype == kFloat32 ? CUDA_R_32F : CUDA_R_16BF;
+        const float one = 1.0f, zero = 0.0f;
+        const double cublas_ms = time_ms([&] {
+          check(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(n), int(n), &one,
+                             y.data_ptr(), type, int(n), x.data_ptr(), type, int(n), &zero,
+                             z.data_ptr(), type, int(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                "cublasGemmEx");
+        }, reps);
+        const std::string key =
+            std::string("matmul_") + (dtype == kFloat32 ? "f32_" : "bf16_") + std::to_string(n);
+        results.add(key + "_tflops", flops / (ours_ms * 1e-3) / 1e12, "TFLOP/s", "mpigrad matmul");
+        results.add(key + "_cublas_tflops", flops / (cublas_ms * 1e-3) / 1e12, "TFLOP/s",
+                    "cublasGemmEx direct");
+        results.add(key + "_of_cublas", cublas_ms / ours_ms, "ratio", "mpigrad / direct cuBLAS");
+      }
+    }
+    check(cublasDestroy(handle), "cublasDestroy");
+
+    results.print();
+    if (!json_path.empty() && !results.write_json(json_path)) {
+      std::fprintf(stderr, "mpigrad-bench-kernels: cannot write %s\n", json_path.c_str());
+      return 1;
+    }
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "mpigrad-bench-kernels: %s\n", error.what());
+    return 1;
+  }
+  return 0;
+}

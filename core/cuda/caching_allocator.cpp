@@ -1,0 +1,175 @@
+// The caching CUDA device allocator (see caching_allocator.cuh and core/cuda_allocator.h).
+#include "mpigrad/core/cuda/caching_allocator.cuh"
+
+#include <algorithm>
+
+#include "mpigrad/core/cuda/cuda_check.cuh"
+#include "mpigrad/core/error.h"
+#include "mpigrad/core/stream.h"
+
+namespace mpigrad::core::cuda_detail {
+
+namespace {
+
+constexpr size_t kGranule = 512;
+constexpr size_t kFineBelow = 4096;
+
+void update_peaks(CudaMemoryStats& stats) {
+  stats.peak_allocated_bytes = std::max(stats.peak_allocated_bytes, stats.allocated_bytes);
+  stats.peak_reserved_bytes = std::max(stats.peak_reserved_bytes, stats.reserved_bytes);
+}
+
+}  // namespace
+
+size_t CudaCachingAllocator::round_size(size_t nbytes) {
+  size_t rounded = (nbytes + kGranule - 1) / kGranule * kGranule;
+  if (rounded < kFineBelow) return rounded;
+  const size_t power = size_t(1) << (63 - __builtin_clzll(rounded));
+  const size_t step = power / 8;
+  return (rounded + step - 1) / step * step;
+}
+
+void* CudaCachingAllocator::allocate(size_t nbytes) {
+  if (nbytes == 0) return nullptr;
+  const size_t size = round_size(nbytes);
+  const auto stream = static_cast<cudaStream_t>(current_stream(cuda(device_)).handle());
+
+  std::lock_guard<std::mutex> lock(mutex_);
+  move_finished_parked();
+  auto bin = bins_.find({stream, size});
+  if (bin != bins_.end() && !bin->second.empty()) {
+    void* ptr = bin->second.back();
+    bin->second.pop_back();
+    live_[ptr] = Block{size, stream, {}};
+    stats_.allocated_bytes += int64_t(size);
+    ++stats_.cache_hits;
+    update_peaks(stats_);
+    return ptr;
+  }
+
+  DeviceGuard guard(device_);
+  void* ptr = nullptr;
+  cudaError_t status = cudaMalloc(&ptr, size);
+  if (status == cudaErrorMemoryAllocation) {
+    // Give the cached blocks back (cudaFree waits for the device) and try once more.
+    (void)cudaGetLastError();
+    release_free_blocks();
+    status = cudaMalloc(&ptr, size);
+  }
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    fail("CUDA out of memory on cuda:", device_, ": cudaMalloc of ", size, " bytes failed (",
+         cudaGetErrorString(status), "); ", stats_.allocated_bytes, " bytes are in use by tensors and ",
+         stats_.reserved_bytes, " reserved by mpigrad's caching allocator");
+  }
+  live_[ptr] = Block{size, stream, {}};
+  stats_.allocated_bytes += int64_t(size);
+  stats_.reserved_bytes += int64_t(size);
+  ++stats_.device_allocations;
+  update_peaks(stats_);
+  return ptr;
+}
+
+void CudaCachingAllocator::deallocate(void* ptr, size_t) {
+  if (ptr == nullptr) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = live_.find(ptr);
+  if (it == live_.end()) return;  // not ours; nothing sensible to do in a destructor
+  Block block = std::move(it->second);
+  live_.erase(it);
+  stats_.allocated_bytes -= int64_t(block.size);
+  if (block.used_on.empty()) {
+    bins_[{block.stream, block.size}].push_back(ptr);
+    return;
+  }
+  Parked parked{ptr, std::move(block), {}};
+  int previous = 0;
+  bool ok = cudaGetDevice(&previous) == cudaSuccess &&
+            (previous == device_ || cudaSetDevice(device_) == cudaSuccess);
+  for (cudaStream_t stream : parked.block.used_on) {
+    if (!ok) break;
+    cudaEvent_t event = nullptr;
+    ok = cudaEventCreateWithFlags(&event, cudaEventDisableTiming) == cudaSuccess;
+    if (ok) {
+      parked.events.push_back(event);
+      ok = cudaEventRecord(event, stream) == cudaSuccess;
+    }
+  }
+  if (previous != device_) (void)cudaSetDevice(previous);
+  if (!ok) {
+    // The runtime is failing (often: the process is exiting). Never reuse the block.
+    (void)cudaGetLastError();
+    return;
+  }
+  parked_.push_back(std::move(parked));
+}
+
+void CudaCachingAllocator::move_finished_parked() {
+  for (size_t i = 0; i < parked_.size();) {
+    Parked& parked = parked_[i];
+    bool finished = true;
+    for (cudaEvent_t event : parked.events) {
+      const cudaError_t status = cudaEventQuery(event);
+      if (status == cudaErrorNotReady) {
+        finished = false;
+        break;
+      }
+      MPIGRAD_CUDA_CHECK(status);
+    }
+    if (!finished) {
+      ++i;
+      continue;
+    }
+    for (cudaEvent_t event : parked.events) (void)cudaEventDestroy(event);
+    bins_[{parked.block.stream, parked.block.size}].push_back(parked.ptr);
+    parked_[i] = std::move(parked_.back());
+    parked_.pop_back();
+  }
+}
+
+void CudaCachingAllocator::release_free_blocks() {
+  DeviceGuard guard(device_);
+  for (auto& [key, pointers] : bins_) {
+    for (void* ptr : pointers) {
+      MPIGRAD_CUDA_CHECK(cudaFree(ptr));
+      stats_.reserved_bytes -= int64_t(key.second);
+      ++stats_.device_frees;
+    }
+    pointers.clear();
+  }
+  bins_.clear();
+}
+
+void CudaCachingAllocator::record_stream(void* ptr, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = live_.find(ptr);
+  MPIGRAD_CHECK(it != live_.end(), "record_stream: the tensor's memory was not allocated by the "
+                "CUDA caching allocator of cuda:", device_);
+  Block& block = it->second;
+  if (stream == block.stream) return;
+  if (std::find(block.used_on.begin(), block.used_on.end(), stream) == block.used_on.end()) {
+    block.used_on.push_back(stream);
+  }
+}
+
+void CudaCachingAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (Parked& parked : parked_) {
+    for (cudaEvent_t event : parked.events) MPIGRAD_CUDA_CHECK(cudaEventSynchronize(event));
+  }
+  move_finished_parked();
+  release_free_blocks();
+}
+
+CudaMemoryStats CudaCachingAllocator::stats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void CudaCachingAllocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.peak_allocated_bytes = stats_.allocated_bytes;
+  stats_.peak_reserved_bytes = stats_.reserved_bytes;
+}
+
+}  // namespace mpigrad::core::cuda_detail

@@ -1,0 +1,95 @@
+// The CUDA runtime queries (core/cuda.h), the per-device backend registry, and the allocator
+// controls of core/cuda_allocator.h.
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "mpigrad/core/backend.h"
+#include "mpigrad/core/cuda.h"
+#include "mpigrad/core/cuda/cuda_backend.cuh"
+#include "mpigrad/core/cuda/cuda_check.cuh"
+#include "mpigrad/core/cuda_allocator.h"
+
+namespace mpigrad::core {
+
+namespace cuda_detail {
+
+CudaBackend& cuda_backend(int index) {
+  const int count = cuda_device_count();
+  if (count == 0) fail("device cuda:", index, " is not available: no CUDA device is visible");
+  MPIGRAD_CHECK(index >= 0 && index < count, "device cuda:", index, " is not available: ", count,
+                " CUDA device", count == 1 ? " is" : "s are", " visible (cuda:0..cuda:",
+                count - 1, ")");
+  // Leaked on purpose: tensors held by static objects may be freed after static destructors.
+  static std::mutex mutex;
+  static auto* backends = new std::vector<std::unique_ptr<CudaBackend>>();
+  std::lock_guard<std::mutex> lock(mutex);
+  if (backends->empty()) backends->resize(size_t(count));
+  auto& backend = (*backends)[size_t(index)];
+  if (!backend) backend = std::make_unique<CudaBackend>(index);
+  return *backend;
+}
+
+}  // namespace cuda_detail
+
+namespace detail {
+// backend_for()'s way to the CUDA backends (declared in core/backend.cpp).
+Backend& cuda_backend_for(Device device) { return cuda_detail::cuda_backend(device.index); }
+}  // namespace detail
+
+bool cuda_built() { return true; }
+
+int cuda_device_count() {
+  static const int count = [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      (void)cudaGetLastError();  // clear it: "no GPU" is an answer here, not an error
+      return 0;
+    }
+    return n;
+  }();
+  return count;
+}
+
+bool cuda_is_available() { return cuda_device_count() > 0; }
+
+std::string cuda_device_name(Device device) {
+  cuda_detail::cuda_backend(device.index);  // checks that it is visible
+  cudaDeviceProp properties{};
+  MPIGRAD_CUDA_CHECK(cudaGetDeviceProperties(&properties, device.index));
+  return properties.name;
+}
+
+void cuda_synchronize(Device device) {
+  cuda_detail::cuda_backend(device.index);
+  cuda_detail::DeviceGuard guard(device.index);
+  MPIGRAD_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+CudaMemoryStats cuda_memory_stats(Device device) {
+  return cuda_detail::cuda_backend(device.index).caching_allocator().stats();
+}
+
+void reset_cuda_peak_stats(Device device) {
+  cuda_detail::cuda_backend(device.index).caching_allocator().reset_peak();
+}
+
+void cuda_empty_cache(Device device) {
+  cuda_detail::cuda_backend(device.index).caching_allocator().empty_cache();
+}
+
+void record_stream(const Tensor& tensor, StreamView stream) {
+  MPIGRAD_CHECK(tensor.defined(), "record_stream: undefined tensor");
+  MPIGRAD_CHECK(tensor.device().is_cuda(), "record_stream: the tensor is on ", tensor.device(),
+                ", not on a CUDA device");
+  MPIGRAD_CHECK(stream.device() == tensor.device(), "record_stream: the tensor is on ",
+                tensor.device(), " but the stream belongs to ", stream.device());
+  if (tensor.storage()->data() == nullptr) return;  // empty tensors own no block
+  cuda_detail::cuda_backend(tensor.device().index)
+      .caching_allocator()
+      .record_stream(tensor.storage()->data(), static_cast<cudaStream_t>(stream.handle()));
+}
+
+}  // namespace mpigrad::core

@@ -1,0 +1,86 @@
+#include "mpigrad/data/batch_buffers.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <new>
+
+namespace mpigrad::data {
+
+namespace {
+
+class BatchBufferPool final : public core::Allocator {
+ public:
+  void* allocate(size_t nbytes) override {
+    const size_t rounded = round(nbytes);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto found = idle_.find(rounded);
+      if (found != idle_.end()) {
+        void* ptr = found->second;
+        idle_.erase(found);
+        idle_bytes_ -= rounded;
+        return ptr;
+      }
+    }
+    void* ptr = std::aligned_alloc(kAlignment, rounded);
+    if (ptr == nullptr) {
+      release();
+      ptr = std::aligned_alloc(kAlignment, rounded);
+      if (ptr == nullptr) throw std::bad_alloc();
+    }
+    return ptr;
+  }
+
+  void deallocate(void* ptr, size_t nbytes) override {
+    const size_t rounded = round(nbytes);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (idle_bytes_ + rounded <= kIdleLimit) {
+        idle_.emplace(rounded, ptr);
+        idle_bytes_ += rounded;
+        return;
+      }
+    }
+    std::free(ptr);
+  }
+
+  void release() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [size, ptr] : idle_) std::free(ptr);
+    idle_.clear();
+    idle_bytes_ = 0;
+  }
+
+ private:
+  static constexpr size_t kAlignment = 64;
+  static constexpr size_t kIdleLimit = size_t(1) << 30;
+  static size_t round(size_t nbytes) { return (std::max<size_t>(nbytes, 1) + kAlignment - 1) / kAlignment * kAlignment; }
+
+  std::mutex mutex_;
+  std::multimap<size_t, void*> idle_;
+  size_t idle_bytes_ = 0;
+};
+
+// Never destroyed: tensors from it may outlive static destruction order.
+BatchBufferPool& pool() {
+  static auto* instance = new BatchBufferPool();
+  return *instance;
+}
+
+constexpr int64_t kPooledFrom = 64 * 1024;  // smaller blocks: malloc reuses them well already
+
+}  // namespace
+
+core::Tensor empty_batch_tensor(const core::Shape& shape, core::DType dtype) {
+  const int64_t nbytes = shape.numel() * core::element_size(dtype);
+  if (nbytes < kPooledFrom) return core::Tensor::empty(shape, dtype);
+  auto storage = std::make_shared<core::Storage>(size_t(nbytes), core::kCPU, pool());
+  return core::Tensor(std::make_shared<core::TensorImpl>(std::move(storage), shape, core::contiguous_strides(shape),
+                                                         0, dtype));
+}
+
+void release_batch_buffers() { pool().release(); }
+
+}  // namespace mpigrad::data

@@ -1,0 +1,23 @@
+// defines: empty_batch_tensor, release_batch_buffers
+//
+// Host memory for the tensors a dataset yields, recycled between batches. A loader allocates the
+// same few sizes every step; blocks between 64 KiB and 1 MiB fall below core's host-allocator
+// cache and, from worker threads, land in glibc per-thread arenas that are trimmed and faulted
+// in again each step. Recycling them keeps loader reads as fast as raw HDF5 reads into one reused
+// buffer. The pool is process-wide (like core's host allocator), thread-safe, and holds at most
+// 1 GiB of idle blocks. With the CUDA backend this is where pinned host buffers will come from.
+#pragma once
+
+#include "mpigrad/core/dtype.h"
+#include "mpigrad/core/shape.h"
+#include "mpigrad/core/tensor.h"
+
+namespace mpigrad::data {
+
+// An uninitialized, contiguous CPU tensor whose memory returns to the pool when freed.
+core::Tensor empty_batch_tensor(const core::Shape& shape, core::DType dtype);
+
+// Frees the idle pooled blocks.
+void release_batch_buffers();
+
+}  // namespace mpigrad::data

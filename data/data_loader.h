@@ -1,0 +1,117 @@
+// defines: DataLoader, DataLoaderOptions, BatchTransform
+//
+// Iterates a Dataset in batches, PyTorch-style:
+//     DataLoader loader(dataset, {.batch_size = 64, .shuffle = true, .num_workers = 2});
+//     for (int64_t epoch = 0; epoch < epochs; ++epoch) {
+//       loader.set_epoch(epoch);                 // reshuffles (seed + epoch) on every rank alike
+//       for (Batch& batch : loader) train_step(batch["x"], batch["y"]);
+//     }
+//
+// The order of batches comes from a batch sampler: the one given, or BatchSampler over the
+// sampler given, or over a SequentialSampler / RandomSampler (shuffle) / DistributedSampler
+// (num_replicas > 1) built from the options. A sampler that is already distributed is kept as
+// it is. Giving both sampler and batch_sampler is an error, as in PyTorch.
+//
+// With num_workers > 0, background threads read up to num_workers * prefetch_factor batches
+// ahead while the trainer computes. Each batch's content depends only on its indices, and
+// batches are handed out strictly in sampler order, so the sequence is identical whatever the
+// number of threads. A worker's exception is rethrown by the iteration that reaches its batch.
+//
+// The optional transform runs in the worker, on each batch (for example uint8 images to
+// normalized float32, see data/transforms.h).
+//
+// Device hook: with a CUDA target the loader will read into pinned host buffers and copy each
+// batch to the device asynchronously on a copy stream, in the worker, after the transform. That
+// needs the CUDA backend (core pinned allocator and streams); until it lands a CUDA device is
+// refused with a clear error.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+
+#include "mpigrad/core/device.h"
+#include "mpigrad/data/dataset.h"
+#include "mpigrad/data/sampler.h"
+
+namespace mpigrad::data {
+
+using BatchTransform = std::function<Batch(Batch)>;
+
+struct DataLoaderOptions {
+  int64_t batch_size = 1;
+  bool shuffle = false;
+  bool drop_last = false;
+  uint64_t seed = 0;
+  std::shared_ptr<Sampler> sampler;                  // exclusive with batch_sampler
+  std::shared_ptr<BatchSamplerBase> batch_sampler;   // batch_size/shuffle/drop_last then unused
+  // With num_replicas > 1 and no sampler, a DistributedSampler(num_replicas, rank, shuffle, seed,
+  // drop_last) is made; a sampler given must then already be distributed.
+  int64_t num_replicas = 1;
+  int64_t rank = 0;
+  int num_workers = 0;      // 0: batches are read by the iterating thread
+  int prefetch_factor = 2;  // batches in flight per worker
+  BatchTransform transform;
+  core::Device device = core::kCPU;
+};
+
+class DataLoader {
+ public:
+  DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options = {});
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  int64_t size() const { return batch_sampler_->size(); }  // batches per epoch on this rank
+  // Forwarded to the sampler; takes effect at the next begin().
+  void set_epoch(int64_t epoch);
+  int64_t epoch() const { return epoch_; }
+  // The next begin() starts at batch `step` of the epoch instead of 0 (resuming a run); applies
+  // once.
+  void set_epoch_step(int64_t step);
+
+  // Explicit iteration: start() begins an epoch (ending any running one), next() returns the
+  // batches in order and then nullopt.
+  void start();
+  std::optional<Batch> next();
+
+  class Iterator {
+   public:
+    using value_type = Batch;
+    using difference_type = std::ptrdiff_t;
+    Iterator() = default;
+    Batch& operator*() { return *current_; }
+    Batch* operator->() { return &*current_; }
+    Iterator& operator++();
+    bool operator==(const Iterator& other) const { return done() == other.done(); }
+
+   private:
+    friend class DataLoader;
+    explicit Iterator(DataLoader* loader);
+    bool done() const { return !current_.has_value(); }
+    DataLoader* loader_ = nullptr;
+    std::optional<Batch> current_;
+  };
+  Iterator begin();  // calls start()
+  Iterator end() { return Iterator(); }
+
+  const Dataset& dataset() const { return *dataset_; }
+  const BatchSamplerBase& batch_sampler() const { return *batch_sampler_; }
+  // Seconds next() spent waiting for a batch since the last start(): the trainer's data stall.
+  double wait_seconds() const { return wait_seconds_; }
+
+ private:
+  struct EpochRun;
+  Batch load(const std::vector<int64_t>& indices) const;
+
+  std::shared_ptr<const Dataset> dataset_;
+  DataLoaderOptions options_;
+  std::shared_ptr<BatchSamplerBase> batch_sampler_;
+  int64_t epoch_ = 0;
+  int64_t epoch_step_ = 0;
+  double wait_seconds_ = 0;
+  std::unique_ptr<EpochRun> run_;
+};
+
+}  // namespace mpigrad::data

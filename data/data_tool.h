@@ -1,0 +1,24 @@
+// defines: run_data_command, shard_paths
+//
+// The data tool: `mpigrad-data <subcommand>` (and later `mpigrad data <subcommand>`).
+//   convert-idx  IDX files (MNIST / Fashion-MNIST, gzipped or not) -> HDF5 shards of
+//                uint8 x [N,1,H,W] and int64 y [N]
+//   inspect      the fields, dtypes, shapes, N and shards of HDF5 dataset files
+//   synth        synthetic classification data of a given shape, for benchmarks and tests
+// Every subcommand has --help. Files are written to a temporary name and renamed when complete.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace mpigrad::data {
+
+// argv[0] is the program (or "data"), argv[1] the subcommand. Returns the process exit code:
+// 0 on success or --help, 1 on any error (printed as one line on stderr).
+int run_data_command(int argc, char** argv);
+
+// The file names the tool writes for `output` split into `shards`: output itself for one shard,
+// else "<stem>-00000-of-00004.h5", ... next to it.
+std::vector<std::string> shard_paths(const std::string& output, int shards);
+
+}  // namespace mpigrad::data

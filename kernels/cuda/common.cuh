@@ -1,0 +1,291 @@
+// Internal to kernels/cuda: what every CUDA kernel family shares.
+//
+// - Launch checking: every launcher calls check_launch() after its kernels, which turns a
+//   launch error into an exception naming the kernel; with MPIGRAD_CUDA_DEBUG_SYNC it also
+//   synchronizes the stream, so an asynchronous fault is reported by the launch that caused it.
+// - Scalar semantics on the device that mirror kernels/cpu/scalar.h exactly: conversions that
+//   saturate instead of hitting undefined behaviour, wrapping integer arithmetic, NaN tests.
+// - Math wrappers that pick the float or double device function explicitly.
+// - The strided-loop walk (size-1 dims dropped, mergeable dims merged) that the CPU kernels use.
+// kernels/ includes nothing of ours above it, so errors are standard exceptions; the CUDA backend
+// in core/cuda turns them into core::Error.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "mpigrad/kernels/dtype.h"
+#include "mpigrad/kernels/elementwise.h"
+
+namespace mpigrad::kernels::cuda::detail {
+
+// ---- Errors ------------------------------------------------------------------------------------
+
+inline const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::Float32: return "Float32";
+    case DType::Float64: return "Float64";
+    case DType::BFloat16: return "BFloat16";
+    case DType::Float16: return "Float16";
+    case DType::Int32: return "Int32";
+    case DType::Int64: return "Int64";
+    case DType::UInt8: return "UInt8";
+    case DType::Bool: return "Bool";
+  }
+  return "unknown";
+}
+
+// "mpigrad::kernels::cuda::<kernel>: <what> is not supported for dtype X", as on the CPU.
+[[noreturn]] inline void throw_unsupported(const char* kernel, const std::string& what,
+                                           DType dtype) {
+  std::string message = std::string("mpigrad::kernels::cuda::") + kernel + ": ";
+  if (what.empty()) {
+    message += "dtype " + std::string(dtype_name(dtype)) + " is not supported";
+  } else {
+    message += what + " is not supported for dtype " + std::string(dtype_name(dtype));
+  }
+  throw std::invalid_argument(message);
+}
+
+[[noreturn]] inline void throw_invalid(const char* kernel, const std::string& what) {
+  throw std::invalid_argument(std::string("mpigrad::kernels::cuda::") + kernel + ": " + what);
+}
+
+inline void check_cuda(cudaError_t status, const char* call, const char* kernel) {
+  if (status != cudaSuccess) {
+    throw std::runtime_error(std::string("mpigrad::kernels::cuda::") + kernel + ": " + call +
+                             " failed: " + cudaGetErrorName(status) + " (" +
+                             cudaGetErrorString(status) + ")");
+  }
+}
+
+inline cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
+
+// After the launches of one kernel call.
+inline void check_launch(const char* kernel, void* stream) {
+  check_cuda(cudaGetLastError(), "kernel launch", kernel);
+#if defined(MPIGRAD_CUDA_DEBUG_SYNC) && MPIGRAD_CUDA_DEBUG_SYNC
+  check_cuda(cudaStreamSynchronize(as_stream(stream)),
+             "cudaStreamSynchronize (MPIGRAD_CUDA_DEBUG_SYNC)", kernel);
+#else
+  (void)stream;
+#endif
+}
+
+// Streaming multiprocessors of the current device, for sizing grids of multi-block kernels.
+inline int multiprocessor_count(const char* kernel) {
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice", kernel);
+  int count = 0;
+  check_cuda(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device),
+             "cudaDeviceGetAttribute(MultiProcessorCount)", kernel);
+  return count > 0 ? count : 1;
+}
+
+constexpr int kThreads = 256;        // threads per block of the flat kernels
+constexpr int64_t kMaxBlocks = int64_t(1) << 20;  // grid-stride loops cover the rest
+
+inline unsigned grid_for(int64_t work_items, int threads = kThreads) {
+  int64_t blocks = (work_items + threads - 1) / threads;
+  if (blocks < 1) blocks = 1;
+  if (blocks > kMaxBlocks) blocks = kMaxBlocks;
+  return unsigned(blocks);
+}
+
+// ---- Calls fn(T{}) with the C++ type of dtype (host side), like visit_dtype. ---------------
+
+template <typename Fn>
+void visit(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::Float32: return fn(float{});
+    case DType::Float64: return fn(double{});
+    case DType::BFloat16: return fn(BFloat16{});
+    case DType::Float16: return fn(Half{});
+    case DType::Int32: return fn(int32_t{});
+    case DType::Int64: return fn(int64_t{});
+    case DType::UInt8: return fn(uint8_t{});
+    case DType::Bool: return fn(bool{});
+  }
+}
+
+template <typename T>
+constexpr bool is_floating_v = std::is_floating_point_v<compute_t<T>>;
+
+// ---- Device scalar semantics (mirror kernels/cpu/scalar.h) ------------------------------------
+
+// Bool is stored as one byte that may hold any value (a file, a cast); it is read as != 0.
+template <typename T>
+__device__ __forceinline__ T load(const T* p) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return *reinterpret_cast<const uint8_t*>(p) != 0;
+  } else {
+    return *p;
+  }
+}
+
+template <typename C>
+__device__ __forceinline__ bool is_nan(C value) {
+  if constexpr (std::is_floating_point_v<C>) {
+    return value != value;
+  } else {
+    return false;
+  }
+}
+
+template <typename C>
+__device__ __forceinline__ C wrap_add(C a, C b) {
+  using U = std::make_unsigned_t<C>;
+  return C(U(a) + U(b));
+}
+template <typename C>
+__device__ __forceinline__ C wrap_sub(C a, C b) {
+  using U = std::make_unsigned_t<C>;
+  return C(U(a) - U(b));
+}
+template <typename C>
+__device__ __forceinline__ C wrap_mul(C a, C b) {
+  using U = std::make_unsigned_t<C>;
+  if constexpr (sizeof(C) < sizeof(unsigned)) {
+    return C(unsigned(U(a)) * unsigned(U(b)));
+  } else {
+    return C(U(a) * U(b));
+  }
+}
+
+// Any element type to any other, exactly as kernels/cpu/scalar.h cast_to defines it.
+template <typename To, typename From>
+__host__ __device__ __forceinline__ To cast_to(From value) {
+  using FromC = compute_t<From>;
+  using ToC = compute_t<To>;
+  if constexpr (std::is_same_v<To, From>) {
+    return value;
+  } else if constexpr (std::is_same_v<To, bool>) {
+    return FromC(value) != FromC(0);
+  } else if constexpr (std::is_floating_point_v<FromC> && std::is_integral_v<To>) {
+    // Truncation toward zero, NaN to 0, saturating out of range (kernels/cpu/scalar.h's
+    // float_to_int); floats reach UInt8 through int64, so -1.0 becomes 255.
+    using Wide = std::conditional_t<std::is_same_v<To, uint8_t>, int64_t, To>;
+    const FromC x = FromC(value);
+    const FromC low = FromC(std::numeric_limits<Wide>::min());
+    Wide w;
+    if (!(x == x)) {
+      w = Wide(0);
+    } else if (x >= -low) {
+      w = std::numeric_limits<Wide>::max();
+    } else if (x < low) {
+      w = std::numeric_limits<Wide>::min();
+    } else {
+      w = Wide(x);
+    }
+    return To(w);
+  } else {
+    return To(ToC(FromC(value)));
+  }
+}
+
+// A double bound brought into T's range (clamp limits), as kernels/cpu/scalar.h saturate_bound.
+template <typename T>
+inline compute_t<T> saturate_bound(double bound) {
+  using C = compute_t<T>;
+  if constexpr (std::is_floating_point_v<C>) {
+    return C(bound);
+  } else if constexpr (std::is_same_v<C, bool>) {
+    return bound > 0.0;
+  } else {
+    if (bound != bound) return C(0);
+    if (bound <= double(std::numeric_limits<C>::min())) return std::numeric_limits<C>::min();
+    if (bound >= double(std::numeric_limits<C>::max())) return std::numeric_limits<C>::max();
+    return C(bound);
+  }
+}
+
+// ---- Math in float or double, chosen by overload --------------------------------------------
+
+__device__ __forceinline__ float m_exp(float x) { return expf(x); }
+__device__ __forceinline__ double m_exp(double x) { return exp(x); }
+__device__ __forceinline__ float m_log(float x) { return logf(x); }
+__device__ __forceinline__ double m_log(double x) { return log(x); }
+__device__ __forceinline__ float m_sqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ double m_sqrt(double x) { return sqrt(x); }
+__device__ __forceinline__ float m_abs(float x) { return fabsf(x); }
+__device__ __forceinline__ double m_abs(double x) { return fabs(x); }
+__device__ __forceinline__ float m_erf(float x) { return erff(x); }
+__device__ __forceinline__ double m_erf(double x) { return erf(x); }
+__device__ __forceinline__ float m_tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ double m_tanh(double x) { return tanh(x); }
+__device__ __forceinline__ float m_pow(float x, float y) { return powf(x, y); }
+__device__ __forceinline__ double m_pow(double x, double y) { return pow(x, y); }
+__device__ __forceinline__ float m_cos(float x) { return cosf(x); }
+__device__ __forceinline__ double m_cos(double x) { return cos(x); }
+
+template <typename C>
+__device__ __forceinline__ C infinity() {
+  return std::numeric_limits<C>::infinity();
+}
+
+// ---- Strided walk ------------------------------------------------------------------------------
+
+// The iteration space with size-1 dims dropped and mergeable neighbours merged (as the CPU's
+// coalesce), passed to kernels by value.
+struct Walk {
+  int ndim = 0;
+  int64_t numel = 0;
+  int64_t size[kMaxDims] = {};
+  int64_t stride[4][kMaxDims] = {};
+};
+
+inline Walk coalesce(const StridedLoop& loop, int num_operands) {
+  Walk walk;
+  walk.numel = loop.numel();
+  for (int d = 0; d < loop.ndim; ++d) {
+    if (loop.size[d] == 1) continue;
+    const int last = walk.ndim - 1;
+    bool mergeable = last >= 0;
+    for (int op = 0; mergeable && op < num_operands; ++op) {
+      mergeable = walk.stride[op][last] == loop.stride[op][d] * loop.size[d];
+    }
+    if (mergeable) {
+      walk.size[last] *= loop.size[d];
+      for (int op = 0; op < num_operands; ++op) walk.stride[op][last] = loop.stride[op][d];
+    } else {
+      walk.size[walk.ndim] = loop.size[d];
+      for (int op = 0; op < num_operands; ++op) walk.stride[op][walk.ndim] = loop.stride[op][d];
+      ++walk.ndim;
+    }
+  }
+  return walk;
+}
+
+// Element offsets of operands [0, kOps) for flat row-major position i of the walk. The loop over
+// dims is unrolled with a guard, so the walk's arrays are indexed by constants and stay in the
+// kernel parameter space instead of being copied to local memory.
+template <int kOps>
+__device__ __forceinline__ void walk_offsets(const Walk& walk, int64_t i, int64_t (&offset)[kOps]) {
+#pragma unroll
+  for (int op = 0; op < kOps; ++op) offset[op] = 0;
+#pragma unroll
+  for (int j = 0; j < kMaxDims; ++j) {
+    const int d = kMaxDims - 1 - j;
+    if (d < walk.ndim) {
+      const int64_t index = i % walk.size[d];
+      i /= walk.size[d];
+#pragma unroll
+      for (int op = 0; op < kOps; ++op) offset[op] += index * walk.stride[op][d];
+    }
+  }
+}
+
+// ---- Index checks (defined in index.cu) ------------------------------------------------------
+
+// The first position p in [0, n) whose index[p] lies outside [0, extent) (and differs from
+// *ignore when ignore is not null), or -1. Runs a check kernel into `workspace` (at least
+// kIndexCheckBytes of device memory) and waits for the stream to read the answer back.
+int64_t first_bad_index(const int64_t* index, int64_t n, int64_t extent, const int64_t* ignore,
+                        void* workspace, void* stream, const char* kernel);
+
+}  // namespace mpigrad::kernels::cuda::detail

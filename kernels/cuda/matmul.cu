@@ -1,0 +1,122 @@
+// CUDA gemm through cuBLAS (cublasGemmStridedBatchedEx), accumulating in fp32 for the 16-bit
+// types.
+//
+// Layout: row-major matrices with explicit leading dimensions, batch entries at element strides
+// (0 broadcasts), as in kernels/matmul.h. cuBLAS is column-major, and a row-major C = op(A) op(B)
+// is the column-major C^T = op(B)^T op(A)^T, so the call passes B before A and swaps m and n; the
+// leading dimensions and transposes carry over unchanged.
+// Types: Float32 (fp32 compute, no TF32, so results match the CPU's sgemm closely), BFloat16 and
+// Float16 (fp32 accumulation, 16-bit output), Float64 (fp64 compute).
+// C is written with `=` when beta == 0 (never read), otherwise C = alpha*op(A)op(B) + beta*C.
+// k == 0 or alpha == 0 scale C by beta (zero it for beta == 0) with a small kernel instead.
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <climits>
+#include <string>
+
+#include "mpigrad/kernels/cuda/common.cuh"
+#include "mpigrad/kernels/matmul.h"
+
+namespace mpigrad::kernels::cuda {
+namespace {
+
+using detail::as_stream;
+
+void check_cublas(cublasStatus_t status, const char* call) {
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    throw std::runtime_error(std::string("mpigrad::kernels::cuda::gemm: ") + call + " failed: " +
+                             cublasGetStatusName(status) + " (" + cublasGetStatusString(status) +
+                             ")");
+  }
+}
+
+void check_shape(const GemmShape& s) {
+  auto fail = [](const std::string& what) { detail::throw_invalid("gemm", what); };
+  if (s.m < 0 || s.n < 0 || s.k < 0 || s.batch < 0) fail("negative size");
+  if (s.m > INT_MAX || s.n > INT_MAX || s.k > INT_MAX || s.lda > INT_MAX || s.ldb > INT_MAX ||
+      s.ldc > INT_MAX || s.batch > INT_MAX) {
+    fail("a size, leading dimension or batch count exceeds the 32-bit range of cuBLAS");
+  }
+  const int64_t a_cols = s.transpose_a ? s.m : s.k;
+  const int64_t b_cols = s.transpose_b ? s.k : s.n;
+  if (s.lda < std::max<int64_t>(1, a_cols)) fail("lda " + std::to_string(s.lda) + " is too small");
+  if (s.ldb < std::max<int64_t>(1, b_cols)) fail("ldb " + std::to_string(s.ldb) + " is too small");
+  if (s.ldc < std::max<int64_t>(1, s.n)) fail("ldc " + std::to_string(s.ldc) + " is too small");
+}
+
+// C[b] = beta * C[b] (0 when beta == 0, even over NaN) for the products cuBLAS is not asked for.
+template <typename T>
+__global__ void scale_c_kernel(int64_t batch, int64_t m, int64_t n, int64_t ldc,
+                               int64_t batch_stride_c, double beta, T* c) {
+  const int64_t total = batch * m * n;
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < total;
+       p += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t col = p % n, row = (p / n) % m, entry = p / (m * n);
+    T& value = c[entry * batch_stride_c + row * ldc + col];
+    using C = compute_t<T>;
+    value = beta == 0.0 ? T(C(0)) : T(C(beta) * C(value));
+  }
+}
+
+}  // namespace
+
+void gemm(DType dtype, const GemmShape& shape, double alpha, const void* a, const void* b,
+          double beta, void* c, void* blas_handle, void* stream) {
+  cudaDataType_t data_type;
+  cublasComputeType_t compute_type;
+  switch (dtype) {
+    case DType::Float32: data_type = CUDA_R_32F; compute_type = CUBLAS_COMPUTE_32F; break;
+    case DType::Float64: data_type = CUDA_R_64F; compute_type = CUBLAS_COMPUTE_64F; break;
+    case DType::BFloat16: data_type = CUDA_R_16BF; compute_type = CUBLAS_COMPUTE_32F; break;
+    case DType::Float16: data_type = CUDA_R_16F; compute_type = CUBLAS_COMPUTE_32F; break;
+    default: detail::throw_unsupported("gemm", "", dtype);
+  }
+  check_shape(shape);
+  if (shape.m == 0 || shape.n == 0 || shape.batch == 0) return;
+  if (blas_handle == nullptr) detail::throw_invalid("gemm", "no cuBLAS handle");
+  // Entries that share C (batch_stride_c == 0) must run one after another, as on the CPU.
+  const bool shared_c = shape.batch > 1 && shape.batch_stride_c == 0;
+
+  if (shape.k == 0 || alpha == 0.0) {
+    const int64_t entries = shared_c ? 1 : shape.batch;
+    detail::visit(dtype, [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (detail::is_floating_v<T>) {
+        scale_c_kernel<T><<<detail::grid_for(entries * shape.m * shape.n), detail::kThreads, 0,
+                            as_stream(stream)>>>(entries, shape.m, shape.n, shape.ldc,
+                                                 shape.batch_stride_c, beta, static_cast<T*>(c));
+      }
+    });
+    detail::check_launch("gemm", stream);
+    return;
+  }
+
+  auto handle = static_cast<cublasHandle_t>(blas_handle);
+  check_cublas(cublasSetStream(handle, as_stream(stream)), "cublasSetStream");
+  const float alpha_f = float(alpha), beta_f = float(beta);
+  const void* alpha_ptr = dtype == DType::Float64 ? static_cast<const void*>(&alpha)
+                                                  : static_cast<const void*>(&alpha_f);
+  const void* beta_ptr = dtype == DType::Float64 ? static_cast<const void*>(&beta)
+                                                 : static_cast<const void*>(&beta_f);
+  const cublasOperation_t op_b = shape.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_a = shape.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int64_t size = element_size(dtype);
+  const int64_t calls = shared_c ? shape.batch : 1;
+  const int batch_per_call = shared_c ? 1 : int(shape.batch);
+  for (int64_t entry = 0; entry < calls; ++entry) {
+    const char* a_entry = static_cast<const char*>(a) + entry * shape.batch_stride_a * size;
+    const char* b_entry = static_cast<const char*>(b) + entry * shape.batch_stride_b * size;
+    check_cublas(
+        cublasGemmStridedBatchedEx(handle, op_b, op_a, int(shape.n), int(shape.m), int(shape.k),
+                                   alpha_ptr, b_entry, data_type, int(shape.ldb),
+                                   shape.batch_stride_b, a_entry, data_type, int(shape.lda),
+                                   shape.batch_stride_a, beta_ptr, c, data_type, int(shape.ldc),
+                                   shape.batch_stride_c, batch_per_call, compute_type,
+                                   CUBLAS_GEMM_DEFAULT),
+        "cublasGemmStridedBatchedEx");
+  }
+  detail::check_launch("gemm", stream);
+}
+
+}  // namespace mpigrad::kernels::cuda

@@ -1,0 +1,122 @@
+// The core op table (tests/core/op_cases.h) on CUDA against the CPU: every case forward, and
+// every differentiable case backward (the gradients of sum(out * w)), in float32, float64,
+// bfloat16 and float16. The CPU reference runs in float32 on the same (rounded) inputs for the
+// 16-bit dtypes, since the CPU has no 16-bit GEMM; the tolerance is per dtype.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cuda_test.h"
+#include "mpigrad/core/autograd.h"
+#include "mpigrad/core/ops/reduce.h"
+#include "op_cases.h"
+
+namespace {
+
+using namespace mpigrad::core;  // NOLINT
+using mpigrad::test::OpCase;
+using mpigrad::test::OpInputs;
+
+struct Tolerance {
+  double atol, rtol;
+};
+
+Tolerance tolerance_for(DType dtype) {
+  switch (dtype) {
+    case DType::Float64: return {1e-10, 1e-10};
+    case DType::Float32: return {2e-5, 1e-4};
+    case DType::Float16: return {1e-2, 1e-2};
+    default: return {5e-2, 5e-2};  // BFloat16: 8 significant bits
+  }
+}
+
+// Weights for sum(out * w), fixed and away from zero.
+std::vector<double> weights(int64_t n) {
+  std::vector<double> w;
+  for (int64_t i = 0; i < n; ++i) w.push_back(0.25 + 0.5 * double((i * 7) % 5) / 4.0);
+  return w;
+}
+
+// The case's inputs as values exactly representable in `dtype` (the 16-bit types round them).
+std::vector<std::vector<double>> rounded_values(const OpCase& op, DType dtype) {
+  std::vector<std::vector<double>> values;
+  for (const auto& in : op.inputs) {
+    if (in.fixed_dtype) {
+      values.push_back(in.values);
+    } else {
+      values.push_back(Tensor::from_vector(in.values, in.shape, dtype).to_vector<double>());
+    }
+  }
+  return values;
+}
+
+struct RunResult {
+  std::vector<double> out;
+  Shape shape;
+  DType dtype = kFloat32;
+  std::vector<std::vector<double>> grads;  // per float input, empty when not differentiable
+};
+
+RunResult run(const OpCase& op, const std::vector<std::vector<double>>& values, DType dtype,
+              Device device) {
+  OpInputs inputs;
+  for (size_t i = 0; i < op.inputs.size(); ++i) {
+    const auto& in = op.inputs[i];
+    Tensor t = Tensor::from_vector(values[i], in.shape,
+                                   TensorOptions(in.fixed_dtype.value_or(dtype)).device(device));
+    if (op.differentiable && !in.fixed_dtype) t.set_requires_grad(true);
+    inputs.push_back(t);
+  }
+  Tensor out = op.build(inputs);
+  RunResult result{out.to_vector<double>(), out.shape(), out.dtype(), {}};
+  if (op.differentiable) {
+    Tensor w = Tensor::from_vector(weights(out.numel()), out.shape(),
+                                   TensorOptions(out.dtype()).device(device));
+    sum(out * w).backward();
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      if (op.inputs[i].fixed_dtype) continue;
+      Tensor grad = inputs[i].grad();
+      result.grads.push_back(grad.defined() ? grad.to_vector<double>()
+                                            : std::vector<double>(values[i].size(), 0.0));
+    }
+  }
+  return result;
+}
+
+void check_case(const OpCase& op, DType dtype) {
+  INFO("op case: ", op.name, ", dtype ", dtype_name(dtype));
+  try {
+    const auto values = rounded_values(op, dtype);
+    const DType reference_dtype = dtype == kFloat64 ? kFloat64 : kFloat32;
+    const RunResult expected = run(op, values, reference_dtype, kCPU);
+    const RunResult actual = run(op, values, dtype, cuda(0));
+    const Tolerance tol = tolerance_for(dtype);
+    CHECK(actual.shape == expected.shape);
+    CHECK(actual.dtype == op.output_dtype.value_or(dtype));
+    const std::string forward =
+        mpigrad::test::first_mismatch(actual.out, expected.out, tol.atol, tol.rtol);
+    CHECK_MESSAGE(forward.empty(), "forward: ", forward);
+    REQUIRE(actual.grads.size() == expected.grads.size());
+    for (size_t i = 0; i < actual.grads.size(); ++i) {
+      const std::string backward = mpigrad::test::first_mismatch(
+          actual.grads[i], expected.grads[i], 2 * tol.atol, 2 * tol.rtol);
+      CHECK_MESSAGE(backward.empty(), "gradient of float input ", i, ": ", backward);
+    }
+  } catch (const std::exception& e) {
+    FAIL_CHECK("threw: " << e.what());
+  }
+}
+
+void check_table(DType dtype) {
+  for (const OpCase& op : mpigrad::test::op_cases()) check_case(op, dtype);
+}
+
+}  // namespace
+
+MPIGRAD_CUDA_TEST_CASE("op table on CUDA matches the CPU: float32") { check_table(kFloat32); }
+MPIGRAD_CUDA_TEST_CASE("op table on CUDA matches the CPU: float64") { check_table(kFloat64); }
+MPIGRAD_CUDA_TEST_CASE("op table on CUDA matches the CPU: bfloat16") { check_table(kBFloat16); }
+MPIGRAD_CUDA_TEST_CASE("op table on CUDA matches the CPU: float16") { check_table(kFloat16); }
