@@ -78,6 +78,13 @@ void DataLoader::set_epoch(int64_t epoch) {
   batch_sampler_->set_epoch(epoch);
 }
 
+void DataLoader::set_batch_sampler(std::shared_ptr<BatchSamplerBase> batch_sampler) {
+  MPIGRAD_CHECK(batch_sampler != nullptr, "DataLoader::set_batch_sampler: null batch sampler");
+  run_.reset();  // an epoch in progress ends here; the next start() uses the new order
+  batch_sampler_ = std::move(batch_sampler);
+  batch_sampler_->set_epoch(epoch_);
+}
+
 void DataLoader::set_epoch_step(int64_t step) {
   MPIGRAD_CHECK(step >= 0 && step <= size(), "DataLoader::set_epoch_step: step ", step, " outside [0, ", size(),
                 "]");

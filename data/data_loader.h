@@ -66,6 +66,9 @@ class DataLoader {
   int64_t size() const { return batch_sampler_->size(); }  // batches per epoch on this rank
   // Forwarded to the sampler; takes effect at the next begin().
   void set_epoch(int64_t epoch);
+  // Replaces the order of batches (DDPHook installs a distributed one); ends an epoch in progress.
+  void set_batch_sampler(std::shared_ptr<BatchSamplerBase> batch_sampler);
+  const DataLoaderOptions& options() const { return options_; }
   int64_t epoch() const { return epoch_; }
   // The next begin() starts at batch `step` of the epoch instead of 0 (resuming a run); applies
   // once.

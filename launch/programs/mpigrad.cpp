@@ -1,0 +1,47 @@
+// The `mpigrad` program: one executable, one subcommand per job.
+//   mpigrad train --config run.ini      train under mpirun/srun or as one process
+//   mpigrad data convert-idx|inspect|synth ...
+// Every subcommand has --help.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "mpigrad/data/data_tool.h"
+#include "mpigrad/launch/train_command.h"
+#include "mpigrad/version.h"
+
+namespace {
+
+void usage(std::FILE* out) {
+  std::fprintf(out,
+               "usage: mpigrad <command> [options]\n\n"
+               "commands:\n"
+               "  train   train a classifier on HDF5 data (mpigrad train --help)\n"
+               "  data    convert, inspect or synthesize HDF5 datasets (mpigrad data --help)\n\n"
+               "options:\n"
+               "  --help, -h    show this help\n"
+               "  --version     print the version\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  std::string command = argv[1];
+  if (command == "--help" || command == "-h" || command == "help") {
+    usage(stdout);
+    return 0;
+  }
+  if (command == "--version") {
+    std::printf("mpigrad %s\n", MPIGRAD_VERSION);
+    return 0;
+  }
+  if (command == "train") return mpigrad::launch::run_train_command(argc - 1, argv + 1);
+  if (command == "data") return mpigrad::data::run_data_command(argc - 1, argv + 1);
+  std::fprintf(stderr, "mpigrad: unknown command '%s'\n\n", command.c_str());
+  usage(stderr);
+  return 2;
+}

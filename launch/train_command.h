@@ -1,0 +1,20 @@
+// defines: run_train_command
+//
+// `mpigrad train --config FILE.ini`: trains the configured classifier (launch/train_config.h) on
+// HDF5 data with TrainingStrategy and the built-in hooks, on one process or under mpirun/srun.
+//
+// Failure handling, in two phases:
+// - Checking (config, data files and fields, label range, model): every rank checks, then the
+//   ranks agree on the outcome with one all-reduce. On any failure the lowest failing rank prints
+//   its error, prefixed "[rank r/w]", and every rank returns 1 before any training starts.
+// - Training: an exception on any rank is printed with its rank and ends the whole job (MPI_Abort
+//   when there are other ranks), so no rank is left waiting in a collective.
+// Rank 0 writes out_dir/config.ini (the resolved configuration), metrics.jsonl and checkpoints.
+#pragma once
+
+namespace mpigrad::launch {
+
+// argv[0] is "train"; returns the process exit code.
+int run_train_command(int argc, char** argv);
+
+}  // namespace mpigrad::launch

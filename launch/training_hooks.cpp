@@ -1,0 +1,275 @@
+#include "mpigrad/launch/training_hooks.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "mpigrad/core/error.h"
+#include "mpigrad/core/ops/elementwise.h"
+#include "mpigrad/data/multi_dataset.h"
+#include "mpigrad/data/sampler.h"
+#include "mpigrad/nn/checkpoint.h"
+#include "mpigrad/nn/optim/clip_grad.h"
+
+namespace mpigrad::launch {
+
+// ---- DDPHook -----------------------------------------------------------------------------------
+
+DDPHook::DDPHook(DdpOptions options, DistributedSamplerSettings sampler,
+                 BatchSamplerFactory custom_sampler)
+    : options_(options), sampler_(sampler), custom_sampler_(std::move(custom_sampler)) {}
+
+DDPHook::~DDPHook() = default;
+
+void DDPHook::on(HookStage stage, TrainingContext& context) {
+  DistributedManager& manager = *context.manager;
+  if (manager.world_size() == 1) return;  // one process: plain training
+  if (stage == HookStage::Setup) {
+    nn::Module& model = context.model();
+    std::vector<NamedTensor> parameters, buffers;
+    for (auto& [name, tensor] : model.named_parameters()) {
+      MPIGRAD_CHECK(tensor.device() == manager.device(), "DDPHook: parameter '", name, "' is on ",
+                    tensor.device(), " but this rank's device is ", manager.device(),
+                    "; move the model with to() before building the optimizer");
+      if (tensor.requires_grad()) parameters.push_back({name, tensor});
+    }
+    for (auto& [name, tensor] : model.named_buffers()) buffers.push_back({name, tensor});
+    ddp_ = std::make_unique<DistributedDataParallel>(std::move(parameters), std::move(buffers),
+                                                     manager.world(), options_);
+    context.ddp = ddp_.get();
+    if (context.train_loader != nullptr) {
+      install_sampler(*context.train_loader, manager.world_size(), manager.rank());
+    }
+  } else if (stage == HookStage::BeforeForward) {
+    ddp_->prepare_for_backward();
+  }
+}
+
+void DDPHook::install_sampler(data::DataLoader& loader, int64_t replicas, int64_t rank) {
+  if (loader.batch_sampler().is_distributed()) return;  // the user's own: kept
+  const data::DataLoaderOptions& options = loader.options();
+  if (custom_sampler_) {
+    loader.set_batch_sampler(custom_sampler_(loader, replicas, rank));
+    return;
+  }
+  bool shuffle = sampler_.shuffle.value_or(options.shuffle);
+  uint64_t seed = sampler_.seed.value_or(options.seed);
+  bool drop_last = sampler_.drop_last.value_or(options.drop_last);
+  if (const auto* multi = dynamic_cast<const data::MultiDataset*>(&loader.dataset())) {
+    data::MultiDatasetBatchSamplerOptions multi_options;
+    multi_options.batch_size = options.batch_size;
+    multi_options.num_replicas = replicas;
+    multi_options.rank = rank;
+    multi_options.seed = seed;
+    multi_options.drop_last = drop_last;
+    loader.set_batch_sampler(std::make_shared<data::MultiDatasetBatchSampler>(*multi, multi_options));
+    return;
+  }
+  auto sampler = std::make_shared<data::DistributedSampler>(loader.dataset().size(), replicas,
+                                                            rank, shuffle, seed, drop_last);
+  loader.set_batch_sampler(
+      std::make_shared<data::BatchSampler>(sampler, options.batch_size, drop_last));
+}
+
+// ---- CheckpointHook ----------------------------------------------------------------------------
+
+CheckpointHook::CheckpointHook(CheckpointSettings settings, nn::LRScheduler* scheduler,
+                               nn::ModelEMA* ema)
+    : settings_(std::move(settings)), scheduler_(scheduler), ema_(ema) {}
+
+void CheckpointHook::save(TrainingContext& context, const std::string& path) const {
+  if (!context.manager->is_main_process()) return;
+  nn::CheckpointData data;
+  nn::Module& model = context.model();
+  data.model = model.state_dict();
+  if (!context.optimizers.empty()) data.optimizer = context.optimizer().state_dict();
+  if (scheduler_ != nullptr) data.scheduler = scheduler_->state_dict();
+  if (ema_ != nullptr) data.ema = ema_->state_dict();
+  for (const auto& [name, generator] : model.named_generators()) {
+    data.rng.emplace_back("model." + name, *generator);
+  }
+  data.epoch = context.epoch;
+  data.step = context.step;
+  data.world_size = context.manager->world_size();
+  data.config = settings_.config_text;
+  nn::save_checkpoint(path, data);
+}
+
+void CheckpointHook::on(HookStage stage, TrainingContext& context) {
+  namespace fs = std::filesystem;
+  if (stage == HookStage::Setup) {
+    if (context.manager->is_main_process() && !settings_.out_dir.empty()) {
+      fs::create_directories(settings_.out_dir);
+    }
+    if (settings_.resume.empty()) return;
+    // Every rank reads the file: the model, optimizer and scheduler come back identical everywhere.
+    nn::CheckpointData data = nn::load_checkpoint_into(
+        settings_.resume, context.model(),
+        context.optimizers.empty() ? nullptr : &context.optimizer(), scheduler_);
+    if (ema_ != nullptr && !data.ema.tensors().empty()) ema_->load_state_dict(data.ema);
+    // `epoch` counts finished epochs, so it is also the next one to run.
+    context.epoch = data.epoch;
+    context.step = data.step;
+  } else if (stage == HookStage::BeforeTraining) {
+    if (settings_.save_initial && context.step == 0 && !settings_.out_dir.empty()) {
+      save(context, (fs::path(settings_.out_dir) / "ckpt-step0.h5").string());
+    }
+  } else if (stage == HookStage::AfterEpoch) {
+    if (settings_.out_dir.empty()) return;
+    int64_t finished = context.epoch + 1;
+    int64_t current = context.epoch;
+    context.epoch = finished;  // what a resume should start from
+    std::string path =
+        (fs::path(settings_.out_dir) / ("ckpt-epoch" + std::to_string(finished) + ".h5")).string();
+    save(context, path);
+    save(context, (fs::path(settings_.out_dir) / "last.h5").string());
+    context.epoch = current;
+  }
+}
+
+// ---- LRSchedulerHook, GradAccumulationHook, GradClipHook, EMAHook ------------------------------
+
+void LRSchedulerHook::on(HookStage stage, TrainingContext&) {
+  if (stage == HookStage::AfterOptimizerStep) scheduler_.step();
+}
+
+GradAccumulationHook::GradAccumulationHook(int64_t steps) : steps_(steps) {
+  MPIGRAD_CHECK(steps >= 1, "GradAccumulationHook: steps must be at least 1, got ", steps);
+}
+
+void GradAccumulationHook::on(HookStage stage, TrainingContext& context) {
+  if (stage == HookStage::Setup) context.accumulation_steps = steps_;
+}
+
+void GradAccumulationHook::backward(TrainingContext& context) {
+  core::Tensor scaled = context.loss / double(steps_);
+  if (context.ddp != nullptr && !context.sync_step) {
+    auto local_only = context.ddp->no_sync();
+    scaled.backward();
+  } else {
+    scaled.backward();
+  }
+}
+
+void GradClipHook::on(HookStage stage, TrainingContext& context) {
+  if (stage == HookStage::BeforeOptimizerStep) {
+    last_norm_ = nn::clip_grad_norm_(context.model().parameters(), max_norm_);
+  }
+}
+
+void EMAHook::on(HookStage stage, TrainingContext& context) {
+  if (stage == HookStage::AfterOptimizerStep) ema_->update(context.model());
+}
+
+// ---- LoggingHook -------------------------------------------------------------------------------
+
+namespace {
+std::string json_number(double value) {
+  if (!std::isfinite(value)) return "null";
+  std::ostringstream out;
+  out.precision(8);
+  out << value;
+  return out.str();
+}
+}  // namespace
+
+LoggingHook::LoggingHook(std::string out_dir, int64_t every)
+    : Hook(1), out_dir_(std::move(out_dir)), log_every_(every < 1 ? 1 : every) {}
+
+void LoggingHook::write_line(const std::string& json) {
+  if (!metrics_.is_open()) return;
+  metrics_ << json << '\n';
+  metrics_.flush();
+}
+
+double LoggingHook::samples_per_second() const {
+  return train_seconds_ > 0 ? double(samples_) / train_seconds_ : 0.0;
+}
+
+void LoggingHook::on(HookStage stage, TrainingContext& context) {
+  DistributedManager& manager = *context.manager;
+  using clock = std::chrono::steady_clock;
+  switch (stage) {
+    case HookStage::Setup: {
+      main_process_ = manager.is_main_process();
+      tty_ = main_process_ && isatty(fileno(stdout));
+      if (main_process_ && !out_dir_.empty()) {
+        std::filesystem::create_directories(out_dir_);
+        std::string path = (std::filesystem::path(out_dir_) / "metrics.jsonl").string();
+        // A resumed run appends to the metrics of the run it continues.
+        metrics_.open(path, context.step > 0 || context.epoch > 0 ? std::ios::app : std::ios::trunc);
+        MPIGRAD_CHECK(metrics_.good(), "LoggingHook: cannot write ", path);
+      }
+      break;
+    }
+    case HookStage::BeforeEpoch:
+      last_log_ = clock::now();
+      start_ = last_log_;
+      break;
+    case HookStage::AfterLoss:
+      loss_sum_ += context.loss.item<double>();
+      ++loss_count_;
+      break;
+    case HookStage::AfterOptimizerStep: {
+      samples_since_log_ += context.batch->size() * context.accumulation_steps;
+      if (context.step % log_every_ != 0) break;
+      // Every rank takes part: the logged loss is the mean over ranks of their mean losses.
+      core::Tensor stats = core::Tensor::from_vector<double>(
+          {loss_sum_, double(loss_count_), double(samples_since_log_)}, {3});
+      manager.world().all_reduce(stats, ReduceOp::Sum);
+      std::vector<double> totals = stats.to_vector<double>();
+      auto now = clock::now();
+      double seconds = std::chrono::duration<double>(now - last_log_).count();
+      double rate = seconds > 0 ? totals[2] / seconds : 0.0;
+      double loss = totals[1] > 0 ? totals[0] / totals[1] : 0.0;
+      double lr = context.optimizers.empty() ? 0.0 : context.optimizer().param_groups()[0].lr;
+      if (main_process_) {
+        write_line("{\"step\": " + std::to_string(context.step) + ", \"epoch\": " +
+                   std::to_string(context.epoch) + ", \"loss\": " + json_number(loss) +
+                   ", \"lr\": " + json_number(lr) + ", \"samples_per_s\": " + json_number(rate) +
+                   "}");
+        int64_t batches = context.train_loader ? context.train_loader->size() : 0;
+        std::printf(tty_ ? "\repoch %lld  step %lld  batch %lld/%lld  loss %.4f  lr %.4g  %.0f samples/s  "
+                         : "epoch %lld  step %lld  batch %lld/%lld  loss %.4f  lr %.4g  %.0f samples/s\n",
+                    static_cast<long long>(context.epoch), static_cast<long long>(context.step),
+                    static_cast<long long>(context.batch_in_epoch + 1),
+                    static_cast<long long>(batches), loss, lr, rate);
+        std::fflush(stdout);
+      }
+      loss_sum_ = 0;
+      loss_count_ = 0;
+      samples_ += int64_t(totals[2]);
+      train_seconds_ += seconds;
+      samples_since_log_ = 0;
+      last_log_ = now;
+      break;
+    }
+    case HookStage::AfterEpoch: {
+      // Count the tail since the last log in the throughput without another collective.
+      double seconds = std::chrono::duration<double>(clock::now() - last_log_).count();
+      samples_ += samples_since_log_ * manager.world_size();
+      train_seconds_ += seconds;
+      samples_since_log_ = 0;
+      if (tty_) std::printf("\n");
+      break;
+    }
+    case HookStage::AfterValidation: {
+      if (!main_process_) break;
+      double loss = context.metrics.at("val_loss"), accuracy = context.metrics.at("val_accuracy");
+      write_line("{\"epoch\": " + std::to_string(context.epoch) + ", \"test_loss\": " +
+                 json_number(loss) + ", \"test_accuracy\": " + json_number(accuracy) + "}");
+      std::printf("epoch %lld  test_loss %.4f  test_accuracy %.4f  (%.0f samples)\n",
+                  static_cast<long long>(context.epoch), loss, accuracy,
+                  context.metrics.at("val_samples"));
+      std::fflush(stdout);
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+}  // namespace mpigrad::launch

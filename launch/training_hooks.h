@@ -1,0 +1,157 @@
+// defines: DDPHook, CheckpointHook, LRSchedulerHook, GradAccumulationHook, GradClipHook,
+//          EMAHook, LoggingHook, DistributedSamplerSettings
+//
+// The built-in hooks of TrainingStrategy. Each does one thing and touches only what it names:
+//   DDPHook               wraps the model in DistributedDataParallel and gives the training
+//                         loader a distributed sampler (nothing at world size 1)
+//   CheckpointHook        resumes from a checkpoint; rank 0 writes ckpt-step0.h5 (optional),
+//                         ckpt-epoch<N>.h5 and last.h5, atomically
+//   LRSchedulerHook       steps a scheduler after every optimizer step
+//   GradAccumulationHook  k micro-batches per optimizer step, with DDP's no_sync (claims backward)
+//   GradClipHook          clips the global gradient norm before each step
+//   EMAHook               keeps an exponential moving average of the weights
+//   LoggingHook           rank 0 logs loss, lr and throughput (a progress bar on a terminal,
+//                         plain lines otherwise) and appends metrics.jsonl
+// Hooks whose state lives in checkpoints (scheduler, EMA) are handed to CheckpointHook.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "mpigrad/launch/distributed_data_parallel.h"
+#include "mpigrad/launch/training_strategy.h"
+#include "mpigrad/nn/optim/lr_scheduler.h"
+#include "mpigrad/nn/weight_averaging.h"
+
+namespace mpigrad::launch {
+
+// Overrides of the distributed sampler DDPHook installs (PyTorch's sampler kwargs); unset fields
+// keep the loader's own options.
+struct DistributedSamplerSettings {
+  std::optional<bool> shuffle;
+  std::optional<uint64_t> seed;
+  std::optional<bool> drop_last;
+};
+
+// Builds a custom distributed batch sampler for (loader, num_replicas, rank).
+using BatchSamplerFactory = std::function<std::shared_ptr<data::BatchSamplerBase>(
+    const data::DataLoader& loader, int64_t num_replicas, int64_t rank)>;
+
+class DDPHook final : public Hook {
+ public:
+  explicit DDPHook(DdpOptions options = {}, DistributedSamplerSettings sampler = {},
+                   BatchSamplerFactory custom_sampler = nullptr);
+  ~DDPHook() override;
+  std::string name() const override { return "ddp"; }
+  void on(HookStage stage, TrainingContext& context) override;
+  DistributedDataParallel* ddp() { return ddp_.get(); }
+
+ private:
+  void install_sampler(data::DataLoader& loader, int64_t replicas, int64_t rank);
+
+  DdpOptions options_;
+  DistributedSamplerSettings sampler_;
+  BatchSamplerFactory custom_sampler_;
+  std::unique_ptr<DistributedDataParallel> ddp_;
+};
+
+struct CheckpointSettings {
+  std::string out_dir;
+  std::string resume;        // checkpoint to resume from, or empty
+  bool save_initial = false;  // ckpt-step0.h5 before the first step
+  std::string config_text;   // stored in every checkpoint
+};
+
+class CheckpointHook final : public Hook {
+ public:
+  CheckpointHook(CheckpointSettings settings, nn::LRScheduler* scheduler = nullptr,
+                 nn::ModelEMA* ema = nullptr);
+  std::string name() const override { return "checkpoint"; }
+  void on(HookStage stage, TrainingContext& context) override;
+  // Writes a checkpoint of the current state to `path` (rank 0 only; atomic).
+  void save(TrainingContext& context, const std::string& path) const;
+
+ private:
+  CheckpointSettings settings_;
+  nn::LRScheduler* scheduler_;
+  nn::ModelEMA* ema_;
+};
+
+class LRSchedulerHook final : public Hook {
+ public:
+  explicit LRSchedulerHook(nn::LRScheduler& scheduler) : scheduler_(scheduler) {}
+  std::string name() const override { return "lr_scheduler"; }
+  void on(HookStage stage, TrainingContext& context) override;
+
+ private:
+  nn::LRScheduler& scheduler_;
+};
+
+class GradAccumulationHook final : public Hook {
+ public:
+  explicit GradAccumulationHook(int64_t steps);
+  std::string name() const override { return "grad_accumulation"; }
+  void on(HookStage stage, TrainingContext& context) override;
+  bool replaces_backward() const override { return true; }
+  // (loss / k).backward(), inside DDP's no_sync on every micro-batch but the last.
+  void backward(TrainingContext& context) override;
+
+ private:
+  int64_t steps_;
+};
+
+class GradClipHook final : public Hook {
+ public:
+  explicit GradClipHook(double max_norm) : max_norm_(max_norm) {}
+  std::string name() const override { return "grad_clip"; }
+  void on(HookStage stage, TrainingContext& context) override;
+  double last_norm() const { return last_norm_; }
+
+ private:
+  double max_norm_;
+  double last_norm_ = 0;
+};
+
+class EMAHook final : public Hook {
+ public:
+  EMAHook(const nn::Module& model, double decay = 0.999)
+      : ema_(std::make_unique<nn::ModelEMA>(model, decay)) {}
+  std::string name() const override { return "ema"; }
+  void on(HookStage stage, TrainingContext& context) override;
+  nn::ModelEMA& ema() { return *ema_; }
+  nn::StateDict state_dict() const override { return ema_->state_dict(); }
+  void load_state_dict(const nn::StateDict& state) override { ema_->load_state_dict(state); }
+
+ private:
+  std::unique_ptr<nn::ModelEMA> ema_;
+};
+
+class LoggingHook final : public Hook {
+ public:
+  // Logs every `every` optimizer steps; metrics.jsonl goes to out_dir (rank 0).
+  LoggingHook(std::string out_dir, int64_t every);
+  std::string name() const override { return "logging"; }
+  void on(HookStage stage, TrainingContext& context) override;
+  double samples_per_second() const;  // over the whole run so far
+
+ private:
+  void write_line(const std::string& json);
+
+  std::string out_dir_;
+  int64_t log_every_;
+  bool main_process_ = false;
+  bool tty_ = false;
+  std::ofstream metrics_;
+  std::chrono::steady_clock::time_point start_, last_log_;
+  double train_seconds_ = 0;
+  int64_t samples_ = 0, samples_since_log_ = 0;
+  double loss_sum_ = 0;
+  int64_t loss_count_ = 0;
+};
+
+}  // namespace mpigrad::launch

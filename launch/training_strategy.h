@@ -1,0 +1,136 @@
+// defines: TrainingStrategy, Hook, HookStage, TrainingContext, LossFunction
+//
+// The training loop, written once, that runs unchanged on one process or on many (the pattern
+// of NVIDIA ALCHEMI's TrainingStrategy + hooks). The strategy owns the order of events; hooks
+// add behaviour at named stages: DDP, checkpoints, schedules, accumulation, clipping, EMA and
+// logging are all hooks (launch/training_hooks.h), and a user adds their own the same way.
+//
+// One optimizer step:
+//   before_batch, before_forward, forward, after_forward, before_loss, loss, after_loss,
+//   before_backward, backward, after_backward,
+//   [when ctx.sync_step:] before_optimizer_step, step + zero_grad, after_optimizer_step,
+//   after_batch
+// around which run setup, before/after_training, before/after_epoch and after_validation.
+// A hook may replace backward or the optimizer step (at most one hook may claim each).
+// Per-batch stages honour the hook's `every` (it runs when the micro-batch count is a multiple).
+//
+// Validation runs after every epoch when a loader is given: each rank evaluates its shard of a
+// classification set (cross-entropy and accuracy of argmax), and the loss sum, correct count and
+// sample count are all-reduced, counting each sample once even when the loader's
+// DistributedSampler (shuffle off, no drop_last) padded the shard with repeats.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mpigrad/core/tensor.h"
+#include "mpigrad/data/batch.h"
+#include "mpigrad/data/data_loader.h"
+#include "mpigrad/launch/distributed_manager.h"
+#include "mpigrad/nn/module.h"
+#include "mpigrad/nn/optim/optimizer.h"
+#include "mpigrad/nn/state_dict.h"
+
+namespace mpigrad::launch {
+
+class DistributedDataParallel;
+
+enum class HookStage : uint8_t {
+  Setup, BeforeTraining, BeforeEpoch, BeforeBatch, BeforeForward, AfterForward, BeforeLoss,
+  AfterLoss, BeforeBackward, AfterBackward, BeforeOptimizerStep, AfterOptimizerStep, AfterBatch,
+  AfterEpoch, AfterValidation, AfterTraining,
+};
+const char* hook_stage_name(HookStage stage);
+
+// loss = f(model output, batch); e.g. cross-entropy of the output against batch["y"].
+using LossFunction = std::function<core::Tensor(const core::Tensor& output, const data::Batch&)>;
+
+// What hooks see and may change.
+struct TrainingContext {
+  DistributedManager* manager = nullptr;
+  std::vector<nn::Module*> models;          // models[0] is the one trained
+  std::vector<nn::Optimizer*> optimizers;
+  data::DataLoader* train_loader = nullptr;
+  data::DataLoader* val_loader = nullptr;
+  DistributedDataParallel* ddp = nullptr;   // set by DDPHook
+
+  int64_t epoch = 0;            // current epoch (0-based)
+  int64_t epochs = 1;
+  int64_t step = 0;             // optimizer steps taken so far
+  int64_t max_steps = 0;        // 0: no limit
+  int64_t batch_in_epoch = 0;   // micro-batches done in this epoch
+  int64_t micro_batches = 0;    // micro-batches done overall
+  int64_t accumulation_steps = 1;
+  bool sync_step = true;        // this micro-batch ends with an optimizer step
+
+  data::Batch* batch = nullptr;
+  core::Tensor output;
+  core::Tensor loss;
+  std::map<std::string, double> metrics;  // after validation: val_loss, val_accuracy, val_samples
+  bool stop = false;                      // a hook may end training early
+
+  nn::Module& model() { return *models.at(0); }
+  nn::Optimizer& optimizer() { return *optimizers.at(0); }
+};
+
+class Hook {
+ public:
+  explicit Hook(int64_t every = 1) : every_(every < 1 ? 1 : every) {}
+  virtual ~Hook() = default;
+  virtual std::string name() const = 0;
+  virtual void on(HookStage stage, TrainingContext& context) = 0;
+
+  // Claims: a hook that returns true here must implement the matching function.
+  virtual bool replaces_backward() const { return false; }
+  virtual void backward(TrainingContext&) {}
+  virtual bool replaces_optimizer_step() const { return false; }
+  virtual void optimizer_step(TrainingContext&) {}
+
+  // For hooks whose state must survive a restart (checkpointed under "hooks.<name>.").
+  virtual nn::StateDict state_dict() const { return {}; }
+  virtual void load_state_dict(const nn::StateDict&) {}
+
+  int64_t every() const { return every_; }
+
+ private:
+  int64_t every_;
+};
+
+class TrainingStrategy {
+ public:
+  // Throws core::Error when two hooks claim backward (or the optimizer step), naming both.
+  TrainingStrategy(std::vector<nn::Module*> models, std::vector<nn::Optimizer*> optimizers,
+                   LossFunction loss, DistributedManager& manager,
+                   std::vector<std::shared_ptr<Hook>> hooks, int64_t epochs,
+                   int64_t max_steps = 0);
+
+  // Trains for the configured epochs (or max_steps); val_loader may be null.
+  void run(data::DataLoader& train_loader, data::DataLoader* val_loader);
+
+  // Evaluates models[0] on `loader` (every rank its shard) and returns the global
+  // val_loss / val_accuracy / val_samples, padding repeats counted once.
+  std::map<std::string, double> validate(data::DataLoader& loader);
+
+  TrainingContext& context() { return context_; }
+  const std::vector<std::shared_ptr<Hook>>& hooks() const { return hooks_; }
+
+  // Where training resumes (set by a checkpoint hook during setup).
+  void resume_at(int64_t epoch, int64_t step);
+
+ private:
+  void call(HookStage stage);
+  void train_batch(data::Batch& batch);
+
+  TrainingContext context_;
+  LossFunction loss_;
+  std::vector<std::shared_ptr<Hook>> hooks_;
+  Hook* backward_owner_ = nullptr;
+  Hook* step_owner_ = nullptr;
+  int64_t start_epoch_ = 0;
+};
+
+}  // namespace mpigrad::launch
