@@ -68,12 +68,6 @@ TrainingStrategy::TrainingStrategy(std::vector<nn::Module*> models,
   }
 }
 
-void TrainingStrategy::resume_at(int64_t epoch, int64_t step) {
-  start_epoch_ = epoch;
-  context_.epoch = epoch;
-  context_.step = step;
-}
-
 void TrainingStrategy::call(HookStage stage) {
   for (const auto& hook : hooks_) {
     if (per_batch(stage) && context_.micro_batches % hook->every() != 0) continue;
@@ -85,10 +79,10 @@ void TrainingStrategy::run(data::DataLoader& train_loader, data::DataLoader* val
   TrainingContext& ctx = context_;
   ctx.train_loader = &train_loader;
   ctx.val_loader = val_loader;
-  call(HookStage::Setup);
+  call(HookStage::Setup);  // a resuming hook sets ctx.epoch and ctx.step here
   call(HookStage::BeforeTraining);
   bool reached_max = ctx.max_steps > 0 && ctx.step >= ctx.max_steps;
-  for (int64_t epoch = start_epoch_; epoch < ctx.epochs && !ctx.stop && !reached_max; ++epoch) {
+  for (int64_t epoch = ctx.epoch; epoch < ctx.epochs && !ctx.stop && !reached_max; ++epoch) {
     ctx.epoch = epoch;
     ctx.batch_in_epoch = 0;
     train_loader.set_epoch(epoch);

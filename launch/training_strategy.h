@@ -58,7 +58,7 @@ struct TrainingContext {
   data::DataLoader* val_loader = nullptr;
   DistributedDataParallel* ddp = nullptr;   // set by DDPHook
 
-  int64_t epoch = 0;            // current epoch (0-based)
+  int64_t epoch = 0;            // current epoch (0-based); a resuming hook sets it in setup
   int64_t epochs = 1;
   int64_t step = 0;             // optimizer steps taken so far
   int64_t max_steps = 0;        // 0: no limit
@@ -118,9 +118,6 @@ class TrainingStrategy {
   TrainingContext& context() { return context_; }
   const std::vector<std::shared_ptr<Hook>>& hooks() const { return hooks_; }
 
-  // Where training resumes (set by a checkpoint hook during setup).
-  void resume_at(int64_t epoch, int64_t step);
-
  private:
   void call(HookStage stage);
   void train_batch(data::Batch& batch);
@@ -130,7 +127,6 @@ class TrainingStrategy {
   std::vector<std::shared_ptr<Hook>> hooks_;
   Hook* backward_owner_ = nullptr;
   Hook* step_owner_ = nullptr;
-  int64_t start_epoch_ = 0;
 };
 
 }  // namespace mpigrad::launch

@@ -1,0 +1,51 @@
+// compare-checkpoints A.h5 B.h5 [TOLERANCE]: exits 0 when every /model tensor of the two
+// checkpoints has the same shape and dtype and differs by at most TOLERANCE (default 0:
+// bitwise equal); otherwise prints the first difference and exits 1. Used by train_checks.sh.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "mpigrad/nn/checkpoint.h"
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s A.h5 B.h5 [TOLERANCE]\n", argv[0]);
+    return 2;
+  }
+  double tolerance = argc > 3 ? std::atof(argv[3]) : 0.0;
+  try {
+    auto a = mpigrad::nn::load_checkpoint(argv[1]);
+    auto b = mpigrad::nn::load_checkpoint(argv[2]);
+    size_t compared = 0;
+    double worst = 0;
+    for (const auto& [key, tensor] : a.model.tensors()) {
+      const mpigrad::core::Tensor* other = b.model.find(key);
+      if (other == nullptr || !(other->shape() == tensor.shape()) || other->dtype() != tensor.dtype()) {
+        std::printf("%s: missing or different shape/dtype in %s\n", key.c_str(), argv[2]);
+        return 1;
+      }
+      std::vector<double> x = tensor.to_vector<double>(), y = other->to_vector<double>();
+      for (size_t i = 0; i < x.size(); ++i) {
+        double diff = std::fabs(x[i] - y[i]);
+        if (!(diff <= tolerance)) {
+          std::printf("%s[%zu]: %.9g vs %.9g (|diff| %.3g > %.3g)\n", key.c_str(), i, x[i], y[i],
+                      diff, tolerance);
+          return 1;
+        }
+        if (diff > worst) worst = diff;
+      }
+      ++compared;
+    }
+    if (compared != b.model.tensors().size() || compared == 0) {
+      std::printf("the checkpoints hold different sets of tensors\n");
+      return 1;
+    }
+    std::printf("%zu tensors agree (largest difference %.3g)\n", compared, worst);
+    return 0;
+  } catch (const std::exception& e) {
+    std::printf("compare-checkpoints: %s\n", e.what());
+    return 1;
+  }
+}
