@@ -5,6 +5,7 @@
 
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/error.h"
+#include "mpigrad/nn/module.h"
 
 namespace mpigrad::launch {
 
@@ -23,7 +24,7 @@ struct DistributedDataParallel::Bucket {
   std::vector<int64_t> offsets;     // element offset of each parameter in flat
   size_t pending = 0;               // parameters not yet ready in this backward
   core::Tensor wire;                // what goes over the network (flat or its 16-bit copy)
-  WorkPtr work;
+  std::vector<WorkPtr> work;        // one per wire chunk, in flight until wait_for_buckets
 };
 
 namespace {
@@ -39,6 +40,20 @@ std::string describe(const std::vector<NamedTensor>& tensors, const char* kind) 
   return out.str();
 }
 
+std::vector<NamedTensor> module_parameters(const nn::Module& module, bool trainable) {
+  std::vector<NamedTensor> out;
+  for (auto& [name, tensor] : module.named_parameters()) {
+    if (tensor.requires_grad() == trainable) out.push_back({name, tensor});
+  }
+  return out;
+}
+
+std::vector<NamedTensor> all_buffers(const nn::Module& module) {
+  std::vector<NamedTensor> out;
+  for (auto& [name, tensor] : module.named_buffers()) out.push_back({name, tensor});
+  return out;
+}
+
 std::vector<std::string> split_lines(const std::string& text) {
   std::vector<std::string> lines;
   std::istringstream in(text);
@@ -51,6 +66,13 @@ std::vector<std::string> split_lines(const std::string& text) {
 DistributedDataParallel::DistributedDataParallel(std::vector<NamedTensor> parameters,
                                                  std::vector<NamedTensor> buffers,
                                                  Communicator& communicator, DdpOptions options)
+    : DistributedDataParallel(std::move(parameters), std::move(buffers), {}, communicator,
+                              options) {}
+
+DistributedDataParallel::DistributedDataParallel(std::vector<NamedTensor> parameters,
+                                                 std::vector<NamedTensor> buffers,
+                                                 const std::vector<NamedTensor>& frozen,
+                                                 Communicator& communicator, DdpOptions options)
     : parameters_(std::move(parameters)), buffers_(std::move(buffers)),
       communicator_(communicator), options_(options) {
   MPIGRAD_CHECK(options_.bucket_cap_mb > 0 && options_.first_bucket_cap_mb > 0,
@@ -62,8 +84,9 @@ DistributedDataParallel::DistributedDataParallel(std::vector<NamedTensor> parame
     MPIGRAD_CHECK(tensor.is_contiguous(), "DistributedDataParallel: parameter '", name,
                   "' must be contiguous");
   }
-  verify_same_model_across_ranks(buffers_);
+  verify_same_model_across_ranks(frozen);
   broadcast_from_rank0(parameters_);
+  broadcast_from_rank0(frozen);
   broadcast_from_rank0(buffers_);
   build_buckets();
   ready_.assign(parameters_.size(), false);
@@ -73,18 +96,38 @@ DistributedDataParallel::DistributedDataParallel(std::vector<NamedTensor> parame
   }
 }
 
+DistributedDataParallel::DistributedDataParallel(nn::Module& module, Communicator& communicator,
+                                                 DdpOptions options)
+    : DistributedDataParallel(module_parameters(module, true), all_buffers(module),
+                              module_parameters(module, false), communicator, options) {
+  module_ = &module;
+}
+
+core::Tensor DistributedDataParallel::forward(const core::Tensor& input) {
+  prepare_for_backward();
+  return module().forward(input);
+}
+
+nn::Module& DistributedDataParallel::module() {
+  MPIGRAD_CHECK(module_ != nullptr,
+                "DistributedDataParallel::module: this instance was built from tensors, not a "
+                "module");
+  return *module_;
+}
+
 DistributedDataParallel::~DistributedDataParallel() {
   for (size_t i = 0; i < parameters_.size(); ++i) {
     parameters_[i].tensor.remove_grad_ready_hook(hook_ids_[i]);
   }
   // A bucket still in flight (an exception left backward early) must finish before its buffer
   // can be freed; Work's destructor waits, under the communicator's timeout.
-  for (auto& bucket : buckets_) bucket->work.reset();
+  for (auto& bucket : buckets_) bucket->work.clear();
 }
 
 void DistributedDataParallel::verify_same_model_across_ranks(
-    const std::vector<NamedTensor>& buffers) {
-  std::string mine = describe(parameters_, "parameter") + describe(buffers, "buffer");
+    const std::vector<NamedTensor>& frozen) {
+  std::string mine = describe(parameters_, "parameter") + describe(buffers_, "buffer") +
+                     describe(frozen, "frozen parameter");
   int size = communicator_.size();
   core::Tensor length = core::Tensor::from_vector<int64_t>({int64_t(mine.size())}, {1});
   core::Tensor lengths = core::zeros({size}, core::kInt64);
@@ -201,6 +244,12 @@ void DistributedDataParallel::prepare_for_backward() {
 }
 
 void DistributedDataParallel::mark_ready(size_t index) {
+  // A gradient reset to none after the last prepare_for_backward() was recreated by autograd
+  // outside the bucket: move it back into its slot so the all-reduce sees it.
+  const core::Tensor& grad = parameters_[index].tensor.grad();
+  if (grad.defined() && grad.storage() != buckets_[bucket_of_[index]]->flat.storage()) {
+    attach_gradient(index, /*zero=*/false);
+  }
   if (!sync_enabled_) return;  // no_sync: gradients just accumulate in their slots
   if (!backward_in_progress_) {
     backward_in_progress_ = true;
@@ -213,6 +262,13 @@ void DistributedDataParallel::mark_ready(size_t index) {
   ready_[index] = true;
   --buckets_[bucket_of_[index]]->pending;
   launch_ready_buckets();
+  // MPI progresses nonblocking collectives only inside MPI calls: poke the ones in flight at
+  // every gradient, so they advance while the rest of backward computes.
+  for (size_t b = 0; b < next_bucket_to_launch_; ++b) {
+    for (auto& work : buckets_[b]->work) {
+      if (!work->test()) break;  // chunks complete in order; the rest are further behind
+    }
+  }
 }
 
 // Starts every complete bucket from the next one in order; a complete bucket behind an
@@ -226,7 +282,19 @@ void DistributedDataParallel::launch_ready_buckets() {
       case GradCompression::BFloat16: bucket.wire = bucket.flat.to(core::kBFloat16); break;
       case GradCompression::Float16: bucket.wire = bucket.flat.to(core::kFloat16); break;
     }
-    bucket.work = communicator_.all_reduce_async(bucket.wire, ReduceOp::Avg);
+    // Large nonblocking all-reduces progress badly (Open MPI's libnbc advances a schedule only
+    // inside MPI calls and runs big messages several times slower than the blocking path), so
+    // the wire goes out in chunks of at most wire_chunk_mb, issued back to back.
+    const int64_t numel = bucket.wire.numel();
+    const int64_t chunk =
+        options_.wire_chunk_mb > 0
+            ? std::max<int64_t>(
+                  1, int64_t(options_.wire_chunk_mb * double(kMiB)) / bucket.wire.element_size())
+            : std::max<int64_t>(1, numel);
+    for (int64_t start = 0; start < numel; start += chunk) {
+      bucket.work.push_back(communicator_.all_reduce_async(
+          bucket.wire.narrow(0, start, std::min(chunk, numel - start)), ReduceOp::Avg));
+    }
     ++next_bucket_to_launch_;
   }
 }
@@ -250,6 +318,10 @@ void DistributedDataParallel::finish_backward() {
   // find_unused_parameters: their slots hold zeros (or what no_sync steps accumulated).
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (!ready_[i]) {
+      core::Tensor grad = parameters_[i].tensor.grad();
+      if (!grad.defined() || grad.storage() != buckets_[bucket_of_[i]]->flat.storage()) {
+        attach_gradient(i, /*zero=*/!grad.defined());
+      }
       ready_[i] = true;
       --buckets_[bucket_of_[i]]->pending;
     }
@@ -262,9 +334,9 @@ void DistributedDataParallel::finish_backward() {
 void DistributedDataParallel::wait_for_buckets() {
   core::NoGradGuard no_grad;
   for (auto& bucket : buckets_) {
-    if (!bucket->work) continue;
-    bucket->work->wait();
-    bucket->work.reset();
+    if (bucket->work.empty()) continue;
+    for (auto& work : bucket->work) work->wait();
+    bucket->work.clear();
     if (!bucket->wire.is_same(bucket->flat)) bucket->flat.copy_(bucket->wire);
     bucket->wire = core::Tensor();
   }

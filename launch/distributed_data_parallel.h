@@ -28,6 +28,10 @@
 #include "mpigrad/core/tensor.h"
 #include "mpigrad/launch/communicator.h"
 
+namespace mpigrad::nn {
+class Module;
+}
+
 namespace mpigrad::launch {
 
 // Gradient compression: the bucket is cast to a 16-bit float for the all-reduce and back after.
@@ -43,6 +47,9 @@ struct DdpOptions {
   // Rank 0's buffers (BatchNorm running stats, ...) are broadcast before every synced backward.
   bool broadcast_buffers = true;
   GradCompression compression = GradCompression::None;
+  // A bucket's all-reduce is issued as nonblocking all-reduces of at most this many MiB each
+  // (MPI's nonblocking path handles big messages poorly); <= 0 means one per bucket.
+  double wire_chunk_mb = 4.0;
 };
 
 struct NamedTensor {
@@ -56,13 +63,23 @@ class DistributedDataParallel {
   // core::Error on every rank, naming the first difference and the ranks, when models differ.
   DistributedDataParallel(std::vector<NamedTensor> parameters, std::vector<NamedTensor> buffers,
                           Communicator& communicator, DdpOptions options = {});
+  // Wraps a module: its parameters that require grad and all its buffers, by dotted name; frozen
+  // parameters are checked and broadcast from rank 0 once, like PyTorch's state sync. Build it
+  // after Module::to and convert_sync_batchnorm (DDP keeps the tensors, not the module's slots);
+  // the module must outlive this object.
+  DistributedDataParallel(nn::Module& module, Communicator& communicator, DdpOptions options = {});
   ~DistributedDataParallel();
   DistributedDataParallel(const DistributedDataParallel&) = delete;
   DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
 
   // Call before each forward/backward: re-attaches reset gradients and, in a synced step,
-  // broadcasts buffers. (The nn wrapper calls it from forward.)
+  // broadcasts buffers. forward() calls it.
   void prepare_for_backward();
+  // With the module constructor: prepare_for_backward(), then the module's forward.
+  core::Tensor forward(const core::Tensor& input);
+  core::Tensor operator()(const core::Tensor& input) { return forward(input); }
+  // The wrapped module; core::Error when built from tensors.
+  nn::Module& module();
 
   // While a NoSync guard is alive, backward only accumulates locally (gradient accumulation);
   // the first backward after it ends all-reduces everything accumulated.
@@ -96,7 +113,10 @@ class DistributedDataParallel {
 
  private:
   struct Bucket;
-  void verify_same_model_across_ranks(const std::vector<NamedTensor>& buffers);
+  DistributedDataParallel(std::vector<NamedTensor> parameters, std::vector<NamedTensor> buffers,
+                          const std::vector<NamedTensor>& frozen, Communicator& communicator,
+                          DdpOptions options);
+  void verify_same_model_across_ranks(const std::vector<NamedTensor>& frozen);
   void broadcast_from_rank0(const std::vector<NamedTensor>& tensors);
   void build_buckets();
   void attach_gradient(size_t index, bool zero);
@@ -105,6 +125,7 @@ class DistributedDataParallel {
   void finish_backward();
   void wait_for_buckets();
 
+  nn::Module* module_ = nullptr;
   std::vector<NamedTensor> parameters_;
   std::vector<NamedTensor> buffers_;
   Communicator& communicator_;

@@ -4,9 +4,13 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "mpigrad/core/cuda.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/launch/mpi_communicator.h"
 #include "mpigrad/launch/mpi_interop.h"
+#if MPIGRAD_WITH_NCCL
+#include "mpigrad/launch/nccl_communicator.h"
+#endif
 
 namespace mpigrad::launch {
 
@@ -18,18 +22,21 @@ struct DistributedManager::State {
   CollectiveConfig config;
   core::Device device;
   int node_count = 1;
-  // (Future) CUDA streams/events of the manager would sit here, between the runtime and the
-  // communicators, so they are destroyed after the NCCL communicators and before MPI.
+  // The manager itself holds no CUDA handles: NcclCommunicators (from create_communicator) own
+  // their NCCL comm, stream and events, release them in that order, and hold the runtime, so
+  // MPI is finalized only after them.
   std::unique_ptr<MpiCommunicator> world;
   std::unique_ptr<Communicator> node_local;
 };
 
 namespace {
 
-// The device hook. With the CUDA backend this becomes cuda(local_rank % device_count) when
-// device_count > 0; mpigrad has no CUDA backend yet, so it is always the CPU and nothing here
-// calls CUDA.
-core::Device default_device(int /*local_rank*/) { return core::kCPU; }
+// cuda(local_rank % device_count) when this build has the CUDA backend and GPUs are visible
+// (core::cuda_device_count() answers 0 in CPU builds), otherwise the CPU.
+core::Device default_device(int local_rank) {
+  const int count = core::cuda_device_count();
+  return count > 0 ? core::cuda(local_rank % count) : core::kCPU;
+}
 
 core::Device choose_device(const DistributedOptions& options, int local_rank) {
   if (options.device) return *options.device;
@@ -118,10 +125,27 @@ std::string DistributedManager::describe() const {
 std::unique_ptr<Communicator> create_communicator(DistributedManager& manager, Backend backend,
                                                   core::Device device, std::string name) {
   if (backend == Backend::Auto) backend = device.is_cuda() ? Backend::Nccl : Backend::Mpi;
-  MPIGRAD_CHECK(backend != Backend::Nccl, "create_communicator: the nccl backend was requested",
-                device.is_cuda() ? " (auto, for " + device.str() + " tensors)" : std::string(),
-                " but mpigrad was built without CUDA/NCCL; use --backend mpi with host tensors");
   auto& world = dynamic_cast<MpiCommunicator&>(manager.world());
+  if (backend == Backend::Nccl) {
+#if MPIGRAD_WITH_NCCL
+    const int count = core::cuda_device_count();
+    MPIGRAD_CHECK(count > 0, "[rank ", manager.rank(), "/", manager.world_size(),
+                  "] create_communicator: the nccl backend was requested",
+                  device.is_cuda() ? " (for " + device.str() + " tensors)" : std::string(),
+                  " but no CUDA device is visible; use --backend mpi with host tensors");
+    // A CPU device means "the GPU this rank would use": the manager's, or local_rank % count.
+    core::Device gpu = device.is_cuda()                ? device
+                       : manager.device().is_cuda()    ? manager.device()
+                                                       : core::cuda(manager.local_rank() % count);
+    return std::make_unique<NcclCommunicator>(duplicate_communicator(world.handle().comm, name),
+                                              world.runtime(), gpu, std::move(name),
+                                              manager.collective_config());
+#else
+    core::fail("create_communicator: the nccl backend was requested",
+               device.is_cuda() ? " (auto, for " + device.str() + " tensors)" : std::string(),
+               " but mpigrad was built without CUDA/NCCL; use --backend mpi with host tensors");
+#endif
+  }
   return std::make_unique<MpiCommunicator>(
       duplicate_communicator(world.handle().comm, name), world.runtime(), std::move(name),
       manager.collective_config());

@@ -12,9 +12,10 @@
 //   communicator; the manager works on a duplicate of it and never touches MPI_COMM_WORLD.
 //
 // There is no global instance: the program owns the manager and passes it (or its
-// communicators) down. Destruction order is explicit: the manager's communicators (NCCL ones
-// first, once that backend exists), then CUDA state, then MPI - and MPI is finalized only when
-// the last communicator anyone still holds is gone, because each one keeps the runtime alive.
+// communicators) down. Destruction order is explicit: an NcclCommunicator releases its NCCL
+// comm first, then its CUDA stream and events, then its MPI communicators; MPI itself is
+// finalized only when the last communicator anyone still holds is gone, because each one keeps
+// the runtime alive.
 #pragma once
 
 #include <memory>
@@ -87,8 +88,12 @@ class DistributedManager {
 };
 
 // A new communicator over the same ranks as manager.world() for tensors on `device`:
-// Backend::Auto picks NCCL for CUDA devices and MPI for the CPU. Without the CUDA/NCCL backend,
-// asking for NCCL (or Auto with a CUDA device) throws a clear core::Error.
+// Backend::Auto picks NCCL for CUDA devices and MPI for the CPU. Backend::Nccl with a CPU
+// `device` uses the GPU this rank would (manager.device() if it is one, else
+// cuda(local_rank % device_count)). NCCL communicators (launch/nccl_communicator.h) are
+// stream-ordered: Work::wait() makes the caller's current CUDA stream wait, not the host.
+// Without the CUDA/NCCL backend, asking for NCCL (or Auto with a CUDA device) throws a clear
+// core::Error, and so does a CUDA build when no CUDA device is visible.
 std::unique_ptr<Communicator> create_communicator(DistributedManager& manager, Backend backend,
                                                   core::Device device = core::kCPU,
                                                   std::string name = "world");

@@ -18,6 +18,7 @@
 #include "mpigrad/data/transforms.h"
 #include "mpigrad/launch/distributed_manager.h"
 #include "mpigrad/launch/mpi_interop.h"
+#include "mpigrad/launch/sync_batch_norm.h"
 #include "mpigrad/launch/train_config.h"
 #include "mpigrad/launch/training_hooks.h"
 #include "mpigrad/launch/training_strategy.h"
@@ -127,6 +128,13 @@ int train(TrainingJob& job, DistributedManager& manager) {
   const int64_t ranks = manager.world_size(), rank = manager.rank();
   nn::Module& model = *job.model;
   model.to(manager.device());
+  if (config.distributed.sync_bn && ranks > 1) {
+    int64_t converted = convert_sync_batchnorm(model, manager.world());
+    if (manager.is_main_process()) {
+      std::printf("mpigrad train: %lld BatchNorm layer(s) synchronized across ranks\n",
+                  static_cast<long long>(converted));
+    }
+  }
 
   std::unique_ptr<nn::Optimizer> optimizer;
   if (config.optim.name == "sgd") {

@@ -23,7 +23,9 @@ class Work {
   // Drives the operation forward and returns true once it has completed (including any
   // finishing step such as the division of an average). Never blocks.
   virtual bool test() = 0;
-  // Blocks until completion. Past the communicator's timeout the job is aborted with a report of
+  // Blocks until completion. For NCCL (NcclCommunicator) wait() is stream-ordered instead: the
+  // caller's current CUDA stream waits for the collective and the host returns at once; test()
+  // queries the collective's event. Past the communicator's timeout the job is aborted with a report of
   // which ranks have not arrived; it never hangs.
   virtual void wait() = 0;
 };

@@ -104,6 +104,19 @@ std::vector<std::shared_ptr<Module>> Module::children() const {
   return out;
 }
 
+std::shared_ptr<Module> Module::replace_child(const std::string& name,
+                                              std::shared_ptr<Module> module) {
+  MPIGRAD_CHECK(module != nullptr, type_name(), ": replacement for child module '", name,
+                "' is null");
+  for (auto& [child_name, child] : children_) {
+    if (child_name == name) {
+      std::swap(child, module);
+      return module;
+    }
+  }
+  core::fail(type_name(), ": no child module named '", name, "' to replace");
+}
+
 std::vector<std::pair<std::string, Module*>> Module::named_modules() {
   std::vector<std::pair<std::string, Module*>> out;
   // Iterative depth-first walk: a deep Sequential must not exhaust the stack.

@@ -52,6 +52,11 @@ class Module {
   std::vector<Tensor> buffers(bool recurse = true) const;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const;
   std::vector<std::shared_ptr<Module>> children() const;
+  // Puts `module` in place of the child registered as `name` (same name, same position) and
+  // returns the old one; core::Error if there is no such child. Code that walks children (as
+  // Sequential does) sees the new module; a subclass that kept its own pointer to the old child
+  // does not. launch's convert_sync_batchnorm swaps BatchNorm layers with it.
+  std::shared_ptr<Module> replace_child(const std::string& name, std::shared_ptr<Module> module);
   // This module ("") and every descendant, depth first in registration order.
   std::vector<std::pair<std::string, Module*>> named_modules();
   // Every generator owned by this module or a descendant (Dropout's), with dotted names.

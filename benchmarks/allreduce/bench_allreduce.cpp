@@ -5,7 +5,9 @@
 //                                        [-o sum] [--backend mpi|nccl] [--json FILE]
 //
 // Columns as nccl-tests prints them (size, count, type, redop, root, time, algbw, busbw, #wrong,
-// for out-of-place and in-place), plus "ratio": mpigrad / raw MPI_Allreduce. algbw = size / time,
+// for out-of-place and in-place), plus "ratio": mpigrad / raw MPI_Allreduce (with --backend nccl:
+// mpigrad's NcclCommunicator / raw ncclAllReduce on the same communicator, stream and device
+// buffers; each round ends by synchronizing the device). algbw = size / time,
 // busbw = algbw * 2(n-1)/n. Timing: rounds of n iterations alternate between mpigrad and raw MPI,
 // and each keeps its best round, so neither carries the other's scheduling noise (the machine is
 // shared and oversubscribed); above 1 MiB the rounds are shorter and more numerous. A round's time is the slowest rank's. The check (-c 1) runs each
@@ -19,11 +21,17 @@
 #include <vector>
 
 #include "common/bench_util.h"
+#include "mpigrad/core/cuda.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/tensor.h"
 #include "mpigrad/launch/distributed_manager.h"
 #include "mpigrad/launch/mpi_communicator.h"
 #include "mpigrad/launch/mpi_interop.h"
+#if MPIGRAD_BENCH_NCCL
+#include <nccl.h>
+
+#include "mpigrad/launch/nccl_communicator.h"
+#endif
 
 using namespace mpigrad;
 
@@ -121,7 +129,7 @@ void fill(core::Tensor tensor, int rank) {
 }
 
 int64_t count_wrong(const core::Tensor& tensor, launch::ReduceOp op, int size) {
-  std::vector<double> got = tensor.to_vector<double>();
+  std::vector<double> got = tensor.to(core::kCPU).to_vector<double>();
   int64_t wrong = 0;
   for (size_t i = 0; i < got.size(); ++i) wrong += got[i] != expected(op, size, int64_t(i));
   return wrong;
@@ -132,8 +140,11 @@ struct Timing {
 };
 
 // Best round of `iterations` calls for each of the two forms, alternating rounds.
-template <typename Mpigrad, typename Raw>
-Timing time_pair(MPI_Comm comm, const Options& o, int64_t bytes, Mpigrad&& mpigrad_call, Raw&& raw_call) {
+// `settle` runs at the end of each round inside the timed region: it waits for the device when
+// the collectives are queued on CUDA streams, and does nothing for MPI.
+template <typename Mpigrad, typename Raw, typename Settle>
+Timing time_pair(MPI_Comm comm, const Options& o, int64_t bytes, Mpigrad&& mpigrad_call, Raw&& raw_call,
+                 Settle&& settle) {
   // Above 1 MiB, shorter rounds and more of them: the best of many short alternating rounds is
   // what survives other jobs on a shared machine, at the same total number of calls.
   int per_round = o.iterations, rounds = o.rounds;
@@ -145,12 +156,14 @@ Timing time_pair(MPI_Comm comm, const Options& o, int64_t bytes, Mpigrad&& mpigr
     mpigrad_call();
     raw_call();
   }
+  settle();
   Timing timing;
   for (int round = 0; round < rounds; ++round) {
     for (int form = 0; form < 2; ++form) {
       MPI_Barrier(comm);
       double start = MPI_Wtime();
       for (int i = 0; i < per_round; ++i) form == 0 ? mpigrad_call() : raw_call();
+      settle();
       double local = (MPI_Wtime() - start) / per_round, slowest = 0;
       launch::check_mpi(MPI_Allreduce(&local, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm), "MPI_Allreduce", "timing");
       double& best = form == 0 ? timing.mpigrad_s : timing.raw_s;
@@ -165,12 +178,56 @@ int run(launch::DistributedManager& manager, int argc, char** argv) {
   const launch::Backend backend = launch::parse_backend(o.backend);
   const core::DType dtype = parse_dtype(o.dtype);
   const launch::ReduceOp op = parse_op(o.op);
-  core::Device device = backend == launch::Backend::Nccl ? core::cuda(manager.local_rank()) : core::kCPU;
-  auto comm = launch::create_communicator(manager, backend, device, "allreduce-bench");
-  MPI_Comm raw = launch::native_communicator(*comm);
+  // NCCL: the manager's GPU (local_rank % device_count); without a visible GPU,
+  // create_communicator throws "no CUDA device is visible" and the program exits non-zero.
+  auto comm = launch::create_communicator(manager, backend, core::kCPU, "allreduce-bench");
+  const bool use_nccl = comm->backend() == launch::Backend::Nccl;
+  // Timing barriers and result checks go over the world's MPI communicator; the raw MPI
+  // baseline uses the benchmarked communicator's own.
+  MPI_Comm raw = launch::native_communicator(manager.world());
+  MPI_Comm raw_mpi = use_nccl ? MPI_COMM_NULL : launch::native_communicator(*comm);
   auto& runtime = *static_cast<launch::MpiCommunicator&>(manager.world()).runtime();
   MPI_Datatype raw_type = launch::mpi_datatype(dtype);
-  MPI_Op raw_op = runtime.reduction_ops().find(dtype, op);
+  MPI_Op raw_op = use_nccl ? MPI_OP_NULL : runtime.reduction_ops().find(dtype, op);
+  core::Device device = core::kCPU;
+#if MPIGRAD_BENCH_NCCL
+  ncclComm_t nccl_comm = nullptr;
+  cudaStream_t nccl_stream = nullptr;
+  ncclDataType_t nccl_type = ncclFloat32;
+  ncclRedOp_t nccl_op = ncclSum;
+  if (use_nccl) {
+    auto& nccl = dynamic_cast<launch::NcclCommunicator&>(*comm);
+    device = nccl.device();
+    nccl_comm = static_cast<ncclComm_t>(nccl.native_handle());
+    nccl_stream = static_cast<cudaStream_t>(nccl.stream().handle());
+    const core::DType types[] = {core::kFloat32, core::kFloat64, core::kBFloat16, core::kFloat16,
+                                 core::kInt32, core::kInt64, core::kUInt8};
+    const ncclDataType_t nccl_types[] = {ncclFloat32, ncclFloat64, ncclBfloat16, ncclFloat16,
+                                         ncclInt32, ncclInt64, ncclUint8};
+    for (size_t i = 0; i < 7; ++i) {
+      if (types[i] == dtype) nccl_type = nccl_types[i];
+    }
+    nccl_op = op == launch::ReduceOp::Sum ? ncclSum : op == launch::ReduceOp::Avg ? ncclAvg
+              : op == launch::ReduceOp::Max ? ncclMax : ncclMin;
+  }
+#endif
+  // The raw library call on the same buffers (in place: send == recv).
+  auto raw_allreduce = [&](const core::Tensor& send, const core::Tensor& recv, int64_t count) {
+#if MPIGRAD_BENCH_NCCL
+    if (use_nccl) {
+      ncclResult_t result = ncclAllReduce(send.data_ptr(), recv.data_ptr(), size_t(count), nccl_type,
+                                          nccl_op, nccl_comm, nccl_stream);
+      MPIGRAD_CHECK(result == ncclSuccess, "raw ncclAllReduce failed: ", ncclGetErrorString(result));
+      return;
+    }
+#endif
+    const void* in = send.data_ptr() == recv.data_ptr() ? MPI_IN_PLACE : send.data_ptr();
+    MPI_Allreduce(in, recv.data_ptr(), int(count), raw_type, raw_op, raw_mpi);
+  };
+  auto settle = [&] {
+    if (use_nccl) core::cuda_synchronize(device);
+  };
+  const char* raw_name = use_nccl ? "ncclAllReduce" : "MPI_Allreduce";
   const int size = comm->size();
   const bool main = comm->rank() == 0;
   const double bus_factor = size > 1 ? 2.0 * (size - 1) / size : 0.0;
@@ -184,8 +241,8 @@ int run(launch::DistributedManager& manager, int argc, char** argv) {
   if (main) {
     std::printf("# mpigrad-bench-allreduce: %d ranks, backend %s, %s\n", size,
                 std::string(launch::backend_name(comm->backend())).c_str(), manager.describe().c_str());
-    std::printf("# best of %d rounds x %d iterations (warmup %d); ratio = mpigrad time / raw MPI_Allreduce time\n",
-                o.rounds, o.iterations, o.warmup);
+    std::printf("# best of %d rounds x %d iterations (warmup %d); ratio = mpigrad time / raw %s time\n",
+                o.rounds, o.iterations, o.warmup, raw_name);
     std::printf("#%80s%56s\n", "out-of-place", "in-place");
     std::printf("#%11s %12s %8s %6s %6s %9s %7s %7s %6s %6s %9s %7s %7s %6s %6s\n", "size", "count",
                 "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "ratio", "time", "algbw",
@@ -201,17 +258,18 @@ int run(launch::DistributedManager& manager, int argc, char** argv) {
   for (double bytes_d = double(o.min_bytes); bytes_d <= double(o.max_bytes) * 1.0000001; bytes_d *= o.factor) {
     const int64_t count = std::max<int64_t>(1, int64_t(bytes_d) / element_bytes);
     const int64_t bytes = count * element_bytes;
-    core::Tensor send = core::empty({count}, dtype);
-    core::Tensor recv = core::empty({count}, dtype);
-    core::Tensor inplace = core::zeros({count}, dtype);  // zeros: repeated sums stay finite
+    MPIGRAD_CHECK(use_nccl || count <= INT32_MAX, "-e ", o.max_bytes, " is too large for one MPI call");
+    const core::TensorOptions options = core::TensorOptions(dtype).device(device);
+    core::Tensor send = core::empty({count}, options);
+    core::Tensor recv = core::empty({count}, options);
+    core::Tensor inplace = core::zeros({count}, options);  // zeros: repeated sums stay finite
     fill(send, comm->rank());
-    const int n = int(count);
     Timing oop = time_pair(
         raw, o, bytes, [&] { comm->all_reduce(send, recv, op); },
-        [&] { MPI_Allreduce(send.data_ptr(), recv.data_ptr(), n, raw_type, raw_op, raw); });
+        [&] { raw_allreduce(send, recv, count); }, settle);
     Timing inp = time_pair(
         raw, o, bytes, [&] { comm->all_reduce(inplace, op); },
-        [&] { MPI_Allreduce(MPI_IN_PLACE, inplace.data_ptr(), n, raw_type, raw_op, raw); });
+        [&] { raw_allreduce(inplace, inplace, count); }, settle);
 
     int64_t wrong[2] = {0, 0};
     if (o.check) {

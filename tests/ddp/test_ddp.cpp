@@ -17,12 +17,14 @@
 #include "mpigrad/core/rng.h"
 #include "mpigrad/launch/distributed_data_parallel.h"
 #include "mpigrad/launch/distributed_manager.h"
+#include "recording_communicator.h"
 
 using namespace mpigrad;
 using core::Tensor;
 using launch::DdpOptions;
 using launch::DistributedDataParallel;
 using launch::NamedTensor;
+using mpigrad::testing::RecordingCommunicator;
 
 namespace {
 
@@ -71,59 +73,6 @@ void check_close(const Tensor& a, const Tensor& b, double tolerance) {
   for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(x[i] - y[i]));
   CHECK(worst <= tolerance);
 }
-
-// Forwards everything to a real communicator and logs when all-reduces start.
-class RecordingCommunicator final : public launch::Communicator {
- public:
-  RecordingCommunicator(launch::Communicator& inner, std::vector<std::string>& log)
-      : inner_(inner), log_(log) {}
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  const std::string& name() const override { return inner_.name(); }
-  launch::Backend backend() const override { return inner_.backend(); }
-  launch::WorkPtr all_reduce_async(const Tensor& in, const Tensor& out,
-                                   launch::ReduceOp op) override {
-    log_.push_back("all_reduce started");
-    return inner_.all_reduce_async(in, out, op);
-  }
-  void all_reduce(const Tensor& in, const Tensor& out, launch::ReduceOp op) override {
-    inner_.all_reduce(in, out, op);
-  }
-  launch::WorkPtr broadcast_async(const Tensor& t, int root) override {
-    return inner_.broadcast_async(t, root);
-  }
-  void broadcast(const Tensor& t, int root) override { inner_.broadcast(t, root); }
-  launch::WorkPtr all_gather_async(const Tensor& in, const Tensor& out) override {
-    return inner_.all_gather_async(in, out);
-  }
-  void all_gather(const Tensor& in, const Tensor& out) override { inner_.all_gather(in, out); }
-  launch::WorkPtr all_gather_v_async(const Tensor& in, const Tensor& out,
-                                     std::span<const int64_t> counts) override {
-    return inner_.all_gather_v_async(in, out, counts);
-  }
-  void all_gather_v(const Tensor& in, const Tensor& out, std::span<const int64_t> counts) override {
-    inner_.all_gather_v(in, out, counts);
-  }
-  launch::WorkPtr reduce_scatter_async(const Tensor& in, const Tensor& out,
-                                       launch::ReduceOp op) override {
-    return inner_.reduce_scatter_async(in, out, op);
-  }
-  void reduce_scatter(const Tensor& in, const Tensor& out, launch::ReduceOp op) override {
-    inner_.reduce_scatter(in, out, op);
-  }
-  launch::WorkPtr barrier_async() override { return inner_.barrier_async(); }
-  void barrier() override { inner_.barrier(); }
-  std::unique_ptr<launch::Communicator> split(int color, int key, std::string name) override {
-    return inner_.split(color, key, std::move(name));
-  }
-  std::unique_ptr<launch::Communicator> split_node_local(std::string name) override {
-    return inner_.split_node_local(std::move(name));
-  }
-
- private:
-  launch::Communicator& inner_;
-  std::vector<std::string>& log_;
-};
 
 }  // namespace
 

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs a program under mpirun and checks how the job ended.
+#   check_exit.sh MPIRUN NPROCS ok|fail PER_RANK_PATTERN -- PROGRAM [ARGS...]
+# fail: the exit status must be non-zero; ok: it must be zero.
+# PER_RANK_PATTERN (an extended regex, "" for none) must appear on a line prefixed
+# "[rank r/NPROCS]" for every rank r, so an error that only some ranks report is caught.
+set -u
+mpirun=$1 nprocs=$2 expect=$3 pattern=$4
+shift 4
+[[ ${1:-} == -- ]] && shift
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+timeout 120 "$mpirun" -np "$nprocs" --oversubscribe "$@" >"$log" 2>&1
+status=$?
+cat "$log"
+echo "---- check_exit.sh: exit status $status"
+failed=0
+if [[ $expect == fail && $status -eq 0 ]]; then echo "FAIL: expected a non-zero exit"; failed=1; fi
+if [[ $expect == ok && $status -ne 0 ]]; then echo "FAIL: expected exit status 0"; failed=1; fi
+if [[ $status -eq 124 ]]; then echo "FAIL: the job hung (killed after 120 s)"; failed=1; fi
+if [[ -n $pattern ]]; then
+  for (( r = 0; r < nprocs; r++ )); do
+    if ! grep -E -- "^\[rank $r/$nprocs\] .*$pattern" "$log" >/dev/null; then
+      echo "FAIL: rank $r did not report /$pattern/"; failed=1
+    fi
+  done
+fi
+exit $failed
