@@ -51,6 +51,50 @@ enum class BinaryOp : uint8_t {
 
 inline bool is_comparison(BinaryOp op) { return op >= BinaryOp::Eq; }
 
+// Lower-case names for messages, shared by the CPU and CUDA kernels and core's ops.
+constexpr const char* unary_op_name(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::Neg: return "neg";
+    case UnaryOp::Exp: return "exp";
+    case UnaryOp::Log: return "log";
+    case UnaryOp::Sqrt: return "sqrt";
+    case UnaryOp::Rsqrt: return "rsqrt";
+    case UnaryOp::Abs: return "abs";
+    case UnaryOp::Relu: return "relu";
+    case UnaryOp::GeluErf: return "gelu";
+    case UnaryOp::GeluTanh: return "gelu_tanh";
+    case UnaryOp::Silu: return "silu";
+    case UnaryOp::Sigmoid: return "sigmoid";
+    case UnaryOp::Tanh: return "tanh";
+    case UnaryOp::Sign: return "sign";
+  }
+  return "unary";
+}
+
+constexpr const char* binary_op_name(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::Add: return "add";
+    case BinaryOp::Sub: return "sub";
+    case BinaryOp::Mul: return "mul";
+    case BinaryOp::Div: return "div";
+    case BinaryOp::Maximum: return "maximum";
+    case BinaryOp::Minimum: return "minimum";
+    case BinaryOp::Pow: return "pow";
+    case BinaryOp::Eq: return "eq";
+    case BinaryOp::Ne: return "ne";
+    case BinaryOp::Lt: return "lt";
+    case BinaryOp::Le: return "le";
+    case BinaryOp::Gt: return "gt";
+    case BinaryOp::Ge: return "ge";
+  }
+  return "binary";
+}
+
+// Neg, Abs, Relu and Sign also take integer dtypes; every other unary op needs a float type.
+constexpr bool unary_op_allows_integers(UnaryOp op) {
+  return op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Relu || op == UnaryOp::Sign;
+}
+
 namespace cpu {
 
 // out = op(in). Operands: 0 out, 1 in. Both have `dtype`, which must be a float type except for

@@ -110,6 +110,9 @@ Launcher DistributedManager::launcher() const { return state().launcher; }
 bool DistributedManager::owns_mpi() const { return state().runtime->owns_mpi(); }
 ThreadLevel DistributedManager::thread_level() const { return state().runtime->thread_level(); }
 const CollectiveConfig& DistributedManager::collective_config() const { return state().config; }
+void DistributedManager::set_collective_config(const CollectiveConfig& config) {
+  state().config = config;
+}
 Communicator& DistributedManager::world() { return *state().world; }
 Communicator& DistributedManager::node_local() { return *state().node_local; }
 

@@ -67,6 +67,9 @@ class DistributedManager {
   bool owns_mpi() const;
   ThreadLevel thread_level() const;
   const CollectiveConfig& collective_config() const;
+  // Applies to communicators created from now on (create_communicator, split); the world and
+  // node-local ones keep the configuration they were built with.
+  void set_collective_config(const CollectiveConfig& config);
 
   // The world (a duplicate of MPI_COMM_WORLD, or of the adopted communicator) and the ranks
   // sharing this node (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED).

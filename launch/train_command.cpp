@@ -173,6 +173,16 @@ int train(TrainingJob& job, DistributedManager& manager) {
                                                      job.total_steps);
   }
 
+  // Gradients travel on a communicator of the configured backend and timeout.
+  CollectiveConfig collectives = manager.collective_config();
+  collectives.timeout_seconds = config.distributed.timeout_s;
+  manager.set_collective_config(collectives);
+  std::unique_ptr<Communicator> gradient_communicator;
+  if (ranks > 1) {
+    gradient_communicator = create_communicator(manager, parse_backend(config.distributed.backend),
+                                                manager.device(), "gradients");
+  }
+
   std::string out_dir = config.dry_run ? "" : config.train.out_dir;
   DdpOptions ddp;
   ddp.bucket_cap_mb = config.distributed.bucket_cap_mb;
@@ -183,7 +193,8 @@ int train(TrainingJob& job, DistributedManager& manager) {
       CheckpointSettings{out_dir, config.train.resume, config.train.save_initial,
                          config.resolved_text()},
       scheduler.get()));
-  hooks.push_back(std::make_shared<DDPHook>(ddp));
+  hooks.push_back(std::make_shared<DDPHook>(ddp, DistributedSamplerSettings{}, nullptr,
+                                            gradient_communicator.get()));
   if (scheduler) hooks.push_back(std::make_shared<LRSchedulerHook>(*scheduler));
   if (config.train.grad_accum_steps > 1) {
     hooks.push_back(std::make_shared<GradAccumulationHook>(config.train.grad_accum_steps));

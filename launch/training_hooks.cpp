@@ -19,8 +19,9 @@ namespace mpigrad::launch {
 // ---- DDPHook -----------------------------------------------------------------------------------
 
 DDPHook::DDPHook(DdpOptions options, DistributedSamplerSettings sampler,
-                 BatchSamplerFactory custom_sampler)
-    : options_(options), sampler_(sampler), custom_sampler_(std::move(custom_sampler)) {}
+                 BatchSamplerFactory custom_sampler, Communicator* communicator)
+    : options_(options), sampler_(sampler), custom_sampler_(std::move(custom_sampler)),
+      communicator_(communicator) {}
 
 DDPHook::~DDPHook() = default;
 
@@ -37,8 +38,9 @@ void DDPHook::on(HookStage stage, TrainingContext& context) {
       if (tensor.requires_grad()) parameters.push_back({name, tensor});
     }
     for (auto& [name, tensor] : model.named_buffers()) buffers.push_back({name, tensor});
+    Communicator& communicator = communicator_ ? *communicator_ : manager.world();
     ddp_ = std::make_unique<DistributedDataParallel>(std::move(parameters), std::move(buffers),
-                                                     manager.world(), options_);
+                                                     communicator, options_);
     context.ddp = ddp_.get();
     if (context.train_loader != nullptr) {
       install_sampler(*context.train_loader, manager.world_size(), manager.rank());

@@ -44,8 +44,10 @@ using BatchSamplerFactory = std::function<std::shared_ptr<data::BatchSamplerBase
 
 class DDPHook final : public Hook {
  public:
+  // `communicator` carries the gradients; null means the manager's world (MPI).
   explicit DDPHook(DdpOptions options = {}, DistributedSamplerSettings sampler = {},
-                   BatchSamplerFactory custom_sampler = nullptr);
+                   BatchSamplerFactory custom_sampler = nullptr,
+                   Communicator* communicator = nullptr);
   ~DDPHook() override;
   std::string name() const override { return "ddp"; }
   void on(HookStage stage, TrainingContext& context) override;
@@ -57,6 +59,7 @@ class DDPHook final : public Hook {
   DdpOptions options_;
   DistributedSamplerSettings sampler_;
   BatchSamplerFactory custom_sampler_;
+  Communicator* communicator_;
   std::unique_ptr<DistributedDataParallel> ddp_;
 };
 

@@ -32,6 +32,12 @@ const char* hook_stage_name(HookStage stage) {
 }
 
 namespace {
+// Batches arrive on the host; the model lives on the rank's device.
+void move_to_device(data::Batch& batch, core::Device device) {
+  if (device.is_cpu()) return;
+  for (auto& [name, tensor] : batch.fields) tensor = tensor.to(device, /*non_blocking=*/true);
+}
+
 bool per_batch(HookStage stage) {
   return stage >= HookStage::BeforeBatch && stage <= HookStage::AfterBatch;
 }
@@ -111,6 +117,7 @@ void TrainingStrategy::run(data::DataLoader& train_loader, data::DataLoader* val
 void TrainingStrategy::train_batch(data::Batch& batch) {
   TrainingContext& ctx = context_;
   ctx.batch = &batch;
+  move_to_device(batch, ctx.manager->device());
   call(HookStage::BeforeBatch);
   call(HookStage::BeforeForward);
   ctx.output = ctx.model()(batch["x"]);
@@ -156,6 +163,7 @@ std::map<std::string, double> TrainingStrategy::validate(data::DataLoader& loade
   double loss_sum = 0, correct = 0, counted = 0;
   loader.set_epoch(0);
   for (data::Batch& batch : loader) {
+    move_to_device(batch, ctx.manager->device());
     core::Tensor output = model(batch["x"]);
     core::Tensor labels = batch["y"].to(core::kInt64);
     std::vector<int64_t> predicted = core::argmax(output, 1).to_vector<int64_t>();

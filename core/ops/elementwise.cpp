@@ -27,25 +27,6 @@ Tensor sum_to(const Tensor& gradient, const Shape& shape) {
 
 namespace {
 
-const char* binary_name(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::Add: return "add";
-    case BinaryOp::Sub: return "sub";
-    case BinaryOp::Mul: return "mul";
-    case BinaryOp::Div: return "div";
-    case BinaryOp::Maximum: return "maximum";
-    case BinaryOp::Minimum: return "minimum";
-    case BinaryOp::Pow: return "pow";
-    case BinaryOp::Eq: return "eq";
-    case BinaryOp::Ne: return "ne";
-    case BinaryOp::Lt: return "lt";
-    case BinaryOp::Le: return "le";
-    case BinaryOp::Gt: return "gt";
-    case BinaryOp::Ge: return "ge";
-  }
-  return "binary";
-}
-
 // Runs the kernel for out = a op b after broadcasting and promotion. The promotion casts are
 // differentiable, so the caller records its node against the returned operands.
 struct BinaryResult {
@@ -53,7 +34,7 @@ struct BinaryResult {
 };
 
 BinaryResult binary_kernel(BinaryOp op, const Tensor& a_in, const Tensor& b_in) {
-  const char* name = binary_name(op);
+  const char* name = kernels::binary_op_name(op);
   MPIGRAD_CHECK(a_in.defined() && b_in.defined(), name, ": undefined operand");
   detail::check_same_device(name, {&a_in, &b_in});
   Shape shape = broadcast_shapes(a_in.shape(), b_in.shape(), name);
@@ -198,25 +179,6 @@ Tensor ge(const Tensor& a, const Tensor& b) { return binary_kernel(BinaryOp::Ge,
 
 namespace {
 
-const char* unary_name(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::Neg: return "neg";
-    case UnaryOp::Exp: return "exp";
-    case UnaryOp::Log: return "log";
-    case UnaryOp::Sqrt: return "sqrt";
-    case UnaryOp::Rsqrt: return "rsqrt";
-    case UnaryOp::Abs: return "abs";
-    case UnaryOp::Relu: return "relu";
-    case UnaryOp::GeluErf: return "gelu";
-    case UnaryOp::GeluTanh: return "gelu(tanh)";
-    case UnaryOp::Silu: return "silu";
-    case UnaryOp::Sigmoid: return "sigmoid";
-    case UnaryOp::Tanh: return "tanh";
-    case UnaryOp::Sign: return "sign";
-  }
-  return "unary";
-}
-
 // Ops whose derivative is cheaper from the result than from the input.
 bool backward_uses_output(UnaryOp op) {
   return op == UnaryOp::Exp || op == UnaryOp::Sqrt || op == UnaryOp::Rsqrt ||
@@ -227,7 +189,7 @@ struct UnaryBackward final : Node {
   UnaryOp op;
   SavedTensor input, output;
   explicit UnaryBackward(UnaryOp op_) : op(op_) {}
-  const char* name() const override { return unary_name(op); }
+  const char* name() const override { return kernels::unary_op_name(op); }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
     const Tensor& x = input.defined() ? input.get(*this) : output.get(*this);
     const Tensor& y = output.defined() ? output.get(*this) : x;
@@ -244,10 +206,9 @@ struct UnaryBackward final : Node {
 };
 
 Tensor unary(UnaryOp op, const Tensor& x) {
-  const char* name = unary_name(op);
+  const char* name = kernels::unary_op_name(op);
   MPIGRAD_CHECK(x.defined(), name, ": undefined operand");
-  bool integer_ok = op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Relu ||
-                    op == UnaryOp::Sign;
+  bool integer_ok = kernels::unary_op_allows_integers(op);
   MPIGRAD_CHECK(integer_ok || is_floating(x.dtype()), name,
                 ": expected a floating-point tensor, got ", x.dtype(), " (convert with .to(kFloat32))");
   MPIGRAD_CHECK(x.dtype() != kBool, name, ": not defined for bool tensors");

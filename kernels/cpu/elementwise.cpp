@@ -160,49 +160,6 @@ inline C gelu_tanh_inner(C x) {
   return C(kSqrt2OverPi) * (x + C(kGeluCubic) * x * x * x);
 }
 
-const char* unary_name(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::Neg: return "Neg";
-    case UnaryOp::Exp: return "Exp";
-    case UnaryOp::Log: return "Log";
-    case UnaryOp::Sqrt: return "Sqrt";
-    case UnaryOp::Rsqrt: return "Rsqrt";
-    case UnaryOp::Abs: return "Abs";
-    case UnaryOp::Relu: return "Relu";
-    case UnaryOp::GeluErf: return "GeluErf";
-    case UnaryOp::GeluTanh: return "GeluTanh";
-    case UnaryOp::Silu: return "Silu";
-    case UnaryOp::Sigmoid: return "Sigmoid";
-    case UnaryOp::Tanh: return "Tanh";
-    case UnaryOp::Sign: return "Sign";
-  }
-  return "unknown";
-}
-
-const char* binary_name(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::Add: return "Add";
-    case BinaryOp::Sub: return "Sub";
-    case BinaryOp::Mul: return "Mul";
-    case BinaryOp::Div: return "Div";
-    case BinaryOp::Maximum: return "Maximum";
-    case BinaryOp::Minimum: return "Minimum";
-    case BinaryOp::Pow: return "Pow";
-    case BinaryOp::Eq: return "Eq";
-    case BinaryOp::Ne: return "Ne";
-    case BinaryOp::Lt: return "Lt";
-    case BinaryOp::Le: return "Le";
-    case BinaryOp::Gt: return "Gt";
-    case BinaryOp::Ge: return "Ge";
-  }
-  return "unknown";
-}
-
-// The ops integers (and, for the sign-like ones, Bool) support besides the float-only ones.
-bool unary_allows_integers(UnaryOp op) {
-  return op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Relu || op == UnaryOp::Sign;
-}
-
 // ---------------------------------------------------------------------------------------------
 // unary
 
@@ -214,8 +171,8 @@ void unary_typed(UnaryOp op, DType dtype, const StridedLoop& loop, T* out, const
   };
   if constexpr (std::is_same_v<T, bool>) {
     // Abs, Relu and Sign are the identity on {0, 1}; negating a Bool has no meaning.
-    if (op == UnaryOp::Neg || !unary_allows_integers(op)) {
-      throw_unsupported("unary", std::string("op ") + unary_name(op), dtype);
+    if (op == UnaryOp::Neg || !unary_op_allows_integers(op)) {
+      throw_unsupported("unary", std::string("op ") + unary_op_name(op), dtype);
     }
     run([](C x) { return x; });
   } else if constexpr (std::is_integral_v<C>) {
@@ -224,7 +181,7 @@ void unary_typed(UnaryOp op, DType dtype, const StridedLoop& loop, T* out, const
       case UnaryOp::Abs: return run([](C x) { return x < C(0) ? wrap_sub(C(0), x) : x; });
       case UnaryOp::Relu: return run([](C x) { return x < C(0) ? C(0) : x; });
       case UnaryOp::Sign: return run([](C x) { return sign_of(x); });
-      default: throw_unsupported("unary", std::string("op ") + unary_name(op), dtype);
+      default: throw_unsupported("unary", std::string("op ") + unary_op_name(op), dtype);
     }
   } else {
     switch (op) {
@@ -245,7 +202,7 @@ void unary_typed(UnaryOp op, DType dtype, const StridedLoop& loop, T* out, const
       case UnaryOp::Tanh: return run([](C x) { return std::tanh(x); });
       case UnaryOp::Sign: return run([](C x) { return sign_of(x); });
     }
-    throw_unsupported("unary", std::string("op ") + unary_name(op), dtype);
+    throw_unsupported("unary", std::string("op ") + unary_op_name(op), dtype);
   }
 }
 
@@ -262,7 +219,7 @@ void unary_backward_typed(UnaryOp op, DType dtype, const StridedLoop& loop, T* g
         out);
   };
   if constexpr (std::is_same_v<T, bool>) {
-    throw_unsupported("unary_backward", std::string("op ") + unary_name(op), dtype);
+    throw_unsupported("unary_backward", std::string("op ") + unary_op_name(op), dtype);
   } else if constexpr (std::is_integral_v<C>) {
     switch (op) {
       case UnaryOp::Neg: return run([](C g, C, C) { return wrap_sub(C(0), g); });
@@ -270,7 +227,7 @@ void unary_backward_typed(UnaryOp op, DType dtype, const StridedLoop& loop, T* g
         return run([](C g, C x, C) { return wrap_mul(g, sign_of(x)); });
       case UnaryOp::Relu: return run([](C g, C x, C) { return x > C(0) ? g : C(0); });
       case UnaryOp::Sign: return run([](C, C, C) { return C(0); });
-      default: throw_unsupported("unary_backward", std::string("op ") + unary_name(op), dtype);
+      default: throw_unsupported("unary_backward", std::string("op ") + unary_op_name(op), dtype);
     }
   } else {
     switch (op) {
@@ -303,7 +260,7 @@ void unary_backward_typed(UnaryOp op, DType dtype, const StridedLoop& loop, T* g
       case UnaryOp::Tanh: return run([](C g, C, C y) { return g * (C(1) - y * y); });
       case UnaryOp::Sign: return run([](C, C, C) { return C(0); });
     }
-    throw_unsupported("unary_backward", std::string("op ") + unary_name(op), dtype);
+    throw_unsupported("unary_backward", std::string("op ") + unary_op_name(op), dtype);
   }
 }
 
@@ -375,7 +332,7 @@ void binary_typed(BinaryOp op, DType dtype, const StridedLoop& loop, void* out, 
       case BinaryOp::Maximum: return run([](C x, C y) { return x || y; });
       case BinaryOp::Mul:
       case BinaryOp::Minimum: return run([](C x, C y) { return x && y; });
-      default: throw_unsupported("binary", std::string("op ") + binary_name(op), dtype);
+      default: throw_unsupported("binary", std::string("op ") + binary_op_name(op), dtype);
     }
   } else if constexpr (std::is_integral_v<C>) {
     switch (op) {
@@ -400,7 +357,7 @@ void binary_typed(BinaryOp op, DType dtype, const StridedLoop& loop, void* out, 
       default: break;
     }
   }
-  throw_unsupported("binary", std::string("op ") + binary_name(op), dtype);
+  throw_unsupported("binary", std::string("op ") + binary_op_name(op), dtype);
 }
 
 // ---------------------------------------------------------------------------------------------

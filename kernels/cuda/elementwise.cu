@@ -516,49 +516,7 @@ struct IdentityFn {
   __device__ T operator()(T value) const { return value; }
 };
 
-// ---- Names and host-side support checks (the CPU kernels' rules) --------------------------
-
-const char* unary_name(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::Neg: return "Neg";
-    case UnaryOp::Exp: return "Exp";
-    case UnaryOp::Log: return "Log";
-    case UnaryOp::Sqrt: return "Sqrt";
-    case UnaryOp::Rsqrt: return "Rsqrt";
-    case UnaryOp::Abs: return "Abs";
-    case UnaryOp::Relu: return "Relu";
-    case UnaryOp::GeluErf: return "GeluErf";
-    case UnaryOp::GeluTanh: return "GeluTanh";
-    case UnaryOp::Silu: return "Silu";
-    case UnaryOp::Sigmoid: return "Sigmoid";
-    case UnaryOp::Tanh: return "Tanh";
-    case UnaryOp::Sign: return "Sign";
-  }
-  return "unknown";
-}
-
-const char* binary_name(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::Add: return "Add";
-    case BinaryOp::Sub: return "Sub";
-    case BinaryOp::Mul: return "Mul";
-    case BinaryOp::Div: return "Div";
-    case BinaryOp::Maximum: return "Maximum";
-    case BinaryOp::Minimum: return "Minimum";
-    case BinaryOp::Pow: return "Pow";
-    case BinaryOp::Eq: return "Eq";
-    case BinaryOp::Ne: return "Ne";
-    case BinaryOp::Lt: return "Lt";
-    case BinaryOp::Le: return "Le";
-    case BinaryOp::Gt: return "Gt";
-    case BinaryOp::Ge: return "Ge";
-  }
-  return "unknown";
-}
-
-bool unary_allows_integers(UnaryOp op) {
-  return op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Relu || op == UnaryOp::Sign;
-}
+// ---- Host-side support checks (the CPU kernels' rules) ------------------------------------
 
 bool is_integer_dtype(DType dtype) {
   return dtype == DType::Int32 || dtype == DType::Int64 || dtype == DType::UInt8;
@@ -604,9 +562,9 @@ __global__ void arange_kernel(int64_t n, storage_t<T>* out, double start, double
 
 void unary(UnaryOp op, DType dtype, const StridedLoop& loop, void* out, const void* in,
            void* stream) {
-  if (dtype == DType::Bool ? (op == UnaryOp::Neg || !unary_allows_integers(op))
-                           : (is_integer_dtype(dtype) && !unary_allows_integers(op))) {
-    detail::throw_unsupported("unary", std::string("op ") + unary_name(op), dtype);
+  if (dtype == DType::Bool ? (op == UnaryOp::Neg || !unary_op_allows_integers(op))
+                           : (is_integer_dtype(dtype) && !unary_op_allows_integers(op))) {
+    detail::throw_unsupported("unary", std::string("op ") + unary_op_name(op), dtype);
   }
   detail::visit(dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -617,8 +575,8 @@ void unary(UnaryOp op, DType dtype, const StridedLoop& loop, void* out, const vo
 
 void unary_backward(UnaryOp op, DType dtype, const StridedLoop& loop, void* grad_in,
                     const void* grad_out, const void* in, const void* out, void* stream) {
-  if (dtype == DType::Bool || (is_integer_dtype(dtype) && !unary_allows_integers(op))) {
-    detail::throw_unsupported("unary_backward", std::string("op ") + unary_name(op), dtype);
+  if (dtype == DType::Bool || (is_integer_dtype(dtype) && !unary_op_allows_integers(op))) {
+    detail::throw_unsupported("unary_backward", std::string("op ") + unary_op_name(op), dtype);
   }
   detail::visit(dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -631,7 +589,7 @@ void binary(BinaryOp op, DType dtype, const StridedLoop& loop, void* out, const 
             const void* b, void* stream) {
   if (dtype == DType::Bool && !is_comparison(op) && op != BinaryOp::Add &&
       op != BinaryOp::Maximum && op != BinaryOp::Mul && op != BinaryOp::Minimum) {
-    detail::throw_unsupported("binary", std::string("op ") + binary_name(op), dtype);
+    detail::throw_unsupported("binary", std::string("op ") + binary_op_name(op), dtype);
   }
   detail::visit(dtype, [&](auto tag) {
     using T = decltype(tag);
