@@ -1,10 +1,12 @@
-// defines: sgd_step, adam_step (one parameter tensor's update, in place)
+// defines: sgd_step, adam_step (one parameter tensor's update, in place);
+//          cuda::sgd_step_multi, cuda::adam_step_multi (many tensors in one launch)
 //
 // The elementwise updates of the optimizers in nn/optim/, on dense buffers of n elements.
 // Parameters and optimizer state are updated in place; the gradient is only read. The formulas
 // are PyTorch's (torch.optim.SGD, Adam, AdamW with amsgrad=False, maximize=False).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "mpigrad/kernels/dtype.h"
@@ -35,4 +37,41 @@ void adam_step(DType dtype, int64_t n, const AdamHyper& hyper, void* param, cons
                void* exp_avg, void* exp_avg_sq);
 
 }  // namespace cpu
+
+// Fused multi-tensor updates on a CUDA device (kernels/cuda/optimizer.cu): one kernel launch
+// updates every tensor of the list, each with its own hyperparameters, with the CPU formulas.
+// The host list is copied to `device_slots` (device memory of at least
+// sgd_slots_bytes(count) / adam_slots_bytes(count) bytes, which must stay allocated until the
+// launch has run: stream-ordered scratch is fine) on `stream` (a cudaStream_t of the current device),
+// so the kernel reads pointers and sizes from a device array. All tensors share one dtype,
+// Float32 or Float64; their buffers are dense device memory of `numel` elements.
+namespace cuda {
+
+struct SgdSlot {
+  void* param = nullptr;
+  const void* grad = nullptr;
+  void* momentum_buffer = nullptr;  // null when hyper.momentum == 0
+  int64_t numel = 0;
+  SgdHyper hyper;
+};
+
+struct AdamSlot {
+  void* param = nullptr;
+  const void* grad = nullptr;
+  void* exp_avg = nullptr;
+  void* exp_avg_sq = nullptr;
+  int64_t numel = 0;
+  AdamHyper hyper;
+};
+
+size_t sgd_slots_bytes(int64_t count);
+size_t adam_slots_bytes(int64_t count);
+
+void sgd_step_multi(DType dtype, int64_t count, const SgdSlot* slots, void* device_slots,
+                    void* stream);
+
+void adam_step_multi(DType dtype, int64_t count, const AdamSlot* slots, void* device_slots,
+                     void* stream);
+
+}  // namespace cuda
 }  // namespace mpigrad::kernels

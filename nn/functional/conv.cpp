@@ -5,6 +5,9 @@
 #include "mpigrad/core/ops/op_support.h"
 #include "mpigrad/core/ops/reduce.h"
 #include "mpigrad/kernels/conv.h"
+#if defined(MPIGRAD_WITH_CUDA)
+#include "mpigrad/nn/cuda/cuda_ops.h"
+#endif
 
 namespace mpigrad::nn::functional {
 
@@ -66,8 +69,25 @@ ConvPlan make_plan(const Tensor& input, const Tensor& weight, const Conv2dOption
   return p;
 }
 
-void check_cpu(const Tensor& t) {
-  MPIGRAD_CHECK(!t.device().is_cuda(), "conv2d: CUDA path not built yet");
+// The CUDA paths (cuDNN, nn/cuda/cudnn_conv.cpp). Each computes one of y, grad_x, grad_w.
+enum class CudaConv { Forward, BackwardData, BackwardFilter };
+
+void conv_cuda(CudaConv which, const ConvPlan& p, const Tensor& a, const Tensor& b, Tensor& out) {
+#if defined(MPIGRAD_WITH_CUDA)
+  cuda_ops::ConvShape shape;
+  shape.geometry = p.geometry;
+  shape.batch = p.batch;
+  shape.out_channels = p.out_channels;
+  shape.groups = p.groups;
+  switch (which) {
+    case CudaConv::Forward: return cuda_ops::conv2d_forward(shape, a, b, out);
+    case CudaConv::BackwardData: return cuda_ops::conv2d_backward_data(shape, a, b, out);
+    case CudaConv::BackwardFilter: return cuda_ops::conv2d_backward_filter(shape, a, b, out);
+  }
+#else
+  (void)which, (void)p, (void)a, (void)b, (void)out;
+  core::fail("conv2d: this libmpigrad has no CUDA backend");
+#endif
 }
 
 // The column matrix of image n: a pointer into the input itself (direct) or into `columns`.
@@ -94,6 +114,26 @@ struct Conv2dBackward final : core::Node {
     const Tensor& w = weight.get(*this);
     const ConvPlan& p = plan;
     Tensor g = grad_output.contiguous();
+    if (x.device().is_cuda() && p.batch == 0) {
+      if (next[0]) grads[0] = core::zeros(x.shape(), core::TensorOptions(x.dtype()).device(x.device()));
+      if (next[1]) grads[1] = core::zeros(w.shape(), core::TensorOptions(w.dtype()).device(w.device()));
+      if (has_bias && next[2]) grads[2] = core::sum(g, {0, 2, 3});
+      return;
+    }
+    if (x.device().is_cuda()) {
+      if (next[0]) {
+        Tensor grad_input = core::detail::empty_on(x.shape(), x.dtype(), x.device());
+        conv_cuda(CudaConv::BackwardData, p, g, w, grad_input);
+        grads[0] = grad_input;
+      }
+      if (next[1]) {
+        Tensor grad_weight = core::detail::empty_on(w.shape(), w.dtype(), w.device());
+        conv_cuda(CudaConv::BackwardFilter, p, x, g, grad_weight);
+        grads[1] = grad_weight;
+      }
+      if (has_bias && next[2]) grads[2] = core::sum(g, {0, 2, 3});
+      return;
+    }
     auto& backend = core::backend_for(x.device());
     const int64_t rows = p.geometry.channels * p.geometry.kernel_h * p.geometry.kernel_w;
     Tensor columns = core::detail::empty_on({p.direct ? 1 : rows, p.direct ? 1 : p.out_area},
@@ -158,7 +198,6 @@ struct Conv2dBackward final : core::Node {
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
               const Conv2dOptions& options) {
   MPIGRAD_CHECK(input.defined() && weight.defined(), "conv2d: undefined input or weight");
-  check_cpu(input);
   core::detail::check_same_device("conv2d", {&input, &weight});
   MPIGRAD_CHECK(input.dtype() == weight.dtype() &&
                     (input.dtype() == core::kFloat32 || input.dtype() == core::kFloat64),
@@ -181,9 +220,12 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
                                       input.dtype(), input.device());
   auto& backend = core::backend_for(input.device());
   const int64_t rows = p.geometry.channels * p.geometry.kernel_h * p.geometry.kernel_w;
-  Tensor columns = core::detail::empty_on({p.direct ? 1 : rows, p.direct ? 1 : p.out_area},
-                                          input.dtype(), input.device());
-  for (int64_t n = 0; n < p.batch; ++n) {
+  const bool cuda = input.device().is_cuda();
+  Tensor columns = cuda ? Tensor()
+                        : core::detail::empty_on({p.direct ? 1 : rows, p.direct ? 1 : p.out_area},
+                                                 input.dtype(), input.device());
+  if (cuda && p.batch > 0) conv_cuda(CudaConv::Forward, p, x, w, out);
+  for (int64_t n = 0; !cuda && n < p.batch; ++n) {
     const void* cols = columns_of(p, x, n, columns);
     kernels::GemmShape shape;
     shape.m = p.group_out;

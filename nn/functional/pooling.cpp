@@ -3,6 +3,9 @@
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/ops/op_support.h"
 #include "mpigrad/kernels/pooling.h"
+#if defined(MPIGRAD_WITH_CUDA)
+#include "mpigrad/nn/cuda/cuda_ops.h"
+#endif
 
 namespace mpigrad::nn::functional {
 
@@ -22,7 +25,6 @@ const char* pool_name(PoolKind kind) {
 
 kernels::Pool2dGeometry make_geometry(const char* name, const Tensor& input) {
   MPIGRAD_CHECK(input.defined(), name, ": undefined input");
-  MPIGRAD_CHECK(!input.device().is_cuda(), name, ": CUDA path not built yet");
   MPIGRAD_CHECK(input.dim() == 3 || input.dim() == 4, name,
                 ": input must be [N, C, H, W] or [C, H, W], got shape ", input.shape());
   MPIGRAD_CHECK(input.dtype() == core::kFloat32 || input.dtype() == core::kFloat64, name,
@@ -41,12 +43,51 @@ core::Shape output_shape(const Tensor& input, const kernels::Pool2dGeometry& g) 
   return shape;
 }
 
+// On CUDA every pooling is a cuDNN window pooling (cuda_ops::PoolMode).
+enum class CudaPool { Max, AvgIncludePad, AvgExcludePad };
+
+#if defined(MPIGRAD_WITH_CUDA)
+cuda_ops::PoolMode to_mode(CudaPool mode) {
+  switch (mode) {
+    case CudaPool::Max: return cuda_ops::PoolMode::Max;
+    case CudaPool::AvgIncludePad: return cuda_ops::PoolMode::AvgIncludePad;
+    default: return cuda_ops::PoolMode::AvgExcludePad;
+  }
+}
+#endif
+
+void pool_forward_cuda(CudaPool mode, const kernels::Pool2dGeometry& g, const Tensor& x,
+                       Tensor& out) {
+#if defined(MPIGRAD_WITH_CUDA)
+  cuda_ops::pool2d_forward(to_mode(mode), g, x, out);
+#else
+  (void)mode, (void)g, (void)x, (void)out;
+  core::fail("pool2d: this libmpigrad has no CUDA backend");
+#endif
+}
+
+void pool_backward_cuda(CudaPool mode, const kernels::Pool2dGeometry& g, const Tensor& x,
+                        const Tensor& y, const Tensor& grad_y, Tensor& grad_x) {
+#if defined(MPIGRAD_WITH_CUDA)
+  cuda_ops::pool2d_backward(to_mode(mode), g, x, y, grad_y, grad_x);
+#else
+  (void)mode, (void)g, (void)x, (void)y, (void)grad_y, (void)grad_x;
+  core::fail("pool2d: this libmpigrad has no CUDA backend");
+#endif
+}
+
 struct Pool2dBackward final : core::Node {
   PoolKind kind;
   kernels::Pool2dGeometry geometry;
   bool count_include_pad = true;
   core::Shape input_shape;
   Tensor indices;  // max pooling: not an autograd tensor, nobody else can modify it
+  // CUDA: the cuDNN pooling that ran, and for max pooling the (detached) input and output,
+  // from which cuDNN finds the winners again.
+  bool cuda = false;
+  CudaPool cuda_mode = CudaPool::Max;
+  kernels::Pool2dGeometry cuda_geometry;
+  Tensor cuda_input, cuda_output;
   explicit Pool2dBackward(PoolKind kind_) : kind(kind_) {}
   const char* name() const override {
     switch (kind) {
@@ -58,6 +99,11 @@ struct Pool2dBackward final : core::Node {
   void apply(const Tensor& grad_output, std::vector<Tensor>& grads) override {
     Tensor g = grad_output.contiguous();
     Tensor grad_in = core::detail::empty_on(input_shape, g.dtype(), g.device());
+    if (cuda) {
+      pool_backward_cuda(cuda_mode, cuda_geometry, cuda_input, cuda_output, g, grad_in);
+      grads[0] = grad_in;
+      return;
+    }
     switch (kind) {
       case PoolKind::Max:
         kernels::cpu::max_pool2d_backward(g.dtype(), geometry, g.data_ptr(),
@@ -74,7 +120,11 @@ struct Pool2dBackward final : core::Node {
     }
     grads[0] = grad_in;
   }
-  void release_saved() override { indices = Tensor(); }
+  void release_saved() override {
+    indices = Tensor();
+    cuda_input = Tensor();
+    cuda_output = Tensor();
+  }
 };
 
 Tensor windowed_pool(PoolKind kind, const Tensor& input, const Pool2dOptions& o) {
@@ -108,7 +158,13 @@ Tensor windowed_pool(PoolKind kind, const Tensor& input, const Pool2dOptions& o)
   }
   Tensor out = core::detail::empty_on(output_shape(input, g), input.dtype(), input.device());
   Tensor indices;
-  if (kind == PoolKind::Max) {
+  const bool cuda = input.device().is_cuda();
+  const CudaPool cuda_mode = kind == PoolKind::Max ? CudaPool::Max
+                             : o.count_include_pad ? CudaPool::AvgIncludePad
+                                                   : CudaPool::AvgExcludePad;
+  if (cuda) {
+    pool_forward_cuda(cuda_mode, g, x, out);
+  } else if (kind == PoolKind::Max) {
     indices = core::detail::empty_on(out.shape(), core::kInt64, input.device());
     kernels::cpu::max_pool2d_forward(x.dtype(), g, x.data_ptr(), out.data_ptr(),
                                      indices.data<int64_t>());
@@ -121,6 +177,13 @@ Tensor windowed_pool(PoolKind kind, const Tensor& input, const Pool2dOptions& o)
     node->count_include_pad = o.count_include_pad;
     node->input_shape = input.shape();
     node->indices = indices;
+    node->cuda = cuda;
+    node->cuda_mode = cuda_mode;
+    node->cuda_geometry = g;
+    if (cuda && kind == PoolKind::Max) {
+      node->cuda_input = x.detach();
+      node->cuda_output = out.detach();
+    }
   }
   return out;
 }
@@ -148,10 +211,26 @@ Tensor adaptive_avg_pool2d(const Tensor& input, std::array<int64_t, 2> output_si
     x = input.contiguous();
   }
   Tensor out = core::detail::empty_on(output_shape(input, g), input.dtype(), input.device());
-  kernels::cpu::adaptive_avg_pool2d_forward(x.dtype(), g, x.data_ptr(), out.data_ptr());
+  // On CUDA the adaptive pooling is cuDNN's plain average pooling, which it equals when the
+  // output size divides the input size (the common 1x1 global pooling included).
+  kernels::Pool2dGeometry window = g;
+  const bool cuda = input.device().is_cuda();
+  if (cuda) {
+    MPIGRAD_CHECK(g.height % g.out_h == 0 && g.width % g.out_w == 0, name,
+                  ": on CUDA the input size must be a multiple of the output size, got input ",
+                  g.height, "x", g.width, " and output ", g.out_h, "x", g.out_w);
+    window.kernel_h = window.stride_h = g.height / g.out_h;
+    window.kernel_w = window.stride_w = g.width / g.out_w;
+    pool_forward_cuda(CudaPool::AvgIncludePad, window, x, out);
+  } else {
+    kernels::cpu::adaptive_avg_pool2d_forward(x.dtype(), g, x.data_ptr(), out.data_ptr());
+  }
   if (auto node = core::detail::record<Pool2dBackward>(out, {&input}, PoolKind::AdaptiveAvg)) {
     node->geometry = g;
     node->input_shape = input.shape();
+    node->cuda = cuda;
+    node->cuda_mode = CudaPool::AvgIncludePad;
+    node->cuda_geometry = window;
   }
   return out;
 }

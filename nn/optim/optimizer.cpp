@@ -56,7 +56,6 @@ void Optimizer::zero_grad(bool set_to_none) {
 }
 
 Tensor Optimizer::checked_grad(const Tensor& param) const {
-  MPIGRAD_CHECK(!param.device().is_cuda(), type_name(), ": CUDA path not built yet");
   MPIGRAD_CHECK(param.is_contiguous(), type_name(), ": parameters must be contiguous");
   MPIGRAD_CHECK(param.dtype() == core::kFloat32 || param.dtype() == core::kFloat64, type_name(),
                 ": parameters must be float32 or float64, got ", param.dtype());

@@ -1,7 +1,14 @@
 #include "mpigrad/nn/optim/sgd.h"
 
+#include <map>
+#include <utility>
+#include <vector>
+
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/kernels/optimizer.h"
+#if defined(MPIGRAD_WITH_CUDA)
+#include "mpigrad/nn/cuda/cuda_ops.h"
+#endif
 
 namespace mpigrad::nn {
 
@@ -18,6 +25,10 @@ SGD::SGD(std::vector<ParamGroupSpec> groups, const SGDOptions& options)
 
 void SGD::step() {
   core::NoGradGuard no_grad;
+  // CUDA parameters are collected per (device, dtype) and updated by one fused launch each;
+  // `keep` holds the gradients converted for the kernels until then.
+  std::map<std::pair<int, core::DType>, std::vector<kernels::cuda::SgdSlot>> cuda_slots;
+  std::vector<Tensor> keep;
   size_t index = 0;
   for (ParamGroup& group : param_groups()) {
     for (Tensor& p : group.params) {
@@ -41,9 +52,28 @@ void SGD::step() {
         buffer = existing->data_ptr();
       }
       ++s.step;
-      kernels::cpu::sgd_step(p.dtype(), p.numel(), hyper, p.data_ptr(), grad.data_ptr(), buffer);
+      if (p.device().is_cuda()) {
+        kernels::cuda::SgdSlot slot;
+        slot.param = p.data_ptr();
+        slot.grad = grad.data_ptr();
+        slot.momentum_buffer = buffer;
+        slot.numel = p.numel();
+        slot.hyper = hyper;
+        cuda_slots[{p.device().index, p.dtype()}].push_back(slot);
+        keep.push_back(grad);
+      } else {
+        kernels::cpu::sgd_step(p.dtype(), p.numel(), hyper, p.data_ptr(), grad.data_ptr(), buffer);
+      }
       p.storage()->bump_version();
     }
+  }
+  for (const auto& [key, slots] : cuda_slots) {
+#if defined(MPIGRAD_WITH_CUDA)
+    cuda_ops::sgd_step_multi(core::cuda(key.first), key.second, slots);
+#else
+    (void)slots;
+    core::fail("SGD: this libmpigrad has no CUDA backend");
+#endif
   }
 }
 
