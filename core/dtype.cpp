@@ -2,19 +2,6 @@
 
 namespace mpigrad::core {
 
-std::string_view dtype_name(DType dtype) {
-  switch (dtype) {
-    case kFloat32: return "float32";
-    case kFloat64: return "float64";
-    case kBFloat16: return "bfloat16";
-    case kFloat16: return "float16";
-    case kInt32: return "int32";
-    case kInt64: return "int64";
-    case kUInt8: return "uint8";
-    case kBool: return "bool";
-  }
-  return "unknown";
-}
 
 
 namespace {

@@ -22,8 +22,7 @@ inline constexpr DType kInt64 = DType::Int64;
 inline constexpr DType kUInt8 = DType::UInt8;
 inline constexpr DType kBool = DType::Bool;
 
-// PyTorch's names: "float32", "bfloat16", "int64", "bool", ...
-std::string_view dtype_name(DType dtype);
+using kernels::dtype_name;  // PyTorch's names: "float32", "bfloat16", "int64", "bool", ...
 
 using kernels::element_size;  // bytes per element
 inline bool is_floating(DType dtype) {

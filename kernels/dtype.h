@@ -85,6 +85,21 @@ struct Half {
   }
 };
 
+// PyTorch's names ("float32", "bfloat16", "int64", "bool"), for messages on every layer.
+constexpr const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::Float32: return "float32";
+    case DType::Float64: return "float64";
+    case DType::BFloat16: return "bfloat16";
+    case DType::Float16: return "float16";
+    case DType::Int32: return "int32";
+    case DType::Int64: return "int64";
+    case DType::UInt8: return "uint8";
+    case DType::Bool: return "bool";
+  }
+  return "unknown";
+}
+
 constexpr int element_size(DType dtype) {
   switch (dtype) {
     case DType::Float64:

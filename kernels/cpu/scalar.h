@@ -14,34 +14,15 @@
 #include <type_traits>
 
 #include "mpigrad/kernels/dtype.h"
+#include "mpigrad/kernels/unsupported.h"
 
 namespace mpigrad::kernels::cpu {
 
-inline const char* dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::Float32: return "Float32";
-    case DType::Float64: return "Float64";
-    case DType::BFloat16: return "BFloat16";
-    case DType::Float16: return "Float16";
-    case DType::Int32: return "Int32";
-    case DType::Int64: return "Int64";
-    case DType::UInt8: return "UInt8";
-    case DType::Bool: return "Bool";
-  }
-  return "unknown";
-}
+using kernels::dtype_name;
 
-// Throws "mpigrad::kernels::cpu::<kernel>: <what> is not supported for dtype X", or
-// "...: dtype X is not supported" when there is no finer detail (`what` empty).
 [[noreturn]] inline void throw_unsupported(const char* kernel, const std::string& what,
                                            DType dtype) {
-  std::string message = std::string("mpigrad::kernels::cpu::") + kernel + ": ";
-  if (what.empty()) {
-    message += "dtype " + std::string(dtype_name(dtype)) + " is not supported";
-  } else {
-    message += what + " is not supported for dtype " + std::string(dtype_name(dtype));
-  }
-  throw std::invalid_argument(message);
+  kernels::throw_unsupported("cpu", kernel, what, dtype);
 }
 
 // True for the storage types whose arithmetic is floating point (float, double, Half, BFloat16).

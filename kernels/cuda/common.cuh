@@ -20,36 +20,18 @@
 #include <type_traits>
 
 #include "mpigrad/kernels/dtype.h"
+#include "mpigrad/kernels/unsupported.h"
 #include "mpigrad/kernels/elementwise.h"
 
 namespace mpigrad::kernels::cuda::detail {
 
 // ---- Errors ------------------------------------------------------------------------------------
 
-inline const char* dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::Float32: return "Float32";
-    case DType::Float64: return "Float64";
-    case DType::BFloat16: return "BFloat16";
-    case DType::Float16: return "Float16";
-    case DType::Int32: return "Int32";
-    case DType::Int64: return "Int64";
-    case DType::UInt8: return "UInt8";
-    case DType::Bool: return "Bool";
-  }
-  return "unknown";
-}
+using kernels::dtype_name;
 
-// "mpigrad::kernels::cuda::<kernel>: <what> is not supported for dtype X", as on the CPU.
 [[noreturn]] inline void throw_unsupported(const char* kernel, const std::string& what,
                                            DType dtype) {
-  std::string message = std::string("mpigrad::kernels::cuda::") + kernel + ": ";
-  if (what.empty()) {
-    message += "dtype " + std::string(dtype_name(dtype)) + " is not supported";
-  } else {
-    message += what + " is not supported for dtype " + std::string(dtype_name(dtype));
-  }
-  throw std::invalid_argument(message);
+  kernels::throw_unsupported("cuda", kernel, what, dtype);
 }
 
 [[noreturn]] inline void throw_invalid(const char* kernel, const std::string& what) {
