@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 
@@ -197,7 +198,13 @@ void LoggingHook::on(HookStage stage, TrainingContext& context) {
   switch (stage) {
     case HookStage::Setup: {
       main_process_ = manager.is_main_process();
-      tty_ = main_process_ && isatty(fileno(stdout));
+      // Launchers hand ranks a pseudo-terminal even when mpirun's own output is a pipe or a log
+      // file, so the bar is drawn only for a plain ./program on a terminal, or when
+      // MPIGRAD_PROGRESS_BAR=1 asks for it.
+      const char* forced = std::getenv("MPIGRAD_PROGRESS_BAR");
+      bool launched = manager.launcher() != Launcher::SingleProcess;
+      tty_ = main_process_ && isatty(fileno(stdout)) &&
+             (forced != nullptr ? std::string(forced) == "1" : !launched);
       if (main_process_ && !out_dir_.empty()) {
         std::filesystem::create_directories(out_dir_);
         std::string path = (std::filesystem::path(out_dir_) / "metrics.jsonl").string();

@@ -10,8 +10,9 @@
 //   GradAccumulationHook  k micro-batches per optimizer step, with DDP's no_sync (claims backward)
 //   GradClipHook          clips the global gradient norm before each step
 //   EMAHook               keeps an exponential moving average of the weights
-//   LoggingHook           rank 0 logs loss, lr and throughput (a progress bar on a terminal,
-//                         plain lines otherwise) and appends metrics.jsonl
+//   LoggingHook           rank 0 logs loss, lr and throughput (a progress bar on a terminal
+//                         outside mpirun/srun or with MPIGRAD_PROGRESS_BAR=1, plain lines
+//                         otherwise) and appends metrics.jsonl
 // Hooks whose state lives in checkpoints (scheduler, EMA) are handed to CheckpointHook.
 #pragma once
 
