@@ -10,6 +10,7 @@
 
 #include "mpigrad/core/error.h"
 #include "mpigrad/kernels/dtype.h"
+#include "mpigrad/launch/collective_check.h"
 #include "mpigrad/launch/collective_watchdog.h"
 #include "mpigrad/launch/mpi_interop.h"
 
@@ -30,19 +31,7 @@ struct MpiCommunicator::State {
 
 namespace {
 
-enum class Kind : int64_t { AllReduce, Broadcast, AllGather, AllGatherV, ReduceScatter, Barrier };
-
-const char* kind_name(Kind kind) {
-  switch (kind) {
-    case Kind::AllReduce: return "all_reduce";
-    case Kind::Broadcast: return "broadcast";
-    case Kind::AllGather: return "all_gather";
-    case Kind::AllGatherV: return "all_gather_v";
-    case Kind::ReduceScatter: return "reduce_scatter";
-    case Kind::Barrier: return "barrier";
-  }
-  return "?";
-}
+using Kind = CollectiveKind;
 
 // One collective, checked and translated to MPI arguments.
 struct Call {
@@ -113,36 +102,11 @@ void finish(const Call& call, int size) {
 
 // MPIGRAD_DEBUG_COLLECTIVES: every rank shares what it is about to call and all compare.
 void check_agreement(const MpiCommunicator::State& state, const Call& call, uint64_t seq) {
-  constexpr int kFields = 7;
-  int64_t counts_hash = 0;
-  for (int c : call.counts) counts_hash = counts_hash * 1000003 + c;
-  int64_t mine[kFields] = {int64_t(call.kind), int64_t(call.dtype),   int64_t(call.count),
-                           int64_t(call.root), int64_t(call.reduce), counts_hash,
-                           int64_t(seq)};
-  std::vector<int64_t> all(size_t(kFields * state.size));
-  check_mpi(MPI_Allgather(mine, kFields, MPI_INT64_T, all.data(), kFields, MPI_INT64_T,
-                          state.control.comm),
-            "MPI_Allgather", "MPIGRAD_DEBUG_COLLECTIVES check on '" + state.name + "'");
-  bool agree = true;
-  for (int r = 1; r < state.size && agree; ++r) {
-    for (int f = 0; f < kFields; ++f) agree = agree && all[size_t(r * kFields + f)] == all[size_t(f)];
-  }
-  if (agree) return;
-  std::string message = "[rank " + std::to_string(state.rank) + "/" + std::to_string(state.size) +
-                        "] MPIGRAD_DEBUG_COLLECTIVES: ranks disagree on collective #" +
-                        std::to_string(seq) + " of communicator '" + state.name + "':";
-  for (int r = 0; r < state.size; ++r) {
-    const int64_t* f = &all[size_t(r * kFields)];
-    message += "\n  rank " + std::to_string(r) + ": " + kind_name(Kind(f[0])) + "(dtype " +
-               std::string(core::dtype_name(core::DType(f[1]))) + ", count " + std::to_string(f[2]);
-    if (Kind(f[0]) == Kind::Broadcast) message += ", root " + std::to_string(f[3]);
-    if (Kind(f[0]) == Kind::AllReduce || Kind(f[0]) == Kind::ReduceScatter) {
-      message += ", op " + std::string(reduce_op_name(ReduceOp(f[4])));
-    }
-    if (Kind(f[0]) == Kind::AllGatherV) message += ", counts hash " + std::to_string(f[5]);
-    message += ") as collective #" + std::to_string(f[6]);
-  }
-  core::fail(message);
+  CollectiveSignature signature{call.kind, call.dtype, int64_t(call.count), int64_t(call.root),
+                                call.reduce, hash_counts(call.counts)};
+  std::string where = "[rank " + std::to_string(state.rank) + "/" + std::to_string(state.size) +
+                      "] communicator '" + state.name + "'";
+  check_collective_agreement(state.control, state.size, where, state.name, signature, seq);
 }
 
 // Numbers the collective, runs the debug check, and returns the sequence number.
@@ -154,7 +118,7 @@ uint64_t begin(const MpiCommunicator::State& state, const Call& call) {
 
 void run_blocking(MpiCommunicator::State& state, Call& call) {
   uint64_t seq = begin(state, call);
-  CollectiveWatchdog::WaitScope scope(*state.watchdog, seq, kind_name(call.kind), call.bytes);
+  CollectiveWatchdog::WaitScope scope(*state.watchdog, seq, collective_kind_name(call.kind), call.bytes);
   MPI_Comm comm = state.comm.comm;
   int rc = MPI_SUCCESS;
   const char* what = "";
@@ -262,7 +226,7 @@ class MpiWork final : public Work {
 
   void wait() override {
     if (done_) return;
-    CollectiveWatchdog::WaitScope scope(*state_->watchdog, seq_, kind_name(call_.kind), call_.bytes);
+    CollectiveWatchdog::WaitScope scope(*state_->watchdog, seq_, collective_kind_name(call_.kind), call_.bytes);
     check(MPI_Wait(&request_, MPI_STATUS_IGNORE), "MPI_Wait");
     complete();
   }
@@ -273,7 +237,7 @@ class MpiWork final : public Work {
     if (rc != MPI_SUCCESS) [[unlikely]] check_mpi(rc, what, context());
   }
   std::string context() const {
-    return std::string(kind_name(call_.kind)) + " #" + std::to_string(seq_) + " on communicator '" +
+    return std::string(collective_kind_name(call_.kind)) + " #" + std::to_string(seq_) + " on communicator '" +
            state_->name + "'";
   }
   void complete() {
@@ -306,7 +270,7 @@ namespace {
 
 Call reduce_call(const MpiCommunicator::State& state, Kind kind, const core::Tensor& input,
                  const core::Tensor& output, ReduceOp op) {
-  const char* name = kind_name(kind);
+  const char* name = collective_kind_name(kind);
   check_pair(input, output, name, state);
   Call call;
   call.kind = kind;

@@ -15,6 +15,7 @@
 #include "mpigrad/core/cuda.h"
 #include "mpigrad/core/cuda_allocator.h"
 #include "mpigrad/core/error.h"
+#include "mpigrad/launch/collective_check.h"
 #include "mpigrad/launch/collective_watchdog.h"
 #include "mpigrad/launch/mpi_interop.h"
 
@@ -116,19 +117,7 @@ class DeviceScope {
   bool changed_ = false;
 };
 
-enum class Kind : int64_t { AllReduce, Broadcast, AllGather, AllGatherV, ReduceScatter, Barrier };
-
-const char* kind_name(Kind kind) {
-  switch (kind) {
-    case Kind::AllReduce: return "all_reduce";
-    case Kind::Broadcast: return "broadcast";
-    case Kind::AllGather: return "all_gather";
-    case Kind::AllGatherV: return "all_gather_v";
-    case Kind::ReduceScatter: return "reduce_scatter";
-    case Kind::Barrier: return "barrier";
-  }
-  return "?";
-}
+using Kind = CollectiveKind;
 
 ncclDataType_t nccl_type(core::DType dtype) {
   switch (dtype) {
@@ -189,7 +178,7 @@ void check_pair(const State& state, const core::Tensor& input, const core::Tenso
 
 Call reduce_call(const State& state, Kind kind, const core::Tensor& input,
                  const core::Tensor& output, ReduceOp op) {
-  const char* name = kind_name(kind);
+  const char* name = collective_kind_name(kind);
   check_pair(state, input, output, name);
   MPIGRAD_CHECK(op != ReduceOp::Avg || core::is_floating(input.dtype()), state.where(), ": ", name,
                 ": avg needs a floating dtype, got ", input.dtype());
@@ -274,35 +263,10 @@ Call all_gather_v_call(const State& state, const core::Tensor& input, const core
 
 // MPIGRAD_DEBUG_COLLECTIVES: every rank shares what it is about to queue and all compare.
 void check_agreement(const State& state, const Call& call, uint64_t seq) {
-  constexpr int kFields = 7;
-  int64_t counts_hash = 0;
-  for (size_t c : call.counts) counts_hash = counts_hash * 1000003 + int64_t(c);
-  int64_t mine[kFields] = {int64_t(call.kind),   int64_t(call.dtype), int64_t(call.count),
-                           int64_t(call.root),   int64_t(call.reduce), counts_hash,
-                           int64_t(seq)};
-  std::vector<int64_t> all(size_t(kFields * state.size));
-  check_mpi(MPI_Allgather(mine, kFields, MPI_INT64_T, all.data(), kFields, MPI_INT64_T,
-                          state.control.comm),
-            "MPI_Allgather", "MPIGRAD_DEBUG_COLLECTIVES check on '" + state.name + "'");
-  bool agree = true;
-  for (int r = 1; r < state.size && agree; ++r) {
-    for (int f = 0; f < kFields; ++f) agree = agree && all[size_t(r * kFields + f)] == all[size_t(f)];
-  }
-  if (agree) return;
-  std::string message = state.where() + ": MPIGRAD_DEBUG_COLLECTIVES: ranks disagree on collective #" +
-                        std::to_string(seq) + ":";
-  for (int r = 0; r < state.size; ++r) {
-    const int64_t* f = &all[size_t(r * kFields)];
-    message += "\n  rank " + std::to_string(r) + ": " + kind_name(Kind(f[0])) + "(dtype " +
-               std::string(core::dtype_name(core::DType(f[1]))) + ", count " + std::to_string(f[2]);
-    if (Kind(f[0]) == Kind::Broadcast) message += ", root " + std::to_string(f[3]);
-    if (Kind(f[0]) == Kind::AllReduce || Kind(f[0]) == Kind::ReduceScatter) {
-      message += ", op " + std::string(reduce_op_name(ReduceOp(f[4])));
-    }
-    if (Kind(f[0]) == Kind::AllGatherV) message += ", counts hash " + std::to_string(f[5]);
-    message += ") as collective #" + std::to_string(f[6]);
-  }
-  core::fail(message);
+  CollectiveSignature signature{call.kind, call.dtype, int64_t(call.count), int64_t(call.root),
+                                call.reduce, hash_counts(call.counts)};
+  check_collective_agreement(state.control, state.size, state.where(), state.name, signature,
+                             seq);
 }
 
 char* byte_ptr(const core::Tensor& tensor) { return static_cast<char*>(tensor.data_ptr()); }

@@ -7,6 +7,8 @@
 
 #include <doctest/doctest.h>
 
+#include "gpu_test_count.h"
+
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -14,9 +16,6 @@
 
 namespace mpigrad::test {
 
-// Counts a GPU test case at registration; returns the new count.
-int register_cuda_test_case();
-int cuda_test_case_count();
 
 // The first element that differs by more than atol + rtol * |expected|, or "" when all agree.
 inline std::string first_mismatch(const std::vector<double>& actual,
@@ -42,5 +41,5 @@ inline std::string first_mismatch(const std::vector<double>& actual,
 
 #define MPIGRAD_CUDA_TEST_CASE(name)                                                    \
   static const int DOCTEST_ANONYMOUS(mpigrad_cuda_case_) =                              \
-      ::mpigrad::test::register_cuda_test_case();                                       \
+      ::mpigrad::test::register_gpu_test_case();                                       \
   TEST_CASE(name)

@@ -8,6 +8,8 @@
 
 #include <doctest/doctest.h>
 
+#include "gpu_test_count.h"
+
 #include <cmath>
 #include <functional>
 #include <memory>
@@ -24,8 +26,6 @@
 
 namespace mpigrad::test {
 
-int register_nn_cuda_test_case();
-int nn_cuda_test_case_count();
 
 using core::Tensor;
 
@@ -129,5 +129,5 @@ inline void compare_module(const std::string& label,
 
 #define MPIGRAD_NN_CUDA_TEST_CASE(name)                                               \
   static const int DOCTEST_ANONYMOUS(mpigrad_nn_cuda_case_) =                         \
-      ::mpigrad::test::register_nn_cuda_test_case();                                  \
+      ::mpigrad::test::register_gpu_test_case();                                  \
   TEST_CASE(name)
