@@ -39,6 +39,34 @@ struct StridedLoop {
   }
 };
 
+// `loop` with extent-1 dims dropped and neighbours merged wherever every one of the first
+// num_operands operands steps through them evenly, so a dense slice of a larger tensor becomes
+// one long dim. Always at least one dim (a single element is [1] with strides 0).
+inline StridedLoop coalesced(const StridedLoop& loop, int num_operands) {
+  StridedLoop walk;
+  for (int d = 0; d < loop.ndim; ++d) {
+    if (loop.size[d] == 1) continue;
+    const int last = walk.ndim - 1;
+    bool mergeable = last >= 0;
+    for (int op = 0; mergeable && op < num_operands; ++op) {
+      mergeable = walk.stride[op][last] == loop.stride[op][d] * loop.size[d];
+    }
+    if (mergeable) {
+      walk.size[last] *= loop.size[d];
+      for (int op = 0; op < num_operands; ++op) walk.stride[op][last] = loop.stride[op][d];
+    } else {
+      walk.size[walk.ndim] = loop.size[d];
+      for (int op = 0; op < num_operands; ++op) walk.stride[op][walk.ndim] = loop.stride[op][d];
+      ++walk.ndim;
+    }
+  }
+  if (walk.ndim == 0) {
+    walk.ndim = 1;
+    walk.size[0] = 1;
+  }
+  return walk;
+}
+
 enum class UnaryOp : uint8_t {
   Neg, Exp, Log, Sqrt, Rsqrt, Abs, Relu, GeluErf, GeluTanh, Silu, Sigmoid, Tanh, Sign,
 };

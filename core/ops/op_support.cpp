@@ -19,45 +19,18 @@ StridedLoop make_loop(const Shape& shape, std::initializer_list<const Tensor*> o
     for (int op = 0; op < num_operands; ++op) loop.stride[op][0] = 1;
     return loop;
   }
-  // Drop extent-1 dims and align every operand's strides to `shape` (broadcast dims get 0).
-  int out_dim = 0;
+  // Align every operand's strides to `shape` (broadcast dims get 0), then merge.
+  loop.ndim = shape.size();
   for (int d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;
-    loop.size[out_dim] = shape[d];
+    loop.size[d] = shape[d];
     int op = 0;
     for (const Tensor* operand : operands) {
       int operand_dim = d - (shape.size() - operand->dim());
       bool broadcast = operand_dim < 0 || operand->shape()[operand_dim] == 1;
-      loop.stride[op++][out_dim] = broadcast ? 0 : operand->strides()[operand_dim];
-    }
-    ++out_dim;
-  }
-  loop.ndim = out_dim;
-  if (loop.ndim == 0) {  // a single element
-    loop.ndim = 1;
-    loop.size[0] = 1;
-    for (int op = 0; op < num_operands; ++op) loop.stride[op][0] = 1;
-    return loop;
-  }
-  // Merge dim d into d+1 when, for every operand, stepping d is the same as stepping d+1 size
-  // times: then the pair is one longer dim.
-  int merged = 0;
-  for (int d = 1; d < loop.ndim; ++d) {
-    bool can_merge = true;
-    for (int op = 0; op < num_operands; ++op) {
-      if (loop.stride[op][merged] != loop.stride[op][d] * loop.size[d]) can_merge = false;
-    }
-    if (can_merge) {
-      loop.size[merged] *= loop.size[d];
-      for (int op = 0; op < num_operands; ++op) loop.stride[op][merged] = loop.stride[op][d];
-    } else {
-      ++merged;
-      loop.size[merged] = loop.size[d];
-      for (int op = 0; op < num_operands; ++op) loop.stride[op][merged] = loop.stride[op][d];
+      loop.stride[op++][d] = broadcast ? 0 : operand->strides()[operand_dim];
     }
   }
-  loop.ndim = merged + 1;
-  return loop;
+  return kernels::coalesced(loop, num_operands);
 }
 
 void check_same_device(const char* op, std::initializer_list<const Tensor*> tensors) {

@@ -41,39 +41,9 @@ void strided_kernel(int64_t n, Out* out, int64_t out_stride, const int64_t* in_s
   for (int64_t j = 0; j < n; ++j) out[j * out_stride] = fn(in[j * in_strides[I]]...);
 }
 
-// The iteration space with size-1 dims dropped and mergeable neighbours merged, so that, e.g.,
-// a dense slice of a larger tensor becomes one long inner loop.
-struct Walk {
-  int ndim = 0;
-  int64_t size[kMaxDims] = {};
-  int64_t stride[4][kMaxDims] = {};
-};
-
-Walk coalesce(const StridedLoop& loop, int num_operands) {
-  Walk walk;
-  for (int d = 0; d < loop.ndim; ++d) {
-    if (loop.size[d] == 1) continue;
-    const int last = walk.ndim - 1;
-    bool mergeable = last >= 0;
-    for (int op = 0; mergeable && op < num_operands; ++op) {
-      mergeable = walk.stride[op][last] == loop.stride[op][d] * loop.size[d];
-    }
-    if (mergeable) {
-      walk.size[last] *= loop.size[d];
-      for (int op = 0; op < num_operands; ++op) walk.stride[op][last] = loop.stride[op][d];
-    } else {
-      walk.size[walk.ndim] = loop.size[d];
-      for (int op = 0; op < num_operands; ++op) walk.stride[op][walk.ndim] = loop.stride[op][d];
-      ++walk.ndim;
-    }
-  }
-  if (walk.ndim == 0) {  // a single element
-    walk.ndim = 1;
-    walk.size[0] = 1;
-  }
-  return walk;
-}
-
+// The iteration space with size-1 dims dropped and mergeable neighbours merged
+// (kernels::coalesced), so that, e.g., a dense slice of a larger tensor is one long inner loop.
+using Walk = StridedLoop;
 // Elements [begin, end) of the walk in row-major order, as row pieces along the last dim.
 template <typename Out, typename Fn, typename... In, size_t... I>
 void strided_range(const Walk& walk, int64_t begin, int64_t end, Fn fn,
@@ -127,7 +97,7 @@ void for_each_element(const StridedLoop& loop, Out* out, Fn fn, const In*... in)
                  [&](int64_t b, int64_t e) { flat_kernel(e - b, out + b, fn, (in + b)...); });
     return;
   }
-  const Walk walk = coalesce(loop, kOps);
+  const Walk walk = coalesced(loop, kOps);
   parallel_for(0, n, kElementwiseGrain, [&](int64_t b, int64_t e) {
     strided_range(walk, b, e, fn, std::index_sequence_for<In...>{}, out, in...);
   });

@@ -212,36 +212,19 @@ __device__ __forceinline__ C infinity() {
 
 // ---- Strided walk ------------------------------------------------------------------------------
 
-// The iteration space with size-1 dims dropped and mergeable neighbours merged (as the CPU's
-// coalesce), passed to kernels by value.
-struct Walk {
-  int ndim = 0;
+// The iteration space with size-1 dims dropped and mergeable neighbours merged
+// (kernels::coalesced, as on the CPU) plus its element count, passed to kernels by value.
+struct Walk : StridedLoop {
   int64_t numel = 0;
-  int64_t size[kMaxDims] = {};
-  int64_t stride[4][kMaxDims] = {};
 };
 
 inline Walk coalesce(const StridedLoop& loop, int num_operands) {
   Walk walk;
+  static_cast<StridedLoop&>(walk) = coalesced(loop, num_operands);
   walk.numel = loop.numel();
-  for (int d = 0; d < loop.ndim; ++d) {
-    if (loop.size[d] == 1) continue;
-    const int last = walk.ndim - 1;
-    bool mergeable = last >= 0;
-    for (int op = 0; mergeable && op < num_operands; ++op) {
-      mergeable = walk.stride[op][last] == loop.stride[op][d] * loop.size[d];
-    }
-    if (mergeable) {
-      walk.size[last] *= loop.size[d];
-      for (int op = 0; op < num_operands; ++op) walk.stride[op][last] = loop.stride[op][d];
-    } else {
-      walk.size[walk.ndim] = loop.size[d];
-      for (int op = 0; op < num_operands; ++op) walk.stride[op][walk.ndim] = loop.stride[op][d];
-      ++walk.ndim;
-    }
-  }
   return walk;
 }
+
 
 // Element offsets of operands [0, kOps) for flat row-major position i of the walk. The loop over
 // dims is unrolled with a guard, so the walk's arrays are indexed by constants and stay in the
