@@ -2,10 +2,8 @@
 
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/error.h"
-#include "mpigrad/core/ops/elementwise.h"
-#include "mpigrad/core/ops/indexing.h"
 #include "mpigrad/core/ops/reduce.h"
-#include "mpigrad/core/ops/softmax.h"
+#include "mpigrad/nn/loss.h"
 
 namespace mpigrad::launch {
 
@@ -169,9 +167,9 @@ std::map<std::string, double> TrainingStrategy::validate(data::DataLoader& loade
     std::vector<int64_t> predicted = core::argmax(output, 1).to_vector<int64_t>();
     std::vector<int64_t> truth = labels.to_vector<int64_t>();
     // Per-sample cross-entropy, so padded repeats can be left out one by one.
-    std::vector<double> losses =
-        core::neg(core::gather(core::log_softmax(output, 1), 1, labels.unsqueeze(1)))
-            .to_vector<double>();
+    nn::CrossEntropyOptions per_sample;
+    per_sample.reduction = nn::Reduction::None;
+    std::vector<double> losses = nn::cross_entropy(output, labels, per_sample).to_vector<double>();
     for (size_t i = 0; i < truth.size(); ++i, ++seen) {
       bool real = ranks == 1 || rank + seen * ranks < dataset_size;
       if (!real) continue;
