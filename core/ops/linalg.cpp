@@ -48,13 +48,35 @@ bool describe_matrix(const Tensor& t, MatrixLayout& layout) {
 
 Tensor batched_matmul(const Tensor& a, const Tensor& b);
 
+// A [..., rows, cols] whose columns are contiguous: the transpose of a row-major matrix, as
+// W.t() in Linear's x W^T.
+bool column_major(const Tensor& t) {
+  MatrixLayout layout;
+  return t.shape()[t.dim() - 2] > 1 && t.shape()[t.dim() - 1] > 1 && describe_matrix(t, layout) &&
+         layout.transposed;
+}
+
 // d(A B) = dA B + A dB: grad_A = G B^T, grad_B = A^T G (transposes are views, not copies).
+// Each gradient comes out in its operand's layout, as PyTorch's mm backward does: for B = W.t()
+// grad_B is computed as (G^T A)^T, so W's gradient arrives row-major like W. Otherwise it would
+// arrive transposed and every accumulation into W.grad (and DDP's copy into its bucket) would
+// walk memory with a stride of a whole row: 4-8x slower on Linear layers.
 struct BatchedMatmulBackward final : Node {
   SavedTensor a, b;
   const char* name() const override { return "MatmulBackward"; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
-    if (next[0]) grads[0] = batched_matmul(grad, b.get(*this).transpose(-1, -2));
-    if (next[1]) grads[1] = batched_matmul(a.get(*this).transpose(-1, -2), grad);
+    if (next[0]) {
+      const Tensor& a_saved = a.get(*this);
+      grads[0] = column_major(a_saved)
+                     ? batched_matmul(b.get(*this), grad.transpose(-1, -2)).transpose(-1, -2)
+                     : batched_matmul(grad, b.get(*this).transpose(-1, -2));
+    }
+    if (next[1]) {
+      const Tensor& b_saved = b.get(*this);
+      grads[1] = column_major(b_saved)
+                     ? batched_matmul(grad.transpose(-1, -2), a.get(*this)).transpose(-1, -2)
+                     : batched_matmul(a.get(*this).transpose(-1, -2), grad);
+    }
   }
   void release_saved() override { a.release(); b.release(); }
 };

@@ -236,3 +236,22 @@ TEST_CASE("softmax rows sum to one and log_softmax is its log") {
     CHECK(std::log(p[i]) == doctest::Approx(lp[i]).epsilon(1e-5));
   }
 }
+
+TEST_CASE("matmul gradients come out in their operand's layout (W of x W^T stays row-major)") {
+  // Linear computes x W^T. MatmulBackward must hand W^T's gradient over column-major like W^T,
+  // so that W's gradient is row-major like W: a transposed one makes every accumulation into
+  // W.grad and every DDP bucket copy walk memory a whole row at a time (3x slower steps).
+  Tensor w = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3}).set_requires_grad();
+  Tensor x = Tensor::from_vector<float>({1, 0, 2, -1, 3, 1}, {2, 3});
+  Tensor a = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {3, 2}).set_requires_grad();
+  Tensor y = matmul(a.t(), w.t());  // both operands column-major views
+  std::vector<Tensor> grads(2);
+  y.grad_fn()->apply(ones({2, 2}), grads);
+  CHECK(grads[0].strides() == a.t().strides());
+  CHECK(grads[1].strides() == w.t().strides());
+  // Through the whole graph the values are unchanged: d sum((x + A^T) W^T) / dW is the column
+  // sums of x + A^T for each row of W, and dA[k][i] = sum_j W[j][k].
+  sum(matmul(x, w.t()) + y).backward();
+  CHECK(w.grad().to_vector<float>() == std::vector<float>{3, 10, 14, 3, 10, 14});
+  CHECK(a.grad().to_vector<float>() == std::vector<float>{5, 5, 7, 7, 9, 9});
+}
