@@ -4,6 +4,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <utility>
 
 namespace mpigrad::core {
 
@@ -110,8 +111,8 @@ Storage::Storage(size_t nbytes, Device device, Allocator& allocator)
   }
 }
 
-Storage::Storage(void* external, size_t nbytes, Device device)
-    : data_(external), nbytes_(nbytes), device_(device) {}
+Storage::Storage(void* external, size_t nbytes, Device device, std::shared_ptr<const void> owner)
+    : data_(external), nbytes_(nbytes), device_(device), owner_(std::move(owner)) {}
 
 Storage::~Storage() {
   if (allocator_ != nullptr && data_ != nullptr) allocator_->deallocate(data_, nbytes_);

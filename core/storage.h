@@ -34,7 +34,9 @@ class Storage {
   Storage(size_t nbytes, Device device, Allocator& allocator);
   static constexpr size_t kInlineBytes = 32;
   // Wraps memory owned elsewhere (for example an MPI or HDF5 buffer); it is never freed here.
-  Storage(void* external, size_t nbytes, Device device);
+  // `owner`, if given, is held until this Storage dies: the memory's keeper (a shared-memory
+  // mapping, say) then lives exactly as long as some tensor still views it.
+  Storage(void* external, size_t nbytes, Device device, std::shared_ptr<const void> owner = {});
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -51,6 +53,7 @@ class Storage {
   size_t nbytes_ = 0;
   Device device_;
   Allocator* allocator_ = nullptr;  // null for external memory
+  std::shared_ptr<const void> owner_;  // external memory's keeper, if any
   uint32_t version_ = 0;
   alignas(16) unsigned char inline_bytes_[kInlineBytes];
 };
