@@ -24,7 +24,8 @@ struct DistributedDataParallel::Bucket {
   std::vector<int64_t> offsets;     // element offset of each parameter in flat
   size_t pending = 0;               // parameters not yet ready in this backward
   core::Tensor wire;                // what goes over the network (flat or its 16-bit copy)
-  std::vector<WorkPtr> work;        // one per wire chunk, in flight until wait_for_buckets
+  WorkPtr work;                     // the communicator's all-reduce, until wait_for_buckets
+  bool in_flight = false;           // started and not yet waited for
 };
 
 namespace {
@@ -120,8 +121,9 @@ DistributedDataParallel::~DistributedDataParallel() {
     parameters_[i].tensor.remove_grad_ready_hook(hook_ids_[i]);
   }
   // A bucket still in flight (an exception left backward early) must finish before its buffer
-  // can be freed; Work's destructor waits, under the communicator's timeout.
-  for (auto& bucket : buckets_) bucket->work.clear();
+  // can be freed; Work's destructor waits, under the communicator's timeout, and so does the
+  // shared-memory averaging's.
+  for (auto& bucket : buckets_) bucket->work.reset();
 }
 
 void DistributedDataParallel::verify_same_model_across_ranks(
@@ -202,11 +204,37 @@ void DistributedDataParallel::build_buckets() {
     sizes.back() += param.numel();
     bucket_of_[k] = buckets_.size() - 1;
   }
+  create_shared_buckets(sizes);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     Bucket& bucket = *buckets_[b];
-    bucket.flat = core::zeros({sizes[b]}, core::TensorOptions(bucket.dtype).device(bucket.device));
+    bucket.flat = shared_ ? shared_->buffer(b)
+                          : core::zeros({sizes[b]},
+                                        core::TensorOptions(bucket.dtype).device(bucket.device));
   }
   for (size_t i = 0; i < parameters_.size(); ++i) attach_gradient(i, /*zero=*/false);
+}
+
+// Puts the buckets in shared memory when every condition holds; the decision is the same on
+// every rank (the options and the model are).
+void DistributedDataParallel::create_shared_buckets(const std::vector<int64_t>& sizes) {
+  bool on_host = std::all_of(buckets_.begin(), buckets_.end(),
+                             [](const auto& bucket) { return bucket->device.is_cpu(); });
+  if (!options_.shared_memory) {
+    why_not_shared_memory_ = "shared_memory is off";
+  } else if (communicator_.size() == 1) {
+    why_not_shared_memory_ = "a single rank has nothing to average";
+  } else if (!on_host) {
+    why_not_shared_memory_ = "the gradients are on a GPU";
+  } else if (communicator_.backend() != Backend::Mpi) {
+    why_not_shared_memory_ = "the communicator is not an MPI one";
+  } else if (options_.compression != GradCompression::None) {
+    why_not_shared_memory_ = "gradient compression goes through the communicator";
+  } else {
+    std::vector<SharedBufferSpec> specs;
+    for (size_t b = 0; b < buckets_.size(); ++b) specs.push_back({buckets_[b]->dtype, sizes[b]});
+    shared_ = SharedMemoryAllReduce::create(communicator_, specs, options_.timeout_seconds,
+                                            &why_not_shared_memory_);
+  }
 }
 
 // Makes parameter i's .grad the view of its bucket slot, keeping an existing gradient's values
@@ -262,12 +290,15 @@ void DistributedDataParallel::mark_ready(size_t index) {
   ready_[index] = true;
   --buckets_[bucket_of_[index]]->pending;
   launch_ready_buckets();
-  // MPI progresses nonblocking collectives only inside MPI calls: poke the ones in flight at
-  // every gradient, so they advance while the rest of backward computes.
+  started_during_backward_ = int(next_bucket_to_launch_);
+  // Averaging advances only when someone calls in: at every gradient, this rank does its share
+  // of the shared buckets all ranks have finished, or pokes MPI's nonblocking collectives.
+  if (shared_) {
+    shared_->progress();
+    return;
+  }
   for (size_t b = 0; b < next_bucket_to_launch_; ++b) {
-    for (auto& work : buckets_[b]->work) {
-      if (!work->test()) break;  // chunks complete in order; the rest are further behind
-    }
+    if (buckets_[b]->work && !buckets_[b]->work->test()) break;  // the later ones are behind
   }
 }
 
@@ -277,24 +308,17 @@ void DistributedDataParallel::launch_ready_buckets() {
   while (next_bucket_to_launch_ < buckets_.size() &&
          buckets_[next_bucket_to_launch_]->pending == 0) {
     Bucket& bucket = *buckets_[next_bucket_to_launch_];
+    bucket.in_flight = true;
+    if (shared_) {
+      shared_->start(next_bucket_to_launch_++);
+      continue;
+    }
     switch (options_.compression) {
       case GradCompression::None: bucket.wire = bucket.flat; break;
       case GradCompression::BFloat16: bucket.wire = bucket.flat.to(core::kBFloat16); break;
       case GradCompression::Float16: bucket.wire = bucket.flat.to(core::kFloat16); break;
     }
-    // Large nonblocking all-reduces progress badly (Open MPI's libnbc advances a schedule only
-    // inside MPI calls and runs big messages several times slower than the blocking path), so
-    // the wire goes out in chunks of at most wire_chunk_mb, issued back to back.
-    const int64_t numel = bucket.wire.numel();
-    const int64_t chunk =
-        options_.wire_chunk_mb > 0
-            ? std::max<int64_t>(
-                  1, int64_t(options_.wire_chunk_mb * double(kMiB)) / bucket.wire.element_size())
-            : std::max<int64_t>(1, numel);
-    for (int64_t start = 0; start < numel; start += chunk) {
-      bucket.work.push_back(communicator_.all_reduce_async(
-          bucket.wire.narrow(0, start, std::min(chunk, numel - start)), ReduceOp::Avg));
-    }
+    bucket.work = communicator_.all_reduce_async(bucket.wire, ReduceOp::Avg);
     ++next_bucket_to_launch_;
   }
 }
@@ -333,12 +357,18 @@ void DistributedDataParallel::finish_backward() {
 // Waits for every bucket's all-reduce and brings compressed results back into the buckets.
 void DistributedDataParallel::wait_for_buckets() {
   core::NoGradGuard no_grad;
-  for (auto& bucket : buckets_) {
-    if (bucket->work.empty()) continue;
-    for (auto& work : bucket->work) work->wait();
-    bucket->work.clear();
-    if (!bucket->wire.is_same(bucket->flat)) bucket->flat.copy_(bucket->wire);
-    bucket->wire = core::Tensor();
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    Bucket& bucket = *buckets_[b];
+    if (!bucket.in_flight) continue;
+    bucket.in_flight = false;
+    if (shared_) {
+      shared_->wait(b);
+      continue;
+    }
+    bucket.work->wait();
+    bucket.work.reset();
+    if (!bucket.wire.is_same(bucket.flat)) bucket.flat.copy_(bucket.wire);
+    bucket.wire = core::Tensor();
   }
 }
 

@@ -188,6 +188,8 @@ int train(TrainingJob& job, DistributedManager& manager) {
   ddp.bucket_cap_mb = config.distributed.bucket_cap_mb;
   ddp.find_unused_parameters = config.distributed.find_unused_parameters;
   ddp.compression = parse_grad_compression(config.distributed.compression);
+  ddp.shared_memory = config.distributed.shared_memory;
+  ddp.timeout_seconds = config.distributed.timeout_s;
   std::vector<std::shared_ptr<Hook>> hooks;
   hooks.push_back(std::make_shared<CheckpointHook>(
       CheckpointSettings{out_dir, config.train.resume, config.train.save_initial,

@@ -204,6 +204,9 @@ std::vector<Key> keys() {
        [](C& c, S v, S w) {
          c.distributed.compression = one_of(v, w, {"none", "bf16", "fp16"});
        }},
+      {"distributed.shared_memory", "true",
+       "average host gradients in shared memory when all ranks share a node",
+       [](C& c, S v, S w) { c.distributed.shared_memory = to_bool(v, w); }},
       {"distributed.timeout_s", "300", "collective timeout in seconds",
        [](C& c, S v, S w) {
          c.distributed.timeout_s = to_double(v, w);
@@ -312,7 +315,9 @@ std::string TrainConfig::resolved_text() const {
       << number(distributed.bucket_cap_mb) << "\nsync_bn = "
       << (distributed.sync_bn ? "true" : "false") << "\nfind_unused_parameters = "
       << (distributed.find_unused_parameters ? "true" : "false") << "\ncompression = "
-      << distributed.compression << "\ntimeout_s = " << number(distributed.timeout_s) << "\n";
+      << distributed.compression << "\nshared_memory = "
+      << (distributed.shared_memory ? "true" : "false")
+      << "\ntimeout_s = " << number(distributed.timeout_s) << "\n";
   return out.str();
 }
 

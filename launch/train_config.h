@@ -63,6 +63,7 @@ struct DistributedSection {
   bool sync_bn = false;
   bool find_unused_parameters = false;
   std::string compression = "none";  // none | bf16 | fp16
+  bool shared_memory = true;         // host gradients averaged in shared memory on one node
   double timeout_s = 300.0;
 };
 

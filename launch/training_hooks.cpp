@@ -43,6 +43,15 @@ void DDPHook::on(HookStage stage, TrainingContext& context) {
     ddp_ = std::make_unique<DistributedDataParallel>(std::move(parameters), std::move(buffers),
                                                      communicator, options_);
     context.ddp = ddp_.get();
+    if (manager.is_main_process()) {
+      if (ddp_->uses_shared_memory()) {
+        std::printf("gradients: %d bucket(s) averaged in shared memory\n", ddp_->bucket_count());
+      } else {
+        std::printf("gradients: %d bucket(s) all-reduced over the %s communicator '%s' (%s)\n",
+                    ddp_->bucket_count(), std::string(backend_name(communicator.backend())).c_str(),
+                    communicator.name().c_str(), ddp_->why_not_shared_memory().c_str());
+      }
+    }
     if (context.train_loader != nullptr) {
       install_sampler(*context.train_loader, manager.world_size(), manager.rank());
     }

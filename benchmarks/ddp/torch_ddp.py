@@ -47,7 +47,7 @@ def time_steps(net, x, y, iterations, repeats):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--width", type=int, default=2048)
     parser.add_argument("--iterations", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)

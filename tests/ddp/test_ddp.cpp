@@ -1,7 +1,8 @@
 // DistributedDataParallel under mpirun (np 2 and 4): equivalence with one process, gradient
 // accumulation with no_sync, overlap of all-reduce with backward, errors, compression and
-// uneven inputs. Every rank can compute the single-process reference itself, because the whole
-// global batch is generated from a seed every rank shares.
+// uneven inputs, over shared-memory buckets and over the communicator's all-reduce. Every rank
+// can compute the single-process reference itself, because the whole global batch is generated
+// from a seed every rank shares.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -82,22 +83,28 @@ TEST_CASE("DDP over R ranks with batch B equals one process with batch R*B after
   auto& world = manager.world();
   const int ranks = world.size(), rank = world.rank();
   const int64_t per_rank = 6;
-  // Rank 0's seed wins: DDP broadcasts rank 0's initial parameters to everyone.
-  Mlp distributed(rank == 0 ? 7 : 99), reference(7);
-  DistributedDataParallel ddp(distributed.parameters, {}, world);
-  for (int step = 0; step < 5; ++step) {
-    auto [x, y] = global_batch(step, per_rank * ranks);
-    ddp.prepare_for_backward();
-    mse(distributed.forward(x.narrow(0, rank * per_rank, per_rank)),
-        y.narrow(0, rank * per_rank, per_rank))
-        .backward();
-    distributed.sgd_step(0.1);
-    mse(reference.forward(x), y).backward();
-    reference.sgd_step(0.1);
-  }
-  for (size_t i = 0; i < reference.parameters.size(); ++i) {
-    INFO(reference.parameters[i].name);
-    check_close(distributed.p(i), reference.p(i), 1e-5);
+  for (bool shared_memory : {true, false}) {
+    INFO("shared_memory " << shared_memory);
+    // Rank 0's seed wins: DDP broadcasts rank 0's initial parameters to everyone.
+    Mlp distributed(rank == 0 ? 7 : 99), reference(7);
+    DdpOptions options;
+    options.shared_memory = shared_memory;
+    DistributedDataParallel ddp(distributed.parameters, {}, world, options);
+    CHECK(ddp.uses_shared_memory() == (shared_memory && ranks > 1));
+    for (int step = 0; step < 5; ++step) {
+      auto [x, y] = global_batch(step, per_rank * ranks);
+      ddp.prepare_for_backward();
+      mse(distributed.forward(x.narrow(0, rank * per_rank, per_rank)),
+          y.narrow(0, rank * per_rank, per_rank))
+          .backward();
+      distributed.sgd_step(0.1);
+      mse(reference.forward(x), y).backward();
+      reference.sgd_step(0.1);
+    }
+    for (size_t i = 0; i < reference.parameters.size(); ++i) {
+      INFO(reference.parameters[i].name);
+      check_close(distributed.p(i), reference.p(i), 1e-5);
+    }
   }
 }
 
@@ -107,45 +114,49 @@ TEST_CASE("no_sync over k micro-steps equals one large-batch step, with a parame
   auto& world = manager.world();
   const int ranks = world.size(), rank = world.rank();
   const int64_t per_rank = 8, micro_steps = 4, micro = per_rank / micro_steps;
-  Mlp distributed(11), reference(11);
-  // An extra parameter used only in the second micro-step.
-  Tensor extra_d = core::ones({4}).set_requires_grad();
-  Tensor extra_r = core::ones({4}).set_requires_grad();
-  distributed.parameters.push_back({"extra", extra_d});
-  DdpOptions options;
-  options.find_unused_parameters = true;
-  DistributedDataParallel ddp(distributed.parameters, {}, world, options);
+  for (bool shared_memory : {true, false}) {
+    INFO("shared_memory " << shared_memory);
+    Mlp distributed(11), reference(11);
+    // An extra parameter used only in the second micro-step.
+    Tensor extra_d = core::ones({4}).set_requires_grad();
+    Tensor extra_r = core::ones({4}).set_requires_grad();
+    distributed.parameters.push_back({"extra", extra_d});
+    DdpOptions options;
+    options.find_unused_parameters = true;
+    options.shared_memory = shared_memory;
+    DistributedDataParallel ddp(distributed.parameters, {}, world, options);
 
-  auto [x, y] = global_batch(0, per_rank * ranks);
-  for (int64_t k = 0; k < micro_steps; ++k) {
-    Tensor xs = x.narrow(0, rank * per_rank + k * micro, micro);
-    Tensor ys = y.narrow(0, rank * per_rank + k * micro, micro);
-    ddp.prepare_for_backward();
-    Tensor out = distributed.forward(xs);
-    if (k == 1) out = out * extra_d;
-    Tensor loss = core::mul(mse(out, ys), core::scalar_like(1.0 / double(micro_steps), out));
-    if (k + 1 < micro_steps) {
-      auto guard = ddp.no_sync();
-      loss.backward();
-    } else {
-      loss.backward();
-    }
-  }
-  // Reference: the same micro-batches of every rank, in one process, averaged.
-  for (int r = 0; r < ranks; ++r) {
+    auto [x, y] = global_batch(0, per_rank * ranks);
     for (int64_t k = 0; k < micro_steps; ++k) {
-      Tensor out = reference.forward(x.narrow(0, r * per_rank + k * micro, micro));
-      if (k == 1) out = out * extra_r;
-      core::mul(mse(out, y.narrow(0, r * per_rank + k * micro, micro)),
-                core::scalar_like(1.0 / double(micro_steps * ranks), out))
-          .backward();
+      Tensor xs = x.narrow(0, rank * per_rank + k * micro, micro);
+      Tensor ys = y.narrow(0, rank * per_rank + k * micro, micro);
+      ddp.prepare_for_backward();
+      Tensor out = distributed.forward(xs);
+      if (k == 1) out = out * extra_d;
+      Tensor loss = core::mul(mse(out, ys), core::scalar_like(1.0 / double(micro_steps), out));
+      if (k + 1 < micro_steps) {
+        auto guard = ddp.no_sync();
+        loss.backward();
+      } else {
+        loss.backward();
+      }
     }
+    // Reference: the same micro-batches of every rank, in one process, averaged.
+    for (int r = 0; r < ranks; ++r) {
+      for (int64_t k = 0; k < micro_steps; ++k) {
+        Tensor out = reference.forward(x.narrow(0, r * per_rank + k * micro, micro));
+        if (k == 1) out = out * extra_r;
+        core::mul(mse(out, y.narrow(0, r * per_rank + k * micro, micro)),
+                  core::scalar_like(1.0 / double(micro_steps * ranks), out))
+            .backward();
+      }
+    }
+    for (size_t i = 0; i < reference.parameters.size(); ++i) {
+      INFO(reference.parameters[i].name);
+      check_close(distributed.p(i).grad(), reference.p(i).grad(), 1e-5);
+    }
+    check_close(extra_d.grad(), extra_r.grad(), 1e-5);
   }
-  for (size_t i = 0; i < reference.parameters.size(); ++i) {
-    INFO(reference.parameters[i].name);
-    check_close(distributed.p(i).grad(), reference.p(i).grad(), 1e-5);
-  }
-  check_close(extra_d.grad(), extra_r.grad(), 1e-5);
 }
 
 TEST_CASE("a bucket's all-reduce starts before backward reaches the first layer") {
@@ -158,6 +169,7 @@ TEST_CASE("a bucket's all-reduce starts before backward reaches the first layer"
   DdpOptions options;
   options.first_bucket_cap_mb = 0.001;  // every parameter in its own bucket
   options.bucket_cap_mb = 0.001;
+  options.shared_memory = false;  // this test watches the communicator's all-reduces
   DistributedDataParallel ddp(model.parameters, {}, recording, options);
   CHECK(ddp.bucket_count() == 4);
   CHECK(ddp.bucket_layout()[0] == std::vector<std::string>{"fc2.bias"});
@@ -171,6 +183,26 @@ TEST_CASE("a bucket's all-reduce starts before backward reaches the first layer"
   REQUIRE(first_param != log.end());
   CHECK(std::count(log.begin(), first_param, "all_reduce started") >= 1);
   CHECK(std::count(log.begin(), log.end(), "all_reduce started") == 4);
+}
+
+TEST_CASE("shared-memory buckets start averaging before backward reaches the first layer") {
+  // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
+  auto manager = launch::DistributedManager::initialize();
+  auto& world = manager.world();
+  Mlp model(3, 256);
+  DdpOptions options;
+  options.first_bucket_cap_mb = 0.001;  // every parameter in its own bucket
+  options.bucket_cap_mb = 0.001;
+  DistributedDataParallel ddp(model.parameters, {}, world, options);
+  INFO(ddp.why_not_shared_memory());
+  REQUIRE(ddp.uses_shared_memory() == (world.size() > 1));
+  if (world.size() == 1) return;
+  auto [x, y] = global_batch(0, 16);
+  ddp.prepare_for_backward();
+  mse(model.forward(x), y).backward();
+  // Buckets 0-2 started from the hooks of fc2.bias, fc2.weight and fc1.bias; bucket 3
+  // (fc1.weight, the last gradient) from the same hook that ends backward's gradients.
+  CHECK(ddp.buckets_started_during_backward() == 4);
 }
 
 TEST_CASE("a model that differs between ranks is a clear error on every rank") {
@@ -240,30 +272,35 @@ TEST_CASE("uneven inputs: ranks with fewer batches join until everyone is done")
   auto manager = launch::DistributedManager::initialize();
   auto& world = manager.world();
   const int rank = world.rank();
-  Mlp model(31);
-  DistributedDataParallel ddp(model.parameters, {}, world);
-  const int my_batches = 2 + rank;  // rank r has r more batches than rank 0
-  int step = 0;
-  while (true) {
-    bool has_batch = step < my_batches;
-    if (ddp.ranks_with_data(has_batch) == 0) break;
-    if (has_batch) {
-      auto [x, y] = global_batch(100 * rank + step, 4);
-      ddp.prepare_for_backward();
-      mse(model.forward(x), y).backward();
-    } else {
-      ddp.join_backward();
+  for (bool shared_memory : {true, false}) {
+    INFO("shared_memory " << shared_memory);
+    Mlp model(31);
+    DdpOptions options;
+    options.shared_memory = shared_memory;
+    DistributedDataParallel ddp(model.parameters, {}, world, options);
+    const int my_batches = 2 + rank;  // rank r has r more batches than rank 0
+    int step = 0;
+    while (true) {
+      bool has_batch = step < my_batches;
+      if (ddp.ranks_with_data(has_batch) == 0) break;
+      if (has_batch) {
+        auto [x, y] = global_batch(100 * rank + step, 4);
+        ddp.prepare_for_backward();
+        mse(model.forward(x), y).backward();
+      } else {
+        ddp.join_backward();
+      }
+      model.sgd_step(0.05);
+      ++step;
     }
-    model.sgd_step(0.05);
-    ++step;
-  }
-  CHECK(step == 2 + world.size() - 1);
-  // Every rank applied the same averaged gradients, so the parameters still agree.
-  for (auto& [name, param] : model.parameters) {
-    INFO(name);
-    Tensor mine = param.detach().clone();
-    Tensor ranks0 = param.detach().clone();
-    world.broadcast(ranks0, 0);
-    check_close(mine, ranks0, 0.0);
+    CHECK(step == 2 + world.size() - 1);
+    // Every rank applied the same averaged gradients, so the parameters still agree.
+    for (auto& [name, param] : model.parameters) {
+      INFO(name);
+      Tensor mine = param.detach().clone();
+      Tensor ranks0 = param.detach().clone();
+      world.broadcast(ranks0, 0);
+      check_close(mine, ranks0, 0.0);
+    }
   }
 }

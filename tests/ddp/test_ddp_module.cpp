@@ -1,7 +1,7 @@
 // DistributedDataParallel built from an nn::Module (np 1, 2, 4): the parameters that require
 // grad and the buffers are taken by dotted name, zero_grad's default set_to_none is survived
-// (whether or not the forward goes through DDP), fp16 compression stays close, and a bucket sent
-// in several wire chunks gives the same average.
+// (whether or not the forward goes through DDP), fp16 compression stays close, and shared-memory
+// buckets average like the communicator's all-reduce.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -21,7 +21,6 @@
 #include "mpigrad/nn/layers/linear.h"
 #include "mpigrad/nn/loss.h"
 #include "mpigrad/nn/optim/sgd.h"
-#include "recording_communicator.h"
 
 using namespace mpigrad;
 using core::Tensor;
@@ -115,28 +114,31 @@ TEST_CASE("fp16 gradient compression stays close to the uncompressed average") {
   }
 }
 
-TEST_CASE("a bucket sent in wire chunks averages like one all-reduce per bucket") {
+TEST_CASE("shared-memory buckets and the communicator's all-reduce give the same gradients") {
   // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
   auto manager = launch::DistributedManager::initialize();
   auto& world = manager.world();
-  std::vector<std::string> log;
-  mpigrad::testing::RecordingCommunicator recording(world, log);
-  auto whole = make_mlp(13), chunked = make_mlp(13);
-  launch::DdpOptions whole_options, chunked_options;
-  whole_options.wire_chunk_mb = 0;
-  chunked_options.wire_chunk_mb = 100.0 / (1 << 20);  // 100 bytes: 25 floats per all-reduce
-  launch::DistributedDataParallel ddp_whole(*whole, world, whole_options);
-  launch::DistributedDataParallel ddp_chunked(*chunked, recording, chunked_options);
-  REQUIRE(ddp_chunked.bucket_count() == 1);
-  auto [x, y] = global_batch(world.rank(), 8);
-  nn::mse_loss(ddp_whole(x), y).backward();
-  log.clear();
-  nn::mse_loss(ddp_chunked(x), y).backward();
-  // 8*16 + 16 + 16*4 + 4 = 212 gradients in 25-float pieces.
-  CHECK(std::count(log.begin(), log.end(), "all_reduce started") == 9);
-  auto named_w = whole->named_parameters(), named_c = chunked->named_parameters();
-  for (size_t i = 0; i < named_w.size(); ++i) {
-    INFO(named_w[i].first);
-    CHECK(max_difference(named_c[i].second.grad(), named_w[i].second.grad()) <= 1e-6);
+  auto shared = make_mlp(13), via_mpi = make_mlp(13);
+  launch::DdpOptions mpi_options;
+  mpi_options.shared_memory = false;
+  mpi_options.first_bucket_cap_mb = 0.0002;  // several buckets, each with its own all-reduce
+  launch::DistributedDataParallel ddp_shared(*shared, world);
+  launch::DistributedDataParallel ddp_mpi(*via_mpi, world, mpi_options);
+  CHECK(ddp_shared.uses_shared_memory() == (world.size() > 1));
+  CHECK_FALSE(ddp_mpi.uses_shared_memory());
+  CHECK(ddp_mpi.why_not_shared_memory() == "shared_memory is off");
+  for (int step = 0; step < 3; ++step) {
+    auto [x, y] = global_batch(10 * world.rank() + step, 8);
+    shared->zero_grad();
+    via_mpi->zero_grad();
+    nn::mse_loss(ddp_shared(x), y).backward();
+    nn::mse_loss(ddp_mpi(x), y).backward();
+    auto named_s = shared->named_parameters(), named_m = via_mpi->named_parameters();
+    for (size_t i = 0; i < named_s.size(); ++i) {
+      INFO(named_s[i].first << " step " << step);
+      Tensor reference = named_m[i].second.grad();
+      double scale = core::max(core::abs(reference)).item<double>();
+      CHECK(max_difference(named_s[i].second.grad(), reference) <= 1e-6 * scale);
+    }
   }
 }
