@@ -81,9 +81,12 @@ struct Mapping {
   char* data() const { return static_cast<char*>(base); }
 };
 
-// Maps an open shared-memory file descriptor (read-write) and closes it.
-std::shared_ptr<Mapping> map_fd(int fd, size_t bytes) {
-  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+// Maps an open shared-memory file descriptor (read-write) and closes it. `populate` fills the
+// page tables now: right for this rank's own segment, which it uses whole; of another rank's it
+// touches only its own shards (1/size), so those pages are mapped on first use.
+std::shared_ptr<Mapping> map_fd(int fd, size_t bytes, bool populate) {
+  int flags = MAP_SHARED | (populate ? MAP_POPULATE : 0);
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, flags, fd, 0);
   int error = errno;
   close(fd);
   if (base == MAP_FAILED) {
@@ -292,7 +295,7 @@ std::unique_ptr<SharedMemoryAllReduce> SharedMemoryAllReduce::create(
     if (error != 0) {
       close(fd);
       problem = kCreate * 1000 + error;
-    } else if (!(own = map_fd(fd, bytes))) {
+    } else if (!(own = map_fd(fd, bytes, /*populate=*/true))) {
       problem = kCreate * 1000 + errno;
     } else {
       auto* header = reinterpret_cast<Header*>(own->data());
@@ -331,7 +334,7 @@ std::unique_ptr<SharedMemoryAllReduce> SharedMemoryAllReduce::create(
       problem = kPeerMismatch * 1000;
       break;
     }
-    auto mapping = map_fd(peer_fd, bytes);
+    auto mapping = map_fd(peer_fd, bytes, /*populate=*/false);
     if (!mapping) {
       problem = kOpenPeer * 1000 + errno;
       break;
