@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "gradcheck.h"
@@ -284,6 +285,21 @@ TEST_CASE("pooling values and gradients") {
     const std::string mismatch = gradient_mismatch({big}, [&] { return (*pool)(big); });
     CHECK_MESSAGE(mismatch.empty(), mismatch);
   }
+}
+
+TEST_CASE("max pooling lets NaN win and takes -inf windows, with the matching index") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  // Windows: {1, nan, 3, 2} -> nan at 1; {-inf, -inf, -inf, -inf} -> -inf at its first element.
+  Tensor x = Tensor::from_vector<double>({1, nan, -inf, -inf, 3, 2, -inf, -inf}, {1, 1, 2, 4})
+                 .set_requires_grad();
+  nn::MaxPool2d pool(2);
+  Tensor y = pool(x);
+  std::vector<double> out = y.to_vector<double>();
+  CHECK(std::isnan(out[0]));
+  CHECK(out[1] == -inf);
+  core::sum(y).backward();  // each window's gradient lands on the element its index names
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{0, 1, 1, 0, 0, 0, 0, 0});
 }
 
 TEST_CASE("activations, Flatten, Identity and Sequential") {
