@@ -19,8 +19,61 @@ int64_t plane_grain(const Pool2dGeometry& g) {
   return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, g.height * g.width));
 }
 
+// The common 2x2 window, stride 2, no padding or dilation, with the same rules as the general
+// loop below (the first of equal maxima wins; NaN windows go through the general rule). Four
+// loads and three masked selects per output, no branch on the data.
+template <typename T>
+bool max_forward_2x2(const Pool2dGeometry& g, const T* in, T* out, int64_t* indices) {
+  if (g.kernel_h != 2 || g.kernel_w != 2 || g.stride_h != 2 || g.stride_w != 2 || g.pad_h != 0 ||
+      g.pad_w != 0 || g.dilation_h != 1 || g.dilation_w != 1) {
+    return false;
+  }
+  const int64_t width = g.width, out_h = g.out_h, out_w = g.out_w;
+  parallel_for(0, g.planes, plane_grain(g), [&, width, out_h, out_w](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const T* plane = in + p * g.height * width;
+      for (int64_t oy = 0; oy < out_h; ++oy) {
+        const T* row0 = plane + 2 * oy * width;
+        const T* row1 = row0 + width;
+        T* out_row = out + (p * out_h + oy) * out_w;
+        int64_t* index_row = indices + (p * out_h + oy) * out_w;
+        for (int64_t ox = 0; ox < out_w; ++ox) {
+          const T a = row0[2 * ox], b = row0[2 * ox + 1], c = row1[2 * ox], d = row1[2 * ox + 1];
+          const int64_t first = 2 * oy * width + 2 * ox;
+          T best = a;
+          int64_t index = first;
+          int64_t take = -int64_t(b > best);
+          index = (index & ~take) | ((first + 1) & take);
+          best = best >= b ? best : b;
+          take = -int64_t(c > best);
+          index = (index & ~take) | ((first + width) & take);
+          best = best >= c ? best : c;
+          take = -int64_t(d > best);
+          index = (index & ~take) | ((first + width + 1) & take);
+          best = best >= d ? best : d;
+          if ((a != a) | (b != b) | (c != c) | (d != d)) [[unlikely]] {
+            // PyTorch's rule: a NaN wins, and a later NaN replaces an earlier one.
+            const T window[4] = {a, b, c, d};
+            const int64_t offsets[4] = {0, 1, width, width + 1};
+            for (int k = 0; k < 4; ++k) {
+              if (std::isnan(window[k])) {
+                best = window[k];
+                index = first + offsets[k];
+              }
+            }
+          }
+          out_row[ox] = best;
+          index_row[ox] = index;
+        }
+      }
+    }
+  });
+  return true;
+}
+
 template <typename T>
 void max_forward(const Pool2dGeometry& geometry, const T* in, T* out, int64_t* indices) {
+  if (max_forward_2x2(geometry, in, out, indices)) return;
   // The lambda takes the geometry by value: through a reference every field would be reloaded
   // after each int64 index store, which might alias it.
   parallel_for(0, geometry.planes, plane_grain(geometry), [g = geometry, in, out, indices](

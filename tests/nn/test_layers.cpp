@@ -300,6 +300,14 @@ TEST_CASE("max pooling lets NaN win and takes -inf windows, with the matching in
   CHECK(out[1] == -inf);
   core::sum(y).backward();  // each window's gradient lands on the element its index names
   CHECK(x.grad().to_vector<double>() == std::vector<double>{0, 1, 1, 0, 0, 0, 0, 0});
+  // The general window loop (3x3, stride 1, padding 1) follows the same rule as the 2x2 one:
+  // every window that covers the NaN at column 1 is NaN; the last column's sees only -inf.
+  nn::MaxPool2d general(3, 1, 1);
+  std::vector<double> wide = general(x.detach()).to_vector<double>();
+  CHECK((std::isnan(wide[0]) && std::isnan(wide[1]) && std::isnan(wide[2])));
+  CHECK(wide[3] == -inf);
+  CHECK((std::isnan(wide[4]) && std::isnan(wide[5]) && std::isnan(wide[6])));
+  CHECK(wide[7] == -inf);
 }
 
 TEST_CASE("activations, Flatten, Identity and Sequential") {
