@@ -36,15 +36,19 @@ void im2col_typed(const Conv2dGeometry& g, const T* image, T* columns) {
           continue;
         }
         const T* in_row = plane + y * g.width;
-        const int64_t x0 = kj * g.dilation_w - g.pad_w;
-        if (g.stride_w == 1 && x0 >= 0 && x0 + g.out_w <= g.width) {
-          for (int64_t ox = 0; ox < g.out_w; ++ox) out_row[ox] = in_row[x0 + ox];
-          continue;
+        // Output columns [lo, hi) read inside the row, the rest are padding: the inner copy has
+        // no bounds check (with padding, two of a 3x3 kernel's three columns need one).
+        const int64_t x0 = kj * g.dilation_w - g.pad_w, stride = g.stride_w;
+        const int64_t lo = x0 < 0 ? std::min(g.out_w, (-x0 + stride - 1) / stride) : 0;
+        const int64_t inside = x0 >= g.width ? 0 : (g.width - x0 + stride - 1) / stride;
+        const int64_t hi = std::max(lo, std::min(g.out_w, inside));
+        for (int64_t ox = 0; ox < lo; ++ox) out_row[ox] = T(0);
+        if (stride == 1) {
+          for (int64_t ox = lo; ox < hi; ++ox) out_row[ox] = in_row[x0 + ox];
+        } else {
+          for (int64_t ox = lo; ox < hi; ++ox) out_row[ox] = in_row[x0 + ox * stride];
         }
-        for (int64_t ox = 0; ox < g.out_w; ++ox) {
-          const int64_t x = x0 + ox * g.stride_w;
-          out_row[ox] = (x >= 0 && x < g.width) ? in_row[x] : T(0);
-        }
+        for (int64_t ox = hi; ox < g.out_w; ++ox) out_row[ox] = T(0);
       }
     }
   });
