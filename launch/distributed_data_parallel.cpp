@@ -128,8 +128,16 @@ DistributedDataParallel::~DistributedDataParallel() {
 
 void DistributedDataParallel::verify_same_model_across_ranks(
     const std::vector<NamedTensor>& frozen) {
+  // The options decide the buckets and the transport, so they must agree too.
+  std::ostringstream options;
+  options << "options bucket_cap_mb=" << options_.bucket_cap_mb
+          << " first_bucket_cap_mb=" << options_.first_bucket_cap_mb
+          << " find_unused_parameters=" << options_.find_unused_parameters
+          << " broadcast_buffers=" << options_.broadcast_buffers
+          << " compression=" << int(options_.compression)
+          << " shared_memory=" << options_.shared_memory << '\n';
   std::string mine = describe(parameters_, "parameter") + describe(buffers_, "buffer") +
-                     describe(frozen, "frozen parameter");
+                     describe(frozen, "frozen parameter") + options.str();
   int size = communicator_.size();
   core::Tensor length = core::Tensor::from_vector<int64_t>({int64_t(mine.size())}, {1});
   core::Tensor lengths = core::zeros({size}, core::kInt64);
@@ -158,9 +166,13 @@ void DistributedDataParallel::verify_same_model_across_ranks(
       std::string theirs = i < lines.size() ? lines[i] : "(nothing)";
       std::string ours = i < reference.size() ? reference[i] : "(nothing)";
       if (theirs != ours) {
-        core::fail("DistributedDataParallel: the model differs between ranks (communicator '",
-                   communicator_.name(), "'): entry ", i, " is '", ours, "' on rank 0 but '",
-                   theirs, "' on rank ", r, "; every rank must build the same model");
+        const bool options_differ = ours.starts_with("options") && theirs.starts_with("options");
+        core::fail("DistributedDataParallel: the ",
+                   options_differ ? "DDP options differ" : "model differs",
+                   " between ranks (communicator '", communicator_.name(), "'): entry ", i,
+                   " is '", ours, "' on rank 0 but '", theirs, "' on rank ", r,
+                   options_differ ? "; every rank must pass the same DdpOptions"
+                                  : "; every rank must build the same model");
       }
     }
   }
@@ -360,12 +372,13 @@ void DistributedDataParallel::wait_for_buckets() {
   for (size_t b = 0; b < buckets_.size(); ++b) {
     Bucket& bucket = *buckets_[b];
     if (!bucket.in_flight) continue;
-    bucket.in_flight = false;
     if (shared_) {
-      shared_->wait(b);
+      shared_->wait(b);  // a failure leaves the bucket in flight: the next wait repeats it
+      bucket.in_flight = false;
       continue;
     }
     bucket.work->wait();
+    bucket.in_flight = false;
     bucket.work.reset();
     if (!bucket.wire.is_same(bucket.flat)) bucket.flat.copy_(bucket.wire);
     bucket.wire = core::Tensor();

@@ -53,7 +53,8 @@ struct DdpOptions {
   bool broadcast_buffers = true;
   GradCompression compression = GradCompression::None;
   // Host buckets, every rank on one node, no compression: the buckets live in shared memory and
-  // are averaged there in place (SharedMemoryAllReduce), 5-10x cheaper than MPI's all-reduce. Off, or when that is not possible, buckets go through the communicator.
+  // are averaged there in place (SharedMemoryAllReduce), several times cheaper than MPI's
+  // all-reduce. Off, or when that is not possible, buckets go through the communicator.
   bool shared_memory = true;
   // How long a rank waits for the others in the shared-memory averaging before it fails naming
   // them (the communicator's own timeout covers the other path); <= 0: no bound. Defaults to

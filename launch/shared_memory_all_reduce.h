@@ -11,10 +11,17 @@
 // 1.4 ms this way (about 3 ms inside a training step, where the gradients have left the cache)
 // against 13-16 ms for Open MPI's blocking MPI_Allreduce over shared memory, which copies through
 // bounce buffers, and more for MPI_Iallreduce, whose schedule advances only inside MPI calls
-// (mpigrad-bench-ddp measures all three). Nothing here runs in the background either: progress() does this rank's
-// share for every buffer all ranks have started and returns at once otherwise, and wait(b) does
-// it, then waits for the other ranks' shares. DDP calls progress() from its gradient hooks, so
-// the averaging interleaves with backward on the rank's own core.
+// (mpigrad-bench-ddp measures all three). Nothing here runs in the background either: progress()
+// does this rank's share for every buffer all ranks have started and returns at once otherwise,
+// and wait(b) does it, then waits for the other ranks' shares. DDP calls progress() from its
+// gradient hooks, so the averaging interleaves with backward on the rank's own core.
+//
+// Failures end in one error, never a hang: a wait longer than the timeout names the ranks that
+// have not arrived; a rank that starts buffers in another order than the others (say its
+// backward failed halfway and it went on) is reported as out of step; a rank that gives up
+// marks its segment so the others fail at once instead of waiting out their own timeout. After
+// a failure every call repeats it. Different buffer lists on different ranks are an error from
+// create().
 //
 // The result is the same on every rank (each element is summed once, in rank order, then
 // multiplied by 1/size, in float for the 16-bit dtypes), and independent of timing.
@@ -25,8 +32,9 @@
 // - between start(b) and the return of wait(b) this rank leaves buffer b alone: other ranks read
 //   and write it.
 //
-// The segments are unlinked as soon as every rank has mapped them, so nothing is left in
-// /dev/shm even if a rank dies later; each mapping lives as long as a tensor views it.
+// The segments are unlinked as soon as every rank has mapped them (or create() gives up), so
+// nothing is left in /dev/shm even if a rank dies later; a mapping lives as long as a tensor
+// views it. Linux only (create() says so elsewhere).
 #pragma once
 
 #include <cstdint>

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Runs a program under mpirun and checks how the job ended.
-#   check_exit.sh MPIRUN NPROCS ok|fail PER_RANK_PATTERN -- PROGRAM [ARGS...]
+#   check_exit.sh MPIRUN NPROCS ok|fail PER_RANK_PATTERN [--also PATTERN]... -- PROGRAM [ARGS...]
 # fail: the exit status must be non-zero; ok: it must be zero.
 # PER_RANK_PATTERN (an extended regex, "" for none) must appear on a line prefixed
 # "[rank r/NPROCS]" for every rank r, so an error that only some ranks report is caught.
+# Each --also PATTERN must appear somewhere in the output (a message only one rank prints).
 set -u
 mpirun=$1 nprocs=$2 expect=$3 pattern=$4
 shift 4
+also=()
+while [[ ${1:-} == --also ]]; do also+=("$2"); shift 2; done
 [[ ${1:-} == -- ]] && shift
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
@@ -25,4 +28,7 @@ if [[ -n $pattern ]]; then
     fi
   done
 fi
+for extra in "${also[@]}"; do
+  if ! grep -E -- "$extra" "$log" >/dev/null; then echo "FAIL: no line matches /$extra/"; failed=1; fi
+done
 exit $failed

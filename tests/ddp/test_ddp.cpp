@@ -245,6 +245,76 @@ TEST_CASE("a parameter without gradient is an error naming it, unless find_unuse
   CHECK(message.find("find_unused_parameters") != std::string::npos);
 }
 
+TEST_CASE("after an unused-parameter error with buckets in flight, the next step averages right") {
+  // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
+  auto manager = launch::DistributedManager::initialize();
+  auto& world = manager.world();
+  std::vector<std::vector<double>> grads_by_transport;
+  for (bool shared_memory : {true, false}) {
+    INFO("shared_memory " << shared_memory);
+    Mlp model(5);
+    // Registered first, so it lands in the last bucket: the other buckets are in flight when
+    // backward finds it unused.
+    Tensor gate = core::ones({4}).set_requires_grad();
+    model.parameters.insert(model.parameters.begin(), {"head.gate", gate});
+    DdpOptions options;
+    options.shared_memory = shared_memory;
+    options.first_bucket_cap_mb = 0.0001;
+    options.bucket_cap_mb = 0.0001;
+    DistributedDataParallel ddp(model.parameters, {}, world, options);
+    REQUIRE(ddp.bucket_layout().back() == std::vector<std::string>{"head.gate"});
+    auto [x, y] = global_batch(world.rank(), 4);
+    auto mlp = [&, x = x] {  // fc1 and fc2 are parameters 1-4 now
+      Tensor hidden = core::relu(core::matmul(x, model.p(1).t()) + model.p(2));
+      return core::matmul(hidden, model.p(3).t()) + model.p(4);
+    };
+    ddp.prepare_for_backward();
+    std::string message;
+    try {
+      mse(mlp(), y).backward();
+    } catch (const core::Error& error) {
+      message = error.what();
+    }
+    CHECK(message.find("head.gate") != std::string::npos);
+    // The same DDP carries on: zeroed gradients, every parameter used, a correct average.
+    for (auto& [name, param] : model.parameters) param.grad().zero_();
+    ddp.prepare_for_backward();
+    mse(mlp() * gate, y).backward();
+    std::vector<double> all;
+    for (auto& [name, param] : model.parameters) {
+      std::vector<double> values = param.grad().to_vector<double>();
+      Tensor ranks0 = param.grad().clone();
+      world.broadcast(ranks0, 0);
+      INFO(name);
+      check_close(param.grad(), ranks0, 0.0);  // every rank holds the same average
+      all.insert(all.end(), values.begin(), values.end());
+    }
+    grads_by_transport.push_back(all);
+  }
+  REQUIRE(grads_by_transport.size() == 2);
+  const int64_t count = int64_t(grads_by_transport[0].size());
+  check_close(Tensor::from_vector<double>(grads_by_transport[0], {count}),
+              Tensor::from_vector<double>(grads_by_transport[1], {count}), 1e-6);
+}
+
+TEST_CASE("DDP options that differ between ranks are a clear error on every rank") {
+  // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
+  auto manager = launch::DistributedManager::initialize();
+  auto& world = manager.world();
+  if (world.size() == 1) return;
+  Mlp model(5);
+  DdpOptions options;
+  options.shared_memory = world.rank() != 1;  // would make rank 1 skip create()'s collectives
+  std::string message;
+  try {
+    DistributedDataParallel ddp(model.parameters, {}, world, options);
+  } catch (const core::Error& error) {
+    message = error.what();
+  }
+  CHECK(message.find("the DDP options differ between ranks") != std::string::npos);
+  CHECK(message.find("shared_memory=0' on rank 1") != std::string::npos);
+}
+
 TEST_CASE("bf16 gradient compression stays close to the uncompressed average") {
   // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
   auto manager = launch::DistributedManager::initialize();

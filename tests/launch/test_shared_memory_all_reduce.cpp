@@ -4,7 +4,10 @@
 // a rank that never starts is named in the timeout error; and argument errors.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -122,7 +125,7 @@ TEST_CASE("shared-memory averaging: rounds repeat, progress() does a share, wait
   CHECK(kept.to_vector<double>()[5] == expected(ranks, 5, 3));
 }
 
-TEST_CASE("shared-memory averaging: a rank that never starts is named when the wait times out") {
+TEST_CASE("shared-memory averaging: a timeout names the missing rank and the others fail at once") {
   // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
   auto manager = launch::DistributedManager::initialize();
   auto& world = manager.world();
@@ -141,7 +144,71 @@ TEST_CASE("shared-memory averaging: a rank that never starts is named when the w
     CHECK(message.find("[rank 0/") != std::string::npos);
     CHECK(message.find("buffer 0") != std::string::npos);
   }
-  world.barrier();  // the others stay away until rank 0 has given up
+  world.barrier();  // the others arrive only after rank 0 has given up
+  if (world.rank() != 0) {
+    shared->start(0);
+    try {
+      shared->wait(0);  // fails at once: rank 0 marked its segment
+    } catch (const core::Error& error) {
+      message = error.what();
+    }
+    CHECK(message.find("rank 0 gave up") != std::string::npos);
+  }
+  // Every later call repeats the failure instead of trying again.
+  CHECK_THROWS_WITH_AS(shared->progress(), doctest::Contains("unusable after an earlier failure"),
+                       core::Error);
+}
+
+TEST_CASE("shared-memory averaging: a rank that starts the buffers in another order is out of step") {
+  // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
+  auto manager = launch::DistributedManager::initialize();
+  auto& world = manager.world();
+  if (world.size() == 1) return;
+  auto shared = make(world, {{core::kFloat32, 64}, {core::kFloat32, 64}}, /*timeout=*/30);
+  // Round 1 as it should be; then rank 1 skips buffer 0, as if its backward had failed halfway.
+  for (size_t b = 0; b < 2; ++b) shared->start(b);
+  for (size_t b = 0; b < 2; ++b) shared->wait(b);
+  if (world.rank() != 1) shared->start(0);
+  shared->start(1);
+  std::string message;
+  try {
+    shared->wait(1);  // every rank has started buffer 1, but not as the same start
+  } catch (const core::Error& error) {
+    message = error.what();
+  }
+  CHECK(message.find("ranks out of step") != std::string::npos);
+  CHECK(message.find("started buffer 1") != std::string::npos);
+  world.barrier();
+}
+
+TEST_CASE("shared-memory averaging: different buffer lists on different ranks are an error") {
+  // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
+  auto manager = launch::DistributedManager::initialize();
+  auto& world = manager.world();
+  if (world.size() == 1) return;
+  // The same total size in a different order: only a comparison of the layouts can tell.
+  std::vector<SharedBufferSpec> specs{{core::kFloat32, 16}, {core::kFloat32, 32}};
+  if (world.rank() == 1) std::swap(specs[0], specs[1]);
+  CHECK_THROWS_WITH_AS(SharedMemoryAllReduce::create(world, specs, 10.0),
+                       doctest::Contains("rank 1 asked for a different list of buffers"),
+                       core::Error);
+}
+
+TEST_CASE("shared-memory averaging: no room in /dev/shm falls back with a reason and leaves nothing") {
+  // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
+  auto manager = launch::DistributedManager::initialize();
+  auto& world = manager.world();
+  const std::vector<SharedBufferSpec> huge{{core::kFloat32, int64_t(1) << 42}};  // 16 TiB
+  std::string why_not;
+  CHECK(SharedMemoryAllReduce::create(world, huge, 10.0, &why_not) == nullptr);
+  CHECK(why_not.find("could not create a shared-memory segment of 16777216 MiB") !=
+        std::string::npos);
+  const std::string mine = "mpigrad-" + std::to_string(getpid()) + "-";
+  int left = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    left += entry.path().filename().string().starts_with(mine);
+  }
+  CHECK(left == 0);
 }
 
 TEST_CASE("shared-memory averaging rejects non-floating buffers") {
