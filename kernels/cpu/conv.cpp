@@ -15,6 +15,23 @@ namespace {
 // Column rows are cheap to fill (a copy), so only thread when there is real work per chunk.
 constexpr int64_t kRowGrain = 8;
 
+// The output columns [lo, hi) of kernel column kj that read inside an input row, starting at
+// input column x0 + lo * stride; the rest fall on padding. The same for every output row, so it
+// is worked out once per kernel column and the copies need no per-element bounds check.
+struct ColumnSpan {
+  int64_t x0 = 0, lo = 0, hi = 0;
+};
+
+ColumnSpan column_span(const Conv2dGeometry& g, int64_t kj) {
+  ColumnSpan span;
+  const int64_t stride = g.stride_w;
+  span.x0 = kj * g.dilation_w - g.pad_w;
+  span.lo = span.x0 < 0 ? std::min(g.out_w, (-span.x0 + stride - 1) / stride) : 0;
+  const int64_t inside = span.x0 >= g.width ? 0 : (g.width - span.x0 + stride - 1) / stride;
+  span.hi = std::max(span.lo, std::min(g.out_w, inside));
+  return span;
+}
+
 template <typename T>
 void im2col_typed(const Conv2dGeometry& g, const T* image, T* columns) {
   const int64_t kernel_area = g.kernel_h * g.kernel_w;
@@ -28,27 +45,23 @@ void im2col_typed(const Conv2dGeometry& g, const T* image, T* columns) {
       const int64_t kj = row % g.kernel_w;
       const T* plane = image + c * g.height * g.width;
       T* out = columns + row * out_area;
+      const auto [x0, lo, hi] = column_span(g, kj);
+      const int64_t stride = g.stride_w, out_w = g.out_w;
       for (int64_t oy = 0; oy < g.out_h; ++oy) {
         const int64_t y = oy * g.stride_h - g.pad_h + ki * g.dilation_h;
-        T* out_row = out + oy * g.out_w;
+        T* out_row = out + oy * out_w;
         if (y < 0 || y >= g.height) {
-          for (int64_t ox = 0; ox < g.out_w; ++ox) out_row[ox] = T(0);
+          std::fill(out_row, out_row + out_w, T(0));
           continue;
         }
-        const T* in_row = plane + y * g.width;
-        // Output columns [lo, hi) read inside the row, the rest are padding: the inner copy has
-        // no bounds check (with padding, two of a 3x3 kernel's three columns need one).
-        const int64_t x0 = kj * g.dilation_w - g.pad_w, stride = g.stride_w;
-        const int64_t lo = x0 < 0 ? std::min(g.out_w, (-x0 + stride - 1) / stride) : 0;
-        const int64_t inside = x0 >= g.width ? 0 : (g.width - x0 + stride - 1) / stride;
-        const int64_t hi = std::max(lo, std::min(g.out_w, inside));
-        for (int64_t ox = 0; ox < lo; ++ox) out_row[ox] = T(0);
+        const T* in_row = plane + y * g.width;  // output column ox reads x0 + ox * stride
+        std::fill(out_row, out_row + lo, T(0));
         if (stride == 1) {
-          for (int64_t ox = lo; ox < hi; ++ox) out_row[ox] = in_row[x0 + ox];
+          std::copy(in_row + x0 + lo, in_row + x0 + hi, out_row + lo);
         } else {
           for (int64_t ox = lo; ox < hi; ++ox) out_row[ox] = in_row[x0 + ox * stride];
         }
-        for (int64_t ox = hi; ox < g.out_w; ++ox) out_row[ox] = T(0);
+        std::fill(out_row + hi, out_row + out_w, T(0));
       }
     }
   });
@@ -64,16 +77,14 @@ void col2im_typed(const Conv2dGeometry& g, const T* columns, T* image) {
       for (int64_t k = 0; k < kernel_area; ++k) {
         const int64_t ki = k / g.kernel_w, kj = k % g.kernel_w;
         const T* in = columns + (c * kernel_area + k) * out_area;
+        const auto [x0, lo, hi] = column_span(g, kj);
+        const int64_t stride = g.stride_w;
         for (int64_t oy = 0; oy < g.out_h; ++oy) {
           const int64_t y = oy * g.stride_h - g.pad_h + ki * g.dilation_h;
           if (y < 0 || y >= g.height) continue;
           T* image_row = plane + y * g.width;
           const T* in_row = in + oy * g.out_w;
-          const int64_t x0 = kj * g.dilation_w - g.pad_w;
-          for (int64_t ox = 0; ox < g.out_w; ++ox) {
-            const int64_t x = x0 + ox * g.stride_w;
-            if (x >= 0 && x < g.width) image_row[x] += in_row[ox];
-          }
+          for (int64_t ox = lo; ox < hi; ++ox) image_row[x0 + ox * stride] += in_row[ox];
         }
       }
     }
