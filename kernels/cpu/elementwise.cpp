@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -41,6 +42,17 @@ void strided_kernel(int64_t n, Out* out, int64_t out_stride, const int64_t* in_s
   for (int64_t j = 0; j < n; ++j) out[j * out_stride] = fn(in[j * in_strides[I]]...);
 }
 
+// Two operands where one is the same value along the whole row (a broadcast bias or scale,
+// inner stride 0): hoisting it out lets the loop vectorize like flat_kernel.
+template <typename Out, typename Fn, typename A, typename B>
+void row_kernel_b_fixed(int64_t n, Out* __restrict out, Fn fn, const A* __restrict a, B b) {
+  for (int64_t i = 0; i < n; ++i) out[i] = fn(a[i], b);
+}
+template <typename Out, typename Fn, typename A, typename B>
+void row_kernel_a_fixed(int64_t n, Out* __restrict out, Fn fn, A a, const B* __restrict b) {
+  for (int64_t i = 0; i < n; ++i) out[i] = fn(a, b[i]);
+}
+
 // The iteration space with size-1 dims dropped and mergeable neighbours merged
 // (kernels::coalesced), so that, e.g., a dense slice of a larger tensor is one long inner loop.
 using Walk = StridedLoop;
@@ -61,12 +73,29 @@ void strided_range(const Walk& walk, int64_t begin, int64_t end, Fn fn,
   const int64_t in_strides[sizeof...(In)] = {walk.stride[I + 1][last]...};
   bool unit_stride = walk.stride[0][last] == 1;
   for (int64_t s : in_strides) unit_stride = unit_stride && s == 1;
+  // Binary ops whose second (or first) operand is fixed along the row: 1 = b fixed, 2 = a fixed.
+  int fixed = 0;
+  if constexpr (sizeof...(In) == 2) {
+    if (walk.stride[0][last] == 1 && in_strides[0] == 1 && in_strides[1] == 0) fixed = 1;
+    if (walk.stride[0][last] == 1 && in_strides[0] == 0 && in_strides[1] == 1) fixed = 2;
+  }
 
   int64_t position = begin;
   while (position < end) {
     const int64_t count = std::min(walk.size[last] - index[last], end - position);
     if (unit_stride) {
       flat_kernel(count, out + offset[0], fn, (in + offset[I + 1])...);
+    } else if (fixed != 0) {
+      if constexpr (sizeof...(In) == 2) {
+        const auto operands = std::tuple{(in + offset[I + 1])...};
+        const auto* a = std::get<0>(operands);
+        const auto* b = std::get<1>(operands);
+        if (fixed == 1) {
+          row_kernel_b_fixed(count, out + offset[0], fn, a, *b);
+        } else {
+          row_kernel_a_fixed(count, out + offset[0], fn, *a, b);
+        }
+      }
     } else {
       strided_kernel(count, out + offset[0], walk.stride[0][last], in_strides, fn, seq,
                      (in + offset[I + 1])...);

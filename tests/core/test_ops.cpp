@@ -255,3 +255,19 @@ TEST_CASE("matmul gradients come out in their operand's layout (W of x W^T stays
   CHECK(w.grad().to_vector<float>() == std::vector<float>{3, 10, 14, 3, 10, 14});
   CHECK(a.grad().to_vector<float>() == std::vector<float>{5, 5, 7, 7, 9, 9});
 }
+
+TEST_CASE("binary ops with an operand fixed along each row (a broadcast bias) on either side") {
+  // [2, 3, 4] against [1, 3, 1]: after coalescing, every row of 4 sees one value of the other
+  // operand, which the kernels hoist out of the row; sub checks the operand order both ways.
+  std::vector<float> values(24);
+  for (int i = 0; i < 24; ++i) values[size_t(i)] = float(i);
+  Tensor x = Tensor::from_vector<float>(values, {2, 3, 4});
+  Tensor bias = Tensor::from_vector<float>({100, 200, 300}, {1, 3, 1});
+  std::vector<float> x_minus_bias = (x - bias).to_vector<float>();
+  std::vector<float> bias_minus_x = (bias - x).to_vector<float>();
+  for (int i = 0; i < 24; ++i) {
+    const float b = 100.0f * float((i / 4) % 3 + 1);
+    CHECK(x_minus_bias[size_t(i)] == float(i) - b);
+    CHECK(bias_minus_x[size_t(i)] == b - float(i));
+  }
+}
