@@ -50,6 +50,7 @@ class Results {
     {
       std::ofstream out(tmp);
       if (!out) return false;
+      out.precision(12);  // the default 6 digits would round counts like 9443328 parameters
       out << "{\n";
       bool first = true;
       for (const auto& [key, value] : text_) {
