@@ -60,6 +60,10 @@ class Communicator {
   // A label used in error messages and timeout reports ("world", "node-local", "group 1 of 2").
   virtual const std::string& name() const = 0;
   virtual Backend backend() const = 0;
+  // Where this communicator's tensors must live: the host for MPI, the GPU for NCCL. Code that
+  // builds its own small tensors for a collective (DDP's model check, SyncBatchNorm's counts)
+  // puts them here.
+  virtual core::Device device() const { return core::kCPU; }
 
   // ---- all_reduce: output[i] = op over ranks of input[i] ---------------------------------------
   virtual WorkPtr all_reduce_async(const core::Tensor& input, const core::Tensor& output,

@@ -139,15 +139,19 @@ void DistributedDataParallel::verify_same_model_across_ranks(
   std::string mine = describe(parameters_, "parameter") + describe(buffers_, "buffer") +
                      describe(frozen, "frozen parameter") + options.str();
   int size = communicator_.size();
-  core::Tensor length = core::Tensor::from_vector<int64_t>({int64_t(mine.size())}, {1});
-  core::Tensor lengths = core::zeros({size}, core::kInt64);
+  // On the communicator's device: NCCL moves only GPU tensors.
+  const core::Device device = communicator_.device();
+  core::Tensor length =
+      core::Tensor::from_vector<int64_t>({int64_t(mine.size())}, {1}).to(device);
+  core::Tensor lengths = core::zeros({size}, core::TensorOptions(core::kInt64).device(device));
   communicator_.all_gather(length, lengths);
   std::vector<int64_t> counts = lengths.to_vector<int64_t>();
   int64_t total = 0;
   for (int64_t count : counts) total += count;
   core::Tensor local = core::Tensor::from_vector<uint8_t>(
-      std::vector<uint8_t>(mine.begin(), mine.end()), {int64_t(mine.size())});
-  core::Tensor all = core::zeros({total}, core::kUInt8);
+                           std::vector<uint8_t>(mine.begin(), mine.end()), {int64_t(mine.size())})
+                           .to(device);
+  core::Tensor all = core::zeros({total}, core::TensorOptions(core::kUInt8).device(device));
   communicator_.all_gather_v(local, all, counts);
   std::vector<uint8_t> bytes = all.to_vector<uint8_t>();
 
@@ -386,7 +390,8 @@ void DistributedDataParallel::wait_for_buckets() {
 }
 
 int DistributedDataParallel::ranks_with_data(bool has_batch) {
-  core::Tensor flag = core::Tensor::from_vector<int32_t>({has_batch ? 1 : 0}, {1});
+  core::Tensor flag =
+      core::Tensor::from_vector<int32_t>({has_batch ? 1 : 0}, {1}).to(communicator_.device());
   communicator_.all_reduce(flag, ReduceOp::Sum);
   return flag.item<int32_t>();
 }

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <thread>
 #include <vector>
@@ -49,10 +50,13 @@ struct NcclCommunicator::State {
     const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != device.index &&
                           cudaSetDevice(device.index) == cudaSuccess;
     if (nccl != nullptr) {
-      ncclResult_t result = broken ? ncclCommAbort(nccl) : ncclCommDestroy(nccl);
+      // ncclCommDestroy waits until every rank's operations have drained; while an exception
+      // unwinds, the other ranks may never get there, so abort instead of hanging.
+      const bool abort = broken || std::uncaught_exceptions() > 0;
+      ncclResult_t result = abort ? ncclCommAbort(nccl) : ncclCommDestroy(nccl);
       if (result != ncclSuccess) {
         std::fprintf(stderr, "[rank %d/%d] mpigrad: %s on NCCL communicator '%s' failed: %s\n", rank,
-                     size, broken ? "ncclCommAbort" : "ncclCommDestroy", name.c_str(),
+                     size, abort ? "ncclCommAbort" : "ncclCommDestroy", name.c_str(),
                      ncclGetErrorString(result));
       }
       nccl = nullptr;
@@ -60,7 +64,11 @@ struct NcclCommunicator::State {
     if (barrier_buffer != nullptr) (void)cudaFree(barrier_buffer);
     if (done != nullptr) (void)cudaEventDestroy(done);
     if (ready != nullptr) (void)cudaEventDestroy(ready);
-    if (stream != nullptr) (void)cudaStreamDestroy(stream);
+    // The stream is synchronized but never destroyed: the caching allocator may still hold
+    // blocks used on it (gradient buckets live as long as the model, which can outlive this
+    // communicator) and records events on it when they are freed. One stream per communicator
+    // for the life of the process is what that costs, as in PyTorch's stream pool.
+    if (stream != nullptr) (void)cudaStreamSynchronize(stream);
     if (switched) (void)cudaSetDevice(previous);
     watchdog.reset();  // its thread uses `control`, which the members' destructors free next
   }
@@ -94,6 +102,16 @@ inline void check_nccl(State& state, ncclResult_t result, const char* call) {
 
 inline void check_cuda(const State& state, cudaError_t status, const char* call) {
   if (status != cudaSuccess) [[unlikely]] fail_cuda(state, status, call);
+}
+
+// NCCL reports a failed peer, a network error or a mismatch asynchronously; the stream-ordered
+// Work would otherwise never notice and a later host sync would hang.
+void check_async_error(State& state) {
+  ncclResult_t async_error = ncclSuccess;
+  check_nccl(state, ncclCommGetAsyncError(state.nccl, &async_error), "ncclCommGetAsyncError");
+  if (async_error != ncclSuccess && async_error != ncclInProgress) {
+    fail_nccl(state, async_error, "a collective (asynchronous NCCL error)");
+  }
 }
 
 // Makes the communicator's device current for a scope; skips cudaSetDevice when it already is.
@@ -402,7 +420,10 @@ class NcclWork final : public Work {
   bool test() override {
     if (done_) return true;
     const cudaError_t status = cudaEventQuery(event_);
-    if (status == cudaErrorNotReady) return false;
+    if (status == cudaErrorNotReady) {
+      check_async_error(*state_);  // a failed peer or network shows here, not in the event
+      return false;
+    }
     check_cuda(*state_, status, "cudaEventQuery");
     done_ = true;
     return true;
@@ -413,6 +434,7 @@ class NcclWork final : public Work {
   void wait() override {
     if (waited_) return;
     State& s = *state_;
+    check_async_error(s);
     DeviceScope scope(s);
     auto caller = static_cast<cudaStream_t>(core::current_stream(s.device).handle());
     check_cuda(s, cudaStreamWaitEvent(caller, event_, 0), "cudaStreamWaitEvent (caller's stream)");
@@ -443,7 +465,7 @@ void ensure_barrier_buffer(State& s) {
   if (s.barrier_buffer != nullptr) return;
   DeviceScope scope(s);
   check_cuda(s, cudaMalloc(reinterpret_cast<void**>(&s.barrier_buffer), sizeof(float)), "cudaMalloc");
-  check_cuda(s, cudaMemset(s.barrier_buffer, 0, sizeof(float)), "cudaMemset");
+  check_cuda(s, cudaMemsetAsync(s.barrier_buffer, 0, sizeof(float), s.stream), "cudaMemsetAsync");
 }
 
 }  // namespace
@@ -578,9 +600,7 @@ void NcclCommunicator::barrier() {
     const cudaError_t status = cudaStreamQuery(s.stream);
     if (status == cudaSuccess) break;
     if (status != cudaErrorNotReady) fail_cuda(s, status, "cudaStreamQuery (barrier)");
-    ncclResult_t async_error = ncclSuccess;
-    check_nccl(s, ncclCommGetAsyncError(s.nccl, &async_error), "ncclCommGetAsyncError");
-    if (async_error != ncclSuccess) fail_nccl(s, async_error, "barrier (asynchronous NCCL error)");
+    check_async_error(s);
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }

@@ -19,15 +19,19 @@
 // - Buffers are announced to the caching allocator with record_stream(tensor, stream()), so
 //   freeing a tensor while NCCL still uses it never lets another kernel reuse its memory early.
 // - barrier() is a one-element all-reduce followed by synchronizing the NCCL stream (host
-//   blocks), watched by the collective timeout.
+//   blocks), watched by the collective timeout. Work::test() and wait() raise NCCL's
+//   asynchronous errors (a failed peer or network); a collective that merely never completes
+//   is not timed out on the GPU: only the host's next sync would notice (left for later).
 //
 // Group calls: every operation that touches several buffers (all_gather_v, which is one
 // ncclBroadcast per contributing rank) is issued inside ncclGroupStart/ncclGroupEnd.
 // Avg uses ncclAvg (floating dtypes only, like the MPI backend).
 //
 // Ownership and destruction: the NCCL communicator is destroyed first (ncclCommDestroy, or
-// ncclCommAbort after a failed call), then its CUDA events and stream, then the MPI
-// communicators it used, and the MPI runtime last. Not thread-safe: issue the collectives of
+// ncclCommAbort after a failed call or while an exception unwinds, when the other ranks may
+// never drain), then its CUDA events; the stream is synchronized but kept for the life of the
+// process (the caching allocator may still record events on it for gradient buckets that
+// outlive the communicator); then the MPI communicators it used, and the MPI runtime last. Not thread-safe: issue the collectives of
 // one communicator from one thread, in the same order on every rank.
 #pragma once
 
@@ -82,7 +86,7 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key, std::string name) override;
   std::unique_ptr<Communicator> split_node_local(std::string name) override;
 
-  core::Device device() const;
+  core::Device device() const override;
   // The stream every NCCL call of this communicator runs on.
   core::StreamView stream() const;
   // The ncclComm_t, opaque here so that this header needs no NCCL include (benchmarks compare

@@ -141,14 +141,15 @@ Tensor SyncBatchNorm::forward_global_statistics(const Tensor& input, double fact
     x = input.detach().contiguous().reshape({batch, channels, inner});
     // Sums in float64 whatever the data type: the variance comes out of sum of squares minus
     // squared sum, which float32 would cancel badly.
-    Tensor sums = core::zeros({channels}, core::kFloat64);
-    Tensor squares = core::zeros({channels}, core::kFloat64);
+    const core::TensorOptions float64 = core::TensorOptions(core::kFloat64).device(input.device());
+    Tensor sums = core::zeros({channels}, float64);
+    Tensor squares = core::zeros({channels}, float64);
     if (batch * inner > 0) {
       Tensor x64 = x.to(core::kFloat64);
       sums = core::sum(x64, {0, 2});
       squares = core::sum(x64 * x64, {0, 2});
     }
-    Tensor count = core::full({1}, double(batch * inner), core::kFloat64);
+    Tensor count = core::full({1}, double(batch * inner), float64);
     Tensor statistics = core::cat({sums, squares, count});
     communicator_.all_reduce(statistics, ReduceOp::Sum);
     total = statistics.narrow(0, 2 * channels, 1).item<double>();

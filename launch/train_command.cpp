@@ -34,6 +34,8 @@ namespace {
 
 // Everything the checking phase builds and the training phase uses.
 struct TrainingJob {
+  // Declared before the model so it is destroyed after it (see train()).
+  std::unique_ptr<Communicator> gradient_communicator;
   TrainConfig config;
   std::shared_ptr<data::Hdf5Dataset> train_set, test_set;
   std::shared_ptr<nn::Module> model;
@@ -128,8 +130,21 @@ int train(TrainingJob& job, DistributedManager& manager) {
   const int64_t ranks = manager.world_size(), rank = manager.rank();
   nn::Module& model = *job.model;
   model.to(manager.device());
+
+  // Gradients (and SyncBatchNorm's statistics) travel on a communicator of the configured
+  // backend and timeout: NCCL for a model on a GPU. The job owns it, and it outlives the model:
+  // SyncBatchNorm layers refer to it and the gradient buckets' memory was used on its stream.
+  CollectiveConfig collectives = manager.collective_config();
+  collectives.timeout_seconds = config.distributed.timeout_s;
+  manager.set_collective_config(collectives);
+  if (ranks > 1) {
+    job.gradient_communicator = create_communicator(
+        manager, parse_backend(config.distributed.backend), manager.device(), "gradients");
+  }
+  Communicator* gradient_communicator = job.gradient_communicator.get();
+
   if (config.distributed.sync_bn && ranks > 1) {
-    int64_t converted = convert_sync_batchnorm(model, manager.world());
+    int64_t converted = convert_sync_batchnorm(model, *gradient_communicator);
     if (manager.is_main_process()) {
       std::printf("mpigrad train: %lld BatchNorm layer(s) synchronized across ranks\n",
                   static_cast<long long>(converted));
@@ -173,16 +188,6 @@ int train(TrainingJob& job, DistributedManager& manager) {
                                                      job.total_steps);
   }
 
-  // Gradients travel on a communicator of the configured backend and timeout.
-  CollectiveConfig collectives = manager.collective_config();
-  collectives.timeout_seconds = config.distributed.timeout_s;
-  manager.set_collective_config(collectives);
-  std::unique_ptr<Communicator> gradient_communicator;
-  if (ranks > 1) {
-    gradient_communicator = create_communicator(manager, parse_backend(config.distributed.backend),
-                                                manager.device(), "gradients");
-  }
-
   std::string out_dir = config.dry_run ? "" : config.train.out_dir;
   DdpOptions ddp;
   ddp.bucket_cap_mb = config.distributed.bucket_cap_mb;
@@ -196,7 +201,7 @@ int train(TrainingJob& job, DistributedManager& manager) {
                          config.resolved_text()},
       scheduler.get()));
   hooks.push_back(std::make_shared<DDPHook>(ddp, DistributedSamplerSettings{}, nullptr,
-                                            gradient_communicator.get()));
+                                            gradient_communicator));
   if (scheduler) hooks.push_back(std::make_shared<LRSchedulerHook>(*scheduler));
   if (config.train.grad_accum_steps > 1) {
     hooks.push_back(std::make_shared<GradAccumulationHook>(config.train.grad_accum_steps));

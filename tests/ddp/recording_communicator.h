@@ -22,6 +22,7 @@ class RecordingCommunicator final : public launch::Communicator {
   int size() const override { return inner_.size(); }
   const std::string& name() const override { return inner_.name(); }
   launch::Backend backend() const override { return inner_.backend(); }
+  core::Device device() const override { return inner_.device(); }
   launch::WorkPtr all_reduce_async(const Tensor& in, const Tensor& out,
                                    launch::ReduceOp op) override {
     log_.push_back("all_reduce started");
