@@ -565,10 +565,11 @@ void SharedMemoryAllReduce::wait(size_t index) {
   Impl& s = *impl_;
   s.check_usable();
   if (!s.in_flight.at(index)) return;
-  if (!s.reduced_here[index]) {
-    s.await([&] { return s.all_started(index); }, index, false);
-    s.reduce_share(index);
-  }
+  // The progress() inside await may do this rank's share itself; once it has, the other ranks
+  // may already be in the next round, so the started flags must not be looked at again (and
+  // the share must not be done twice: it would write into buffers their owners are refilling).
+  s.await([&] { return s.reduced_here[index] || s.all_started(index); }, index, false);
+  if (!s.reduced_here[index]) s.reduce_share(index);
   s.await([&] { return s.all_reduced(index); }, index, true);
   s.in_flight[index] = false;
 }

@@ -7,8 +7,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
+#include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "mpigrad/launch/distributed_manager.h"
@@ -123,6 +126,31 @@ TEST_CASE("shared-memory averaging: rounds repeat, progress() does a share, wait
   Tensor kept = shared->buffer(1);
   shared.reset();
   CHECK(kept.to_vector<double>()[5] == expected(ranks, 5, 3));
+}
+
+TEST_CASE("shared-memory averaging: many rounds with ranks arriving late and leaving early") {
+  // Each rank writes its next contribution right after its wait returns, while slower ranks may
+  // still be in theirs, and arrives at the next start after a random delay (long enough that
+  // the others spin, yield and run progress() inside their waits). Every round must still
+  // average exactly: nothing may write into a buffer after its owner's wait has returned.
+  // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
+  auto manager = launch::DistributedManager::initialize();
+  auto& world = manager.world();
+  const int ranks = world.size(), rank = world.rank();
+  auto shared = make(world, {{core::kFloat32, 4096}}, /*timeout=*/60);
+  std::mt19937 random(uint32_t(rank) * 7919u + 1u);
+  int wrong_rounds = 0;
+  for (int round = 1; round <= 1000; ++round) {
+    fill(shared->buffer(0), rank, round % 50);
+    if (random() % 3 == 0) std::this_thread::sleep_for(std::chrono::microseconds(random() % 400));
+    shared->start(0);
+    shared->wait(0);
+    std::vector<double> got = shared->buffer(0).to_vector<double>();
+    bool ok = true;
+    for (size_t i = 0; i < got.size(); ++i) ok = ok && got[i] == expected(ranks, int64_t(i), round % 50);
+    wrong_rounds += ok ? 0 : 1;
+  }
+  CHECK(wrong_rounds == 0);
 }
 
 TEST_CASE("shared-memory averaging: a timeout names the missing rank and the others fail at once") {
