@@ -147,7 +147,9 @@ TEST_CASE("shared-memory averaging: many rounds with ranks arriving late and lea
     shared->wait(0);
     std::vector<double> got = shared->buffer(0).to_vector<double>();
     bool ok = true;
-    for (size_t i = 0; i < got.size(); ++i) ok = ok && got[i] == expected(ranks, int64_t(i), round % 50);
+    for (size_t i = 0; i < got.size(); ++i) {
+      ok = ok && got[i] == expected(ranks, int64_t(i), round % 50);
+    }
     wrong_rounds += ok ? 0 : 1;
   }
   CHECK(wrong_rounds == 0);
@@ -187,7 +189,7 @@ TEST_CASE("shared-memory averaging: a timeout names the missing rank and the oth
                        core::Error);
 }
 
-TEST_CASE("shared-memory averaging: a rank that starts the buffers in another order is out of step") {
+TEST_CASE("shared-memory averaging: a rank starting the buffers in another order is out of step") {
   // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
   auto manager = launch::DistributedManager::initialize();
   auto& world = manager.world();
@@ -222,7 +224,7 @@ TEST_CASE("shared-memory averaging: different buffer lists on different ranks ar
                        core::Error);
 }
 
-TEST_CASE("shared-memory averaging: no room in /dev/shm falls back with a reason and leaves nothing") {
+TEST_CASE("shared-memory averaging: a full /dev/shm falls back with a reason and leaves nothing") {
   // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
   auto manager = launch::DistributedManager::initialize();
   auto& world = manager.world();
