@@ -21,9 +21,11 @@
 #include "mpigrad/nn/layers/linear.h"
 #include "mpigrad/nn/loss.h"
 #include "mpigrad/nn/optim/sgd.h"
+#include "../tensor_difference.h"
 
 using namespace mpigrad;
 using core::Tensor;
+using mpigrad::test::max_difference;
 
 namespace {
 
@@ -39,13 +41,6 @@ std::pair<Tensor, Tensor> global_batch(int step, int64_t n) {
   return {core::randn({n, 8}, generator), core::randn({n, 4}, generator)};
 }
 
-double max_difference(const Tensor& a, const Tensor& b) {
-  std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
-  REQUIRE(x.size() == y.size());
-  double worst = 0;
-  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(x[i] - y[i]));
-  return worst;
-}
 
 }  // namespace
 

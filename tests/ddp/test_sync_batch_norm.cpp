@@ -26,9 +26,11 @@
 #include "mpigrad/nn/loss.h"
 #include "mpigrad/nn/optim/sgd.h"
 #include "recording_communicator.h"
+#include "../tensor_difference.h"
 
 using namespace mpigrad;
 using core::Tensor;
+using mpigrad::test::max_difference;
 
 namespace {
 
@@ -53,13 +55,6 @@ std::pair<Tensor, Tensor> global_images(int step, int64_t n) {
   return {x, y};
 }
 
-double max_difference(const Tensor& a, const Tensor& b) {
-  std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
-  REQUIRE(x.size() == y.size());
-  double worst = 0;
-  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(x[i] - y[i]));
-  return worst;
-}
 
 }  // namespace
 

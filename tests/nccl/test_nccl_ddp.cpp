@@ -21,9 +21,11 @@
 #include "mpigrad/nn/layers/linear.h"
 #include "mpigrad/nn/loss.h"
 #include "nccl_test.h"
+#include "../tensor_difference.h"
 
 using namespace mpigrad;
 using core::Tensor;
+using mpigrad::test::max_difference;
 
 namespace {
 
@@ -34,14 +36,6 @@ std::shared_ptr<nn::Sequential> make_model() {
       std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(32, 4, generator)});
 }
 
-double max_difference(const Tensor& a, const Tensor& b) {
-  std::vector<double> x = a.to(core::kCPU).to_vector<double>();
-  std::vector<double> y = b.to(core::kCPU).to_vector<double>();
-  REQUIRE(x.size() == y.size());
-  double worst = 0;
-  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(x[i] - y[i]));
-  return worst;
-}
 
 }  // namespace
 
