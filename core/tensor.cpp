@@ -234,9 +234,14 @@ Tensor& inplace(Tensor& self, const char* name, std::initializer_list<const Tens
 Tensor& Tensor::fill_(double value) {
   check_inplace(*this, "fill_");
   NoGradGuard no_grad;
-  Tensor source = scalar_like(value, *this);
-  StridedLoop loop = detail::make_loop(shape(), {this, &source});
-  backend_for(device()).copy(dtype(), dtype(), loop, data_ptr(), source.data_ptr());
+  if (is_contiguous()) {
+    // One flat fill (a memset for zeros): zero_grad of every gradient goes through here.
+    backend_for(device()).fill(dtype(), numel(), data_ptr(), value);
+  } else {
+    Tensor source = scalar_like(value, *this);
+    StridedLoop loop = detail::make_loop(shape(), {this, &source});
+    backend_for(device()).copy(dtype(), dtype(), loop, data_ptr(), source.data_ptr());
+  }
   storage()->bump_version();
   if (AutogradMeta* meta = autograd_meta_if_any(); meta && meta->grad_fn) {
     meta->grad_fn = nullptr;  // constant now: no gradient flows to what it was computed from

@@ -461,6 +461,15 @@ void copy(DType out_dtype, DType in_dtype, const StridedLoop& loop, void* out, c
 }
 
 void fill(DType dtype, int64_t n, void* out, double value) {
+  if (value == 0.0 && !std::signbit(value)) {
+    // +0 is all zero bits in every dtype: memset uses the widest stores the CPU has (zero_grad
+    // of 36 MiB of gradients: 2-3.5 ms against 3.5-6 ms for the compiler's baseline loop).
+    const int64_t bytes = n * element_size(dtype);
+    char* dst = static_cast<char*>(out);
+    parallel_for(0, bytes, kElementwiseGrain * 4,
+                 [&](int64_t b, int64_t e) { std::memset(dst + b, 0, size_t(e - b)); });
+    return;
+  }
   visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     const T v = cast_to<T>(value);

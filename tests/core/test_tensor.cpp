@@ -368,3 +368,21 @@ TEST_CASE("index_select and one_hot on valid and invalid indices") {
   CHECK(one_hot(Tensor::from_vector<int64_t>({1}, {1}), 2).to_vector<int64_t>() ==
         std::vector<int64_t>{0, 1});
 }
+
+TEST_CASE("fill_ and zero_ on contiguous tensors and on views, every dtype, -0.0 kept") {
+  for (DType dtype : {kFloat32, kFloat64, kBFloat16, kFloat16, kInt32, kInt64, kUInt8, kBool}) {
+    INFO(dtype);
+    Tensor t = ones({3, 4}, dtype);
+    t.zero_();  // contiguous: one flat fill
+    for (double v : t.to_vector<double>()) CHECK(v == 0.0);
+    t.fill_(1.0);
+    t.t().narrow(0, 1, 2).zero_();  // a strided view: columns 1 and 2 of every row
+    std::vector<double> values = t.to_vector<double>();
+    for (int i = 0; i < 12; ++i) {
+      CHECK(values[size_t(i)] == ((i % 4 == 1 || i % 4 == 2) ? 0.0 : 1.0));
+    }
+  }
+  Tensor negative_zero = ones({5}, kFloat32);
+  negative_zero.fill_(-0.0);  // not all zero bits: must not be a memset
+  for (float v : negative_zero.to_vector<float>()) CHECK(std::signbit(v));
+}
