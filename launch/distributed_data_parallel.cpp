@@ -25,7 +25,6 @@ struct DistributedDataParallel::Bucket {
   size_t pending = 0;               // parameters not yet ready in this backward
   core::Tensor wire;                // what goes over the network (flat or its 16-bit copy)
   WorkPtr work;                     // the communicator's all-reduce, until wait_for_buckets
-  bool in_flight = false;           // started and not yet waited for
 };
 
 namespace {
@@ -324,7 +323,6 @@ void DistributedDataParallel::launch_ready_buckets() {
   while (next_bucket_to_launch_ < buckets_.size() &&
          buckets_[next_bucket_to_launch_]->pending == 0) {
     Bucket& bucket = *buckets_[next_bucket_to_launch_];
-    bucket.in_flight = true;
     if (shared_) {
       shared_->start(next_bucket_to_launch_++);
       continue;
@@ -375,14 +373,13 @@ void DistributedDataParallel::wait_for_buckets() {
   core::NoGradGuard no_grad;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     Bucket& bucket = *buckets_[b];
-    if (!bucket.in_flight) continue;
     if (shared_) {
-      shared_->wait(b);  // a failure leaves the bucket in flight: the next wait repeats it
-      bucket.in_flight = false;
+      // Returns at once for a bucket not in flight; after a failure it repeats the error.
+      shared_->wait(b);
       continue;
     }
+    if (!bucket.work) continue;  // not in flight
     bucket.work->wait();
-    bucket.in_flight = false;
     bucket.work.reset();
     if (!bucket.wire.is_same(bucket.flat)) bucket.flat.copy_(bucket.wire);
     bucket.wire = core::Tensor();
