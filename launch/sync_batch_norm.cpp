@@ -1,6 +1,5 @@
 #include "mpigrad/launch/sync_batch_norm.h"
 
-#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -186,18 +185,7 @@ Tensor SyncBatchNorm::forward_global_statistics(const Tensor& input, double fact
   return output;
 }
 
-std::string SyncBatchNorm::extra_repr() const {
-  std::ostringstream out;
-  out << config_.num_features << ", eps=" << config_.eps << ", momentum=";
-  if (config_.momentum) {
-    out << *config_.momentum;
-  } else {
-    out << "None";
-  }
-  out << ", affine=" << (config_.affine ? "True" : "False")
-      << ", track_running_stats=" << (config_.track_running_stats ? "True" : "False");
-  return out.str();
-}
+std::string SyncBatchNorm::extra_repr() const { return nn::batch_norm_repr(config_); }
 
 int convert_sync_batchnorm(nn::Module& module, Communicator& communicator) {
   int replaced = 0;

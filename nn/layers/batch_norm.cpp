@@ -58,18 +58,20 @@ Tensor BatchNorm::forward(const Tensor& input) {
                                 use_batch_stats, factor, config_.eps);
 }
 
-std::string BatchNorm::extra_repr() const {
+std::string batch_norm_repr(const BatchNormConfig& config) {
   std::ostringstream out;
-  out << config_.num_features << ", eps=" << config_.eps << ", momentum=";
-  if (config_.momentum) {
-    out << *config_.momentum;
+  out << config.num_features << ", eps=" << config.eps << ", momentum=";
+  if (config.momentum) {
+    out << *config.momentum;
   } else {
     out << "None";
   }
-  out << ", affine=" << (config_.affine ? "True" : "False")
-      << ", track_running_stats=" << (config_.track_running_stats ? "True" : "False");
+  out << ", affine=" << (config.affine ? "True" : "False")
+      << ", track_running_stats=" << (config.track_running_stats ? "True" : "False");
   return out.str();
 }
+
+std::string BatchNorm::extra_repr() const { return batch_norm_repr(config_); }
 
 namespace {
 BatchNormConfig make_config(int64_t n, double eps, std::optional<double> momentum, bool affine,

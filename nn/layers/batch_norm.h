@@ -8,6 +8,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 
 #include "mpigrad/nn/module.h"
 
@@ -20,6 +21,10 @@ struct BatchNormConfig {
   bool affine = true;
   bool track_running_stats = true;
 };
+
+// "4, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True", as PyTorch prints it;
+// shared by BatchNorm and SyncBatchNorm.
+std::string batch_norm_repr(const BatchNormConfig& config);
 
 class BatchNorm : public Module {
  public:
