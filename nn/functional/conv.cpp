@@ -140,20 +140,20 @@ struct Conv2dBackward final : core::Node {
                                             x.dtype(), x.device());
     if (next[0]) {
       Tensor grad_input = core::zeros(x.shape(), core::TensorOptions(x.dtype()).device(x.device()));
+      // columns = W^T g[n], one GEMM per group; then scatter the columns onto the image.
+      kernels::GemmShape shape;
+      shape.transpose_a = true;
+      shape.m = p.patch;
+      shape.n = p.out_area;
+      shape.k = p.group_out;
+      shape.lda = p.patch;
+      shape.ldb = p.out_area;
+      shape.ldc = p.out_area;
+      shape.batch = p.groups;
+      shape.batch_stride_a = p.group_out * p.patch;
+      shape.batch_stride_b = p.group_out * p.out_area;
+      shape.batch_stride_c = p.patch * p.out_area;
       for (int64_t n = 0; n < p.batch; ++n) {
-        // columns = W^T g[n], one GEMM per group; then scatter the columns onto the image.
-        kernels::GemmShape shape;
-        shape.transpose_a = true;
-        shape.m = p.patch;
-        shape.n = p.out_area;
-        shape.k = p.group_out;
-        shape.lda = p.patch;
-        shape.ldb = p.out_area;
-        shape.ldc = p.out_area;
-        shape.batch = p.groups;
-        shape.batch_stride_a = p.group_out * p.patch;
-        shape.batch_stride_b = p.group_out * p.out_area;
-        shape.batch_stride_c = p.patch * p.out_area;
         void* target = p.direct ? image_ptr(grad_input, n) : columns.data_ptr();
         backend.gemm(x.dtype(), shape, 1.0, w.data_ptr(), image_ptr(g, n), 0.0, target);
         if (!p.direct) {
@@ -164,21 +164,21 @@ struct Conv2dBackward final : core::Node {
     }
     if (next[1]) {
       Tensor grad_weight = core::detail::empty_on(w.shape(), w.dtype(), w.device());
+      // dW[g] (+)= g[n][g] columns[g]^T
+      kernels::GemmShape shape;
+      shape.transpose_b = true;
+      shape.m = p.group_out;
+      shape.n = p.patch;
+      shape.k = p.out_area;
+      shape.lda = p.out_area;
+      shape.ldb = p.out_area;
+      shape.ldc = p.patch;
+      shape.batch = p.groups;
+      shape.batch_stride_a = p.group_out * p.out_area;
+      shape.batch_stride_b = p.patch * p.out_area;
+      shape.batch_stride_c = p.group_out * p.patch;
       for (int64_t n = 0; n < p.batch; ++n) {
         const void* cols = columns_of(p, x, n, columns);
-        // dW[g] (+)= g[n][g] columns[g]^T
-        kernels::GemmShape shape;
-        shape.transpose_b = true;
-        shape.m = p.group_out;
-        shape.n = p.patch;
-        shape.k = p.out_area;
-        shape.lda = p.out_area;
-        shape.ldb = p.out_area;
-        shape.ldc = p.patch;
-        shape.batch = p.groups;
-        shape.batch_stride_a = p.group_out * p.out_area;
-        shape.batch_stride_b = p.patch * p.out_area;
-        shape.batch_stride_c = p.group_out * p.patch;
         backend.gemm(x.dtype(), shape, 1.0, image_ptr(g, n), cols, n == 0 ? 0.0 : 1.0,
                      grad_weight.data_ptr());
       }
@@ -225,19 +225,20 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
                         : core::detail::empty_on({p.direct ? 1 : rows, p.direct ? 1 : p.out_area},
                                                  input.dtype(), input.device());
   if (cuda && p.batch > 0) conv_cuda(CudaConv::Forward, p, x, w, out);
+  // out[n][g] = W[g] columns[g], one GEMM per image over the groups.
+  kernels::GemmShape shape;
+  shape.m = p.group_out;
+  shape.n = p.out_area;
+  shape.k = p.patch;
+  shape.lda = p.patch;
+  shape.ldb = p.out_area;
+  shape.ldc = p.out_area;
+  shape.batch = p.groups;
+  shape.batch_stride_a = p.group_out * p.patch;
+  shape.batch_stride_b = p.patch * p.out_area;
+  shape.batch_stride_c = p.group_out * p.out_area;
   for (int64_t n = 0; !cuda && n < p.batch; ++n) {
     const void* cols = columns_of(p, x, n, columns);
-    kernels::GemmShape shape;
-    shape.m = p.group_out;
-    shape.n = p.out_area;
-    shape.k = p.patch;
-    shape.lda = p.patch;
-    shape.ldb = p.out_area;
-    shape.ldc = p.out_area;
-    shape.batch = p.groups;
-    shape.batch_stride_a = p.group_out * p.patch;
-    shape.batch_stride_b = p.patch * p.out_area;
-    shape.batch_stride_c = p.group_out * p.out_area;
     backend.gemm(input.dtype(), shape, 1.0, w.data_ptr(), cols, 0.0, image_ptr(out, n));
   }
   if (bias.defined()) {
