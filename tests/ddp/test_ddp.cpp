@@ -18,6 +18,7 @@
 #include "mpigrad/core/rng.h"
 #include "mpigrad/launch/distributed_data_parallel.h"
 #include "mpigrad/launch/distributed_manager.h"
+#include "../tensor_difference.h"
 #include "recording_communicator.h"
 
 using namespace mpigrad;
@@ -68,11 +69,7 @@ std::pair<Tensor, Tensor> global_batch(int step, int64_t n) {
 }
 
 void check_close(const Tensor& a, const Tensor& b, double tolerance) {
-  std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
-  REQUIRE(x.size() == y.size());
-  double worst = 0;
-  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(x[i] - y[i]));
-  CHECK(worst <= tolerance);
+  CHECK(mpigrad::test::max_difference(a, b) <= tolerance);
 }
 
 }  // namespace
