@@ -71,7 +71,7 @@ Options parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&]() -> std::string {
-      MPIGRAD_CHECK(i + 1 < argc, "mpigrad-bench-ddp: ", arg, " needs a value");
+      MPIGRAD_CHECK(i + 1 < argc, arg, " needs a value");
       return argv[++i];
     };
     if (arg == "--batch") {
@@ -94,12 +94,12 @@ Options parse(int argc, char** argv) {
       usage(argv[0]);
       std::exit(0);
     } else {
-      core::fail("mpigrad-bench-ddp: unknown argument '", arg, "' (see --help)");
+      core::fail("unknown argument '", arg, "' (see --help)");
     }
   }
   MPIGRAD_CHECK(options.batch >= 1 && options.width >= 1 && options.iterations >= 1 &&
                     options.repeats >= 1 && !options.bucket_caps.empty(),
-                "mpigrad-bench-ddp: --batch, --width, --iterations, --repeats must be >= 1 and "
+                "--batch, --width, --iterations, --repeats must be >= 1 and "
                 "--buckets non-empty");
   return options;
 }
