@@ -224,6 +224,18 @@ std::optional<DType> Datatype::to_dtype() const {
   }
 }
 
+std::optional<DType> Datatype::read_as() const {
+  if (std::optional<DType> exact = to_dtype()) return exact;
+  silence_errors();
+  hid_t type = id();
+  if (H5Tget_class(type) != H5T_INTEGER) return std::nullopt;
+  size_t size = H5Tget_size(type);
+  // int8, int16 and uint16 fit in int32; uint32 and uint64 go to int64.
+  if (size < 4) return DType::Int32;
+  if (size <= 8) return DType::Int64;
+  return std::nullopt;
+}
+
 std::string Datatype::describe() const {
   silence_errors();
   hid_t type = id();
@@ -361,6 +373,55 @@ DType Dataset::dtype() const {
   return *dtype;
 }
 
+DType Dataset::read_dtype() const {
+  Datatype type = file_type();
+  std::optional<DType> dtype = type.read_as();
+  MPIGRAD_CHECK(dtype.has_value(), "HDF5 dataset ", where(), ": unsupported element type ",
+                type.describe(), " (supported: floats of 16, 32 and 64 bits and integers of up "
+                "to 64 bits; strings, compounds and other types cannot be read as tensors)");
+  return *dtype;
+}
+
+Dataset::Storage Dataset::storage() const {
+  silence_errors();
+  Storage out;
+  Handle plist = owned(H5Dget_create_plist(id()), "H5Dget_create_plist", where());
+  out.declared_bytes = num_elements() * int64_t(H5Tget_size(file_type().id()));
+  out.stored_bytes = int64_t(H5Dget_storage_size(id()));
+  switch (check(H5Pget_layout(plist.id()), "H5Pget_layout", where())) {
+    case H5D_COMPACT: out.layout = Storage::Layout::Compact; break;
+    case H5D_VIRTUAL: out.layout = Storage::Layout::Virtual; break;
+    case H5D_CHUNKED: out.layout = Storage::Layout::Chunked; break;
+    default: out.layout = Storage::Layout::Contiguous; break;
+  }
+  if (out.layout == Storage::Layout::Contiguous &&
+      check(H5Pget_external_count(plist.id()), "H5Pget_external_count", where()) > 0) {
+    out.layout = Storage::Layout::External;
+  }
+  if (out.layout == Storage::Layout::Contiguous) {
+    haddr_t offset = H5Dget_offset(id());  // HADDR_UNDEF until the data is allocated
+    if (offset != HADDR_UNDEF) out.end_offset = int64_t(offset) + out.stored_bytes;
+  }
+  if (out.layout == Storage::Layout::Chunked) {
+    std::array<hsize_t, H5S_MAX_RANK> chunk{};
+    int rank = check(H5Pget_chunk(plist.id(), H5S_MAX_RANK, chunk.data()), "H5Pget_chunk", where());
+    out.chunks_needed = 1;
+    for (int d = 0; d < rank && d < int(dims_.size()); ++d) {
+      int64_t extent = dims_[size_t(d)], per_chunk = int64_t(chunk[size_t(d)]);
+      out.chunks_needed *= per_chunk > 0 ? (extent + per_chunk - 1) / per_chunk : 0;
+    }
+    // Counting walks the chunk index, so it is done only when the bytes alone do not settle it
+    // (filtered data, or chunks that were never written).
+    if (out.stored_bytes < out.declared_bytes) {
+      hsize_t stored = 0;
+      Dataspace all = space();
+      check(H5Dget_num_chunks(id(), all.id(), &stored), "H5Dget_num_chunks", where());
+      out.chunks_stored = int64_t(stored);
+    }
+  }
+  return out;
+}
+
 int64_t Dataset::chunk_rows() const {
   silence_errors();
   Handle plist = owned(H5Dget_create_plist(id()), "H5Dget_create_plist", where());
@@ -488,6 +549,13 @@ void File::close() {
   if (!handle_.valid()) return;
   flush();
   handle_.close();
+}
+
+int64_t File::size_on_disk() const {
+  silence_errors();
+  hsize_t size = 0;
+  check(H5Fget_filesize(id(), &size), "H5Fget_filesize", path_);
+  return int64_t(size);
 }
 
 void File::flush() {

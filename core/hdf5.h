@@ -63,6 +63,10 @@ class Datatype {
   Hid id() const { return handle_.id(); }
   // The DType this type maps to, or nullopt when mpigrad does not support it.
   std::optional<DType> to_dtype() const;
+  // The DType values of this type are read as: to_dtype(), or for the integer types that have
+  // no DType of their own (int8, int16, uint16, uint32, uint64) the smallest signed DType that
+  // holds them (int32 or int64; uint64 values above 2^63 - 1 saturate). nullopt otherwise.
+  std::optional<DType> read_as() const;
   // A short description for messages: "uint16", "float32 (big-endian)", "string", "compound".
   std::string describe() const;
 
@@ -122,6 +126,18 @@ class Dataset {
   Datatype file_type() const;
   // The stored element type; throws (naming file, dataset and type) when unsupported.
   DType dtype() const;
+  // The type the stored elements are read as (Datatype::read_as); throws when there is none.
+  DType read_dtype() const;
+  // What backs the declared extents on disk, to refuse datasets that claim more than they hold.
+  struct Storage {
+    enum class Layout { Compact, Contiguous, Chunked, Virtual, External } layout;
+    int64_t declared_bytes = 0;  // num_elements() x the stored element size
+    int64_t stored_bytes = 0;    // bytes allocated in the file (compressed size when filtered)
+    int64_t chunks_needed = 0;   // chunked: chunks the extents span
+    int64_t chunks_stored = -1;  // chunked: chunks written, counted only when stored < declared
+    int64_t end_offset = -1;     // contiguous: where the data ends in the file (-1: unknown)
+  };
+  Storage storage() const;
   // Leading-dimension rows per chunk, or 0 when the layout is not chunked.
   int64_t chunk_rows() const;
   int64_t chunk_bytes() const;  // bytes of one chunk, 0 when not chunked
@@ -185,6 +201,7 @@ class File {
   const std::string& path() const { return path_; }
   bool is_open() const { return handle_.valid(); }
   void close();  // flushes and closes, throwing on failure
+  int64_t size_on_disk() const;  // the file's size as HDF5 sees it (its end of file)
   void flush();
 
   // ---- Objects (paths are absolute or relative to the root: "x" == "/x") ----------------------

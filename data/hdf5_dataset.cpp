@@ -1,6 +1,7 @@
 #include "mpigrad/data/hdf5_dataset.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 
@@ -58,10 +59,11 @@ Hdf5Dataset::OpenShard Hdf5Dataset::open_shard(int shard_index, std::vector<Fiel
   int64_t rows = -1;
   for (const std::string& name : options_.fields) {
     hdf5::Dataset dataset = shard.file.open_dataset(name);
-    FieldInfo info{name, dataset.dtype(), {}};
+    FieldInfo info{name, dataset.read_dtype(), {}};
     std::vector<int64_t> dims = dataset.dims();
     MPIGRAD_CHECK(!dims.empty(), "Hdf5Dataset: ", path, " field '", name,
                   "' is a scalar; a field needs a leading sample dimension N");
+    if (infos_out != nullptr) check_backed(dataset, shard.file);  // once, when first opened
     info.sample_shape = core::Shape(std::vector<int64_t>(dims.begin() + 1, dims.end()));
     if (rows < 0) {
       rows = dims[0];
@@ -103,6 +105,50 @@ Hdf5Dataset::OpenShard Hdf5Dataset::open_shard(int shard_index, std::vector<Fiel
   }
   if (infos_out != nullptr) *infos_out = std::move(infos);
   return shard;
+}
+
+namespace {
+std::string bytes_text(int64_t bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double value = double(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 6) {
+    value /= 1024;
+    ++unit;
+  }
+  char text[64];
+  std::snprintf(text, sizeof(text), unit == 0 ? "%.0f %s" : "%.1f %s", value, units[unit]);
+  return text;
+}
+}  // namespace
+
+// A dataset may declare extents its file never stored: h5py's create_dataset with a huge shape
+// and chunks costs a few KB until written, and unwritten chunks read back as fill values. Such a
+// file would make every count, sampler and scan size itself by a number the data doesn't back,
+// so it is refused here, before anything is allocated from its extents.
+void Hdf5Dataset::check_backed(const hdf5::Dataset& dataset, const hdf5::File& file) {
+  using Layout = hdf5::Dataset::Storage::Layout;
+  const hdf5::Dataset::Storage storage = dataset.storage();
+  const int64_t samples = dataset.dims().empty() ? 0 : dataset.dims()[0];
+  const std::string what = "Hdf5Dataset: " + file.path() + " field '" + dataset.name().substr(
+      dataset.name().starts_with("/") ? 1 : 0) + "' declares " + std::to_string(samples) +
+      " samples (" + bytes_text(storage.declared_bytes) + ")";
+  if (storage.layout == Layout::Contiguous) {
+    MPIGRAD_CHECK(storage.stored_bytes >= storage.declared_bytes, what, " but stores only ",
+                  bytes_text(storage.stored_bytes),
+                  "; the data was never written. Write every sample, or create the dataset with "
+                  "the number of samples you have");
+    const int64_t file_bytes = file.size_on_disk();
+    MPIGRAD_CHECK(storage.end_offset <= file_bytes, what, " stored up to byte ",
+                  storage.end_offset, " but the file has only ", file_bytes,
+                  " bytes: it is truncated (an interrupted copy or write?)");
+  } else if (storage.layout == Layout::Chunked && storage.chunks_stored >= 0) {
+    MPIGRAD_CHECK(storage.chunks_stored >= storage.chunks_needed, what, " in ",
+                  storage.chunks_needed, " chunks, but only ", storage.chunks_stored,
+                  " chunk(s) were ever written (", bytes_text(storage.stored_bytes),
+                  " stored); the rest would read as fill values. Write every sample, or shrink "
+                  "the dataset to what was written (h5py: dataset.resize(n, axis=0))");
+  }
 }
 
 Hdf5Dataset::OpenShard& Hdf5Dataset::acquire(int shard) const {
@@ -303,6 +349,30 @@ void Hdf5Dataset::read_global(const std::vector<int64_t>& globals, std::vector<v
     }
     r = end;
   }
+}
+
+core::Tensor Hdf5Dataset::read_field(const std::string& name, int64_t begin, int64_t count) const {
+  MPIGRAD_CHECK(begin >= 0 && count >= 0 && begin + count <= total_size_, describe(),
+                ": read_field rows [", begin, ", ", begin + count, ") outside the ", total_size_,
+                " samples");
+  size_t f = 0;
+  while (f < fields_.size() && fields_[f].name != name) ++f;
+  MPIGRAD_CHECK(f < fields_.size(), describe(), ": no field '", name, "'");
+  core::Shape shape = fields_[f].sample_shape;
+  shape.insert(0, count);
+  core::Tensor out = core::Tensor::empty(shape, fields_[f].dtype);
+  char* bytes = static_cast<char*>(out.data_ptr());
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (int64_t done = 0; done < count;) {
+    const int64_t global = begin + done;
+    const int s = shard_of(global);
+    const Shard& shard = shards_[size_t(s)];
+    const int64_t rows = std::min(count - done, shard.begin + shard.size - global);
+    acquire(s).datasets[f].read_rows(global - shard.begin, rows,
+                                     bytes + done * fields_[f].sample_bytes(), fields_[f].dtype);
+    done += rows;
+  }
+  return out;
 }
 
 Batch Hdf5Dataset::get_batch(std::span<const int64_t> indices) const {

@@ -14,9 +14,13 @@
 // Slice mode restricts a rank to its own contiguous range of the index space (rank_slice), read
 // on demand or loaded into memory up front with one read per field and shard.
 //
+// Fields are read in their stored dtype; integer types without a DType of their own (int8,
+// int16, uint16, uint32, uint64) are read as int32 or int64 (hdf5::Datatype::read_as).
+//
 // Every problem with the files (missing file or field, fields with different N, shards that
-// disagree on dtype or per-sample shape, unsupported dtypes, corrupt or truncated files, indices
-// out of range, fewer samples than ranks) is a core::Error naming the file and the field.
+// disagree on dtype or per-sample shape, unsupported dtypes, corrupt or truncated files, a
+// dataset that declares more samples than its file stores, indices out of range, fewer samples
+// than ranks) is a core::Error naming the file and the field, raised when the files are opened.
 #pragma once
 
 #include <cstdint>
@@ -79,6 +83,10 @@ class Hdf5Dataset : public Dataset {
   std::optional<IndexSlice> slice() const { return slice_; }
   bool in_memory() const { return !memory_.empty(); }
 
+  // Rows [begin, begin + count) of one field over the whole index space (slices ignored), in
+  // the field's dtype: for scanning a field (labels, say) in bounded pieces without the others.
+  core::Tensor read_field(const std::string& name, int64_t begin, int64_t count) const;
+
   // ---- The files -----------------------------------------------------------------------------
   int64_t total_size() const { return total_size_; }
   int num_shards() const { return int(shards_.size()); }
@@ -107,6 +115,7 @@ class Hdf5Dataset : public Dataset {
   };
 
   OpenShard open_shard(int shard, std::vector<FieldInfo>* infos_out) const;
+  static void check_backed(const core::hdf5::Dataset& dataset, const core::hdf5::File& file);
   OpenShard& acquire(int shard) const;  // caller holds mutex_
   int shard_of(int64_t global) const;
   void read_global(const std::vector<int64_t>& globals, std::vector<void*>& outputs) const;

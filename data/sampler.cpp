@@ -1,5 +1,8 @@
 #include "mpigrad/data/sampler.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <numeric>
 
 #include "mpigrad/core/error.h"
@@ -33,6 +36,21 @@ class UniformIntegers {
   int lane_ = 4;
 };
 
+// An epoch's order is materialized as int64 indices (PyTorch does the same with randperm). A
+// dataset whose size would make that list outgrow the machine is refused up front, naming the
+// size, instead of failing in an allocation (or being killed by the OOM killer) mid-run.
+// `indices` is how many int64 an epoch holds at once for `samples` samples.
+void check_index_memory(int64_t samples, int64_t indices, const char* who) {
+  const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_bytes <= 0) return;  // unknown: nothing to compare with
+  const double memory = double(pages) * double(page_bytes);
+  const double needed = double(indices) * double(sizeof(int64_t));
+  MPIGRAD_CHECK(needed <= memory / 2, who, ": an epoch's order of ", samples,
+                " samples needs ", needed / double(1 << 30), " GiB of indices, more than half of "
+                "this machine's ", memory / double(1 << 30), " GiB of memory; use a subset of the "
+                "data (fewer samples per file, or fewer shards)");
+}
+
 }  // namespace
 
 std::vector<int64_t> random_permutation(int64_t n, uint64_t seed) {
@@ -51,6 +69,7 @@ std::vector<int64_t> random_permutation(int64_t n, uint64_t seed) {
 
 SequentialSampler::SequentialSampler(int64_t size) : size_(size) {
   MPIGRAD_CHECK(size >= 0, "SequentialSampler: negative dataset size ", size);
+  check_index_memory(size, size, "SequentialSampler");
 }
 
 std::vector<int64_t> SequentialSampler::indices() const {
@@ -68,6 +87,8 @@ RandomSampler::RandomSampler(int64_t dataset_size, uint64_t seed, bool replaceme
   MPIGRAD_CHECK(replacement || num_samples_ <= dataset_size, "RandomSampler: num_samples ", num_samples_,
                 " exceeds the dataset's ", dataset_size, " samples; that needs replacement = true");
   MPIGRAD_CHECK(num_samples_ == 0 || dataset_size > 0, "RandomSampler: cannot draw from an empty dataset");
+  check_index_memory(dataset_size, std::max(num_samples_, replacement ? 0 : dataset_size),
+                     "RandomSampler");
 }
 
 std::vector<int64_t> RandomSampler::indices() const {
@@ -105,6 +126,9 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int64_t num_replica
   } else {
     num_samples_ = (dataset_size + num_replicas - 1) / num_replicas;
   }
+  // indices() holds the whole padded order, then this rank's share.
+  check_index_memory(dataset_size, std::max(dataset_size, total_size()) + num_samples_,
+                     "DistributedSampler");
 }
 
 std::vector<int64_t> DistributedSampler::indices() const {
@@ -119,6 +143,7 @@ std::vector<int64_t> DistributedSampler::indices() const {
   if (!drop_last_) {
     // Repeat from the start (several times over when the padding exceeds the list).
     const size_t original = all.size();
+    all.reserve(total);
     for (size_t i = original; i < total; ++i) all.push_back(all[i % original]);
   } else {
     all.resize(total);

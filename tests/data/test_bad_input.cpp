@@ -65,21 +65,26 @@ TEST_CASE("bad input: fields whose N differ") {
 
 TEST_CASE("bad input: an unsupported dtype, a scalar field") {
   TempDir dir;
-  const std::string path = dir.file("uint16.h5");
+  const std::string path = dir.file("strings.h5");
   {
     core::hdf5::File file = core::hdf5::File::create(path);
-    hsize_t dims[2] = {4, 2};
-    hid_t space = H5Screate_simple(2, dims, nullptr);
-    hid_t dataset = H5Dcreate2(file.id(), "x", H5T_STD_U16LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hsize_t dims[1] = {4};
+    hid_t space = H5Screate_simple(1, dims, nullptr);
+    hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, 8);
+    hid_t dataset = H5Dcreate2(file.id(), "x", type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     REQUIRE(dataset >= 0);
+    char text[4][8] = {"a", "b", "c", "d"};
+    REQUIRE(H5Dwrite(dataset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, text) >= 0);
     H5Dclose(dataset);
+    H5Tclose(type);
     H5Sclose(space);
     file.write_tensor("y", core::zeros({4}, core::kInt64));
     file.write_tensor("scalar", core::Tensor::scalar(1.0));
   }
   std::string error = open_error({path});
   CHECK(mentions(error, path + ":/x"));
-  CHECK(mentions(error, "unsupported element type uint16"));
+  CHECK(mentions(error, "unsupported element type string"));
   error = open_error({path}, {"y", "scalar"});
   CHECK(mentions(error, "'scalar' is a scalar"));
 
@@ -190,4 +195,97 @@ TEST_CASE("bad input: IDX files") {
   std::memcpy(values, array.bytes.data(), 8);
   CHECK(values[0] == 258);
   CHECK(values[1] == -2);
+}
+
+namespace {
+// Writes dataset `name` of HDF5 type `file_type` holding `values` (given as int64).
+void write_integers(core::hdf5::File& file, const char* name, hid_t file_type,
+                    const std::vector<int64_t>& values) {
+  hsize_t dims[1] = {values.size()};
+  hid_t space = H5Screate_simple(1, dims, nullptr);
+  hid_t dataset = H5Dcreate2(file.id(), name, file_type, space, H5P_DEFAULT, H5P_DEFAULT,
+                             H5P_DEFAULT);
+  REQUIRE(dataset >= 0);
+  REQUIRE(H5Dwrite(dataset, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) >= 0);
+  H5Dclose(dataset);
+  H5Sclose(space);
+}
+}  // namespace
+
+TEST_CASE("integer types without a DType of their own are read widened, values intact") {
+  TempDir dir;
+  const std::string path = dir.file("integers.h5");
+  const std::vector<int64_t> small = {0, 1, 9, 100};
+  {
+    core::hdf5::File file = core::hdf5::File::create(path);
+    write_integers(file, "i8", H5T_STD_I8LE, {-128, 0, 9, 127});
+    write_integers(file, "i16", H5T_STD_I16BE, {-32768, 0, 9, 32767});
+    write_integers(file, "u16", H5T_STD_U16LE, {0, 1, 9, 65535});
+    write_integers(file, "u32", H5T_STD_U32LE, {0, 1, 9, 4294967295});
+    write_integers(file, "u64", H5T_STD_U64LE, small);
+  }
+  Hdf5DatasetOptions options;
+  options.fields = {"i8", "i16", "u16", "u32", "u64"};
+  Hdf5Dataset dataset({path}, options);
+  CHECK(dataset.field("i8").dtype == core::kInt32);
+  CHECK(dataset.field("i16").dtype == core::kInt32);
+  CHECK(dataset.field("u16").dtype == core::kInt32);
+  CHECK(dataset.field("u32").dtype == core::kInt64);
+  CHECK(dataset.field("u64").dtype == core::kInt64);
+  Batch batch = dataset.get_batch(std::vector<int64_t>{3, 0});
+  CHECK(batch["i8"].to_vector<int32_t>() == std::vector<int32_t>{127, -128});
+  CHECK(batch["i16"].to_vector<int32_t>() == std::vector<int32_t>{32767, -32768});
+  CHECK(batch["u16"].to_vector<int32_t>() == std::vector<int32_t>{65535, 0});
+  CHECK(batch["u32"].to_vector<int64_t>() == std::vector<int64_t>{4294967295, 0});
+  CHECK(dataset.read_field("u64", 0, 4).to_vector<int64_t>() == small);
+}
+
+TEST_CASE("bad input: datasets that declare more samples than the file stores") {
+  TempDir dir;
+  namespace hdf5 = core::hdf5;
+  // h5py's create_dataset("x", shape=(huge, 8), chunks=(1024, 8)) with one chunk written.
+  const std::string sparse = dir.file("sparse.h5");
+  {
+    hdf5::File file = hdf5::File::create(sparse);
+    const int64_t huge = int64_t(1) << 40;
+    hdf5::Dataset x = file.create_dataset("x", core::kFloat32, {huge, 8}, {.chunk_rows = 1024});
+    x.write_rows(0, 1024, core::zeros({1024, 8}).data_ptr(), core::kFloat32);
+    hdf5::Dataset y = file.create_dataset("y", core::kInt64, {huge}, {.chunk_rows = 1 << 16});
+    y.write_rows(0, 1024, core::zeros({1024}, core::kInt64).data_ptr(), core::kInt64);
+  }
+  CHECK(std::filesystem::file_size(sparse) < (1 << 20));
+  std::string error = open_error({sparse});
+  CHECK(mentions(error, sparse));
+  CHECK(mentions(error, "field 'x' declares 1099511627776 samples"));
+  CHECK(mentions(error, "only 1 chunk(s) were ever written"));
+  CHECK(mentions(error, "32.0 KiB stored"));
+
+  // A contiguous dataset created and never written.
+  const std::string empty = dir.file("unwritten.h5");
+  {
+    hdf5::File file = hdf5::File::create(empty);
+    file.create_dataset("x", core::kUInt8, {100000, 28, 28});
+    file.write_tensor("y", core::zeros({100000}, core::kInt64));
+  }
+  error = open_error({empty});
+  CHECK(mentions(error, "field 'x' declares 100000 samples (74.8 MiB) but stores only 0 bytes"));
+
+  // Compressed, fully written data stores fewer bytes than it declares, and is fine.
+  const std::string packed = dir.file("compressed.h5");
+  {
+    hdf5::File file = hdf5::File::create(packed);
+    file.write_tensor("x", core::zeros({5000, 16}), {.chunk_rows = 512, .gzip_level = 6});
+    file.write_tensor("y", core::zeros({5000}, core::kInt64), {.chunk_rows = 512, .gzip_level = 6});
+  }
+  Hdf5Dataset dataset({packed});
+  CHECK(dataset.size() == 5000);
+}
+
+TEST_CASE("bad input: a sampler over more samples than memory can index is refused up front") {
+  const int64_t huge = int64_t(1) << 45;  // 256 TiB of int64 indices
+  std::string error = error_of([&] { DistributedSampler(huge, 2, 0); });
+  CHECK(mentions(error, "35184372088832 samples"));
+  CHECK(mentions(error, "GiB of indices"));
+  CHECK(mentions(error_of([&] { RandomSampler sampler(huge); }), "RandomSampler"));
+  CHECK(mentions(error_of([&] { SequentialSampler sampler(huge); }), "SequentialSampler"));
 }
