@@ -212,6 +212,16 @@ int convert_idx(int argc, char** argv) {
 
 // ---- synth --------------------------------------------------------------------------------------
 
+core::DType parse_synth_dtype(const std::string& text, const char* option,
+                              std::initializer_list<core::DType> allowed) {
+  std::string names;
+  for (core::DType dtype : allowed) {
+    if (text == core::dtype_name(dtype)) return dtype;
+    names += (names.empty() ? "" : ", ") + std::string(core::dtype_name(dtype));
+  }
+  core::fail(option, ": unsupported '", text, "' (", names, ")");
+}
+
 int synth(int argc, char** argv) {
   po::options_description options("synth options");
   options.add_options()
@@ -220,7 +230,12 @@ int synth(int argc, char** argv) {
       ("samples,n", po::value<int64_t>()->required(), "number of samples N")
       ("shape", po::value<std::string>()->default_value("1,28,28"), "per-sample shape of x, comma-separated")
       ("classes", po::value<int64_t>()->default_value(10), "number of classes (y in [0, classes))")
-      ("dtype", po::value<std::string>()->default_value("uint8"), "dtype of x: uint8, float32, float16 or bfloat16")
+      ("dtype", po::value<std::string>()->default_value("uint8"),
+       "dtype of x: uint8, float32, float64, float16 or bfloat16")
+      ("range", po::value<std::string>()->default_value("0,1"),
+       "LO,HI: float inputs lie in [LO, HI) (uint8 inputs always span 0..255)")
+      ("label-dtype", po::value<std::string>()->default_value("int64"),
+       "dtype of y: int64, int32 or uint8")
       ("shards", po::value<int>()->default_value(1), "number of files to split the samples into")
       ("seed", po::value<uint64_t>()->default_value(0), "random seed")
       ("x-name", po::value<std::string>()->default_value("x"), "name of the inputs field")
@@ -240,12 +255,18 @@ int synth(int argc, char** argv) {
   const std::string dtype_text = values["dtype"].as<std::string>();
   MPIGRAD_CHECK(n >= 1, "--samples must be >= 1, got ", n);
   MPIGRAD_CHECK(classes >= 1, "--classes must be >= 1, got ", classes);
-  core::DType dtype;
-  if (dtype_text == "uint8") dtype = core::kUInt8;
-  else if (dtype_text == "float32") dtype = core::kFloat32;
-  else if (dtype_text == "float16") dtype = core::kFloat16;
-  else if (dtype_text == "bfloat16") dtype = core::kBFloat16;
-  else core::fail("--dtype: unsupported '", dtype_text, "' (uint8, float32, float16 or bfloat16)");
+  const core::DType dtype = parse_synth_dtype(dtype_text, "--dtype", {core::kUInt8, core::kFloat32,
+                                              core::kFloat64, core::kFloat16, core::kBFloat16});
+  const core::DType label_dtype = parse_synth_dtype(values["label-dtype"].as<std::string>(),
+                                                    "--label-dtype",
+                                                    {core::kInt64, core::kInt32, core::kUInt8});
+  MPIGRAD_CHECK(label_dtype != core::kUInt8 || classes <= 256, "--label-dtype uint8 holds at most "
+                "256 classes, not ", classes);
+  const std::vector<std::string> range = split_list(values["range"].as<std::string>());
+  MPIGRAD_CHECK(range.size() == 2, "--range: expected LO,HI, got '", values["range"].as<std::string>(),
+                "'");
+  const float lo = std::stof(range[0]), hi = std::stof(range[1]);
+  MPIGRAD_CHECK(lo < hi, "--range: LO must be below HI, got ", lo, ",", hi);
   const int64_t features = core::Shape(shape).numel();
 
   // Two independent Philox streams: labels and noise per sample; prototypes per class.
@@ -268,15 +289,19 @@ int synth(int argc, char** argv) {
                             if constexpr (std::is_same_v<T, uint8_t>) {
                               x[i * features + j] = uint8_t(std::lround(v * 255.0f));
                             } else {
-                              x[i * features + j] = T(v);
+                              x[i * features + j] = T(lo + v * (hi - lo));
                             }
                           }
                         }
                       });
                     }});
-  fields.push_back({values["y-name"].as<std::string>(), core::kInt64, {}, [=](int64_t row, int64_t rows, void* out) {
-                      auto* y = static_cast<int64_t*>(out);
-                      for (int64_t i = 0; i < rows; ++i) y[i] = label_of(row + i);
+  fields.push_back({values["y-name"].as<std::string>(), label_dtype, {},
+                    [=](int64_t row, int64_t rows, void* out) {
+                      kernels::visit_dtype(label_dtype, [&](auto zero) {
+                        using T = decltype(zero);
+                        T* y = static_cast<T*>(out);
+                        for (int64_t i = 0; i < rows; ++i) y[i] = T(label_of(row + i));
+                      });
                     }});
   MPIGRAD_CHECK(fields[0].name != fields[1].name, "--x-name and --y-name must differ");
   auto paths = write_sharded(values["output"].as<std::string>(), values["shards"].as<int>(), n, fields,
