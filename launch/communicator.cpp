@@ -19,20 +19,10 @@ std::string_view reduce_op_name(ReduceOp op) {
 }
 
 Backend parse_backend(std::string_view text) {
-  if (text == "auto") return Backend::Auto;
-  if (text == "mpi") return Backend::Mpi;
-  if (text == "nccl") return Backend::Nccl;
-  core::fail("unknown communication backend '", text, "'; expected auto, mpi or nccl");
+  return core::parse_enum<Backend>(text, kBackendNames, "communication backend");
 }
 
-std::string_view backend_name(Backend backend) {
-  switch (backend) {
-    case Backend::Auto: return "auto";
-    case Backend::Mpi: return "mpi";
-    case Backend::Nccl: return "nccl";
-  }
-  return "?";
-}
+std::string_view backend_name(Backend backend) { return core::enum_name(backend, kBackendNames); }
 
 CollectiveConfig CollectiveConfig::from_environment() {
   CollectiveConfig config;

@@ -22,6 +22,7 @@
 #include <string_view>
 
 #include "mpigrad/core/tensor.h"
+#include "mpigrad/core/enum_names.h"
 #include "mpigrad/launch/work.h"
 
 namespace mpigrad::launch {
@@ -31,7 +32,9 @@ std::string_view reduce_op_name(ReduceOp op);  // "sum", "avg", "max", "min"
 
 // Which library moves the bytes. Auto picks NCCL for CUDA tensors and MPI for host tensors.
 enum class Backend : uint8_t { Auto, Mpi, Nccl };
-// Parses "auto", "mpi" or "nccl"; throws core::Error on anything else.
+inline constexpr core::EnumName<Backend> kBackendNames[] = {
+    {Backend::Auto, "auto"}, {Backend::Mpi, "mpi"}, {Backend::Nccl, "nccl"}};
+// Parses "auto", "mpi" or "nccl"; throws core::Error listing those on anything else.
 Backend parse_backend(std::string_view text);
 std::string_view backend_name(Backend backend);
 

@@ -10,10 +10,7 @@
 namespace mpigrad::launch {
 
 GradCompression parse_grad_compression(std::string_view text) {
-  if (text == "none") return GradCompression::None;
-  if (text == "bf16") return GradCompression::BFloat16;
-  if (text == "fp16") return GradCompression::Float16;
-  core::fail("unknown gradient compression '", text, "': expected none, bf16 or fp16");
+  return core::parse_enum<GradCompression>(text, kGradCompressionNames, "gradient compression");
 }
 
 struct DistributedDataParallel::Bucket {

@@ -29,6 +29,7 @@
 #include <string_view>
 #include <vector>
 
+#include "mpigrad/core/enum_names.h"
 #include "mpigrad/core/tensor.h"
 #include "mpigrad/launch/communicator.h"
 #include "mpigrad/launch/shared_memory_all_reduce.h"
@@ -41,7 +42,11 @@ namespace mpigrad::launch {
 
 // Gradient compression: the bucket is cast to a 16-bit float for the all-reduce and back after.
 enum class GradCompression : uint8_t { None, BFloat16, Float16 };
-// Parses "none", "bf16" or "fp16"; throws core::Error otherwise.
+inline constexpr core::EnumName<GradCompression> kGradCompressionNames[] = {
+    {GradCompression::None, "none"},
+    {GradCompression::BFloat16, "bf16"},
+    {GradCompression::Float16, "fp16"}};
+// Parses "none", "bf16" or "fp16"; throws core::Error listing those otherwise.
 GradCompression parse_grad_compression(std::string_view text);
 
 struct DdpOptions {
