@@ -7,6 +7,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -16,13 +17,13 @@
 #include "mpigrad/data/data_loader.h"
 #include "mpigrad/data/hdf5_dataset.h"
 #include "mpigrad/data/transforms.h"
+#include "mpigrad/launch/classification.h"
 #include "mpigrad/launch/distributed_manager.h"
 #include "mpigrad/launch/mpi_interop.h"
 #include "mpigrad/launch/sync_batch_norm.h"
 #include "mpigrad/launch/train_config.h"
 #include "mpigrad/launch/training_hooks.h"
 #include "mpigrad/launch/training_strategy.h"
-#include "mpigrad/nn/loss.h"
 #include "mpigrad/nn/models.h"
 #include "mpigrad/nn/optim/adam.h"
 #include "mpigrad/nn/optim/lr_scheduler.h"
@@ -44,41 +45,90 @@ struct TrainingJob {
   int64_t total_steps = 0;
 };
 
+// The configured model, initialized from [train] seed: every rank builds the same one.
+std::shared_ptr<nn::Module> make_model(const TrainConfig& config, const core::Shape& sample_shape) {
+  core::Generator generator(config.train.seed);
+  const ModelSection& model = config.model;
+  switch (model.name) {
+    case ModelKind::Mlp:
+      return nn::make_mlp(sample_shape, model.hidden, config.data.num_classes, model.dropout,
+                          generator);
+    case ModelKind::Cnn:
+      return nn::make_cnn(sample_shape, model.channels, model.hidden, config.data.num_classes,
+                          model.dropout, generator);
+  }
+  core::fail("[model] name: unhandled model kind");
+}
+
+// Labels are checked before training, so a bad one fails on every rank at once instead of in
+// one rank's loss while the others wait. Each rank reads only its own share of the index space
+// (together the ranks cover every sample), one bounded piece at a time.
+void check_labels(const data::Hdf5Dataset& dataset, const TrainConfig& config, const char* key,
+                  int64_t rank, int64_t ranks) {
+  const std::string& y = config.data.y;
+  const int64_t size = dataset.total_size();
+  const int64_t begin = size * rank / ranks, end = size * (rank + 1) / ranks;
+  constexpr int64_t kPiece = int64_t(1) << 20;  // labels per read: 8 MiB as int64
+  for (int64_t first = begin; first < end; first += kPiece) {
+    const int64_t count = std::min(kPiece, end - first);
+    core::Tensor labels = dataset.read_field(y, first, count).to(core::kInt64);
+    const int64_t* values = labels.data<int64_t>();
+    for (int64_t i = 0; i < count; ++i) {
+      MPIGRAD_CHECK(values[i] >= 0 && values[i] < config.data.num_classes, key, ": ",
+                    dataset.describe(), " field '", y, "' holds label ", values[i], " at sample ",
+                    first + i, ", outside [0, ", config.data.num_classes,
+                    ") of [data] num_classes");
+    }
+  }
+}
+
 std::shared_ptr<data::Hdf5Dataset> open_dataset(const std::vector<std::string>& paths,
-                                                const TrainConfig& config, const char* key) {
+                                                const TrainConfig& config, const char* key,
+                                                int64_t rank, int64_t ranks) {
   auto dataset = std::make_shared<data::Hdf5Dataset>(
       paths, data::Hdf5DatasetOptions{.fields = {config.data.x, config.data.y}});
   const data::FieldInfo& labels = dataset->field(config.data.y);
-  MPIGRAD_CHECK(labels.dtype == core::kInt64 || labels.dtype == core::kInt32 ||
-                    labels.dtype == core::kUInt8,
-                key, ": label field '", config.data.y, "' of ", dataset->describe(), " is ",
-                labels.dtype, "; expected an integer type");
+  MPIGRAD_CHECK(!core::is_floating(labels.dtype), key, ": label field '", config.data.y, "' of ",
+                dataset->describe(), " is ", labels.dtype, "; class labels must be integers "
+                "(any integer dtype)");
   MPIGRAD_CHECK(labels.sample_shape.numel() == 1, key, ": label field '", config.data.y, "' of ",
                 dataset->describe(), " has per-sample shape ", labels.sample_shape,
                 "; expected one label per sample");
-  // Labels are small: check them all now, so a bad one fails before training on every rank
-  // instead of in one rank's loss while the others wait.
-  const int64_t chunk = 65536;
-  for (int64_t begin = 0; begin < dataset->size(); begin += chunk) {
-    std::vector<int64_t> indices;
-    for (int64_t i = begin; i < std::min(dataset->size(), begin + chunk); ++i) indices.push_back(i);
-    core::Tensor y = dataset->get_batch(indices)[config.data.y].to(core::kInt64).reshape({-1});
-    int64_t lo = core::min(y).item<int64_t>(), hi = core::max(y).item<int64_t>();
-    MPIGRAD_CHECK(lo >= 0 && hi < config.data.num_classes, key, ": ", dataset->describe(),
-                  " field '", config.data.y, "' holds label ", lo < 0 ? lo : hi,
-                  ", outside [0, ", config.data.num_classes, ") of [data] num_classes");
-  }
+  const data::FieldInfo& inputs = dataset->field(config.data.x);
+  MPIGRAD_CHECK(inputs.dtype != core::kBool, key, ": input field '", config.data.x, "' of ",
+                dataset->describe(), " is bool; inputs must be numbers");
+  check_labels(*dataset, config, key, rank, ranks);
   return dataset;
 }
 
-TrainingJob check_job(const std::vector<std::string>& args, int64_t ranks) {
+// Channels are the first per-sample dimension ([C, H, W] images, [F] features).
+int64_t input_channels(const core::Shape& sample_shape) {
+  return sample_shape.size() >= 1 ? sample_shape[0] : 1;
+}
+
+void check_normalization(const TrainConfig& config, const data::FieldInfo& inputs) {
+  const int64_t channels = input_channels(inputs.sample_shape);
+  for (const auto* values : {&config.data.mean, &config.data.std}) {
+    const size_t n = values->size();
+    MPIGRAD_CHECK(n <= 1 || int64_t(n) == channels, "[data] ", values == &config.data.mean ?
+                  "mean" : "std", ": ", n, " values, but field '", config.data.x,
+                  "' has per-sample shape ", inputs.sample_shape, ", so ", channels,
+                  " channel(s); give one value, or one per channel");
+  }
+}
+
+TrainingJob check_job(const std::vector<std::string>& args, int64_t rank, int64_t ranks) {
   TrainingJob job;
   job.config = parse_train_config(args);
   if (job.config.help) return job;
   const TrainConfig& config = job.config;
-  job.train_set = open_dataset(config.data.train, config, "[data] train");
-  if (!config.data.test.empty()) job.test_set = open_dataset(config.data.test, config, "[data] test");
-  job.sample_shape = job.train_set->field(config.data.x).sample_shape;
+  job.train_set = open_dataset(config.data.train, config, "[data] train", rank, ranks);
+  if (!config.data.test.empty()) {
+    job.test_set = open_dataset(config.data.test, config, "[data] test", rank, ranks);
+  }
+  const data::FieldInfo& inputs = job.train_set->field(config.data.x);
+  job.sample_shape = inputs.sample_shape;
+  check_normalization(config, inputs);
   if (job.test_set) {
     const data::FieldInfo& test_x = job.test_set->field(config.data.x);
     MPIGRAD_CHECK(test_x.sample_shape == job.sample_shape, "[data] test: field '", config.data.x,
@@ -93,17 +143,11 @@ TrainingJob check_job(const std::vector<std::string>& args, int64_t ranks) {
   job.total_steps = config.train.epochs * job.steps_per_epoch;
   if (config.train.max_steps > 0) job.total_steps = std::min(job.total_steps, config.train.max_steps);
   if (config.dry_run) job.total_steps = 1;
-  MPIGRAD_CHECK(config.sched.name != "cosine" || config.sched.warmup_steps < job.total_steps,
+  MPIGRAD_CHECK(config.sched.name != SchedulerKind::Cosine ||
+                    config.sched.warmup_steps < job.total_steps,
                 "[sched] warmup_steps: ", config.sched.warmup_steps,
                 " must be below the run's ", job.total_steps, " optimizer steps");
-  core::Generator generator(config.train.seed);
-  if (config.model.name == "mlp") {
-    job.model = nn::make_mlp(job.sample_shape, config.model.hidden, config.data.num_classes,
-                             config.model.dropout, generator);
-  } else {
-    job.model = nn::make_cnn(job.sample_shape, config.model.channels, config.model.hidden,
-                             config.data.num_classes, config.model.dropout, generator);
-  }
+  job.model = make_model(config, job.sample_shape);
   return job;
 }
 
@@ -118,16 +162,94 @@ void write_atomically(const std::string& path, const std::string& text) {
   std::filesystem::rename(tmp, path);
 }
 
-data::BatchTransform input_transform(const TrainConfig& config) {
-  double mean = config.data.normalize_mean.value_or(0.0);
-  double std = config.data.normalize_std.value_or(1.0);
-  return data::normalize_transform(config.data.x, 1.0 / 255.0, {mean}, {std});
+// uint8 inputs are images: scaled to [0, 1]. Every other dtype keeps its values (converted to
+// float32, the model's dtype). Then the optional per-channel normalization.
+struct InputTransform {
+  data::BatchTransform transform;  // null: the batch is used as it is
+  std::string description;         // for the log
+};
+
+std::string numbers(const std::vector<double>& values) {
+  std::string text;
+  for (double value : values) {
+    char number[32];
+    std::snprintf(number, sizeof(number), "%g", value);
+    if (!text.empty()) text.push_back(',');
+    text.append(number);
+  }
+  return text;
+}
+
+InputTransform input_transform(const TrainConfig& config, const data::FieldInfo& inputs) {
+  const bool image = inputs.dtype == core::kUInt8;
+  const bool normalized = !config.data.mean.empty();
+  std::ostringstream text;
+  text << "field '" << config.data.x << "' " << inputs.dtype << " " << inputs.sample_shape
+       << (image ? ", scaled to [0, 1]" : ", used as it is");
+  if (normalized) {
+    text << ", normalized with mean " << numbers(config.data.mean) << " and std "
+         << numbers(config.data.std);
+  }
+  if (!image && !normalized && inputs.dtype == core::kFloat32) return {nullptr, text.str()};
+  if (!image && !normalized) text << " (converted to float32)";
+  std::vector<double> mean = normalized ? config.data.mean : std::vector<double>{0.0};
+  std::vector<double> std = normalized ? config.data.std : std::vector<double>{1.0};
+  return {data::normalize_transform(config.data.x, image ? 1.0 / 255.0 : 1.0, mean, std),
+          text.str()};
+}
+
+// One line that shows what the model will see: the first batch after the input transform.
+void describe_first_batch(const TrainingJob& job, const InputTransform& inputs) {
+  const TrainConfig& config = job.config;
+  std::vector<int64_t> indices;
+  for (int64_t i = 0; i < std::min(config.train.batch_size, job.train_set->size()); ++i) {
+    indices.push_back(i);
+  }
+  data::Batch batch = job.train_set->get_batch(indices);
+  if (inputs.transform) batch = inputs.transform(std::move(batch));
+  const core::Tensor x = batch[config.data.x].to(core::kFloat64).contiguous();
+  const std::vector<int64_t> y = batch[config.data.y].to(core::kInt64).to_vector<int64_t>();
+  const double* values = x.data<double>();
+  double sum = 0, squares = 0, lo = values[0], hi = values[0];
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    sum += values[i];
+    squares += values[i] * values[i];
+    lo = std::min(lo, values[i]);
+    hi = std::max(hi, values[i]);
+  }
+  const double mean = sum / double(x.numel());
+  const double std = std::sqrt(std::max(0.0, squares / double(x.numel()) - mean * mean));
+  std::ostringstream shape;
+  shape << x.shape();
+  std::printf("mpigrad train: first batch: field '%s' %s after the input transform: mean %.4g, "
+              "std %.4g, min %.4g, max %.4g; field '%s' labels %lld to %lld\n",
+              config.data.x.c_str(), shape.str().c_str(), mean, std, lo, hi,
+              config.data.y.c_str(), static_cast<long long>(*std::min_element(y.begin(), y.end())),
+              static_cast<long long>(*std::max_element(y.begin(), y.end())));
+}
+
+std::unique_ptr<nn::Optimizer> make_optimizer(const OptimSection& optim, nn::Module& model) {
+  switch (optim.name) {
+    case OptimizerKind::Sgd:
+      return std::make_unique<nn::SGD>(
+          model.parameters(),
+          nn::SGDOptions{.lr = optim.lr, .momentum = optim.momentum,
+                         .weight_decay = optim.weight_decay});
+    case OptimizerKind::AdamW: {
+      nn::AdamOptions options;
+      options.lr = optim.lr;
+      options.weight_decay = optim.weight_decay;
+      return std::make_unique<nn::AdamW>(model.parameters(), options);
+    }
+  }
+  core::fail("[optim] name: unhandled optimizer kind");
 }
 
 // The training phase; any exception escapes to the caller, which ends the job.
 int train(TrainingJob& job, DistributedManager& manager) {
   const TrainConfig& config = job.config;
   const int64_t ranks = manager.world_size(), rank = manager.rank();
+  const bool main_process = manager.is_main_process();
   nn::Module& model = *job.model;
   model.to(manager.device());
 
@@ -138,37 +260,27 @@ int train(TrainingJob& job, DistributedManager& manager) {
   collectives.timeout_seconds = config.distributed.timeout_s;
   manager.set_collective_config(collectives);
   if (ranks > 1) {
-    job.gradient_communicator = create_communicator(
-        manager, parse_backend(config.distributed.backend), manager.device(), "gradients");
+    job.gradient_communicator = create_communicator(manager, config.distributed.backend,
+                                                    manager.device(), "gradients");
   }
   Communicator* gradient_communicator = job.gradient_communicator.get();
 
   if (config.distributed.sync_bn && ranks > 1) {
     int64_t converted = convert_sync_batchnorm(model, *gradient_communicator);
-    if (manager.is_main_process()) {
+    if (main_process) {
       std::printf("mpigrad train: %lld BatchNorm layer(s) synchronized across ranks\n",
                   static_cast<long long>(converted));
     }
   }
+  std::unique_ptr<nn::Optimizer> optimizer = make_optimizer(config.optim, model);
 
-  std::unique_ptr<nn::Optimizer> optimizer;
-  if (config.optim.name == "sgd") {
-    optimizer = std::make_unique<nn::SGD>(
-        model.parameters(), nn::SGDOptions{.lr = config.optim.lr, .momentum = config.optim.momentum,
-                                           .weight_decay = config.optim.weight_decay});
-  } else {
-    nn::AdamOptions options;
-    options.lr = config.optim.lr;
-    options.weight_decay = config.optim.weight_decay;
-    optimizer = std::make_unique<nn::AdamW>(model.parameters(), options);
-  }
-
+  const InputTransform inputs = input_transform(config, job.train_set->field(config.data.x));
   data::DataLoaderOptions train_options;
   train_options.batch_size = config.train.batch_size;
   train_options.shuffle = config.train.shuffle;
   train_options.seed = config.train.seed;
   train_options.num_workers = 1;  // one thread reads ahead; compute keeps the cores
-  train_options.transform = input_transform(config);
+  train_options.transform = inputs.transform;
   data::DataLoader train_loader(job.train_set, train_options);
 
   std::unique_ptr<data::DataLoader> test_loader;
@@ -177,13 +289,13 @@ int train(TrainingJob& job, DistributedManager& manager) {
     test_options.batch_size = 256;
     test_options.num_replicas = ranks;  // a DistributedSampler without shuffle, padded
     test_options.rank = rank;
-    test_options.transform = input_transform(config);
+    test_options.transform = inputs.transform;
     test_loader = std::make_unique<data::DataLoader>(job.test_set, test_options);
   }
 
   int64_t max_steps = config.dry_run ? 1 : config.train.max_steps;
   std::unique_ptr<nn::LRScheduler> scheduler;
-  if (config.sched.name == "cosine") {
+  if (config.sched.name == SchedulerKind::Cosine) {
     scheduler = std::make_unique<nn::WarmupCosineLR>(*optimizer, config.sched.warmup_steps,
                                                      job.total_steps);
   }
@@ -192,7 +304,7 @@ int train(TrainingJob& job, DistributedManager& manager) {
   DdpOptions ddp;
   ddp.bucket_cap_mb = config.distributed.bucket_cap_mb;
   ddp.find_unused_parameters = config.distributed.find_unused_parameters;
-  ddp.compression = parse_grad_compression(config.distributed.compression);
+  ddp.compression = config.distributed.compression;
   ddp.shared_memory = config.distributed.shared_memory;
   ddp.timeout_seconds = config.distributed.timeout_s;
   std::vector<std::shared_ptr<Hook>> hooks;
@@ -209,10 +321,16 @@ int train(TrainingJob& job, DistributedManager& manager) {
   if (config.train.clip_grad_norm > 0) {
     hooks.push_back(std::make_shared<GradClipHook>(config.train.clip_grad_norm));
   }
+  if (config.train.ema_decay > 0) {
+    // Evaluation runs on a second instance of the model holding the averaged weights.
+    std::shared_ptr<nn::Module> averaged = make_model(config, job.sample_shape);
+    averaged->to(manager.device());
+    hooks.push_back(std::make_shared<EMAHook>(model, config.train.ema_decay, averaged));
+  }
   auto logging = std::make_shared<LoggingHook>(out_dir, config.train.log_every);
   hooks.push_back(logging);
 
-  if (manager.is_main_process()) {
+  if (main_process) {
     if (!out_dir.empty()) {
       std::filesystem::create_directories(out_dir);
       write_atomically((std::filesystem::path(out_dir) / "config.ini").string(),
@@ -220,24 +338,29 @@ int train(TrainingJob& job, DistributedManager& manager) {
     }
     std::printf("mpigrad train: %s, %lld parameters, %lld training samples on %lld rank(s), "
                 "batch %lld per rank, %lld steps per epoch\n",
-                config.model.name.c_str(), static_cast<long long>(model.num_parameters()),
+                std::string(core::enum_name(config.model.name, kModelKindNames)).c_str(),
+                static_cast<long long>(model.num_parameters()),
                 static_cast<long long>(job.train_set->size()), static_cast<long long>(ranks),
                 static_cast<long long>(config.train.batch_size),
                 static_cast<long long>(job.steps_per_epoch));
+    std::printf("mpigrad train: inputs: %s; labels: field '%s', %lld classes\n",
+                inputs.description.c_str(), config.data.y.c_str(),
+                static_cast<long long>(config.data.num_classes));
+    if (config.train.ema_decay > 0) {
+      std::printf("mpigrad train: evaluation uses the EMA of the weights (decay %g)\n",
+                  config.train.ema_decay);
+    }
+    if (config.dry_run) describe_first_batch(job, inputs);
     std::fflush(stdout);
   }
 
-  nn::CrossEntropyLoss loss;
-  const std::string labels = config.data.y;
-  TrainingStrategy strategy(
-      {&model}, {optimizer.get()},
-      [&](const core::Tensor& output, const data::Batch& batch) {
-        return loss(output, batch[labels].to(core::kInt64));
-      },
-      manager, hooks, config.dry_run ? 1 : config.train.epochs, max_steps);
+  TrainingStrategy strategy({&model}, {optimizer.get()},
+                            classification_step(config.data.x, config.data.y),
+                            classification_metrics(config.data.x, config.data.y), manager, hooks,
+                            config.dry_run ? 1 : config.train.epochs, max_steps);
   strategy.run(train_loader, test_loader.get());
 
-  if (manager.is_main_process()) {
+  if (main_process) {
     if (config.dry_run) {
       std::printf("mpigrad train: dry run passed (config, data, model and one step)\n");
     } else {
@@ -265,7 +388,7 @@ int run_train_command(int argc, char** argv) {
   std::optional<TrainingJob> job;
   std::string error;
   try {
-    job = check_job(args, ranks);
+    job = check_job(args, rank, ranks);
   } catch (const std::exception& e) {
     error = e.what();
   }

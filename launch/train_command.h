@@ -1,11 +1,14 @@
 // defines: run_train_command
 //
 // `mpigrad train --config FILE.ini`: trains the configured classifier (launch/train_config.h) on
-// HDF5 data with TrainingStrategy and the built-in hooks, on one process or under mpirun/srun.
+// HDF5 data with TrainingStrategy, the classification step of launch/classification.h and the
+// built-in hooks, on one process or under mpirun/srun. uint8 inputs are scaled to [0, 1], other
+// inputs keep their values; [data] mean/std normalize per channel.
 //
 // Failure handling, in two phases:
-// - Checking (config, data files and fields, label range, model): every rank checks, then the
-//   ranks agree on the outcome with one all-reduce. On any failure the lowest failing rank prints
+// - Checking (config, data files and fields, label dtype and range, model): every rank checks
+//   (the labels: its own share of them), then the ranks agree on the outcome with one
+//   all-reduce. On any failure the lowest failing rank prints
 //   its error, prefixed "[rank r/w]", and every rank returns 1 before any training starts.
 // - Training: an exception on any rank is printed with its rank and ends the whole job (MPI_Abort
 //   when there are other ranks), so no rank is left waiting in a collective.

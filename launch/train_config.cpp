@@ -7,7 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <functional>
+#include <limits>
 #include <sstream>
 
 #include "mpigrad/core/error.h"
@@ -18,55 +18,13 @@ namespace mpigrad::launch {
 
 namespace {
 
-// One configurable key: its dotted name, default text, help, and how to apply a value.
-struct Key {
-  const char* name;  // "section.key"
-  std::string default_text;
-  const char* help;
-  std::function<void(TrainConfig&, const std::string& value, const std::string& where)> apply;
-};
-
-[[noreturn]] void bad_value(const std::string& where, const std::string& value,
-                            const char* expected) {
-  core::fail(where, ": expected ", expected, ", got '", value, "'");
-}
-
 std::string trim(const std::string& text) {
   size_t begin = text.find_first_not_of(" \t");
   size_t end = text.find_last_not_of(" \t");
   return begin == std::string::npos ? "" : text.substr(begin, end - begin + 1);
 }
 
-int64_t to_int(const std::string& value, const std::string& where, int64_t min) {
-  std::string text = trim(value);
-  int64_t parsed = 0;
-  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), parsed);
-  if (error != std::errc() || end != text.data() + text.size() || text.empty()) {
-    bad_value(where, value, "an integer");
-  }
-  MPIGRAD_CHECK(parsed >= min, where, ": must be at least ", min, ", got ", parsed);
-  return parsed;
-}
-
-double to_double(const std::string& value, const std::string& where) {
-  std::string text = trim(value);
-  try {
-    size_t used = 0;
-    double parsed = std::stod(text, &used);
-    if (used == text.size() && std::isfinite(parsed)) return parsed;
-  } catch (const std::exception&) {
-  }
-  bad_value(where, value, "a number");
-}
-
-bool to_bool(const std::string& value, const std::string& where) {
-  std::string text = trim(value);
-  if (text == "true" || text == "1" || text == "yes" || text == "on") return true;
-  if (text == "false" || text == "0" || text == "no" || text == "off") return false;
-  bad_value(where, value, "true or false");
-}
-
-std::vector<std::string> to_list(const std::string& value) {
+std::vector<std::string> split_list(const std::string& value) {
   std::vector<std::string> items;
   std::stringstream in(value);
   for (std::string item; std::getline(in, item, ',');) {
@@ -76,151 +34,297 @@ std::vector<std::string> to_list(const std::string& value) {
   return items;
 }
 
-std::vector<int64_t> to_int_list(const std::string& value, const std::string& where) {
-  std::vector<int64_t> numbers;
-  for (const std::string& item : to_list(value)) numbers.push_back(to_int(item, where, 1));
-  MPIGRAD_CHECK(!numbers.empty(), where, ": expected a comma-separated list of positive integers");
-  return numbers;
-}
-
-std::string one_of(const std::string& value, const std::string& where,
-                   std::initializer_list<const char*> choices) {
-  std::string text = trim(value);
-  std::string expected;
-  for (const char* choice : choices) {
-    if (text == choice) return text;
-    expected += expected.empty() ? choice : std::string(" | ") + choice;
-  }
-  core::fail(where, ": expected one of ", expected, ", got '", value, "'");
-}
-
-std::string join(const std::vector<int64_t>& numbers) {
-  std::ostringstream text;
-  for (size_t i = 0; i < numbers.size(); ++i) text << (i ? "," : "") << numbers[i];
-  return text.str();
-}
-
-std::string join(const std::vector<std::string>& items) {
+template <typename T>
+std::string join(const std::vector<T>& items, const std::function<std::string(const T&)>& print) {
   std::string text;
-  for (const auto& item : items) text += (text.empty() ? "" : ",") + item;
+  for (const T& item : items) {
+    if (!text.empty()) text.push_back(',');
+    text.append(print(item));
+  }
   return text;
 }
 
-std::string number(double value) {
-  std::ostringstream out;
-  out << value;
-  return out.str();
+[[noreturn]] void bad_value(const std::string& where, const std::string& value,
+                            const std::string& expected) {
+  core::fail(where, ": expected ", expected, ", got '", value, "'");
 }
 
-std::vector<Key> keys() {
+// ---- Codecs: how one kind of value is parsed, printed and described ----------------------------
+
+struct Integer {
+  int64_t min = std::numeric_limits<int64_t>::min();
+  int64_t parse(const std::string& value, const std::string& where) const {
+    std::string text = trim(value);
+    int64_t parsed = 0;
+    auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), parsed);
+    if (error != std::errc() || end != text.data() + text.size() || text.empty()) {
+      bad_value(where, value, "an integer");
+    }
+    MPIGRAD_CHECK(parsed >= min, where, ": must be at least ", min, ", got ", parsed);
+    return parsed;
+  }
+  std::string print(int64_t value) const { return std::to_string(value); }
+  std::string accepted() const { return "an integer >= " + std::to_string(min); }
+};
+
+struct Unsigned {
+  uint64_t parse(const std::string& value, const std::string& where) const {
+    std::string text = trim(value);
+    uint64_t parsed = 0;
+    auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), parsed);
+    if (error != std::errc() || end != text.data() + text.size() || text.empty()) {
+      bad_value(where, value, "a non-negative integer");
+    }
+    return parsed;
+  }
+  std::string print(uint64_t value) const { return std::to_string(value); }
+  std::string accepted() const { return "an integer >= 0"; }
+};
+
+// The shortest text that reads back as the same double.
+std::string shortest(double value) {
+  char buffer[64];
+  auto [end, error] = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return error == std::errc() ? std::string(buffer, end) : std::to_string(value);
+}
+
+double parse_number(const std::string& value, const std::string& where) {
+  std::string text = trim(value);
+  double parsed = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), parsed);
+  if (error != std::errc() || end != text.data() + text.size() || text.empty() ||
+      !std::isfinite(parsed)) {
+    bad_value(where, value, "a number");
+  }
+  return parsed;
+}
+
+// A finite number in a range whose ends may be open: {0, true} is "> 0", {0, false, 1, true}
+// is "in [0, 1)".
+struct Number {
+  double low = -std::numeric_limits<double>::infinity();
+  bool low_open = false;
+  double high = std::numeric_limits<double>::infinity();
+  bool high_open = false;
+
+  bool contains(double x) const {
+    return (low_open ? x > low : x >= low) && (high_open ? x < high : x <= high);
+  }
+  std::string range() const {
+    bool bounded_low = std::isfinite(low), bounded_high = std::isfinite(high);
+    if (bounded_low && bounded_high) {
+      return std::string("in ") + (low_open ? "(" : "[") + shortest(low) + ", " + shortest(high) +
+             (high_open ? ")" : "]");
+    }
+    if (bounded_low) return (low_open ? "> " : ">= ") + shortest(low);
+    if (bounded_high) return (high_open ? "< " : "<= ") + shortest(high);
+    return "";
+  }
+  double parse(const std::string& value, const std::string& where) const {
+    double parsed = parse_number(value, where);
+    MPIGRAD_CHECK(contains(parsed), where, ": must be ", range(), ", got ", shortest(parsed));
+    return parsed;
+  }
+  std::string print(double value) const { return shortest(value); }
+  std::string accepted() const { return range().empty() ? "a number" : "a number " + range(); }
+};
+
+struct Boolean {
+  bool parse(const std::string& value, const std::string& where) const {
+    std::string text = trim(value);
+    if (text == "true" || text == "1" || text == "yes" || text == "on") return true;
+    if (text == "false" || text == "0" || text == "no" || text == "off") return false;
+    bad_value(where, value, "true or false");
+  }
+  std::string print(bool value) const { return value ? "true" : "false"; }
+  std::string accepted() const { return "true | false"; }
+};
+
+struct Text {
+  std::string parse(const std::string& value, const std::string&) const { return trim(value); }
+  std::string print(const std::string& value) const { return value; }
+  std::string accepted() const { return "text"; }
+};
+
+struct TextList {
+  std::vector<std::string> parse(const std::string& value, const std::string&) const {
+    return split_list(value);
+  }
+  std::string print(const std::vector<std::string>& items) const {
+    return join<std::string>(items, [](const std::string& item) { return item; });
+  }
+  std::string accepted() const { return "a comma-separated list"; }
+};
+
+struct IntegerList {
+  int64_t min = 1;
+  std::vector<int64_t> parse(const std::string& value, const std::string& where) const {
+    std::vector<int64_t> numbers;
+    for (const std::string& item : split_list(value)) {
+      numbers.push_back(Integer{min}.parse(item, where));
+    }
+    MPIGRAD_CHECK(!numbers.empty(), where, ": expected a comma-separated list of integers >= ",
+                  min);
+    return numbers;
+  }
+  std::string print(const std::vector<int64_t>& numbers) const {
+    return join<int64_t>(numbers, [](const int64_t& n) { return std::to_string(n); });
+  }
+  std::string accepted() const { return "a comma-separated list of integers >= " +
+                                        std::to_string(min); }
+};
+
+struct NumberList {
+  Number each;
+  std::vector<double> parse(const std::string& value, const std::string& where) const {
+    std::vector<double> numbers;
+    for (const std::string& item : split_list(value)) numbers.push_back(each.parse(item, where));
+    return numbers;
+  }
+  std::string print(const std::vector<double>& numbers) const {
+    return join<double>(numbers, [](const double& x) { return shortest(x); });
+  }
+  std::string accepted() const { return "one number, or a comma-separated list (one per channel)"; }
+};
+
+template <typename E>
+struct Choice {
+  std::span<const core::EnumName<E>> names;
+  E parse(const std::string& value, const std::string& where) const {
+    return core::parse_enum<E>(trim(value), names, where);
+  }
+  std::string print(E value) const { return std::string(core::enum_name(value, names)); }
+  std::string accepted() const { return core::enum_choices(names); }
+};
+
+// One row of the table: the key's name, the section and field it sets, its codec and help.
+template <typename Section, typename T, typename Codec>
+ConfigKey key(std::string name, Section TrainConfig::*section, T Section::*field, Codec codec,
+              std::string help) {
+  ConfigKey row;
+  row.name = std::move(name);
+  row.help = std::move(help);
+  row.accepted = codec.accepted();
+  row.parse = [=](TrainConfig& config, const std::string& text, const std::string& where) {
+    (config.*section).*field = codec.parse(text, where);
+  };
+  row.print = [=](const TrainConfig& config) { return codec.print((config.*section).*field); };
+  return row;
+}
+
+std::vector<ConfigKey> make_config_keys() {
   using C = TrainConfig;
-  using S = const std::string&;
+  const Number positive{.low = 0, .low_open = true};
+  const Number non_negative{.low = 0};
+  const Number fraction{.low = 0, .high = 1, .high_open = true};
   return {
-      {"data.train", "", "HDF5 training file(s), comma-separated shards",
-       [](C& c, S v, S) { c.data.train = to_list(v); }},
-      {"data.test", "", "HDF5 test file(s), comma-separated",
-       [](C& c, S v, S) { c.data.test = to_list(v); }},
-      {"data.x", "x", "name of the input field", [](C& c, S v, S) { c.data.x = trim(v); }},
-      {"data.y", "y", "name of the label field", [](C& c, S v, S) { c.data.y = trim(v); }},
-      {"data.num_classes", "10", "number of classes",
-       [](C& c, S v, S w) { c.data.num_classes = to_int(v, w, 2); }},
-      {"data.normalize", "", "mean,std applied after scaling uint8 inputs to [0, 1]",
-       [](C& c, S v, S w) {
-         std::vector<std::string> parts = to_list(v);
-         if (parts.empty()) return;
-         MPIGRAD_CHECK(parts.size() == 2, w, ": expected 'mean,std', got '", v, "'");
-         c.data.normalize_mean = to_double(parts[0], w);
-         c.data.normalize_std = to_double(parts[1], w);
-         MPIGRAD_CHECK(*c.data.normalize_std > 0, w, ": std must be positive");
-       }},
-      {"model.name", "mlp", "mlp | cnn",
-       [](C& c, S v, S w) { c.model.name = one_of(v, w, {"mlp", "cnn"}); }},
-      {"model.hidden", "256,128", "hidden widths (MLP) or fully connected widths (CNN)",
-       [](C& c, S v, S w) { c.model.hidden = to_int_list(v, w); }},
-      {"model.channels", "32,64", "convolution channels (CNN)",
-       [](C& c, S v, S w) { c.model.channels = to_int_list(v, w); }},
-      {"model.dropout", "0", "dropout probability in [0, 1)",
-       [](C& c, S v, S w) {
-         c.model.dropout = to_double(v, w);
-         MPIGRAD_CHECK(c.model.dropout >= 0 && c.model.dropout < 1, w, ": must be in [0, 1)");
-       }},
-      {"optim.name", "sgd", "sgd | adamw",
-       [](C& c, S v, S w) { c.optim.name = one_of(v, w, {"sgd", "adamw"}); }},
-      {"optim.lr", "0.05", "learning rate",
-       [](C& c, S v, S w) {
-         c.optim.lr = to_double(v, w);
-         MPIGRAD_CHECK(c.optim.lr > 0, w, ": must be positive");
-       }},
-      {"optim.momentum", "0.9", "SGD momentum in [0, 1)",
-       [](C& c, S v, S w) {
-         c.optim.momentum = to_double(v, w);
-         MPIGRAD_CHECK(c.optim.momentum >= 0 && c.optim.momentum < 1, w, ": must be in [0, 1)");
-       }},
-      {"optim.weight_decay", "0", "weight decay",
-       [](C& c, S v, S w) {
-         c.optim.weight_decay = to_double(v, w);
-         MPIGRAD_CHECK(c.optim.weight_decay >= 0, w, ": must be non-negative");
-       }},
-      {"sched.name", "none", "none | cosine (linear warmup, then cosine decay)",
-       [](C& c, S v, S w) { c.sched.name = one_of(v, w, {"none", "cosine"}); }},
-      {"sched.warmup_steps", "0", "linear warmup steps",
-       [](C& c, S v, S w) { c.sched.warmup_steps = to_int(v, w, 0); }},
-      {"train.epochs", "1", "epochs", [](C& c, S v, S w) { c.train.epochs = to_int(v, w, 1); }},
-      {"train.max_steps", "0", "stop after this many optimizer steps (0: no limit)",
-       [](C& c, S v, S w) { c.train.max_steps = to_int(v, w, 0); }},
-      {"train.batch_size", "64", "batch size per rank",
-       [](C& c, S v, S w) { c.train.batch_size = to_int(v, w, 1); }},
-      {"train.seed", "0", "seed of initialization, shuffling and dropout",
-       [](C& c, S v, S w) { c.train.seed = uint64_t(to_int(v, w, 0)); }},
-      {"train.shuffle", "true", "shuffle the training data every epoch",
-       [](C& c, S v, S w) { c.train.shuffle = to_bool(v, w); }},
-      {"train.log_every", "50", "log every N steps",
-       [](C& c, S v, S w) { c.train.log_every = to_int(v, w, 1); }},
-      {"train.out_dir", "runs/mpigrad", "where rank 0 writes metrics, checkpoints and the config",
-       [](C& c, S v, S) { c.train.out_dir = trim(v); }},
-      {"train.resume", "", "checkpoint to resume from",
-       [](C& c, S v, S) { c.train.resume = trim(v); }},
-      {"train.save_initial", "false", "write ckpt-step0.h5 before the first step",
-       [](C& c, S v, S w) { c.train.save_initial = to_bool(v, w); }},
-      {"train.grad_accum_steps", "1", "micro-steps per optimizer step",
-       [](C& c, S v, S w) { c.train.grad_accum_steps = to_int(v, w, 1); }},
-      {"train.clip_grad_norm", "0", "clip the global gradient norm (0: off)",
-       [](C& c, S v, S w) {
-         c.train.clip_grad_norm = to_double(v, w);
-         MPIGRAD_CHECK(c.train.clip_grad_norm >= 0, w, ": must be non-negative");
-       }},
-      {"distributed.backend", "auto", "auto | mpi | nccl",
-       [](C& c, S v, S w) { c.distributed.backend = one_of(v, w, {"auto", "mpi", "nccl"}); }},
-      {"distributed.bucket_cap_mb", "25", "gradient bucket size in MiB",
-       [](C& c, S v, S w) {
-         c.distributed.bucket_cap_mb = to_double(v, w);
-         MPIGRAD_CHECK(c.distributed.bucket_cap_mb > 0, w, ": must be positive");
-       }},
-      {"distributed.sync_bn", "false", "synchronize BatchNorm statistics across ranks",
-       [](C& c, S v, S w) { c.distributed.sync_bn = to_bool(v, w); }},
-      {"distributed.find_unused_parameters", "false", "reduce missing gradients as zeros",
-       [](C& c, S v, S w) { c.distributed.find_unused_parameters = to_bool(v, w); }},
-      {"distributed.compression", "none", "none | bf16 | fp16 gradient compression",
-       [](C& c, S v, S w) {
-         c.distributed.compression = one_of(v, w, {"none", "bf16", "fp16"});
-       }},
-      {"distributed.shared_memory", "true",
-       "average host gradients in shared memory when all ranks share a node",
-       [](C& c, S v, S w) { c.distributed.shared_memory = to_bool(v, w); }},
-      {"distributed.timeout_s", "300", "collective timeout in seconds",
-       [](C& c, S v, S w) {
-         c.distributed.timeout_s = to_double(v, w);
-         MPIGRAD_CHECK(c.distributed.timeout_s > 0, w, ": must be positive");
-       }},
+      key("data.train", &C::data, &DataSection::train, TextList{},
+          "HDF5 training file(s), comma-separated shards (required)"),
+      key("data.test", &C::data, &DataSection::test, TextList{},
+          "HDF5 test file(s), comma-separated shards"),
+      key("data.x", &C::data, &DataSection::x, Text{}, "name of the input field"),
+      key("data.y", &C::data, &DataSection::y, Text{},
+          "name of the label field (integer class labels)"),
+      key("data.num_classes", &C::data, &DataSection::num_classes, Integer{2},
+          "number of classes; labels must lie in [0, num_classes)"),
+      key("data.mean", &C::data, &DataSection::mean, NumberList{},
+          "normalization mean: one value, or one per channel"),
+      key("data.std", &C::data, &DataSection::std, NumberList{positive},
+          "normalization std: one value, or one per channel"),
+      key("model.name", &C::model, &ModelSection::name, Choice<ModelKind>{kModelKindNames},
+          "mlp | cnn"),
+      key("model.hidden", &C::model, &ModelSection::hidden, IntegerList{1},
+          "hidden widths (MLP) or fully connected widths (CNN)"),
+      key("model.channels", &C::model, &ModelSection::channels, IntegerList{1},
+          "convolution channels (CNN)"),
+      key("model.dropout", &C::model, &ModelSection::dropout, fraction,
+          "dropout probability in [0, 1)"),
+      key("optim.name", &C::optim, &OptimSection::name,
+          Choice<OptimizerKind>{kOptimizerKindNames}, "sgd | adamw"),
+      key("optim.lr", &C::optim, &OptimSection::lr, positive, "learning rate"),
+      key("optim.momentum", &C::optim, &OptimSection::momentum, fraction,
+          "SGD momentum in [0, 1)"),
+      key("optim.weight_decay", &C::optim, &OptimSection::weight_decay, non_negative,
+          "weight decay"),
+      key("sched.name", &C::sched, &SchedSection::name,
+          Choice<SchedulerKind>{kSchedulerKindNames},
+          "none | cosine (linear warmup, then cosine decay)"),
+      key("sched.warmup_steps", &C::sched, &SchedSection::warmup_steps, Integer{0},
+          "linear warmup steps"),
+      key("train.epochs", &C::train, &TrainSection::epochs, Integer{1}, "epochs"),
+      key("train.max_steps", &C::train, &TrainSection::max_steps, Integer{0},
+          "stop after this many optimizer steps (0: no limit)"),
+      key("train.batch_size", &C::train, &TrainSection::batch_size, Integer{1},
+          "batch size per rank"),
+      key("train.seed", &C::train, &TrainSection::seed, Unsigned{},
+          "seed of initialization, shuffling and dropout"),
+      key("train.shuffle", &C::train, &TrainSection::shuffle, Boolean{},
+          "shuffle the training data every epoch"),
+      key("train.log_every", &C::train, &TrainSection::log_every, Integer{1},
+          "log every N optimizer steps"),
+      key("train.out_dir", &C::train, &TrainSection::out_dir, Text{},
+          "where rank 0 writes metrics, checkpoints and the config"),
+      key("train.resume", &C::train, &TrainSection::resume, Text{}, "checkpoint to resume from"),
+      key("train.save_initial", &C::train, &TrainSection::save_initial, Boolean{},
+          "write ckpt-step0.h5 before the first step"),
+      key("train.grad_accum_steps", &C::train, &TrainSection::grad_accum_steps, Integer{1},
+          "micro-steps per optimizer step"),
+      key("train.clip_grad_norm", &C::train, &TrainSection::clip_grad_norm, non_negative,
+          "clip the global gradient norm (0: off)"),
+      key("train.ema_decay", &C::train, &TrainSection::ema_decay, fraction,
+          "keep an EMA of the weights with this decay and evaluate with it (0: off)"),
+      key("distributed.backend", &C::distributed, &DistributedSection::backend,
+          Choice<Backend>{kBackendNames}, "auto | mpi | nccl"),
+      key("distributed.bucket_cap_mb", &C::distributed, &DistributedSection::bucket_cap_mb,
+          positive, "gradient bucket size in MiB"),
+      key("distributed.sync_bn", &C::distributed, &DistributedSection::sync_bn, Boolean{},
+          "synchronize BatchNorm statistics across ranks"),
+      key("distributed.find_unused_parameters", &C::distributed,
+          &DistributedSection::find_unused_parameters, Boolean{},
+          "reduce missing gradients as zeros"),
+      key("distributed.compression", &C::distributed, &DistributedSection::compression,
+          Choice<GradCompression>{kGradCompressionNames},
+          "none | bf16 | fp16 gradient compression"),
+      key("distributed.shared_memory", &C::distributed, &DistributedSection::shared_memory,
+          Boolean{}, "average host gradients in shared memory when all ranks share a node"),
+      key("distributed.timeout_s", &C::distributed, &DistributedSection::timeout_s, positive,
+          "collective timeout in seconds"),
   };
 }
 
-po::options_description key_options() {
-  po::options_description options("Configuration keys ([section] key = value in the file, or --section.key=value)");
-  for (const Key& key : keys()) {
-    options.add_options()(key.name, po::value<std::string>(), key.help);
+po::options_description key_options(std::span<const std::string> sections) {
+  po::options_description options(
+      "Configuration keys ([section] key = value in the file, or --section.key=value)");
+  for (const ConfigKey& key : config_keys()) {
+    if (!sections.empty() &&
+        std::find(sections.begin(), sections.end(), key.section()) == sections.end()) {
+      continue;
+    }
+    options.add_options()(key.name.c_str(), po::value<std::string>(), key.help.c_str());
   }
   return options;
+}
+
+// "a.ini: [train] epochs" or "command line: --train.epochs"
+std::string where_of(const ConfigKey& key, bool on_command_line, const std::string& origin) {
+  if (on_command_line) return "command line: --" + key.name;
+  return origin + ": [" + key.section() + "] " + key.key();
+}
+
+// Applies every key present in `values` to `config`.
+void apply(const po::variables_map& values, const std::vector<std::string>& from_command_line,
+           const std::string& origin, TrainConfig& config) {
+  for (const ConfigKey& key : config_keys()) {
+    if (values.count(key.name) == 0) continue;
+    bool on_command_line = std::find(from_command_line.begin(), from_command_line.end(),
+                                     key.name) != from_command_line.end();
+    key.parse(config, values[key.name].as<std::string>(),
+              where_of(key, on_command_line, origin));
+  }
+  // Checks that span two keys.
+  const DataSection& data = config.data;
+  MPIGRAD_CHECK(data.mean.empty() == data.std.empty(), "[data] mean and std: give both or neither",
+                " (mean has ", data.mean.size(), " value(s), std ", data.std.size(), ")");
 }
 
 void require_files(const std::vector<std::string>& paths, const char* key, bool required) {
@@ -234,13 +338,18 @@ void require_files(const std::vector<std::string>& paths, const char* key, bool 
 
 }  // namespace
 
+const std::vector<ConfigKey>& config_keys() {
+  static const std::vector<ConfigKey> keys = make_config_keys();
+  return keys;
+}
+
 TrainConfig parse_train_config(const std::vector<std::string>& args) {
   po::options_description general("mpigrad train");
   general.add_options()("config", po::value<std::string>(), "INI configuration file")(
       "dry-run", "check the config, the data and the model, run one step, and exit")(
       "help,h", "show this help");
   po::options_description all;
-  all.add(general).add(key_options());
+  all.add(general).add(key_options({}));
 
   TrainConfig config;
   po::variables_map values;
@@ -259,7 +368,8 @@ TrainConfig parse_train_config(const std::vector<std::string>& args) {
       std::ifstream file(config.config_file);
       MPIGRAD_CHECK(file.good(), "mpigrad train: cannot open config file '", config.config_file, "'");
       try {
-        po::store(po::parse_config_file(file, key_options(), /*allow_unregistered=*/false), values);
+        po::store(po::parse_config_file(file, key_options({}), /*allow_unregistered=*/false),
+                  values);
       } catch (const po::error& error) {
         core::fail("config file '", config.config_file, "': ", error.what());
       }
@@ -268,20 +378,7 @@ TrainConfig parse_train_config(const std::vector<std::string>& args) {
     core::fail("mpigrad train: ", error.what());
   }
   config.dry_run = values.count("dry-run") > 0;
-  for (const Key& key : keys()) {
-    std::string name = key.name;
-    bool on_command_line = std::find(from_command_line.begin(), from_command_line.end(), name) !=
-                           from_command_line.end();
-    // "a.ini: [train] epochs" or "command line: --train.epochs"
-    size_t dot = name.find('.');
-    std::string where = on_command_line ? "command line: --" + name
-                                        : config.config_file + ": [" + name.substr(0, dot) +
-                                              "] " + name.substr(dot + 1);
-    bool given = values.count(key.name) > 0;
-    std::string value = given ? values[key.name].as<std::string>() : key.default_text;
-    if (!given && key.default_text.empty()) continue;
-    key.apply(config, value, where);
-  }
+  apply(values, from_command_line, config.config_file, config);
   require_files(config.data.train, "[data] train", true);
   require_files(config.data.test, "[data] test", false);
   if (!config.train.resume.empty()) {
@@ -291,45 +388,51 @@ TrainConfig parse_train_config(const std::vector<std::string>& args) {
   return config;
 }
 
+TrainConfig parse_config_text(const std::string& text, const std::string& origin,
+                              std::span<const std::string> sections) {
+  TrainConfig config;
+  po::variables_map values;
+  std::istringstream in(text);
+  try {
+    po::store(po::parse_config_file(in, key_options(sections), /*allow_unregistered=*/false),
+              values);
+  } catch (const po::error& error) {
+    core::fail(origin, ": ", error.what());
+  }
+  apply(values, {}, origin, config);
+  return config;
+}
+
 std::string TrainConfig::resolved_text() const {
   std::ostringstream out;
-  out << "[data]\ntrain = " << join(data.train) << "\ntest = " << join(data.test)
-      << "\nx = " << data.x << "\ny = " << data.y << "\nnum_classes = " << data.num_classes << "\n";
-  if (data.normalize_mean) {
-    out << "normalize = " << number(*data.normalize_mean) << "," << number(*data.normalize_std)
-        << "\n";
+  std::string section;
+  for (const ConfigKey& key : config_keys()) {
+    if (key.section() != section) {
+      out << (section.empty() ? "" : "\n") << "[" << key.section() << "]\n";
+      section = key.section();
+    }
+    out << key.key() << " = " << key.print(*this) << "\n";
   }
-  out << "\n[model]\nname = " << model.name << "\nhidden = " << join(model.hidden)
-      << "\nchannels = " << join(model.channels) << "\ndropout = " << number(model.dropout)
-      << "\n\n[optim]\nname = " << optim.name << "\nlr = " << number(optim.lr)
-      << "\nmomentum = " << number(optim.momentum) << "\nweight_decay = "
-      << number(optim.weight_decay) << "\n\n[sched]\nname = " << sched.name
-      << "\nwarmup_steps = " << sched.warmup_steps << "\n\n[train]\nepochs = " << train.epochs
-      << "\nmax_steps = " << train.max_steps << "\nbatch_size = " << train.batch_size
-      << "\nseed = " << train.seed << "\nshuffle = " << (train.shuffle ? "true" : "false")
-      << "\nlog_every = " << train.log_every << "\nout_dir = " << train.out_dir
-      << "\nresume = " << train.resume << "\nsave_initial = "
-      << (train.save_initial ? "true" : "false") << "\ngrad_accum_steps = "
-      << train.grad_accum_steps << "\nclip_grad_norm = " << number(train.clip_grad_norm)
-      << "\n\n[distributed]\nbackend = " << distributed.backend << "\nbucket_cap_mb = "
-      << number(distributed.bucket_cap_mb) << "\nsync_bn = "
-      << (distributed.sync_bn ? "true" : "false") << "\nfind_unused_parameters = "
-      << (distributed.find_unused_parameters ? "true" : "false") << "\ncompression = "
-      << distributed.compression << "\nshared_memory = "
-      << (distributed.shared_memory ? "true" : "false")
-      << "\ntimeout_s = " << number(distributed.timeout_s) << "\n";
   return out.str();
 }
 
 std::string train_config_help() {
   std::ostringstream out;
   out << "usage: mpigrad train --config FILE.ini [--dry-run] [--section.key=value ...]\n\n"
-      << "Trains a classifier on HDF5 data under mpirun (or as one process).\n\n";
-  for (const Key& key : keys()) {
+      << "Trains a classifier on HDF5 data under mpirun (or as one process). A --section.key flag\n"
+      << "overrides the same key of the file.\n\n"
+      << "Inputs ([data] x): uint8 inputs are images and are scaled to [0, 1]; every other dtype\n"
+      << "(float32, float64, float16, bfloat16, integers) is used as it is, converted to float32.\n"
+      << "Then, with [data] mean and std, x becomes (x - mean[c]) / std[c], c being the channel\n"
+      << "(the first per-sample dimension); one value applies to every channel.\n"
+      << "Labels ([data] y): one integer per sample, of any integer dtype, in [0, num_classes).\n"
+      << "Float labels and labels outside that range are errors naming the field.\n\n";
+  for (const ConfigKey& key : config_keys()) {
     out << "  --" << key.name << "=VALUE";
-    int pad = 34 - int(std::string(key.name).size());
+    int pad = 38 - int(key.name.size());
     out << std::string(size_t(pad > 1 ? pad : 1), ' ') << key.help;
-    if (!key.default_text.empty()) out << " (default " << key.default_text << ")";
+    std::string default_text = key.default_text();
+    if (!default_text.empty()) out << " (default " << default_text << ")";
     out << "\n";
   }
   return out.str();

@@ -1,18 +1,41 @@
-// defines: TrainConfig (and its sections), parse_train_config, train_config_help
-//
 // The configuration of `mpigrad train`: an INI file with the sections [data] [model] [optim]
 // [sched] [train] [distributed], read by Boost.Program_options, where any key can be overridden
-// on the command line as --section.key=value. Everything is checked here, before any training
-// starts: an unknown key, a value of the wrong type or range, or a missing file is one error that
-// names the key (and the config file).
+// on the command line as --section.key=value.
+//
+// Every key is declared once, in the table behind config_keys() (train_config.cpp): its name,
+// its help, the struct field it sets and how its text is parsed and printed. The defaults are
+// the struct's member initializers below. Parsing, --help, the resolved config.ini that every
+// run writes and the README's key table (checked by a test) all follow from that table.
+// Enum-valued keys are parsed once, into the enums below; an unknown value is an error that
+// lists the accepted ones.
+//
+// Everything is checked here, before any training starts: an unknown key, a value of the wrong
+// type or range, or a missing file is one error that names the key (and the config file).
 #pragma once
 
 #include <cstdint>
-#include <optional>
+#include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "mpigrad/core/enum_names.h"
+#include "mpigrad/launch/communicator.h"
+#include "mpigrad/launch/distributed_data_parallel.h"
+
 namespace mpigrad::launch {
+
+enum class ModelKind : uint8_t { Mlp, Cnn };
+inline constexpr core::EnumName<ModelKind> kModelKindNames[] = {{ModelKind::Mlp, "mlp"},
+                                                                {ModelKind::Cnn, "cnn"}};
+
+enum class OptimizerKind : uint8_t { Sgd, AdamW };
+inline constexpr core::EnumName<OptimizerKind> kOptimizerKindNames[] = {
+    {OptimizerKind::Sgd, "sgd"}, {OptimizerKind::AdamW, "adamw"}};
+
+enum class SchedulerKind : uint8_t { None, Cosine };
+inline constexpr core::EnumName<SchedulerKind> kSchedulerKindNames[] = {
+    {SchedulerKind::None, "none"}, {SchedulerKind::Cosine, "cosine"}};
 
 struct DataSection {
   std::vector<std::string> train;  // HDF5 files (shards), joined in order
@@ -20,32 +43,34 @@ struct DataSection {
   std::string x = "x";             // field names
   std::string y = "y";
   int64_t num_classes = 10;
-  std::optional<double> normalize_mean;  // inputs become (x / 255 - mean) / std when set
-  std::optional<double> normalize_std;
+  // Per-channel (or one for all channels) normalization: x becomes (x - mean[c]) / std[c],
+  // after uint8 inputs are scaled to [0, 1]. Empty: no normalization.
+  std::vector<double> mean;
+  std::vector<double> std;
 };
 
 struct ModelSection {
-  std::string name = "mlp";                 // mlp | cnn
+  ModelKind name = ModelKind::Mlp;
   std::vector<int64_t> hidden = {256, 128};  // MLP hidden widths, or the CNN's FC widths
   std::vector<int64_t> channels = {32, 64};  // CNN conv channels
   double dropout = 0.0;
 };
 
 struct OptimSection {
-  std::string name = "sgd";  // sgd | adamw
+  OptimizerKind name = OptimizerKind::Sgd;
   double lr = 0.05;
   double momentum = 0.9;
   double weight_decay = 0.0;
 };
 
 struct SchedSection {
-  std::string name = "none";  // none | cosine (linear warmup, then cosine to zero)
+  SchedulerKind name = SchedulerKind::None;  // cosine: linear warmup, then cosine to zero
   int64_t warmup_steps = 0;
 };
 
 struct TrainSection {
   int64_t epochs = 1;
-  int64_t max_steps = 0;  // 0: no limit
+  int64_t max_steps = 0;    // 0: no limit
   int64_t batch_size = 64;  // per rank
   uint64_t seed = 0;
   bool shuffle = true;
@@ -55,15 +80,16 @@ struct TrainSection {
   bool save_initial = false;
   int64_t grad_accum_steps = 1;
   double clip_grad_norm = 0.0;  // 0: off
+  double ema_decay = 0.0;       // 0: no EMA; otherwise evaluation uses the EMA weights
 };
 
 struct DistributedSection {
-  std::string backend = "auto";  // auto | mpi | nccl
+  Backend backend = Backend::Auto;
   double bucket_cap_mb = 25.0;
   bool sync_bn = false;
   bool find_unused_parameters = false;
-  std::string compression = "none";  // none | bf16 | fp16
-  bool shared_memory = true;         // host gradients averaged in shared memory on one node
+  GradCompression compression = GradCompression::None;
+  bool shared_memory = true;  // host gradients averaged in shared memory on one node
   double timeout_s = 300.0;
 };
 
@@ -77,15 +103,41 @@ struct TrainConfig {
   std::string config_file;
   bool dry_run = false;
   bool help = false;
-  // The resolved configuration as INI text (what out_dir/config.ini gets, and checkpoints keep).
+  // The resolved configuration as INI text (what out_dir/config.ini gets, and checkpoints keep):
+  // every key of config_keys(), section by section.
   std::string resolved_text() const;
 };
+
+// One configuration key, declared once in config_keys().
+struct ConfigKey {
+  std::string name;      // "train.epochs"
+  std::string help;      // "epochs"
+  std::string accepted;  // "an integer >= 1", "mlp | cnn", ...
+  // Sets the key's field from `text`; `where` names the key and its origin in errors.
+  std::function<void(TrainConfig&, const std::string& text, const std::string& where)> parse;
+  // The field's value as config text (parse(print(c)) gives the same value back).
+  std::function<std::string(const TrainConfig&)> print;
+
+  std::string section() const { return name.substr(0, name.find('.')); }
+  std::string key() const { return name.substr(name.find('.') + 1); }
+  std::string default_text() const { return print(TrainConfig{}); }
+};
+
+// Every key of `mpigrad train`, in the order of --help and config.ini.
+const std::vector<ConfigKey>& config_keys();
 
 // Parses `mpigrad train` arguments (without the program and subcommand names): --config FILE,
 // --dry-run, --help and --section.key=value overrides. Throws core::Error on any bad input.
 TrainConfig parse_train_config(const std::vector<std::string>& args);
 
-// The --help text: usage and every key with its default.
+// Parses INI text holding only keys of `sections` (an empty span: every section), for programs
+// that reuse some sections of this table (for example the C API's [model] [optim] [sched]).
+// `origin` names the text in errors (a file name, or "config text"). Keys outside `sections` or
+// unknown keys are errors; keys not given keep their defaults. Files are not checked.
+TrainConfig parse_config_text(const std::string& text, const std::string& origin,
+                              std::span<const std::string> sections = {});
+
+// The --help text: usage, how inputs and labels are read, and every key with its default.
 std::string train_config_help();
 
 }  // namespace mpigrad::launch

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "mpigrad/core/autograd.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/data/multi_dataset.h"
@@ -88,9 +89,8 @@ void DDPHook::install_sampler(data::DataLoader& loader, int64_t replicas, int64_
 
 // ---- CheckpointHook ----------------------------------------------------------------------------
 
-CheckpointHook::CheckpointHook(CheckpointSettings settings, nn::LRScheduler* scheduler,
-                               nn::ModelEMA* ema)
-    : settings_(std::move(settings)), scheduler_(scheduler), ema_(ema) {}
+CheckpointHook::CheckpointHook(CheckpointSettings settings, nn::LRScheduler* scheduler)
+    : settings_(std::move(settings)), scheduler_(scheduler) {}
 
 void CheckpointHook::save(TrainingContext& context, const std::string& path) const {
   if (!context.manager->is_main_process()) return;
@@ -99,7 +99,13 @@ void CheckpointHook::save(TrainingContext& context, const std::string& path) con
   data.model = model.state_dict();
   if (!context.optimizers.empty()) data.optimizer = context.optimizer().state_dict();
   if (scheduler_ != nullptr) data.scheduler = scheduler_->state_dict();
-  if (ema_ != nullptr) data.ema = ema_->state_dict();
+  for (Hook* hook : context.hooks) {
+    nn::StateDict state = hook->state_dict();
+    if (state.empty()) continue;
+    MPIGRAD_CHECK(data.hooks.count(hook->name()) == 0, "CheckpointHook: two hooks named '",
+                  hook->name(), "' have state; hook names must be unique to be checkpointed");
+    data.hooks.emplace(hook->name(), std::move(state));
+  }
   for (const auto& [name, generator] : model.named_generators()) {
     data.rng.emplace_back("model." + name, *generator);
   }
@@ -108,6 +114,27 @@ void CheckpointHook::save(TrainingContext& context, const std::string& path) con
   data.world_size = context.manager->world_size();
   data.config = settings_.config_text;
   nn::save_checkpoint(path, data);
+}
+
+// Gives every hook with state its part of the checkpoint. A hook whose state the file lacks
+// (EMA turned on for the resumed run) starts afresh, and rank 0 says so.
+void CheckpointHook::restore_hooks(TrainingContext& context,
+                                   const nn::CheckpointData& data) const {
+  for (Hook* hook : context.hooks) {
+    if (hook->state_dict().empty()) continue;
+    auto stored = data.hooks.find(hook->name());
+    if (stored != data.hooks.end()) {
+      try {
+        hook->load_state_dict(stored->second);
+      } catch (const core::Error& error) {
+        core::fail("[train] resume: ", settings_.resume, ": the state of hook '", hook->name(),
+                   "' does not fit this run: ", error.what());
+      }
+    } else if (context.manager->is_main_process()) {
+      std::printf("resume: %s holds no state for hook '%s'; it starts from the resumed "
+                  "weights\n", settings_.resume.c_str(), hook->name().c_str());
+    }
+  }
 }
 
 void CheckpointHook::on(HookStage stage, TrainingContext& context) {
@@ -121,7 +148,7 @@ void CheckpointHook::on(HookStage stage, TrainingContext& context) {
     nn::CheckpointData data = nn::load_checkpoint_into(
         settings_.resume, context.model(),
         context.optimizers.empty() ? nullptr : &context.optimizer(), scheduler_);
-    if (ema_ != nullptr && !data.ema.tensors().empty()) ema_->load_state_dict(data.ema);
+    restore_hooks(context, data);
     // `epoch` counts finished epochs, so it is also the next one to run.
     context.epoch = data.epoch;
     context.step = data.step;
@@ -173,7 +200,19 @@ void GradClipHook::on(HookStage stage, TrainingContext& context) {
 }
 
 void EMAHook::on(HookStage stage, TrainingContext& context) {
-  if (stage == HookStage::AfterOptimizerStep) ema_->update(context.model());
+  if (stage == HookStage::BeforeTraining && ema_->num_updates() == 0) {
+    // Start from the weights training starts from: after a resume without EMA state, and after
+    // DDP's broadcast of rank 0's weights.
+    ema_ = std::make_unique<nn::ModelEMA>(context.model(), ema_->decay());
+  } else if (stage == HookStage::AfterOptimizerStep) {
+    ema_->update(context.model());
+  }
+}
+
+nn::Module* EMAHook::evaluation_model(TrainingContext&) {
+  if (evaluation_copy_ == nullptr) return nullptr;
+  ema_->copy_to(*evaluation_copy_);
+  return evaluation_copy_.get();
 }
 
 // ---- LoggingHook -------------------------------------------------------------------------------
@@ -227,16 +266,20 @@ void LoggingHook::on(HookStage stage, TrainingContext& context) {
       last_log_ = clock::now();
       start_ = last_log_;
       break;
-    case HookStage::AfterLoss:
-      loss_sum_ += context.loss.item<double>();
+    case HookStage::AfterLoss: {
+      core::NoGradGuard no_grad;
+      core::Tensor loss = context.loss.detach().reshape({});
+      loss_sum_ = loss_sum_.defined() ? loss_sum_ + loss : loss.to(core::kFloat64);
       ++loss_count_;
       break;
+    }
     case HookStage::AfterOptimizerStep: {
       samples_since_log_ += context.batch->size() * context.accumulation_steps;
       if (context.step % log_every_ != 0) break;
       // Every rank takes part: the logged loss is the mean over ranks of their mean losses.
+      const double loss_sum = loss_sum_.defined() ? loss_sum_.item<double>() : 0.0;
       core::Tensor stats = core::Tensor::from_vector<double>(
-          {loss_sum_, double(loss_count_), double(samples_since_log_)}, {3});
+          {loss_sum, double(loss_count_), double(samples_since_log_)}, {3});
       manager.world().all_reduce(stats, ReduceOp::Sum);
       std::vector<double> totals = stats.to_vector<double>();
       auto now = clock::now();
@@ -257,7 +300,7 @@ void LoggingHook::on(HookStage stage, TrainingContext& context) {
                     static_cast<long long>(batches), loss, lr, rate);
         std::fflush(stdout);
       }
-      loss_sum_ = 0;
+      loss_sum_ = core::Tensor();
       loss_count_ = 0;
       samples_ += int64_t(totals[2]);
       train_seconds_ += seconds;
@@ -276,12 +319,29 @@ void LoggingHook::on(HookStage stage, TrainingContext& context) {
     }
     case HookStage::AfterValidation: {
       if (!main_process_) break;
-      double loss = context.metrics.at("val_loss"), accuracy = context.metrics.at("val_accuracy");
-      write_line("{\"epoch\": " + std::to_string(context.epoch) + ", \"test_loss\": " +
-                 json_number(loss) + ", \"test_accuracy\": " + json_number(accuracy) + "}");
-      std::printf("epoch %lld  test_loss %.4f  test_accuracy %.4f  (%.0f samples)\n",
-                  static_cast<long long>(context.epoch), loss, accuracy,
-                  context.metrics.at("val_samples"));
+      // test_<metric> for every val_<metric>, the loss first.
+      std::vector<std::pair<std::string, double>> shown;
+      for (const auto& [name, value] : context.metrics) {
+        if (!name.starts_with("val_") || name == "val_samples") continue;
+        std::string metric = "test_" + name.substr(4);
+        if (metric == "test_loss") {
+          shown.insert(shown.begin(), {metric, value});
+        } else {
+          shown.emplace_back(metric, value);
+        }
+      }
+      std::string json = "{\"epoch\": " + std::to_string(context.epoch);
+      std::string text = "epoch " + std::to_string(context.epoch);
+      for (const auto& [metric, value] : shown) {
+        json += ", \"" + metric + "\": " + json_number(value);
+        char number[32];
+        std::snprintf(number, sizeof(number), "%.4f", value);
+        text += "  " + metric + " " + number;
+      }
+      write_line(json + "}");
+      auto samples = context.metrics.find("val_samples");
+      std::printf("%s  (%.0f samples)\n", text.c_str(),
+                  samples != context.metrics.end() ? samples->second : 0.0);
       std::fflush(stdout);
       break;
     }

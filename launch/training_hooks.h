@@ -5,15 +5,17 @@
 //   DDPHook               wraps the model in DistributedDataParallel and gives the training
 //                         loader a distributed sampler (nothing at world size 1)
 //   CheckpointHook        resumes from a checkpoint; rank 0 writes ckpt-step0.h5 (optional),
-//                         ckpt-epoch<N>.h5 and last.h5, atomically
+//                         ckpt-epoch<N>.h5 and last.h5, atomically, with the state of every
+//                         hook that has one (Hook::state_dict)
 //   LRSchedulerHook       steps a scheduler after every optimizer step
 //   GradAccumulationHook  k micro-batches per optimizer step, with DDP's no_sync (claims backward)
 //   GradClipHook          clips the global gradient norm before each step
-//   EMAHook               keeps an exponential moving average of the weights
+//   EMAHook               keeps an exponential moving average of the weights, and offers
+//                         it to validation when given a model to hold it
 //   LoggingHook           rank 0 logs loss, lr and throughput (a progress bar on a terminal
 //                         outside mpirun/srun or with MPIGRAD_PROGRESS_BAR=1, plain lines
 //                         otherwise) and appends metrics.jsonl
-// Hooks whose state lives in checkpoints (scheduler, EMA) are handed to CheckpointHook.
+// The scheduler's state is handed to CheckpointHook (it lives in the checkpoint's /scheduler).
 #pragma once
 
 #include <chrono>
@@ -25,6 +27,7 @@
 #include <string>
 
 #include "mpigrad/launch/distributed_data_parallel.h"
+#include "mpigrad/nn/checkpoint.h"
 #include "mpigrad/launch/training_strategy.h"
 #include "mpigrad/nn/optim/lr_scheduler.h"
 #include "mpigrad/nn/weight_averaging.h"
@@ -73,17 +76,17 @@ struct CheckpointSettings {
 
 class CheckpointHook final : public Hook {
  public:
-  CheckpointHook(CheckpointSettings settings, nn::LRScheduler* scheduler = nullptr,
-                 nn::ModelEMA* ema = nullptr);
+  explicit CheckpointHook(CheckpointSettings settings, nn::LRScheduler* scheduler = nullptr);
   std::string name() const override { return "checkpoint"; }
   void on(HookStage stage, TrainingContext& context) override;
   // Writes a checkpoint of the current state to `path` (rank 0 only; atomic).
   void save(TrainingContext& context, const std::string& path) const;
 
  private:
+  void restore_hooks(TrainingContext& context, const nn::CheckpointData& data) const;
+
   CheckpointSettings settings_;
   nn::LRScheduler* scheduler_;
-  nn::ModelEMA* ema_;
 };
 
 class LRSchedulerHook final : public Hook {
@@ -123,16 +126,22 @@ class GradClipHook final : public Hook {
 
 class EMAHook final : public Hook {
  public:
-  EMAHook(const nn::Module& model, double decay = 0.999)
-      : ema_(std::make_unique<nn::ModelEMA>(model, decay)) {}
+  // Averages `model` after every optimizer step. With `evaluation_copy` (a model of the same
+  // architecture, on the same device) validation evaluates the averaged weights, loaded into it.
+  EMAHook(const nn::Module& model, double decay = 0.999,
+          std::shared_ptr<nn::Module> evaluation_copy = nullptr)
+      : ema_(std::make_unique<nn::ModelEMA>(model, decay)),
+        evaluation_copy_(std::move(evaluation_copy)) {}
   std::string name() const override { return "ema"; }
   void on(HookStage stage, TrainingContext& context) override;
   nn::ModelEMA& ema() { return *ema_; }
   nn::StateDict state_dict() const override { return ema_->state_dict(); }
   void load_state_dict(const nn::StateDict& state) override { ema_->load_state_dict(state); }
+  nn::Module* evaluation_model(TrainingContext& context) override;
 
  private:
   std::unique_ptr<nn::ModelEMA> ema_;
+  std::shared_ptr<nn::Module> evaluation_copy_;
 };
 
 class LoggingHook final : public Hook {
@@ -154,7 +163,9 @@ class LoggingHook final : public Hook {
   std::chrono::steady_clock::time_point start_, last_log_;
   double train_seconds_ = 0;
   int64_t samples_ = 0, samples_since_log_ = 0;
-  double loss_sum_ = 0;
+  // Summed on the loss's device and read back only on logging steps: reading a GPU loss every
+  // step would synchronize the host with the device every step.
+  core::Tensor loss_sum_;
   int64_t loss_count_ = 0;
 };
 

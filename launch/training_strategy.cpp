@@ -2,8 +2,8 @@
 
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/error.h"
+#include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/reduce.h"
-#include "mpigrad/nn/loss.h"
 
 namespace mpigrad::launch {
 
@@ -14,8 +14,6 @@ const char* hook_stage_name(HookStage stage) {
     case HookStage::BeforeEpoch: return "before_epoch";
     case HookStage::BeforeBatch: return "before_batch";
     case HookStage::BeforeForward: return "before_forward";
-    case HookStage::AfterForward: return "after_forward";
-    case HookStage::BeforeLoss: return "before_loss";
     case HookStage::AfterLoss: return "after_loss";
     case HookStage::BeforeBackward: return "before_backward";
     case HookStage::AfterBackward: return "after_backward";
@@ -42,13 +40,13 @@ bool per_batch(HookStage stage) {
 }  // namespace
 
 TrainingStrategy::TrainingStrategy(std::vector<nn::Module*> models,
-                                   std::vector<nn::Optimizer*> optimizers, LossFunction loss,
-                                   DistributedManager& manager,
+                                   std::vector<nn::Optimizer*> optimizers, StepFunction step,
+                                   EvalFunction evaluate, DistributedManager& manager,
                                    std::vector<std::shared_ptr<Hook>> hooks, int64_t epochs,
                                    int64_t max_steps)
-    : loss_(std::move(loss)), hooks_(std::move(hooks)) {
+    : step_(std::move(step)), evaluate_(std::move(evaluate)), hooks_(std::move(hooks)) {
   MPIGRAD_CHECK(!models.empty() && models[0] != nullptr, "TrainingStrategy: no model given");
-  MPIGRAD_CHECK(loss_, "TrainingStrategy: no loss function given");
+  MPIGRAD_CHECK(step_, "TrainingStrategy: no step function given");
   MPIGRAD_CHECK(epochs >= 1, "TrainingStrategy: epochs must be at least 1, got ", epochs);
   context_.manager = &manager;
   context_.models = std::move(models);
@@ -57,6 +55,7 @@ TrainingStrategy::TrainingStrategy(std::vector<nn::Module*> models,
   context_.max_steps = max_steps;
   for (const auto& hook : hooks_) {
     MPIGRAD_CHECK(hook != nullptr, "TrainingStrategy: a null hook was given");
+    context_.hooks.push_back(hook.get());
     if (hook->replaces_backward()) {
       MPIGRAD_CHECK(backward_owner_ == nullptr, "TrainingStrategy: hooks '",
                     backward_owner_ ? backward_owner_->name() : "", "' and '", hook->name(),
@@ -118,10 +117,10 @@ void TrainingStrategy::train_batch(data::Batch& batch) {
   move_to_device(batch, ctx.manager->device());
   call(HookStage::BeforeBatch);
   call(HookStage::BeforeForward);
-  ctx.output = ctx.model()(batch["x"]);
-  call(HookStage::AfterForward);
-  call(HookStage::BeforeLoss);
-  ctx.loss = loss_(ctx.output, batch);
+  ctx.loss = step_(ctx.model(), batch);
+  MPIGRAD_CHECK(ctx.loss.defined() && ctx.loss.numel() == 1, "TrainingStrategy: the step "
+                "function must return the loss as one number, got ",
+                ctx.loss.defined() ? ctx.loss.shape() : core::Shape{}, " at step ", ctx.step);
   call(HookStage::AfterLoss);
   call(HookStage::BeforeBackward);
   if (backward_owner_ != nullptr) {
@@ -149,43 +148,68 @@ void TrainingStrategy::train_batch(data::Batch& batch) {
 
 std::map<std::string, double> TrainingStrategy::validate(data::DataLoader& loader) {
   TrainingContext& ctx = context_;
-  nn::Module& model = ctx.model();
-  bool was_training = model.is_training();
-  model.eval();
+  MPIGRAD_CHECK(evaluate_, "TrainingStrategy::validate: no evaluation function was given");
+  nn::Module* model = &ctx.model();
+  Hook* offered_by = nullptr;
+  for (Hook* hook : ctx.hooks) {
+    nn::Module* offered = hook->evaluation_model(ctx);
+    if (offered == nullptr) continue;
+    MPIGRAD_CHECK(offered_by == nullptr, "TrainingStrategy: hooks '", offered_by->name(),
+                  "' and '", hook->name(), "' both offer the model to evaluate; at most one may");
+    offered_by = hook;
+    model = offered;
+  }
+  bool was_training = model->is_training();
+  model->eval();
   core::NoGradGuard no_grad;
   // A DistributedSampler without drop_last pads rank r's shard with repeats: its k-th sample
   // sits at position r + k * R of the padded order, and only positions below N are real.
   const int64_t ranks = ctx.manager->world_size(), rank = ctx.manager->rank();
   const int64_t dataset_size = loader.dataset().size();
-  int64_t seen = 0;
-  double loss_sum = 0, correct = 0, counted = 0;
+  int64_t seen = 0, counted = 0;
+  // Sums stay on the model's device until the end: no host synchronization per batch.
+  std::map<std::string, core::Tensor> sums;
   loader.set_epoch(0);
   for (data::Batch& batch : loader) {
     move_to_device(batch, ctx.manager->device());
-    core::Tensor output = model(batch["x"]);
-    core::Tensor labels = batch["y"].to(core::kInt64);
-    std::vector<int64_t> predicted = core::argmax(output, 1).to_vector<int64_t>();
-    std::vector<int64_t> truth = labels.to_vector<int64_t>();
-    // Per-sample cross-entropy, so padded repeats can be left out one by one.
-    nn::CrossEntropyOptions per_sample;
-    per_sample.reduction = nn::Reduction::None;
-    std::vector<double> losses = nn::cross_entropy(output, labels, per_sample).to_vector<double>();
-    for (size_t i = 0; i < truth.size(); ++i, ++seen) {
-      bool real = ranks == 1 || rank + seen * ranks < dataset_size;
-      if (!real) continue;
-      counted += 1;
-      loss_sum += losses[i];
-      correct += predicted[i] == truth[i] ? 1 : 0;
+    const int64_t n = batch.size();
+    std::vector<double> real(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      bool is_real = ranks == 1 || rank + (seen + i) * ranks < dataset_size;
+      real[size_t(i)] = is_real ? 1.0 : 0.0;
+      counted += is_real ? 1 : 0;
+    }
+    seen += n;
+    core::Tensor mask = core::Tensor::from_vector<double>(real, {n}).to(ctx.manager->device());
+    for (auto& [name, values] : evaluate_(*model, batch)) {
+      MPIGRAD_CHECK(values.numel() == n, "TrainingStrategy::validate: metric '", name, "' has ",
+                    values.numel(), " values for a batch of ", n, "; expected one per sample");
+      core::Tensor total = core::sum(values.reshape({n}).to(core::kFloat64) * mask);
+      auto found = sums.find(name);
+      if (found == sums.end()) {
+        sums.emplace(name, total);
+      } else {
+        found->second = found->second + total;
+      }
     }
   }
-  core::Tensor totals = core::Tensor::from_vector<double>({loss_sum, correct, counted}, {3});
+  // Every rank has at least one batch (the sampler gives each rank a sample), so every rank
+  // holds the same names, in the same (sorted) order.
+  std::vector<double> local;
+  for (const auto& [name, total] : sums) local.push_back(total.item<double>());
+  local.push_back(double(counted));
+  core::Tensor totals = core::Tensor::from_vector<double>(local, {int64_t(local.size())});
   ctx.manager->world().all_reduce(totals, ReduceOp::Sum);
   std::vector<double> global = totals.to_vector<double>();
-  model.train(was_training);
-  double samples = global[2];
-  return {{"val_loss", samples > 0 ? global[0] / samples : 0.0},
-          {"val_accuracy", samples > 0 ? global[1] / samples : 0.0},
-          {"val_samples", samples}};
+  model->train(was_training);
+  const double samples = global.back();
+  std::map<std::string, double> metrics;
+  size_t i = 0;
+  for (const auto& entry : sums) {
+    metrics["val_" + entry.first] = samples > 0 ? global[i++] / samples : 0.0;
+  }
+  metrics["val_samples"] = samples;
+  return metrics;
 }
 
 }  // namespace mpigrad::launch

@@ -1,12 +1,16 @@
-// defines: TrainingStrategy, Hook, HookStage, TrainingContext, LossFunction
+// defines: TrainingStrategy, Hook, HookStage, TrainingContext, StepFunction, EvalFunction
 //
 // The training loop, written once, that runs unchanged on one process or on many (the pattern
 // of NVIDIA ALCHEMI's TrainingStrategy + hooks). The strategy owns the order of events; hooks
 // add behaviour at named stages: DDP, checkpoints, schedules, accumulation, clipping, EMA and
 // logging are all hooks (launch/training_hooks.h), and a user adds their own the same way.
 //
+// The strategy knows no field names and no loss: its caller gives it the step function, which
+// turns (model, batch) into the loss, and an evaluation function for validation
+// (launch/classification.h has both for a classifier).
+//
 // One optimizer step:
-//   before_batch, before_forward, forward, after_forward, before_loss, loss, after_loss,
+//   before_batch, before_forward, [step function: forward and loss], after_loss,
 //   before_backward, backward, after_backward,
 //   [when ctx.sync_step:] before_optimizer_step, step + zero_grad, after_optimizer_step,
 //   after_batch
@@ -14,10 +18,11 @@
 // A hook may replace backward or the optimizer step (at most one hook may claim each).
 // Per-batch stages honour the hook's `every` (it runs when the micro-batch count is a multiple).
 //
-// Validation runs after every epoch when a loader is given: each rank evaluates its shard of a
-// classification set (cross-entropy and accuracy of argmax), and the loss sum, correct count and
-// sample count are all-reduced, counting each sample once even when the loader's
-// DistributedSampler (shuffle off, no drop_last) padded the shard with repeats.
+// Validation runs after every epoch when a loader is given: each rank evaluates its shard with
+// the evaluation function, which gives per-sample values of each metric; the strategy sums each
+// over the real samples and all-reduces the sums, counting each sample once even when the
+// loader's DistributedSampler (shuffle off, no drop_last) padded the shard with repeats. A hook
+// may offer the model to evaluate instead of the trained one (EMAHook: the averaged weights).
 #pragma once
 
 #include <cstdint>
@@ -40,14 +45,23 @@ namespace mpigrad::launch {
 class DistributedDataParallel;
 
 enum class HookStage : uint8_t {
-  Setup, BeforeTraining, BeforeEpoch, BeforeBatch, BeforeForward, AfterForward, BeforeLoss,
-  AfterLoss, BeforeBackward, AfterBackward, BeforeOptimizerStep, AfterOptimizerStep, AfterBatch,
-  AfterEpoch, AfterValidation, AfterTraining,
+  Setup, BeforeTraining, BeforeEpoch, BeforeBatch, BeforeForward, AfterLoss, BeforeBackward,
+  AfterBackward, BeforeOptimizerStep, AfterOptimizerStep, AfterBatch, AfterEpoch,
+  AfterValidation, AfterTraining,
 };
 const char* hook_stage_name(HookStage stage);
 
-// loss = f(model output, batch); e.g. cross-entropy of the output against batch["y"].
-using LossFunction = std::function<core::Tensor(const core::Tensor& output, const data::Batch&)>;
+// The forward half of a training step: the loss of `model` on `batch`, a scalar tensor (for a
+// classifier, cross-entropy of model(batch[x]) against batch[y]). Backward and the optimizer
+// step are the strategy's.
+using StepFunction = std::function<core::Tensor(nn::Module& model, const data::Batch& batch)>;
+
+// Evaluation of one batch: per-sample values of each metric, a tensor of [batch size] elements
+// each, with the same names for every batch ({"loss", "accuracy"} for a classifier).
+using EvalFunction =
+    std::function<std::map<std::string, core::Tensor>(nn::Module& model, const data::Batch& batch)>;
+
+class Hook;
 
 // What hooks see and may change.
 struct TrainingContext {
@@ -57,6 +71,8 @@ struct TrainingContext {
   data::DataLoader* train_loader = nullptr;
   data::DataLoader* val_loader = nullptr;
   DistributedDataParallel* ddp = nullptr;   // set by DDPHook
+  std::vector<Hook*> hooks;                 // every hook, in call order (CheckpointHook saves
+                                            // the state of those that have one)
 
   int64_t epoch = 0;            // current epoch (0-based); a resuming hook sets it in setup
   int64_t epochs = 1;
@@ -68,9 +84,9 @@ struct TrainingContext {
   bool sync_step = true;        // this micro-batch ends with an optimizer step
 
   data::Batch* batch = nullptr;
-  core::Tensor output;
-  core::Tensor loss;
-  std::map<std::string, double> metrics;  // after validation: val_loss, val_accuracy, val_samples
+  core::Tensor loss;                      // the step function's result, on the model's device
+  // After validation: val_<metric> for each metric of the evaluation function, and val_samples.
+  std::map<std::string, double> metrics;
   bool stop = false;                      // a hook may end training early
 
   nn::Module& model() { return *models.at(0); }
@@ -90,9 +106,14 @@ class Hook {
   virtual bool replaces_optimizer_step() const { return false; }
   virtual void optimizer_step(TrainingContext&) {}
 
-  // For hooks whose state must survive a restart (checkpointed under "hooks.<name>.").
+  // For hooks whose state must survive a restart: CheckpointHook saves every non-empty
+  // state_dict under /hooks/<name>/ and gives it back through load_state_dict on resume.
   virtual nn::StateDict state_dict() const { return {}; }
   virtual void load_state_dict(const nn::StateDict&) {}
+
+  // The model validation should evaluate instead of the trained one (for example averaged
+  // weights), or null. At most one hook may offer one.
+  virtual nn::Module* evaluation_model(TrainingContext&) { return nullptr; }
 
   int64_t every() const { return every_; }
 
@@ -103,16 +124,18 @@ class Hook {
 class TrainingStrategy {
  public:
   // Throws core::Error when two hooks claim backward (or the optimizer step), naming both.
+  // `evaluate` may be null when there is no validation.
   TrainingStrategy(std::vector<nn::Module*> models, std::vector<nn::Optimizer*> optimizers,
-                   LossFunction loss, DistributedManager& manager,
+                   StepFunction step, EvalFunction evaluate, DistributedManager& manager,
                    std::vector<std::shared_ptr<Hook>> hooks, int64_t epochs,
                    int64_t max_steps = 0);
 
   // Trains for the configured epochs (or max_steps); val_loader may be null.
   void run(data::DataLoader& train_loader, data::DataLoader* val_loader);
 
-  // Evaluates models[0] on `loader` (every rank its shard) and returns the global
-  // val_loss / val_accuracy / val_samples, padding repeats counted once.
+  // Evaluates models[0] (or a hook's evaluation model) on `loader`, every rank its shard, and
+  // returns val_<metric> (the mean over the global set, padding repeats counted once) for each
+  // metric of the evaluation function, and val_samples.
   std::map<std::string, double> validate(data::DataLoader& loader);
 
   TrainingContext& context() { return context_; }
@@ -123,7 +146,8 @@ class TrainingStrategy {
   void train_batch(data::Batch& batch);
 
   TrainingContext context_;
-  LossFunction loss_;
+  StepFunction step_;
+  EvalFunction evaluate_;
   std::vector<std::shared_ptr<Hook>> hooks_;
   Hook* backward_owner_ = nullptr;
   Hook* step_owner_ = nullptr;

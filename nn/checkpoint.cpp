@@ -20,7 +20,7 @@ std::pair<std::string, std::string> split_key(const std::string& root, const std
   return {root + "/" + key.substr(0, slash), key.substr(slash + 1)};
 }
 
-// Writes a '/'-keyed StateDict (optimizer, scheduler): tensors as datasets, scalars as
+// Writes a '/'-keyed StateDict (optimizer, scheduler, hooks): tensors as datasets, scalars as
 // attributes of their group.
 void write_nested(hdf5::File& file, const std::string& root, const StateDict& state) {
   file.create_group(root);
@@ -32,7 +32,7 @@ void write_nested(hdf5::File& file, const std::string& root, const StateDict& st
   }
 }
 
-// Writes a dotted StateDict (model, ema): one dataset per entry directly under root.
+// Writes a dotted StateDict (the model): one dataset per entry directly under root.
 void write_flat(hdf5::File& file, const std::string& root, const StateDict& state) {
   file.create_group(root);
   for (const auto& [key, tensor] : state.tensors()) {
@@ -83,7 +83,11 @@ void save_checkpoint(const std::string& path, const CheckpointData& data) {
   write_flat(file, "/model", data.model);
   write_nested(file, "/optimizer", data.optimizer);
   write_nested(file, "/scheduler", data.scheduler);
-  if (!data.ema.empty()) write_flat(file, "/ema", data.ema);
+  for (const auto& [name, state] : data.hooks) {
+    MPIGRAD_CHECK(!name.empty() && name.find('/') == std::string::npos,
+                  "save_checkpoint: hook name '", name, "' must be non-empty and without '/'");
+    write_nested(file, "/hooks/" + name, state);
+  }
   file.create_group("/rng");
   for (const auto& [name, generator] : data.rng) {
     // Int64 holds the uint64 bit patterns: HDF5 via h5py reads them as int64 either way.
@@ -116,12 +120,9 @@ CheckpointData load_checkpoint(const std::string& path, core::Device device) {
   }
   data.optimizer = read_optional(file, "/optimizer", device);
   data.scheduler = read_optional(file, "/scheduler", device);
-  if (file.kind("/ema") == hdf5::ObjectKind::Group) {
-    for (const std::string& name : file.list("/ema")) {
-      data.ema.set(name, file.read_tensor("/ema/" + name).to(device));
-    }
-    for (const std::string& name : file.list_attributes("/ema")) {
-      data.ema.set_scalar(name, file.read_double_attribute("/ema", name));
+  if (file.kind("/hooks") == hdf5::ObjectKind::Group) {
+    for (const std::string& name : file.list("/hooks")) {
+      data.hooks[name] = read_optional(file, "/hooks/" + name, device);
     }
   }
   if (file.kind("/rng") == hdf5::ObjectKind::Group) {

@@ -6,7 +6,8 @@
 //                               are attributes of the enclosing groups (/optimizer/param_groups/0
 //                               has attributes lr, weight_decay, ...)
 //   /scheduler                  scheduler counters as attributes (nested keys as groups)
-//   /ema/<dotted.name>          an optional EMA/SWA model (its scalars as attributes of /ema)
+//   /hooks/<hook>/<key>         the state of each training hook that has one (an EMA's averaged
+//                               weights, say), scalars as attributes as for the optimizer
 //   /rng/<name>                 Int64 [2]: a generator's seed and offset (bit patterns)
 //   /  attributes               format, format_version, epoch, step, world_size, config
 // The write is atomic (temporary file, then rename): a reader never sees half a checkpoint and a
@@ -16,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,7 +35,7 @@ struct CheckpointData {
   StateDict model;
   StateDict optimizer;
   StateDict scheduler;
-  StateDict ema;  // optional averaged model
+  std::map<std::string, StateDict> hooks;  // hook name -> its state_dict()
   std::vector<std::pair<std::string, core::Generator>> rng;
   int64_t epoch = 0, step = 0, world_size = 1;
   std::string config;

@@ -1,9 +1,12 @@
-// compare-checkpoints A.h5 B.h5 [TOLERANCE]: exits 0 when every /model tensor of the two
+// compare-checkpoints A.h5 B.h5 [TOLERANCE] [PART]: exits 0 when every tensor of PART of the two
 // checkpoints has the same shape and dtype and differs by at most TOLERANCE (default 0:
-// bitwise equal); otherwise prints the first difference and exits 1. Used by train_checks.sh.
+// bitwise equal), and their scalars are equal; otherwise prints the first difference and exits
+// 1. PART is "model" (default) or "hooks/<name>" (a hook's state, e.g. hooks/ema). Used by
+// train_checks.sh.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -15,13 +18,31 @@ int main(int argc, char** argv) {
     return 2;
   }
   double tolerance = argc > 3 ? std::atof(argv[3]) : 0.0;
+  std::string part = argc > 4 ? argv[4] : "model";
   try {
-    auto a = mpigrad::nn::load_checkpoint(argv[1]);
-    auto b = mpigrad::nn::load_checkpoint(argv[2]);
+    auto a_file = mpigrad::nn::load_checkpoint(argv[1]);
+    auto b_file = mpigrad::nn::load_checkpoint(argv[2]);
+    auto pick = [&](mpigrad::nn::CheckpointData& data, const char* path) {
+      if (part == "model") return data.model;
+      auto found = part.starts_with("hooks/") ? data.hooks.find(part.substr(6)) : data.hooks.end();
+      if (found == data.hooks.end()) {
+        throw std::runtime_error(std::string(path) + " has no " + part);
+      }
+      return found->second;
+    };
+    const mpigrad::nn::StateDict a = pick(a_file, argv[1]), b = pick(b_file, argv[2]);
+    for (const auto& [key, value] : a.scalars()) {
+      const double* other = b.find_scalar(key);
+      if (other == nullptr || *other != value) {
+        std::printf("scalar %s: %.17g in %s, missing or different in %s\n", key.c_str(), value,
+                    argv[1], argv[2]);
+        return 1;
+      }
+    }
     size_t compared = 0;
     double worst = 0;
-    for (const auto& [key, tensor] : a.model.tensors()) {
-      const mpigrad::core::Tensor* other = b.model.find(key);
+    for (const auto& [key, tensor] : a.tensors()) {
+      const mpigrad::core::Tensor* other = b.find(key);
       if (other == nullptr || !(other->shape() == tensor.shape()) || other->dtype() != tensor.dtype()) {
         std::printf("%s: missing or different shape/dtype in %s\n", key.c_str(), argv[2]);
         return 1;
@@ -38,7 +59,7 @@ int main(int argc, char** argv) {
       }
       ++compared;
     }
-    if (compared != b.model.tensors().size() || compared == 0) {
+    if (compared != b.tensors().size() || compared == 0 || a.scalars().size() != b.scalars().size()) {
       std::printf("the checkpoints hold different sets of tensors\n");
       return 1;
     }

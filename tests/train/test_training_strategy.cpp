@@ -11,6 +11,7 @@
 #include "mpigrad/core/rng.h"
 #include "mpigrad/data/data_loader.h"
 #include "mpigrad/data/sampler.h"
+#include "mpigrad/launch/classification.h"
 #include "mpigrad/launch/training_hooks.h"
 #include "mpigrad/launch/training_strategy.h"
 #include "mpigrad/nn/loss.h"
@@ -62,9 +63,8 @@ struct Setup {
   launch::DistributedManager manager = launch::DistributedManager::initialize();
   std::shared_ptr<nn::Sequential> model;
   std::unique_ptr<nn::SGD> optimizer;
-  launch::LossFunction loss = [](const Tensor& output, const data::Batch& batch) {
-    return nn::cross_entropy(output, batch["y"]);
-  };
+  launch::StepFunction step = launch::classification_step("x", "y");
+  launch::EvalFunction evaluate = launch::classification_metrics("x", "y");
   Setup() {
     core::Generator generator(1);
     model = nn::make_mlp({4}, {8}, 3, 0.0, generator);
@@ -118,16 +118,17 @@ TEST_CASE("stages run in order, and per-batch stages honour the hook's frequency
   auto second = std::make_shared<RecordingHook>(2);
   auto dataset = std::make_shared<TensorDataset>(8);
   data::DataLoader loader(dataset, batches_of(2));
-  launch::TrainingStrategy strategy({s.model.get()}, {s.optimizer.get()}, s.loss, s.manager,
+  launch::TrainingStrategy strategy({s.model.get()}, {s.optimizer.get()}, s.step, s.evaluate, s.manager,
                                     {every, second}, /*epochs=*/1);
   strategy.run(loader, nullptr);
   std::vector<std::string> expected_start = {
       "setup@0",          "before_training@0",   "before_epoch@0",         "before_batch@0",
-      "before_forward@0", "after_forward@0",     "before_loss@0",          "after_loss@0",
-      "before_backward@0", "after_backward@0",   "before_optimizer_step@0", "after_optimizer_step@0",
-      "after_batch@0",    "before_batch@1"};
+      "before_forward@0", "after_loss@0",        "before_backward@0",      "after_backward@0",
+      "before_optimizer_step@0", "after_optimizer_step@0", "after_batch@0", "before_batch@1"};
   REQUIRE(every->events.size() > expected_start.size());
-  CHECK(std::vector<std::string>(every->events.begin(), every->events.begin() + 14) == expected_start);
+  CHECK(std::vector<std::string>(every->events.begin(),
+                                 every->events.begin() + std::ptrdiff_t(expected_start.size())) ==
+        expected_start);
   CHECK(every->events.back() == "after_training@4");
   CHECK(strategy.context().step == 4);
   // The every-2 hook sees micro-batches 0 and 2 only.
@@ -143,13 +144,13 @@ TEST_CASE("a hook may replace backward, but not two") {
   auto claim = std::make_shared<ClaimingHook>("mine");
   auto dataset = std::make_shared<TensorDataset>(4);
   data::DataLoader loader(dataset, batches_of(2));
-  launch::TrainingStrategy strategy({s.model.get()}, {s.optimizer.get()}, s.loss, s.manager,
+  launch::TrainingStrategy strategy({s.model.get()}, {s.optimizer.get()}, s.step, s.evaluate, s.manager,
                                     {claim}, 1);
   strategy.run(loader, nullptr);
   CHECK(claim->calls == 2);
   auto other = std::make_shared<ClaimingHook>("theirs");
   try {
-    launch::TrainingStrategy twice({s.model.get()}, {s.optimizer.get()}, s.loss, s.manager,
+    launch::TrainingStrategy twice({s.model.get()}, {s.optimizer.get()}, s.step, s.evaluate, s.manager,
                                    {claim, other}, 1);
     FAIL("two backward claims were accepted");
   } catch (const core::Error& error) {
@@ -166,7 +167,7 @@ TEST_CASE("the sampler's set_epoch is called every epoch, and a distributed samp
   data::DataLoaderOptions options;
   options.batch_sampler = sampler;
   data::DataLoader loader(dataset, options);
-  launch::TrainingStrategy strategy({s.model.get()}, {s.optimizer.get()}, s.loss, s.manager,
+  launch::TrainingStrategy strategy({s.model.get()}, {s.optimizer.get()}, s.step, s.evaluate, s.manager,
                                     {std::make_shared<launch::DDPHook>()}, 3);
   strategy.run(loader, nullptr);
   CHECK(&loader.batch_sampler() == sampler.get());
@@ -181,7 +182,7 @@ TEST_CASE("DDPHook does nothing at world size 1 and wraps the model and loader o
   auto dataset = std::make_shared<TensorDataset>(12);
   data::DataLoader loader(dataset, batches_of(2, true));
   auto ddp = std::make_shared<launch::DDPHook>();
-  launch::TrainingStrategy strategy({s.model.get()}, {s.optimizer.get()}, s.loss, s.manager,
+  launch::TrainingStrategy strategy({s.model.get()}, {s.optimizer.get()}, s.step, s.evaluate, s.manager,
                                     {ddp}, 1);
   strategy.run(loader, nullptr);
   if (s.manager.world_size() == 1) {
@@ -204,7 +205,7 @@ TEST_CASE("validation counts every sample once, even when ranks are padded") {
   options.num_replicas = s.manager.world_size();
   options.rank = s.manager.rank();
   data::DataLoader loader(dataset, options);
-  launch::TrainingStrategy strategy({s.model.get()}, {s.optimizer.get()}, s.loss, s.manager, {}, 1);
+  launch::TrainingStrategy strategy({s.model.get()}, {s.optimizer.get()}, s.step, s.evaluate, s.manager, {}, 1);
   auto metrics = strategy.validate(loader);
   CHECK(metrics.at("val_samples") == 5.0);
   CHECK(metrics.at("val_accuracy") >= 0.0);

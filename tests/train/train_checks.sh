@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end checks of `mpigrad train`, each a ctest test (see CMakeLists.txt):
-#   train_checks.sh CHECK MPIGRAD COMPARE MPIEXEC WORKDIR
+#   train_checks.sh CHECK MPIGRAD COMPARE MPIEXEC WORKDIR MAKE_SPARSE_FILE
 # They run the real program under mpirun on small synthetic data written by `mpigrad data synth`.
 set -euo pipefail
-check=$1 mpigrad=$2 compare=$3 mpiexec=$4 work=$5
+check=$1 mpigrad=$2 compare=$3 mpiexec=$4 work=$5 make_sparse_file=$6
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export MPIGRAD_NUM_THREADS=1
 rm -rf "$work" && mkdir -p "$work" && cd "$work"
@@ -35,6 +35,21 @@ EOF
 
 # Prints the "loss" values of metrics.jsonl's step lines, one per line.
 losses() { grep '"step"' "$1" | sed -E 's/.*"loss": ([^,]+),.*/\1/'; }
+
+# A run that must fail: non-zero exit, the pattern in its output, the error names its rank, and
+# no training step was taken.
+expect_error() {
+  local pattern=$1; shift
+  if run 2 "$mpigrad" train "$@" > out.txt 2>&1; then cat out.txt; fail "expected failure: $*"; fi
+  grep -q -- "$pattern" out.txt || { cat out.txt; fail "missing '$pattern' for: $*"; }
+  grep -q "^\[rank [0-9]/2\]" out.txt || { cat out.txt; fail "error does not name the rank: $*"; }
+  grep -q "step" out.txt && fail "training started despite: $*"
+  return 0
+}
+
+# The final test accuracy a run printed ("...; test accuracy 0.9123").
+final_accuracy() { sed -nE 's/.*test accuracy ([0-9.]+).*/\1/p' "$1" | tail -1; }
+at_least() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }
 
 case "$check" in
   short_run)  # loss falls, metrics.jsonl is well-formed, outputs exist, padding counted once
@@ -72,14 +87,6 @@ case "$check" in
     "$compare" one/last.h5 two/last.h5 1e-5 || fail "1 x 2B and 2 x B disagree"
     ;;
   bad_input)  # each bad config or data file: non-zero exit and its error, no training
-    expect_error() {
-      local pattern=$1; shift
-      if run 2 "$mpigrad" train "$@" > out.txt 2>&1; then cat out.txt; fail "expected failure: $*"; fi
-      grep -q -- "$pattern" out.txt || { cat out.txt; fail "missing '$pattern' for: $*"; }
-      grep -q "^\[rank [0-9]/2\]" out.txt || { cat out.txt; fail "error does not name the rank: $*"; }
-      grep -q "step" out.txt && fail "training started despite: $*"
-      return 0
-    }
     sed 's/^epochs/epochz/' base.ini > typo.ini
     expect_error "unrecognised option 'train.epochz'" --config typo.ini
     expect_error "train.epochs: expected an integer" --config base.ini --train.epochs=three
@@ -91,9 +98,91 @@ case "$check" in
     "$mpigrad" data synth -o labels.h5 --samples 50 --shape 1,8,8 --classes 12 > /dev/null
     expect_error "outside \[0, 10)" --config base.ini --data.train=labels.h5
     expect_error "no dataset /image" --config base.ini --data.x=image
+    expect_error "expected one of sgd | adamw, got 'adam'" --config base.ini --optim.name=adam
+    expect_error "\[data\] mean and std: give both or neither" --config base.ini --data.mean=0.5
+    expect_error "\[data\] std: 3 values, but field 'x' has per-sample shape \[1, 8, 8\], so 1 channel" \
+      --config base.ini --data.mean=0.5 --data.std=0.2,0.2,0.2
     run 2 "$mpigrad" train --config base.ini --dry-run > dry.txt 2>&1 || { cat dry.txt; fail "dry run failed"; }
     grep -q "dry run passed" dry.txt || fail "dry run did not report"
     [ ! -e runs ] || fail "dry run wrote outputs"
+    ;;
+  float_features)  # float32 inputs in their natural range (0..16), other field names, h5py's layout
+    # Contiguous datasets, float32 features [N, 20] and int64 labels: what h5py writes from NumPy.
+    for split in train:1200 test:301; do
+      "$mpigrad" data synth -o "feat_${split%:*}.h5" --samples "${split#*:}" --shape 20 --dtype float32 \
+        --range 0,16 --x-name features --y-name label --seed 2 > /dev/null
+    done
+    features=(--config base.ini --data.train=feat_train.h5 --data.test=feat_test.h5
+              --data.x=features --data.y=label --optim.lr=0.01)
+    run 2 "$mpigrad" train "${features[@]}" --dry-run > dry.txt 2>&1 || { cat dry.txt; fail "dry run failed"; }
+    grep -q "inputs: field 'features' float32 \[20\], used as it is" dry.txt || { cat dry.txt; fail "inputs not used as they are"; }
+    # The model sees the file's values: a mean near 8, not 8 / 255.
+    mean=$(sed -nE "s/.*first batch: field 'features' .* mean ([0-9.e+-]+),.*/\1/p" dry.txt)
+    awk -v m="$mean" 'BEGIN { exit !(m > 6 && m < 10) }' || { cat dry.txt; fail "first-batch mean $mean is not in the file's range"; }
+    run 2 "$mpigrad" train "${features[@]}" --train.out_dir=out > log.txt 2>&1 || { cat log.txt; fail "training failed"; }
+    accuracy=$(final_accuracy log.txt)
+    at_least "$accuracy" 0.9 || { cat log.txt; fail "test accuracy $accuracy < 0.9 on features in their natural range"; }
+    # Per-channel normalization: one value per feature.
+    mean20=$(printf '8,%.0s' {1..19})8 std20=$(printf '4.6,%.0s' {1..19})4.6
+    run 2 "$mpigrad" train "${features[@]}" --data.mean="$mean20" --data.std="$std20" --dry-run > norm.txt 2>&1 \
+      || { cat norm.txt; fail "normalized dry run failed"; }
+    mean=$(sed -nE "s/.*first batch: field 'features' .* mean ([0-9.e+-]+),.*/\1/p" norm.txt)
+    awk -v m="$mean" 'BEGIN { exit !(m > -0.5 && m < 0.5) }' || { cat norm.txt; fail "normalized mean $mean is not near 0"; }
+    ;;
+  field_names)  # [data] x and y name the fields in training, evaluation, the dry run and checkpoints
+    for split in train:1200 test:301; do
+      "$mpigrad" data synth -o "named_${split%:*}.h5" --samples "${split#*:}" --shape 1,8,8 \
+        --x-name image --y-name class --seed 1 > /dev/null
+    done
+    named=(--config base.ini --data.train=named_train.h5 --data.test=named_test.h5 --data.x=image --data.y=class)
+    run 2 "$mpigrad" train "${named[@]}" --dry-run > dry.txt 2>&1 || { cat dry.txt; fail "dry run failed"; }
+    grep -q "inputs: field 'image' uint8 \[1, 8, 8\], scaled to \[0, 1\]" dry.txt || { cat dry.txt; fail "dry run: inputs"; }
+    run 2 "$mpigrad" train "${named[@]}" --train.out_dir=out > log.txt 2>&1 || { cat log.txt; fail "training failed"; }
+    [ "$(grep -c '"test_accuracy"' out/metrics.jsonl)" -eq 2 ] || fail "expected 2 evaluations"
+    grep -q "^x = image$" out/config.ini && grep -q "^y = class$" out/config.ini || fail "config.ini lost the field names"
+    "$compare" out/last.h5 out/last.h5 0 > /dev/null || fail "unreadable checkpoint"
+    expect_error "field 'class' holds label" "${named[@]}" --data.num_classes=5
+    expect_error "no dataset /x (present: class, image)" --config base.ini --data.train=named_train.h5
+    ;;
+  label_dtypes)  # labels of any integer dtype train; float labels are refused naming the field
+    for dtype in int32 uint8; do
+      "$mpigrad" data synth -o "labels_$dtype.h5" --samples 1200 --shape 1,8,8 --label-dtype "$dtype" --seed 1 > /dev/null
+      run 2 "$mpigrad" train --config base.ini --data.train="labels_$dtype.h5" --train.out_dir="out_$dtype" > "log_$dtype.txt" 2>&1 \
+        || { cat "log_$dtype.txt"; fail "training on $dtype labels failed"; }
+      accuracy=$(final_accuracy "log_$dtype.txt")
+      at_least "$accuracy" 0.9 || { cat "log_$dtype.txt"; fail "$dtype labels: test accuracy $accuracy"; }
+    done
+    # The same labels in int64, int32 and uint8 give the same run, bit for bit.
+    "$mpigrad" data synth -o labels_int64.h5 --samples 1200 --shape 1,8,8 --seed 1 > /dev/null
+    run 2 "$mpigrad" train --config base.ini --data.train=labels_int64.h5 --train.out_dir=out_int64 > /dev/null 2>&1 || fail "int64 run failed"
+    "$compare" out_int64/last.h5 out_int32/last.h5 0 > /dev/null || fail "int32 labels train differently"
+    "$compare" out_int64/last.h5 out_uint8/last.h5 0 > /dev/null || fail "uint8 labels train differently"
+    "$mpigrad" data synth -o scores.h5 --samples 100 --shape 1 --dtype float32 --x-name score --y-name x --seed 1 > /dev/null
+    expect_error "label field 'score' of .*scores.h5 is float32; class labels must be integers" \
+      --config base.ini --data.train=scores.h5 --data.test=scores.h5 --data.y=score
+    ;;
+  sparse_file)  # a file declaring 2^40 samples with one chunk written is refused at once
+    "$make_sparse_file" sparse.h5 x y
+    [ "$(stat -c %s sparse.h5)" -lt 1000000 ] || fail "the sparse file is not small"
+    start=$(date +%s)
+    expect_error "sparse.h5 field 'x' declares 1099511627776 samples (32.0 TiB) in 1073741824 chunks, but only 1 chunk(s) were ever written (32.0 KiB stored)" \
+      --config base.ini --data.train=sparse.h5
+    [ $(( $(date +%s) - start )) -lt 30 ] || fail "refusing the sparse file took more than 30 s"
+    ;;
+  ema_resume)  # with [train] ema_decay a resumed run ends with the same EMA weights, bit for bit
+    ema=(--config base.ini --train.ema_decay=0.9 --train.log_every=1)
+    run 2 "$mpigrad" train "${ema[@]}" --train.out_dir=full > full.txt 2>&1 || { cat full.txt; fail "full run failed"; }
+    grep -q "evaluation uses the EMA of the weights (decay 0.9)" full.txt || { cat full.txt; fail "the log does not say EMA is evaluated"; }
+    run 2 "$mpigrad" train "${ema[@]}" --train.out_dir=part --train.epochs=1 > /dev/null 2>&1 || fail "first half failed"
+    run 2 "$mpigrad" train "${ema[@]}" --train.out_dir=part --train.resume=part/ckpt-epoch1.h5 > part.txt 2>&1 \
+      || { cat part.txt; fail "resumed run failed"; }
+    grep -q "holds no state for hook" part.txt && fail "the resumed run lost the EMA state"
+    "$compare" full/last.h5 part/last.h5 0 hooks/ema || fail "resumed EMA weights differ"
+    "$compare" full/last.h5 part/last.h5 0 || fail "resumed model weights differ"
+    diff <(grep test_accuracy full/metrics.jsonl) <(grep test_accuracy part/metrics.jsonl) || fail "resumed evaluations differ"
+    # Evaluating the EMA is not evaluating the model: a run without it scores differently.
+    run 2 "$mpigrad" train --config base.ini --train.out_dir=plain > /dev/null 2>&1 || fail "plain run failed"
+    cmp -s <(grep test_loss full/metrics.jsonl) <(grep test_loss plain/metrics.jsonl) && fail "EMA evaluation equals plain evaluation"
     ;;
   *)
     fail "unknown check"
