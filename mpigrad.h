@@ -3,11 +3,15 @@
 // Each line names the concepts a header defines; include that header alone to compile less.
 // Not included here: launch/mpi_interop.h (the one header that includes <mpi.h>, for host codes
 // that hand mpigrad their own communicator).
+//
+// These headers, and the headers they include, are the installed API: CMake installs exactly
+// that set (cmake/public_headers.cmake), so a header no public header reaches stays internal.
 #pragma once
 
 // core: tensors, autograd, ops
 #include "mpigrad/core/autograd.h"        // defines: backward, NoGradGuard, Node, grad-ready hooks
 #include "mpigrad/core/cuda.h"            // defines: cuda_built, cuda_device_count
+#include "mpigrad/core/cuda_allocator.h"  // defines: the caching allocator's stats and controls
 #include "mpigrad/core/pinned.h"          // defines: pin_memory, to_async
 #include "mpigrad/core/device.h"          // defines: Device, kCPU, cuda()
 #include "mpigrad/core/dtype.h"           // defines: DType, kFloat32 ... kBool, promote_types
@@ -37,6 +41,7 @@
 #include "mpigrad/nn/layers/linear.h"     // defines: Linear
 #include "mpigrad/nn/layers/pooling.h"    // defines: MaxPool2d, AvgPool2d, AdaptiveAvgPool2d
 #include "mpigrad/nn/loss.h"              // defines: cross_entropy, mse_loss, CrossEntropyLoss, ...
+#include "mpigrad/nn/models.h"            // defines: make_mlp, make_cnn
 #include "mpigrad/nn/module.h"            // defines: Module
 #include "mpigrad/nn/optim/adam.h"        // defines: Adam, AdamW
 #include "mpigrad/nn/optim/clip_grad.h"   // defines: clip_grad_norm_
@@ -54,9 +59,13 @@
 #include "mpigrad/data/transforms.h"        // defines: normalize_transform
 
 // launch: ranks, communicators, data parallelism
+#include "mpigrad/launch/classification.h"            // defines: classification_step, _metrics
 #include "mpigrad/launch/communicator.h"              // defines: Communicator, ReduceOp, Backend
 #include "mpigrad/launch/distributed_data_parallel.h" // defines: DistributedDataParallel
 #include "mpigrad/launch/distributed_manager.h"       // defines: DistributedManager
 #include "mpigrad/launch/process_group.h"             // defines: ProcessGroup
 #include "mpigrad/launch/rank_logging.h"              // defines: RankLogger, rank_seed
+#include "mpigrad/launch/sync_batch_norm.h"           // defines: SyncBatchNorm, convert_sync_...
+#include "mpigrad/launch/training_hooks.h"            // defines: DDPHook, CheckpointHook, EMAHook
+#include "mpigrad/launch/training_strategy.h"         // defines: TrainingStrategy, Hook
 #include "mpigrad/launch/work.h"                      // defines: Work

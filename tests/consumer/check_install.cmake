@@ -11,6 +11,17 @@ function(run_step)
 endfunction()
 
 run_step(${CMAKE_COMMAND} --install ${MPIGRAD_BUILD_DIR} --prefix ${prefix})
+# Only the public headers are installed: internal ones stay behind.
+foreach(internal core/ops/op_support.h kernels/cpu/parallel.h launch/collective_watchdog.h)
+  if(EXISTS ${prefix}/include/mpigrad/${internal})
+    message(FATAL_ERROR "install_consumer: internal header ${internal} was installed")
+  endif()
+endforeach()
+foreach(public mpigrad.h version.h core/tensor.h launch/mpi_interop.h launch/training_strategy.h)
+  if(NOT EXISTS ${prefix}/include/mpigrad/${public})
+    message(FATAL_ERROR "install_consumer: public header ${public} was not installed")
+  endif()
+endforeach()
 run_step(${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${WORK_DIR}/build -G ${GENERATOR}
          -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release)
 run_step(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
