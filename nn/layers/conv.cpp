@@ -3,6 +3,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "mpigrad/nn/functional/padding.h"
 #include "mpigrad/nn/init.h"
 
 namespace mpigrad::nn {
@@ -55,6 +56,13 @@ void Conv2d::reset_parameters(core::Generator& generator) {
 Tensor Conv2d::forward(const Tensor& input) {
   functional::Conv2dOptions options;
   options.stride = config_.stride;
+  if (config_.padding_mode == PaddingMode::Circular) {
+    // torch does the same: pad circularly, then convolve without padding.
+    options.dilation = config_.dilation;
+    options.groups = config_.groups;
+    return functional::conv2d(functional::pad_circular(input, config_.padding), *weight_,
+                              *bias_, options);
+  }
   options.padding = config_.padding;
   options.dilation = config_.dilation;
   options.groups = config_.groups;
@@ -70,6 +78,9 @@ std::string Conv2d::extra_repr() const {
   if (c.dilation != std::array<int64_t, 2>{1, 1}) out << ", dilation=" << pair_text(c.dilation);
   if (c.groups != 1) out << ", groups=" << c.groups;
   if (!c.bias) out << ", bias=False";
+  if (c.padding_mode != PaddingMode::Zeros) {
+    out << ", padding_mode=" << core::enum_name(c.padding_mode, kPaddingModeNames);
+  }
   return out.str();
 }
 

@@ -1,17 +1,23 @@
 // defines: Conv2d
 //
 // torch.nn.Conv2d: weight [out_channels, in_channels/groups, kh, kw], optional bias
-// [out_channels], stride, zero padding, dilation and groups; default init is PyTorch's
-// (kaiming_uniform with a = sqrt(5), bias U(-1/sqrt(fan_in), 1/sqrt(fan_in))).
+// [out_channels], stride, padding (zeros, or circular: the input wraps around, for periodic
+// domains), dilation and groups; default init is PyTorch's (kaiming_uniform with a = sqrt(5),
+// bias U(-1/sqrt(fan_in), 1/sqrt(fan_in))).
 #pragma once
 
 #include <array>
 
+#include "mpigrad/core/enum_names.h"
 #include "mpigrad/core/rng.h"
 #include "mpigrad/nn/functional/conv.h"
 #include "mpigrad/nn/module.h"
 
 namespace mpigrad::nn {
+
+enum class PaddingMode : uint8_t { Zeros, Circular };
+inline constexpr core::EnumName<PaddingMode> kPaddingModeNames[] = {
+    {PaddingMode::Zeros, "zeros"}, {PaddingMode::Circular, "circular"}};
 
 struct Conv2dConfig {
   int64_t in_channels = 0, out_channels = 0;
@@ -21,6 +27,7 @@ struct Conv2dConfig {
   std::array<int64_t, 2> dilation{1, 1};
   int64_t groups = 1;
   bool bias = true;
+  PaddingMode padding_mode = PaddingMode::Zeros;
 };
 
 class Conv2d : public Module {

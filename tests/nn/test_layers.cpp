@@ -10,6 +10,7 @@
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/reduce.h"
 #include "mpigrad/nn/functional/conv.h"
+#include "mpigrad/nn/functional/padding.h"
 #include "mpigrad/nn/functional/pooling.h"
 #include "mpigrad/nn/layers/activation.h"
 #include "mpigrad/nn/layers/batch_norm.h"
@@ -116,6 +117,51 @@ TEST_CASE("conv2d matches a direct convolution and finite differences") {
         gradient_mismatch(leaves, [&] { return nn::functional::conv2d(x, w, b, c.options); }, seed);
     CHECK_MESSAGE(mismatch.empty(), mismatch);
   }
+}
+
+TEST_CASE("Conv2d with circular padding convolves a periodic domain") {
+  // A 3x3 stencil on a periodic 5x6 grid: out[n, o, i, j] = sum w[o, c, a, b] *
+  // x[n, c, (i + a - 1) mod H, (j + b - 1) mod W] + bias[o].
+  core::Generator generator(11);
+  nn::Conv2dConfig config;
+  config.in_channels = 2;
+  config.out_channels = 3;
+  config.padding = {1, 1};
+  config.padding_mode = nn::PaddingMode::Circular;
+  nn::Conv2d conv(config, generator);
+  conv.to(core::kFloat64);
+  Tensor x = fd_input({2, 2, 5, 6}, 21);
+  const std::vector<double> xs = x.to_vector<double>(), ws = conv.weight().to_vector<double>();
+  const std::vector<double> bs = conv.bias().to_vector<double>();
+  const std::vector<double> got = conv.forward(x).to_vector<double>();
+  REQUIRE(got.size() == size_t(2 * 3 * 5 * 6));
+  for (int64_t n = 0; n < 2; ++n) {
+    for (int64_t o = 0; o < 3; ++o) {
+      for (int64_t i = 0; i < 5; ++i) {
+        for (int64_t j = 0; j < 6; ++j) {
+          double expected = bs[size_t(o)];
+          for (int64_t c = 0; c < 2; ++c) {
+            for (int64_t a = 0; a < 3; ++a) {
+              for (int64_t b = 0; b < 3; ++b) {
+                const int64_t row = (i + a - 1 + 5) % 5, column = (j + b - 1 + 6) % 6;
+                expected += ws[size_t(((o * 2 + c) * 3 + a) * 3 + b)] *
+                            xs[size_t(((n * 2 + c) * 5 + row) * 6 + column)];
+              }
+            }
+          }
+          CHECK(got[size_t(((n * 3 + o) * 5 + i) * 6 + j)] ==
+                doctest::Approx(expected).epsilon(1e-12));
+        }
+      }
+    }
+  }
+  CHECK(conv.extra_repr().find("padding_mode=circular") != std::string::npos);
+  std::vector<Tensor> leaves{x, conv.weight(), conv.bias()};
+  const std::string mismatch = gradient_mismatch(leaves, [&] { return conv.forward(x); }, 31);
+  CHECK_MESSAGE(mismatch.empty(), mismatch);
+  // The same padding as torch's F.pad(mode="circular") refuses more padding than the extent.
+  CHECK_THROWS_WITH_AS(nn::functional::pad_circular(x, {6, 1}), doctest::Contains("must be in [0, 5]"),
+                       core::Error);
 }
 
 TEST_CASE("conv2d reports bad shapes") {
