@@ -59,7 +59,7 @@
 #include "mpigrad/data/transforms.h"        // defines: normalize_transform
 
 // launch: ranks, communicators, data parallelism
-#include "mpigrad/launch/classification.h"            // defines: classification_step, _metrics
+#include "mpigrad/launch/training_steps.h"            // defines: classification_step, _metrics
 #include "mpigrad/launch/communicator.h"              // defines: Communicator, ReduceOp, Backend
 #include "mpigrad/launch/distributed_data_parallel.h" // defines: DistributedDataParallel
 #include "mpigrad/launch/distributed_manager.h"       // defines: DistributedManager

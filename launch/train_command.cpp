@@ -13,21 +13,18 @@
 
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/ops/reduce.h"
-#include "mpigrad/core/rng.h"
 #include "mpigrad/data/data_loader.h"
 #include "mpigrad/data/hdf5_dataset.h"
 #include "mpigrad/data/transforms.h"
-#include "mpigrad/launch/classification.h"
+#include "mpigrad/launch/training_steps.h"
 #include "mpigrad/launch/distributed_manager.h"
 #include "mpigrad/launch/mpi_interop.h"
 #include "mpigrad/launch/sync_batch_norm.h"
 #include "mpigrad/launch/train_config.h"
+#include "mpigrad/launch/train_setup.h"
 #include "mpigrad/launch/training_hooks.h"
 #include "mpigrad/launch/training_strategy.h"
-#include "mpigrad/nn/models.h"
-#include "mpigrad/nn/optim/adam.h"
 #include "mpigrad/nn/optim/lr_scheduler.h"
-#include "mpigrad/nn/optim/sgd.h"
 
 namespace mpigrad::launch {
 
@@ -41,24 +38,10 @@ struct TrainingJob {
   std::shared_ptr<data::Hdf5Dataset> train_set, test_set;
   std::shared_ptr<nn::Module> model;
   core::Shape sample_shape;
+  int64_t outputs = 0;          // the model's outputs: the classes
   int64_t steps_per_epoch = 0;  // optimizer steps, equal on every rank
   int64_t total_steps = 0;
 };
-
-// The configured model, initialized from [train] seed: every rank builds the same one.
-std::shared_ptr<nn::Module> make_model(const TrainConfig& config, const core::Shape& sample_shape) {
-  core::Generator generator(config.train.seed);
-  const ModelSection& model = config.model;
-  switch (model.name) {
-    case ModelKind::Mlp:
-      return nn::make_mlp(sample_shape, model.hidden, config.data.num_classes, model.dropout,
-                          generator);
-    case ModelKind::Cnn:
-      return nn::make_cnn(sample_shape, model.channels, model.hidden, config.data.num_classes,
-                          model.dropout, generator);
-  }
-  core::fail("[model] name: unhandled model kind");
-}
 
 // Labels are checked before training, so a bad one fails on every rank at once instead of in
 // one rank's loss while the others wait. Each rank reads only its own share of the index space
@@ -129,6 +112,18 @@ TrainingJob check_job(const std::vector<std::string>& args, int64_t rank, int64_
   const data::FieldInfo& inputs = job.train_set->field(config.data.x);
   job.sample_shape = inputs.sample_shape;
   check_normalization(config, inputs);
+  // A classifier: the model's outputs are the classes.
+  MPIGRAD_CHECK(config.loss.name == LossKind::CrossEntropy, "[loss] name: mpigrad train trains "
+                "classifiers (cross_entropy); mse and l1 are for regression through the C API "
+                "(mpigrad/mpigrad_c.h)");
+  MPIGRAD_CHECK(config.model.outputs == 0 || config.model.outputs == config.data.num_classes,
+                "[model] outputs: ", config.model.outputs, " differs from [data] num_classes ",
+                config.data.num_classes, "; leave it 0 for a classifier");
+  job.outputs = config.data.num_classes;
+  MPIGRAD_CHECK(config.model.input_shape.empty() ||
+                    core::Shape(config.model.input_shape) == job.sample_shape,
+                "[model] input_shape: ", core::Shape(config.model.input_shape), " but field '",
+                config.data.x, "' has per-sample shape ", job.sample_shape);
   if (job.test_set) {
     const data::FieldInfo& test_x = job.test_set->field(config.data.x);
     MPIGRAD_CHECK(test_x.sample_shape == job.sample_shape, "[data] test: field '", config.data.x,
@@ -143,11 +138,11 @@ TrainingJob check_job(const std::vector<std::string>& args, int64_t rank, int64_
   job.total_steps = config.train.epochs * job.steps_per_epoch;
   if (config.train.max_steps > 0) job.total_steps = std::min(job.total_steps, config.train.max_steps);
   if (config.dry_run) job.total_steps = 1;
-  MPIGRAD_CHECK(config.sched.name != SchedulerKind::Cosine ||
+  MPIGRAD_CHECK(config.sched.name != SchedulerKind::Cosine || config.sched.total_steps > 0 ||
                     config.sched.warmup_steps < job.total_steps,
                 "[sched] warmup_steps: ", config.sched.warmup_steps,
                 " must be below the run's ", job.total_steps, " optimizer steps");
-  job.model = make_model(config, job.sample_shape);
+  job.model = make_model(config.model, job.sample_shape, job.outputs, config.train.seed);
   return job;
 }
 
@@ -228,23 +223,6 @@ void describe_first_batch(const TrainingJob& job, const InputTransform& inputs) 
               static_cast<long long>(*std::max_element(y.begin(), y.end())));
 }
 
-std::unique_ptr<nn::Optimizer> make_optimizer(const OptimSection& optim, nn::Module& model) {
-  switch (optim.name) {
-    case OptimizerKind::Sgd:
-      return std::make_unique<nn::SGD>(
-          model.parameters(),
-          nn::SGDOptions{.lr = optim.lr, .momentum = optim.momentum,
-                         .weight_decay = optim.weight_decay});
-    case OptimizerKind::AdamW: {
-      nn::AdamOptions options;
-      options.lr = optim.lr;
-      options.weight_decay = optim.weight_decay;
-      return std::make_unique<nn::AdamW>(model.parameters(), options);
-    }
-  }
-  core::fail("[optim] name: unhandled optimizer kind");
-}
-
 // The training phase; any exception escapes to the caller, which ends the job.
 int train(TrainingJob& job, DistributedManager& manager) {
   const TrainConfig& config = job.config;
@@ -294,11 +272,8 @@ int train(TrainingJob& job, DistributedManager& manager) {
   }
 
   int64_t max_steps = config.dry_run ? 1 : config.train.max_steps;
-  std::unique_ptr<nn::LRScheduler> scheduler;
-  if (config.sched.name == SchedulerKind::Cosine) {
-    scheduler = std::make_unique<nn::WarmupCosineLR>(*optimizer, config.sched.warmup_steps,
-                                                     job.total_steps);
-  }
+  std::unique_ptr<nn::LRScheduler> scheduler =
+      make_scheduler(config.sched, *optimizer, job.total_steps);
 
   std::string out_dir = config.dry_run ? "" : config.train.out_dir;
   DdpOptions ddp;
@@ -323,7 +298,8 @@ int train(TrainingJob& job, DistributedManager& manager) {
   }
   if (config.train.ema_decay > 0) {
     // Evaluation runs on a second instance of the model holding the averaged weights.
-    std::shared_ptr<nn::Module> averaged = make_model(config, job.sample_shape);
+    std::shared_ptr<nn::Module> averaged =
+        make_model(config.model, job.sample_shape, job.outputs, config.train.seed);
     averaged->to(manager.device());
     hooks.push_back(std::make_shared<EMAHook>(model, config.train.ema_decay, averaged));
   }

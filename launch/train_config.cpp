@@ -158,13 +158,14 @@ struct TextList {
 
 struct IntegerList {
   int64_t min = 1;
+  bool may_be_empty = false;
   std::vector<int64_t> parse(const std::string& value, const std::string& where) const {
     std::vector<int64_t> numbers;
     for (const std::string& item : split_list(value)) {
       numbers.push_back(Integer{min}.parse(item, where));
     }
-    MPIGRAD_CHECK(!numbers.empty(), where, ": expected a comma-separated list of integers >= ",
-                  min);
+    MPIGRAD_CHECK(may_be_empty || !numbers.empty(), where,
+                  ": expected a comma-separated list of integers >= ", min);
     return numbers;
   }
   std::string print(const std::vector<int64_t>& numbers) const {
@@ -233,14 +234,25 @@ std::vector<ConfigKey> make_config_keys() {
           "normalization std: one value, or one per channel"),
       key("model.name", &C::model, &ModelSection::name, Choice<ModelKind>{kModelKindNames},
           "mlp | cnn"),
-      key("model.hidden", &C::model, &ModelSection::hidden, IntegerList{1},
-          "hidden widths (MLP) or fully connected widths (CNN)"),
-      key("model.channels", &C::model, &ModelSection::channels, IntegerList{1},
-          "convolution channels (CNN)"),
+      key("model.hidden", &C::model, &ModelSection::hidden, IntegerList{1, true},
+          "hidden widths (mlp; none: one linear layer) or fully connected widths (cnn)"),
+      key("model.channels", &C::model, &ModelSection::channels, IntegerList{1, true},
+          "convolution channels (cnn; conv: the widths before its last conv)"),
       key("model.dropout", &C::model, &ModelSection::dropout, fraction,
           "dropout probability in [0, 1)"),
+      key("model.input_shape", &C::model, &ModelSection::input_shape, IntegerList{1, true},
+          "one sample's input shape, e.g. 1,32,32 (mpigrad train: the data's when empty)"),
+      key("model.outputs", &C::model, &ModelSection::outputs, Integer{0},
+          "outputs: classes or values (mlp, cnn), channels (conv); 0: from the data"),
+      key("model.kernel_size", &C::model, &ModelSection::kernel_size, Integer{1},
+          "convolution kernel size (conv; odd)"),
+      key("model.padding_mode", &C::model, &ModelSection::padding_mode,
+          Choice<nn::PaddingMode>{nn::kPaddingModeNames},
+          "zeros | circular (periodic grids) convolution padding (cnn, conv)"),
+      key("loss.name", &C::loss, &LossSection::name, Choice<LossKind>{kLossKindNames},
+          "cross_entropy (classes) | mse | l1 (regression)"),
       key("optim.name", &C::optim, &OptimSection::name,
-          Choice<OptimizerKind>{kOptimizerKindNames}, "sgd | adamw"),
+          Choice<OptimizerKind>{kOptimizerKindNames}, "sgd | adam | adamw"),
       key("optim.lr", &C::optim, &OptimSection::lr, positive, "learning rate"),
       key("optim.momentum", &C::optim, &OptimSection::momentum, fraction,
           "SGD momentum in [0, 1)"),
@@ -248,9 +260,17 @@ std::vector<ConfigKey> make_config_keys() {
           "weight decay"),
       key("sched.name", &C::sched, &SchedSection::name,
           Choice<SchedulerKind>{kSchedulerKindNames},
-          "none | cosine (linear warmup, then cosine decay)"),
+          "none | cosine (linear warmup, then cosine decay) | step | multistep"),
       key("sched.warmup_steps", &C::sched, &SchedSection::warmup_steps, Integer{0},
-          "linear warmup steps"),
+          "linear warmup steps (cosine)"),
+      key("sched.total_steps", &C::sched, &SchedSection::total_steps, Integer{0},
+          "cosine's length in steps (0: the run's optimizer steps)"),
+      key("sched.step_size", &C::sched, &SchedSection::step_size, Integer{1},
+          "step: multiply the lr by gamma every step_size steps"),
+      key("sched.gamma", &C::sched, &SchedSection::gamma, Number{.low = 0, .low_open = true},
+          "the lr factor of step and multistep"),
+      key("sched.milestones", &C::sched, &SchedSection::milestones, IntegerList{1, true},
+          "multistep: steps at which the lr is multiplied by gamma"),
       key("train.epochs", &C::train, &TrainSection::epochs, Integer{1}, "epochs"),
       key("train.max_steps", &C::train, &TrainSection::max_steps, Integer{0},
           "stop after this many optimizer steps (0: no limit)"),
@@ -292,12 +312,13 @@ std::vector<ConfigKey> make_config_keys() {
   };
 }
 
-po::options_description key_options(std::span<const std::string> sections) {
+po::options_description key_options(std::span<const std::string> allowed) {
   po::options_description options(
       "Configuration keys ([section] key = value in the file, or --section.key=value)");
   for (const ConfigKey& key : config_keys()) {
-    if (!sections.empty() &&
-        std::find(sections.begin(), sections.end(), key.section()) == sections.end()) {
+    if (!allowed.empty() &&
+        std::find(allowed.begin(), allowed.end(), key.section()) == allowed.end() &&
+        std::find(allowed.begin(), allowed.end(), key.name) == allowed.end()) {
       continue;
     }
     options.add_options()(key.name.c_str(), po::value<std::string>(), key.help.c_str());
@@ -389,12 +410,12 @@ TrainConfig parse_train_config(const std::vector<std::string>& args) {
 }
 
 TrainConfig parse_config_text(const std::string& text, const std::string& origin,
-                              std::span<const std::string> sections) {
+                              std::span<const std::string> allowed) {
   TrainConfig config;
   po::variables_map values;
   std::istringstream in(text);
   try {
-    po::store(po::parse_config_file(in, key_options(sections), /*allow_unregistered=*/false),
+    po::store(po::parse_config_file(in, key_options(allowed), /*allow_unregistered=*/false),
               values);
   } catch (const po::error& error) {
     core::fail(origin, ": ", error.what());

@@ -1,5 +1,5 @@
-// The configuration of `mpigrad train`: an INI file with the sections [data] [model] [optim]
-// [sched] [train] [distributed], read by Boost.Program_options, where any key can be overridden
+// The configuration of `mpigrad train`: an INI file with the sections [data] [model] [loss]
+// [optim] [sched] [train] [distributed], read by Boost.Program_options, where any key can be overridden
 // on the command line as --section.key=value.
 //
 // Every key is declared once, in the table behind config_keys() (train_config.cpp): its name,
@@ -22,20 +22,28 @@
 #include "mpigrad/core/enum_names.h"
 #include "mpigrad/launch/communicator.h"
 #include "mpigrad/launch/distributed_data_parallel.h"
+#include "mpigrad/nn/layers/conv.h"
 
 namespace mpigrad::launch {
 
-enum class ModelKind : uint8_t { Mlp, Cnn };
-inline constexpr core::EnumName<ModelKind> kModelKindNames[] = {{ModelKind::Mlp, "mlp"},
-                                                                {ModelKind::Cnn, "cnn"}};
+enum class ModelKind : uint8_t { Mlp, Cnn, Conv };
+inline constexpr core::EnumName<ModelKind> kModelKindNames[] = {
+    {ModelKind::Mlp, "mlp"}, {ModelKind::Cnn, "cnn"}, {ModelKind::Conv, "conv"}};
 
-enum class OptimizerKind : uint8_t { Sgd, AdamW };
+enum class LossKind : uint8_t { CrossEntropy, Mse, L1 };
+inline constexpr core::EnumName<LossKind> kLossKindNames[] = {
+    {LossKind::CrossEntropy, "cross_entropy"}, {LossKind::Mse, "mse"}, {LossKind::L1, "l1"}};
+
+enum class OptimizerKind : uint8_t { Sgd, Adam, AdamW };
 inline constexpr core::EnumName<OptimizerKind> kOptimizerKindNames[] = {
-    {OptimizerKind::Sgd, "sgd"}, {OptimizerKind::AdamW, "adamw"}};
+    {OptimizerKind::Sgd, "sgd"}, {OptimizerKind::Adam, "adam"}, {OptimizerKind::AdamW, "adamw"}};
 
-enum class SchedulerKind : uint8_t { None, Cosine };
+enum class SchedulerKind : uint8_t { None, Cosine, Step, MultiStep };
 inline constexpr core::EnumName<SchedulerKind> kSchedulerKindNames[] = {
-    {SchedulerKind::None, "none"}, {SchedulerKind::Cosine, "cosine"}};
+    {SchedulerKind::None, "none"},
+    {SchedulerKind::Cosine, "cosine"},
+    {SchedulerKind::Step, "step"},
+    {SchedulerKind::MultiStep, "multistep"}};
 
 struct DataSection {
   std::vector<std::string> train;  // HDF5 files (shards), joined in order
@@ -52,8 +60,16 @@ struct DataSection {
 struct ModelSection {
   ModelKind name = ModelKind::Mlp;
   std::vector<int64_t> hidden = {256, 128};  // MLP hidden widths, or the CNN's FC widths
-  std::vector<int64_t> channels = {32, 64};  // CNN conv channels
+  std::vector<int64_t> channels = {32, 64};  // conv channels (cnn, conv)
   double dropout = 0.0;
+  std::vector<int64_t> input_shape;  // one sample's shape; empty: the data's (mpigrad train)
+  int64_t outputs = 0;               // outputs (classes, values, channels); 0: from the data
+  int64_t kernel_size = 3;           // conv
+  nn::PaddingMode padding_mode = nn::PaddingMode::Zeros;  // cnn, conv
+};
+
+struct LossSection {
+  LossKind name = LossKind::CrossEntropy;
 };
 
 struct OptimSection {
@@ -66,6 +82,10 @@ struct OptimSection {
 struct SchedSection {
   SchedulerKind name = SchedulerKind::None;  // cosine: linear warmup, then cosine to zero
   int64_t warmup_steps = 0;
+  int64_t total_steps = 0;   // cosine's length; 0: the run's optimizer steps (mpigrad train)
+  int64_t step_size = 1000;  // step: lr *= gamma every step_size steps
+  double gamma = 0.1;        // step, multistep
+  std::vector<int64_t> milestones;  // multistep: lr *= gamma at each of these steps
 };
 
 struct TrainSection {
@@ -96,6 +116,7 @@ struct DistributedSection {
 struct TrainConfig {
   DataSection data;
   ModelSection model;
+  LossSection loss;
   OptimSection optim;
   SchedSection sched;
   TrainSection train;
@@ -130,12 +151,13 @@ const std::vector<ConfigKey>& config_keys();
 // --dry-run, --help and --section.key=value overrides. Throws core::Error on any bad input.
 TrainConfig parse_train_config(const std::vector<std::string>& args);
 
-// Parses INI text holding only keys of `sections` (an empty span: every section), for programs
-// that reuse some sections of this table (for example the C API's [model] [optim] [sched]).
-// `origin` names the text in errors (a file name, or "config text"). Keys outside `sections` or
-// unknown keys are errors; keys not given keep their defaults. Files are not checked.
+// Parses INI text holding only the keys `allowed` names: a section ("model") or one key
+// ("train.seed"); an empty span allows every key. For programs that reuse part of this table
+// (the C API reads [model] [loss] [optim] [sched] and [train] seed). `origin` names the text in
+// errors (a file name, or "config text"). Other keys are errors; keys not given keep their
+// defaults. Files are not checked.
 TrainConfig parse_config_text(const std::string& text, const std::string& origin,
-                              std::span<const std::string> sections = {});
+                              std::span<const std::string> allowed = {});
 
 // The --help text: usage, how inputs and labels are read, and every key with its default.
 std::string train_config_help();

@@ -96,6 +96,13 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
   return reduce(diff * diff, reduction);
 }
 
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  MPIGRAD_CHECK(input.defined() && target.defined(), "l1_loss: undefined input");
+  MPIGRAD_CHECK(input.shape() == target.shape(), "l1_loss: input shape ", input.shape(),
+                " differs from target shape ", target.shape());
+  return reduce(core::abs(input - target), reduction);
+}
+
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
                                         Reduction reduction, const Tensor& pos_weight) {
   MPIGRAD_CHECK(logits.defined() && target.defined(), "binary_cross_entropy_with_logits: "

@@ -1,4 +1,4 @@
-// defines: Reduction, cross_entropy, mse_loss, binary_cross_entropy_with_logits,
+// defines: Reduction, cross_entropy, mse_loss, l1_loss, binary_cross_entropy_with_logits,
 //          CrossEntropyLoss, MSELoss, BCEWithLogitsLoss
 //
 // The classification and regression losses with torch.nn.functional's semantics, built from the
@@ -30,6 +30,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels,
                      const CrossEntropyOptions& options = {});
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+// Mean (or sum) absolute error, torch.nn.functional.l1_loss; its gradient at 0 is 0.
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
 
 // Numerically stable: max(x, 0) - x*y + log(1 + exp(-|x|)). pos_weight (optional, broadcast
 // over the last dim) scales the positive term, like torch.

@@ -14,7 +14,7 @@ namespace {
 
 // Dropout draws from its own stream, seeded from the model generator so it is reproducible.
 void add_classifier_head(std::vector<std::shared_ptr<Module>>& layers, int64_t features,
-                         const std::vector<int64_t>& hidden, int64_t num_classes, double dropout,
+                         const std::vector<int64_t>& hidden, int64_t outputs, double dropout,
                          core::Generator& generator) {
   for (int64_t width : hidden) {
     layers.push_back(std::make_shared<Linear>(features, width, generator));
@@ -24,33 +24,47 @@ void add_classifier_head(std::vector<std::shared_ptr<Module>>& layers, int64_t f
     }
     features = width;
   }
-  layers.push_back(std::make_shared<Linear>(features, num_classes, generator));
+  layers.push_back(std::make_shared<Linear>(features, outputs, generator));
+}
+
+// A conv whose output keeps the input's height and width (odd kernel, stride 1).
+std::shared_ptr<Conv2d> same_size_conv(int64_t in_channels, int64_t out_channels, int64_t kernel,
+                                       PaddingMode padding_mode, core::Generator& generator) {
+  Conv2dConfig config;
+  config.in_channels = in_channels;
+  config.out_channels = out_channels;
+  config.kernel_size = {kernel, kernel};
+  config.padding = {kernel / 2, kernel / 2};
+  config.padding_mode = padding_mode;
+  return std::make_shared<Conv2d>(config, generator);
 }
 
 }  // namespace
 
 std::shared_ptr<Sequential> make_mlp(const core::Shape& input_shape,
-                                     const std::vector<int64_t>& hidden, int64_t num_classes,
+                                     const std::vector<int64_t>& hidden, int64_t outputs,
                                      double dropout, core::Generator& generator) {
-  MPIGRAD_CHECK(num_classes >= 2, "make_mlp: num_classes must be at least 2");
+  MPIGRAD_CHECK(outputs >= 1, "make_mlp: outputs must be at least 1, got ", outputs);
   std::vector<std::shared_ptr<Module>> layers;
   layers.push_back(std::make_shared<Flatten>());
-  add_classifier_head(layers, input_shape.numel(), hidden, num_classes, dropout, generator);
+  add_classifier_head(layers, input_shape.numel(), hidden, outputs, dropout, generator);
   return std::make_shared<Sequential>(layers);
 }
 
 std::shared_ptr<Sequential> make_cnn(const core::Shape& input_shape,
                                      const std::vector<int64_t>& channels,
-                                     const std::vector<int64_t>& hidden, int64_t num_classes,
-                                     double dropout, core::Generator& generator) {
+                                     const std::vector<int64_t>& hidden, int64_t outputs,
+                                     double dropout, core::Generator& generator,
+                                     PaddingMode padding_mode) {
   MPIGRAD_CHECK(input_shape.size() == 3, "make_cnn: expected samples of shape [channels, height, "
                 "width], got ", input_shape);
+  MPIGRAD_CHECK(outputs >= 1, "make_cnn: outputs must be at least 1, got ", outputs);
   int64_t in_channels = input_shape[0], height = input_shape[1], width = input_shape[2];
   std::vector<std::shared_ptr<Module>> layers;
   for (int64_t out_channels : channels) {
     MPIGRAD_CHECK(height >= 2 && width >= 2, "make_cnn: ", channels.size(),
                   " conv blocks halve ", input_shape, " below 1 pixel; use fewer channels entries");
-    layers.push_back(std::make_shared<Conv2d>(in_channels, out_channels, 3, generator, 1, 1));
+    layers.push_back(same_size_conv(in_channels, out_channels, 3, padding_mode, generator));
     layers.push_back(std::make_shared<BatchNorm2d>(out_channels));
     layers.push_back(std::make_shared<ReLU>());
     layers.push_back(std::make_shared<MaxPool2d>(2));
@@ -59,8 +73,27 @@ std::shared_ptr<Sequential> make_cnn(const core::Shape& input_shape,
     width /= 2;
   }
   layers.push_back(std::make_shared<Flatten>());
-  add_classifier_head(layers, in_channels * height * width, hidden, num_classes, dropout,
-                      generator);
+  add_classifier_head(layers, in_channels * height * width, hidden, outputs, dropout, generator);
+  return std::make_shared<Sequential>(layers);
+}
+
+std::shared_ptr<Sequential> make_conv_net(const core::Shape& input_shape,
+                                          const std::vector<int64_t>& channels, int64_t outputs,
+                                          int64_t kernel_size, PaddingMode padding_mode,
+                                          core::Generator& generator) {
+  MPIGRAD_CHECK(input_shape.size() == 3, "make_conv_net: expected samples of shape [channels, "
+                "height, width], got ", input_shape);
+  MPIGRAD_CHECK(outputs >= 1, "make_conv_net: outputs must be at least 1, got ", outputs);
+  MPIGRAD_CHECK(kernel_size >= 1 && kernel_size % 2 == 1, "make_conv_net: kernel_size must be "
+                "odd (the output keeps the input's size), got ", kernel_size);
+  std::vector<std::shared_ptr<Module>> layers;
+  int64_t in_channels = input_shape[0];
+  for (int64_t width : channels) {
+    layers.push_back(same_size_conv(in_channels, width, kernel_size, padding_mode, generator));
+    layers.push_back(std::make_shared<ReLU>());
+    in_channels = width;
+  }
+  layers.push_back(same_size_conv(in_channels, outputs, kernel_size, padding_mode, generator));
   return std::make_shared<Sequential>(layers);
 }
 

@@ -1,11 +1,15 @@
-// defines: make_mlp, make_cnn
+// defines: make_mlp, make_cnn, make_conv_net
 //
-// The two classifiers `mpigrad train` offers, built from nn layers with PyTorch's default
+// The models `mpigrad train` and the C API offer, built from nn layers with PyTorch's default
 // initialization drawn from an explicit generator, so every rank (and torch, through the
 // checkpoint) can build the identical model.
-//   mlp: Flatten, then [Linear, ReLU, Dropout] per hidden width, then Linear to the classes.
-//   cnn: per conv width [Conv2d 3x3 pad 1, BatchNorm2d, ReLU, MaxPool2d 2], Flatten, then
-//        [Linear, ReLU, Dropout] per hidden width, then Linear to the classes.
+//   mlp:  Flatten, then [Linear, ReLU, Dropout] per hidden width, then Linear to the outputs
+//         (no hidden width: one Linear layer).
+//   cnn:  per conv width [Conv2d 3x3 pad 1, BatchNorm2d, ReLU, MaxPool2d 2], Flatten, then
+//         [Linear, ReLU, Dropout] per hidden width, then Linear to the outputs.
+//   conv: fully convolutional, for fields on a grid (a stencil): per conv width [Conv2d kxk
+//         with same-size padding, ReLU], then a Conv2d kxk to `outputs` channels; the output
+//         keeps the input's height and width. Circular padding makes the grid periodic.
 // Dropout layers are left out when dropout is 0. Names follow nn.Sequential's: "3.weight".
 #pragma once
 
@@ -16,18 +20,26 @@
 #include "mpigrad/core/rng.h"
 #include "mpigrad/core/shape.h"
 #include "mpigrad/nn/layers/container.h"
+#include "mpigrad/nn/layers/conv.h"
 
 namespace mpigrad::nn {
 
 // input_shape is one sample's shape, e.g. [1, 28, 28].
 std::shared_ptr<Sequential> make_mlp(const core::Shape& input_shape,
-                                     const std::vector<int64_t>& hidden, int64_t num_classes,
+                                     const std::vector<int64_t>& hidden, int64_t outputs,
                                      double dropout, core::Generator& generator);
 
 // input_shape is [channels, height, width]; each conv block halves height and width.
 std::shared_ptr<Sequential> make_cnn(const core::Shape& input_shape,
                                      const std::vector<int64_t>& channels,
-                                     const std::vector<int64_t>& hidden, int64_t num_classes,
-                                     double dropout, core::Generator& generator);
+                                     const std::vector<int64_t>& hidden, int64_t outputs,
+                                     double dropout, core::Generator& generator,
+                                     PaddingMode padding_mode = PaddingMode::Zeros);
+
+// input_shape is [channels, height, width]; kernel_size is odd.
+std::shared_ptr<Sequential> make_conv_net(const core::Shape& input_shape,
+                                          const std::vector<int64_t>& channels, int64_t outputs,
+                                          int64_t kernel_size, PaddingMode padding_mode,
+                                          core::Generator& generator);
 
 }  // namespace mpigrad::nn

@@ -11,7 +11,7 @@
 #include "mpigrad/core/rng.h"
 #include "mpigrad/data/data_loader.h"
 #include "mpigrad/data/sampler.h"
-#include "mpigrad/launch/classification.h"
+#include "mpigrad/launch/training_steps.h"
 #include "mpigrad/launch/training_hooks.h"
 #include "mpigrad/launch/training_strategy.h"
 #include "mpigrad/nn/loss.h"

@@ -98,7 +98,7 @@ case "$check" in
     "$mpigrad" data synth -o labels.h5 --samples 50 --shape 1,8,8 --classes 12 > /dev/null
     expect_error "outside \[0, 10)" --config base.ini --data.train=labels.h5
     expect_error "no dataset /image" --config base.ini --data.x=image
-    expect_error "expected one of sgd | adamw, got 'adam'" --config base.ini --optim.name=adam
+    expect_error "expected one of sgd | adam | adamw, got 'rmsprop'" --config base.ini --optim.name=rmsprop
     expect_error "\[data\] mean and std: give both or neither" --config base.ini --data.mean=0.5
     expect_error "\[data\] std: 3 values, but field 'x' has per-sample shape \[1, 8, 8\], so 1 channel" \
       --config base.ini --data.mean=0.5 --data.std=0.2,0.2,0.2

@@ -1,0 +1,36 @@
+// defines: make_model, make_optimizer, make_scheduler, make_regression_loss
+//
+// What the [model] [loss] [optim] [sched] sections of a TrainConfig build. `mpigrad train` and
+// the C API (launch/embed/) both build through these, so a key means the same in both.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "mpigrad/core/shape.h"
+#include "mpigrad/launch/train_config.h"
+#include "mpigrad/launch/training_steps.h"
+#include "mpigrad/nn/module.h"
+#include "mpigrad/nn/optim/lr_scheduler.h"
+#include "mpigrad/nn/optim/optimizer.h"
+
+namespace mpigrad::launch {
+
+// The [model] for samples of `input_shape` with `outputs` outputs (classes or values for mlp and
+// cnn, channels for conv), initialized from `seed`: every rank that passes the same arguments
+// builds the same weights. Errors name the [model] key at fault.
+std::shared_ptr<nn::Module> make_model(const ModelSection& model, const core::Shape& input_shape,
+                                       int64_t outputs, uint64_t seed);
+
+// The [optim] over `model`'s parameters.
+std::unique_ptr<nn::Optimizer> make_optimizer(const OptimSection& optim, nn::Module& model);
+
+// The [sched] for `optimizer`, or null for none. `run_steps` is the number of optimizer steps
+// when the caller knows it (cosine's length unless [sched] total_steps is set), else 0.
+std::unique_ptr<nn::LRScheduler> make_scheduler(const SchedSection& sched,
+                                                nn::Optimizer& optimizer, int64_t run_steps);
+
+// mse or l1; core::Error for a loss that is not a regression loss.
+RegressionLoss make_regression_loss(LossKind loss);
+
+}  // namespace mpigrad::launch

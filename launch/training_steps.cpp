@@ -1,0 +1,73 @@
+#include "mpigrad/launch/training_steps.h"
+
+#include "mpigrad/core/error.h"
+#include "mpigrad/core/ops/elementwise.h"
+#include "mpigrad/core/ops/reduce.h"
+
+namespace mpigrad::launch {
+
+namespace {
+// One integer label per sample, as int64 [batch] (the file may store any integer dtype, or
+// [batch, 1]).
+core::Tensor labels_of(const data::Batch& batch, const std::string& label) {
+  const core::Tensor& stored = batch[label];
+  MPIGRAD_CHECK(!core::is_floating(stored.dtype()), "label field '", label, "' is ",
+                stored.dtype(), "; class labels must be integers");
+  MPIGRAD_CHECK(stored.numel() == batch.size(), "label field '", label, "' has shape ",
+                stored.shape(), "; expected one label per sample");
+  return stored.reshape({batch.size()}).to(core::kInt64);
+}
+
+// The prediction and the target, both [batch, values per sample], the target in the
+// prediction's dtype.
+std::pair<core::Tensor, core::Tensor> flat_pair(const core::Tensor& prediction,
+                                                const data::Batch& batch,
+                                                const std::string& target) {
+  const core::Tensor& stored = batch[target];
+  const int64_t n = batch.size();
+  MPIGRAD_CHECK(prediction.dim() >= 1 && prediction.size(0) == n && stored.numel() == prediction.numel(),
+                "target field '", target, "' has shape ", stored.shape(), " but the model predicts ",
+                prediction.shape(), "; they must hold the same number of values per sample");
+  return {prediction.reshape({n, -1}), stored.reshape({n, -1}).to(prediction.dtype())};
+}
+}  // namespace
+
+StepFunction classification_step(std::string input, std::string label) {
+  return [input, label](nn::Module& model, const data::Batch& batch) {
+    core::Tensor logits = model(batch[input]);
+    return nn::cross_entropy(logits, labels_of(batch, label));
+  };
+}
+
+EvalFunction classification_metrics(std::string input, std::string label) {
+  return [input, label](nn::Module& model, const data::Batch& batch) {
+    core::Tensor logits = model(batch[input]);
+    core::Tensor labels = labels_of(batch, label);
+    nn::CrossEntropyOptions per_sample;
+    per_sample.reduction = nn::Reduction::None;
+    std::map<std::string, core::Tensor> metrics;
+    metrics["loss"] = nn::cross_entropy(logits, labels, per_sample);
+    metrics["accuracy"] = core::eq(core::argmax(logits, 1), labels).to(core::kFloat64);
+    return metrics;
+  };
+}
+
+StepFunction regression_step(std::string input, std::string target, RegressionLoss loss) {
+  MPIGRAD_CHECK(loss != nullptr, "regression_step: no loss given");
+  return [input, target, loss](nn::Module& model, const data::Batch& batch) {
+    auto [prediction, expected] = flat_pair(model(batch[input]), batch, target);
+    return loss(prediction, expected, nn::Reduction::Mean);
+  };
+}
+
+EvalFunction regression_metrics(std::string input, std::string target, RegressionLoss loss) {
+  MPIGRAD_CHECK(loss != nullptr, "regression_metrics: no loss given");
+  return [input, target, loss](nn::Module& model, const data::Batch& batch) {
+    auto [prediction, expected] = flat_pair(model(batch[input]), batch, target);
+    std::map<std::string, core::Tensor> metrics;
+    metrics["loss"] = core::mean(loss(prediction, expected, nn::Reduction::None), {1});
+    return metrics;
+  };
+}
+
+}  // namespace mpigrad::launch
