@@ -2,7 +2,7 @@
 //
 // Each line names the concepts a header defines; include that header alone to compile less.
 // Not included here: launch/mpi_interop.h (the one header that includes <mpi.h>, for host codes
-// that hand mpigrad their own communicator).
+// that hand mpigrad their own communicator) and mpigrad_c.h (the C API, for C and Fortran).
 //
 // These headers, and the headers they include, are the installed API: CMake installs exactly
 // that set (cmake/public_headers.cmake), so a header no public header reaches stays internal.
@@ -63,6 +63,7 @@
 #include "mpigrad/launch/communicator.h"              // defines: Communicator, ReduceOp, Backend
 #include "mpigrad/launch/distributed_data_parallel.h" // defines: DistributedDataParallel
 #include "mpigrad/launch/distributed_manager.h"       // defines: DistributedManager
+#include "mpigrad/launch/embed/embedded_model.h"      // defines: EmbeddedModel (in-situ training)
 #include "mpigrad/launch/process_group.h"             // defines: ProcessGroup
 #include "mpigrad/launch/rank_logging.h"              // defines: RankLogger, rank_seed
 #include "mpigrad/launch/sync_batch_norm.h"           // defines: SyncBatchNorm, convert_sync_...

@@ -160,6 +160,12 @@ void save_checkpoint(const std::string& path, const Module& model, const Optimiz
 CheckpointData load_checkpoint_into(const std::string& path, Module& model, Optimizer* optimizer,
                                     LRScheduler* scheduler) {
   CheckpointData data = load_checkpoint(path);
+  apply_checkpoint(data, path, model, optimizer, scheduler);
+  return data;
+}
+
+void apply_checkpoint(const CheckpointData& data, const std::string& path, Module& model,
+                      Optimizer* optimizer, LRScheduler* scheduler) {
   // Dtypes must match exactly here: a checkpoint resumes the same run.
   for (const auto& [key, target] : model.state_dict().tensors()) {
     const core::Tensor* stored = data.model.find(key);
@@ -177,7 +183,6 @@ CheckpointData load_checkpoint_into(const std::string& path, Module& model, Opti
       if (stored_name == "model." + name) generator->set_state(stored.seed(), stored.offset());
     }
   }
-  return data;
 }
 
 }  // namespace mpigrad::nn

@@ -57,4 +57,11 @@ void save_checkpoint(const std::string& path, const Module& model, const Optimiz
 CheckpointData load_checkpoint_into(const std::string& path, Module& model, Optimizer* optimizer,
                                     LRScheduler* scheduler);
 
+// The second half of load_checkpoint_into, for callers that read the file first (on every rank,
+// say, before any rank changes its model): checks the model's entries, then loads them, and
+// the optimizer, scheduler and generators as load_checkpoint_into does. `path` names the file
+// in errors. The model is left untouched when a check fails.
+void apply_checkpoint(const CheckpointData& data, const std::string& path, Module& model,
+                      Optimizer* optimizer, LRScheduler* scheduler);
+
 }  // namespace mpigrad::nn

@@ -1,0 +1,171 @@
+/* mpigrad_c.h: the C API of mpigrad, for simulation codes (C, Fortran through the `mpigrad`
+ * module, or C++) that train a model in-situ, one step at a time, on data they produce.
+ *
+ * Pure C99: it includes no MPI, CUDA or C++ header, so any C compiler builds against it. The
+ * host's communicator travels as a Fortran handle (MPI_Comm_c2f in C), which mpigrad
+ * duplicates; mpigrad never calls MPI_Init or MPI_Finalize for a host that owns MPI, and never
+ * touches MPI_COMM_WORLD unless it is the communicator handed over.
+ *
+ *   mpigrad_model model;
+ *   if (mpigrad_model_create(&model, "run.ini", "cpu") != MPIGRAD_SUCCESS)
+ *     fprintf(stderr, "%s\n", mpigrad_last_error());
+ *   int64_t in_shape[4] = {16, 1, 32, 32}, out_shape[4] = {16, 1, 32, 32};
+ *   mpigrad_array u = mpigrad_host_array(u_data, 4, in_shape, MPIGRAD_F32, MPIGRAD_ORDER_C);
+ *   mpigrad_array du = mpigrad_host_array(du_data, 4, out_shape, MPIGRAD_F32, MPIGRAD_ORDER_C);
+ *   double loss;
+ *   mpigrad_train_step(model, &u, &du, &loss);
+ *   mpigrad_model_destroy(&model);
+ *
+ * Configs are INI text or the path of an INI file, with the keys of `mpigrad train` for
+ * [model] [loss] [optim] [sched] and [train] seed and clip_grad_norm; [model] input_shape and
+ * outputs are required (see the README's embedding section).
+ *
+ * Arrays: an mpigrad_array describes memory the caller owns: its address, rank (1 to 8),
+ * shape, optional element strides, dtype, order and place. The batch is the first dimension in
+ * C order, and the last in Fortran order: a Fortran array u(32, 32, 1, 16) (x, y, channel,
+ * sample) and a C array u[16][1][32][32] are the same memory and the same batch of 16 samples
+ * of shape [1, 32, 32]. Data is read where it lies when it is float32 (labels: float32, or
+ * int32/int64 classes for cross_entropy), dense, and in the model's memory; otherwise it is
+ * converted or moved, and mpigrad_copied_bytes says how much that cost.
+ *
+ * Errors: every call returns an mpigrad_status; on failure mpigrad_last_error() gives the
+ * message for this thread, naming the call, the argument, the shape or the file. No C++
+ * exception crosses this boundary. A handle is an id, never a pointer: a destroyed or made-up
+ * handle is MPIGRAD_ERROR_INVALID_HANDLE, never a crash.
+ *
+ * Distributed models: mpigrad_model_create_distributed and every call that trains, saves or
+ * loads are collective over the model's communicator (every rank calls them in the same
+ * order); mpigrad_predict is local. Checkpoints are one file, written by rank 0 atomically.
+ * A model may be used by one thread at a time.
+ */
+#ifndef MPIGRAD_C_H
+#define MPIGRAD_C_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MPIGRAD_MAX_RANK 8
+
+typedef enum mpigrad_status {
+  MPIGRAD_SUCCESS = 0,
+  MPIGRAD_ERROR_NULL_POINTER = 1,     /* a required pointer argument is NULL */
+  MPIGRAD_ERROR_INVALID_HANDLE = 2,   /* a model that was never created, or destroyed */
+  MPIGRAD_ERROR_INVALID_ARGUMENT = 3, /* a bad rank, order, place or device string */
+  MPIGRAD_ERROR_SHAPE = 4,            /* an array's shape does not fit the model */
+  MPIGRAD_ERROR_DTYPE = 5,            /* an array's dtype does not fit its use */
+  MPIGRAD_ERROR_CONFIG = 6,           /* a bad config key or value, or a missing config file */
+  MPIGRAD_ERROR_FILE = 7,             /* a model or checkpoint file that cannot be written or read */
+  MPIGRAD_ERROR_MPI = 8,              /* MPI not initialized, or a failed MPI call */
+  MPIGRAD_ERROR_UNSUPPORTED = 9,      /* e.g. CUDA memory in a build without CUDA */
+  MPIGRAD_ERROR_OUT_OF_MEMORY = 10,
+  MPIGRAD_ERROR_RUNTIME = 11          /* anything else; the message says what */
+} mpigrad_status;
+
+typedef enum mpigrad_dtype {
+  MPIGRAD_F32 = 0,
+  MPIGRAD_F64 = 1,
+  MPIGRAD_BF16 = 2,
+  MPIGRAD_F16 = 3,
+  MPIGRAD_I32 = 4, /* class labels */
+  MPIGRAD_I64 = 5
+} mpigrad_dtype;
+
+typedef enum mpigrad_order {
+  MPIGRAD_ORDER_C = 0,      /* row-major: the last dimension varies fastest */
+  MPIGRAD_ORDER_FORTRAN = 1 /* column-major: the first dimension varies fastest */
+} mpigrad_order;
+
+typedef enum mpigrad_memory {
+  MPIGRAD_MEMORY_HOST = 0,
+  MPIGRAD_MEMORY_CUDA = 1 /* device memory of CUDA device `device`, ready to read */
+} mpigrad_memory;
+
+typedef struct mpigrad_array {
+  void* data;
+  int32_t rank;                    /* 1 to MPIGRAD_MAX_RANK */
+  int64_t shape[MPIGRAD_MAX_RANK]; /* in `order`: shape[0] is the batch in C order */
+  const int64_t* strides;          /* in elements, in `order`; NULL: dense */
+  mpigrad_dtype dtype;
+  mpigrad_order order;
+  mpigrad_memory memory;
+  int32_t device; /* the CUDA device of MPIGRAD_MEMORY_CUDA data */
+} mpigrad_array;
+
+/* A dense host array of `rank` dimensions. */
+static inline mpigrad_array mpigrad_host_array(void* data, int32_t rank, const int64_t* shape,
+                                               mpigrad_dtype dtype, mpigrad_order order) {
+  mpigrad_array array;
+  int32_t d;
+  array.data = data;
+  array.rank = rank;
+  for (d = 0; d < MPIGRAD_MAX_RANK; ++d) array.shape[d] = (d < rank && shape) ? shape[d] : 0;
+  array.strides = 0;
+  array.dtype = dtype;
+  array.order = order;
+  array.memory = MPIGRAD_MEMORY_HOST;
+  array.device = 0;
+  return array;
+}
+
+/* A model handle: an id that is never reused. The zero handle is no model. */
+typedef struct mpigrad_model {
+  uint64_t id;
+} mpigrad_model;
+
+/* A Fortran MPI communicator handle (MPI_Fint; MPI_Comm_c2f(comm) in C, comm%MPI_VAL from
+ * mpi_f08, or the integer of `use mpi`). */
+typedef int32_t mpigrad_fortran_comm;
+
+/* "0.1.0". */
+const char* mpigrad_version(void);
+
+/* The message of this thread's last failed call ("" if none); valid until its next call. */
+const char* mpigrad_last_error(void);
+/* "MPIGRAD_ERROR_SHAPE", ... */
+const char* mpigrad_status_name(mpigrad_status status);
+
+/* Seeds the models this thread creates from now on (their initial weights and any dropout),
+ * instead of their config's [train] seed. */
+mpigrad_status mpigrad_set_seed(uint64_t seed);
+
+/* `config`: INI text, or the path of an INI file. `device`: "cpu", "cuda" or "cuda:N". Needs
+ * no MPI. */
+mpigrad_status mpigrad_model_create(mpigrad_model* model, const char* config, const char* device);
+/* Data-parallel over a duplicate of `comm`; MPI must be initialized by the host. `device` NULL
+ * or "" picks this rank's (the GPU of its local rank when there are GPUs, else the CPU). */
+mpigrad_status mpigrad_model_create_distributed(mpigrad_model* model, const char* config,
+                                                mpigrad_fortran_comm comm, const char* device);
+/* Frees the model and sets *model to the zero handle. Destroying the zero handle is a no-op. */
+mpigrad_status mpigrad_model_destroy(mpigrad_model* model);
+
+/* One optimizer step on this rank's batch. `loss` may be NULL: the step then does not wait for
+ * its loss (mpigrad_last_loss reads it later). */
+mpigrad_status mpigrad_train_step(mpigrad_model model, const mpigrad_array* input,
+                                  const mpigrad_array* label, double* loss);
+/* The loss of the model's last step (0 before the first). */
+mpigrad_status mpigrad_last_loss(mpigrad_model model, double* loss);
+/* The model's output for `input` in evaluation mode, written into `output`, which must hold
+ * as many values per sample as the model outputs, for the same batch. */
+mpigrad_status mpigrad_predict(mpigrad_model model, const mpigrad_array* input,
+                               const mpigrad_array* output);
+
+/* The weights, as an HDF5 checkpoint torch can load (/model/<name>). */
+mpigrad_status mpigrad_save_model(mpigrad_model model, const char* path);
+mpigrad_status mpigrad_load_model(mpigrad_model model, const char* path);
+/* Weights, optimizer, scheduler, RNG and step, for restarting. */
+mpigrad_status mpigrad_save_checkpoint(mpigrad_model model, const char* path);
+mpigrad_status mpigrad_load_checkpoint(mpigrad_model model, const char* path);
+
+/* Optimizer steps taken (restored by mpigrad_load_checkpoint). */
+mpigrad_status mpigrad_steps(mpigrad_model model, int64_t* steps);
+/* Bytes of inputs and labels that had to be converted or moved before use. */
+mpigrad_status mpigrad_copied_bytes(mpigrad_model model, int64_t* bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MPIGRAD_C_H */

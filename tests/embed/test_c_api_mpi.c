@@ -1,0 +1,147 @@
+/* The C API from an MPI host program (C99), under mpirun -np 2 and 4. The host owns MPI: it
+ * initializes it, hands mpigrad communicators, and after destroying every model still uses
+ * MPI_COMM_WORLD before it finalizes. Checks that R ranks stepping on R parts of a batch end
+ * with the weights one process gets from the whole batch, on the world and on a
+ * sub-communicator; that checkpoints are written once and restore training exactly; and that a
+ * failure on one rank (a bad config, a missing file) is the same error on every rank, not a
+ * hang. Argument: a scratch directory shared by the ranks. */
+#include <math.h>
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "c_check.h"
+
+#define GLOBAL 8 /* the global batch: divisible by 1, 2 and 4 ranks */
+#define IN 4
+#define OUT 3
+
+static const char* kConfig =
+    "[model]\nname = mlp\nhidden = 16\ninput_shape = 4\noutputs = 3\n"
+    "[loss]\nname = mse\n[optim]\nname = adam\nlr = 0.01\n[train]\nseed = 11\n";
+
+static void make_batch(int step, float x[GLOBAL][IN], float y[GLOBAL][OUT]) {
+  int b, i, o;
+  for (b = 0; b < GLOBAL; ++b) {
+    for (i = 0; i < IN; ++i) x[b][i] = (float)cos(0.21 * (step * GLOBAL + b) + 0.7 * i);
+    for (o = 0; o < OUT; ++o) y[b][o] = x[b][o] * x[b][o + 1] - 0.5f * x[b][(o + 2) % IN];
+  }
+}
+
+/* Trains `model` for `steps` steps on samples [first, first + count) of each global batch. */
+static void train(mpigrad_model model, int steps, int first, int count) {
+  float x[GLOBAL][IN], y[GLOBAL][OUT];
+  int64_t xs[2] = {0, IN}, ys[2] = {0, OUT};
+  int step;
+  xs[0] = ys[0] = count;
+  for (step = 0; step < steps; ++step) {
+    mpigrad_array input, label;
+    make_batch(step, x, y);
+    input = mpigrad_host_array(x[first], 2, xs, MPIGRAD_F32, MPIGRAD_ORDER_C);
+    label = mpigrad_host_array(y[first], 2, ys, MPIGRAD_F32, MPIGRAD_ORDER_C);
+    CHECK_STATUS(mpigrad_train_step(model, &input, &label, NULL), MPIGRAD_SUCCESS);
+  }
+}
+
+/* The largest difference between two models' predictions on a probe batch. */
+static double difference(mpigrad_model a, mpigrad_model b) {
+  float x[GLOBAL][IN], y[GLOBAL][OUT], pa[GLOBAL][OUT], pb[GLOBAL][OUT];
+  int64_t xs[2] = {GLOBAL, IN}, ys[2] = {GLOBAL, OUT};
+  mpigrad_array input = mpigrad_host_array(x, 2, xs, MPIGRAD_F32, MPIGRAD_ORDER_C);
+  mpigrad_array oa = mpigrad_host_array(pa, 2, ys, MPIGRAD_F32, MPIGRAD_ORDER_C);
+  mpigrad_array ob = mpigrad_host_array(pb, 2, ys, MPIGRAD_F32, MPIGRAD_ORDER_C);
+  double worst = 0;
+  int s, o;
+  make_batch(777, x, y);
+  CHECK_STATUS(mpigrad_predict(a, &input, &oa), MPIGRAD_SUCCESS);
+  CHECK_STATUS(mpigrad_predict(b, &input, &ob), MPIGRAD_SUCCESS);
+  for (s = 0; s < GLOBAL; ++s) {
+    for (o = 0; o < OUT; ++o) {
+      double d = fabs((double)pa[s][o] - (double)pb[s][o]);
+      if (d > worst) worst = d;
+    }
+  }
+  return worst;
+}
+
+int main(int argc, char** argv) {
+  const char* dir = argc > 1 ? argv[1] : ".";
+  int rank, size, failures = 0, total = 0;
+  char path[4096];
+  MPI_Comm halves;
+  mpigrad_model world = {0}, reference = {0}, half = {0}, resumed = {0}, broken = {0};
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+
+  /* R ranks on R parts of each batch = one process on the whole batch. */
+  CHECK_STATUS(mpigrad_model_create_distributed(&world, kConfig, MPI_Comm_c2f(MPI_COMM_WORLD),
+                                                "cpu"),
+               MPIGRAD_SUCCESS);
+  CHECK_STATUS(mpigrad_model_create(&reference, kConfig, "cpu"), MPIGRAD_SUCCESS);
+  train(world, 40, rank * (GLOBAL / size), GLOBAL / size);
+  train(reference, 40, 0, GLOBAL);
+  CHECK(difference(world, reference) < 1e-5);
+
+  /* The same on a sub-communicator: the even and the odd ranks, each a data-parallel group. */
+  MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &halves);
+  {
+    int group_rank, group_size;
+    MPI_Comm_rank(halves, &group_rank);
+    MPI_Comm_size(halves, &group_size);
+    CHECK_STATUS(mpigrad_model_create_distributed(&half, kConfig, MPI_Comm_c2f(halves), NULL),
+                 MPIGRAD_SUCCESS);
+    train(half, 40, group_rank * (GLOBAL / group_size), GLOBAL / group_size);
+    CHECK(difference(half, reference) < 1e-5);
+  }
+
+  /* A checkpoint: one file, written by rank 0; every rank resumes from it exactly. */
+  snprintf(path, sizeof(path), "%s/distributed_checkpoint.h5", dir);
+  CHECK_STATUS(mpigrad_save_checkpoint(world, path), MPIGRAD_SUCCESS);
+  CHECK(access(path, R_OK) == 0);
+  CHECK_STATUS(mpigrad_model_create_distributed(&resumed, kConfig, MPI_Comm_c2f(MPI_COMM_WORLD),
+                                                "cpu"),
+               MPIGRAD_SUCCESS);
+  CHECK_STATUS(mpigrad_load_checkpoint(resumed, path), MPIGRAD_SUCCESS);
+  {
+    int64_t steps = 0;
+    CHECK_STATUS(mpigrad_steps(resumed, &steps), MPIGRAD_SUCCESS);
+    CHECK(steps == 40);
+  }
+  train(world, 5, rank * (GLOBAL / size), GLOBAL / size);
+  train(resumed, 5, rank * (GLOBAL / size), GLOBAL / size);
+  CHECK(difference(world, resumed) == 0.0);
+
+  /* A failure on one rank is the same error on every rank. */
+  snprintf(path, sizeof(path), "%s/missing_on_every_rank.h5", dir);
+  CHECK_STATUS(mpigrad_load_checkpoint(world, path), MPIGRAD_ERROR_FILE);
+  CHECK_ERROR_MENTIONS("failed on rank 0");
+  CHECK_STATUS(mpigrad_model_create_distributed(
+                   &broken, rank == size - 1 ? "[model]\nname = bogus\n" : kConfig,
+                   MPI_Comm_c2f(MPI_COMM_WORLD), "cpu"),
+               MPIGRAD_ERROR_CONFIG);
+  CHECK_ERROR_MENTIONS("expected one of mlp | cnn | conv, got 'bogus'");
+  CHECK(broken.id == 0);
+  /* Models that differ between ranks are refused on every rank. */
+  CHECK_STATUS(mpigrad_model_create_distributed(
+                   &broken,
+                   rank == 0 ? kConfig
+                             : "[model]\nname = mlp\nhidden = 17\ninput_shape = 4\noutputs = 3\n"
+                               "[loss]\nname = mse\n",
+                   MPI_Comm_c2f(MPI_COMM_WORLD), "cpu"),
+               MPIGRAD_ERROR_CONFIG);
+  CHECK_ERROR_MENTIONS("differs between ranks");
+
+  CHECK_STATUS(mpigrad_model_destroy(&world), MPIGRAD_SUCCESS);
+  CHECK_STATUS(mpigrad_model_destroy(&reference), MPIGRAD_SUCCESS);
+  CHECK_STATUS(mpigrad_model_destroy(&half), MPIGRAD_SUCCESS);
+  CHECK_STATUS(mpigrad_model_destroy(&resumed), MPIGRAD_SUCCESS);
+  MPI_Comm_free(&halves);
+
+  /* The host's MPI still works after mpigrad is gone, and it finalizes it itself. */
+  failures = c_check_exit_code("test_c_api_mpi");
+  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return total > 100 ? 100 : total;
+}
