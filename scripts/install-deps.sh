@@ -10,6 +10,7 @@ packages=(
   libboost-program-options-dev
   doctest-dev
   libopenblas-dev
+  gfortran
   dataset-fashion-mnist
 )
 

@@ -18,6 +18,7 @@
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/storage.h"
 #include "mpigrad/core/tensor.h"
+#include "mpigrad/launch/embed/c_api_internal.h"
 #include "mpigrad/launch/embed/embedded_model.h"
 #include "mpigrad/launch/mpi_interop.h"
 #include "mpigrad/version.h"
@@ -218,6 +219,12 @@ std::string shape_text(const mpigrad_array* array) {
 extern "C" {
 
 const char* mpigrad_version(void) { return MPIGRAD_VERSION; }
+
+mpigrad_status mpigrad_record_error(const char* function, mpigrad_status status,
+                                    const char* message) {
+  return failed(function != nullptr ? function : "(mpigrad)", status,
+                message != nullptr ? message : "(no message)");
+}
 
 const char* mpigrad_last_error(void) { return last_error.c_str(); }
 
