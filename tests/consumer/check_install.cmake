@@ -17,7 +17,8 @@ foreach(internal core/ops/op_support.h kernels/cpu/parallel.h launch/collective_
     message(FATAL_ERROR "install_consumer: internal header ${internal} was installed")
   endif()
 endforeach()
-foreach(public mpigrad.h version.h core/tensor.h launch/mpi_interop.h launch/training_strategy.h)
+foreach(public mpigrad.h mpigrad_c.h version.h core/tensor.h launch/mpi_interop.h
+       launch/training_strategy.h launch/embed/embedded_model.h)
   if(NOT EXISTS ${prefix}/include/mpigrad/${public})
     message(FATAL_ERROR "install_consumer: public header ${public} was not installed")
   endif()
@@ -26,3 +27,16 @@ run_step(${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${WORK_DIR}/build -G ${GE
          -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release)
 run_step(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 run_step(${WORK_DIR}/build/consumer)
+
+# Outside C and Fortran programs against the same installed package.
+run_step(${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR}/../consumer_c -B ${WORK_DIR}/build_c
+         -G ${GENERATOR} -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release)
+run_step(${CMAKE_COMMAND} --build ${WORK_DIR}/build_c)
+run_step(${WORK_DIR}/build_c/consumer_c)
+if(WITH_FORTRAN)
+  run_step(${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR}/../consumer_fortran
+           -B ${WORK_DIR}/build_fortran -G ${GENERATOR} -DCMAKE_PREFIX_PATH=${prefix}
+           -DCMAKE_BUILD_TYPE=Release)
+  run_step(${CMAKE_COMMAND} --build ${WORK_DIR}/build_fortran)
+  run_step(${WORK_DIR}/build_fortran/consumer_fortran)
+endif()
