@@ -261,36 +261,17 @@ void EmbeddedModel::file_io(const char* what, bool writer_only, const std::funct
   }
 }
 
-void EmbeddedModel::save_model(const std::string& path) {
-  file_io("save_model", true, [&] {
+// The weights alone (save_model), or everything a restart needs (save_checkpoint).
+void EmbeddedModel::save(const char* what, const std::string& path, bool training_state) {
+  file_io(what, true, [&] {
     nn::CheckpointData data;
     data.model = module_->state_dict();
-    data.step = steps_;
-    data.world_size = world_size();
-    data.config = config_.resolved_text();
-    nn::save_checkpoint(path, data);
-  });
-}
-
-void EmbeddedModel::load_model(const std::string& path) {
-  // Every rank reads, and none changes its model unless all could.
-  nn::CheckpointData data;
-  file_io("load_model", false, [&] { data = nn::load_checkpoint(path); });
-  try {
-    nn::apply_checkpoint(data, path, *module_, nullptr, nullptr);
-  } catch (const core::Error& error) {
-    throw EmbedError(EmbedErrorKind::File, error.what());
-  }
-}
-
-void EmbeddedModel::save_checkpoint(const std::string& path) {
-  file_io("save_checkpoint", true, [&] {
-    nn::CheckpointData data;
-    data.model = module_->state_dict();
-    data.optimizer = training_->optimizer->state_dict();
-    if (training_->scheduler) data.scheduler = training_->scheduler->state_dict();
-    for (const auto& [name, generator] : module_->named_generators()) {
-      data.rng.emplace_back("model." + name, *generator);
+    if (training_state) {
+      data.optimizer = training_->optimizer->state_dict();
+      if (training_->scheduler) data.scheduler = training_->scheduler->state_dict();
+      for (const auto& [name, generator] : module_->named_generators()) {
+        data.rng.emplace_back("model." + name, *generator);
+      }
     }
     data.step = steps_;
     data.world_size = world_size();
@@ -299,16 +280,27 @@ void EmbeddedModel::save_checkpoint(const std::string& path) {
   });
 }
 
-void EmbeddedModel::load_checkpoint(const std::string& path) {
+// Every rank reads, and none changes its model unless all could.
+void EmbeddedModel::load(const char* what, const std::string& path, bool training_state) {
   nn::CheckpointData data;
-  file_io("load_checkpoint", false, [&] { data = nn::load_checkpoint(path); });
+  file_io(what, false, [&] { data = nn::load_checkpoint(path); });
   try {
-    nn::apply_checkpoint(data, path, *module_, training_->optimizer.get(),
-                         training_->scheduler.get());
+    nn::apply_checkpoint(data, path, *module_,
+                         training_state ? training_->optimizer.get() : nullptr,
+                         training_state ? training_->scheduler.get() : nullptr);
   } catch (const core::Error& error) {
     throw EmbedError(EmbedErrorKind::File, error.what());
   }
-  steps_ = data.step;
+  if (training_state) steps_ = data.step;
+}
+
+void EmbeddedModel::save_model(const std::string& path) { save("save_model", path, false); }
+void EmbeddedModel::load_model(const std::string& path) { load("load_model", path, false); }
+void EmbeddedModel::save_checkpoint(const std::string& path) {
+  save("save_checkpoint", path, true);
+}
+void EmbeddedModel::load_checkpoint(const std::string& path) {
+  load("load_checkpoint", path, true);
 }
 
 }  // namespace mpigrad::launch

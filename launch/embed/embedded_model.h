@@ -106,6 +106,8 @@ class EmbeddedModel {
   // Runs `io` on the ranks `writer_only` allows, then fails on every rank if it failed on one.
   void collectively(const char* what, bool writer_only, const std::function<void()>& io);
   void file_io(const char* what, bool writer_only, const std::function<void()>& io);
+  void save(const char* what, const std::string& path, bool training_state);
+  void load(const char* what, const std::string& path, bool training_state);
 
   // Member order is destruction order, reversed: the model and its DDP go before the
   // communicators of the manager.
