@@ -41,16 +41,26 @@ Backend& cuda_backend_for(Device device) { return cuda_detail::cuda_backend(devi
 
 bool cuda_built() { return true; }
 
-int cuda_device_count() {
-  static const int count = [] {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-      (void)cudaGetLastError();  // clear it: "no GPU" is an answer here, not an error
-      return 0;
-    }
-    return n;
+static_assert(int(cudaErrorInsufficientDriver) == kCudaErrorInsufficientDriver);
+static_assert(int(cudaErrorNoDevice) == kCudaErrorNoDevice);
+
+const CudaVisibility& cuda_visibility() {
+  static const CudaVisibility visibility = [] {
+    int count = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess) (void)cudaGetLastError();  // the answer is kept; clear the error
+    return classify_cuda_device_count(int(status), count, cudaGetErrorName(status),
+                                      cudaGetErrorString(status));
   }();
-  return count;
+  return visibility;
+}
+
+int cuda_device_count() {
+  const CudaVisibility& visibility = cuda_visibility();
+  MPIGRAD_CHECK(!visibility.broken, visibility.describe(),
+                "; fix the driver or the CUDA runtime, or hide the GPUs (CUDA_VISIBLE_DEVICES=) "
+                "to run on the CPU");
+  return visibility.device_count;
 }
 
 bool cuda_is_available() { return cuda_device_count() > 0; }

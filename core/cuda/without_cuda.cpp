@@ -25,9 +25,20 @@ Backend& cuda_backend_for(Device device) {
 }  // namespace detail
 
 bool cuda_built() { return false; }
+const CudaVisibility& cuda_visibility() {
+  static const CudaVisibility visibility = [] {
+    CudaVisibility none;
+    none.built = false;
+    return none;
+  }();
+  return visibility;
+}
 int cuda_device_count() { return 0; }
 bool cuda_is_available() { return false; }
 std::string cuda_device_name(Device) { no_cuda("cuda_device_name"); }
+void set_cuda_home_device(Device) { no_cuda("set_cuda_home_device"); }
+std::optional<Device> cuda_home_device() { return std::nullopt; }
+Device cuda_current_device() { no_cuda("cuda_current_device"); }
 void cuda_synchronize(Device) { no_cuda("cuda_synchronize"); }
 
 void StreamView::synchronize() const { no_cuda("StreamView::synchronize"); }
