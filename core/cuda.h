@@ -61,6 +61,20 @@ bool cuda_is_available();
 // visible.
 std::string cuda_device_name(Device device);
 
+// The GPU this process works on. mpigrad makes it the current device of every thread that runs
+// CUDA work through it, before anything else, and every device switch (an op on another GPU)
+// returns to it, so no thread of the process creates a context on a GPU it does not use (a
+// context costs hundreds of MiB on that GPU). DistributedManager sets it once per rank at
+// start-up, from the rank's place on its node (launch/device_choice.h). A program that never
+// sets it gets the first GPU that mpigrad is asked to use. Setting it again replaces it (each
+// thread switches at its next CUDA call through mpigrad). Throws core::Error when the device is
+// not a visible CUDA device.
+void set_cuda_home_device(Device device);
+// The device set_cuda_home_device (or the first use) chose, if any.
+std::optional<Device> cuda_home_device();
+// The calling thread's current CUDA device (cudaGetDevice), for tests and diagnostics.
+Device cuda_current_device();
+
 // Waits until every stream of `device` has finished its queued work.
 void cuda_synchronize(Device device);
 

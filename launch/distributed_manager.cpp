@@ -3,9 +3,11 @@
 
 #include <cstdlib>
 #include <sstream>
+#include <string_view>
 
 #include "mpigrad/core/cuda.h"
 #include "mpigrad/core/error.h"
+#include "mpigrad/launch/device_choice.h"
 #include "mpigrad/launch/mpi_communicator.h"
 #include "mpigrad/launch/mpi_interop.h"
 #if MPIGRAD_WITH_NCCL
@@ -31,19 +33,26 @@ struct DistributedManager::State {
 
 namespace {
 
-// cuda(local_rank % device_count) when this build has the CUDA backend and GPUs are visible
-// (core::cuda_device_count() answers 0 in CPU builds), otherwise the CPU.
-core::Device default_device(int local_rank) {
-  const int count = core::cuda_device_count();
-  return count > 0 ? core::cuda(local_rank % count) : core::kCPU;
+std::string rank_prefix(int rank, int size) {
+  return "[rank " + std::to_string(rank) + "/" + std::to_string(size) + "]";
 }
 
-core::Device choose_device(const DistributedOptions& options, int local_rank) {
-  if (options.device) return *options.device;
-  if (const char* text = std::getenv("MPIGRAD_DEVICE"); text != nullptr && *text) {
-    return core::Device::parse(text);
-  }
-  return default_device(local_rank);
+// The rank's device (launch/device_choice.h), made the process's home GPU once, here, so that no
+// thread of this rank ever creates a context on another GPU.
+core::Device choose_device(const DistributedOptions& options, int rank, int size,
+                           int local_rank, int local_size) {
+  const char* environment = std::getenv("MPIGRAD_DEVICE");
+  const bool wants_cpu = (options.device && options.device->is_cpu()) ||
+                         (!options.device && environment != nullptr &&
+                          std::string_view(environment) == "cpu");
+  // `cpu` never asks CUDA anything, so it works even where the driver is broken.
+  const core::CudaVisibility visibility =
+      wants_cpu ? core::CudaVisibility{} : core::cuda_visibility();
+  const core::Device device =
+      choose_rank_device(options.device, environment != nullptr ? environment : "", local_rank,
+                         local_size, visibility, rank_prefix(rank, size));
+  if (device.is_cuda()) core::set_cuda_home_device(device);
+  return device;
 }
 
 }  // namespace
@@ -63,7 +72,8 @@ DistributedManager::DistributedManager(std::shared_ptr<MpiRuntime> runtime, MpiC
   check_mpi(MPI_Allreduce(&leader, &leaders, 1, MPI_INT, MPI_SUM, s.world->handle().comm),
             "MPI_Allreduce", "node count on 'world'");
   s.node_count = leaders;
-  s.device = choose_device(options, s.node_local->rank());
+  s.device = choose_device(options, s.world->rank(), s.world->size(), s.node_local->rank(),
+                           s.node_local->size());
 }
 
 DistributedManager DistributedManager::initialize(int* argc, char*** argv, DistributedOptions options) {
@@ -136,6 +146,8 @@ std::unique_ptr<Communicator> create_communicator(DistributedManager& manager, B
                   "] create_communicator: the nccl backend was requested",
                   device.is_cuda() ? " (for " + device.str() + " tensors)" : std::string(),
                   " but no CUDA device is visible; use --backend mpi with host tensors");
+    check_one_gpu_per_rank(manager.local_size(), count, "nccl",
+                           rank_prefix(manager.rank(), manager.world_size()));
     // A CPU device means "the GPU this rank would use": the manager's, or local_rank % count.
     core::Device gpu = device.is_cuda()                ? device
                        : manager.device().is_cuda()    ? manager.device()

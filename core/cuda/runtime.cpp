@@ -2,6 +2,7 @@
 // controls of core/cuda_allocator.h.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -15,6 +16,39 @@
 namespace mpigrad::core {
 
 namespace cuda_detail {
+
+namespace {
+
+// The home device (core/cuda.h). `home_generation` changes whenever `home_index` does, so each
+// thread knows without locking whether it still has to switch.
+std::mutex home_mutex;
+int home_index = -1;                        // guarded by home_mutex
+std::atomic<unsigned> home_generation{0};   // 0: no home device chosen yet
+thread_local unsigned applied_generation = 0;
+
+}  // namespace
+
+cudaError_t make_home_device_current(int fallback) {
+  if (applied_generation != 0 &&
+      applied_generation == home_generation.load(std::memory_order_acquire)) {
+    return cudaSuccess;
+  }
+  int home = -1;
+  unsigned generation = 0;
+  {
+    std::lock_guard<std::mutex> lock(home_mutex);
+    if (home_index < 0) {
+      if (fallback < 0) return cudaSuccess;  // nothing chosen yet: leave the thread as it is
+      home_index = fallback;
+      home_generation.fetch_add(1, std::memory_order_acq_rel);
+    }
+    home = home_index;
+    generation = home_generation.load(std::memory_order_acquire);
+  }
+  const cudaError_t status = cudaSetDevice(home);
+  if (status == cudaSuccess) applied_generation = generation;
+  return status;
+}
 
 CudaBackend& cuda_backend(int index) {
   const int count = cuda_device_count();
@@ -70,6 +104,30 @@ std::string cuda_device_name(Device device) {
   cudaDeviceProp properties{};
   MPIGRAD_CUDA_CHECK(cudaGetDeviceProperties(&properties, device.index));
   return properties.name;
+}
+
+void set_cuda_home_device(Device device) {
+  MPIGRAD_CHECK(device.is_cuda(), "set_cuda_home_device: ", device, " is not a CUDA device");
+  cuda_detail::cuda_backend(device.index);  // checks that it is visible
+  {
+    std::lock_guard<std::mutex> lock(cuda_detail::home_mutex);
+    cuda_detail::home_index = device.index;
+    cuda_detail::home_generation.fetch_add(1, std::memory_order_acq_rel);
+  }
+  MPIGRAD_CUDA_CHECK(cuda_detail::make_home_device_current(device.index));
+}
+
+std::optional<Device> cuda_home_device() {
+  std::lock_guard<std::mutex> lock(cuda_detail::home_mutex);
+  if (cuda_detail::home_index < 0) return std::nullopt;
+  return cuda(cuda_detail::home_index);
+}
+
+Device cuda_current_device() {
+  MPIGRAD_CHECK(cuda_device_count() > 0, "cuda_current_device: no CUDA device is visible");
+  int index = 0;
+  MPIGRAD_CUDA_CHECK(cudaGetDevice(&index));
+  return cuda(index);
 }
 
 void cuda_synchronize(Device device) {
