@@ -157,7 +157,7 @@ void record_stream(const Tensor& tensor, StreamView stream) {
   if (tensor.storage()->data() == nullptr) return;  // empty tensors own no block
   cuda_detail::cuda_backend(tensor.device().index)
       .caching_allocator()
-      .record_stream(tensor.storage()->data(), static_cast<cudaStream_t>(stream.handle()));
+      .record_stream(tensor.storage()->data(), stream);
 }
 
 }  // namespace mpigrad::core

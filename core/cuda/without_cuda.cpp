@@ -46,12 +46,15 @@ bool StreamView::query() const { no_cuda("StreamView::query"); }
 void StreamView::wait(const Event&) const { no_cuda("StreamView::wait"); }
 Stream::Stream(Device device) : device_(device) { no_cuda("Stream"); }
 Stream::~Stream() = default;
-Stream::Stream(Stream&& other) noexcept : device_(other.device_), handle_(other.handle_) {
+void Stream::release() noexcept {}
+Stream::Stream(Stream&& other) noexcept
+    : device_(other.device_), handle_(other.handle_), id_(other.id_) {
   other.handle_ = nullptr;
 }
 Stream& Stream::operator=(Stream&& other) noexcept {
   device_ = other.device_;
   handle_ = other.handle_;
+  id_ = other.id_;
   other.handle_ = nullptr;
   return *this;
 }
