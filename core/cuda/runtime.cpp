@@ -134,6 +134,7 @@ void cuda_synchronize(Device device) {
   cuda_detail::cuda_backend(device.index);
   cuda_detail::DeviceGuard guard(device.index);
   MPIGRAD_CUDA_CHECK(cudaDeviceSynchronize());
+  cuda_detail::cuda_backend(device.index).device_checks().poll(false);
 }
 
 CudaMemoryStats cuda_memory_stats(Device device) {

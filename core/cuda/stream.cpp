@@ -53,8 +53,10 @@ cudaEvent_t as_event(void* handle) { return static_cast<cudaEvent_t>(handle); }
 // ---- StreamView ------------------------------------------------------------------------------
 
 void StreamView::synchronize() const {
-  cuda_detail::DeviceGuard guard(checked_index(device_, "StreamView::synchronize"));
+  const int index = checked_index(device_, "StreamView::synchronize");
+  cuda_detail::DeviceGuard guard(index);
   MPIGRAD_CUDA_CHECK(cudaStreamSynchronize(as_stream(handle_)));
+  cuda_detail::cuda_backend(index).device_checks().poll(false);
 }
 
 bool StreamView::query() const {

@@ -6,6 +6,7 @@
 #include "mpigrad/core/backend.h"
 #include "mpigrad/core/cuda.h"
 #include "mpigrad/core/cuda_allocator.h"
+#include "mpigrad/core/device_checks.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/pinned.h"
 #include "mpigrad/core/stream.h"
@@ -40,6 +41,9 @@ void set_cuda_home_device(Device) { no_cuda("set_cuda_home_device"); }
 std::optional<Device> cuda_home_device() { return std::nullopt; }
 Device cuda_current_device() { no_cuda("cuda_current_device"); }
 void cuda_synchronize(Device) { no_cuda("cuda_synchronize"); }
+void check_device_errors(Device device) {
+  if (device.is_cuda()) no_cuda("check_device_errors");
+}
 
 void StreamView::synchronize() const { no_cuda("StreamView::synchronize"); }
 bool StreamView::query() const { no_cuda("StreamView::query"); }
