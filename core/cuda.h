@@ -5,6 +5,7 @@
 // compiles with any C++ compiler. In a build without CUDA every query answers "none".
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -60,6 +61,17 @@ bool cuda_is_available();
 // The device's name as the driver reports it ("NVIDIA H200"); throws core::Error if it is not
 // visible.
 std::string cuda_device_name(Device device);
+
+// What `mpigrad devices` prints about one GPU.
+struct CudaDeviceInfo {
+  std::string name;
+  int64_t total_memory_bytes = 0;
+  int compute_major = 0, compute_minor = 0;
+  int multiprocessors = 0;
+};
+CudaDeviceInfo cuda_device_info(Device device);
+// "CUDA runtime 13.0, driver 13.0" (the driver's is the newest runtime it supports).
+std::string cuda_versions();
 
 // The GPU this process works on. mpigrad makes it the current device of every thread that runs
 // CUDA work through it, before anything else, and every device switch (an op on another GPU)

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "mpigrad/core/backend.h"
@@ -104,6 +105,30 @@ std::string cuda_device_name(Device device) {
   cudaDeviceProp properties{};
   MPIGRAD_CUDA_CHECK(cudaGetDeviceProperties(&properties, device.index));
   return properties.name;
+}
+
+CudaDeviceInfo cuda_device_info(Device device) {
+  cuda_detail::cuda_backend(device.index);  // checks that it is visible
+  cudaDeviceProp properties{};
+  MPIGRAD_CUDA_CHECK(cudaGetDeviceProperties(&properties, device.index));
+  CudaDeviceInfo info;
+  info.name = properties.name;
+  info.total_memory_bytes = int64_t(properties.totalGlobalMem);
+  info.compute_major = properties.major;
+  info.compute_minor = properties.minor;
+  info.multiprocessors = properties.multiProcessorCount;
+  return info;
+}
+
+std::string cuda_versions() {
+  int runtime = 0, driver = 0;
+  MPIGRAD_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
+  MPIGRAD_CUDA_CHECK(cudaDriverGetVersion(&driver));
+  auto version = [](int v) {
+    return v == 0 ? std::string("none")
+                  : std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+  };
+  return "CUDA runtime " + version(runtime) + ", driver " + version(driver);
 }
 
 void set_cuda_home_device(Device device) {

@@ -37,6 +37,8 @@ const CudaVisibility& cuda_visibility() {
 int cuda_device_count() { return 0; }
 bool cuda_is_available() { return false; }
 std::string cuda_device_name(Device) { no_cuda("cuda_device_name"); }
+CudaDeviceInfo cuda_device_info(Device) { no_cuda("cuda_device_info"); }
+std::string cuda_versions() { return "built without CUDA"; }
 void set_cuda_home_device(Device) { no_cuda("set_cuda_home_device"); }
 std::optional<Device> cuda_home_device() { return std::nullopt; }
 Device cuda_current_device() { no_cuda("cuda_current_device"); }
