@@ -23,6 +23,9 @@ struct DistributedManager::State {
   Launcher launcher = Launcher::SingleProcess;
   CollectiveConfig config;
   core::Device device;
+  // Why no device could be chosen ("" when one was): raised by device(), so that a program
+  // reports it through its usual error path instead of from the constructor.
+  std::string device_error;
   int node_count = 1;
   // The manager itself holds no CUDA handles: NcclCommunicators (from create_communicator) own
   // their NCCL comm, stream and events, release them in that order, and hold the runtime, so
@@ -72,8 +75,12 @@ DistributedManager::DistributedManager(std::shared_ptr<MpiRuntime> runtime, MpiC
   check_mpi(MPI_Allreduce(&leader, &leaders, 1, MPI_INT, MPI_SUM, s.world->handle().comm),
             "MPI_Allreduce", "node count on 'world'");
   s.node_count = leaders;
-  s.device = choose_device(options, s.world->rank(), s.world->size(), s.node_local->rank(),
-                           s.node_local->size());
+  try {
+    s.device = choose_device(options, s.world->rank(), s.world->size(), s.node_local->rank(),
+                             s.node_local->size());
+  } catch (const core::Error& error) {
+    s.device_error = error.what();
+  }
 }
 
 DistributedManager DistributedManager::initialize(int* argc, char*** argv, DistributedOptions options) {
@@ -114,8 +121,14 @@ int DistributedManager::world_size() const { return state().world->size(); }
 int DistributedManager::local_rank() const { return state().node_local->rank(); }
 int DistributedManager::local_size() const { return state().node_local->size(); }
 int DistributedManager::node_count() const { return state().node_count; }
-core::Device DistributedManager::device() const { return state().device; }
-void DistributedManager::set_device(core::Device device) { state().device = device; }
+core::Device DistributedManager::device() const {
+  MPIGRAD_CHECK(state().device_error.empty(), state().device_error);
+  return state().device;
+}
+void DistributedManager::set_device(core::Device device) {
+  state().device = device;
+  state().device_error.clear();
+}
 Launcher DistributedManager::launcher() const { return state().launcher; }
 bool DistributedManager::owns_mpi() const { return state().runtime->owns_mpi(); }
 ThreadLevel DistributedManager::thread_level() const { return state().runtime->thread_level(); }
@@ -130,7 +143,9 @@ std::string DistributedManager::describe() const {
   std::ostringstream out;
   out << "rank " << rank() << "/" << world_size() << " (local " << local_rank() << "/"
       << local_size() << ", " << node_count() << (node_count() == 1 ? " node" : " nodes")
-      << "), device " << device() << ", " << launcher_name(launcher()) << ", "
+      << "), device "
+      << (state().device_error.empty() ? device().str() : "unavailable (" + state().device_error + ")")
+      << ", " << launcher_name(launcher()) << ", "
       << thread_level_name(thread_level()) << ", " << (owns_mpi() ? "owns MPI" : "adopted MPI");
   return out.str();
 }

@@ -62,7 +62,8 @@ class DistributedManager {
   // Chosen once, when the manager is built (launch/device_choice.h): CUDA local_rank %
   // device_count when GPUs are visible, otherwise the CPU; options.device or MPIGRAD_DEVICE
   // override it. A GPU chosen there is made the process's home device (core/cuda.h), so nothing
-  // of this rank creates a context on another GPU.
+  // of this rank creates a context on another GPU. When no device can be had (MPIGRAD_DEVICE=cuda:3
+  // with 2 GPUs, a broken GPU), the manager is still built and device() throws that core::Error.
   core::Device device() const;
   // Changes what device() reports (the home GPU stays as chosen at start-up).
   void set_device(core::Device device);
