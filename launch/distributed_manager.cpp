@@ -144,7 +144,8 @@ std::string DistributedManager::describe() const {
   out << "rank " << rank() << "/" << world_size() << " (local " << local_rank() << "/"
       << local_size() << ", " << node_count() << (node_count() == 1 ? " node" : " nodes")
       << "), device "
-      << (state().device_error.empty() ? device().str() : "unavailable (" + state().device_error + ")")
+      << (state().device_error.empty() ? device().str()
+                                       : "unavailable (" + state().device_error + ")")
       << ", " << launcher_name(launcher()) << ", "
       << thread_level_name(thread_level()) << ", " << (owns_mpi() ? "owns MPI" : "adopted MPI");
   return out.str();

@@ -99,7 +99,8 @@ class DistributedManager {
 // Backend::Auto picks NCCL for CUDA devices and MPI for the CPU. Backend::Nccl with a CPU
 // `device` uses the GPU this rank would (manager.device() if it is one, else
 // cuda(local_rank % device_count)); it needs one GPU per rank of the node, and more ranks than
-// GPUs on a node is one error naming both counts. NCCL communicators (launch/nccl_communicator.h) are
+// GPUs on a node is one error naming both counts. NCCL communicators
+// (launch/nccl_communicator.h) are
 // stream-ordered: Work::wait() makes the caller's current CUDA stream wait, not the host.
 // Without the CUDA/NCCL backend, asking for NCCL (or Auto with a CUDA device) throws a clear
 // core::Error, and so does a CUDA build when no CUDA device is visible.

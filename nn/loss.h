@@ -3,7 +3,8 @@
 //
 // The classification and regression losses with torch.nn.functional's semantics, built from the
 // differentiable core ops (the fused cross-entropy rows, log_softmax, gather, ...), so their
-// gradients need no code of their own. A loss object is a small value holding its options; call it like a function.
+// gradients need no code of their own. A loss object is a small value holding its options; call
+// it like a function.
 #pragma once
 
 #include <cstdint>

@@ -48,7 +48,11 @@ json_string() {
   printf '"%s"' "$s"
 }
 json_number() {  # a number, or null
-  if [[ "$1" =~ ^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$ ]]; then printf '%s' "$1"; else printf null; fi
+  if [[ "$1" =~ ^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$ ]]; then
+    printf '%s' "$1"
+  else
+    printf null
+  fi
 }
 json_file() {  # the JSON object in a file, or null
   if [ -s "$1" ] && [ "$(head -c 1 "$1")" = "{" ]; then cat "$1"; else printf null; fi
@@ -64,13 +68,20 @@ train_rate=""
 write_summary() {
   local steps="" step problems="" problem
   for step in "${steps_json[@]}"; do steps+="${steps:+,}$step"; done
-  for problem in "${setup_problems[@]}"; do problems+="${problems:+,}$(json_string "$problem")"; done
+  for problem in "${setup_problems[@]}"; do
+    problems+="${problems:+,}$(json_string "$problem")"
+  done
   local torch_eager torch_compile
   torch_eager=$(sed -n 's/.*"eager_samples_per_s": *\([0-9.eE+-]*\).*/\1/p' \
     "$out/torch.json" 2>/dev/null | head -1)
   torch_compile=$(sed -n 's/.*"compile_samples_per_s": *\([0-9.eE+-]*\).*/\1/p' \
     "$out/torch.json" 2>/dev/null | head -1)
-  ratio() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.4f", a / b}'; }
+  ratio() {
+    [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.4f", a / b}'
+  }
+  local eager_ratio compile_ratio
+  eager_ratio=$(ratio "$train_rate" "$torch_eager")
+  compile_ratio=$(ratio "$train_rate" "$torch_compile")
   cat >"$out/summary.json.tmp" <<EOF
 {
   "status": $(json_string "$status"),
@@ -79,15 +90,17 @@ write_summary() {
   "bundle": {"commit": $(json_string "$bundle_commit"), "built": $(json_string "$bundle_built"),
              "nvcc": $(json_string "$bundle_nvcc"),
              "cuda_architectures": $(json_string "$bundle_cuda_architectures")},
-  "machine": {"devices": $(json_string "$devices_text"), "library_dirs": $(json_string "$lib_dirs_text"),
+  "machine": {"devices": $(json_string "$devices_text"),
+              "library_dirs": $(json_string "$lib_dirs_text"),
               "glibc": $(json_string "$(ldd --version 2>/dev/null | head -1)")},
   "setup_problems": [$problems],
   "steps": [$steps],
   "kernels": $(json_file "$out/bench_kernels.json"),
-  "train": {"test_accuracy": $(json_number "$train_accuracy"), "samples_per_s": $(json_number "$train_rate")},
+  "train": {"test_accuracy": $(json_number "$train_accuracy"),
+            "samples_per_s": $(json_number "$train_rate")},
   "torch": $(json_file "$out/torch.json"),
-  "ratios": {"mpigrad_vs_torch_eager_samples_per_s": $(json_number "$(ratio "$train_rate" "$torch_eager")"),
-             "mpigrad_vs_torch_compile_samples_per_s": $(json_number "$(ratio "$train_rate" "$torch_compile")")}
+  "ratios": {"mpigrad_vs_torch_eager_samples_per_s": $(json_number "$eager_ratio"),
+             "mpigrad_vs_torch_compile_samples_per_s": $(json_number "$compile_ratio")}
 }
 EOF
   mv "$out/summary.json.tmp" "$out/summary.json"
@@ -102,8 +115,8 @@ finish() {  # status line exit-code: the one line on the terminal
 
 # ---- Setup 1: the CUDA, cuDNN and NCCL libraries and the driver -------------------------------
 pythons=()
-for candidate in "${MPIGRAD_PYTHON:-}" "$(command -v python3 2>/dev/null)" /opt/torch/.venv/bin/python3 \
-  /opt/conda/bin/python3 /usr/local/bin/python3 /usr/bin/python3; do
+for candidate in "${MPIGRAD_PYTHON:-}" "$(command -v python3 2>/dev/null)" \
+  /opt/torch/.venv/bin/python3 /opt/conda/bin/python3 /usr/local/bin/python3 /usr/bin/python3; do
   [ -n "$candidate" ] && [ -x "$candidate" ] || continue
   case " ${pythons[*]-} " in *" $candidate "*) continue ;; esac
   pythons+=("$candidate")
@@ -124,7 +137,8 @@ done
 for python in "${pythons[@]}"; do
   while read -r site; do
     for dir in "$site"/nvidia/*/lib; do add_dir "$dir"; done
-  done < <(timeout 30 "$python" -c 'import site; print("\n".join(site.getsitepackages()))' 2>/dev/null)
+  done < <(timeout 30 "$python" -c 'import site; print("\n".join(site.getsitepackages()))' \
+    2>/dev/null)
 done
 for dir in /opt/*/.venv/lib/python3*/site-packages/nvidia/*/lib \
   /usr/local/lib/python3*/dist-packages/nvidia/*/lib /usr/lib/python3/dist-packages/nvidia/*/lib; do
@@ -149,7 +163,9 @@ for soname in $bundle_cuda_sonames libnvrtc.so.13 libnvJitLink.so.13; do
     log "$soname: in the loader's cache"
   else
     case " $bundle_cuda_sonames " in
-      *" $soname "*) setup_problems+=("$soname not found (looked in ${candidate_dirs[*]-nothing} and ldconfig)") ;;
+      *" $soname "*)
+        setup_problems+=("$soname not found (looked in ${candidate_dirs[*]-nothing} and ldconfig)")
+        ;;
       *) log "$soname: not found (optional)" ;;
     esac
   fi
@@ -182,7 +198,8 @@ libstdcxx=$(ldconfig -p 2>/dev/null | awk '$1 == "libstdc++.so.6" {print $NF; ex
 if [ -n "$libstdcxx" ] && ! grep -qa "GLIBCXX_$bundle_glibcxx_needed" "$libstdcxx"; then
   setup_problems+=("$libstdcxx lacks GLIBCXX_$bundle_glibcxx_needed, which the bundle needs")
 fi
-for file in "$bundle"/bin/* "$bundle"/lib/*.so* "$bundle"/lib/openmpi/*.so "$bundle"/lib/pmix/*.so; do
+for file in "$bundle"/bin/* "$bundle"/lib/*.so* "$bundle"/lib/openmpi/*.so \
+  "$bundle"/lib/pmix/*.so; do
   [ -L "$file" ] && continue
   [ "$(head -c 4 "$file" | od -An -c | tr -d ' ')" = "177ELF" ] || continue
   while read -r line; do
@@ -221,7 +238,7 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -q avx512f /proc/cpuinfo 2>/dev/null;
   export OPENBLAS_CORETYPE=SkylakeX
 fi
 export PYTHONUNBUFFERED=1
-log "Open MPI and PMIx from $bundle; OMPI_MCA_btl=$OMPI_MCA_btl; OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-}"
+log "Open MPI and PMIx from $bundle; btl $OMPI_MCA_btl; OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-}"
 if [ ${#setup_problems[@]} -gt 0 ]; then
   for problem in "${setup_problems[@]}"; do log "setup problem: $problem"; done
   finish setup_failed "setup failed: ${setup_problems[0]}$( [ ${#setup_problems[@]} -gt 1 ] &&
@@ -240,13 +257,15 @@ dry_run=(train "${train_args[@]}" --distributed.backend=mpi --sched.warmup_steps
 for launch in "mpirun -np 2" singleton; do
   : >"$out/setup_mpi.log"
   if [ "$launch" = singleton ]; then
-    MPIGRAD_DEVICE=cpu timeout -k 5 90 "$bundle/bin/mpigrad" "${dry_run[@]}" >"$out/setup_mpi.log" 2>&1
+    MPIGRAD_DEVICE=cpu timeout -k 5 90 "$bundle/bin/mpigrad" "${dry_run[@]}" \
+      >"$out/setup_mpi.log" 2>&1
   else
     MPIGRAD_DEVICE=cpu timeout -k 5 90 mpirun -np 2 "$bundle/bin/mpigrad" "${dry_run[@]}" \
       >"$out/setup_mpi.log" 2>&1
   fi
   rc=$?
-  { log "$launch mpigrad train --dry-run on the CPU (exit $rc):"; cat "$out/setup_mpi.log"; } >>"$setup_log"
+  log "$launch mpigrad train --dry-run on the CPU (exit $rc):"
+  cat "$out/setup_mpi.log" >>"$setup_log"
   if [ "$rc" -ne 0 ] || ! grep -q "dry run passed" "$out/setup_mpi.log"; then
     setup_problems+=("$launch mpigrad train --dry-run on the CPU failed (exit $rc)")
   elif grep -q '^-----------------------------' "$out/setup_mpi.log"; then
@@ -283,7 +302,8 @@ run_step() {
   shift 2
   local left=$((budget - $(elapsed)))
   if [ "$left" -lt 15 ]; then
-    steps_json+=("{\"name\": $(json_string "$name"), \"status\": \"not run\", \"detail\": \"no time left\"}")
+    steps_json+=("{\"name\": $(json_string "$name"), \"status\": \"not run\",\
+ \"detail\": \"no time left\"}")
     failures=$((failures + 1))
     printf 'gpu-check: %-16s not run: no time left\n' "$name"
     write_summary
@@ -303,14 +323,17 @@ run_step() {
   [ "$state" = passed ] || failures=$((failures + 1))
   # The line that says how it went: doctest's count, the skip/fail line, the trainer's last
   # word; otherwise the log's last line.
-  detail=$(grep -E '^\[doctest\] test cases:|test cases (skipped|not run|cannot run)|^mpigrad train: (done|error)|mpigrad train: error|cannot run|^torch (eager|compile)' \
-    "$out/$name.log" | tail -1)
+  local outcome='^\[doctest\] test cases:|test cases (skipped|not run|cannot run)|cannot run'
+  outcome+='|mpigrad train: (done|error)'
+  detail=$(grep -E "$outcome" "$out/$name.log" | tail -1)
   [ "$name" != torch ] || detail=$(grep -E '^torch (eager|compile)' "$out/$name.log" | tr '\n' ';')
   [ -n "$detail" ] || detail=$(grep -v '^[[:space:]]*$' "$out/$name.log" | tail -1)
   detail=${detail:0:400}
   local seconds
   seconds=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}')
-  steps_json+=("{\"name\": $(json_string "$name"), \"status\": \"$state\", \"exit_code\": $rc, \"seconds\": $seconds, \"timeout_s\": $limit, \"log\": $(json_string "$name.log"), \"detail\": $(json_string "$detail")}")
+  steps_json+=("{\"name\": $(json_string "$name"), \"status\": \"$state\", \"exit_code\": $rc,\
+ \"seconds\": $seconds, \"timeout_s\": $limit, \"log\": $(json_string "$name.log"),\
+ \"detail\": $(json_string "$detail")}")
   printf 'gpu-check: %-16s %-7s %6ss  %s\n' "$name" "$state" "$seconds" "$detail"
   write_summary
 }
@@ -345,12 +368,14 @@ if [ -n "$torch_python" ]; then
     --train "$data/train-00000-of-00002.h5,$data/train-00001-of-00002.h5" --test "$data/test.h5" \
     --epochs 3 --json "$out/torch.json" --time-limit "$((left < 100 ? left : 100))"
 else
-  steps_json+=("{\"name\": \"torch\", \"status\": \"not run\", \"detail\": \"no python3 with torch and h5py (tried ${pythons[*]-none})\"}")
+  steps_json+=("{\"name\": \"torch\", \"status\": \"not run\", \"detail\":\
+ $(json_string "no python3 with torch and h5py (tried ${pythons[*]-none})")}")
   failures=$((failures + 1))
   printf 'gpu-check: %-16s not run: no python3 with torch and h5py\n' torch
 fi
 
 if [ "$failures" -eq 0 ]; then
-  finish passed "all steps passed in $(elapsed) s; test accuracy ${train_accuracy:-?}, ${train_rate:-?} samples/s; see $out/summary.json" 0
+  line="all steps passed in $(elapsed) s; test accuracy ${train_accuracy:-?},"
+  finish passed "$line ${train_rate:-?} samples/s; see $out/summary.json" 0
 fi
 finish failed "$failures step(s) failed or did not run, in $(elapsed) s; see $out/summary.json" 1

@@ -147,7 +147,8 @@ provided_there() {
 }
 is_elf() { [ -f "$1" ] && [ "$(head -c 4 "$1" | od -An -c | tr -d ' ')" = "177ELF" ]; }
 elf_files() {
-  for file in "$bundle"/bin/* "$bundle"/lib/*.so* "$bundle"/lib/openmpi/*.so "$bundle"/lib/pmix/*.so; do
+  for file in "$bundle"/bin/* "$bundle"/lib/*.so* "$bundle"/lib/openmpi/*.so \
+    "$bundle"/lib/pmix/*.so; do
     [ -L "$file" ] || ! is_elf "$file" || echo "$file"
   done
 }
@@ -207,7 +208,7 @@ bundle_cuda_architectures="90"
 bundle_glibc_needed="$glibc_needed"
 bundle_glibcxx_needed="$glibcxx_needed"
 bundle_cuda_sonames="$cuda_sonames"
-bundle_programs="mpigrad mpigrad-test-cuda mpigrad-test-nn-cuda mpigrad-test-nccl mpigrad-bench-kernels"
+bundle_programs="$(for program in "${programs[@]}"; do basename "$program"; done | paste -sd' ')"
 EOF
 
 # ---- 7. Checks: nothing missing, and small enough to carry ----------------------------------
@@ -221,4 +222,5 @@ packed=$(stat -c %s "$bundle.tar.gz")
 [ "$packed" -le "$max_pack_bytes" ] ||
   fail "$bundle packs to $packed bytes ($bundle.tar.gz), over the 60 MiB limit"
 echo "gpu-check: bundle $bundle ready ($(du -sh "$bundle" | cut -f1) on disk, $bundle.tar.gz" \
-  "$((packed / 1024 / 1024)) MiB; commit $commit); on the GPU machine run: $(basename "$bundle")/run.sh OUTDIR"
+  "$((packed / 1024 / 1024)) MiB; commit $commit); on the GPU machine run:" \
+  "$(basename "$bundle")/run.sh OUTDIR"

@@ -113,7 +113,9 @@ struct DirectionCalls {
     std::vector<std::pair<int, cudnnMathType_t>> out;
     auto keep = [&](const auto* perf, int returned) {
       for (int i = 0; i < returned; ++i) {
-        if (perf[i].status == CUDNN_STATUS_SUCCESS) out.push_back({int(perf[i].algo), perf[i].mathType});
+        if (perf[i].status == CUDNN_STATUS_SUCCESS) {
+          out.push_back({int(perf[i].algo), perf[i].mathType});
+        }
       }
     };
     int returned = 0;

@@ -24,12 +24,16 @@ fail() {
   exit 1
 }
 
-"$repo/scripts/gpu-check.sh" --bundle "$bundle" --no-build --build-dir "$build" >"$work/bundle.log" 2>&1 ||
-  { cat "$work/bundle.log" >&2; fail "gpu-check.sh --bundle failed"; }
+if ! "$repo/scripts/gpu-check.sh" --bundle "$bundle" --no-build --build-dir "$build" \
+  >"$work/bundle.log" 2>&1; then
+  cat "$work/bundle.log" >&2
+  fail "gpu-check.sh --bundle failed"
+fi
 tail -1 "$work/bundle.log"
 
-# The one line, its exit status and summary.json. run_bundle <root or ""> <bundle> <out> [env...]
-expected='^gpu-check: no GPU visible: cudaGetDeviceCount failed with cudaError[A-Za-z]+ \(.+\); setup passed, nothing was run on a GPU$'
+# The one line, its exit status and summary.json: check_run <what> <output> <exit status> <summary>
+expected='^gpu-check: no GPU visible: cudaGetDeviceCount failed with cudaError[A-Za-z]+ \(.+\); '
+expected+='setup passed, nothing was run on a GPU$'
 check_run() {
   local what=$1 output=$2 rc=$3 summary=$4
   [ "$rc" -eq 2 ] || fail "$what: exit status $rc, expected 2 (no GPU); output: $output"
@@ -48,7 +52,9 @@ set -e
 check_run "env -i run" "$output" "$rc" "$work/out/summary.json"
 
 # Every library a bundle program loaded, from the loader's log of each process.
-allowed='^(/lib|/usr/lib)(64)?(/x86_64-linux-gnu)?/(ld-linux-x86-64|libc|libm|libmvec|libpthread|libdl|librt|libresolv|libutil|libanl|libstdc\+\+|libgcc_s)\.so|^/usr/local/cuda[^/]*/|^/etc/ld\.so\.cache$'
+allowed='^(/lib|/usr/lib)(64)?(/x86_64-linux-gnu)?/'
+allowed+='(ld-linux-x86-64|libc|libm|libmvec|libpthread|libdl|librt|libresolv|libutil|libanl'
+allowed+='|libstdc\+\+|libgcc_s)\.so|^/usr/local/cuda[^/]*/|^/etc/ld\.so\.cache$'
 strays=""
 for log in "$work"/ld.*; do
   program=$(sed -n 's/.*initialize program: \(.*\)$/\1/p' "$log" | head -1)
@@ -63,7 +69,8 @@ for log in "$work"/ld.*; do
 done
 [ -z "$strays" ] || fail "bundle programs loaded libraries from outside the bundle:
 $strays"
-echo "loader log: every library the bundle's programs loaded is the bundle's, glibc's, the C++ runtime's or CUDA's"
+echo "loader log: every library the bundle's programs loaded is the bundle's, glibc's," \
+  "the C++ runtime's or CUDA's"
 
 # ---- The GPU half's bookkeeping, with a pretend GPU ---------------------------------------------
 # A copy of the bundle whose `mpigrad devices` claims a GPU: every step then runs, fails the way a
@@ -113,8 +120,8 @@ cleanup() {
   for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount "${mounted[i]}" 2>/dev/null || true; done
 }
 trap cleanup EXIT
-mkdir -p "$root"/usr/bin "$root"/usr/lib/x86_64-linux-gnu "$root"/usr/lib64 "$root"/usr/local/cuda/lib64 \
-  "$root"/proc "$root"/dev "$root"/sys "$root"/tmp "$root"/etc
+mkdir -p "$root"/usr/bin "$root"/usr/lib/x86_64-linux-gnu "$root"/usr/lib64 \
+  "$root"/usr/local/cuda/lib64 "$root"/proc "$root"/dev "$root"/sys "$root"/tmp "$root"/etc
 ln -s usr/bin "$root/bin"
 ln -s usr/lib "$root/lib"
 ln -s usr/lib64 "$root/lib64"
@@ -128,8 +135,8 @@ copy_with_libs() {  # a program and the libraries it loads, at the same paths
     fi
   done < <(ldd "$file" 2>/dev/null | awk '/=>/ {print $3} !/=>/ && $1 ~ /^\// {print $1}')
 }
-for tool in bash dirname readlink mkdir date cat sed grep tr od head tail mv rm sort timeout env ldd \
-  wc id uname; do
+for tool in bash dirname readlink mkdir date cat sed grep tr od head tail mv rm sort timeout \
+  env ldd wc id uname; do
   copy_with_libs "$(command -v "$tool")"
 done
 copy_with_libs "$(readlink -f "$(command -v awk)")"
