@@ -60,8 +60,8 @@ if [ "$build" -eq 1 ]; then
 fi
 cache=$build_dir/CMakeCache.txt
 [ -f "$cache" ] || fail "no build in $build_dir (run without --no-build)"
-grep -qx 'CMAKE_BUILD_TYPE:STRING=Release' "$cache" || fail "$build_dir is not a Release build"
-grep -qx 'CMAKE_CUDA_ARCHITECTURES:STRING=90' "$cache" ||
+grep -Eqx 'CMAKE_BUILD_TYPE:[A-Z]*=Release' "$cache" || fail "$build_dir is not a Release build"
+grep -Eqx 'CMAKE_CUDA_ARCHITECTURES:[A-Z]*=90' "$cache" ||
   fail "$build_dir is not built for sm_90 (CMAKE_CUDA_ARCHITECTURES=90)"
 programs=(
   "bin/mpigrad"
@@ -178,7 +178,7 @@ trap 'rm -f "$rpath_script"' EXIT
 {
   while read -r file; do echo "file(RPATH_REMOVE FILE \"$file\")"; done < <(elf_files)
 } >"$rpath_script"
-cmake -P "$rpath_script"
+cmake -P "$rpath_script" >/dev/null || fail "removing the RPATHs of the bundle's files failed"
 if command -v strip >/dev/null; then
   while read -r file; do strip --strip-unneeded "$file" 2>/dev/null || true; done < <(elf_files)
 fi
