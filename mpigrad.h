@@ -10,12 +10,14 @@
 
 // core: tensors, autograd, ops
 #include "mpigrad/core/autograd.h"        // defines: backward, NoGradGuard, Node, grad-ready hooks
-#include "mpigrad/core/cuda.h"            // defines: cuda_built, cuda_device_count
+#include "mpigrad/core/cuda.h"            // defines: cuda_visibility, set_cuda_home_device
 #include "mpigrad/core/cuda_allocator.h"  // defines: the caching allocator's stats and controls
+#include "mpigrad/core/device_checks.h"   // defines: check_device_errors
 #include "mpigrad/core/pinned.h"          // defines: pin_memory, to_async
 #include "mpigrad/core/device.h"          // defines: Device, kCPU, cuda()
 #include "mpigrad/core/dtype.h"           // defines: DType, kFloat32 ... kBool, promote_types
 #include "mpigrad/core/error.h"           // defines: Error, MPIGRAD_CHECK
+#include "mpigrad/core/ops/cross_entropy.h" // defines: cross_entropy_rows
 #include "mpigrad/core/ops/elementwise.h" // defines: add ... tanh, where, comparisons, operators
 #include "mpigrad/core/ops/indexing.h"    // defines: index_select, gather, one_hot, embedding
 #include "mpigrad/core/ops/join.h"        // defines: cat, stack
@@ -61,6 +63,7 @@
 // launch: ranks, communicators, data parallelism
 #include "mpigrad/launch/training_steps.h"            // defines: classification_step, _metrics
 #include "mpigrad/launch/communicator.h"              // defines: Communicator, ReduceOp, Backend
+#include "mpigrad/launch/device_choice.h"             // defines: choose_rank_device
 #include "mpigrad/launch/distributed_data_parallel.h" // defines: DistributedDataParallel
 #include "mpigrad/launch/distributed_manager.h"       // defines: DistributedManager
 #include "mpigrad/launch/embed/embedded_model.h"      // defines: EmbeddedModel (in-situ training)

@@ -8,6 +8,11 @@ option(MPIGRAD_CUDA_DEBUG_SYNC
   "Synchronize the stream and check for errors after every CUDA kernel launch (slow; for debugging)"
   OFF)
 
+set(MPIGRAD_WITH_CUDNN AUTO CACHE STRING
+  "With the CUDA backend, use cuDNN for Conv2d, BatchNorm and pooling: AUTO (if found), ON or OFF")
+set_property(CACHE MPIGRAD_WITH_CUDNN PROPERTY STRINGS AUTO ON OFF)
+include(${CMAKE_CURRENT_LIST_DIR}/mpigrad_find_cuda_libraries.cmake)
+
 set(MPIGRAD_CUDA_ENABLED OFF)
 if(NOT MPIGRAD_WITH_CUDA STREQUAL "OFF")
   if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)

@@ -98,15 +98,23 @@ class CpuBackend final : public Backend {
                  double p) override {
     kernels::cpu::bernoulli(dtype, n, out, seed, offset, p);
   }
-  int64_t cross_entropy(DType dtype, int64_t rows, int64_t cols, const void* logits,
-                        const int64_t* targets, int64_t ignore_index, double grad_scale,
-                        void* losses, void* grad) override {
-    return kernels::cpu::cross_entropy(dtype, rows, cols, logits, targets, ignore_index,
-                                       grad_scale, losses, grad);
+  void cross_entropy(DType dtype, int64_t rows, int64_t cols, const void* logits,
+                     const int64_t* targets, int64_t ignore_index, double grad_scale,
+                     void* losses, void* grad, const TargetCheck& check) override {
+    const int64_t bad = kernels::cpu::cross_entropy(dtype, rows, cols, logits, targets,
+                                                    ignore_index, grad_scale, losses, grad);
+    if (bad >= 0) throw Error(bad_target_message(check, bad, targets[bad], cols));
   }
 };
 
 }  // namespace
+
+std::string bad_target_message(const TargetCheck& check, int64_t position, int64_t value,
+                               int64_t classes) {
+  return detail::concat(check.op, ": label ", value, " at position ", position,
+                        check.targets.empty() ? "" : " of ", check.targets,
+                        " is out of range for num_classes = ", classes);
+}
 
 namespace detail {
 // core/cuda/: the CUDA backend of a visible device, or the error saying why there is none (the

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "mpigrad/core/device.h"
 #include "mpigrad/core/dtype.h"
@@ -24,6 +25,17 @@ using kernels::GemmShape;
 using kernels::ReduceOp;
 using kernels::StridedLoop;
 using kernels::UnaryOp;
+
+// Names the targets of a loss in its error for a bad target.
+struct TargetCheck {
+  std::string op = "cross_entropy";
+  std::string targets;  // what they are, e.g. "label field 'y'"; "" when unknown
+};
+
+// "<op>: label <value> at position <position>[ of <targets>] is out of range for num_classes =
+// <classes>".
+std::string bad_target_message(const TargetCheck& check, int64_t position, int64_t value,
+                               int64_t classes);
 
 class Backend {
  public:
@@ -74,11 +86,13 @@ class Backend {
                       double mean, double std) = 0;
   virtual void bernoulli(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset,
                          double p) = 0;
-  // Fused log-softmax + NLL + gradient (kernels/cross_entropy.h); returns the first bad target's
-  // position or -1.
-  virtual int64_t cross_entropy(DType dtype, int64_t rows, int64_t cols, const void* logits,
-                                const int64_t* targets, int64_t ignore_index, double grad_scale,
-                                void* losses, void* grad) = 0;
+  // Fused log-softmax + NLL + gradient (kernels/cross_entropy.h). A target outside [0, cols)
+  // that is not ignore_index is the core::Error of bad_target_message(): thrown here on the CPU;
+  // on a GPU the kernel checks the targets without making the host wait, and the error is
+  // raised later (core/device_checks.h).
+  virtual void cross_entropy(DType dtype, int64_t rows, int64_t cols, const void* logits,
+                             const int64_t* targets, int64_t ignore_index, double grad_scale,
+                             void* losses, void* grad, const TargetCheck& check) = 0;
 };
 
 // The backend for `device`, or core::Error when this build or machine cannot serve it.

@@ -11,6 +11,8 @@
 // In a build without CUDA, creating a Stream or asking for a CUDA device's stream throws.
 #pragma once
 
+#include <cstdint>
+
 #include "mpigrad/core/device.h"
 
 namespace mpigrad::core {
@@ -21,10 +23,19 @@ class Event;
 class StreamView {
  public:
   StreamView() = default;
-  StreamView(Device device, void* handle) : device_(device), handle_(handle) {}
+  // A stream that mpigrad did not create (NCCL's, a host code's), known by its handle: it must
+  // stay alive while the caching allocator may hold blocks used on it (NcclCommunicator never
+  // destroys its stream for that reason).
+  StreamView(Device device, void* handle)
+      : device_(device), handle_(handle), id_(foreign_id(handle)) {}
 
   Device device() const { return device_; }
   void* handle() const { return handle_; }  // a cudaStream_t
+  // Who the stream is, for the caching allocator: 0 for the legacy default stream, a fresh
+  // number for every Stream ever made (never reused, so a new stream that happens to get a
+  // destroyed stream's handle is still a different stream), and one derived from the handle for
+  // foreign streams.
+  uint64_t id() const { return id_; }
 
   // Blocks until all work queued on the stream has finished.
   void synchronize() const;
@@ -34,16 +45,26 @@ class StreamView {
   void wait(const Event& event) const;
 
   friend bool operator==(const StreamView& a, const StreamView& b) {
-    return a.device_ == b.device_ && a.handle_ == b.handle_;
+    return a.device_ == b.device_ && a.id_ == b.id_;
   }
 
  private:
+  friend class Stream;
+  friend struct StreamViewAccess;  // core/cuda/stream.cpp: the per-thread current streams
+  StreamView(Device device, void* handle, uint64_t id)
+      : device_(device), handle_(handle), id_(id) {}
+  static uint64_t foreign_id(void* handle) {
+    return handle == nullptr ? 0 : (uint64_t(1) << 63) | uint64_t(uintptr_t(handle));
+  }
+
   Device device_ = cuda(0);
   void* handle_ = nullptr;
+  uint64_t id_ = 0;
 };
 
-// A new CUDA stream on `device`, destroyed with this object (after the work queued on it has
-// finished: cudaStreamDestroy does not wait, but the driver keeps the stream alive until then).
+// A new CUDA stream on `device`. Destroying it waits for the work queued on it, then frees the
+// caching allocator's cached blocks that belong to it (and, later, the blocks of its tensors
+// still alive when it went), so no other stream inherits memory that it may still be using.
 class Stream {
  public:
   explicit Stream(Device device = cuda(0));
@@ -53,17 +74,21 @@ class Stream {
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
 
-  StreamView view() const { return StreamView(device_, handle_); }
+  StreamView view() const { return StreamView(device_, handle_, id_); }
   operator StreamView() const { return view(); }  // NOLINT: a Stream is usable where a view is
   Device device() const { return device_; }
   void* handle() const { return handle_; }
+  uint64_t id() const { return id_; }
   void synchronize() const { view().synchronize(); }
   bool query() const { return view().query(); }
   void wait(const Event& event) const { view().wait(event); }
 
  private:
+  void release() noexcept;
+
   Device device_;
   void* handle_ = nullptr;
+  uint64_t id_ = 0;
 };
 
 // A CUDA event: a point in a stream's work that other streams and the host can wait for, and,

@@ -18,7 +18,7 @@ struct DataLoader::EpochRun {
   size_t next_to_produce = 0;
   size_t next_to_consume = 0;
   size_t window = 1;  // batches produced but not yet consumed, at most
-  std::map<size_t, std::variant<Batch, std::exception_ptr>> ready;
+  std::map<size_t, std::variant<StagedBatch, std::exception_ptr>> ready;
   bool stop = false;
   std::mutex mutex;
   std::condition_variable changed;
@@ -42,8 +42,13 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
                 ": give sampler or batch_sampler, not both");
   MPIGRAD_CHECK(options_.num_workers >= 0, what, ": num_workers must be >= 0, got ", options_.num_workers);
   MPIGRAD_CHECK(options_.prefetch_factor >= 1, what, ": prefetch_factor must be >= 1, got ", options_.prefetch_factor);
-  MPIGRAD_CHECK(options_.device.is_cpu(), what, ": target device ", options_.device,
-                " needs pinned host buffers and async copies, which arrive with the CUDA backend");
+  if (options_.device.is_cuda()) {
+    try {
+      copier_ = std::make_unique<DeviceBatchCopier>(options_.device);
+    } catch (const core::Error& error) {
+      core::fail(what, ": target device: ", error.what());
+    }
+  }
   const bool distributed = options_.num_replicas > 1;
   if (options_.batch_sampler) {
     MPIGRAD_CHECK(!distributed || options_.batch_sampler->is_distributed(), what, ": num_replicas ",
@@ -91,10 +96,11 @@ void DataLoader::set_epoch_step(int64_t step) {
   epoch_step_ = step;
 }
 
-Batch DataLoader::load(const std::vector<int64_t>& indices) const {
+StagedBatch DataLoader::load(const std::vector<int64_t>& indices) const {
   Batch batch = dataset_->get_batch(indices);
   if (options_.transform) batch = options_.transform(std::move(batch));
-  return batch;
+  if (copier_) return copier_->start(std::move(batch));
+  return StagedBatch{std::move(batch), nullptr};
 }
 
 void DataLoader::start() {
@@ -119,7 +125,7 @@ void DataLoader::start() {
         if (state->stop || state->next_to_produce >= state->batches.size()) return;
         const size_t index = state->next_to_produce++;
         lock.unlock();
-        std::variant<Batch, std::exception_ptr> result;
+        std::variant<StagedBatch, std::exception_ptr> result;
         try {
           result = load(state->batches[index]);
         } catch (...) {
@@ -142,11 +148,11 @@ std::optional<Batch> DataLoader::next() {
   if (run.workers.empty()) {
     ++run.next_to_consume;
     auto start = std::chrono::steady_clock::now();
-    Batch batch = load(run.batches[index]);
+    StagedBatch staged = load(run.batches[index]);
     wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return batch;
+    return ready_for_caller(std::move(staged));
   }
-  std::variant<Batch, std::exception_ptr> result;
+  std::variant<StagedBatch, std::exception_ptr> result;
   {
     auto start = std::chrono::steady_clock::now();
     std::unique_lock<std::mutex> lock(run.mutex);
@@ -159,7 +165,12 @@ std::optional<Batch> DataLoader::next() {
   }
   run.changed.notify_all();
   if (result.index() == 1) std::rethrow_exception(std::get<1>(result));
-  return std::move(std::get<0>(result));
+  return ready_for_caller(std::move(std::get<0>(result)));
+}
+
+Batch DataLoader::ready_for_caller(StagedBatch staged) const {
+  if (copier_) return copier_->finish(std::move(staged));
+  return std::move(staged.batch);
 }
 
 DataLoader::Iterator::Iterator(DataLoader* loader) : loader_(loader), current_(loader->next()) {}

@@ -20,10 +20,17 @@
 // The optional transform runs in the worker, on each batch (for example uint8 images to
 // normalized float32, see data/transforms.h).
 //
-// Device hook: with a CUDA target the loader will read into pinned host buffers and copy each
-// batch to the device asynchronously on a copy stream, in the worker, after the transform. That
-// needs the CUDA backend (core pinned allocator and streams); until it lands a CUDA device is
-// refused with a clear error.
+// Device: with `device` a CUDA device (e.g. DistributedManager::device()), every batch arrives
+// on it, and nothing waits on the host for the copy. The thread that loads a batch (a worker, or
+// the caller's with num_workers = 0) stages its fields, after the transform, in pinned host
+// memory and copies them with non_blocking copies on the loader's own copy stream; next() then
+// makes the caller's current stream of that device wait for those copies (an event) and records
+// the fields as used on it, so ops queued there see the data and the memory is not reused under
+// them (data/device_batch_copier.h). A batch used on another stream needs that stream ordered by
+// the caller (an Event recorded after next()) and core::record_stream. The copies of up to
+// num_workers * prefetch_factor batches overlap the training step. Fields only are moved;
+// indices and dataset_index stay on the host. A device that is not visible is a core::Error when
+// the loader is built.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +40,7 @@
 
 #include "mpigrad/core/device.h"
 #include "mpigrad/data/dataset.h"
+#include "mpigrad/data/device_batch_copier.h"
 #include "mpigrad/data/sampler.h"
 
 namespace mpigrad::data {
@@ -53,7 +61,7 @@ struct DataLoaderOptions {
   int num_workers = 0;      // 0: batches are read by the iterating thread
   int prefetch_factor = 2;  // batches in flight per worker
   BatchTransform transform;
-  core::Device device = core::kCPU;
+  core::Device device = core::kCPU;  // where the batches' fields arrive (see above)
 };
 
 class DataLoader {
@@ -106,10 +114,14 @@ class DataLoader {
 
  private:
   struct EpochRun;
-  Batch load(const std::vector<int64_t>& indices) const;
+  // Reads and transforms a batch, then starts its copy to the device, if any.
+  StagedBatch load(const std::vector<int64_t>& indices) const;
+  // In the caller's thread: orders its stream after the batch's copies (with a device).
+  Batch ready_for_caller(StagedBatch staged) const;
 
   std::shared_ptr<const Dataset> dataset_;
   DataLoaderOptions options_;
+  std::unique_ptr<DeviceBatchCopier> copier_;  // with a CUDA device; outlives run_'s workers
   std::shared_ptr<BatchSamplerBase> batch_sampler_;
   int64_t epoch_ = 0;
   int64_t epoch_step_ = 0;

@@ -11,14 +11,14 @@
 // (may be null for a forward-only call) in the logits' dtype and shape; both written with `=`.
 // Logits may be Float32, Float64, BFloat16 or Float16; the math runs in float (double for
 // Float64), like softmax.
-// Returns the position of the first target outside [0, cols) that is not ignore_index, or -1;
-// with a bad target nothing is written.
+// The CPU kernel returns the position of the first target outside [0, cols) that is not
+// ignore_index, or -1; with a bad target nothing is written. The CUDA kernel cannot return it
+// without making the host wait, so it reports it through device memory instead (below).
 #pragma once
 
 #include <cstdint>
 
 #include "mpigrad/kernels/dtype.h"
-#include "mpigrad/kernels/index.h"
 
 namespace mpigrad::kernels {
 namespace cpu {
@@ -29,14 +29,29 @@ int64_t cross_entropy(DType dtype, int64_t rows, int64_t cols, const void* logit
 
 }  // namespace cpu
 
-// The same on a CUDA device, queued on `stream`. Checking the targets needs a device scratch of
-// cuda::kIndexCheckBytes (`workspace`) and waits for the stream, so the bad position can be
-// returned before anything is written.
+// The same on a CUDA device, queued on `stream`, and never waiting for it: the targets are
+// checked inside the kernel. A row whose target is bad gets a NaN loss and a NaN gradient row,
+// and lowers *bad_target (device memory that the caller set to kNoBadTarget before the launch)
+// atomically to encode_bad_target(row, target), so that after the kernel it holds the first bad
+// row and its target, to be copied back whenever the caller chooses (core/device_checks.h).
 namespace cuda {
 
-int64_t cross_entropy(DType dtype, int64_t rows, int64_t cols, const void* logits,
-                      const int64_t* targets, int64_t ignore_index, double grad_scale,
-                      void* losses, void* grad, void* workspace, void* stream);
+inline constexpr uint64_t kNoBadTarget = ~uint64_t(0);  // all bytes 0xff: one cudaMemsetAsync
+
+// The row in the high 32 bits (so the smallest code is the first row), the target in the low 32,
+// clamped to the int32 range (a target that far out is reported at the bound).
+MPIGRAD_HOST_DEVICE constexpr uint64_t encode_bad_target(int64_t row, int64_t target) {
+  const int64_t clamped = target < INT32_MIN ? INT32_MIN : target > INT32_MAX ? INT32_MAX : target;
+  return (uint64_t(row) << 32) | uint64_t(uint32_t(int32_t(clamped)));
+}
+constexpr int64_t bad_target_row(uint64_t code) { return int64_t(code >> 32); }
+constexpr int64_t bad_target_value(uint64_t code) {
+  return int64_t(int32_t(uint32_t(code & 0xffffffffu)));
+}
+
+void cross_entropy(DType dtype, int64_t rows, int64_t cols, const void* logits,
+                   const int64_t* targets, int64_t ignore_index, double grad_scale, void* losses,
+                   void* grad, uint64_t* bad_target, void* stream);
 
 }  // namespace cuda
 }  // namespace mpigrad::kernels

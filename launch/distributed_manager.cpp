@@ -3,9 +3,11 @@
 
 #include <cstdlib>
 #include <sstream>
+#include <string_view>
 
 #include "mpigrad/core/cuda.h"
 #include "mpigrad/core/error.h"
+#include "mpigrad/launch/device_choice.h"
 #include "mpigrad/launch/mpi_communicator.h"
 #include "mpigrad/launch/mpi_interop.h"
 #if MPIGRAD_WITH_NCCL
@@ -21,6 +23,9 @@ struct DistributedManager::State {
   Launcher launcher = Launcher::SingleProcess;
   CollectiveConfig config;
   core::Device device;
+  // Why no device could be chosen ("" when one was): raised by device(), so that a program
+  // reports it through its usual error path instead of from the constructor.
+  std::string device_error;
   int node_count = 1;
   // The manager itself holds no CUDA handles: NcclCommunicators (from create_communicator) own
   // their NCCL comm, stream and events, release them in that order, and hold the runtime, so
@@ -31,19 +36,26 @@ struct DistributedManager::State {
 
 namespace {
 
-// cuda(local_rank % device_count) when this build has the CUDA backend and GPUs are visible
-// (core::cuda_device_count() answers 0 in CPU builds), otherwise the CPU.
-core::Device default_device(int local_rank) {
-  const int count = core::cuda_device_count();
-  return count > 0 ? core::cuda(local_rank % count) : core::kCPU;
+std::string rank_prefix(int rank, int size) {
+  return "[rank " + std::to_string(rank) + "/" + std::to_string(size) + "]";
 }
 
-core::Device choose_device(const DistributedOptions& options, int local_rank) {
-  if (options.device) return *options.device;
-  if (const char* text = std::getenv("MPIGRAD_DEVICE"); text != nullptr && *text) {
-    return core::Device::parse(text);
-  }
-  return default_device(local_rank);
+// The rank's device (launch/device_choice.h), made the process's home GPU once, here, so that no
+// thread of this rank ever creates a context on another GPU.
+core::Device choose_device(const DistributedOptions& options, int rank, int size,
+                           int local_rank, int local_size) {
+  const char* environment = std::getenv("MPIGRAD_DEVICE");
+  const bool wants_cpu = (options.device && options.device->is_cpu()) ||
+                         (!options.device && environment != nullptr &&
+                          std::string_view(environment) == "cpu");
+  // `cpu` never asks CUDA anything, so it works even where the driver is broken.
+  const core::CudaVisibility visibility =
+      wants_cpu ? core::CudaVisibility{} : core::cuda_visibility();
+  const core::Device device =
+      choose_rank_device(options.device, environment != nullptr ? environment : "", local_rank,
+                         local_size, visibility, rank_prefix(rank, size));
+  if (device.is_cuda()) core::set_cuda_home_device(device);
+  return device;
 }
 
 }  // namespace
@@ -63,7 +75,12 @@ DistributedManager::DistributedManager(std::shared_ptr<MpiRuntime> runtime, MpiC
   check_mpi(MPI_Allreduce(&leader, &leaders, 1, MPI_INT, MPI_SUM, s.world->handle().comm),
             "MPI_Allreduce", "node count on 'world'");
   s.node_count = leaders;
-  s.device = choose_device(options, s.node_local->rank());
+  try {
+    s.device = choose_device(options, s.world->rank(), s.world->size(), s.node_local->rank(),
+                             s.node_local->size());
+  } catch (const core::Error& error) {
+    s.device_error = error.what();
+  }
 }
 
 DistributedManager DistributedManager::initialize(int* argc, char*** argv, DistributedOptions options) {
@@ -104,8 +121,14 @@ int DistributedManager::world_size() const { return state().world->size(); }
 int DistributedManager::local_rank() const { return state().node_local->rank(); }
 int DistributedManager::local_size() const { return state().node_local->size(); }
 int DistributedManager::node_count() const { return state().node_count; }
-core::Device DistributedManager::device() const { return state().device; }
-void DistributedManager::set_device(core::Device device) { state().device = device; }
+core::Device DistributedManager::device() const {
+  MPIGRAD_CHECK(state().device_error.empty(), state().device_error);
+  return state().device;
+}
+void DistributedManager::set_device(core::Device device) {
+  state().device = device;
+  state().device_error.clear();
+}
 Launcher DistributedManager::launcher() const { return state().launcher; }
 bool DistributedManager::owns_mpi() const { return state().runtime->owns_mpi(); }
 ThreadLevel DistributedManager::thread_level() const { return state().runtime->thread_level(); }
@@ -120,7 +143,10 @@ std::string DistributedManager::describe() const {
   std::ostringstream out;
   out << "rank " << rank() << "/" << world_size() << " (local " << local_rank() << "/"
       << local_size() << ", " << node_count() << (node_count() == 1 ? " node" : " nodes")
-      << "), device " << device() << ", " << launcher_name(launcher()) << ", "
+      << "), device "
+      << (state().device_error.empty() ? device().str()
+                                       : "unavailable (" + state().device_error + ")")
+      << ", " << launcher_name(launcher()) << ", "
       << thread_level_name(thread_level()) << ", " << (owns_mpi() ? "owns MPI" : "adopted MPI");
   return out.str();
 }
@@ -136,6 +162,8 @@ std::unique_ptr<Communicator> create_communicator(DistributedManager& manager, B
                   "] create_communicator: the nccl backend was requested",
                   device.is_cuda() ? " (for " + device.str() + " tensors)" : std::string(),
                   " but no CUDA device is visible; use --backend mpi with host tensors");
+    check_one_gpu_per_rank(manager.local_size(), count, "nccl",
+                           rank_prefix(manager.rank(), manager.world_size()));
     // A CPU device means "the GPU this rank would use": the manager's, or local_rank % count.
     core::Device gpu = device.is_cuda()                ? device
                        : manager.device().is_cuda()    ? manager.device()

@@ -32,7 +32,8 @@ namespace mpigrad::launch {
 struct MpiCommHandle;
 
 struct DistributedOptions {
-  // Overrides the automatic device choice (also MPIGRAD_DEVICE=cpu|cuda:N in the environment).
+  // Overrides the automatic device choice, as MPIGRAD_DEVICE=cpu|cuda|cuda:N in the environment
+  // does when this is unset (launch/device_choice.h has the whole rule).
   std::optional<core::Device> device;
   CollectiveConfig collectives = CollectiveConfig::from_environment();
 };
@@ -58,9 +59,13 @@ class DistributedManager {
   int node_count() const;
   bool is_main_process() const { return rank() == 0; }
 
-  // CUDA local_rank % device_count when the CUDA backend is built and GPUs are visible,
-  // otherwise the CPU; options.device or MPIGRAD_DEVICE override it.
+  // Chosen once, when the manager is built (launch/device_choice.h): CUDA local_rank %
+  // device_count when GPUs are visible, otherwise the CPU; options.device or MPIGRAD_DEVICE
+  // override it. A GPU chosen there is made the process's home device (core/cuda.h), so nothing
+  // of this rank creates a context on another GPU. When no device can be had (MPIGRAD_DEVICE=cuda:3
+  // with 2 GPUs, a broken GPU), the manager is still built and device() throws that core::Error.
   core::Device device() const;
+  // Changes what device() reports (the home GPU stays as chosen at start-up).
   void set_device(core::Device device);
 
   Launcher launcher() const;
@@ -93,7 +98,9 @@ class DistributedManager {
 // A new communicator over the same ranks as manager.world() for tensors on `device`:
 // Backend::Auto picks NCCL for CUDA devices and MPI for the CPU. Backend::Nccl with a CPU
 // `device` uses the GPU this rank would (manager.device() if it is one, else
-// cuda(local_rank % device_count)). NCCL communicators (launch/nccl_communicator.h) are
+// cuda(local_rank % device_count)); it needs one GPU per rank of the node, and more ranks than
+// GPUs on a node is one error naming both counts. NCCL communicators
+// (launch/nccl_communicator.h) are
 // stream-ordered: Work::wait() makes the caller's current CUDA stream wait, not the host.
 // Without the CUDA/NCCL backend, asking for NCCL (or Auto with a CUDA device) throws a clear
 // core::Error, and so does a CUDA build when no CUDA device is visible.

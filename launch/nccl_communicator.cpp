@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "mpigrad/core/cuda.h"
+#include "mpigrad/core/cuda/cuda_check.cuh"
 #include "mpigrad/core/cuda_allocator.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/launch/collective_check.h"
@@ -47,7 +48,9 @@ struct NcclCommunicator::State {
   State& operator=(const State&) = delete;
   ~State() {
     int previous = -1;
-    const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != device.index &&
+    const bool switched = core::cuda_detail::make_home_device_current(device.index) ==
+                              cudaSuccess &&
+                          cudaGetDevice(&previous) == cudaSuccess && previous != device.index &&
                           cudaSetDevice(device.index) == cudaSuccess;
     if (nccl != nullptr) {
       // ncclCommDestroy waits until every rank's operations have drained; while an exception
@@ -115,9 +118,13 @@ void check_async_error(State& state) {
 }
 
 // Makes the communicator's device current for a scope; skips cudaSetDevice when it already is.
+// A thread's first CUDA call goes to the process's home device first (core/cuda.h), so the
+// device restored afterwards is that one, never CUDA's default cuda:0.
 class DeviceScope {
  public:
   explicit DeviceScope(const State& state) {
+    check_cuda(state, core::cuda_detail::make_home_device_current(state.device.index),
+               "cudaSetDevice (the process's home device)");
     check_cuda(state, cudaGetDevice(&previous_), "cudaGetDevice");
     if (previous_ != state.device.index) {
       check_cuda(state, cudaSetDevice(state.device.index), "cudaSetDevice");

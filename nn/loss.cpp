@@ -3,6 +3,8 @@
 #include <vector>
 
 #include "mpigrad/core/autograd.h"
+#include "mpigrad/core/backend.h"
+#include "mpigrad/core/ops/cross_entropy.h"
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/indexing.h"
 #include "mpigrad/core/ops/reduce.h"
@@ -40,7 +42,31 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels,
   MPIGRAD_CHECK(labels.shape() == expected, "cross_entropy: labels of shape ", labels.shape(),
                 " do not match logits of shape ", logits.shape(), " (expected ", expected, ")");
 
-  // Validate labels on the host: one bad label must be a clear error, not a wild gather.
+  // Move the class dim last and flatten: [rows, C], rows in the labels' row-major order.
+  Tensor rows = logits;
+  if (logits.dim() > 2) {
+    std::vector<int64_t> order{0};
+    for (int64_t d = 2; d < logits.dim(); ++d) order.push_back(d);
+    order.push_back(1);
+    rows = logits.permute(order).reshape({-1, classes});
+  }
+  const core::TargetCheck check{"cross_entropy", options.labels_name};
+  if (options.label_smoothing == 0.0) {
+    Tensor flat_labels;
+    {
+      core::NoGradGuard no_grad;
+      flat_labels = labels.reshape({-1}).to(core::kInt64);
+    }
+    core::RowLossReduction reduction = core::RowLossReduction::Mean;
+    if (options.reduction == Reduction::Sum) reduction = core::RowLossReduction::Sum;
+    if (options.reduction == Reduction::None) reduction = core::RowLossReduction::None;
+    Tensor out = core::cross_entropy_rows(rows, flat_labels, options.ignore_index, reduction,
+                                          check);
+    return options.reduction == Reduction::None ? out.reshape(labels.shape()) : out;
+  }
+
+  // Label smoothing: log_softmax and a gather, with the labels validated on the host first (one
+  // bad label must be a clear error, not a wild gather).
   const std::vector<int64_t> host_labels = labels.to_vector<int64_t>();
   std::vector<int64_t> safe(host_labels.size());
   std::vector<uint8_t> keep(host_labels.size());
@@ -52,19 +78,11 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels,
       keep[i] = 0;
       continue;
     }
-    MPIGRAD_CHECK(label >= 0 && label < classes, "cross_entropy: label ", label,
-                  " at position ", i, " is out of range for num_classes = ", classes);
+    MPIGRAD_CHECK(label >= 0 && label < classes,
+                  core::bad_target_message(check, int64_t(i), label, classes));
     safe[i] = label;
     keep[i] = 1;
     ++kept;
-  }
-  // Move the class dim last and flatten: [rows, C], rows in the labels' row-major order.
-  Tensor rows = logits;
-  if (logits.dim() > 2) {
-    std::vector<int64_t> order{0};
-    for (int64_t d = 2; d < logits.dim(); ++d) order.push_back(d);
-    order.push_back(1);
-    rows = logits.permute(order).reshape({-1, classes});
   }
   const auto device = logits.device();
   const int64_t n = int64_t(safe.size());
@@ -73,13 +91,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels,
                                     core::TensorOptions(logits.dtype()).device(device));
   Tensor log_probs = core::log_softmax(rows, 1);
   Tensor nll = -core::gather(log_probs, 1, index).reshape({n});
-  Tensor per_row = nll;
   const double eps = options.label_smoothing;
-  if (eps > 0.0) {
-    Tensor smooth = -core::sum(log_probs, {1}) * (eps / double(classes));
-    per_row = nll * (1.0 - eps) + smooth;
-  }
-  per_row = per_row * mask;
+  Tensor smooth = -core::sum(log_probs, {1}) * (eps / double(classes));
+  Tensor per_row = (nll * (1.0 - eps) + smooth) * mask;
   switch (options.reduction) {
     case Reduction::Mean: return core::sum(per_row) / double(kept);  // NaN when all ignored, as torch
     case Reduction::Sum: return core::sum(per_row);

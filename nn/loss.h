@@ -2,11 +2,13 @@
 //          CrossEntropyLoss, MSELoss, BCEWithLogitsLoss
 //
 // The classification and regression losses with torch.nn.functional's semantics, built from the
-// differentiable core ops (log_softmax, gather, ...), so their gradients need no code of their
-// own. A loss object is a small value holding its options; call it like a function.
+// differentiable core ops (the fused cross-entropy rows, log_softmax, gather, ...), so their
+// gradients need no code of their own. A loss object is a small value holding its options; call
+// it like a function.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "mpigrad/core/tensor.h"
 
@@ -20,12 +22,21 @@ struct CrossEntropyOptions {
   Reduction reduction = Reduction::Mean;
   int64_t ignore_index = -100;
   double label_smoothing = 0.0;
+  // What the labels are, for the error about a bad one: e.g. "label field 'y'" (a trainer knows
+  // the dataset's field name; the loss does not). Empty: the error names no source.
+  std::string labels_name;
 };
 
 // logits [N, C] (or [N, C, d1, ...]) and Int64/Int32 labels [N] (or [N, d1, ...]). Labels equal
 // to ignore_index contribute nothing and are left out of the mean's count; any other label
-// outside [0, C) is a core::Error naming the label value and num_classes. With smoothing eps the
+// outside [0, C) is a core::Error "cross_entropy: label 17 at position 3 of label field 'y' is
+// out of range for num_classes = 10" (position in the flattened labels). With smoothing eps the
 // target is (1 - eps) * one_hot + eps / C, as in torch.
+// Without smoothing, one fused kernel computes the loss and its gradient
+// (core/ops/cross_entropy.h): on a GPU nothing waits for the host, the labels are checked on the
+// device, and a bad label's error comes at a later synchronization (the next loss.item(), a copy
+// to the host, or core::check_device_errors; see core/device_checks.h). With smoothing the labels
+// are checked on the host, which costs a GPU step one synchronization.
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels,
                      const CrossEntropyOptions& options = {});
 

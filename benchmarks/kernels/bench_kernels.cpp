@@ -4,11 +4,13 @@
 // timed with CUDA events over many calls after a warm-up. Its effective bandwidth (bytes it must
 // read and write, divided by the time) is reported beside the device-to-device cudaMemcpy
 // bandwidth measured the same way in the same run, and as a fraction of it. matmul reports
-// TFLOP/s through mpigrad against cuBLAS called directly with the same settings.
+// TFLOP/s through mpigrad against cuBLAS called directly with the same settings, in fp32 (no
+// TF32), bf16 and fp16, each accumulating in fp32.
 //
 //   mpigrad-bench-kernels [--json FILE] [--iterations N]
 //
-// Without a visible GPU it says so and exits with status 2.
+// Without a visible GPU it says so, quoting the CUDA error, and exits with status 2 (1 when the
+// GPU is there but broken).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -82,11 +84,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "mpigrad-bench-kernels: --iterations must be at least 1\n");
     return 2;
   }
-  if (!cuda_is_available()) {
-    std::fprintf(stderr,
-                 "mpigrad-bench-kernels: cannot run: no CUDA GPU is visible (cuda_device_count() "
-                 "is 0: no device, no driver, or CUDA_VISIBLE_DEVICES hides them)\n");
-    return 2;
+  const CudaVisibility& visibility = cuda_visibility();
+  if (!visibility.has_gpu()) {
+    // A broken GPU is a failure (1); no GPU at all is "cannot run here" (2).
+    std::fprintf(stderr, "mpigrad-bench-kernels: cannot run: %s\n",
+                 visibility.describe().c_str());
+    return visibility.broken ? 1 : 2;
   }
 
   try {
@@ -139,8 +142,8 @@ int main(int argc, char** argv) {
     family("cast_bf16_to_f32", 3.0 * double(kBytes), [&] { Tensor c = a16.to(kFloat32); },
            "read 2 B, write 4 B");
 
-    {  // Fused cross-entropy: logits [65536, 1024] f32 read, gradient written. Each call also
-       // checks its targets and waits for that check (a few microseconds of the time).
+    {  // Fused cross-entropy: logits [65536, 1024] f32 read, gradient written. The targets are
+       // checked inside the kernel; the code it lowers on a bad one is read once, at the end.
       Tensor logits = a.view({-1, 1024});
       const int64_t rows = logits.size(0), cols = logits.size(1);
       std::vector<int64_t> target_values(static_cast<size_t>(rows));
@@ -148,21 +151,23 @@ int main(int argc, char** argv) {
       Tensor targets = Tensor::from_vector(target_values, {rows}).to(kGpu);
       Tensor losses = empty({rows}, TensorOptions().device(kGpu));
       Tensor grad = empty({rows, cols}, TensorOptions().device(kGpu));
-      Tensor flag = empty({1}, TensorOptions(kInt64).device(kGpu));
+      Tensor code = full({1}, -1.0, TensorOptions(kInt64).device(kGpu));  // kNoBadTarget
       family("cross_entropy_f32", 2.0 * double(kBytes), [&] {
-        const int64_t bad = mpigrad::kernels::cuda::cross_entropy(
+        mpigrad::kernels::cuda::cross_entropy(
             kFloat32, rows, cols, logits.data_ptr(), targets.data<int64_t>(), -100,
-            1.0 / double(rows), losses.data_ptr(), grad.data_ptr(), flag.data_ptr(),
-            current_stream(kGpu).handle());
-        if (bad >= 0) throw Error("cross_entropy: bad target in the benchmark data");
+            1.0 / double(rows), losses.data_ptr(), grad.data_ptr(),
+            static_cast<uint64_t*>(code.data_ptr()), current_stream(kGpu).handle());
       }, "loss + gradient, rows of 1024");
+      if (uint64_t(code.item<int64_t>()) != mpigrad::kernels::cuda::kNoBadTarget) {
+        throw Error("cross_entropy: bad target in the benchmark data");
+      }
     }
 
     // matmul through mpigrad against cublasGemmEx, same types, fp32 compute, default algorithm.
     cublasHandle_t handle = nullptr;
     check(cublasCreate(&handle), "cublasCreate");
     check(cublasSetStream(handle, stream), "cublasSetStream");
-    for (DType dtype : {kFloat32, kBFloat16}) {
+    for (DType dtype : {kFloat32, kBFloat16, kFloat16}) {
       for (int64_t n : {int64_t(4096), int64_t(8192)}) {
         Tensor x = rand({n, n}, generator, TensorOptions(dtype).device(kGpu));
         Tensor y = rand({n, n}, generator, TensorOptions(dtype).device(kGpu));
@@ -170,7 +175,9 @@ int main(int argc, char** argv) {
         const int reps = n == 4096 ? 20 : 5;
         const double flops = 2.0 * double(n) * double(n) * double(n);
         const double ours_ms = time_ms([&] { Tensor p = matmul(x, y); }, reps);
-        const cudaDataType_t type = dtype == kFloat32 ? CUDA_R_32F : CUDA_R_16BF;
+        const cudaDataType_t type = dtype == kFloat32    ? CUDA_R_32F
+                                    : dtype == kBFloat16 ? CUDA_R_16BF
+                                                         : CUDA_R_16F;
         const float one = 1.0f, zero = 0.0f;
         const double cublas_ms = time_ms([&] {
           check(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(n), int(n), &one,
@@ -178,8 +185,8 @@ int main(int argc, char** argv) {
                              z.data_ptr(), type, int(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                 "cublasGemmEx");
         }, reps);
-        const std::string key =
-            std::string("matmul_") + (dtype == kFloat32 ? "f32_" : "bf16_") + std::to_string(n);
+        const char* tag = dtype == kFloat32 ? "f32" : dtype == kBFloat16 ? "bf16" : "f16";
+        const std::string key = std::string("matmul_") + tag + "_" + std::to_string(n);
         results.add(key + "_tflops", flops / (ours_ms * 1e-3) / 1e12, "TFLOP/s", "mpigrad matmul");
         results.add(key + "_cublas_tflops", flops / (cublas_ms * 1e-3) / 1e12, "TFLOP/s",
                     "cublasGemmEx direct");

@@ -32,7 +32,7 @@ size_t CudaCachingAllocator::round_size(size_t nbytes) {
 void* CudaCachingAllocator::allocate(size_t nbytes) {
   if (nbytes == 0) return nullptr;
   const size_t size = round_size(nbytes);
-  const auto stream = static_cast<cudaStream_t>(current_stream(cuda(device_)).handle());
+  const uint64_t stream = current_stream(cuda(device_)).id();
 
   std::lock_guard<std::mutex> lock(mutex_);
   move_finished_parked();
@@ -40,7 +40,7 @@ void* CudaCachingAllocator::allocate(size_t nbytes) {
   if (bin != bins_.end() && !bin->second.empty()) {
     void* ptr = bin->second.back();
     bin->second.pop_back();
-    live_[ptr] = Block{size, stream, {}};
+    live_[ptr] = Block{size, stream, false, {}};
     stats_.allocated_bytes += int64_t(size);
     ++stats_.cache_hits;
     update_peaks(stats_);
@@ -62,7 +62,7 @@ void* CudaCachingAllocator::allocate(size_t nbytes) {
          cudaGetErrorString(status), "); ", stats_.allocated_bytes, " bytes are in use by tensors and ",
          stats_.reserved_bytes, " reserved by mpigrad's caching allocator");
   }
-  live_[ptr] = Block{size, stream, {}};
+  live_[ptr] = Block{size, stream, false, {}};
   stats_.allocated_bytes += int64_t(size);
   stats_.reserved_bytes += int64_t(size);
   ++stats_.device_allocations;
@@ -79,20 +79,29 @@ void CudaCachingAllocator::deallocate(void* ptr, size_t) {
   live_.erase(it);
   stats_.allocated_bytes -= int64_t(block.size);
   if (block.used_on.empty()) {
-    bins_[{block.stream, block.size}].push_back(ptr);
+    if (!block.orphan) {
+      bins_[{block.stream_id, block.size}].push_back(ptr);
+      return;
+    }
+    try {
+      free_block(ptr, block.size);
+    } catch (...) {
+      (void)cudaGetLastError();  // the runtime is failing (often: the process is exiting)
+    }
     return;
   }
   Parked parked{ptr, std::move(block), {}};
   int previous = 0;
-  bool ok = cudaGetDevice(&previous) == cudaSuccess &&
+  bool ok = make_home_device_current(device_) == cudaSuccess &&
+            cudaGetDevice(&previous) == cudaSuccess &&
             (previous == device_ || cudaSetDevice(device_) == cudaSuccess);
-  for (cudaStream_t stream : parked.block.used_on) {
+  for (const UsedOn& stream : parked.block.used_on) {
     if (!ok) break;
     cudaEvent_t event = nullptr;
     ok = cudaEventCreateWithFlags(&event, cudaEventDisableTiming) == cudaSuccess;
     if (ok) {
       parked.events.push_back(event);
-      ok = cudaEventRecord(event, stream) == cudaSuccess;
+      ok = cudaEventRecord(event, stream.handle) == cudaSuccess;
     }
   }
   if (previous != device_) (void)cudaSetDevice(previous);
@@ -121,9 +130,15 @@ void CudaCachingAllocator::move_finished_parked() {
       continue;
     }
     for (cudaEvent_t event : parked.events) (void)cudaEventDestroy(event);
-    bins_[{parked.block.stream, parked.block.size}].push_back(parked.ptr);
+    void* ptr = parked.ptr;
+    const Block block = std::move(parked.block);
     parked_[i] = std::move(parked_.back());
     parked_.pop_back();
+    if (block.orphan) {
+      free_block(ptr, block.size);
+    } else {
+      bins_[{block.stream_id, block.size}].push_back(ptr);
+    }
   }
 }
 
@@ -140,15 +155,47 @@ void CudaCachingAllocator::release_free_blocks() {
   bins_.clear();
 }
 
-void CudaCachingAllocator::record_stream(void* ptr, cudaStream_t stream) {
+void CudaCachingAllocator::free_block(void* ptr, size_t size) {
+  DeviceGuard guard(device_);
+  MPIGRAD_CUDA_CHECK(cudaFree(ptr));
+  stats_.reserved_bytes -= int64_t(size);
+  ++stats_.device_frees;
+}
+
+void CudaCachingAllocator::record_stream(void* ptr, StreamView stream) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = live_.find(ptr);
   MPIGRAD_CHECK(it != live_.end(), "record_stream: the tensor's memory was not allocated by the "
                 "CUDA caching allocator of cuda:", device_);
   Block& block = it->second;
-  if (stream == block.stream) return;
-  if (std::find(block.used_on.begin(), block.used_on.end(), stream) == block.used_on.end()) {
-    block.used_on.push_back(stream);
+  if (stream.id() == block.stream_id) return;
+  for (const UsedOn& used : block.used_on) {
+    if (used.id == stream.id()) return;
+  }
+  block.used_on.push_back({stream.id(), static_cast<cudaStream_t>(stream.handle())});
+}
+
+void CudaCachingAllocator::stream_destroyed(uint64_t stream_id, bool drained) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto bin = bins_.begin(); bin != bins_.end();) {
+    if (bin->first.first != stream_id) {
+      ++bin;
+      continue;
+    }
+    // Undrained work may still use them: better lost than freed under a running kernel.
+    if (drained) {
+      for (void* ptr : bin->second) free_block(ptr, bin->first.second);
+    }
+    bin = bins_.erase(bin);
+  }
+  for (auto& [ptr, block] : live_) {
+    if (block.stream_id == stream_id) block.orphan = true;
+    if (!drained) continue;
+    // Its work on the destroyed stream is done: no event to wait for there.
+    std::erase_if(block.used_on, [&](const UsedOn& used) { return used.id == stream_id; });
+  }
+  for (Parked& parked : parked_) {
+    if (parked.block.stream_id == stream_id) parked.block.orphan = true;
   }
 }
 

@@ -1,10 +1,14 @@
 // Internal to core/cuda: the caching device allocator behind core/cuda_allocator.h.
 //
 // One per device. Blocks are cudaMalloc'd at their size class (see round_size) and, when freed,
-// filed under (stream they were allocated on, size class). An allocation takes a block of its
-// exact class from its current stream's bin, or calls cudaMalloc. A block that record_stream
-// marked as used on other streams is parked with one event per such stream at free time, and
-// joins its bin once all those events have completed.
+// filed under (id of the stream they were allocated on, size class). Stream ids, not handles:
+// CUDA reuses the handle of a destroyed stream for a new one, and a block must never pass to a
+// stream that did not order itself after its last use. An allocation takes a block of its exact
+// class from its current stream's bin, or calls cudaMalloc. A block that record_stream marked as
+// used on other streams is parked with one event per such stream at free time, and joins its bin
+// once all those events have completed. When a Stream is destroyed (after its work has drained)
+// its cached blocks are freed, and blocks still held by tensors are freed instead of cached when
+// those tensors go: nothing can reuse them on a stream that no longer exists.
 // Thread-safe: one mutex guards the bins and the statistics. deallocate never throws (it runs in
 // Storage's destructor); if it cannot record an event, it keeps the block out of reuse.
 #pragma once
@@ -20,6 +24,7 @@
 
 #include "mpigrad/core/cuda_allocator.h"
 #include "mpigrad/core/storage.h"
+#include "mpigrad/core/stream.h"
 
 namespace mpigrad::core::cuda_detail {
 
@@ -30,7 +35,10 @@ class CudaCachingAllocator final : public Allocator {
   void* allocate(size_t nbytes) override;
   void deallocate(void* ptr, size_t nbytes) override;
 
-  void record_stream(void* ptr, cudaStream_t stream);
+  void record_stream(void* ptr, StreamView stream);
+  // Called by ~Stream once the stream's queued work has finished (`drained`; false when waiting
+  // for it failed, and then its blocks are never reused nor freed).
+  void stream_destroyed(uint64_t stream_id, bool drained);
   void empty_cache();
   CudaMemoryStats stats();
   void reset_peak();
@@ -39,20 +47,26 @@ class CudaCachingAllocator final : public Allocator {
   static size_t round_size(size_t nbytes);
 
  private:
+  struct UsedOn {
+    uint64_t id;
+    cudaStream_t handle;
+  };
   struct Block {
     size_t size = 0;
-    cudaStream_t stream = nullptr;         // the stream it was allocated on
-    std::vector<cudaStream_t> used_on;     // other streams, from record_stream
+    uint64_t stream_id = 0;        // the stream it was allocated on
+    bool orphan = false;           // that stream was destroyed: free it instead of caching it
+    std::vector<UsedOn> used_on;   // other streams, from record_stream
   };
   struct Parked {
     void* ptr;
     Block block;
     std::vector<cudaEvent_t> events;
   };
-  using BinKey = std::pair<cudaStream_t, size_t>;
+  using BinKey = std::pair<uint64_t, size_t>;
 
-  void move_finished_parked();  // caller holds mutex_
-  void release_free_blocks();   // caller holds mutex_
+  void move_finished_parked();     // caller holds mutex_
+  void release_free_blocks();      // caller holds mutex_
+  void free_block(void* ptr, size_t size);  // caller holds mutex_; throws on a CUDA error
 
   const int device_;
   std::mutex mutex_;

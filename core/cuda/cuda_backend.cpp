@@ -57,7 +57,7 @@ void check_cublas(cublasStatus_t status, const char* call, int device) {
 
 }  // namespace
 
-CudaBackend::CudaBackend(int device) : device_(device), allocator_(device) {}
+CudaBackend::CudaBackend(int device) : device_(device), allocator_(device), checks_(device) {}
 
 // Never runs for the registry's backends (they are leaked on purpose); kept correct anyway.
 CudaBackend::~CudaBackend() {
@@ -93,6 +93,7 @@ void CudaBackend::copy_to_host(void* dst, const void* src, int64_t nbytes) {
   cudaStream_t s = stream();
   MPIGRAD_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(nbytes), cudaMemcpyDeviceToHost, s));
   MPIGRAD_CUDA_CHECK(cudaStreamSynchronize(s));
+  checks_.poll(false);  // the host has waited anyway: raise a failed device check now
 }
 
 void CudaBackend::copy_from_host_async(void* dst, const void* src, int64_t nbytes) {
@@ -237,13 +238,26 @@ void CudaBackend::bernoulli(DType dtype, int64_t n, void* out, uint64_t seed, ui
   launch(device_, [&] { kernels::cuda::bernoulli(dtype, n, out, seed, offset, p, stream()); });
 }
 
-int64_t CudaBackend::cross_entropy(DType dtype, int64_t rows, int64_t cols, const void* logits,
-                                   const int64_t* targets, int64_t ignore_index,
-                                   double grad_scale, void* losses, void* grad) {
-  return launch(device_, [&] {
-    Scratch flag(allocator_, kernels::cuda::kIndexCheckBytes);
-    return kernels::cuda::cross_entropy(dtype, rows, cols, logits, targets, ignore_index,
-                                        grad_scale, losses, grad, flag.get(), stream());
+void CudaBackend::cross_entropy(DType dtype, int64_t rows, int64_t cols, const void* logits,
+                                const int64_t* targets, int64_t ignore_index, double grad_scale,
+                                void* losses, void* grad, const TargetCheck& check) {
+  launch(device_, [&] {
+    if (rows == 0) return;
+    cudaStream_t s = stream();
+    // The kernel lowers this code to the first bad row; the queue reads it back later.
+    Scratch code(allocator_, sizeof(uint64_t));
+    MPIGRAD_CUDA_CHECK(cudaMemsetAsync(code.get(), 0xff, sizeof(uint64_t), s));
+    kernels::cuda::cross_entropy(dtype, rows, cols, logits, targets, ignore_index, grad_scale,
+                                 losses, grad, static_cast<uint64_t*>(code.get()), s);
+    const int device = device_;
+    checks_.push(s, code.get(), kernels::cuda::kNoBadTarget,
+                 [check, cols, device](uint64_t bad) {
+                   return bad_target_message(check, kernels::cuda::bad_target_row(bad),
+                                             kernels::cuda::bad_target_value(bad), cols) +
+                          " (checked on cuda:" + std::to_string(device) +
+                          " without waiting, and reported at a later synchronization: the "
+                          "steps queued in between got NaN for that row)";
+                 });
   });
 }
 

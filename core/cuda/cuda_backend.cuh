@@ -2,8 +2,9 @@
 //
 // Every op makes the backend's device current, takes the calling thread's current stream of that
 // device, and queues kernels/cuda launchers on it; nothing waits except where a result must
-// reach the host (copy_to_host, the index checks). Scratch memory (reduction partials, index
-// check flags) comes from the same caching allocator and goes back to it right after the
+// reach the host (copy_to_host, the index checks). Cross-entropy checks its targets on the device
+// instead (core/device_checks.h); every copy to the host then raises a check that failed.
+// Scratch memory (reduction partials, index check flags, the label check's code) comes from the same caching allocator and goes back to it right after the
 // launch, which is safe because later users of the block are queued behind it on the stream.
 // Standard exceptions from kernels/cuda are rethrown as core::Error with the same message.
 #pragma once
@@ -15,6 +16,7 @@
 
 #include "mpigrad/core/backend.h"
 #include "mpigrad/core/cuda/caching_allocator.cuh"
+#include "mpigrad/core/cuda/device_checks.cuh"
 
 namespace mpigrad::core::cuda_detail {
 
@@ -25,6 +27,7 @@ class CudaBackend final : public Backend {
 
   int device() const { return device_; }
   CudaCachingAllocator& caching_allocator() { return allocator_; }
+  DeviceCheckQueue& device_checks() { return checks_; }
   cudaStream_t stream() const;  // the calling thread's current stream of this device
 
   Allocator& allocator() override { return allocator_; }
@@ -70,15 +73,16 @@ class CudaBackend final : public Backend {
               double std) override;
   void bernoulli(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset,
                  double p) override;
-  int64_t cross_entropy(DType dtype, int64_t rows, int64_t cols, const void* logits,
-                        const int64_t* targets, int64_t ignore_index, double grad_scale,
-                        void* losses, void* grad) override;
+  void cross_entropy(DType dtype, int64_t rows, int64_t cols, const void* logits,
+                     const int64_t* targets, int64_t ignore_index, double grad_scale,
+                     void* losses, void* grad, const TargetCheck& check) override;
 
  private:
   void* blas_handle();  // created on first use
 
   const int device_;
   CudaCachingAllocator allocator_;
+  DeviceCheckQueue checks_;
   std::mutex blas_mutex_;
   void* blas_ = nullptr;  // cublasHandle_t
 };

@@ -19,12 +19,25 @@ namespace mpigrad::core::cuda_detail {
        cudaGetErrorString(status), ") at ", file, ":", line);
 }
 
-// Makes `device` current for the scope and restores the previous device afterwards. Setting the
-// device is skipped when it already is current, which is the common case.
+// Makes the process's home device (core/cuda.h: set_cuda_home_device) current on the calling
+// thread if this thread has not done so since it was chosen; when none is chosen yet, `fallback`
+// becomes the home device (nothing happens for a negative fallback). Every CUDA call of mpigrad
+// on a thread is preceded by this, so a thread that never chose a device is on the home device
+// rather than on CUDA's default cuda:0. Cheap after the first call on a thread: one atomic load.
+// Returns cudaSetDevice's error, if any.
+cudaError_t make_home_device_current(int fallback);
+
+// Makes `device` current for the scope and restores the previous device afterwards, which is
+// the home device unless the caller chose another. Setting the device is skipped when it already
+// is current, which is the common case: a process works on its own GPU.
 class DeviceGuard {
  public:
   explicit DeviceGuard(int device) {
-    cudaError_t status = cudaGetDevice(&previous_);
+    cudaError_t status = make_home_device_current(device);
+    if (status != cudaSuccess) {
+      fail_cuda(status, "cudaSetDevice (the process's home device)", __FILE__, __LINE__);
+    }
+    status = cudaGetDevice(&previous_);
     if (status != cudaSuccess) fail_cuda(status, "cudaGetDevice", __FILE__, __LINE__);
     if (previous_ != device) {
       status = cudaSetDevice(device);

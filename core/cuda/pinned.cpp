@@ -42,6 +42,8 @@ class PinnedHostAllocator final : public Allocator {
       }
     }
     MPIGRAD_CHECK(cuda_device_count() > 0, "pinned memory: no CUDA device is visible");
+    // cudaHostAlloc works in the current device's context: the home device's, not cuda:0's.
+    MPIGRAD_CUDA_CHECK(make_home_device_current(-1));
     void* ptr = nullptr;
     MPIGRAD_CUDA_CHECK(cudaHostAlloc(&ptr, size, cudaHostAllocPortable));
     blocks_[ptr] = Block{size, true, {}};

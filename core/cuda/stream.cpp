@@ -3,14 +3,22 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <utility>
 #include <vector>
 
 #include "mpigrad/core/cuda.h"
+#include "mpigrad/core/cuda/cuda_backend.cuh"
 #include "mpigrad/core/cuda/cuda_check.cuh"
 #include "mpigrad/core/error.h"
 
 namespace mpigrad::core {
+
+struct StreamViewAccess {
+  static StreamView make(Device device, void* handle, uint64_t id) {
+    return StreamView(device, handle, id);
+  }
+};
 
 namespace {
 
@@ -23,11 +31,19 @@ int checked_index(Device device, const char* what) {
   return device.index;
 }
 
-// The calling thread's current stream per device; null (the legacy default stream) until set.
-std::vector<void*>& current_streams() {
-  thread_local std::vector<void*> streams;
+// The calling thread's current stream per device, as (handle, id); the legacy default stream
+// (null, 0) until set.
+struct CurrentStream {
+  void* handle = nullptr;
+  uint64_t id = 0;
+};
+std::vector<CurrentStream>& current_streams() {
+  thread_local std::vector<CurrentStream> streams;
   return streams;
 }
+
+// Ids of Streams: 0 is the legacy default stream, foreign streams have the top bit set.
+std::atomic<uint64_t> next_stream_id{1};
 
 cudaStream_t as_stream(void* handle) { return static_cast<cudaStream_t>(handle); }
 cudaEvent_t as_event(void* handle) { return static_cast<cudaEvent_t>(handle); }
@@ -37,8 +53,10 @@ cudaEvent_t as_event(void* handle) { return static_cast<cudaEvent_t>(handle); }
 // ---- StreamView ------------------------------------------------------------------------------
 
 void StreamView::synchronize() const {
-  cuda_detail::DeviceGuard guard(checked_index(device_, "StreamView::synchronize"));
+  const int index = checked_index(device_, "StreamView::synchronize");
+  cuda_detail::DeviceGuard guard(index);
   MPIGRAD_CUDA_CHECK(cudaStreamSynchronize(as_stream(handle_)));
+  cuda_detail::cuda_backend(index).device_checks().poll(false);
 }
 
 bool StreamView::query() const {
@@ -62,20 +80,37 @@ Stream::Stream(Device device) : device_(device) {
   cudaStream_t stream = nullptr;
   MPIGRAD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   handle_ = stream;
+  id_ = next_stream_id.fetch_add(1, std::memory_order_relaxed);
 }
 
-Stream::~Stream() {
-  if (handle_ != nullptr) (void)cudaStreamDestroy(as_stream(handle_));
+void Stream::release() noexcept {
+  if (handle_ == nullptr) return;
+  // Its queued work must end before its blocks can go: a block cached for this stream may still
+  // be read by a kernel queued on it. Errors cannot be reported from here; the blocks are then
+  // kept out of reuse by the allocator rather than freed.
+  try {
+    cuda_detail::DeviceGuard guard(device_.index);
+    const bool drained = cudaStreamSynchronize(as_stream(handle_)) == cudaSuccess;
+    cuda_detail::cuda_backend(device_.index).caching_allocator().stream_destroyed(id_, drained);
+    (void)cudaStreamDestroy(as_stream(handle_));
+  } catch (...) {
+  }
+  (void)cudaGetLastError();
+  handle_ = nullptr;
 }
+
+Stream::~Stream() { release(); }
 
 Stream::Stream(Stream&& other) noexcept
-    : device_(other.device_), handle_(std::exchange(other.handle_, nullptr)) {}
+    : device_(other.device_), handle_(std::exchange(other.handle_, nullptr)),
+      id_(std::exchange(other.id_, 0)) {}
 
 Stream& Stream::operator=(Stream&& other) noexcept {
   if (this != &other) {
-    if (handle_ != nullptr) (void)cudaStreamDestroy(as_stream(handle_));
+    release();
     device_ = other.device_;
     handle_ = std::exchange(other.handle_, nullptr);
+    id_ = std::exchange(other.id_, 0);
   }
   return *this;
 }
@@ -143,8 +178,10 @@ float Event::elapsed_ms(const Event& end) const {
 
 StreamView current_stream(Device device) {
   const int index = checked_index(device, "current_stream");
-  const std::vector<void*>& streams = current_streams();
-  return StreamView(device, size_t(index) < streams.size() ? streams[size_t(index)] : nullptr);
+  const std::vector<CurrentStream>& streams = current_streams();
+  const CurrentStream current = size_t(index) < streams.size() ? streams[size_t(index)]
+                                                               : CurrentStream{};
+  return StreamViewAccess::make(device, current.handle, current.id);
 }
 
 StreamView default_stream(Device device) {
@@ -154,9 +191,9 @@ StreamView default_stream(Device device) {
 
 void set_current_stream(StreamView stream) {
   const int index = checked_index(stream.device(), "set_current_stream");
-  std::vector<void*>& streams = current_streams();
-  if (streams.size() <= size_t(index)) streams.resize(size_t(index) + 1, nullptr);
-  streams[size_t(index)] = stream.handle();
+  std::vector<CurrentStream>& streams = current_streams();
+  if (streams.size() <= size_t(index)) streams.resize(size_t(index) + 1);
+  streams[size_t(index)] = CurrentStream{stream.handle(), stream.id()};
 }
 
 StreamGuard::StreamGuard(StreamView stream) : previous_(current_stream(stream.device())) {
@@ -165,7 +202,8 @@ StreamGuard::StreamGuard(StreamView stream) : previous_(current_stream(stream.de
 
 StreamGuard::~StreamGuard() {
   // Cannot fail: the device was valid when the guard was made.
-  current_streams()[size_t(previous_.device().index)] = previous_.handle();
+  current_streams()[size_t(previous_.device().index)] =
+      CurrentStream{previous_.handle(), previous_.id()};
 }
 
 }  // namespace mpigrad::core

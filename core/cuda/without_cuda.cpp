@@ -6,6 +6,7 @@
 #include "mpigrad/core/backend.h"
 #include "mpigrad/core/cuda.h"
 #include "mpigrad/core/cuda_allocator.h"
+#include "mpigrad/core/device_checks.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/pinned.h"
 #include "mpigrad/core/stream.h"
@@ -25,22 +26,41 @@ Backend& cuda_backend_for(Device device) {
 }  // namespace detail
 
 bool cuda_built() { return false; }
+const CudaVisibility& cuda_visibility() {
+  static const CudaVisibility visibility = [] {
+    CudaVisibility none;
+    none.built = false;
+    return none;
+  }();
+  return visibility;
+}
 int cuda_device_count() { return 0; }
 bool cuda_is_available() { return false; }
 std::string cuda_device_name(Device) { no_cuda("cuda_device_name"); }
+CudaDeviceInfo cuda_device_info(Device) { no_cuda("cuda_device_info"); }
+std::string cuda_versions() { return "built without CUDA"; }
+void set_cuda_home_device(Device) { no_cuda("set_cuda_home_device"); }
+std::optional<Device> cuda_home_device() { return std::nullopt; }
+Device cuda_current_device() { no_cuda("cuda_current_device"); }
 void cuda_synchronize(Device) { no_cuda("cuda_synchronize"); }
+void check_device_errors(Device device) {
+  if (device.is_cuda()) no_cuda("check_device_errors");
+}
 
 void StreamView::synchronize() const { no_cuda("StreamView::synchronize"); }
 bool StreamView::query() const { no_cuda("StreamView::query"); }
 void StreamView::wait(const Event&) const { no_cuda("StreamView::wait"); }
 Stream::Stream(Device device) : device_(device) { no_cuda("Stream"); }
 Stream::~Stream() = default;
-Stream::Stream(Stream&& other) noexcept : device_(other.device_), handle_(other.handle_) {
+void Stream::release() noexcept {}
+Stream::Stream(Stream&& other) noexcept
+    : device_(other.device_), handle_(other.handle_), id_(other.id_) {
   other.handle_ = nullptr;
 }
 Stream& Stream::operator=(Stream&& other) noexcept {
   device_ = other.device_;
   handle_ = other.handle_;
+  id_ = other.id_;
   other.handle_ = nullptr;
   return *this;
 }

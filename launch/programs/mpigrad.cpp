@@ -1,11 +1,13 @@
 // The `mpigrad` program: one executable, one subcommand per job.
 //   mpigrad train --config run.ini      train under mpirun/srun or as one process
 //   mpigrad data convert-idx|inspect|synth ...
+//   mpigrad devices                     the GPUs this process can use, or why there is none
 // Every subcommand has --help.
 #include <cstdio>
 #include <cstring>
 #include <string>
 
+#include "devices_command.h"
 #include "mpigrad/data/data_tool.h"
 #include "mpigrad/launch/train_command.h"
 #include "mpigrad/version.h"
@@ -17,7 +19,8 @@ void usage(std::FILE* out) {
                "usage: mpigrad <command> [options]\n\n"
                "commands:\n"
                "  train   train a classifier on HDF5 data (mpigrad train --help)\n"
-               "  data    convert, inspect or synthesize HDF5 datasets (mpigrad data --help)\n\n"
+               "  data    convert, inspect or synthesize HDF5 datasets (mpigrad data --help)\n"
+               "  devices list the GPUs this process can use, or say why there are none\n\n"
                "options:\n"
                "  --help, -h    show this help\n"
                "  --version     print the version\n");
@@ -41,6 +44,7 @@ int main(int argc, char** argv) {
   }
   if (command == "train") return mpigrad::launch::run_train_command(argc - 1, argv + 1);
   if (command == "data") return mpigrad::data::run_data_command(argc - 1, argv + 1);
+  if (command == "devices") return mpigrad::launch::run_devices_command(argc - 1, argv + 1);
   std::fprintf(stderr, "mpigrad: unknown command '%s'\n\n", command.c_str());
   usage(stderr);
   return 2;

@@ -3,7 +3,7 @@
 #include "mpigrad/nn/cuda/cuda_ops.h"
 
 #include "mpigrad/kernels/normalization.h"
-#include "mpigrad/nn/cuda/cudnn_support.cuh"
+#include "mpigrad/nn/cuda/cuda_support.cuh"
 
 namespace mpigrad::nn::cuda_ops {
 

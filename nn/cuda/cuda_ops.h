@@ -55,6 +55,16 @@ void conv2d_backward_data(const ConvShape& shape, const core::Tensor& grad_y,
 void conv2d_backward_filter(const ConvShape& shape, const core::Tensor& x,
                             const core::Tensor& grad_y, core::Tensor& grad_w);
 
+// How the convolutions chose their algorithms so far (nn/cuda/cudnn_conv.cpp): one plan, and one
+// cuDNN heuristics query, per shape and direction, never one per call; `fallbacks` counts
+// algorithms left behind after a failed call. All zero in a build without cuDNN.
+struct ConvAlgorithmStats {
+  int64_t plans = 0;
+  int64_t heuristic_queries = 0;
+  int64_t fallbacks = 0;
+};
+ConvAlgorithmStats cudnn_conv_algorithm_stats();
+
 // ---- BatchNorm (nn/cuda/cudnn_batch_norm.cpp) ---------------------------------------------------
 
 // x, y: [batch, channels, inner]. weight and bias: [channels] (cuDNN always applies them: pass

@@ -1,14 +1,19 @@
-// Internal to nn/cuda: device scoping, the current stream, cuDNN error checking, RAII owners of
-// the cuDNN handle and descriptors, and the per-device handle cache.
+// Internal to nn/cuda: cuDNN error checking, RAII owners of the cuDNN handle and descriptors,
+// and the per-device handle cache.
 //
-// A .cuh because it includes cudnn.h and cuda_runtime.h: never installed (the install copies
-// *.h only) and never included by a public header.
+// A .cuh because it includes cudnn.h: never installed (the install copies *.h only) and never
+// included by a public header, nor by any file of a build without cuDNN (MPIGRAD_WITHOUT_CUDNN:
+// the check below keeps that true even where the toolkit's include folder has cudnn.h).
 // Handles: one cudnnHandle_t per device, created on first use and owned by CudnnHandles, a
 // per-device cache held the way core's CUDA backend registry holds its backends (created once,
 // kept for the process, since tensors freed by static destructors may still queue work). A
 // handle carries a stream, so a caller takes the device's handle through a HandleLease, which
 // holds the device's mutex, binds the calling thread's current stream, and releases on scope exit.
 #pragma once
+
+#if defined(MPIGRAD_WITHOUT_CUDNN)
+#error "cudnn_support.cuh included in a build without cuDNN; use nn/cuda/cuda_support.cuh"
+#endif
 
 #include <cudnn.h>
 
@@ -22,6 +27,7 @@
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/stream.h"
 #include "mpigrad/core/tensor.h"
+#include "mpigrad/nn/cuda/cuda_support.cuh"
 
 namespace mpigrad::nn::cuda_ops::detail {
 
@@ -35,25 +41,6 @@ inline void check_cudnn(cudnnStatus_t status, const char* call, int device) {
 
 #define MPIGRAD_CUDNN_CHECK(call, device) \
   ::mpigrad::nn::cuda_ops::detail::check_cudnn((call), #call, (device))
-
-inline cudaStream_t current_stream_of(core::Device device) {
-  return static_cast<cudaStream_t>(core::current_stream(device).handle());
-}
-
-// Runs fn with `device` current; standard exceptions of kernels/cuda become core::Error with the
-// same message, so callers see one exception type.
-template <typename Fn>
-decltype(auto) on_device(core::Device device, Fn&& fn) {
-  MPIGRAD_CHECK(device.is_cuda(), "nn CUDA path called with a tensor on ", device);
-  core::cuda_detail::DeviceGuard guard(device.index);
-  try {
-    return std::forward<Fn>(fn)();
-  } catch (const core::Error&) {
-    throw;
-  } catch (const std::exception& error) {
-    throw core::Error(error.what());
-  }
-}
 
 inline cudnnDataType_t cudnn_dtype(core::DType dtype, const char* op) {
   if (dtype == core::kFloat32) return CUDNN_DATA_FLOAT;
@@ -130,12 +117,6 @@ class HandleLease {
   CudnnHandle& handle_;
   std::lock_guard<std::mutex> lock_;
 };
-
-// Device scratch from the caching allocator (through a UInt8 tensor), freed in stream order.
-inline core::Tensor workspace(core::Device device, size_t nbytes) {
-  return core::Tensor::empty({int64_t(nbytes > 0 ? nbytes : 1)},
-                             core::TensorOptions(core::kUInt8).device(device));
-}
 
 // cuDNN's alpha/beta scaling factors: double for double data, float otherwise.
 struct Scale {

@@ -21,6 +21,7 @@ void conv2d_backward_data(const ConvShape&, const Tensor&, const Tensor&, Tensor
 void conv2d_backward_filter(const ConvShape&, const Tensor&, const Tensor&, Tensor&) {
   no_cudnn("conv2d backward");
 }
+ConvAlgorithmStats cudnn_conv_algorithm_stats() { return {}; }
 void batch_norm_forward_training(int64_t, int64_t, int64_t, const Tensor&, const Tensor&,
                                  const Tensor&, Tensor&, Tensor&, double, double, Tensor&,
                                  Tensor&, Tensor&) {

@@ -95,6 +95,49 @@ MPIGRAD_CUDA_TEST_CASE("blocks are reused per stream; record_stream delays reuse
   CHECK(d.data_ptr() == first);  // side has finished, so the block is back in its bin
 }
 
+MPIGRAD_CUDA_TEST_CASE("a destroyed stream's blocks are freed, never inherited by a new stream") {
+  cuda_empty_cache(kGpu);
+  const Shape shape = {(int64_t(7) << 20) / 4};  // 7 MiB: a size class no other case uses
+  Tensor kept;
+  CudaMemoryStats before;
+  {
+    Stream old_stream(kGpu);
+    StreamGuard guard(old_stream);
+    { Tensor cached = empty(shape, TensorOptions().device(kGpu)); }  // cached for old_stream
+    kept = empty(shape, TensorOptions().device(kGpu));               // still alive after it
+    kept.fill_(2.0);
+    before = cuda_memory_stats(kGpu);
+  }
+  // The cached block went with its stream.
+  const CudaMemoryStats after_destroy = cuda_memory_stats(kGpu);
+  CHECK(after_destroy.device_frees == before.device_frees + 1);
+  CHECK(after_destroy.reserved_bytes < before.reserved_bytes);
+  {
+    // CUDA may hand the new stream the old one's handle; it must still get fresh memory.
+    Stream new_stream(kGpu);
+    StreamGuard guard(new_stream);
+    Tensor fresh = empty(shape, TensorOptions().device(kGpu));
+    CHECK(cuda_memory_stats(kGpu).device_allocations == after_destroy.device_allocations + 1);
+    CHECK(new_stream.id() != 0);
+  }
+  // The tensor that outlived its stream still works, and its block is freed, not cached.
+  CHECK(sum(kept).item<double>() == doctest::Approx(2.0 * double(shape[0])));
+  const CudaMemoryStats before_release = cuda_memory_stats(kGpu);
+  kept = Tensor();
+  CHECK(cuda_memory_stats(kGpu).device_frees == before_release.device_frees + 1);
+}
+
+MPIGRAD_CUDA_TEST_CASE("stream ids are unique and survive copies of views") {
+  Stream a(kGpu), b(kGpu);
+  CHECK(a.id() != b.id());
+  CHECK(a.view() == StreamView(a.view()));
+  CHECK_FALSE(a.view() == b.view());
+  CHECK(default_stream(kGpu).id() == 0);
+  StreamGuard guard(a);
+  CHECK(current_stream(kGpu).id() == a.id());
+  CHECK(current_stream(kGpu).handle() == a.handle());
+}
+
 MPIGRAD_CUDA_TEST_CASE("asynchronous copies through pinned memory round-trip") {
   std::vector<float> values(1 << 20);
   for (size_t i = 0; i < values.size(); ++i) values[i] = float(i % 1000) * 0.5f;

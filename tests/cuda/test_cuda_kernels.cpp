@@ -200,20 +200,33 @@ MPIGRAD_CUDA_TEST_CASE("fused cross-entropy on CUDA matches the CPU kernel") {
       Tensor g_logits = logits.to(kGpu), g_targets = targets.to(kGpu);
       Tensor gpu_loss = empty({rows}, TensorOptions(kFloat32).device(kGpu));
       Tensor gpu_grad = empty({rows, cols}, TensorOptions(dtype).device(kGpu));
-      Tensor workspace = empty({1}, TensorOptions(kInt64).device(kGpu));
-      CHECK(mpigrad::kernels::cuda::cross_entropy(
-                dtype, rows, cols, g_logits.data_ptr(), g_targets.data<int64_t>(), -100, 0.5,
-                gpu_loss.data_ptr(), gpu_grad.data_ptr(), workspace.data_ptr(),
-                current_stream(kGpu).handle()) == -1);
+      // The bad-target code, as int64: -1 has every bit set, which is kNoBadTarget.
+      Tensor code = full({1}, -1.0, TensorOptions(kInt64).device(kGpu));
+      auto* code_ptr = static_cast<uint64_t*>(code.data_ptr());
+      mpigrad::kernels::cuda::cross_entropy(dtype, rows, cols, g_logits.data_ptr(),
+                                            g_targets.data<int64_t>(), -100, 0.5,
+                                            gpu_loss.data_ptr(), gpu_grad.data_ptr(), code_ptr,
+                                            current_stream(kGpu).handle());
+      CHECK(uint64_t(code.item<int64_t>()) == mpigrad::kernels::cuda::kNoBadTarget);
       const double tol = dtype == kFloat32 ? 1e-5 : 2e-2;
       CHECK(first_mismatch(on_cpu(gpu_loss), cpu_loss.to_vector<double>(), tol, tol).empty());
       CHECK(first_mismatch(on_cpu(gpu_grad), cpu_grad.to_vector<double>(), tol, tol).empty());
+      // Two bad targets: the code keeps the first row and its value; those rows get NaN, the
+      // others are still right, and nothing waited for the check.
       target_values[3] = cols;
+      target_values[20] = -7;
       Tensor bad = Tensor::from_vector(target_values, {rows}).to(kGpu);
-      CHECK(mpigrad::kernels::cuda::cross_entropy(
-                dtype, rows, cols, g_logits.data_ptr(), bad.data<int64_t>(), -100, 0.5,
-                gpu_loss.data_ptr(), nullptr, workspace.data_ptr(),
-                current_stream(kGpu).handle()) == 3);
+      mpigrad::kernels::cuda::cross_entropy(dtype, rows, cols, g_logits.data_ptr(),
+                                            bad.data<int64_t>(), -100, 0.5, gpu_loss.data_ptr(),
+                                            gpu_grad.data_ptr(), code_ptr,
+                                            current_stream(kGpu).handle());
+      const auto raised = uint64_t(code.item<int64_t>());
+      CHECK(mpigrad::kernels::cuda::bad_target_row(raised) == 3);
+      CHECK(mpigrad::kernels::cuda::bad_target_value(raised) == cols);
+      const std::vector<double> losses = on_cpu(gpu_loss);
+      CHECK(std::isnan(losses[3]));
+      CHECK(std::isnan(losses[20]));
+      CHECK(losses[0] == doctest::Approx(cpu_loss.to_vector<double>()[0]).epsilon(tol));
     }
   }
 }

@@ -138,6 +138,19 @@ TEST_CASE("backend selection") {
   }
 }
 
+TEST_CASE("a device that cannot be had is the error of device(), not of the manager") {
+  // More GPUs than any machine here has: the manager is built, and device() names the problem.
+  ::setenv("MPIGRAD_DEVICE", "cuda:64", 1);
+  auto manager = launch::DistributedManager::initialize();
+  ::unsetenv("MPIGRAD_DEVICE");
+  CHECK_THROWS_WITH_AS(manager.device(), doctest::Contains("MPIGRAD_DEVICE=cuda:64: cuda:64 is "
+                                                           "not available"),
+                       core::Error);
+  CHECK(manager.describe().find("device unavailable (") != std::string::npos);
+  manager.set_device(core::kCPU);
+  CHECK(manager.device() == core::kCPU);
+}
+
 TEST_CASE("bad arguments give one clear error on the calling rank, before any communication") {
   auto manager = launch::DistributedManager::initialize();
   launch::Communicator& world = manager.world();

@@ -2,8 +2,9 @@
 //
 // Every NCCL test case is declared with MPIGRAD_NCCL_TEST_CASE, which counts it. When no GPU is
 // visible (or the build has no CUDA backend, or a node has fewer GPUs than ranks), main() runs
-// none of them; rank 0 prints one line, "N NCCL test cases skipped: no GPU visible", and every
-// rank exits with the code ctest reads as skipped.
+// none of them; rank 0 prints one line, "N NCCL test cases skipped: no GPU visible: ...", and
+// every rank exits with the code ctest reads as skipped (a failure with MPIGRAD_REQUIRE_GPU=1,
+// or when the GPU is broken: tests/gpu_suite_gate.h).
 #pragma once
 
 #include <doctest/doctest.h>

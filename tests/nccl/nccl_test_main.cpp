@@ -1,7 +1,8 @@
 // main() of the NCCL test binary: starts MPI (a failure to start fails the test, it never skips),
-// decides on every rank together whether GPUs are there to run on, and then either runs the
-// doctest cases on every rank and reports failures from any rank (like tests/doctest_mpi_main.cpp),
-// or prints one "skipped" line on rank 0 and exits kSkipCode on every rank.
+// decides on every rank together whether GPUs are there to run on (tests/gpu_suite_gate.h), and
+// then either runs the doctest cases on every rank and reports failures from any rank (like
+// tests/doctest_mpi_main.cpp), or prints one line on rank 0 and exits on every rank with the
+// skip code (no GPU) or 1 (a broken GPU, or any skip under MPIGRAD_REQUIRE_GPU=1).
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 #include <mpi.h>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_suite_gate.h"
 #include "mpigrad/core/cuda.h"
 #include "nccl_test.h"
 
@@ -28,25 +30,7 @@ int nccl_test_case_count() { return counter(); }
 
 }  // namespace mpigrad::test
 
-namespace {
-
-// Why this rank cannot run the suite, or "" when it can.
-std::string skip_reason(int local_size) {
-  if (!mpigrad::core::cuda_built()) return "no GPU visible (built without CUDA)";
-  const int gpus = mpigrad::core::cuda_device_count();
-  if (gpus == 0) return "no GPU visible";
-  if (gpus < local_size) {
-    // NCCL refuses two ranks of one communicator on the same GPU.
-    return std::to_string(local_size) + " ranks on a node with " + std::to_string(gpus) +
-           " visible GPU(s); NCCL needs one GPU per rank";
-  }
-  return "";
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
-  constexpr int kSkipCode = 77;  // SKIP_RETURN_CODE in tests/nccl/CMakeLists.txt
   int provided = 0;
   if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
     std::fprintf(stderr, "mpigrad-test-nccl: MPI_Init_thread failed; MPI tests cannot run\n");
@@ -60,18 +44,23 @@ int main(int argc, char** argv) {
   MPI_Comm_size(node, &local_size);
   MPI_Comm_free(&node);
 
-  // Every rank skips, or none does (one node without enough GPUs skips the whole job).
-  const std::string reason = skip_reason(local_size);
-  int skip = reason.empty() ? 0 : 1, any_skip = 0;
-  MPI_Allreduce(&skip, &any_skip, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (any_skip) {
+  // Every rank runs, or none does (one node without enough GPUs stops the whole job); the worst
+  // outcome of any rank (a failure over a skip) decides, and rank 0 prints it.
+  const mpigrad::test::GpuSuiteGate gate = mpigrad::test::gate_gpu_suite(
+      mpigrad::core::cuda_visibility(), mpigrad::test::gpu_required_by_environment(),
+      mpigrad::test::nccl_test_case_count(), "NCCL", local_size);
+  const int outcome = gate.run ? 0 : gate.exit_code == 1 ? 2 : 1;  // 0 run, 1 skip, 2 fail
+  int worst = 0;
+  MPI_Allreduce(&outcome, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (worst != 0) {
     if (rank == 0) {
-      std::printf("%d NCCL test cases skipped: %s\n", mpigrad::test::nccl_test_case_count(),
-                  reason.empty() ? "another node lacks GPUs" : reason.c_str());
+      std::printf("%s\n", outcome == worst ? gate.line.c_str()
+                  : worst == 2 ? "FAILED: NCCL test cases not run: another rank cannot use its GPU"
+                               : "NCCL test cases skipped: another node lacks GPUs");
       std::fflush(stdout);
     }
     MPI_Finalize();
-    return kSkipCode;
+    return worst == 2 ? 1 : mpigrad::test::kGpuSkipCode;
   }
 
   doctest::Context context(argc, argv);

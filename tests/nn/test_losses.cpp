@@ -110,6 +110,17 @@ TEST_CASE("cross_entropy: an out-of-range label names the value and num_classes"
   CHECK_THROWS_WITH_AS(nn::cross_entropy(x, Tensor::from_vector<int64_t>({-1, 0}, {2})),
                        doctest::Contains("label -1"), core::Error);
   CHECK_THROWS_AS(nn::cross_entropy(x, Tensor::from_vector<int64_t>({1, 0, 2}, {3})), core::Error);
+  // The error names the labels when the caller says what they are, with and without smoothing.
+  nn::CrossEntropyOptions named;
+  named.labels_name = "label field 'y'";
+  CHECK_THROWS_WITH_AS(nn::cross_entropy(x, Tensor::from_vector<int64_t>({1, 9}, {2}), named),
+                       doctest::Contains("label 9 at position 1 of label field 'y' is out of "
+                                         "range for num_classes = 4"),
+                       core::Error);
+  named.label_smoothing = 0.1;
+  CHECK_THROWS_WITH_AS(nn::cross_entropy(x, Tensor::from_vector<int64_t>({5, 0}, {2}), named),
+                       doctest::Contains("label 5 at position 0 of label field 'y'"),
+                       core::Error);
 }
 
 TEST_CASE("losses: gradients match finite differences") {

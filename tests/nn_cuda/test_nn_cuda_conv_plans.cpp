@@ -1,0 +1,46 @@
+// The cuDNN convolution chooses its algorithms once per shape (nn/cuda/cudnn_conv.cpp): repeated
+// steps of one shape ask cuDNN's heuristics nothing, and a new shape builds its own plans.
+#include <doctest/doctest.h>
+
+#include "mpigrad/core/autograd.h"
+#include "mpigrad/core/ops/reduce.h"
+#include "mpigrad/nn/layers/conv.h"
+#include "nn_cuda_test.h"
+#if MPIGRAD_TEST_CUDA_INTERNALS
+#include "mpigrad/nn/cuda/cuda_ops.h"
+#endif
+
+namespace {
+
+using namespace mpigrad;  // NOLINT
+using core::Tensor;
+
+}  // namespace
+
+#if MPIGRAD_TEST_CUDA_INTERNALS
+MPIGRAD_NN_CUDA_TEST_CASE("cuDNN convolution: one heuristics query per shape and direction") {
+  core::Generator generator(4);
+  // A shape no other case uses, so its plans are built here.
+  nn::Conv2d conv({3, 5, {3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true}, generator);
+  conv.to(core::cuda(0));
+  auto step = [&](int64_t batch) {
+    Tensor x = test::random_input({batch, 3, 13, 11}, core::kFloat32, 7)
+                   .to(core::cuda(0))
+                   .set_requires_grad();
+    core::sum(conv.forward(x)).backward();
+    conv.zero_grad();
+  };
+  const auto start = nn::cuda_ops::cudnn_conv_algorithm_stats();
+  step(5);
+  const auto first = nn::cuda_ops::cudnn_conv_algorithm_stats();
+  CHECK(first.plans == start.plans + 3);  // forward, backward data, backward filter
+  CHECK(first.heuristic_queries == start.heuristic_queries + 3);
+  for (int i = 0; i < 4; ++i) step(5);
+  const auto repeated = nn::cuda_ops::cudnn_conv_algorithm_stats();
+  CHECK(repeated.plans == first.plans);
+  CHECK(repeated.heuristic_queries == first.heuristic_queries);
+  CHECK(repeated.fallbacks == first.fallbacks);  // the plans' first choices ran
+  step(6);  // another batch size is another shape
+  CHECK(nn::cuda_ops::cudnn_conv_algorithm_stats().heuristic_queries == first.heuristic_queries + 3);
+}
+#endif
