@@ -136,8 +136,8 @@ TrainingJob check_job(const std::vector<std::string>& args, int64_t rank, int64_
   job.steps_per_epoch =
       (batches + config.train.grad_accum_steps - 1) / config.train.grad_accum_steps;
   job.total_steps = config.train.epochs * job.steps_per_epoch;
+  // (A dry run takes one step of this schedule: the schedule is the run's, checked as such.)
   if (config.train.max_steps > 0) job.total_steps = std::min(job.total_steps, config.train.max_steps);
-  if (config.dry_run) job.total_steps = 1;
   MPIGRAD_CHECK(config.sched.name != SchedulerKind::Cosine || config.sched.total_steps > 0 ||
                     config.sched.warmup_steps < job.total_steps,
                 "[sched] warmup_steps: ", config.sched.warmup_steps,
@@ -259,6 +259,8 @@ int train(TrainingJob& job, DistributedManager& manager) {
   train_options.seed = config.train.seed;
   train_options.num_workers = 1;  // one thread reads ahead; compute keeps the cores
   train_options.transform = inputs.transform;
+  // On a GPU the loader stages batches in pinned memory and copies them on its own stream.
+  train_options.device = manager.device();
   data::DataLoader train_loader(job.train_set, train_options);
 
   std::unique_ptr<data::DataLoader> test_loader;
@@ -268,6 +270,7 @@ int train(TrainingJob& job, DistributedManager& manager) {
     test_options.num_replicas = ranks;  // a DistributedSampler without shuffle, padded
     test_options.rank = rank;
     test_options.transform = inputs.transform;
+    test_options.device = manager.device();
     test_loader = std::make_unique<data::DataLoader>(job.test_set, test_options);
   }
 

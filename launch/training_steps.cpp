@@ -25,17 +25,28 @@ std::pair<core::Tensor, core::Tensor> flat_pair(const core::Tensor& prediction,
                                                 const std::string& target) {
   const core::Tensor& stored = batch[target];
   const int64_t n = batch.size();
-  MPIGRAD_CHECK(prediction.dim() >= 1 && prediction.size(0) == n && stored.numel() == prediction.numel(),
-                "target field '", target, "' has shape ", stored.shape(), " but the model predicts ",
-                prediction.shape(), "; they must hold the same number of values per sample");
+  MPIGRAD_CHECK(prediction.dim() >= 1 && prediction.size(0) == n &&
+                    stored.numel() == prediction.numel(),
+                "target field '", target, "' has shape ", stored.shape(),
+                " but the model predicts ", prediction.shape(),
+                "; they must hold the same number of values per sample");
   return {prediction.reshape({n, -1}), stored.reshape({n, -1}).to(prediction.dtype())};
+}
+
+// Names the label field in the error about a bad label (checked on the device on a GPU).
+nn::CrossEntropyOptions options_for(const std::string& label, nn::Reduction reduction) {
+  nn::CrossEntropyOptions options;
+  options.reduction = reduction;
+  options.labels_name = "label field '" + label + "'";
+  return options;
 }
 }  // namespace
 
 StepFunction classification_step(std::string input, std::string label) {
   return [input, label](nn::Module& model, const data::Batch& batch) {
     core::Tensor logits = model(batch[input]);
-    return nn::cross_entropy(logits, labels_of(batch, label));
+    return nn::cross_entropy(logits, labels_of(batch, label),
+                             options_for(label, nn::Reduction::Mean));
   };
 }
 
@@ -43,10 +54,8 @@ EvalFunction classification_metrics(std::string input, std::string label) {
   return [input, label](nn::Module& model, const data::Batch& batch) {
     core::Tensor logits = model(batch[input]);
     core::Tensor labels = labels_of(batch, label);
-    nn::CrossEntropyOptions per_sample;
-    per_sample.reduction = nn::Reduction::None;
     std::map<std::string, core::Tensor> metrics;
-    metrics["loss"] = nn::cross_entropy(logits, labels, per_sample);
+    metrics["loss"] = nn::cross_entropy(logits, labels, options_for(label, nn::Reduction::None));
     metrics["accuracy"] = core::eq(core::argmax(logits, 1), labels).to(core::kFloat64);
     return metrics;
   };

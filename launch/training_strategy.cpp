@@ -1,6 +1,7 @@
 #include "mpigrad/launch/training_strategy.h"
 
 #include "mpigrad/core/autograd.h"
+#include "mpigrad/core/device_checks.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/reduce.h"
@@ -28,10 +29,13 @@ const char* hook_stage_name(HookStage stage) {
 }
 
 namespace {
-// Batches arrive on the host; the model lives on the rank's device.
+// Batches come from the loader on the rank's device (DataLoaderOptions::device), or on the
+// host from a loader without one; only the latter are moved here.
 void move_to_device(data::Batch& batch, core::Device device) {
   if (device.is_cpu()) return;
-  for (auto& [name, tensor] : batch.fields) tensor = tensor.to(device, /*non_blocking=*/true);
+  for (auto& [name, tensor] : batch.fields) {
+    if (tensor.device() != device) tensor = tensor.to(device, /*non_blocking=*/true);
+  }
 }
 
 bool per_batch(HookStage stage) {
@@ -102,6 +106,9 @@ void TrainingStrategy::run(data::DataLoader& train_loader, data::DataLoader* val
       reached_max = ctx.max_steps > 0 && ctx.step >= ctx.max_steps;
       if (ctx.stop || reached_max) break;
     }
+    // A bad label found on the GPU surfaces at the next synchronization; make that no later
+    // than the end of the epoch, before its checkpoint.
+    core::check_device_errors(ctx.manager->device());
     call(HookStage::AfterEpoch);
     if (val_loader != nullptr) {
       ctx.metrics = validate(*val_loader);

@@ -105,6 +105,9 @@ case "$check" in
     run 2 "$mpigrad" train --config base.ini --dry-run > dry.txt 2>&1 || { cat dry.txt; fail "dry run failed"; }
     grep -q "dry run passed" dry.txt || fail "dry run did not report"
     [ ! -e runs ] || fail "dry run wrote outputs"
+    # A dry run checks the run's schedule, not a one-step one (warmup below the run's steps).
+    run 2 "$mpigrad" train --config base.ini --sched.name=cosine --sched.warmup_steps=20 --dry-run \
+      > dry_warmup.txt 2>&1 || { cat dry_warmup.txt; fail "dry run with warmup failed"; }
     ;;
   float_features)  # float32 inputs in their natural range (0..16), other field names, h5py's layout
     # Contiguous datasets, float32 features [N, 20] and int64 labels: what h5py writes from NumPy.
