@@ -119,7 +119,9 @@ Communicator& DistributedManager::node_local() { return *state().node_local; }
 std::string DistributedManager::describe() const {
   std::ostringstream out;
   out << "rank " << rank() << "/" << world_size() << " (local " << local_rank() << "/"
-      << local_size() << ", " << node_count() << (node_count() == 1 ? " node" : " nodes")
+      << local_size() << ", " << node_count()
+      << (simulated_node_count() > 0 ? " simulated" : "")
+      << (node_count() == 1 ? " node" : " nodes")
       << "), device " << device() << ", " << launcher_name(launcher()) << ", "
       << thread_level_name(thread_level()) << ", " << (owns_mpi() ? "owns MPI" : "adopted MPI");
   return out.str();

@@ -463,6 +463,18 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, std::st
 
 std::unique_ptr<Communicator> MpiCommunicator::split_node_local(std::string name) {
   MPI_Comm part = MPI_COMM_NULL;
+  if (const int nodes = simulated_node_count(); nodes > 0) {
+    // Every rank sees the same size and the same variable, so every rank raises this or none.
+    MPIGRAD_CHECK(state_->size % nodes == 0, "MPIGRAD_SIMULATE_NODES=", nodes,
+                  ": the ", state_->size, " ranks of communicator '", state_->name,
+                  "' do not split into ", nodes, " equal nodes; launch a multiple of ", nodes,
+                  " ranks or change the variable");
+    const int per_node = state_->size / nodes;
+    check_mpi(MPI_Comm_split(state_->comm.comm, state_->rank / per_node, state_->rank, &part),
+              "MPI_Comm_split", "simulated node of communicator '" + state_->name + "'");
+    return std::make_unique<MpiCommunicator>(MpiCommHandle(part), state_->runtime,
+                                             std::move(name), state_->config);
+  }
   check_mpi(MPI_Comm_split_type(state_->comm.comm, MPI_COMM_TYPE_SHARED, state_->rank,
                                 MPI_INFO_NULL, &part),
             "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)", "communicator '" + state_->name + "'");
