@@ -344,7 +344,7 @@ bool SharedSegments::all_started(size_t index, std::string* out_of_step) const {
     const uint64_t their_sequence = load_relaxed(theirs.sequence);
     if (their_round != round_[index] || their_sequence != sequence_[index]) {
       std::ostringstream why;
-      why << "ranks out of step: rank " << q << " started buffer " << index << " (round "
+      why << "ranks out of step: rank " << label(q) << " started buffer " << index << " (round "
           << their_round << ") as its start #" << their_sequence << ", this rank (round "
           << round_[index] << ") as its start #" << sequence_[index]
           << "; every rank must start the buffers in the same order (did a backward fail on "
@@ -371,7 +371,7 @@ std::string SharedSegments::behind(size_t index, bool finished) const {
   std::ostringstream out;
   for (int q = 0, listed = 0; q < size_; ++q) {
     if (load_acquire(flag(q, index, finished).round) < round_[index]) {
-      out << (listed++ ? ", " : "") << q;
+      out << (listed++ ? ", " : "") << label(q);
     }
   }
   return out.str();

@@ -64,6 +64,10 @@ class SharedSegments {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // How messages name rank q of this group: q itself, unless the owner labels the ranks with
+  // their ranks in a wider communicator (HierarchicalAllReduce names them in the world).
+  void set_rank_labels(std::vector<int> labels) { labels_ = std::move(labels); }
+  int label(int rank) const { return labels_.empty() ? rank : labels_[size_t(rank)]; }
   const std::string& communicator_name() const { return communicator_name_; }
   size_t buffer_count() const { return specs_.size(); }
   const SharedBufferSpec& spec(size_t index) const { return specs_[index]; }
@@ -108,6 +112,7 @@ class SharedSegments {
   std::string communicator_name_;
   int rank_ = 0;
   int size_ = 1;
+  std::vector<int> labels_;
   std::vector<SharedBufferSpec> specs_;
   std::vector<size_t> offsets_;  // byte offset of each buffer in a segment
   size_t flags_offset_ = 0;
