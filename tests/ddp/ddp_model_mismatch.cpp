@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
     options.timeout_seconds = 1.0;
     launch::DistributedDataParallel ddp(model, manager.world(), options);
     log.info("DistributedDataParallel built over " + std::to_string(manager.world_size()) +
-             " ranks" + (ddp.uses_shared_memory() ? ", shared memory" : ""));
+             " ranks, gradients " + ddp.transport_description());
     if (mode == "stall") {
       if (manager.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
       core::Tensor x = core::randn({4, 8}, generator);
