@@ -334,11 +334,12 @@ std::unique_ptr<HierarchicalAllReduce> HierarchicalAllReduce::create(
   const ThreadLevel level = mpi->runtime()->thread_level();
   if (all_reduce_min(communicator, level == ThreadLevel::Multiple ? 1 : 0) == 0) {
     if (why_not) {
-      *why_not = "the communication thread needs MPI_THREAD_MULTIPLE, but MPI provides " +
+      *why_not = "MPI provides " +
                  (level == ThreadLevel::Multiple
-                      ? std::string("less on another rank")
+                      ? std::string("less than MPI_THREAD_MULTIPLE on another rank")
                       : std::string(thread_level_name(level)) + " here") +
-                 " (initialize MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...))";
+                 " and the communication thread needs MPI_THREAD_MULTIPLE: initialize MPI "
+                 "with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)";
     }
     return nullptr;
   }
