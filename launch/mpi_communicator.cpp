@@ -56,8 +56,15 @@ struct Call {
   std::vector<int> counts, displs;  // all_gather_v
   int64_t bytes = 0;                // what this rank moves, for reports
 
-  const void* send() const { return in_place ? MPI_IN_PLACE : input->data_ptr(); }
-  void* recv() const { return output->data_ptr(); }
+  // all_reduce fills these once (its per-call path is the latency-bound one); other calls ask
+  // the tensors.
+  const void* send_data = nullptr;
+  void* recv_data = nullptr;
+  const void* send() const {
+    if (in_place) return MPI_IN_PLACE;
+    return send_data != nullptr ? send_data : input->data_ptr();
+  }
+  void* recv() const { return recv_data != nullptr ? recv_data : output->data_ptr(); }
 };
 
 int to_int_count(int64_t count, const char* op, const std::string& name) {
@@ -321,7 +328,9 @@ Call reduce_call(const MpiCommunicator::State& state, Kind kind, const core::Ten
                  " elements but output has ", out);
     }
     call.count = to_int_count(in, "all_reduce", state.name);
-    call.in_place = input.data_ptr() == output.data_ptr();
+    call.send_data = input.data_ptr();
+    call.recv_data = output.data_ptr();
+    call.in_place = call.send_data == call.recv_data;
     call.bytes = in * core::element_size(call.dtype);
   } else {
     const char* name = collective_kind_name(kind);
@@ -450,9 +459,50 @@ WorkPtr MpiCommunicator::all_reduce_async(const core::Tensor& input, const core:
                                           ReduceOp op) {
   return start_async(state_, reduce_call(*state_, Kind::AllReduce, input, output, op));
 }
+// The one latency-bound collective (SyncBatchNorm's statistics, DDP's small buckets, metrics),
+// written out: the checks, the sequence number, the watchdog's bracket and MPI_Allreduce, with
+// no Call in between. Counted with callgrind on an 8-byte in-place all-reduce: mpigrad added
+// 325 instructions a call to raw MPI_Allreduce through reduce_call and run_blocking, 211 this
+// way checking the tensor as two, and 155 once. The debug agreement check takes the
+// general path.
 void MpiCommunicator::all_reduce(const core::Tensor& input, const core::Tensor& output, ReduceOp op) {
-  Call call = reduce_call(*state_, Kind::AllReduce, input, output, op);
-  run_blocking(*state_, call);
+  State& s = *state_;
+  if (s.config.debug_collectives) [[unlikely]] {
+    Call call = reduce_call(s, Kind::AllReduce, input, output, op);
+    run_blocking(s, call);
+    return;
+  }
+  // In place (the one-tensor form, which DDP and SyncBatchNorm use) checks the tensor once.
+  const bool same = input.is_same(output);
+  if (same) {
+    check_tensor(input, Kind::AllReduce, "input", s);
+  } else {
+    check_pair(input, output, Kind::AllReduce, s);
+  }
+  const core::DType dtype = input.dtype();
+  const MPI_Op mpi_op = s.ops[size_t(dtype)][size_t(op)];
+  if (mpi_op == MPI_OP_NULL) [[unlikely]] unsupported_reduction(s, Kind::AllReduce, dtype, op);
+  const int64_t count = input.numel();
+  if (!same && count != output.numel()) [[unlikely]] {
+    core::fail("all_reduce on communicator '", s.name, "': input has ", count,
+               " elements but output has ", output.numel());
+  }
+  void* recv = output.data_ptr();
+  const void* send = same ? recv : input.data_ptr();
+  const uint64_t seq = s.watchdog->next_sequence();
+  int rc = MPI_SUCCESS;
+  {
+    CollectiveWatchdog::WaitScope scope(*s.watchdog, seq, "all_reduce",
+                                        count * core::element_size(dtype));
+    rc = MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv,
+                       to_int_count(count, "all_reduce", s.name), s.types[size_t(dtype)], mpi_op,
+                       s.comm.comm);
+  }
+  if (rc != MPI_SUCCESS) [[unlikely]] {
+    check_mpi(rc, "MPI_Allreduce", "communicator '" + s.name + "', collective #" +
+                                       std::to_string(seq));
+  }
+  if (op == ReduceOp::Avg && s.size > 1) divide_by(output, s.size);
 }
 
 WorkPtr MpiCommunicator::broadcast_async(const core::Tensor& tensor, int root) {
