@@ -228,7 +228,9 @@ DistributedDataParallel::plan_buckets(const std::vector<size_t>& order) const {
 // buckets and transport (after which the old buffers are free).
 void DistributedDataParallel::install_buckets(std::vector<std::unique_ptr<Bucket>> buckets) {
   std::vector<BucketSpec> specs;
-  for (const auto& bucket : buckets) specs.push_back({bucket->dtype, bucket->device, bucket->numel});
+  for (const auto& bucket : buckets) {
+    specs.push_back({bucket->dtype, bucket->device, bucket->numel});
+  }
   TransportRequest request;
   request.kind = options_.transport;
   request.shared_memory = options_.shared_memory;
@@ -244,7 +246,8 @@ void DistributedDataParallel::install_buckets(std::vector<std::unique_ptr<Bucket
     bucket.flat = choice.transport->buffer(b).narrow(0, 0, bucket.numel);
     for (size_t i = 0; i < bucket.parameters.size(); ++i) {
       core::Tensor& param = parameters_[bucket.parameters[i]].tensor;
-      core::Tensor view = bucket.flat.narrow(0, bucket.offsets[i], param.numel()).view(param.shape());
+      core::Tensor view =
+          bucket.flat.narrow(0, bucket.offsets[i], param.numel()).view(param.shape());
       core::Tensor existing = param.grad();
       if (existing.defined()) view.copy_(existing);  // the new buffer is zero otherwise
       param.set_grad(view);

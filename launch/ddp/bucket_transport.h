@@ -3,7 +3,8 @@
 // How DistributedDataParallel averages its gradient buckets: one interface, with one
 // implementation per way of moving the bytes, picked once per run by choose_bucket_transport
 // (launch/ddp/transport_choice.h), so the bucket logic never asks which one it has:
-//   SharedMemoryAllReduce   host buckets, every rank on one node (launch/shared_memory_all_reduce.h)
+//   SharedMemoryAllReduce   host buckets, every rank on one node
+//                           (launch/shared_memory_all_reduce.h)
 //   HierarchicalAllReduce   host buckets on several nodes (launch/ddp/hierarchical_all_reduce.h)
 //   CommunicatorTransport   the communicator's async all-reduce: NCCL on GPUs, flat MPI otherwise
 //                           (launch/ddp/communicator_transport.h)

@@ -1,4 +1,4 @@
-// defines: average_shard, sum_shard, spread_shard, visit_floating
+// defines: average_shard, sum_shard, spread_shard, sum_block, visit_floating
 //
 // The arithmetic of the shared-memory averaging, on raw element ranges of the node's copies of a
 // buffer (copies[q] = rank q's copy). Every element is combined in rank order, in the dtype's
@@ -34,6 +34,19 @@ void visit_floating(core::DType dtype, Fn&& fn) {
 // Blocks of kBlock elements keep the sums in L1 and let the compiler vectorize each pass.
 constexpr int64_t kShardBlock = 1024;
 
+// sum[0, length) = the copies' elements [start, start + length), added in copy order.
+template <typename T>
+void sum_block(const std::vector<T*>& copies, int64_t start, int64_t length,
+               kernels::compute_t<T>* sum) {
+  using C = kernels::compute_t<T>;
+  const T* first = copies[0] + start;
+  for (int64_t i = 0; i < length; ++i) sum[i] = C(first[i]);
+  for (size_t q = 1; q < copies.size(); ++q) {
+    const T* source = copies[q] + start;
+    for (int64_t i = 0; i < length; ++i) sum[i] += C(source[i]);
+  }
+}
+
 template <typename T>
 void average_shard(const std::vector<T*>& copies, int64_t begin, int64_t end, double scale_d) {
   using C = kernels::compute_t<T>;
@@ -52,12 +65,7 @@ void average_shard(const std::vector<T*>& copies, int64_t begin, int64_t end, do
   C sum[kShardBlock];
   for (int64_t start = begin; start < end; start += kShardBlock) {
     const int64_t length = std::min(kShardBlock, end - start);
-    const T* first = copies[0] + start;
-    for (int64_t i = 0; i < length; ++i) sum[i] = C(first[i]);
-    for (size_t q = 1; q < copies.size(); ++q) {
-      const T* source = copies[q] + start;
-      for (int64_t i = 0; i < length; ++i) sum[i] += C(source[i]);
-    }
+    sum_block(copies, start, length, sum);
     for (int64_t i = 0; i < length; ++i) sum[i] *= scale;
     for (T* copy : copies) {
       T* target = copy + start;
@@ -73,12 +81,7 @@ void sum_shard(const std::vector<T*>& copies, size_t own, int64_t begin, int64_t
   C sum[kShardBlock];
   for (int64_t start = begin; start < end; start += kShardBlock) {
     const int64_t length = std::min(kShardBlock, end - start);
-    const T* first = copies[0] + start;
-    for (int64_t i = 0; i < length; ++i) sum[i] = C(first[i]);
-    for (size_t q = 1; q < copies.size(); ++q) {
-      const T* source = copies[q] + start;
-      for (int64_t i = 0; i < length; ++i) sum[i] += C(source[i]);
-    }
+    sum_block(copies, start, length, sum);
     T* target = copies[own] + start;
     for (int64_t i = 0; i < length; ++i) target[i] = T(sum[i]);
   }

@@ -11,7 +11,8 @@
 //                                  started and before the others can (one bucket a parameter,
 //                                  1 s DDP timeout); run on simulated nodes, every rank must end
 //                                  in an error of the hierarchical averaging (a short stop), or
-//                                  the job in the inter-node watchdog's report (a long one)
+//                                  the job in the inter-node watchdog's report (a long one);
+//                                  SECONDS < 0: rank 1 dies there instead (_exit, no MPI_Finalize)
 //   ddp_model_mismatch serialized  MPI initialized with MPI_THREAD_SERIALIZED by the program and
 //                                  handed over: on simulated nodes DDP must fall back from the
 //                                  hierarchical transport with the reason, and refuse it when
@@ -108,6 +109,9 @@ int main(int argc, char** argv) {
         model->named_parameters().back().second.register_grad_ready_hook([&](core::Tensor&) {
           std::this_thread::sleep_for(std::chrono::duration<double>(stop_seconds));
         });
+      } else if (manager.rank() == 1 && stop_seconds < 0) {
+        model->named_parameters().back().second.register_grad_ready_hook(
+            [](core::Tensor&) { std::_Exit(9); });
       }
       core::Tensor x = core::randn({4, 8}, generator);
       core::sum(ddp(x)).backward();

@@ -164,8 +164,8 @@ TEST_CASE("hierarchical averaging: a rank that does not start fails every rank, 
   if (rank == 1 || rank == 2) CHECK(message.find("rank 0 gave up") != std::string::npos);
   if (rank == 3) CHECK(message.find(" gave up") != std::string::npos);
   // Every later call repeats the failure.
-  CHECK_THROWS_WITH_AS(hierarchical->wait(0), doctest::Contains("unusable after an earlier failure"),
-                       core::Error);
+  CHECK_THROWS_WITH_AS(hierarchical->wait(0),
+                       doctest::Contains("unusable after an earlier failure"), core::Error);
   hierarchical.reset();  // joins the communication thread: nothing of it is left waiting
   world.barrier();
 }
