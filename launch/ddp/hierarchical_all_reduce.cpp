@@ -68,13 +68,12 @@ struct HierarchicalAllReduce::Impl {
   // ---- Fixed at creation -------------------------------------------------------------------
   std::string communicator_name;
   int rank = 0, size = 1;  // in the caller's communicator
-  int local_rank = 0, local_size = 1, node_index = 0, nodes = 1;
+  int local_rank = 0, local_size = 1, nodes = 1;
   double timeout_seconds = 0;
   std::unique_ptr<Communicator> cross;       // the inter-node step; the thread's alone
   std::unique_ptr<SharedSegments> segments;  // the node's copies, when local_size > 1
   std::vector<core::Tensor> own_buffers;     // when local_size == 1
   std::vector<SharedBufferSpec> specs;       // padded
-  std::vector<int> cross_ranks;              // the caller's ranks of the inter-node group
 
   // ---- Main thread only --------------------------------------------------------------------
   std::vector<bool> in_flight;
@@ -200,27 +199,21 @@ struct HierarchicalAllReduce::Impl {
   // Waits for every rank of the node to start `index`; "" when they have, else why not.
   std::string await_node_started(size_t index) {
     std::string out_of_step;
-    std::string peer_gave_up;
+    int gave_up = -1;
     bool started = SharedSegments::poll_until(
         [&] {
           return segments->all_started(index, &out_of_step) || !out_of_step.empty() ||
-                 !peer_gave_up.empty() || failed.load(std::memory_order_acquire);
+                 gave_up >= 0 || failed.load(std::memory_order_acquire);
         },
-        timeout_seconds,
-        [&] {
-          if (int q = segments->first_peer_gave_up(); q >= 0) {
-            peer_gave_up = "rank " + std::to_string(segments->label(q)) +
-                           " gave up (see its error) while this rank waited for its node";
-          }
-        });
+        timeout_seconds, [&] { gave_up = segments->first_peer_gave_up(); });
     if (!out_of_step.empty()) return out_of_step;
     if (failed.load(std::memory_order_acquire)) return "this rank failed";
     // A rank that gave up may be refilling its buffers already: its copy is not to be read.
-    if (int q = segments->first_peer_gave_up(); q >= 0 && peer_gave_up.empty()) {
-      peer_gave_up = "rank " + std::to_string(segments->label(q)) +
-                     " gave up (see its error) while this rank waited for its node";
+    if (gave_up < 0) gave_up = segments->first_peer_gave_up();
+    if (gave_up >= 0) {
+      return "rank " + std::to_string(segments->label(gave_up)) +
+             " gave up (see its error) while this rank waited for its node";
     }
-    if (!peer_gave_up.empty()) return peer_gave_up;
     if (started) return "";
     return core::detail::concat("waited more than ", timeout_seconds, " s for bucket ", index,
                                 " (round ", round_of(index), "): rank(s) ",
@@ -368,17 +361,17 @@ std::unique_ptr<HierarchicalAllReduce> HierarchicalAllReduce::create(
   s.timeout_seconds = timeout_seconds;
   const std::vector<int> node_members = gather_ranks(*node, s.rank);
 
-  // 2. The inter-node group of this local rank, ordered by rank; its index is the node's. Its
-  //    name lists its ranks, so its watchdog's reports (which count in the group) can be read.
+  // 2. The inter-node group of this local rank, ordered by rank. Its name lists its ranks, so
+  //    its watchdog's reports (which count ranks within the group) can be read.
   const std::vector<int> local_ranks = gather_ranks(communicator, s.local_rank);
+  std::vector<int> cross_ranks;
   for (int r = 0; r < s.size; ++r) {
-    if (local_ranks[size_t(r)] == s.local_rank) s.cross_ranks.push_back(r);
+    if (local_ranks[size_t(r)] == s.local_rank) cross_ranks.push_back(r);
   }
   s.cross = communicator.split(s.local_rank, s.rank,
                                communicator.name() + " inter-node, local rank " +
                                    std::to_string(s.local_rank) + " (ranks " +
-                                   join_ranks(s.cross_ranks) + ")");
-  s.node_index = s.cross->rank();
+                                   join_ranks(cross_ranks) + ")");
 
   // 3. The buffers: the node's shared copies, or plain memory for a node of one rank.
   for (const SharedBufferSpec& spec : buffers) {
