@@ -7,18 +7,6 @@
 
 namespace mpigrad::launch {
 
-const char* collective_kind_name(CollectiveKind kind) {
-  switch (kind) {
-    case CollectiveKind::AllReduce: return "all_reduce";
-    case CollectiveKind::Broadcast: return "broadcast";
-    case CollectiveKind::AllGather: return "all_gather";
-    case CollectiveKind::AllGatherV: return "all_gather_v";
-    case CollectiveKind::ReduceScatter: return "reduce_scatter";
-    case CollectiveKind::Barrier: return "barrier";
-  }
-  return "?";
-}
-
 void check_collective_agreement(const MpiCommHandle& control, int size, const std::string& where,
                                 const std::string& name, const CollectiveSignature& signature,
                                 uint64_t seq) {

@@ -6,7 +6,9 @@
 // A mismatch becomes one error listing every rank's call instead of garbage or a hang.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <string>
 
 #include "mpigrad/core/dtype.h"
@@ -19,7 +21,13 @@ struct MpiCommHandle;
 enum class CollectiveKind : int64_t {
   AllReduce, Broadcast, AllGather, AllGatherV, ReduceScatter, Barrier,
 };
-const char* collective_kind_name(CollectiveKind kind);  // "all_reduce", ...
+// "all_reduce", ...; inline, as every collective names itself to the watchdog.
+inline const char* collective_kind_name(CollectiveKind kind) {
+  constexpr const char* kNames[] = {"all_reduce",   "broadcast",      "all_gather",
+                                    "all_gather_v", "reduce_scatter", "barrier"};
+  const auto index = size_t(kind);
+  return index < std::size(kNames) ? kNames[index] : "?";
+}
 
 struct CollectiveSignature {
   CollectiveKind kind = CollectiveKind::Barrier;

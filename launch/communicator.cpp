@@ -40,4 +40,14 @@ CollectiveConfig CollectiveConfig::from_environment() {
   return config;
 }
 
+int simulated_node_count() {
+  const char* text = std::getenv("MPIGRAD_SIMULATE_NODES");
+  if (text == nullptr || *text == '\0') return 0;
+  char* end = nullptr;
+  const long nodes = std::strtol(text, &end, 10);
+  MPIGRAD_CHECK(end != text && *end == '\0' && nodes >= 1 && nodes <= 1 << 20,
+                "MPIGRAD_SIMULATE_NODES='", text, "' is not a positive number of nodes");
+  return int(nodes);
+}
+
 }  // namespace mpigrad::launch

@@ -51,6 +51,13 @@ struct CollectiveConfig {
   static CollectiveConfig from_environment();
 };
 
+// MPIGRAD_SIMULATE_NODES=K, for tests and benchmarks of multi-node paths on one machine: every
+// split_node_local() then cuts its communicator's ranks into K equal blocks, in rank order, as if
+// they were K nodes, instead of asking MPI which ranks share memory (so the node count, local
+// ranks, DDP's transport choice and the logs all follow). Returns 0 when unset; throws
+// core::Error naming the variable on anything but a positive integer.
+int simulated_node_count();
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -107,7 +114,9 @@ class Communicator {
   // A new communicator over the ranks of this one that pass the same color, ordered by key
   // (then by rank). Collective over this communicator.
   virtual std::unique_ptr<Communicator> split(int color, int key, std::string name) = 0;
-  // A new communicator over the ranks of this one that share a node (shared memory).
+  // A new communicator over the ranks of this one that share a node (shared memory), or over
+  // this rank's block when MPIGRAD_SIMULATE_NODES is set (see simulated_node_count; an error on
+  // every rank when the size is not a multiple of K).
   virtual std::unique_ptr<Communicator> split_node_local(std::string name) = 0;
 };
 

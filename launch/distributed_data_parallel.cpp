@@ -16,12 +16,12 @@ GradCompression parse_grad_compression(std::string_view text) {
 struct DistributedDataParallel::Bucket {
   core::DType dtype;
   core::Device device;
-  core::Tensor flat;                // the parameters' gradients, back to back
+  int64_t numel = 0;
   std::vector<size_t> parameters;   // indices into parameters_
   std::vector<int64_t> offsets;     // element offset of each parameter in flat
+  core::Tensor flat;                // the parameters' gradients, back to back (transport memory)
+  std::vector<core::Tensor> views;  // each parameter's .grad, a view of flat
   size_t pending = 0;               // parameters not yet ready in this backward
-  core::Tensor wire;                // what goes over the network (flat or its 16-bit copy)
-  WorkPtr work;                     // the communicator's all-reduce, until wait_for_buckets
 };
 
 namespace {
@@ -85,7 +85,10 @@ DistributedDataParallel::DistributedDataParallel(std::vector<NamedTensor> parame
   broadcast_from_rank0(parameters_);
   broadcast_from_rank0(frozen);
   broadcast_from_rank0(buffers_);
-  build_buckets();
+  // Reverse registration order approximates the order backward produces gradients.
+  std::vector<size_t> order(parameters_.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = order.size() - 1 - k;
+  install_buckets(plan_buckets(order));
   ready_.assign(parameters_.size(), false);
   for (size_t i = 0; i < parameters_.size(); ++i) {
     hook_ids_.push_back(parameters_[i].tensor.register_grad_ready_hook(
@@ -117,9 +120,8 @@ DistributedDataParallel::~DistributedDataParallel() {
     parameters_[i].tensor.remove_grad_ready_hook(hook_ids_[i]);
   }
   // A bucket still in flight (an exception left backward early) must finish before its buffer
-  // can be freed; Work's destructor waits, under the communicator's timeout, and so does the
-  // shared-memory averaging's.
-  for (auto& bucket : buckets_) bucket->work.reset();
+  // can be freed: each transport's destructor waits for it, under its timeout.
+  transport_.reset();
 }
 
 void DistributedDataParallel::verify_same_model_across_ranks(
@@ -131,7 +133,8 @@ void DistributedDataParallel::verify_same_model_across_ranks(
           << " find_unused_parameters=" << options_.find_unused_parameters
           << " broadcast_buffers=" << options_.broadcast_buffers
           << " compression=" << int(options_.compression)
-          << " shared_memory=" << options_.shared_memory << '\n';
+          << " shared_memory=" << options_.shared_memory
+          << " transport=" << transport_kind_name(options_.transport) << '\n';
   std::string mine = describe(parameters_, "parameter") + describe(buffers_, "buffer") +
                      describe(frozen, "frozen parameter") + options.str();
   int size = communicator_.size();
@@ -189,82 +192,115 @@ void DistributedDataParallel::broadcast_from_rank0(const std::vector<NamedTensor
   }
 }
 
-void DistributedDataParallel::build_buckets() {
-  bucket_of_.assign(parameters_.size(), 0);
-  // Reverse registration order approximates the order backward produces gradients. A bucket
-  // holds one dtype on one device and closes at its size cap.
-  std::vector<int64_t> sizes;
-  for (size_t k = parameters_.size(); k-- > 0;) {
+// Groups the parameters, taken in `order`, into buckets: one dtype and device per bucket, closed
+// at its size cap (the first bucket's cap is first_bucket_cap_mb).
+std::vector<std::unique_ptr<DistributedDataParallel::Bucket>>
+DistributedDataParallel::plan_buckets(const std::vector<size_t>& order) const {
+  std::vector<std::unique_ptr<Bucket>> buckets;
+  for (size_t k : order) {
     const core::Tensor& param = parameters_[k].tensor;
-    double cap_mb = buckets_.size() <= 1 ? options_.first_bucket_cap_mb : options_.bucket_cap_mb;
+    double cap_mb = buckets.size() <= 1 ? options_.first_bucket_cap_mb : options_.bucket_cap_mb;
     bool fits = false;
-    if (!buckets_.empty()) {
-      Bucket& current = *buckets_.back();
-      int64_t bytes = (sizes.back() + param.numel()) * param.element_size();
+    if (!buckets.empty()) {
+      const Bucket& current = *buckets.back();
+      int64_t bytes = (current.numel + param.numel()) * param.element_size();
       fits = current.dtype == param.dtype() && current.device == param.device() &&
-             (sizes.back() == 0 || double(bytes) <= cap_mb * double(kMiB));
+             (current.numel == 0 || double(bytes) <= cap_mb * double(kMiB));
     }
     if (!fits) {
-      buckets_.push_back(std::make_unique<Bucket>());
-      buckets_.back()->dtype = param.dtype();
-      buckets_.back()->device = param.device();
-      sizes.push_back(0);
+      buckets.push_back(std::make_unique<Bucket>());
+      buckets.back()->dtype = param.dtype();
+      buckets.back()->device = param.device();
     }
-    Bucket& bucket = *buckets_.back();
+    Bucket& bucket = *buckets.back();
     bucket.parameters.push_back(k);
-    bucket.offsets.push_back(sizes.back());
-    sizes.back() += param.numel();
-    bucket_of_[k] = buckets_.size() - 1;
+    bucket.offsets.push_back(bucket.numel);
+    bucket.numel += param.numel();
   }
-  create_shared_buckets(sizes);
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    Bucket& bucket = *buckets_[b];
-    bucket.flat = shared_ ? shared_->buffer(b)
-                          : core::zeros({sizes[b]},
-                                        core::TensorOptions(bucket.dtype).device(bucket.device));
-  }
-  for (size_t i = 0; i < parameters_.size(); ++i) attach_gradient(i, /*zero=*/false);
+  return buckets;
 }
 
-// Puts the buckets in shared memory when every condition holds; the decision is the same on
-// every rank (the options and the model are).
-void DistributedDataParallel::create_shared_buckets(const std::vector<int64_t>& sizes) {
-  bool on_host = std::all_of(buckets_.begin(), buckets_.end(),
-                             [](const auto& bucket) { return bucket->device.is_cpu(); });
-  if (!options_.shared_memory) {
-    why_not_shared_memory_ = "shared_memory is off";
-  } else if (communicator_.size() == 1) {
-    why_not_shared_memory_ = "a single rank has nothing to average";
-  } else if (!on_host) {
-    why_not_shared_memory_ = "the gradients are on a GPU";
-  } else if (communicator_.backend() != Backend::Mpi) {
-    why_not_shared_memory_ = "the communicator is not an MPI one";
-  } else if (options_.compression != GradCompression::None) {
-    why_not_shared_memory_ = "gradient compression goes through the communicator";
-  } else {
-    std::vector<SharedBufferSpec> specs;
-    for (size_t b = 0; b < buckets_.size(); ++b) specs.push_back({buckets_[b]->dtype, sizes[b]});
-    shared_ = SharedMemoryAllReduce::create(communicator_, specs, options_.timeout_seconds,
-                                            &why_not_shared_memory_);
+// Collective: chooses the transport for `buckets` (launch/ddp/transport_choice.h), makes every
+// gradient a view of its slot, carrying over the values it held, and replaces the current
+// buckets and transport (after which the old buffers are free).
+void DistributedDataParallel::install_buckets(std::vector<std::unique_ptr<Bucket>> buckets) {
+  std::vector<BucketSpec> specs;
+  for (const auto& bucket : buckets) {
+    specs.push_back({bucket->dtype, bucket->device, bucket->numel});
   }
-}
+  TransportRequest request;
+  request.kind = options_.transport;
+  request.shared_memory = options_.shared_memory;
+  if (options_.compression == GradCompression::BFloat16) request.wire = core::kBFloat16;
+  if (options_.compression == GradCompression::Float16) request.wire = core::kFloat16;
+  request.timeout_seconds = options_.timeout_seconds;
+  TransportChoice choice = choose_bucket_transport(communicator_, specs, request);
 
-// Makes parameter i's .grad the view of its bucket slot, keeping an existing gradient's values
-// unless `zero`.
-void DistributedDataParallel::attach_gradient(size_t index, bool zero) {
   core::NoGradGuard no_grad;
-  Bucket& bucket = *buckets_[bucket_of_[index]];
-  size_t slot = size_t(std::find(bucket.parameters.begin(), bucket.parameters.end(), index) -
-                       bucket.parameters.begin());
+  std::vector<Slot> slots(parameters_.size());
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    Bucket& bucket = *buckets[b];
+    bucket.flat = choice.transport->buffer(b).narrow(0, 0, bucket.numel);
+    for (size_t i = 0; i < bucket.parameters.size(); ++i) {
+      core::Tensor& param = parameters_[bucket.parameters[i]].tensor;
+      core::Tensor view =
+          bucket.flat.narrow(0, bucket.offsets[i], param.numel()).view(param.shape());
+      core::Tensor existing = param.grad();
+      if (existing.defined()) view.copy_(existing);  // the new buffer is zero otherwise
+      param.set_grad(view);
+      bucket.views.push_back(std::move(view));
+      slots[bucket.parameters[i]] = {uint32_t(b), uint32_t(i)};
+    }
+  }
+  buckets_ = std::move(buckets);
+  slot_of_ = std::move(slots);
+  transport_ = std::move(choice.transport);
+  transport_kind_ = choice.kind;
+  transport_description_ = std::move(choice.description);
+}
+
+// After the first synced backward: rank 0's ready order, broadcast so every rank lays out (and
+// so issues) its buckets alike. Collective, called at the end of a synced step on every rank.
+void DistributedDataParallel::rebuild_buckets_once() {
+  if (buckets_rebuilt_ || options_.find_unused_parameters) return;
+  const size_t count = parameters_.size();
+  std::vector<int64_t> order(count, -1);
+  if (ready_order_.size() == count) order.assign(ready_order_.begin(), ready_order_.end());
+  ready_order_.clear();
+  if (count == 0) return;
+  core::Tensor shared = core::Tensor::from_vector<int64_t>(order, {int64_t(count)})
+                            .to(communicator_.device());
+  communicator_.broadcast(shared, 0);
+  order = shared.to_vector<int64_t>();
+  if (order[0] < 0) return;  // rank 0 had no complete order (it joined): next synced step
+  buckets_rebuilt_ = true;
+  std::vector<size_t> by_readiness(order.begin(), order.end());
+  auto planned = plan_buckets(by_readiness);
+  bool same = planned.size() == buckets_.size();
+  for (size_t b = 0; same && b < planned.size(); ++b) {
+    same = planned[b]->parameters == buckets_[b]->parameters;
+  }
+  if (!same) install_buckets(std::move(planned));
+}
+
+const core::Tensor& DistributedDataParallel::view_of(size_t index) const {
+  const Slot& slot = slot_of_[index];
+  return buckets_[slot.bucket]->views[slot.index];
+}
+
+// Gives parameter `index` its bucket view back as .grad, carrying over a gradient it got
+// elsewhere (autograd made a fresh one after a reset) or zero.
+void DistributedDataParallel::attach_gradient(size_t index) {
+  core::NoGradGuard no_grad;
   core::Tensor& param = parameters_[index].tensor;
-  core::Tensor view =
-      bucket.flat.narrow(0, bucket.offsets[slot], param.numel()).view(param.shape());
+  const core::Tensor& view = view_of(index);
   core::Tensor existing = param.grad();
-  if (existing.defined() && existing.storage() == bucket.flat.storage()) return;
-  if (existing.defined() && !zero) {
-    view.copy_(existing);
+  if (existing.is_same(view)) return;
+  core::Tensor target = view;
+  if (existing.defined()) {
+    target.copy_(existing);
   } else {
-    view.zero_();
+    target.zero_();
   }
   param.set_grad(view);
 }
@@ -273,11 +309,25 @@ void DistributedDataParallel::prepare_for_backward() {
   // A backward that ended in an exception may have left buckets in flight.
   wait_for_buckets();
   backward_in_progress_ = false;
-  for (size_t i = 0; i < parameters_.size(); ++i) {
-    // A grad that zero_grad reset to undefined (or replaced) is re-attached as a zeroed view.
-    core::Tensor grad = parameters_[i].tensor.grad();
-    if (!grad.defined() || grad.storage() != buckets_[bucket_of_[i]]->flat.storage()) {
-      attach_gradient(i, /*zero=*/!grad.defined());
+  core::NoGradGuard no_grad;
+  for (auto& bucket : buckets_) {
+    // zero_grad(set_to_none) resets every gradient: zero the bucket once and hand the views
+    // back; gradients reset or replaced one by one are re-attached one by one.
+    bool all_reset = true, any_detached = false;
+    for (size_t i = 0; i < bucket->parameters.size(); ++i) {
+      core::Tensor grad = parameters_[bucket->parameters[i]].tensor.grad();
+      const bool attached = grad.is_same(bucket->views[i]);
+      any_detached = any_detached || !attached;
+      all_reset = all_reset && !attached && !grad.defined();
+    }
+    if (!any_detached) continue;
+    if (all_reset) {
+      bucket->flat.zero_();
+      for (size_t i = 0; i < bucket->parameters.size(); ++i) {
+        parameters_[bucket->parameters[i]].tensor.set_grad(bucket->views[i]);
+      }
+    } else {
+      for (size_t index : bucket->parameters) attach_gradient(index);
     }
   }
   if (sync_enabled_ && options_.broadcast_buffers) broadcast_from_rank0(buffers_);
@@ -285,33 +335,26 @@ void DistributedDataParallel::prepare_for_backward() {
 
 void DistributedDataParallel::mark_ready(size_t index) {
   // A gradient reset to none after the last prepare_for_backward() was recreated by autograd
-  // outside the bucket: move it back into its slot so the all-reduce sees it.
-  const core::Tensor& grad = parameters_[index].tensor.grad();
-  if (grad.defined() && grad.storage() != buckets_[bucket_of_[index]]->flat.storage()) {
-    attach_gradient(index, /*zero=*/false);
-  }
+  // outside the bucket: move it back into its slot so the averaging sees it.
+  attach_gradient(index);
   if (!sync_enabled_) return;  // no_sync: gradients just accumulate in their slots
   if (!backward_in_progress_) {
     backward_in_progress_ = true;
     std::fill(ready_.begin(), ready_.end(), false);
     for (auto& bucket : buckets_) bucket->pending = bucket->parameters.size();
     next_bucket_to_launch_ = 0;
+    ready_order_.clear();
     core::queue_backward_callback([this] { finish_backward(); });
   }
   if (ready_[index]) return;
   ready_[index] = true;
-  --buckets_[bucket_of_[index]]->pending;
+  if (!buckets_rebuilt_) ready_order_.push_back(index);
+  --buckets_[slot_of_[index].bucket]->pending;
   launch_ready_buckets();
   started_during_backward_ = int(next_bucket_to_launch_);
-  // Averaging advances only when someone calls in: at every gradient, this rank does its share
-  // of the shared buckets all ranks have finished, or pokes MPI's nonblocking collectives.
-  if (shared_) {
-    shared_->progress();
-    return;
-  }
-  for (size_t b = 0; b < next_bucket_to_launch_; ++b) {
-    if (buckets_[b]->work && !buckets_[b]->work->test()) break;  // the later ones are behind
-  }
+  // Lets a transport that needs the caller (shared memory on one node, MPI's nonblocking
+  // collectives) move along; one with a thread of its own ignores it.
+  transport_->progress();
 }
 
 // Starts every complete bucket from the next one in order; a complete bucket behind an
@@ -319,18 +362,7 @@ void DistributedDataParallel::mark_ready(size_t index) {
 void DistributedDataParallel::launch_ready_buckets() {
   while (next_bucket_to_launch_ < buckets_.size() &&
          buckets_[next_bucket_to_launch_]->pending == 0) {
-    Bucket& bucket = *buckets_[next_bucket_to_launch_];
-    if (shared_) {
-      shared_->start(next_bucket_to_launch_++);
-      continue;
-    }
-    switch (options_.compression) {
-      case GradCompression::None: bucket.wire = bucket.flat; break;
-      case GradCompression::BFloat16: bucket.wire = bucket.flat.to(core::kBFloat16); break;
-      case GradCompression::Float16: bucket.wire = bucket.flat.to(core::kFloat16); break;
-    }
-    bucket.work = communicator_.all_reduce_async(bucket.wire, ReduceOp::Avg);
-    ++next_bucket_to_launch_;
+    transport_->start(next_bucket_to_launch_++);
   }
 }
 
@@ -353,34 +385,20 @@ void DistributedDataParallel::finish_backward() {
   // find_unused_parameters: their slots hold zeros (or what no_sync steps accumulated).
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (!ready_[i]) {
-      core::Tensor grad = parameters_[i].tensor.grad();
-      if (!grad.defined() || grad.storage() != buckets_[bucket_of_[i]]->flat.storage()) {
-        attach_gradient(i, /*zero=*/!grad.defined());
-      }
+      attach_gradient(i);
       ready_[i] = true;
-      --buckets_[bucket_of_[i]]->pending;
+      --buckets_[slot_of_[i].bucket]->pending;
     }
   }
   launch_ready_buckets();
   wait_for_buckets();
+  rebuild_buckets_once();
 }
 
-// Waits for every bucket's all-reduce and brings compressed results back into the buckets.
 void DistributedDataParallel::wait_for_buckets() {
-  core::NoGradGuard no_grad;
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    Bucket& bucket = *buckets_[b];
-    if (shared_) {
-      // Returns at once for a bucket not in flight; after a failure it repeats the error.
-      shared_->wait(b);
-      continue;
-    }
-    if (!bucket.work) continue;  // not in flight
-    bucket.work->wait();
-    bucket.work.reset();
-    if (!bucket.wire.is_same(bucket.flat)) bucket.flat.copy_(bucket.wire);
-    bucket.wire = core::Tensor();
-  }
+  // Returns at once for a bucket not in flight; the shared-memory transports repeat an earlier
+  // failure, and a bucket stays in flight until its wait succeeds.
+  for (size_t b = 0; b < buckets_.size(); ++b) transport_->wait(b);
 }
 
 int DistributedDataParallel::ranks_with_data(bool has_batch) {
@@ -393,12 +411,17 @@ int DistributedDataParallel::ranks_with_data(bool has_batch) {
 void DistributedDataParallel::join_backward() {
   MPIGRAD_CHECK(sync_enabled_, "DistributedDataParallel::join_backward inside no_sync()");
   prepare_for_backward();
-  for (auto& bucket : buckets_) bucket->flat.zero_();
+  {
+    core::NoGradGuard no_grad;
+    for (auto& bucket : buckets_) bucket->flat.zero_();
+  }
   std::fill(ready_.begin(), ready_.end(), true);
   for (auto& bucket : buckets_) bucket->pending = 0;
   next_bucket_to_launch_ = 0;
+  ready_order_.clear();  // a joined rank has no order of its own; rank 0's is used
   launch_ready_buckets();
   wait_for_buckets();
+  rebuild_buckets_once();
 }
 
 std::vector<std::vector<std::string>> DistributedDataParallel::bucket_layout() const {

@@ -4,22 +4,26 @@
 // DDP Reducer. At construction it checks that every rank holds the same parameters (names,
 // shapes, dtypes), broadcasts rank 0's parameters and buffers, and lays the gradients out in
 // buckets: each parameter's .grad becomes a view into one flat bucket buffer, so no copy is
-// needed to communicate it. Buckets are cut by size in reverse registration order (the order in
-// which backward produces gradients), the first one small so communication starts early.
+// needed to communicate it. Buckets are cut by size in reverse registration order (about the
+// order in which backward produces gradients), the first one small so communication starts
+// early. After the first synced backward they are rebuilt once in the order the gradients
+// actually became ready there, rank 0's order for every rank, as PyTorch does (not with
+// find_unused_parameters, whose order may change from step to step).
 //
 // During backward each parameter's grad-ready hook marks it ready; when a bucket's last
 // parameter is ready its averaging starts at once, in bucket order (every rank must issue
-// collectives in the same order). On one node with host tensors the buckets live in shared
-// memory and each rank averages its slice of every bucket as soon as all ranks have finished it,
-// from the next gradient hook (SharedMemoryAllReduce); otherwise each bucket is an async
-// all_reduce on the communicator (NCCL on the GPU, MPI across nodes), polled from the hooks.
-// A callback queued on the autograd engine runs after the last gradient: it deals with
-// parameters that got no gradient, then waits for the buckets, so when backward() returns
-// every .grad holds the average over ranks.
+// collectives in the same order). How a bucket is averaged is its transport's business
+// (launch/ddp/bucket_transport.h), chosen once in launch/ddp/transport_choice.h: in shared
+// memory on one node, hierarchically across nodes (shared memory in the node, a communication
+// thread between nodes), or through the communicator's async all-reduce (NCCL on GPUs). A
+// callback queued on the autograd engine runs after the last gradient: it deals with parameters
+// that got no gradient, then waits for the buckets, so when backward() returns every .grad holds
+// the average over ranks.
 //
 // Invariants:
-// - .grad of every parameter is a view into its bucket; zero_grad must zero in place (a grad
-//   reset to undefined is re-attached, zeroed, before the next backward).
+// - .grad of every parameter is a view into its bucket, kept by DDP across steps; zero_grad may
+//   zero it in place or reset it (set_to_none): prepare_for_backward then zeroes each bucket
+//   whose gradients were all reset with one fill and hands the same views back.
 // - Collectives are issued in the same order on every rank: bucket 0, 1, 2, ...
 #pragma once
 
@@ -32,7 +36,8 @@
 #include "mpigrad/core/enum_names.h"
 #include "mpigrad/core/tensor.h"
 #include "mpigrad/launch/communicator.h"
-#include "mpigrad/launch/shared_memory_all_reduce.h"
+#include "mpigrad/launch/ddp/bucket_transport.h"
+#include "mpigrad/launch/ddp/transport_choice.h"
 
 namespace mpigrad::nn {
 class Module;
@@ -57,13 +62,15 @@ struct DdpOptions {
   // Rank 0's buffers (BatchNorm running stats, ...) are broadcast before every synced backward.
   bool broadcast_buffers = true;
   GradCompression compression = GradCompression::None;
-  // Host buckets, every rank on one node, no compression: the buckets live in shared memory and
-  // are averaged there in place (SharedMemoryAllReduce), several times cheaper than MPI's
-  // all-reduce. Off, or when that is not possible, buckets go through the communicator.
+  // Host buckets may be averaged in shared memory (on one node, or inside each node of a
+  // hierarchical averaging); false sends every bucket through the communicator.
   bool shared_memory = true;
-  // How long a rank waits for the others in the shared-memory averaging before it fails naming
-  // them (the communicator's own timeout covers the other path); <= 0: no bound. Defaults to
-  // MPIGRAD_COLLECTIVE_TIMEOUT, else 300 s, like the communicators.
+  // Auto chooses by the gradients' device and the node layout (launch/ddp/transport_choice.h);
+  // a named transport is required, and an error on every rank when it cannot be had.
+  TransportKind transport = TransportKind::Auto;
+  // How long a rank waits for the other ranks of its node in the shared-memory steps before it
+  // fails naming them (the communicators' watchdogs time everything that goes through MPI);
+  // <= 0: no bound. Defaults to MPIGRAD_COLLECTIVE_TIMEOUT, else 300 s, like the communicators.
   double timeout_seconds = CollectiveConfig::from_environment().timeout_seconds;
 };
 
@@ -121,11 +128,13 @@ class DistributedDataParallel {
   void join_backward();
 
   int bucket_count() const { return int(buckets_.size()); }
-  // Whether the buckets are averaged in shared memory; if not, why_not_shared_memory() says why.
-  bool uses_shared_memory() const { return shared_ != nullptr; }
-  const std::string& why_not_shared_memory() const { return why_not_shared_memory_; }
+  // Which transport averages the buckets, and one line for the log saying how and why.
+  TransportKind transport_kind() const { return transport_kind_; }
+  const std::string& transport_description() const { return transport_description_; }
   // Buckets whose averaging started before the last synced backward reached its end callback.
   int buckets_started_during_backward() const { return started_during_backward_; }
+  // Whether the buckets were rebuilt in the order the gradients became ready.
+  bool buckets_rebuilt() const { return buckets_rebuilt_; }
   // Parameter names per bucket, in launch order (for tests and logs).
   std::vector<std::vector<std::string>> bucket_layout() const;
   const DdpOptions& options() const { return options_; }
@@ -133,14 +142,21 @@ class DistributedDataParallel {
 
  private:
   struct Bucket;
+  // Where a parameter's gradient lives: bucket, and its index inside the bucket.
+  struct Slot {
+    uint32_t bucket = 0;
+    uint32_t index = 0;
+  };
   DistributedDataParallel(std::vector<NamedTensor> parameters, std::vector<NamedTensor> buffers,
                           const std::vector<NamedTensor>& frozen, Communicator& communicator,
                           DdpOptions options);
   void verify_same_model_across_ranks(const std::vector<NamedTensor>& frozen);
   void broadcast_from_rank0(const std::vector<NamedTensor>& tensors);
-  void build_buckets();
-  void create_shared_buckets(const std::vector<int64_t>& sizes);
-  void attach_gradient(size_t index, bool zero);
+  std::vector<std::unique_ptr<Bucket>> plan_buckets(const std::vector<size_t>& order) const;
+  void install_buckets(std::vector<std::unique_ptr<Bucket>> buckets);
+  void rebuild_buckets_once();
+  const core::Tensor& view_of(size_t index) const;
+  void attach_gradient(size_t index);
   void mark_ready(size_t index);
   void launch_ready_buckets();
   void finish_backward();
@@ -152,11 +168,14 @@ class DistributedDataParallel {
   Communicator& communicator_;
   DdpOptions options_;
   std::vector<std::unique_ptr<Bucket>> buckets_;
-  std::unique_ptr<SharedMemoryAllReduce> shared_;  // the buckets' memory, when shared
-  std::string why_not_shared_memory_;
+  std::unique_ptr<BucketTransport> transport_;  // owns the buckets' memory
+  TransportKind transport_kind_ = TransportKind::Communicator;
+  std::string transport_description_;
   int started_during_backward_ = 0;
-  std::vector<size_t> bucket_of_;      // parameter index -> bucket
+  std::vector<Slot> slot_of_;          // parameter index -> its place in the buckets
   std::vector<bool> ready_;            // parameter index -> marked ready in this backward
+  std::vector<size_t> ready_order_;    // this synced backward's ready order, until the rebuild
+  bool buckets_rebuilt_ = false;
   std::vector<int> hook_ids_;
   size_t next_bucket_to_launch_ = 0;
   bool sync_enabled_ = true;

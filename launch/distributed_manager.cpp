@@ -142,8 +142,9 @@ Communicator& DistributedManager::node_local() { return *state().node_local; }
 std::string DistributedManager::describe() const {
   std::ostringstream out;
   out << "rank " << rank() << "/" << world_size() << " (local " << local_rank() << "/"
-      << local_size() << ", " << node_count() << (node_count() == 1 ? " node" : " nodes")
-      << "), device "
+      << local_size() << ", " << node_count()
+      << (simulated_node_count() > 0 ? " simulated" : "")
+      << (node_count() == 1 ? " node" : " nodes") << "), device "
       << (state().device_error.empty() ? device().str()
                                        : "unavailable (" + state().device_error + ")")
       << ", " << launcher_name(launcher()) << ", "

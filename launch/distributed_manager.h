@@ -54,6 +54,8 @@ class DistributedManager {
 
   int rank() const;
   int world_size() const;
+  // Which ranks share a node: MPI's shared-memory split, or MPIGRAD_SIMULATE_NODES's blocks
+  // (communicator.h, simulated_node_count).
   int local_rank() const;
   int local_size() const;
   int node_count() const;
@@ -82,7 +84,7 @@ class DistributedManager {
   Communicator& node_local();
 
   // One line for logs: "rank 0/4 (local 0/2, 2 nodes), device cpu, Open MPI (mpirun),
-  // MPI_THREAD_MULTIPLE, owns MPI".
+  // MPI_THREAD_MULTIPLE, owns MPI" ("2 simulated nodes" under MPIGRAD_SIMULATE_NODES).
   std::string describe() const;
 
   // Releases the manager's communicators now and, if it started MPI and nothing else holds a

@@ -1,8 +1,9 @@
-// defines: SharedMemoryAllReduce, SharedBufferSpec
+// defines: SharedMemoryAllReduce
 //
 // Averages host buffers across the ranks of one node through memory that every rank maps, with
-// no MPI message: DDP's CPU path. Each rank's buffers live in one POSIX shared-memory segment
-// that all ranks of the group map. To average buffer b every rank calls start(b) once its values
+// no MPI message: DDP's bucket transport on one node (launch/ddp/bucket_transport.h). Each rank's
+// buffers live in one POSIX shared-memory segment that all ranks of the group map
+// (launch/ddp/shared_segments.h). To average buffer b every rank calls start(b) once its values
 // are final; when all ranks have started b, rank r averages shard r of b (its 1/size slice) over
 // all ranks' copies and writes the result into every copy, then raises its "reduced" flag. Each
 // rank reads and writes about twice the buffer's bytes, at memory speed, whatever the rank count.
@@ -33,8 +34,8 @@
 //   and write it.
 //
 // The segments are unlinked as soon as every rank has mapped them (or create() gives up), so
-// nothing is left in /dev/shm even if a rank dies later; a mapping lives as long as a tensor
-// views it. Linux only (create() says so elsewhere).
+// nothing is left in /dev/shm even if a rank dies later; a buffer's mapping lives as long as a
+// tensor views it. Linux only (create() says so elsewhere).
 #pragma once
 
 #include <cstdint>
@@ -45,15 +46,12 @@
 
 #include "mpigrad/core/tensor.h"
 #include "mpigrad/launch/communicator.h"
+#include "mpigrad/launch/ddp/bucket_transport.h"
+#include "mpigrad/launch/ddp/shared_segments.h"
 
 namespace mpigrad::launch {
 
-struct SharedBufferSpec {
-  core::DType dtype = core::kFloat32;  // a floating dtype
-  int64_t numel = 0;
-};
-
-class SharedMemoryAllReduce {
+class SharedMemoryAllReduce final : public BucketTransport {
  public:
   // Collective over `communicator`. Returns null on every rank, with the reason in `*why_not`,
   // when the ranks cannot share memory: not all on one node, no POSIX shared memory, or too
@@ -62,25 +60,23 @@ class SharedMemoryAllReduce {
                                                        std::span<const SharedBufferSpec> buffers,
                                                        double timeout_seconds,
                                                        std::string* why_not = nullptr);
-  ~SharedMemoryAllReduce();
-  SharedMemoryAllReduce(const SharedMemoryAllReduce&) = delete;
-  SharedMemoryAllReduce& operator=(const SharedMemoryAllReduce&) = delete;
+  ~SharedMemoryAllReduce() override;
 
   int rank() const;
   int size() const;
-  size_t buffer_count() const;
+  size_t buffer_count() const override;
   // This rank's buffer `index`: a flat contiguous tensor in shared memory, zero at creation. It
   // stays valid after this object is gone (the tensor keeps the mapping).
-  const core::Tensor& buffer(size_t index) const;
+  const core::Tensor& buffer(size_t index) const override;
 
   // This rank's buffer `index` holds its contribution: the averaging may begin.
-  void start(size_t index);
+  void start(size_t index) override;
   // Does this rank's share of every started buffer that all ranks have started. Never blocks.
-  void progress();
+  void progress() override;
   // Returns once buffer `index` holds the average on this rank (at once if it is not in flight).
   // Throws core::Error naming the ranks that have not arrived when timeout_seconds pass.
-  void wait(size_t index);
-  bool in_flight(size_t index) const;
+  void wait(size_t index) override;
+  bool in_flight(size_t index) const override;
 
   struct Impl;
 

@@ -32,26 +32,18 @@ void DDPHook::on(HookStage stage, TrainingContext& context) {
   if (manager.world_size() == 1) return;  // one process: plain training
   if (stage == HookStage::Setup) {
     nn::Module& model = context.model();
-    std::vector<NamedTensor> parameters, buffers;
     for (auto& [name, tensor] : model.named_parameters()) {
       MPIGRAD_CHECK(tensor.device() == manager.device(), "DDPHook: parameter '", name, "' is on ",
                     tensor.device(), " but this rank's device is ", manager.device(),
                     "; move the model with to() before building the optimizer");
-      if (tensor.requires_grad()) parameters.push_back({name, tensor});
     }
-    for (auto& [name, tensor] : model.named_buffers()) buffers.push_back({name, tensor});
+    // The module form: frozen parameters are checked and broadcast from rank 0 too.
     Communicator& communicator = communicator_ ? *communicator_ : manager.world();
-    ddp_ = std::make_unique<DistributedDataParallel>(std::move(parameters), std::move(buffers),
-                                                     communicator, options_);
+    ddp_ = std::make_unique<DistributedDataParallel>(model, communicator, options_);
     context.ddp = ddp_.get();
     if (manager.is_main_process()) {
-      if (ddp_->uses_shared_memory()) {
-        std::printf("gradients: %d bucket(s) averaged in shared memory\n", ddp_->bucket_count());
-      } else {
-        std::printf("gradients: %d bucket(s) all-reduced over the %s communicator '%s' (%s)\n",
-                    ddp_->bucket_count(), std::string(backend_name(communicator.backend())).c_str(),
-                    communicator.name().c_str(), ddp_->why_not_shared_memory().c_str());
-      }
+      std::printf("gradients: %d bucket(s) %s\n", ddp_->bucket_count(),
+                  ddp_->transport_description().c_str());
     }
     if (context.train_loader != nullptr) {
       install_sampler(*context.train_loader, manager.world_size(), manager.rank());

@@ -10,8 +10,11 @@
 // buffers; each round ends by synchronizing the device). algbw = size / time,
 // busbw = algbw * 2(n-1)/n. Timing: rounds of n iterations alternate between mpigrad and raw MPI,
 // and each keeps its best round, so neither carries the other's scheduling noise (the machine is
-// shared and oversubscribed); above 1 MiB the rounds are shorter and more numerous. A round's time is the slowest rank's. The check (-c 1) runs each
-// form once on fresh integer-valued data and counts elements that differ from the exact result.
+// shared and oversubscribed); above 1 MiB the rounds are shorter and more numerous. Below 64 KiB,
+// where a call takes about a microsecond and a scheduler tick in one round decides its time,
+// the two forms alternate inside each round instead, in timed blocks of 8 calls, so both see
+// the same moments. A round's time is the slowest rank's. The check (-c 1) runs each form once
+// on fresh integer-valued data and counts elements that differ from the exact result.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -24,9 +27,11 @@
 #include "mpigrad/core/cuda.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/tensor.h"
+#include "mpigrad/launch/ddp/hierarchical_all_reduce.h"
 #include "mpigrad/launch/distributed_manager.h"
 #include "mpigrad/launch/mpi_communicator.h"
 #include "mpigrad/launch/mpi_interop.h"
+#include "mpigrad/launch/shared_memory_all_reduce.h"
 #if MPIGRAD_BENCH_NCCL
 #include <nccl.h>
 
@@ -43,6 +48,7 @@ struct Options {
   int iterations = 20, warmup = 5, rounds = 5;
   bool check = true;
   std::string dtype = "float", op = "sum", backend = "mpi", json;
+  int64_t hierarchical_bytes = 0;  // --hierarchical: that comparison instead of the sweep
 };
 
 int64_t parse_bytes(const std::string& text) {
@@ -65,7 +71,11 @@ Options parse(int argc, char** argv) {
     if (flag == "-h" || flag == "--help") {
       std::printf("usage: %s [-b minbytes] [-e maxbytes] [-f factor] [-n iters] [-w warmup] "
                   "[-c 0|1] [-d float|double|half|bfloat16|int32|int64|uint8] [-o sum|avg|max|min] "
-                  "[--rounds R] [--backend mpi|nccl] [--json FILE]\n", argv[0]);
+                  "[--rounds R] [--backend mpi|nccl] [--json FILE] [--hierarchical BYTES]\n"
+                  "  --hierarchical BYTES: instead of the sweep, average BYTES of float32 the way "
+                  "DDP does across nodes\n  (HierarchicalAllReduce; nodes from "
+                  "MPIGRAD_SIMULATE_NODES or the real topology) against\n  one flat "
+                  "MPI_Allreduce of the same buffer on the same ranks\n", argv[0]);
       std::exit(0);
     }
     MPIGRAD_CHECK(i + 1 < argc, "flag ", flag, " needs a value");
@@ -81,6 +91,7 @@ Options parse(int argc, char** argv) {
     else if (flag == "--rounds") o.rounds = std::stoi(value);
     else if (flag == "--backend") o.backend = value;
     else if (flag == "--json") o.json = value;
+    else if (flag == "--hierarchical") o.hierarchical_bytes = parse_bytes(value);
     else core::fail("unknown flag ", flag, " (see --help)");
   }
   MPIGRAD_CHECK(o.factor > 1, "-f must be greater than 1");
@@ -158,6 +169,28 @@ Timing time_pair(MPI_Comm comm, const Options& o, int64_t bytes, Mpigrad&& mpigr
   }
   settle();
   Timing timing;
+  if (bytes < 64 * 1024) {
+    constexpr int kBlock = 8;
+    const int blocks = std::max(1, per_round / kBlock);
+    for (int round = 0; round < rounds; ++round) {
+      MPI_Barrier(comm);
+      double local[2] = {0, 0}, slowest[2] = {0, 0};
+      for (int block = 0; block < blocks; ++block) {
+        for (int form = 0; form < 2; ++form) {
+          double start = MPI_Wtime();
+          for (int i = 0; i < kBlock; ++i) form == 0 ? mpigrad_call() : raw_call();
+          settle();
+          local[form] += MPI_Wtime() - start;
+        }
+      }
+      for (double& seconds : local) seconds /= blocks * kBlock;
+      launch::check_mpi(MPI_Allreduce(local, slowest, 2, MPI_DOUBLE, MPI_MAX, comm),
+                        "MPI_Allreduce", "timing");
+      timing.mpigrad_s = std::min(timing.mpigrad_s, slowest[0]);
+      timing.raw_s = std::min(timing.raw_s, slowest[1]);
+    }
+    return timing;
+  }
   for (int round = 0; round < rounds; ++round) {
     for (int form = 0; form < 2; ++form) {
       MPI_Barrier(comm);
@@ -173,8 +206,87 @@ Timing time_pair(MPI_Comm comm, const Options& o, int64_t bytes, Mpigrad&& mpigr
   return timing;
 }
 
+// --hierarchical: DDP's averaging across nodes (launch/ddp/hierarchical_all_reduce.h) against
+// one flat MPI_Allreduce (sum, in place) of the same float32 buffer on the same ranks, in
+// alternating rounds; with a flat SharedMemoryAllReduce beside them when the ranks can share
+// memory. Target on np 4 as 2 simulated nodes x 2 ranks: ratio <= 0.5.
+int run_hierarchical(launch::DistributedManager& manager, const Options& o) {
+  launch::Communicator& world = manager.world();
+  MPI_Comm raw = launch::native_communicator(world);
+  const int64_t count = std::max<int64_t>(1, o.hierarchical_bytes / 4);
+  const int64_t bytes = count * 4;
+  const launch::SharedBufferSpec spec{core::kFloat32, count};
+  std::string why_not;
+  auto hierarchical = launch::HierarchicalAllReduce::create(
+      world, world.split_node_local("bench node"), {&spec, 1}, 120, &why_not);
+  MPIGRAD_CHECK(hierarchical != nullptr, "the hierarchical averaging is not possible here: ",
+                why_not);
+  core::Tensor flat = core::zeros({count});
+  const core::Tensor& buffer = hierarchical->buffer(0);
+  auto average = [&] {
+    hierarchical->start(0);
+    hierarchical->wait(0);
+  };
+  auto mpi_allreduce = [&] {
+    launch::check_mpi(MPI_Allreduce(MPI_IN_PLACE, flat.data_ptr(), int(count), MPI_FLOAT, MPI_SUM,
+                                    raw),
+                      "MPI_Allreduce", "the flat baseline");
+  };
+  Timing timing = time_pair(raw, o, bytes, average, mpi_allreduce, [] {});
+  // The flat shared-memory averaging over every rank, when they share memory (one real node).
+  double shared_s = 0;
+  if (auto shared = launch::SharedMemoryAllReduce::create(world, {&spec, 1}, 120)) {
+    Timing pair = time_pair(raw, o, bytes, [&] {
+      shared->start(0);
+      shared->wait(0);
+    }, mpi_allreduce, [] {});
+    shared_s = pair.mpigrad_s;
+  }
+  // Correctness: integer data, whose average over the ranks is exact.
+  fill(buffer.narrow(0, 0, count), world.rank());
+  average();
+  const int64_t wrong_local = count_wrong(buffer.narrow(0, 0, count), launch::ReduceOp::Avg,
+                                          world.size());
+  int64_t wrong = 0;
+  launch::check_mpi(MPI_Allreduce(&wrong_local, &wrong, 1, MPI_INT64_T, MPI_SUM, raw),
+                    "MPI_Allreduce", "check");
+
+  const double ratio = timing.mpigrad_s / timing.raw_s;
+  if (world.rank() == 0) {
+    std::printf("# mpigrad-bench-allreduce --hierarchical: %s\n", manager.describe().c_str());
+    std::printf("# %lld bytes of float32 on %d nodes x %d ranks, best of rounds (slowest rank)\n",
+                static_cast<long long>(bytes), hierarchical->nodes(),
+                hierarchical->ranks_per_node());
+    std::printf("%-44s %10.3f ms\n", "hierarchical averaging (start + wait)",
+                timing.mpigrad_s * 1e3);
+    std::printf("%-44s %10.3f ms\n", "flat MPI_Allreduce (sum, in place)", timing.raw_s * 1e3);
+    if (shared_s > 0) {
+      std::printf("%-44s %10.3f ms\n", "flat SharedMemoryAllReduce (all ranks)", shared_s * 1e3);
+    }
+    std::printf("%-44s %10.3f    (target <= 0.5)\n", "ratio hierarchical / flat MPI_Allreduce",
+                ratio);
+    std::printf("%-44s %10lld\n", "#wrong", static_cast<long long>(wrong));
+    bench::Results results;
+    results.add_text("benchmark", "allreduce --hierarchical");
+    results.add("bytes", double(bytes), "B");
+    results.add("nodes", hierarchical->nodes(), "nodes");
+    results.add("ranks_per_node", hierarchical->ranks_per_node(), "ranks");
+    results.add("hierarchical_ms", timing.mpigrad_s * 1e3, "ms");
+    results.add("flat_mpi_allreduce_ms", timing.raw_s * 1e3, "ms");
+    results.add("flat_shared_memory_ms", shared_s * 1e3, "ms", "0: the ranks cannot share");
+    results.add("ratio_hierarchical_vs_flat_mpi", ratio, "x", "target <= 0.5");
+    results.add("wrong", double(wrong), "elements");
+    if (!o.json.empty() && !results.write_json(o.json)) {
+      std::fprintf(stderr, "mpigrad-bench-allreduce: cannot write %s\n", o.json.c_str());
+      return 1;
+    }
+  }
+  return wrong == 0 ? 0 : 1;
+}
+
 int run(launch::DistributedManager& manager, int argc, char** argv) {
   Options o = parse(argc, argv);
+  if (o.hierarchical_bytes > 0) return run_hierarchical(manager, o);
   const launch::Backend backend = launch::parse_backend(o.backend);
   const core::DType dtype = parse_dtype(o.dtype);
   const launch::ReduceOp op = parse_op(o.op);

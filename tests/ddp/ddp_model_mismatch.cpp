@@ -1,14 +1,27 @@
-// A whole job in which rank 1 builds a wider model than the others. Wrapping it in
-// DistributedDataParallel must fail on every rank with the same clear message, and the job must
-// exit non-zero (check_exit.sh checks both). Each rank prints its error with RankLogger, the way
-// a training program reports a fatal error, and returns 1.
-//   ddp_model_mismatch differ   rank 1's hidden layer is 12 wide instead of 16: must fail
-//   ddp_model_mismatch same     every rank builds the same model: must succeed
-//   ddp_model_mismatch stall    rank 1 reaches backward 2.5 s late with a 1 s DDP timeout: the
-//                               shared-memory averaging must fail on every rank, naming the
-//                               late rank on the others, instead of hanging
+// Whole DDP jobs whose ending check_exit.sh checks (exit status, and a message from every rank).
+// Each rank prints its error with RankLogger, the way a training program reports a fatal error,
+// and returns 1.
+//   ddp_model_mismatch differ      rank 1's hidden layer is 12 wide instead of 16: must fail
+//   ddp_model_mismatch same        every rank builds the same model: must succeed
+//   ddp_model_mismatch stall       rank 1 reaches backward 2.5 s late with a 1 s DDP timeout: the
+//                                  shared-memory averaging must fail on every rank, naming the
+//                                  late rank on the others, instead of hanging
+//   ddp_model_mismatch stall-mid-backward SECONDS
+//                                  rank 1 stops for SECONDS in backward, after its first bucket
+//                                  started and before the others can (one bucket a parameter,
+//                                  1 s DDP timeout); run on simulated nodes, every rank must end
+//                                  in an error of the hierarchical averaging (a short stop), or
+//                                  the job in the inter-node watchdog's report (a long one);
+//                                  SECONDS < 0: rank 1 dies there instead (_exit, no MPI_Finalize)
+//   ddp_model_mismatch serialized  MPI initialized with MPI_THREAD_SERIALIZED by the program and
+//                                  handed over: on simulated nodes DDP must fall back from the
+//                                  hierarchical transport with the reason, and refuse it when
+//                                  asked for by name
+#include <mpi.h>
+
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
@@ -19,6 +32,7 @@
 #include "mpigrad/core/rng.h"
 #include "mpigrad/launch/distributed_data_parallel.h"
 #include "mpigrad/launch/distributed_manager.h"
+#include "mpigrad/launch/mpi_interop.h"
 #include "mpigrad/launch/rank_logging.h"
 #include "mpigrad/nn/layers/activation.h"
 #include "mpigrad/nn/layers/container.h"
@@ -26,27 +40,79 @@
 
 using namespace mpigrad;
 
+namespace {
+
+std::shared_ptr<nn::Sequential> make_model(int64_t hidden) {
+  core::Generator generator(1);
+  return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Linear>(8, hidden, generator), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Linear>(hidden, 4, generator)});
+}
+
+// MPI_THREAD_SERIALIZED from the host code: the communication thread is not allowed.
+int serialized(int argc, char** argv) {
+  int provided = 0;
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) return 2;
+  int status = 0;
+  {
+    auto manager = launch::adopt_communicator(MPI_COMM_WORLD);
+    launch::RankLogger log(manager.rank(), manager.world_size());
+    auto model = make_model(16);
+    launch::DistributedDataParallel ddp(*model, manager.world());
+    std::printf("%sgradients %s\n", log.prefix().c_str(), ddp.transport_description().c_str());
+    launch::DdpOptions options;
+    options.transport = launch::TransportKind::Hierarchical;
+    try {
+      launch::DistributedDataParallel required(*model, manager.world(), options);
+      status = 1;  // must not get here
+    } catch (const core::Error& error) {
+      std::printf("%srefused: %s\n", log.prefix().c_str(), error.what());
+    }
+    std::fflush(stdout);
+  }
+  MPI_Finalize();
+  return status;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
-  if (mode != "differ" && mode != "same" && mode != "stall") {
-    std::fprintf(stderr, "usage: %s differ|same|stall\n", argv[0]);
+  if (mode == "serialized") return serialized(argc, argv);
+  if (mode != "differ" && mode != "same" && mode != "stall" && mode != "stall-mid-backward") {
+    std::fprintf(stderr, "usage: %s differ|same|stall|stall-mid-backward SECONDS|serialized\n",
+                 argv[0]);
     return 2;
   }
+  const double stop_seconds = mode == "stall-mid-backward" && argc > 2 ? std::atof(argv[2]) : 0;
   auto manager = launch::DistributedManager::initialize(&argc, &argv);
   launch::RankLogger log(manager.rank(), manager.world_size());
   try {
     core::Generator generator(1);
-    const int64_t hidden = mode == "differ" && manager.rank() == 1 ? 12 : 16;
-    nn::Sequential model{std::make_shared<nn::Linear>(8, hidden, generator),
-                         std::make_shared<nn::ReLU>(),
-                         std::make_shared<nn::Linear>(hidden, 4, generator)};
+    auto model = make_model(mode == "differ" && manager.rank() == 1 ? 12 : 16);
     launch::DdpOptions options;
     options.timeout_seconds = 1.0;
-    launch::DistributedDataParallel ddp(model, manager.world(), options);
+    if (mode == "stall-mid-backward") {
+      options.first_bucket_cap_mb = 1e-5;  // one bucket a parameter
+      options.bucket_cap_mb = 1e-5;
+    }
+    launch::DistributedDataParallel ddp(*model, manager.world(), options);
     log.info("DistributedDataParallel built over " + std::to_string(manager.world_size()) +
-             " ranks" + (ddp.uses_shared_memory() ? ", shared memory" : ""));
-    if (mode == "stall") {
-      if (manager.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+             " ranks, gradients " + ddp.transport_description());
+    if (mode == "stall" || mode == "stall-mid-backward") {
+      if (mode == "stall" && manager.rank() == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+      }
+      if (manager.rank() == 1 && stop_seconds > 0) {
+        // The last layer's bias is the first gradient and has a bucket of its own: this hook
+        // runs after DDP's has started that bucket, and before any other gradient exists.
+        model->named_parameters().back().second.register_grad_ready_hook([&](core::Tensor&) {
+          std::this_thread::sleep_for(std::chrono::duration<double>(stop_seconds));
+        });
+      } else if (manager.rank() == 1 && stop_seconds < 0) {
+        model->named_parameters().back().second.register_grad_ready_hook(
+            [](core::Tensor&) { std::_Exit(9); });
+      }
       core::Tensor x = core::randn({4, 8}, generator);
       core::sum(ddp(x)).backward();
     }

@@ -1,8 +1,9 @@
-// DistributedDataParallel under mpirun (np 2 and 4): equivalence with one process, gradient
-// accumulation with no_sync, overlap of all-reduce with backward, errors, compression and
-// uneven inputs, over shared-memory buckets and over the communicator's all-reduce. Every rank
-// can compute the single-process reference itself, because the whole global batch is generated
-// from a seed every rank shares.
+// DistributedDataParallel under mpirun (np 1, 2 and 4): equivalence with one process, gradient
+// accumulation with no_sync, overlap of all-reduce with backward, errors, compression, uneven
+// inputs and the rebuilt buckets, over every transport: shared memory on one node, the
+// hierarchical one on simulated nodes (np 4 as 2 nodes x 2 ranks and as 4 x 1, np 2 as 2 x 1),
+// and the communicator's all-reduce. Every rank can compute the single-process reference itself,
+// because the whole global batch is generated from a seed every rank shares.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -18,8 +19,10 @@
 #include "mpigrad/core/rng.h"
 #include "mpigrad/launch/distributed_data_parallel.h"
 #include "mpigrad/launch/distributed_manager.h"
+#include "../simulated_nodes.h"
 #include "../tensor_difference.h"
 #include "recording_communicator.h"
+#include "transport_expectation.h"
 
 using namespace mpigrad;
 using core::Tensor;
@@ -80,14 +83,19 @@ TEST_CASE("DDP over R ranks with batch B equals one process with batch R*B after
   auto& world = manager.world();
   const int ranks = world.size(), rank = world.rank();
   const int64_t per_rank = 6;
-  for (bool shared_memory : {true, false}) {
-    INFO("shared_memory " << shared_memory);
+  for (auto [nodes, shared_memory] : test::transport_cases(ranks)) {
+    INFO("simulated nodes " << nodes << ", shared_memory " << shared_memory);
+    test::SimulatedNodes simulated(nodes);
     // Rank 0's seed wins: DDP broadcasts rank 0's initial parameters to everyone.
     Mlp distributed(rank == 0 ? 7 : 99), reference(7);
     DdpOptions options;
     options.shared_memory = shared_memory;
+    options.first_bucket_cap_mb = 0.0002;  // a bucket for each parameter or two
+    options.bucket_cap_mb = 0.0002;
     DistributedDataParallel ddp(distributed.parameters, {}, world, options);
-    CHECK(ddp.uses_shared_memory() == (shared_memory && ranks > 1));
+    INFO(ddp.transport_description());
+    CHECK(ddp.transport_kind() == test::expected_transport(nodes, ranks, shared_memory));
+    CHECK(ddp.bucket_count() >= 3);
     for (int step = 0; step < 5; ++step) {
       auto [x, y] = global_batch(step, per_rank * ranks);
       ddp.prepare_for_backward();
@@ -111,8 +119,9 @@ TEST_CASE("no_sync over k micro-steps equals one large-batch step, with a parame
   auto& world = manager.world();
   const int ranks = world.size(), rank = world.rank();
   const int64_t per_rank = 8, micro_steps = 4, micro = per_rank / micro_steps;
-  for (bool shared_memory : {true, false}) {
-    INFO("shared_memory " << shared_memory);
+  for (auto [nodes, shared_memory] : test::transport_cases(ranks)) {
+    INFO("simulated nodes " << nodes << ", shared_memory " << shared_memory);
+    test::SimulatedNodes simulated(nodes);
     Mlp distributed(11), reference(11);
     // An extra parameter used only in the second micro-step.
     Tensor extra_d = core::ones({4}).set_requires_grad();
@@ -121,7 +130,10 @@ TEST_CASE("no_sync over k micro-steps equals one large-batch step, with a parame
     DdpOptions options;
     options.find_unused_parameters = true;
     options.shared_memory = shared_memory;
+    options.first_bucket_cap_mb = 0.0002;
+    options.bucket_cap_mb = 0.0002;
     DistributedDataParallel ddp(distributed.parameters, {}, world, options);
+    CHECK(ddp.transport_kind() == test::expected_transport(nodes, ranks, shared_memory));
 
     auto [x, y] = global_batch(0, per_rank * ranks);
     for (int64_t k = 0; k < micro_steps; ++k) {
@@ -182,24 +194,110 @@ TEST_CASE("a bucket's all-reduce starts before backward reaches the first layer"
   CHECK(std::count(log.begin(), log.end(), "all_reduce started") == 4);
 }
 
-TEST_CASE("shared-memory buckets start averaging before backward reaches the first layer") {
+TEST_CASE("shared-memory and hierarchical buckets start averaging before backward ends") {
   // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
   auto manager = launch::DistributedManager::initialize();
   auto& world = manager.world();
-  Mlp model(3, 256);
-  DdpOptions options;
-  options.first_bucket_cap_mb = 0.001;  // every parameter in its own bucket
-  options.bucket_cap_mb = 0.001;
-  DistributedDataParallel ddp(model.parameters, {}, world, options);
-  INFO(ddp.why_not_shared_memory());
-  REQUIRE(ddp.uses_shared_memory() == (world.size() > 1));
   if (world.size() == 1) return;
-  auto [x, y] = global_batch(0, 16);
-  ddp.prepare_for_backward();
-  mse(model.forward(x), y).backward();
-  // Buckets 0-2 started from the hooks of fc2.bias, fc2.weight and fc1.bias; bucket 3
-  // (fc1.weight, the last gradient) from the same hook that ends backward's gradients.
-  CHECK(ddp.buckets_started_during_backward() == 4);
+  for (int nodes : test::node_layouts(world.size())) {
+    INFO("simulated nodes " << nodes);
+    test::SimulatedNodes simulated(nodes);
+    Mlp model(3, 256);
+    DdpOptions options;
+    options.first_bucket_cap_mb = 0.001;  // every parameter in its own bucket
+    options.bucket_cap_mb = 0.001;
+    DistributedDataParallel ddp(model.parameters, {}, world, options);
+    INFO(ddp.transport_description());
+    REQUIRE(ddp.transport_kind() == test::expected_transport(nodes, world.size()));
+    auto [x, y] = global_batch(0, 16);
+    ddp.prepare_for_backward();
+    mse(model.forward(x), y).backward();
+    // Buckets 0-2 started from the hooks of fc2.bias, fc2.weight and fc1.bias; bucket 3
+    // (fc1.weight, the last gradient) from the same hook that ends backward's gradients.
+    CHECK(ddp.buckets_started_during_backward() == 4);
+  }
+}
+
+TEST_CASE("buckets are rebuilt once, in the order rank 0's gradients became ready") {
+  // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
+  auto manager = launch::DistributedManager::initialize();
+  auto& world = manager.world();
+  const int ranks = world.size(), rank = world.rank();
+  for (auto [nodes, shared_memory] : test::transport_cases(ranks)) {
+    INFO("simulated nodes " << nodes << ", shared_memory " << shared_memory);
+    test::SimulatedNodes simulated(nodes);
+    // fc1 listed before fc2 in reverse: the initial buckets (reverse registration order) begin
+    // with fc1, whose gradients backward produces last, so no bucket can start early.
+    Mlp model(rank == 0 ? 8 : 80, 64), reference(8, 64);
+    auto listed = [](Mlp& mlp) {
+      auto& p = mlp.parameters;
+      return std::vector<NamedTensor>{p[2], p[3], p[0], p[1]};
+    };
+    std::vector<std::string> log;
+    RecordingCommunicator recording(world, log);
+    DdpOptions options;
+    options.shared_memory = shared_memory;
+    options.first_bucket_cap_mb = 0.0001;  // every parameter in its own bucket
+    options.bucket_cap_mb = 0.0001;
+    DistributedDataParallel ddp(listed(model), {}, shared_memory ? world : recording, options);
+    REQUIRE(ddp.bucket_layout()[0] == std::vector<std::string>{"fc1.bias"});
+    model.p(0).register_grad_ready_hook([&log](Tensor&) { log.push_back("fc1 ready"); });
+    model.p(1).register_grad_ready_hook([&log](Tensor&) { log.push_back("fc1 ready"); });
+    std::vector<int> early_starts;  // all-reduces started before fc1's first gradient, per step
+    for (int step = 0; step < 3; ++step) {
+      log.clear();
+      auto [x, y] = global_batch(step, 4 * ranks);
+      ddp.prepare_for_backward();
+      mse(model.forward(x.narrow(0, rank * 4, 4)), y.narrow(0, rank * 4, 4)).backward();
+      early_starts.push_back(int(std::count(
+          log.begin(), std::find(log.begin(), log.end(), "fc1 ready"), "all_reduce started")));
+      CHECK(ddp.buckets_rebuilt());
+      model.sgd_step(0.1);
+      mse(reference.forward(x), y).backward();
+      reference.sgd_step(0.1);
+    }
+    // fc2's gradients come first: after the rebuild they lead the buckets, on every rank alike.
+    auto layout = ddp.bucket_layout();
+    CHECK(layout[0][0].starts_with("fc2."));
+    CHECK(layout[1][0].starts_with("fc2."));
+    std::string flat;
+    for (auto& bucket : layout) flat += bucket[0] + ";";
+    Tensor mine = Tensor::from_vector<uint8_t>(std::vector<uint8_t>(flat.begin(), flat.end()),
+                                               {int64_t(flat.size())});
+    Tensor rank0 = mine.clone();
+    world.broadcast(rank0, 0);
+    check_close(mine, rank0, 0.0);
+    if (!shared_memory) {
+      CHECK(early_starts[0] <= 1);  // before: fc1.bias leads, nothing starts before fc1
+      CHECK(early_starts[2] >= 2);  // after: both fc2 buckets start while fc1 is computed
+    }
+    for (size_t i = 0; i < reference.parameters.size(); ++i) {
+      INFO(reference.parameters[i].name);
+      check_close(model.p(i), reference.p(i), 1e-5);
+    }
+  }
+}
+
+TEST_CASE("with find_unused_parameters the buckets keep their first layout") {
+  // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
+  auto manager = launch::DistributedManager::initialize();
+  auto& world = manager.world();
+  Mlp model(8);
+  DdpOptions options;
+  options.find_unused_parameters = true;
+  options.first_bucket_cap_mb = 0.0001;
+  options.bucket_cap_mb = 0.0001;
+  std::vector<NamedTensor> listed{model.parameters[2], model.parameters[3], model.parameters[0],
+                                  model.parameters[1]};
+  DistributedDataParallel ddp(listed, {}, world, options);
+  auto before = ddp.bucket_layout();
+  for (int step = 0; step < 2; ++step) {
+    auto [x, y] = global_batch(step, 4);
+    ddp.prepare_for_backward();
+    mse(model.forward(x), y).backward();
+  }
+  CHECK_FALSE(ddp.buckets_rebuilt());
+  CHECK(ddp.bucket_layout() == before);
 }
 
 TEST_CASE("a model that differs between ranks is a clear error on every rank") {
@@ -246,9 +344,10 @@ TEST_CASE("after an unused-parameter error with buckets in flight, the next step
   // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
   auto manager = launch::DistributedManager::initialize();
   auto& world = manager.world();
-  std::vector<std::vector<double>> grads_by_transport;
-  for (bool shared_memory : {true, false}) {
-    INFO("shared_memory " << shared_memory);
+  std::vector<std::vector<double>> grads;  // every case's, compared with the first
+  for (auto [nodes, shared_memory] : test::transport_cases(world.size())) {
+    INFO("simulated nodes " << nodes << ", shared_memory " << shared_memory);
+    test::SimulatedNodes simulated(nodes);
     Mlp model(5);
     // Registered first, so it lands in the last bucket: the other buckets are in flight when
     // backward finds it unused.
@@ -286,12 +385,11 @@ TEST_CASE("after an unused-parameter error with buckets in flight, the next step
       check_close(param.grad(), ranks0, 0.0);  // every rank holds the same average
       all.insert(all.end(), values.begin(), values.end());
     }
-    grads_by_transport.push_back(all);
+    grads.push_back(all);
+    const int64_t count = int64_t(all.size());
+    check_close(Tensor::from_vector<double>(grads[0], {count}),
+                Tensor::from_vector<double>(all, {count}), 1e-6);
   }
-  REQUIRE(grads_by_transport.size() == 2);
-  const int64_t count = int64_t(grads_by_transport[0].size());
-  check_close(Tensor::from_vector<double>(grads_by_transport[0], {count}),
-              Tensor::from_vector<double>(grads_by_transport[1], {count}), 1e-6);
 }
 
 TEST_CASE("DDP options that differ between ranks are a clear error on every rank") {
@@ -309,7 +407,7 @@ TEST_CASE("DDP options that differ between ranks are a clear error on every rank
     message = error.what();
   }
   CHECK(message.find("the DDP options differ between ranks") != std::string::npos);
-  CHECK(message.find("shared_memory=0' on rank 1") != std::string::npos);
+  CHECK(message.find("shared_memory=0 transport=auto' on rank 1") != std::string::npos);
 }
 
 TEST_CASE("bf16 gradient compression stays close to the uncompressed average") {
@@ -339,12 +437,16 @@ TEST_CASE("uneven inputs: ranks with fewer batches join until everyone is done")
   auto manager = launch::DistributedManager::initialize();
   auto& world = manager.world();
   const int rank = world.rank();
-  for (bool shared_memory : {true, false}) {
-    INFO("shared_memory " << shared_memory);
+  for (auto [nodes, shared_memory] : test::transport_cases(world.size())) {
+    INFO("simulated nodes " << nodes << ", shared_memory " << shared_memory);
+    test::SimulatedNodes simulated(nodes);
     Mlp model(31);
     DdpOptions options;
     options.shared_memory = shared_memory;
+    options.first_bucket_cap_mb = 0.0002;
+    options.bucket_cap_mb = 0.0002;
     DistributedDataParallel ddp(model.parameters, {}, world, options);
+    CHECK(ddp.transport_kind() == test::expected_transport(nodes, world.size(), shared_memory));
     const int my_batches = 2 + rank;  // rank r has r more batches than rank 0
     int step = 0;
     while (true) {

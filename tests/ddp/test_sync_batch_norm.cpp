@@ -1,7 +1,9 @@
 // SyncBatchNorm and convert_sync_batchnorm under mpirun (np 1, 2, 4): a CNN trained with DDP over
 // R ranks of batch B must match the same CNN with ordinary BatchNorm2d trained in one process on
-// batch R*B, parameters and running statistics alike; the backward must give each rank the exact
-// slice of the global-batch input gradient; eval mode must not communicate.
+// batch R*B, parameters and running statistics alike, on every node layout (and so every bucket
+// transport, SyncBatchNorm's all-reduces running beside the hierarchical one's thread); the
+// backward must give each rank the exact slice of the global-batch input gradient; eval mode
+// must not communicate.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -26,6 +28,8 @@
 #include "mpigrad/nn/loss.h"
 #include "mpigrad/nn/optim/sgd.h"
 #include "recording_communicator.h"
+#include "transport_expectation.h"
+#include "../simulated_nodes.h"
 #include "../tensor_difference.h"
 
 using namespace mpigrad;
@@ -64,46 +68,54 @@ TEST_CASE("CNN with SyncBatchNorm over R ranks equals BatchNorm2d with batch R*B
   auto& world = manager.world();
   const int ranks = world.size(), rank = world.rank();
   const int64_t per_rank = 3;
-  // Other ranks start from other weights: DDP must broadcast rank 0's parameters and buffers.
-  auto distributed = make_cnn(rank == 0 ? 7 : 70 + uint64_t(rank));
-  auto reference = make_cnn(7);
-  CHECK(launch::convert_sync_batchnorm(*distributed, world) == 1);
-  REQUIRE((*distributed)[1]->type_name() == "SyncBatchNorm");
-  launch::DistributedDataParallel ddp(*distributed, world);
-  nn::SGD optimizer_d(distributed->parameters(), {.lr = 0.1, .momentum = 0.9});
-  nn::SGD optimizer_r(reference->parameters(), {.lr = 0.1, .momentum = 0.9});
-  for (int step = 0; step < 5; ++step) {
-    auto [x, y] = global_images(step, per_rank * ranks);
-    // zero_grad's default (set_to_none) drops the bucket views; DDP must re-attach them.
-    distributed->zero_grad();
-    Tensor local = ddp(x.narrow(0, rank * per_rank, per_rank));
-    nn::mse_loss(local, y.narrow(0, rank * per_rank, per_rank)).backward();
-    optimizer_d.step();
+  for (int nodes : test::node_layouts(ranks)) {
+    INFO("simulated nodes " << nodes);
+    test::SimulatedNodes simulated(nodes);
+    // Other ranks start from other weights: DDP must broadcast rank 0's parameters and buffers.
+    auto distributed = make_cnn(rank == 0 ? 7 : 70 + uint64_t(rank));
+    auto reference = make_cnn(7);
+    CHECK(launch::convert_sync_batchnorm(*distributed, world) == 1);
+    REQUIRE((*distributed)[1]->type_name() == "SyncBatchNorm");
+    launch::DdpOptions options;
+    options.first_bucket_cap_mb = 0.0005;  // several buckets
+    options.bucket_cap_mb = 0.0005;
+    launch::DistributedDataParallel ddp(*distributed, world, options);
+    CHECK(ddp.transport_kind() == test::expected_transport(nodes, ranks));
+    nn::SGD optimizer_d(distributed->parameters(), {.lr = 0.1, .momentum = 0.9});
+    nn::SGD optimizer_r(reference->parameters(), {.lr = 0.1, .momentum = 0.9});
+    for (int step = 0; step < 5; ++step) {
+      auto [x, y] = global_images(step, per_rank * ranks);
+      // zero_grad's default (set_to_none) drops the bucket views; DDP must re-attach them.
+      distributed->zero_grad();
+      Tensor local = ddp(x.narrow(0, rank * per_rank, per_rank));
+      nn::mse_loss(local, y.narrow(0, rank * per_rank, per_rank)).backward();
+      optimizer_d.step();
 
-    reference->zero_grad();
-    nn::mse_loss((*reference)(x), y).backward();
-    optimizer_r.step();
+      reference->zero_grad();
+      nn::mse_loss((*reference)(x), y).backward();
+      optimizer_r.step();
+    }
+    auto named_d = distributed->named_parameters(), named_r = reference->named_parameters();
+    REQUIRE(named_d.size() == named_r.size());
+    for (size_t i = 0; i < named_r.size(); ++i) {
+      INFO(named_r[i].first);
+      CHECK(named_d[i].first == named_r[i].first);
+      CHECK(max_difference(named_d[i].second, named_r[i].second) <= 1e-5);
+    }
+    auto buffers_d = distributed->named_buffers(), buffers_r = reference->named_buffers();
+    REQUIRE(buffers_d.size() == 3);
+    REQUIRE(buffers_d.size() == buffers_r.size());
+    for (size_t i = 0; i < buffers_r.size(); ++i) {
+      INFO(buffers_r[i].first);
+      CHECK(buffers_d[i].first == buffers_r[i].first);
+      CHECK(max_difference(buffers_d[i].second, buffers_r[i].second) <= 1e-5);
+    }
+    // The running statistics drive eval mode, which must agree too.
+    distributed->eval();
+    reference->eval();
+    auto [x, y] = global_images(99, 4);
+    CHECK(max_difference((*distributed)(x), (*reference)(x)) <= 1e-5);
   }
-  auto named_d = distributed->named_parameters(), named_r = reference->named_parameters();
-  REQUIRE(named_d.size() == named_r.size());
-  for (size_t i = 0; i < named_r.size(); ++i) {
-    INFO(named_r[i].first);
-    CHECK(named_d[i].first == named_r[i].first);
-    CHECK(max_difference(named_d[i].second, named_r[i].second) <= 1e-5);
-  }
-  auto buffers_d = distributed->named_buffers(), buffers_r = reference->named_buffers();
-  REQUIRE(buffers_d.size() == 3);
-  REQUIRE(buffers_d.size() == buffers_r.size());
-  for (size_t i = 0; i < buffers_r.size(); ++i) {
-    INFO(buffers_r[i].first);
-    CHECK(buffers_d[i].first == buffers_r[i].first);
-    CHECK(max_difference(buffers_d[i].second, buffers_r[i].second) <= 1e-5);
-  }
-  // The running statistics drive eval mode, which must agree too.
-  distributed->eval();
-  reference->eval();
-  auto [x, y] = global_images(99, 4);
-  CHECK(max_difference((*distributed)(x), (*reference)(x)) <= 1e-5);
 }
 
 TEST_CASE("SyncBatchNorm backward gives each rank its slice of the global input gradient") {

@@ -58,7 +58,7 @@ MPIGRAD_NCCL_TEST_CASE("DDP with SyncBatchNorm on the GPU over NCCL matches the 
   launch::DdpOptions gpu_options = host_options;
   launch::DistributedDataParallel ddp_gpu(*on_gpu, *nccl, gpu_options);
   launch::DistributedDataParallel ddp_host(*on_host, *mpi, host_options);
-  CHECK_FALSE(ddp_gpu.uses_shared_memory());
+  CHECK(ddp_gpu.transport_kind() == launch::TransportKind::Communicator);
   CHECK(ddp_gpu.bucket_count() == ddp_host.bucket_count());
 
   for (int step = 0; step < 3; ++step) {

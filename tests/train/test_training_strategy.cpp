@@ -179,6 +179,10 @@ TEST_CASE("the sampler's set_epoch is called every epoch, and a distributed samp
 
 TEST_CASE("DDPHook does nothing at world size 1 and wraps the model and loader otherwise") {
   Setup s;
+  // A frozen parameter that differs between ranks: DDP's module form broadcasts rank 0's.
+  Tensor frozen = s.model->named_parameters().back().second;
+  frozen.set_requires_grad(false);
+  frozen.fill_(0.25 + s.manager.rank());
   auto dataset = std::make_shared<TensorDataset>(12);
   data::DataLoader loader(dataset, batches_of(2, true));
   auto ddp = std::make_shared<launch::DDPHook>();
@@ -192,6 +196,7 @@ TEST_CASE("DDPHook does nothing at world size 1 and wraps the model and loader o
     CHECK(loader.size() == 6);
   } else {
     CHECK(ddp->ddp() != nullptr);
+    CHECK(frozen.to_vector<float>() == std::vector<float>(size_t(frozen.numel()), 0.25f));
     CHECK(loader.batch_sampler().is_distributed());
     CHECK(loader.size() == 6 / s.manager.world_size());
   }

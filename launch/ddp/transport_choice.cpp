@@ -1,0 +1,167 @@
+// choose_bucket_transport: the one place that decides how DDP's buckets are averaged.
+#include "mpigrad/launch/ddp/transport_choice.h"
+
+#include <algorithm>
+#include <sstream>
+#include <vector>
+
+#include "mpigrad/core/error.h"
+#include "mpigrad/launch/ddp/communicator_transport.h"
+#include "mpigrad/launch/ddp/hierarchical_all_reduce.h"
+#include "mpigrad/launch/shared_memory_all_reduce.h"
+
+namespace mpigrad::launch {
+
+TransportKind parse_transport_kind(std::string_view text) {
+  if (text == "auto") return TransportKind::Auto;
+  if (text == "communicator") return TransportKind::Communicator;
+  if (text == "shared_memory") return TransportKind::SharedMemory;
+  if (text == "hierarchical") return TransportKind::Hierarchical;
+  core::fail("unknown gradient transport '", text,
+             "': expected auto, communicator, shared_memory or hierarchical");
+}
+
+std::string_view transport_kind_name(TransportKind kind) {
+  switch (kind) {
+    case TransportKind::Auto: return "auto";
+    case TransportKind::Communicator: return "communicator";
+    case TransportKind::SharedMemory: return "shared_memory";
+    case TransportKind::Hierarchical: return "hierarchical";
+  }
+  return "?";
+}
+
+namespace {
+
+// Which ranks share a node, as seen by every rank alike.
+struct NodeLayout {
+  std::unique_ptr<Communicator> node;  // this rank's node
+  int nodes = 1;
+  int ranks_per_node = 0;  // 0 when the nodes hold different numbers of ranks
+  int fewest = 0, most = 0;
+};
+
+NodeLayout detect_nodes(Communicator& communicator) {
+  NodeLayout layout;
+  layout.node = communicator.split_node_local(communicator.name() + " node");
+  core::Tensor mine = core::Tensor::from_vector<int32_t>(
+      {layout.node->size(), layout.node->rank() == 0 ? 1 : 0}, {2});
+  core::Tensor all = core::zeros({2 * communicator.size()}, core::kInt32);
+  communicator.all_gather(mine, all);
+  std::vector<int32_t> values = all.to_vector<int32_t>();
+  layout.nodes = 0;
+  layout.fewest = values[0];
+  layout.most = values[0];
+  for (size_t r = 0; r < values.size(); r += 2) {
+    layout.nodes += values[r + 1];
+    layout.fewest = std::min(layout.fewest, values[r]);
+    layout.most = std::max(layout.most, values[r]);
+  }
+  layout.ranks_per_node = layout.fewest == layout.most ? layout.fewest : 0;
+  return layout;
+}
+
+std::string describe_layout(const NodeLayout& layout) {
+  std::ostringstream out;
+  out << layout.nodes << (simulated_node_count() > 0 ? " simulated" : "")
+      << (layout.nodes == 1 ? " node" : " nodes") << " x " << layout.ranks_per_node
+      << (layout.ranks_per_node == 1 ? " rank" : " ranks");
+  return out.str();
+}
+
+TransportChoice communicator_choice(Communicator& communicator,
+                                    std::span<const BucketSpec> buckets,
+                                    const TransportRequest& request, const std::string& why) {
+  TransportChoice choice;
+  choice.kind = TransportKind::Communicator;
+  choice.transport = std::make_unique<CommunicatorTransport>(communicator, buckets, request.wire);
+  choice.description = "all-reduced over the " +
+                       std::string(backend_name(communicator.backend())) + " communicator '" +
+                       communicator.name() + "' (" + why + ")";
+  return choice;
+}
+
+// Under Auto, falls back to the communicator with `why`; a transport asked for by name fails.
+TransportChoice fall_back(Communicator& communicator, std::span<const BucketSpec> buckets,
+                          const TransportRequest& request, TransportKind wanted,
+                          const std::string& why) {
+  MPIGRAD_CHECK(request.kind == TransportKind::Auto || request.kind == TransportKind::Communicator,
+                "DistributedDataParallel on communicator '", communicator.name(),
+                "': the gradient transport '", transport_kind_name(wanted),
+                "' was asked for, but ", why);
+  return communicator_choice(communicator, buckets, request, why);
+}
+
+}  // namespace
+
+TransportChoice choose_bucket_transport(Communicator& communicator,
+                                        std::span<const BucketSpec> buckets,
+                                        const TransportRequest& request) {
+  const bool on_host = std::all_of(buckets.begin(), buckets.end(),
+                                   [](const BucketSpec& spec) { return spec.device.is_cpu(); });
+  // What rules out both shared-memory transports, checked in the same order on every rank.
+  std::string why_not;
+  if (request.kind == TransportKind::Communicator) {
+    why_not = "the communicator transport was asked for";
+  } else if (!request.shared_memory) {
+    why_not = "shared_memory is off";
+  } else if (communicator.size() == 1) {
+    why_not = "a single rank has nothing to average";
+  } else if (!on_host) {
+    why_not = "the gradients are on a GPU";
+  } else if (communicator.backend() != Backend::Mpi) {
+    why_not = "the communicator is not an MPI one";
+  } else if (request.wire) {
+    why_not = "gradient compression goes through the communicator";
+  }
+  if (!why_not.empty()) {
+    const TransportKind wanted =
+        request.kind == TransportKind::Auto ? TransportKind::SharedMemory : request.kind;
+    return fall_back(communicator, buckets, request, wanted, why_not);
+  }
+
+  NodeLayout layout = detect_nodes(communicator);
+  std::vector<SharedBufferSpec> specs;
+  for (const BucketSpec& spec : buckets) specs.push_back({spec.dtype, spec.numel});
+  TransportKind wanted = request.kind;
+  if (wanted == TransportKind::Auto) {
+    wanted = layout.nodes == 1 ? TransportKind::SharedMemory : TransportKind::Hierarchical;
+  }
+  TransportChoice choice;
+  choice.kind = wanted;
+  if (wanted == TransportKind::SharedMemory) {
+    if (layout.nodes != 1) {
+      std::ostringstream why;
+      why << "the ranks span " << layout.nodes << " nodes";
+      return fall_back(communicator, buckets, request, wanted, why.str());
+    }
+    layout.node.reset();
+    std::string why;
+    choice.transport =
+        SharedMemoryAllReduce::create(communicator, specs, request.timeout_seconds, &why);
+    if (!choice.transport) return fall_back(communicator, buckets, request, wanted, why);
+    choice.description = "averaged in shared memory (every rank on one node, " +
+                         describe_layout(layout) + ")";
+    return choice;
+  }
+  if (layout.ranks_per_node == 0) {
+    std::ostringstream why;
+    why << "the " << layout.nodes << " nodes hold different numbers of ranks (" << layout.fewest
+        << " to " << layout.most << "), so the shards of the nodes would not match";
+    return fall_back(communicator, buckets, request, wanted, why.str());
+  }
+  const std::string layout_text = describe_layout(layout);
+  std::string why;
+  choice.transport = HierarchicalAllReduce::create(communicator, std::move(layout.node), specs,
+                                                   request.timeout_seconds, &why);
+  if (!choice.transport) return fall_back(communicator, buckets, request, wanted, why);
+  choice.description =
+      "averaged hierarchically over " + layout_text +
+      (layout.ranks_per_node > 1
+           ? ": reduce-scatter in shared memory, each shard all-reduced across the nodes on a "
+             "communication thread, all-gather in shared memory"
+           : ": each bucket all-reduced across the nodes on a communication thread");
+  return choice;
+}
+
+}  // namespace mpigrad::launch
