@@ -284,6 +284,7 @@ int train(TrainingJob& job, DistributedManager& manager) {
   ddp.find_unused_parameters = config.distributed.find_unused_parameters;
   ddp.compression = config.distributed.compression;
   ddp.shared_memory = config.distributed.shared_memory;
+  ddp.transport = config.distributed.transport;
   ddp.timeout_seconds = config.distributed.timeout_s;
   std::vector<std::shared_ptr<Hook>> hooks;
   hooks.push_back(std::make_shared<CheckpointHook>(

@@ -307,6 +307,11 @@ std::vector<ConfigKey> make_config_keys() {
           "none | bf16 | fp16 gradient compression"),
       key("distributed.shared_memory", &C::distributed, &DistributedSection::shared_memory,
           Boolean{}, "average host gradients in shared memory when all ranks share a node"),
+      key("distributed.transport", &C::distributed, &DistributedSection::transport,
+          Choice<TransportKind>{kTransportKindNames},
+          "how gradient buckets are averaged: auto (shared memory on one node, hierarchical "
+          "across nodes, else the communicator) | communicator | shared_memory | hierarchical; "
+          "a named one that cannot be had is an error"),
       key("distributed.timeout_s", &C::distributed, &DistributedSection::timeout_s, positive,
           "collective timeout in seconds"),
   };

@@ -110,6 +110,7 @@ struct DistributedSection {
   bool find_unused_parameters = false;
   GradCompression compression = GradCompression::None;
   bool shared_memory = true;  // host gradients averaged in shared memory on one node
+  TransportKind transport = TransportKind::Auto;
   double timeout_s = 300.0;
 };
 

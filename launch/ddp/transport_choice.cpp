@@ -13,22 +13,11 @@
 namespace mpigrad::launch {
 
 TransportKind parse_transport_kind(std::string_view text) {
-  if (text == "auto") return TransportKind::Auto;
-  if (text == "communicator") return TransportKind::Communicator;
-  if (text == "shared_memory") return TransportKind::SharedMemory;
-  if (text == "hierarchical") return TransportKind::Hierarchical;
-  core::fail("unknown gradient transport '", text,
-             "': expected auto, communicator, shared_memory or hierarchical");
+  return core::parse_enum<TransportKind>(text, kTransportKindNames, "gradient transport");
 }
 
 std::string_view transport_kind_name(TransportKind kind) {
-  switch (kind) {
-    case TransportKind::Auto: return "auto";
-    case TransportKind::Communicator: return "communicator";
-    case TransportKind::SharedMemory: return "shared_memory";
-    case TransportKind::Hierarchical: return "hierarchical";
-  }
-  return "?";
+  return core::enum_name(kind, kTransportKindNames);
 }
 
 namespace {

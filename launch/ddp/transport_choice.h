@@ -22,13 +22,19 @@
 #include <string>
 #include <string_view>
 
+#include "mpigrad/core/enum_names.h"
 #include "mpigrad/launch/communicator.h"
 #include "mpigrad/launch/ddp/bucket_transport.h"
 
 namespace mpigrad::launch {
 
 enum class TransportKind : uint8_t { Auto, Communicator, SharedMemory, Hierarchical };
-// "auto", "communicator", "shared_memory", "hierarchical"; throws core::Error otherwise.
+inline constexpr core::EnumName<TransportKind> kTransportKindNames[] = {
+    {TransportKind::Auto, "auto"},
+    {TransportKind::Communicator, "communicator"},
+    {TransportKind::SharedMemory, "shared_memory"},
+    {TransportKind::Hierarchical, "hierarchical"}};
+// "auto", "communicator", "shared_memory", "hierarchical"; throws core::Error listing them.
 TransportKind parse_transport_kind(std::string_view text);
 std::string_view transport_kind_name(TransportKind kind);
 

@@ -187,6 +187,16 @@ case "$check" in
     run 2 "$mpigrad" train --config base.ini --train.out_dir=plain > /dev/null 2>&1 || fail "plain run failed"
     cmp -s <(grep test_loss full/metrics.jsonl) <(grep test_loss plain/metrics.jsonl) && fail "EMA evaluation equals plain evaluation"
     ;;
+  transport)  # [distributed] transport: hierarchical across 2 simulated nodes trains like one node
+    MPIGRAD_SIMULATE_NODES=2 run 2 -x MPIGRAD_SIMULATE_NODES "$mpigrad" train --config base.ini \
+      --distributed.transport=hierarchical --train.out_dir=hier > hier.txt 2>&1 || { cat hier.txt; fail "hierarchical run failed"; }
+    grep -q "averaged hierarchically over 2 simulated nodes x 1 rank" hier.txt || { cat hier.txt; fail "the log does not say hierarchical"; }
+    run 2 "$mpigrad" train --config base.ini --train.out_dir=shm > shm.txt 2>&1 || fail "shared-memory run failed"
+    grep -q "averaged in shared memory" shm.txt || { cat shm.txt; fail "the log does not say shared memory"; }
+    "$compare" hier/last.h5 shm/last.h5 1e-5 || fail "hierarchical and shared-memory runs disagree"
+    expect_error "expected one of auto | communicator | shared_memory | hierarchical" \
+      --config base.ini --distributed.transport=ring
+    ;;
   *)
     fail "unknown check"
     ;;
