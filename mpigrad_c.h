@@ -57,7 +57,7 @@ typedef enum mpigrad_status {
   MPIGRAD_ERROR_SHAPE = 4,            /* an array's shape does not fit the model */
   MPIGRAD_ERROR_DTYPE = 5,            /* an array's dtype does not fit its use */
   MPIGRAD_ERROR_CONFIG = 6,           /* a bad config key or value, or a missing config file */
-  MPIGRAD_ERROR_FILE = 7,             /* a model or checkpoint file that cannot be written or read */
+  MPIGRAD_ERROR_FILE = 7,             /* a model or checkpoint file that cannot be written/read */
   MPIGRAD_ERROR_MPI = 8,              /* MPI not initialized, or a failed MPI call */
   MPIGRAD_ERROR_UNSUPPORTED = 9,      /* e.g. CUDA memory in a build without CUDA */
   MPIGRAD_ERROR_OUT_OF_MEMORY = 10,

@@ -263,8 +263,8 @@ int synth(int argc, char** argv) {
   MPIGRAD_CHECK(label_dtype != core::kUInt8 || classes <= 256, "--label-dtype uint8 holds at most "
                 "256 classes, not ", classes);
   const std::vector<std::string> range = split_list(values["range"].as<std::string>());
-  MPIGRAD_CHECK(range.size() == 2, "--range: expected LO,HI, got '", values["range"].as<std::string>(),
-                "'");
+  MPIGRAD_CHECK(range.size() == 2, "--range: expected LO,HI, got '",
+                values["range"].as<std::string>(), "'");
   const float lo = std::stof(range[0]), hi = std::stof(range[1]);
   MPIGRAD_CHECK(lo < hi, "--range: LO must be below HI, got ", lo, ",", hi);
   const int64_t features = core::Shape(shape).numel();

@@ -1,6 +1,6 @@
 // The configuration of `mpigrad train`: an INI file with the sections [data] [model] [loss]
-// [optim] [sched] [train] [distributed], read by Boost.Program_options, where any key can be overridden
-// on the command line as --section.key=value.
+// [optim] [sched] [train] [distributed], read by Boost.Program_options, where any key can be
+// overridden on the command line as --section.key=value.
 //
 // Every key is declared once, in the table behind config_keys() (train_config.cpp): its name,
 // its help, the struct field it sets and how its text is parsed and printed. The defaults are

@@ -54,7 +54,10 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (argc < 2) {
-    if (rank == 0) std::fprintf(stderr, "usage: %s CONFIG [--steps N] [--train-ranks T] [--check E]\n", argv[0]);
+    if (rank == 0) {
+      std::fprintf(stderr, "usage: %s CONFIG [--steps N] [--train-ranks T] [--check E]\n",
+                   argv[0]);
+    }
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
   int steps = 1000, train_ranks = size;

@@ -118,8 +118,8 @@ TEST_CASE("backend selection") {
   CHECK(launch::parse_backend("auto") == launch::Backend::Auto);
   CHECK(launch::parse_backend("mpi") == launch::Backend::Mpi);
   CHECK(launch::parse_backend("nccl") == launch::Backend::Nccl);
-  CHECK_THROWS_WITH_AS(launch::parse_backend("gloo"), doctest::Contains("expected one of auto | mpi | nccl"),
-                       core::Error);
+  CHECK_THROWS_WITH_AS(launch::parse_backend("gloo"),
+                       doctest::Contains("expected one of auto | mpi | nccl"), core::Error);
   auto manager = launch::DistributedManager::initialize();
   auto mpi = launch::create_communicator(manager, launch::Backend::Auto, core::kCPU, "grads");
   CHECK(mpi->backend() == launch::Backend::Mpi);

@@ -160,8 +160,8 @@ TEST_CASE("Conv2d with circular padding convolves a periodic domain") {
   const std::string mismatch = gradient_mismatch(leaves, [&] { return conv.forward(x); }, 31);
   CHECK_MESSAGE(mismatch.empty(), mismatch);
   // The same padding as torch's F.pad(mode="circular") refuses more padding than the extent.
-  CHECK_THROWS_WITH_AS(nn::functional::pad_circular(x, {6, 1}), doctest::Contains("must be in [0, 5]"),
-                       core::Error);
+  CHECK_THROWS_WITH_AS(nn::functional::pad_circular(x, {6, 1}),
+                       doctest::Contains("must be in [0, 5]"), core::Error);
 }
 
 TEST_CASE("conv2d reports bad shapes") {

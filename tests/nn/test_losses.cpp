@@ -154,10 +154,11 @@ TEST_CASE("losses: gradients match finite differences") {
             .item<double>() == doctest::Approx(2.5));
   mismatch = gradient_mismatch({a, b}, [&] { return nn::l1_loss(a, b, nn::Reduction::None); });
   CHECK_MESSAGE(mismatch.empty(), mismatch);
-  CHECK(nn::l1_loss(Tensor::from_vector<double>({1, 2}, {2}), Tensor::from_vector<double>({0, 4}, {2}))
+  CHECK(nn::l1_loss(Tensor::from_vector<double>({1, 2}, {2}),
+                    Tensor::from_vector<double>({0, 4}, {2}))
             .item<double>() == doctest::Approx(1.5));
-  CHECK(nn::l1_loss(Tensor::from_vector<double>({1, 2}, {2}), Tensor::from_vector<double>({0, 4}, {2}),
-                    nn::Reduction::Sum)
+  CHECK(nn::l1_loss(Tensor::from_vector<double>({1, 2}, {2}),
+                    Tensor::from_vector<double>({0, 4}, {2}), nn::Reduction::Sum)
             .item<double>() == doctest::Approx(3.0));
 
   Tensor logits = fd_input({3, 2}, 7, -3, 3);

@@ -59,7 +59,8 @@ int main(int argc, char** argv) {
       }
       ++compared;
     }
-    if (compared != b.tensors().size() || compared == 0 || a.scalars().size() != b.scalars().size()) {
+    if (compared != b.tensors().size() || compared == 0 ||
+        a.scalars().size() != b.scalars().size()) {
       std::printf("the checkpoints hold different sets of tensors\n");
       return 1;
     }

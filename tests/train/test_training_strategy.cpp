@@ -118,8 +118,8 @@ TEST_CASE("stages run in order, and per-batch stages honour the hook's frequency
   auto second = std::make_shared<RecordingHook>(2);
   auto dataset = std::make_shared<TensorDataset>(8);
   data::DataLoader loader(dataset, batches_of(2));
-  launch::TrainingStrategy strategy({s.model.get()}, {s.optimizer.get()}, s.step, s.evaluate, s.manager,
-                                    {every, second}, /*epochs=*/1);
+  launch::TrainingStrategy strategy({s.model.get()}, {s.optimizer.get()}, s.step, s.evaluate,
+                                    s.manager, {every, second}, /*epochs=*/1);
   strategy.run(loader, nullptr);
   std::vector<std::string> expected_start = {
       "setup@0",          "before_training@0",   "before_epoch@0",         "before_batch@0",
@@ -144,14 +144,14 @@ TEST_CASE("a hook may replace backward, but not two") {
   auto claim = std::make_shared<ClaimingHook>("mine");
   auto dataset = std::make_shared<TensorDataset>(4);
   data::DataLoader loader(dataset, batches_of(2));
-  launch::TrainingStrategy strategy({s.model.get()}, {s.optimizer.get()}, s.step, s.evaluate, s.manager,
-                                    {claim}, 1);
+  launch::TrainingStrategy strategy({s.model.get()}, {s.optimizer.get()}, s.step, s.evaluate,
+                                    s.manager, {claim}, 1);
   strategy.run(loader, nullptr);
   CHECK(claim->calls == 2);
   auto other = std::make_shared<ClaimingHook>("theirs");
   try {
-    launch::TrainingStrategy twice({s.model.get()}, {s.optimizer.get()}, s.step, s.evaluate, s.manager,
-                                   {claim, other}, 1);
+    launch::TrainingStrategy twice({s.model.get()}, {s.optimizer.get()}, s.step, s.evaluate,
+                                   s.manager, {claim, other}, 1);
     FAIL("two backward claims were accepted");
   } catch (const core::Error& error) {
     std::string message = error.what();
@@ -167,8 +167,8 @@ TEST_CASE("the sampler's set_epoch is called every epoch, and a distributed samp
   data::DataLoaderOptions options;
   options.batch_sampler = sampler;
   data::DataLoader loader(dataset, options);
-  launch::TrainingStrategy strategy({s.model.get()}, {s.optimizer.get()}, s.step, s.evaluate, s.manager,
-                                    {std::make_shared<launch::DDPHook>()}, 3);
+  launch::TrainingStrategy strategy({s.model.get()}, {s.optimizer.get()}, s.step, s.evaluate,
+                                    s.manager, {std::make_shared<launch::DDPHook>()}, 3);
   strategy.run(loader, nullptr);
   CHECK(&loader.batch_sampler() == sampler.get());
   // The loader forwards set_epoch at construction (epoch 0) and then once per epoch.
@@ -186,8 +186,8 @@ TEST_CASE("DDPHook does nothing at world size 1 and wraps the model and loader o
   auto dataset = std::make_shared<TensorDataset>(12);
   data::DataLoader loader(dataset, batches_of(2, true));
   auto ddp = std::make_shared<launch::DDPHook>();
-  launch::TrainingStrategy strategy({s.model.get()}, {s.optimizer.get()}, s.step, s.evaluate, s.manager,
-                                    {ddp}, 1);
+  launch::TrainingStrategy strategy({s.model.get()}, {s.optimizer.get()}, s.step, s.evaluate,
+                                    s.manager, {ddp}, 1);
   strategy.run(loader, nullptr);
   if (s.manager.world_size() == 1) {
     CHECK(ddp->ddp() == nullptr);
@@ -210,7 +210,8 @@ TEST_CASE("validation counts every sample once, even when ranks are padded") {
   options.num_replicas = s.manager.world_size();
   options.rank = s.manager.rank();
   data::DataLoader loader(dataset, options);
-  launch::TrainingStrategy strategy({s.model.get()}, {s.optimizer.get()}, s.step, s.evaluate, s.manager, {}, 1);
+  launch::TrainingStrategy strategy({s.model.get()}, {s.optimizer.get()}, s.step, s.evaluate,
+                                    s.manager, {}, 1);
   auto metrics = strategy.validate(loader);
   CHECK(metrics.at("val_samples") == 5.0);
   CHECK(metrics.at("val_accuracy") >= 0.0);
