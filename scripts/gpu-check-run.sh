@@ -145,7 +145,7 @@ for dir in /opt/*/.venv/lib/python3*/site-packages/nvidia/*/lib \
   add_dir "$dir"
 done
 log "candidate library folders: ${candidate_dirs[*]-none}"
-ldconfig_has() { ldconfig -p 2>/dev/null | grep -q "^[[:space:]]*$1 "; }
+ldconfig_has() { ldconfig -p 2>/dev/null | grep "^[[:space:]]*$1 " > /dev/null; }  # not -q: pipefail
 lib_dirs=()
 use_dir() {
   case " ${lib_dirs[*]-} " in *" $1 "*) ;; *) lib_dirs+=("$1") ;; esac

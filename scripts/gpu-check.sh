@@ -73,7 +73,8 @@ programs=(
 for program in "${programs[@]}"; do
   [ -x "$build_dir/$program" ] || fail "$build_dir/$program is missing: build it first"
 done
-ldd "$build_dir/bin/mpigrad" | grep -q 'libcudart\.so' ||
+# (Not grep -q: under pipefail its early exit would fail ldd with SIGPIPE now and then.)
+ldd "$build_dir/bin/mpigrad" | grep 'libcudart\.so' > /dev/null ||
   fail "$build_dir is built without CUDA (libmpigrad does not link libcudart)"
 
 # ---- 2. The Fashion-MNIST HDF5 files (converted as scripts/main.sh does) ----------------------
