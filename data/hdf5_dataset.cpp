@@ -213,6 +213,26 @@ void Hdf5Dataset::set_rank_slice(int64_t num_replicas, int64_t rank, bool drop_l
   set_slice(slice, in_memory);
 }
 
+// Rows [first, first + count) of the index space (not wrapping) of the fields `fields`, each
+// into its dense buffer in `outputs`: one hyperslab read per field and shard. The caller holds
+// mutex_.
+void Hdf5Dataset::read_consecutive(int64_t first, int64_t count, const std::vector<size_t>& fields,
+                                   const std::vector<char*>& outputs) const {
+  for (int64_t done = 0; done < count;) {
+    const int64_t global = first + done;
+    const int s = shard_of(global);
+    const Shard& shard = shards_[size_t(s)];
+    const int64_t rows = std::min(count - done, shard.begin + shard.size - global);
+    OpenShard& opened = acquire(s);
+    for (size_t i = 0; i < fields.size(); ++i) {
+      const FieldInfo& info = fields_[fields[i]];
+      opened.datasets[fields[i]].read_rows(global - shard.begin, rows,
+                                           outputs[i] + done * info.sample_bytes(), info.dtype);
+    }
+    done += rows;
+  }
+}
+
 // One read per field and shard: the slice is split only where it crosses a shard boundary or
 // wraps past the end of the index space.
 void Hdf5Dataset::load_slice_into_memory() {
@@ -222,19 +242,16 @@ void Hdf5Dataset::load_slice_into_memory() {
     shape.insert(0, slice_->length);
     memory.push_back(core::Tensor::empty(shape, info.dtype));
   }
+  std::vector<size_t> all(fields_.size());
+  std::iota(all.begin(), all.end(), size_t(0));
+  std::vector<char*> outputs;
+  for (const core::Tensor& tensor : memory) outputs.push_back(static_cast<char*>(tensor.data_ptr()));
   std::lock_guard<std::mutex> lock(mutex_);
-  int64_t done = 0;
-  while (done < slice_->length) {
-    int64_t global = (slice_->begin + done) % total_size_;
-    int s = shard_of(global);
-    const Shard& shard = shards_[size_t(s)];
-    int64_t rows = std::min(slice_->length - done, shard.begin + shard.size - global);
-    OpenShard& opened = acquire(s);
-    for (size_t f = 0; f < fields_.size(); ++f) {
-      char* out = static_cast<char*>(memory[f].data_ptr()) + done * fields_[f].sample_bytes();
-      opened.datasets[f].read_rows(global - shard.begin, rows, out, fields_[f].dtype);
-    }
-    done += rows;
+  const int64_t head = std::min(slice_->length, total_size_ - slice_->begin);
+  read_consecutive(slice_->begin, head, all, outputs);
+  if (head < slice_->length) {  // the part that wraps to the start of the index space
+    for (size_t f = 0; f < fields_.size(); ++f) outputs[f] += head * fields_[f].sample_bytes();
+    read_consecutive(0, slice_->length - head, all, outputs);
   }
   open_.clear();  // everything this rank needs is in memory now
   memory_ = std::move(memory);
@@ -249,19 +266,12 @@ void Hdf5Dataset::read_global(const std::vector<int64_t>& globals, std::vector<v
   bool consecutive = true;
   for (int64_t i = 1; i < n && consecutive; ++i) consecutive = globals[size_t(i)] == globals[size_t(i - 1)] + 1;
   if (consecutive) {
+    std::vector<size_t> all(fields_.size());
+    std::iota(all.begin(), all.end(), size_t(0));
+    std::vector<char*> out;
+    for (void* output : outputs) out.push_back(static_cast<char*>(output));
     std::lock_guard<std::mutex> lock(mutex_);
-    for (int64_t done = 0; done < n;) {
-      const int64_t global = globals[size_t(done)];
-      const int s = shard_of(global);
-      const Shard& shard = shards_[size_t(s)];
-      const int64_t rows = std::min(n - done, shard.begin + shard.size - global);
-      OpenShard& opened = acquire(s);
-      for (size_t f = 0; f < fields_.size(); ++f) {
-        char* out = static_cast<char*>(outputs[f]) + done * fields_[f].sample_bytes();
-        opened.datasets[f].read_rows(global - shard.begin, rows, out, fields_[f].dtype);
-      }
-      done += rows;
-    }
+    read_consecutive(globals[0], n, all, out);
     return;
   }
   std::vector<int64_t> order(static_cast<size_t>(n));
@@ -361,17 +371,8 @@ core::Tensor Hdf5Dataset::read_field(const std::string& name, int64_t begin, int
   core::Shape shape = fields_[f].sample_shape;
   shape.insert(0, count);
   core::Tensor out = core::Tensor::empty(shape, fields_[f].dtype);
-  char* bytes = static_cast<char*>(out.data_ptr());
   std::lock_guard<std::mutex> lock(mutex_);
-  for (int64_t done = 0; done < count;) {
-    const int64_t global = begin + done;
-    const int s = shard_of(global);
-    const Shard& shard = shards_[size_t(s)];
-    const int64_t rows = std::min(count - done, shard.begin + shard.size - global);
-    acquire(s).datasets[f].read_rows(global - shard.begin, rows,
-                                     bytes + done * fields_[f].sample_bytes(), fields_[f].dtype);
-    done += rows;
-  }
+  read_consecutive(begin, count, {f}, {static_cast<char*>(out.data_ptr())});
   return out;
 }
 

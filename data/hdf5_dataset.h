@@ -119,6 +119,8 @@ class Hdf5Dataset : public Dataset {
   OpenShard& acquire(int shard) const;  // caller holds mutex_
   int shard_of(int64_t global) const;
   void read_global(const std::vector<int64_t>& globals, std::vector<void*>& outputs) const;
+  void read_consecutive(int64_t first, int64_t count, const std::vector<size_t>& fields,
+                        const std::vector<char*>& outputs) const;
   void load_slice_into_memory();
 
   Hdf5DatasetOptions options_;
