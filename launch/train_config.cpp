@@ -233,7 +233,7 @@ std::vector<ConfigKey> make_config_keys() {
       key("data.std", &C::data, &DataSection::std, NumberList{positive},
           "normalization std: one value, or one per channel"),
       key("model.name", &C::model, &ModelSection::name, Choice<ModelKind>{kModelKindNames},
-          "mlp | cnn"),
+          "the model (conv: fully convolutional, the output keeps the input's size)"),
       key("model.hidden", &C::model, &ModelSection::hidden, IntegerList{1, true},
           "hidden widths (mlp; none: one linear layer) or fully connected widths (cnn)"),
       key("model.channels", &C::model, &ModelSection::channels, IntegerList{1, true},
@@ -248,11 +248,11 @@ std::vector<ConfigKey> make_config_keys() {
           "convolution kernel size (conv; odd)"),
       key("model.padding_mode", &C::model, &ModelSection::padding_mode,
           Choice<nn::PaddingMode>{nn::kPaddingModeNames},
-          "zeros | circular (periodic grids) convolution padding (cnn, conv)"),
+          "convolution padding (cnn, conv); circular for periodic grids"),
       key("loss.name", &C::loss, &LossSection::name, Choice<LossKind>{kLossKindNames},
-          "cross_entropy (classes) | mse | l1 (regression)"),
+          "the loss: cross_entropy for classes (mpigrad train), mse or l1 for regression"),
       key("optim.name", &C::optim, &OptimSection::name,
-          Choice<OptimizerKind>{kOptimizerKindNames}, "sgd | adam | adamw"),
+          Choice<OptimizerKind>{kOptimizerKindNames}, "the optimizer"),
       key("optim.lr", &C::optim, &OptimSection::lr, positive, "learning rate"),
       key("optim.momentum", &C::optim, &OptimSection::momentum, fraction,
           "SGD momentum in [0, 1)"),
@@ -260,7 +260,7 @@ std::vector<ConfigKey> make_config_keys() {
           "weight decay"),
       key("sched.name", &C::sched, &SchedSection::name,
           Choice<SchedulerKind>{kSchedulerKindNames},
-          "none | cosine (linear warmup, then cosine decay) | step | multistep"),
+          "the learning-rate schedule (cosine: linear warmup, then cosine decay)"),
       key("sched.warmup_steps", &C::sched, &SchedSection::warmup_steps, Integer{0},
           "linear warmup steps (cosine)"),
       key("sched.total_steps", &C::sched, &SchedSection::total_steps, Integer{0},
@@ -294,7 +294,7 @@ std::vector<ConfigKey> make_config_keys() {
       key("train.ema_decay", &C::train, &TrainSection::ema_decay, fraction,
           "keep an EMA of the weights with this decay and evaluate with it (0: off)"),
       key("distributed.backend", &C::distributed, &DistributedSection::backend,
-          Choice<Backend>{kBackendNames}, "auto | mpi | nccl"),
+          Choice<Backend>{kBackendNames}, "the communication library (auto: NCCL on GPUs)"),
       key("distributed.bucket_cap_mb", &C::distributed, &DistributedSection::bucket_cap_mb,
           positive, "gradient bucket size in MiB"),
       key("distributed.sync_bn", &C::distributed, &DistributedSection::sync_bn, Boolean{},
@@ -304,14 +304,13 @@ std::vector<ConfigKey> make_config_keys() {
           "reduce missing gradients as zeros"),
       key("distributed.compression", &C::distributed, &DistributedSection::compression,
           Choice<GradCompression>{kGradCompressionNames},
-          "none | bf16 | fp16 gradient compression"),
+          "gradient compression"),
       key("distributed.shared_memory", &C::distributed, &DistributedSection::shared_memory,
           Boolean{}, "average host gradients in shared memory when all ranks share a node"),
       key("distributed.transport", &C::distributed, &DistributedSection::transport,
           Choice<TransportKind>{kTransportKindNames},
-          "how gradient buckets are averaged: auto (shared memory on one node, hierarchical "
-          "across nodes, else the communicator) | communicator | shared_memory | hierarchical; "
-          "a named one that cannot be had is an error"),
+          "how gradient buckets are averaged (auto: shared memory on one node, hierarchical "
+          "across nodes, else the communicator; a named one that cannot be had is an error)"),
       key("distributed.timeout_s", &C::distributed, &DistributedSection::timeout_s, positive,
           "collective timeout in seconds"),
   };
@@ -456,7 +455,8 @@ std::string train_config_help() {
   for (const ConfigKey& key : config_keys()) {
     out << "  --" << key.name << "=VALUE";
     int pad = 38 - int(key.name.size());
-    out << std::string(size_t(pad > 1 ? pad : 1), ' ') << key.help;
+    // The accepted values come from the key's codec, so they cannot drift from the parser.
+    out << std::string(size_t(pad > 1 ? pad : 1), ' ') << key.help << " [" << key.accepted << "]";
     std::string default_text = key.default_text();
     if (!default_text.empty()) out << " (default " << default_text << ")";
     out << "\n";
