@@ -70,6 +70,10 @@ std::shared_ptr<data::Hdf5Dataset> open_dataset(const std::vector<std::string>& 
                                                 int64_t rank, int64_t ranks) {
   auto dataset = std::make_shared<data::Hdf5Dataset>(
       paths, data::Hdf5DatasetOptions{.fields = {config.data.x, config.data.y}});
+  // The distributed samplers need one sample per rank; say so now, not in the training phase.
+  MPIGRAD_CHECK(dataset->size() >= ranks, key, ": ", dataset->describe(), " has ",
+                dataset->size(), " sample(s), fewer than the ", ranks,
+                " ranks; every rank needs at least one");
   const data::FieldInfo& labels = dataset->field(config.data.y);
   MPIGRAD_CHECK(!core::is_floating(labels.dtype), key, ": label field '", config.data.y, "' of ",
                 dataset->describe(), " is ", labels.dtype, "; class labels must be integers "
@@ -138,10 +142,7 @@ TrainingJob check_job(const std::vector<std::string>& args, int64_t rank, int64_
   job.total_steps = config.train.epochs * job.steps_per_epoch;
   // (A dry run takes one step of this schedule: the schedule is the run's, checked as such.)
   if (config.train.max_steps > 0) job.total_steps = std::min(job.total_steps, config.train.max_steps);
-  MPIGRAD_CHECK(config.sched.name != SchedulerKind::Cosine || config.sched.total_steps > 0 ||
-                    config.sched.warmup_steps < job.total_steps,
-                "[sched] warmup_steps: ", config.sched.warmup_steps,
-                " must be below the run's ", job.total_steps, " optimizer steps");
+  check_schedule(config.sched, job.total_steps);
   job.model = make_model(config.model, job.sample_shape, job.outputs, config.train.seed);
   return job;
 }

@@ -56,23 +56,37 @@ std::unique_ptr<nn::Optimizer> make_optimizer(const OptimSection& optim, nn::Mod
   core::fail("[optim] name: unhandled optimizer kind");
 }
 
+namespace {
+int64_t cosine_length(const SchedSection& sched, int64_t run_steps) {
+  return sched.total_steps > 0 ? sched.total_steps : run_steps;
+}
+}  // namespace
+
+void check_schedule(const SchedSection& sched, int64_t run_steps) {
+  if (sched.name == SchedulerKind::Cosine) {
+    const int64_t total = cosine_length(sched, run_steps);
+    MPIGRAD_CHECK(total > 0, "[sched] total_steps: cosine needs its length in steps (set "
+                  "[sched] total_steps)");
+    MPIGRAD_CHECK(sched.warmup_steps < total, "[sched] warmup_steps: ", sched.warmup_steps,
+                  " must be below the cosine's ", total, " steps");
+  }
+  if (sched.name == SchedulerKind::MultiStep) {
+    MPIGRAD_CHECK(!sched.milestones.empty(), "[sched] milestones: multistep needs at least one");
+  }
+}
+
 std::unique_ptr<nn::LRScheduler> make_scheduler(const SchedSection& sched,
                                                 nn::Optimizer& optimizer, int64_t run_steps) {
+  check_schedule(sched, run_steps);
   switch (sched.name) {
     case SchedulerKind::None:
       return nullptr;
-    case SchedulerKind::Cosine: {
-      const int64_t total = sched.total_steps > 0 ? sched.total_steps : run_steps;
-      MPIGRAD_CHECK(total > 0, "[sched] total_steps: cosine needs its length in steps (set "
-                    "[sched] total_steps)");
-      MPIGRAD_CHECK(sched.warmup_steps < total, "[sched] warmup_steps: ", sched.warmup_steps,
-                    " must be below the cosine's ", total, " steps");
-      return std::make_unique<nn::WarmupCosineLR>(optimizer, sched.warmup_steps, total);
-    }
+    case SchedulerKind::Cosine:
+      return std::make_unique<nn::WarmupCosineLR>(optimizer, sched.warmup_steps,
+                                                  cosine_length(sched, run_steps));
     case SchedulerKind::Step:
       return std::make_unique<nn::StepLR>(optimizer, sched.step_size, sched.gamma);
     case SchedulerKind::MultiStep:
-      MPIGRAD_CHECK(!sched.milestones.empty(), "[sched] milestones: multistep needs at least one");
       return std::make_unique<nn::MultiStepLR>(optimizer, sched.milestones, sched.gamma);
   }
   core::fail("[sched] name: unhandled scheduler kind");

@@ -25,6 +25,11 @@ std::shared_ptr<nn::Module> make_model(const ModelSection& model, const core::Sh
 // The [optim] over `model`'s parameters.
 std::unique_ptr<nn::Optimizer> make_optimizer(const OptimSection& optim, nn::Module& model);
 
+// Throws core::Error, naming the key, unless [sched] fits a run of `run_steps` optimizer steps
+// (0: unknown). make_scheduler checks the same; callers that must fail before they build an
+// optimizer (mpigrad train's checking phase) call it first.
+void check_schedule(const SchedSection& sched, int64_t run_steps);
+
 // The [sched] for `optimizer`, or null for none. `run_steps` is the number of optimizer steps
 // when the caller knows it (cosine's length unless [sched] total_steps is set), else 0.
 std::unique_ptr<nn::LRScheduler> make_scheduler(const SchedSection& sched,
