@@ -3,6 +3,7 @@
 #include <boost/program_options.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -265,7 +266,15 @@ int synth(int argc, char** argv) {
   const std::vector<std::string> range = split_list(values["range"].as<std::string>());
   MPIGRAD_CHECK(range.size() == 2, "--range: expected LO,HI, got '",
                 values["range"].as<std::string>(), "'");
-  const float lo = std::stof(range[0]), hi = std::stof(range[1]);
+  float bounds[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    const std::string& text = range[size_t(i)];
+    auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), bounds[i]);
+    MPIGRAD_CHECK(error == std::errc() && end == text.data() + text.size() &&
+                      std::isfinite(bounds[i]),
+                  "--range: '", text, "' is not a number (expected LO,HI, e.g. 0,16)");
+  }
+  const float lo = bounds[0], hi = bounds[1];
   MPIGRAD_CHECK(lo < hi, "--range: LO must be below HI, got ", lo, ",", hi);
   const int64_t features = core::Shape(shape).numel();
 

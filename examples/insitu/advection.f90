@@ -24,7 +24,7 @@ program advection
 
   integer, parameter :: n = 32, batch = 16, validation_samples = 100
   real(c_double), parameter :: pi = acos(-1.0d0), a_x = 1.0d0, a_y = 0.5d0, dt = 0.01d0
-  character(len=4096) :: config, argument
+  character(len=4096) :: config, argument, config_value
   integer :: steps = 1000, train_ranks = -1, rank, size, i, step, log_every
   integer :: status = MPIGRAD_SUCCESS
   real(c_double) :: max_error = -1, loss, first_loss = -1, last_losses = 0, error
@@ -108,7 +108,7 @@ program advection
 contains
 
   subroutine parse_arguments()
-    integer :: k
+    integer :: k, io
     if (command_argument_count() < 1) then
       if (rank == 0) print '(a)', 'usage: advection CONFIG [--steps N] [--train-ranks T] &
           &[--check MAX_ERROR]'
@@ -119,15 +119,24 @@ contains
     do while (k <= command_argument_count())
       call get_command_argument(k, argument)
       select case (trim(argument))
-      case ('--steps')
-        call get_command_argument(k + 1, argument)
-        read (argument, *) steps
-      case ('--train-ranks')
-        call get_command_argument(k + 1, argument)
-        read (argument, *) train_ranks
-      case ('--check')
-        call get_command_argument(k + 1, argument)
-        read (argument, *) max_error
+      case ('--steps', '--train-ranks', '--check')
+        call get_command_argument(k + 1, config_value)
+        io = 1
+        if (k + 1 <= command_argument_count()) then
+          select case (trim(argument))
+          case ('--steps')
+            read (config_value, *, iostat=io) steps
+          case ('--train-ranks')
+            read (config_value, *, iostat=io) train_ranks
+          case default
+            read (config_value, *, iostat=io) max_error
+          end select
+        end if
+        if (io /= 0) then
+          if (rank == 0) print '(4a)', 'advection: ', trim(argument), ' needs a number, got ', &
+              trim(config_value)
+          call MPI_Abort(MPI_COMM_WORLD, 2)
+        end if
       case default
         if (rank == 0) print '(3a)', 'advection: unknown argument ', trim(argument)
         call MPI_Abort(MPI_COMM_WORLD, 2)
