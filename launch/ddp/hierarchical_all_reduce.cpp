@@ -11,6 +11,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <limits>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -119,6 +120,7 @@ struct HierarchicalAllReduce::Impl {
   }
 
   void check_usable() {
+    if (!failed.load(std::memory_order_acquire)) return;  // the common case takes no lock
     std::lock_guard<std::mutex> lock(mutex);
     if (!failure.empty()) {
       throw core::Error(where() + " is unusable after an earlier failure: " + failure);
@@ -180,20 +182,29 @@ struct HierarchicalAllReduce::Impl {
     }
   }
 
+  // The status when the nodes exchanged different rounds of one bucket.
+  static constexpr int32_t kRoundsDiffer = std::numeric_limits<int32_t>::max();
+
   // Exchanges one status word with the other nodes for the current bucket: 0 when every rank is
-  // fine, otherwise 1 + a rank that failed (the highest, so all agree).
-  int32_t exchange_status(int32_t code) {
+  // fine, otherwise 1 + a rank that failed (the highest, so all agree), or kRoundsDiffer when
+  // the nodes are at different rounds of the bucket (a rank whose backward failed halfway and
+  // went on), which must not be averaged together. The round travels as (r, -r) under Max, so
+  // one all-reduce gives both its largest and its smallest value.
+  int32_t exchange_status(int32_t code, uint64_t round) {
     ++next_in_pass;
     if (nodes == 1) return code;
-    core::Tensor status = core::Tensor::from_vector<int32_t>({code}, {1});
+    const int64_t r = int64_t(round);
+    core::Tensor status = core::Tensor::from_vector<int64_t>({code, r, -r}, {3});
     cross->all_reduce(status, ReduceOp::Max);
-    return status.item<int32_t>();
+    const std::vector<int64_t> all = status.to_vector<int64_t>();
+    if (all[0] != 0) return int32_t(all[0]);
+    return all[1] == -all[2] ? 0 : kRoundsDiffer;
   }
 
   // After a failure: the status words for the buckets of this pass not yet exchanged, so every
   // rank that shares an inter-node step with this one learns of the failure at that step.
   void poison_rest_of_pass(int32_t code) {
-    while (next_in_pass < specs.size()) exchange_status(code);
+    while (next_in_pass < specs.size()) exchange_status(code, 0);
   }
 
   // Waits for every rank of the node to start `index`; "" when they have, else why not.
@@ -259,16 +270,23 @@ struct HierarchicalAllReduce::Impl {
       record_failure_locked(local_failure, 1 + rank);
     }
     const int32_t mine = local_failure.empty() ? 0 : failed_rank_code;
-    const int32_t status = exchange_status(mine);
+    int32_t status = exchange_status(mine, round);
+    if (status == kRoundsDiffer) {
+      std::lock_guard<std::mutex> lock(mutex);
+      record_failure_locked("the nodes are out of step: they started different rounds of bucket " +
+                                std::to_string(index) + " (this rank: round " +
+                                std::to_string(round) + "); did a backward fail on only some "
+                                "ranks?", 1 + rank);
+      status = failed_rank_code;
+    } else if (status != 0 && local_failure.empty()) {
+      std::lock_guard<std::mutex> lock(mutex);
+      record_failure_locked("rank " + std::to_string(status - 1) +
+                                " gave up (see its error) while this rank averaged bucket " +
+                                std::to_string(index) + " (round " + std::to_string(round) +
+                                ") with the other nodes",
+                            status);
+    }
     if (status != 0) {
-      if (local_failure.empty()) {
-        std::lock_guard<std::mutex> lock(mutex);
-        record_failure_locked("rank " + std::to_string(status - 1) +
-                                  " gave up (see its error) while this rank averaged bucket " +
-                                  std::to_string(index) + " (round " + std::to_string(round) +
-                                  ") with the other nodes",
-                              status);
-      }
       poison_rest_of_pass(status);
       return;
     }
@@ -278,19 +296,17 @@ struct HierarchicalAllReduce::Impl {
     const core::DType dtype = specs[index].dtype;
     const int64_t piece = piece_elements(dtype);
     core::NoGradGuard no_grad;
-    for (int64_t first = begin; first < end; first += piece) {
-      const int64_t last = std::min(end, first + piece);
-      visit_floating(dtype, [&](auto zero) {
-        sum_shard(node_copies<decltype(zero)>(index), size_t(local_rank), first, last);
-      });
-      if (nodes > 1) {
-        cross->all_reduce(own_buffer(index).narrow(0, first, last - first), ReduceOp::Sum);
+    visit_floating(dtype, [&](auto zero) {
+      const std::vector<decltype(zero)*> copies = node_copies<decltype(zero)>(index);
+      for (int64_t first = begin; first < end; first += piece) {
+        const int64_t last = std::min(end, first + piece);
+        sum_shard(copies, size_t(local_rank), first, last);
+        if (nodes > 1) {
+          cross->all_reduce(own_buffer(index).narrow(0, first, last - first), ReduceOp::Sum);
+        }
+        spread_shard(copies, size_t(local_rank), first, last, 1.0 / double(size));
       }
-      visit_floating(dtype, [&](auto zero) {
-        spread_shard(node_copies<decltype(zero)>(index), size_t(local_rank), first, last,
-                     1.0 / double(size));
-      });
-    }
+    });
     if (segments) segments->publish_finished(index);
     std::lock_guard<std::mutex> lock(mutex);
     done_round[index] = round;
