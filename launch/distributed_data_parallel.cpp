@@ -229,7 +229,9 @@ void DistributedDataParallel::install_buckets(std::vector<std::unique_ptr<Bucket
     specs.push_back({bucket->dtype, bucket->device, bucket->numel});
   }
   TransportRequest request;
-  request.kind = options_.transport;
+  // The rebuild after the first step keeps the transport the setup chose (and its log line
+  // true): asked for by name, it fails on every rank rather than quietly falling back.
+  request.kind = transport_ ? transport_kind_ : options_.transport;
   request.shared_memory = options_.shared_memory;
   if (options_.compression == GradCompression::BFloat16) request.wire = core::kBFloat16;
   if (options_.compression == GradCompression::Float16) request.wire = core::kFloat16;
@@ -291,11 +293,11 @@ const core::Tensor& DistributedDataParallel::view_of(size_t index) const {
 // Gives parameter `index` its bucket view back as .grad, carrying over a gradient it got
 // elsewhere (autograd made a fresh one after a reset) or zero.
 void DistributedDataParallel::attach_gradient(size_t index) {
-  core::NoGradGuard no_grad;
   core::Tensor& param = parameters_[index].tensor;
   const core::Tensor& view = view_of(index);
   core::Tensor existing = param.grad();
-  if (existing.is_same(view)) return;
+  if (existing.is_same(view)) return;  // the common case, on every gradient hook
+  core::NoGradGuard no_grad;
   core::Tensor target = view;
   if (existing.defined()) {
     target.copy_(existing);
@@ -318,7 +320,7 @@ void DistributedDataParallel::prepare_for_backward() {
       core::Tensor grad = parameters_[bucket->parameters[i]].tensor.grad();
       const bool attached = grad.is_same(bucket->views[i]);
       any_detached = any_detached || !attached;
-      all_reset = all_reset && !attached && !grad.defined();
+      all_reset = all_reset && !grad.defined();
     }
     if (!any_detached) continue;
     if (all_reset) {
@@ -348,7 +350,8 @@ void DistributedDataParallel::mark_ready(size_t index) {
   }
   if (ready_[index]) return;
   ready_[index] = true;
-  if (!buckets_rebuilt_) ready_order_.push_back(index);
+  // The order the rebuild uses; never taken with find_unused_parameters (no rebuild then).
+  if (!buckets_rebuilt_ && !options_.find_unused_parameters) ready_order_.push_back(index);
   --buckets_[slot_of_[index].bucket]->pending;
   launch_ready_buckets();
   started_during_backward_ = int(next_bucket_to_launch_);
