@@ -13,6 +13,7 @@
 #include "mpigrad/kernels/dtype.h"
 #include "mpigrad/launch/collective_check.h"
 #include "mpigrad/launch/collective_watchdog.h"
+#include "mpigrad/launch/ddp/shard_arithmetic.h"
 #include "mpigrad/launch/mpi_interop.h"
 
 namespace mpigrad::launch {
@@ -110,15 +111,12 @@ inline void check_pair(const core::Tensor& input, const core::Tensor& output, Ki
 
 // Avg = sum / size, applied to the output after the sum completes.
 void divide_by(const core::Tensor& tensor, int divisor) {
-  kernels::visit_dtype(tensor.dtype(), [&](auto zero) {
+  visit_floating(tensor.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, core::BFloat16> ||
-                  std::is_same_v<T, core::Half>) {
-      using C = kernels::compute_t<T>;
-      T* data = static_cast<T*>(tensor.data_ptr());
-      C scale = C(1) / C(divisor);
-      for (int64_t i = 0, n = tensor.numel(); i < n; ++i) data[i] = T(C(data[i]) * scale);
-    }
+    using C = kernels::compute_t<T>;
+    T* data = static_cast<T*>(tensor.data_ptr());
+    C scale = C(1) / C(divisor);
+    for (int64_t i = 0, n = tensor.numel(); i < n; ++i) data[i] = T(C(data[i]) * scale);
   });
 }
 
@@ -309,6 +307,12 @@ namespace {
   core::fail(name, " on communicator '", state.name, "': no MPI reduction for ", dtype);
 }
 
+[[noreturn, gnu::cold, gnu::noinline]] void element_count_mismatch(
+    const MpiCommunicator::State& state, int64_t input, int64_t output) {
+  core::fail("all_reduce on communicator '", state.name, "': input has ", input,
+             " elements but output has ", output);
+}
+
 Call reduce_call(const MpiCommunicator::State& state, Kind kind, const core::Tensor& input,
                  const core::Tensor& output, ReduceOp op) {
   check_pair(input, output, kind, state);
@@ -323,10 +327,7 @@ Call reduce_call(const MpiCommunicator::State& state, Kind kind, const core::Ten
   if (call.mpi_op == MPI_OP_NULL) [[unlikely]] unsupported_reduction(state, kind, call.dtype, op);
   const int64_t in = input.numel(), out = output.numel();
   if (kind == Kind::AllReduce) {
-    if (in != out) [[unlikely]] {
-      core::fail("all_reduce on communicator '", state.name, "': input has ", in,
-                 " elements but output has ", out);
-    }
+    if (in != out) [[unlikely]] element_count_mismatch(state, in, out);
     call.count = to_int_count(in, "all_reduce", state.name);
     call.send_data = input.data_ptr();
     call.recv_data = output.data_ptr();
@@ -484,9 +485,10 @@ void MpiCommunicator::all_reduce(const core::Tensor& input, const core::Tensor& 
   if (mpi_op == MPI_OP_NULL) [[unlikely]] unsupported_reduction(s, Kind::AllReduce, dtype, op);
   const int64_t count = input.numel();
   if (!same && count != output.numel()) [[unlikely]] {
-    core::fail("all_reduce on communicator '", s.name, "': input has ", count,
-               " elements but output has ", output.numel());
+    element_count_mismatch(s, count, output.numel());
   }
+  // Every check before the sequence number: a refused call takes no collective's number.
+  const int mpi_count = to_int_count(count, "all_reduce", s.name);
   void* recv = output.data_ptr();
   const void* send = same ? recv : input.data_ptr();
   const uint64_t seq = s.watchdog->next_sequence();
@@ -494,9 +496,8 @@ void MpiCommunicator::all_reduce(const core::Tensor& input, const core::Tensor& 
   {
     CollectiveWatchdog::WaitScope scope(*s.watchdog, seq, "all_reduce",
                                         count * core::element_size(dtype));
-    rc = MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv,
-                       to_int_count(count, "all_reduce", s.name), s.types[size_t(dtype)], mpi_op,
-                       s.comm.comm);
+    rc = MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, mpi_count,
+                       s.types[size_t(dtype)], mpi_op, s.comm.comm);
   }
   if (rc != MPI_SUCCESS) [[unlikely]] {
     check_mpi(rc, "MPI_Allreduce", "communicator '" + s.name + "', collective #" +
