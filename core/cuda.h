@@ -18,15 +18,17 @@ bool cuda_built();
 
 // What cudaGetDeviceCount answered, asked once per process and remembered.
 //
-// Only two errors mean that this machine has no GPU to offer: cudaErrorNoDevice (none, or
-// CUDA_VISIBLE_DEVICES hides them all) and cudaErrorInsufficientDriver (no driver, as on a
-// build machine, or one older than the runtime). Any other error (a driver/runtime mismatch, a
+// Only "no device" and "no driver" mean that this machine has no GPU to offer:
+// cudaErrorNoDevice (none, or CUDA_VISIBLE_DEVICES hides them all), and for no driver
+// cudaErrorInsufficientDriver (none, as on a build machine, or one older than the runtime) or
+// cudaErrorStubLibrary (the toolkit's stub libcuda found instead of a driver, as on build
+// machines with lib64/stubs on the library path). Any other error (a driver/runtime mismatch, a
 // device node that cannot be opened, a failed initialization) means a GPU is there but broken:
 // that is a failure to report, never a reason to fall back to the CPU or to skip a GPU test.
 struct CudaVisibility {
   bool built = true;      // false in a build without CUDA
   int device_count = 0;   // GPUs this process can use
-  bool broken = false;    // cudaGetDeviceCount failed with an error other than the two above
+  bool broken = false;    // cudaGetDeviceCount failed with an error other than those above
   std::string error;      // "cudaErrorNoDevice (no CUDA-capable device is detected)"; "" if none
 
   bool has_gpu() const { return device_count > 0; }
@@ -41,6 +43,7 @@ struct CudaVisibility {
 const CudaVisibility& cuda_visibility();
 
 // The cudaError_t values that mean "no GPU" (checked against cuda_runtime.h where it is built).
+inline constexpr int kCudaErrorStubLibrary = 34;
 inline constexpr int kCudaErrorInsufficientDriver = 35;
 inline constexpr int kCudaErrorNoDevice = 100;
 

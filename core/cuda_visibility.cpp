@@ -12,8 +12,9 @@ CudaVisibility classify_cuda_device_count(int error_code, int count, const std::
     return visibility;
   }
   visibility.error = name + " (" + text + ")";
-  visibility.broken =
-      error_code != kCudaErrorNoDevice && error_code != kCudaErrorInsufficientDriver;
+  visibility.broken = error_code != kCudaErrorNoDevice &&
+                      error_code != kCudaErrorInsufficientDriver &&
+                      error_code != kCudaErrorStubLibrary;
   return visibility;
 }
 

@@ -76,6 +76,7 @@ Backend& cuda_backend_for(Device device) { return cuda_detail::cuda_backend(devi
 
 bool cuda_built() { return true; }
 
+static_assert(int(cudaErrorStubLibrary) == kCudaErrorStubLibrary);
 static_assert(int(cudaErrorInsufficientDriver) == kCudaErrorInsufficientDriver);
 static_assert(int(cudaErrorNoDevice) == kCudaErrorNoDevice);
 
@@ -100,12 +101,7 @@ int cuda_device_count() {
 
 bool cuda_is_available() { return cuda_device_count() > 0; }
 
-std::string cuda_device_name(Device device) {
-  cuda_detail::cuda_backend(device.index);  // checks that it is visible
-  cudaDeviceProp properties{};
-  MPIGRAD_CUDA_CHECK(cudaGetDeviceProperties(&properties, device.index));
-  return properties.name;
-}
+std::string cuda_device_name(Device device) { return cuda_device_info(device).name; }
 
 CudaDeviceInfo cuda_device_info(Device device) {
   cuda_detail::cuda_backend(device.index);  // checks that it is visible

@@ -41,6 +41,11 @@ TEST_CASE("cudaGetDeviceCount: only no-device and no-driver mean there is no GPU
 
   const CudaVisibility driverless = no_driver();
   CHECK_FALSE(driverless.broken);
+  const CudaVisibility stub = classify_cuda_device_count(
+      mpigrad::core::kCudaErrorStubLibrary, 0, "cudaErrorStubLibrary",
+      "CUDA driver is a stub library");
+  CHECK_FALSE(stub.broken);
+  CHECK_FALSE(stub.has_gpu());
   CHECK(driverless.describe().find("no GPU visible") == 0);
   CHECK(driverless.describe().find("cudaErrorInsufficientDriver") != std::string::npos);
 
