@@ -40,7 +40,7 @@ void* CudaCachingAllocator::allocate(size_t nbytes) {
   if (bin != bins_.end() && !bin->second.empty()) {
     void* ptr = bin->second.back();
     bin->second.pop_back();
-    live_[ptr] = Block{size, stream, false, {}};
+    live_[ptr] = Block{size, stream, false, {}, false};
     stats_.allocated_bytes += int64_t(size);
     ++stats_.cache_hits;
     update_peaks(stats_);
@@ -62,7 +62,7 @@ void* CudaCachingAllocator::allocate(size_t nbytes) {
          cudaGetErrorString(status), "); ", stats_.allocated_bytes, " bytes are in use by tensors and ",
          stats_.reserved_bytes, " reserved by mpigrad's caching allocator");
   }
-  live_[ptr] = Block{size, stream, false, {}};
+  live_[ptr] = Block{size, stream, false, {}, false};
   stats_.allocated_bytes += int64_t(size);
   stats_.reserved_bytes += int64_t(size);
   ++stats_.device_allocations;
@@ -78,6 +78,7 @@ void CudaCachingAllocator::deallocate(void* ptr, size_t) {
   Block block = std::move(it->second);
   live_.erase(it);
   stats_.allocated_bytes -= int64_t(block.size);
+  if (block.lost) return;
   if (block.used_on.empty()) {
     if (!block.orphan) {
       bins_[{block.stream_id, block.size}].push_back(ptr);
@@ -189,10 +190,13 @@ void CudaCachingAllocator::stream_destroyed(uint64_t stream_id, bool drained) {
     bin = bins_.erase(bin);
   }
   for (auto& [ptr, block] : live_) {
+    const bool used_there = std::erase_if(block.used_on, [&](const UsedOn& used) {
+                              return used.id == stream_id;
+                            }) > 0;
     if (block.stream_id == stream_id) block.orphan = true;
-    if (!drained) continue;
-    // Its work on the destroyed stream is done: no event to wait for there.
-    std::erase_if(block.used_on, [&](const UsedOn& used) { return used.id == stream_id; });
+    // Drained, its work on the destroyed stream is done: no event to wait for there. Not
+    // drained, that work may still run: the block is lost rather than freed under it.
+    if (!drained && (used_there || block.stream_id == stream_id)) block.lost = true;
   }
   for (Parked& parked : parked_) {
     if (parked.block.stream_id == stream_id) parked.block.orphan = true;

@@ -56,6 +56,9 @@ class CudaCachingAllocator final : public Allocator {
     uint64_t stream_id = 0;        // the stream it was allocated on
     bool orphan = false;           // that stream was destroyed: free it instead of caching it
     std::vector<UsedOn> used_on;   // other streams, from record_stream
+    // A stream it was used on was destroyed with its work not drained (the runtime failing):
+    // the memory is neither reused nor freed, and no event is recorded on the dead stream.
+    bool lost = false;
   };
   struct Parked {
     void* ptr;
