@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -60,15 +61,20 @@ class AlgorithmPlan {
 
   // Calls attempt(choice), which returns "" on success or the error, from current() on until one
   // succeeds, and returns the one that did. When every one fails, throws core::Error starting
-  // with `what` and listing each failure.
-  template <typename Attempt>
-  const AlgorithmChoice& run(const std::string& what, Attempt&& attempt) {
+  // with `what` (text, or a callable that makes it, so a hot caller builds it only then) and
+  // listing each failure.
+  template <typename What, typename Attempt>
+  const AlgorithmChoice& run(const What& what, Attempt&& attempt) {
     while (!exhausted()) {
       const std::string error = attempt(current());
       if (error.empty()) return current();
       fall_back(error);
     }
-    core::fail(what, ": no algorithm could run (", describe(), ")");
+    if constexpr (std::is_invocable_v<const What&>) {
+      core::fail(what(), ": no algorithm could run (", describe(), ")");
+    } else {
+      core::fail(what, ": no algorithm could run (", describe(), ")");
+    }
   }
 
   // What was dropped or failed so far, "; "-separated; "no algorithm suggested" when empty.

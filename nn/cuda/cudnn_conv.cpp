@@ -10,7 +10,8 @@
 // workspace cannot be had) moves on to the next algorithm for good.
 // Math: the descriptor asks for CUDNN_FMA_MATH, and float32 takes only FMA algorithms, so float32
 // convolutions do not drop to TF32 and agree with the CPU path to float rounding (torch's
-// allow_tf32 would trade that for speed); float64 takes any math type that stays in float64.
+// allow_tf32 would trade that for speed); the other dtypes (float64, bfloat16, float16) take any
+// math type but the one that converts them to a lower precision.
 #include <array>
 #include <atomic>
 #include <map>
@@ -215,8 +216,11 @@ void run(Direction direction, const ConvShape& shape, const Tensor& a, const Ten
     if (!algorithms) algorithms = calls.build_plan(dtype);
     const auto one = detail::scale(1.0), zero = detail::scale(0.0);
     const size_t before = algorithms->remaining();
-    const std::string what = std::string(kOp) + " " + kDirectionNames[direction] + " on " +
-                             device.str() + " (" + std::string(core::dtype_name(dtype)) + ")";
+    // Only a call whose every algorithm failed needs its description.
+    const auto what = [&] {
+      return std::string(kOp) + " " + kDirectionNames[direction] + " on " + device.str() +
+             " (" + std::string(core::dtype_name(dtype)) + ")";
+    };
     algorithms->run(what, [&](const AlgorithmChoice& choice) -> std::string {
       const auto math = cudnnMathType_t(choice.math_type);
       cudnnStatus_t status = cudnnSetConvolutionMathType(d.conv.get(), math);
