@@ -4,8 +4,9 @@
 // device, and queues kernels/cuda launchers on it; nothing waits except where a result must
 // reach the host (copy_to_host, the index checks). Cross-entropy checks its targets on the device
 // instead (core/device_checks.h); every copy to the host then raises a check that failed.
-// Scratch memory (reduction partials, index check flags, the label check's code) comes from the same caching allocator and goes back to it right after the
-// launch, which is safe because later users of the block are queued behind it on the stream.
+// Scratch memory (reduction partials, index check flags, the label check's code) comes from the
+// same caching allocator and goes back to it right after the launch, which is safe because
+// later users of the block are queued behind it on the stream.
 // Standard exceptions from kernels/cuda are rethrown as core::Error with the same message.
 #pragma once
 

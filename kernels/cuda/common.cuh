@@ -247,10 +247,10 @@ __device__ __forceinline__ void walk_offsets(const Walk& walk, int64_t i, int64_
 
 // ---- Index checks (defined in index.cu) ------------------------------------------------------
 
-// The first position p in [0, n) whose index[p] lies outside [0, extent) (and differs from
-// *ignore when ignore is not null), or -1. Runs a check kernel into `workspace` (at least
-// kIndexCheckBytes of device memory) and waits for the stream to read the answer back.
-int64_t first_bad_index(const int64_t* index, int64_t n, int64_t extent, const int64_t* ignore,
-                        void* workspace, void* stream, const char* kernel);
+// The first position p in [0, n) whose index[p] lies outside [0, extent), or -1. Runs a check
+// kernel into `workspace` (at least kIndexCheckBytes of device memory) and waits for the stream
+// to read the answer back.
+int64_t first_bad_index(const int64_t* index, int64_t n, int64_t extent, void* workspace,
+                        void* stream, const char* kernel);
 
 }  // namespace mpigrad::kernels::cuda::detail

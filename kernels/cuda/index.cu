@@ -24,20 +24,20 @@ namespace detail {
 
 namespace {
 
-__global__ void first_bad_kernel(const int64_t* index, int64_t n, int64_t extent, bool has_ignore,
-                                 int64_t ignore, unsigned long long* first_bad) {
+__global__ void first_bad_kernel(const int64_t* index, int64_t n, int64_t extent,
+                                 unsigned long long* first_bad) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t value = index[i];
-    if (has_ignore && value == ignore) continue;
-    if (uint64_t(value) >= uint64_t(extent)) atomicMin(first_bad, static_cast<unsigned long long>(i));
+    if (uint64_t(index[i]) >= uint64_t(extent)) {
+      atomicMin(first_bad, static_cast<unsigned long long>(i));
+    }
   }
 }
 
 }  // namespace
 
-int64_t first_bad_index(const int64_t* index, int64_t n, int64_t extent, const int64_t* ignore,
-                        void* workspace, void* stream, const char* kernel) {
+int64_t first_bad_index(const int64_t* index, int64_t n, int64_t extent, void* workspace,
+                        void* stream, const char* kernel) {
   if (n <= 0) return -1;
   if (workspace == nullptr) throw_invalid(kernel, "the index check needs a device workspace");
   cudaStream_t s = as_stream(stream);
@@ -45,8 +45,7 @@ int64_t first_bad_index(const int64_t* index, int64_t n, int64_t extent, const i
   auto* first_bad = static_cast<unsigned long long*>(workspace);
   check_cuda(cudaMemcpyAsync(first_bad, &none, sizeof(none), cudaMemcpyHostToDevice, s),
              "cudaMemcpyAsync(HostToDevice) of the index-check flag", kernel);
-  first_bad_kernel<<<grid_for(n), kThreads, 0, s>>>(index, n, extent, ignore != nullptr,
-                                                     ignore != nullptr ? *ignore : 0, first_bad);
+  first_bad_kernel<<<grid_for(n), kThreads, 0, s>>>(index, n, extent, first_bad);
   check_launch(kernel, stream);
   unsigned long long result = none;
   check_cuda(cudaMemcpyAsync(&result, first_bad, sizeof(result), cudaMemcpyDeviceToHost, s),
@@ -179,7 +178,7 @@ int64_t index_select(DType dtype, int64_t outer, int64_t extent, int64_t inner,
                      void* workspace, void* stream) {
   check_sizes("index_select", outer, extent, inner, count);
   const int64_t bad =
-      detail::first_bad_index(index, count, extent, nullptr, workspace, stream, "index_select");
+      detail::first_bad_index(index, count, extent, workspace, stream, "index_select");
   if (bad >= 0) return bad;
   const int64_t n = outer * count * inner;
   if (n == 0) return -1;
@@ -198,7 +197,7 @@ int64_t index_add(DType dtype, int64_t outer, int64_t extent, int64_t inner,
                   void* workspace, void* stream) {
   check_sizes("index_add", outer, extent, inner, count);
   const int64_t bad =
-      detail::first_bad_index(index, count, extent, nullptr, workspace, stream, "index_add");
+      detail::first_bad_index(index, count, extent, workspace, stream, "index_add");
   if (bad >= 0) return bad;
   const int64_t n = outer * count * inner;
   if (n == 0) return -1;
@@ -216,7 +215,7 @@ int64_t gather(DType dtype, int64_t outer, int64_t extent, int64_t inner, const 
   check_sizes("gather", outer, extent, inner, count);
   const int64_t n = outer * count * inner;
   const int64_t bad =
-      detail::first_bad_index(index, n, extent, nullptr, workspace, stream, "gather");
+      detail::first_bad_index(index, n, extent, workspace, stream, "gather");
   if (bad >= 0) return bad;
   if (n == 0) return -1;
   visit_width(dtype, [&](auto word) {
@@ -235,7 +234,7 @@ int64_t scatter_add(DType dtype, int64_t outer, int64_t extent, int64_t inner,
   check_sizes("scatter_add", outer, extent, inner, count);
   const int64_t n = outer * count * inner;
   const int64_t bad =
-      detail::first_bad_index(index, n, extent, nullptr, workspace, stream, "scatter_add");
+      detail::first_bad_index(index, n, extent, workspace, stream, "scatter_add");
   if (bad >= 0) return bad;
   if (n == 0) return -1;
   detail::visit(dtype, [&](auto tag) {
