@@ -201,6 +201,7 @@ fi
 for file in "$bundle"/bin/* "$bundle"/lib/*.so* "$bundle"/lib/openmpi/*.so \
   "$bundle"/lib/pmix/*.so; do
   [ -L "$file" ] && continue
+  [ -f "$file" ] || continue  # a pattern that matched nothing
   [ "$(head -c 4 "$file" | od -An -c | tr -d ' ')" = "177ELF" ] || continue
   while read -r line; do
     setup_problems+=("${file#"$bundle"/}: ${line//[[:space:]]/ }")

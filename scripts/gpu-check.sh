@@ -28,7 +28,7 @@ build=1
 max_pack_bytes=$((60 * 1024 * 1024))
 
 usage() {
-  sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 fail() {

@@ -18,12 +18,19 @@ namespace {
 
 using namespace mpigrad::core;  // NOLINT
 
+// Puts the default home device back when a case ends, even through a failed REQUIRE: the other
+// cases of this suite expect it.
+struct RestoreDefaultHome {
+  ~RestoreDefaultHome() { set_cuda_home_device(cuda(0)); }
+};
+
 }  // namespace
 
 MPIGRAD_CUDA_TEST_CASE("worker threads start on the home device and return to it") {
   const int count = cuda_device_count();
   // The last GPU, so that on a machine with several the home is not CUDA's default cuda:0.
   const Device home = cuda(count - 1);
+  RestoreDefaultHome restore;
   set_cuda_home_device(home);
   CHECK(cuda_home_device() == home);
   CHECK(cuda_current_device() == home);
@@ -48,5 +55,4 @@ MPIGRAD_CUDA_TEST_CASE("worker threads start on the home device and return to it
   REQUIRE(!seen.empty());
   for (Device device : seen) CHECK(device == home);
   CHECK(total == doctest::Approx(512.0 + (count > 1 ? 24.0 : 0.0)));
-  set_cuda_home_device(cuda(0));  // the other cases of this suite expect the default
 }
