@@ -6,10 +6,8 @@ set -euo pipefail
 check=$1 mpigrad=$2 compare=$3 mpiexec=$4 work=$5 make_sparse_file=$6
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export MPIGRAD_NUM_THREADS=1
+source "$(dirname "$0")/check_lib.sh"
 rm -rf "$work" && mkdir -p "$work" && cd "$work"
-
-fail() { echo "FAIL ($check): $*" >&2; exit 1; }
-run() { "$mpiexec" -np "$1" --oversubscribe "${@:2}"; }
 
 # 1200 training and 301 test samples of 10 learnable classes (301: odd, so 2 ranks pad).
 "$mpigrad" data synth -o train.h5 --samples 1200 --shape 1,8,8 --shards 2 --seed 1 > /dev/null
@@ -32,24 +30,6 @@ seed = 3
 log_every = 5
 shuffle = true
 EOF
-
-# Prints the "loss" values of metrics.jsonl's step lines, one per line.
-losses() { grep '"step"' "$1" | sed -E 's/.*"loss": ([^,]+),.*/\1/'; }
-
-# A run that must fail: non-zero exit, the pattern in its output, the error names its rank, and
-# no training step was taken.
-expect_error() {
-  local pattern=$1; shift
-  if run 2 "$mpigrad" train "$@" > out.txt 2>&1; then cat out.txt; fail "expected failure: $*"; fi
-  grep -q -- "$pattern" out.txt || { cat out.txt; fail "missing '$pattern' for: $*"; }
-  grep -q "^\[rank [0-9]/2\]" out.txt || { cat out.txt; fail "error does not name the rank: $*"; }
-  grep -q "step" out.txt && fail "training started despite: $*"
-  return 0
-}
-
-# The final test accuracy a run printed ("...; test accuracy 0.9123").
-final_accuracy() { sed -nE 's/.*test accuracy ([0-9.]+).*/\1/p' "$1" | tail -1; }
-at_least() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }
 
 case "$check" in
   short_run)  # loss falls, metrics.jsonl is well-formed, outputs exist, padding counted once
