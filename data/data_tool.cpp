@@ -348,7 +348,8 @@ int inspect(int argc, char** argv) {
     hdf5::File file = hdf5::File::open(path);
     std::error_code error;
     std::cout << "file " << path << " (" << std::filesystem::file_size(path, error) << " bytes)\n";
-    for (const std::string& name : file.list_datasets_recursive("/")) {
+    const hdf5::File::GroupWalk walk = file.walk_groups("/");
+    for (const std::string& name : walk.datasets) {
       hdf5::Dataset dataset = file.open_dataset(name);
       hdf5::Datatype type = dataset.file_type();
       auto dtype = type.to_dtype();
@@ -356,18 +357,15 @@ int inspect(int argc, char** argv) {
                 << "  " << dataset.shape() << "  " << layout_text(dataset) << "\n";
       if (path == files[0] && name.rfind('/') == 0) fields.push_back(name.substr(1));
     }
+    for (const std::string& link : walk.ancestor_links) {
+      std::cout << "  " << link << "  (link to an ancestor group, not followed)\n";
+    }
+    for (const std::string& link : walk.repeated_links) {
+      std::cout << "  " << link << "  (another link to a group listed above, not followed)\n";
+    }
+    // Each attribute by its own type and shape; one HDF5 cannot read is listed as unreadable.
     for (const std::string& attribute : file.list_attributes("/")) {
-      std::string value;
-      try {
-        value = file.read_string_attribute("/", attribute);
-      } catch (const core::Error&) {
-        try {
-          value = std::to_string(file.read_int_attribute("/", attribute));
-        } catch (const core::Error&) {
-          value = "(not shown)";
-        }
-      }
-      std::cout << "  @" << attribute << " = " << value << "\n";
+      std::cout << "  @" << attribute << " = " << file.attribute_text("/", attribute) << "\n";
     }
   }
   if (values.count("fields")) fields = split_list(values["fields"].as<std::string>());
