@@ -18,6 +18,7 @@
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/hdf5.h"
 #include "mpigrad/data/data_tool.h"
+#include "mpigrad/data/hdf5_dataset.h"
 
 namespace {
 
@@ -243,4 +244,23 @@ TEST_CASE("hostile files: groups nested deeper than the walk follows") {
   std::string out;
   CHECK(inspect(path, out) == 1);
   CHECK(contains(out, "nested deeper than 64"));
+}
+
+TEST_CASE("hostile files: a batch too large to allocate names the file, the field and the bytes") {
+  TempDir dir;
+  const std::string path = dir.file("wide.h5");
+  const int64_t sample = int64_t(1) << 25;  // 32 MiB per sample
+  {
+    hdf5::File file = hdf5::File::create(path);
+    file.write_tensor("x", core::zeros({1, sample}, core::kUInt8));
+    file.write_tensor("y", core::zeros({1}, core::kInt64));
+  }
+  data::Hdf5Dataset dataset({path});
+  // 2^23 copies of sample 0: 2^48 bytes, more than any address space holds.
+  const std::vector<int64_t> indices(size_t(1) << 23, 0);
+  std::string error = error_of([&] { (void)dataset.get_batch(indices); });
+  CHECK(contains(error, path));
+  CHECK(contains(error, "field 'x'"));
+  CHECK(contains(error, "cannot allocate 281474976710656 bytes (256.0 TiB)"));
+  CHECK(contains(error, "a batch of 8388608 samples"));
 }
