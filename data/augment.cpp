@@ -99,7 +99,8 @@ std::string augment_text(const AugmentSpec& spec) {
   if (spec.noise_std > 0) {
     char number[64];
     auto [end, error] = std::to_chars(number, number + sizeof(number), spec.noise_std);
-    add("noise:" + (error == std::errc() ? std::string(number, end) : std::to_string(spec.noise_std)));
+    add("noise:" +
+        (error == std::errc() ? std::string(number, end) : std::to_string(spec.noise_std)));
   }
   return text;
 }
@@ -138,7 +139,8 @@ BatchTransform augment_views_transform(std::string field, AugmentSpec spec, uint
           std::memcpy(target, source, size_t(sample_elements) * element);
           continue;
         }
-        const kernels::PhiloxBlock bits = draw(seed, batch.epoch, batch.indices[size_t(i)], view, 0);
+        const kernels::PhiloxBlock bits =
+            draw(seed, batch.epoch, batch.indices[size_t(i)], view, 0);
         // Window offsets in the padded image, in [0, 2P]; relative to the original: minus P.
         const int64_t dy = pad > 0 ? below(bits.word[kCropRowWord], 2 * pad + 1) - pad : 0;
         const int64_t dx = pad > 0 ? below(bits.word[kCropColumnWord], 2 * pad + 1) - pad : 0;

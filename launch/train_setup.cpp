@@ -4,8 +4,8 @@
 #include <sstream>
 
 #include "mpigrad/core/error.h"
-#include "mpigrad/data/transforms.h"
 #include "mpigrad/core/rng.h"
+#include "mpigrad/data/transforms.h"
 #include "mpigrad/nn/checkpoint.h"
 #include "mpigrad/nn/models.h"
 #include "mpigrad/nn/optim/adam.h"
@@ -44,7 +44,6 @@ InputTransform input_transform(const TrainConfig& config, const data::FieldInfo&
   return {data::normalize_transform(config.data.x, image ? 1.0 / 255.0 : 1.0, mean, std),
           text.str()};
 }
-
 
 std::shared_ptr<nn::Module> make_model(const ModelSection& model, const core::Shape& input_shape,
                                        int64_t outputs, uint64_t seed) {
@@ -105,8 +104,9 @@ std::shared_ptr<nn::Module> make_stage_model(const ModelSection& model, const Tr
   nn::Encoder encoder = make_encoder(model, input_shape, generator);
   if (train.stage == StageKind::SupCon) {
     auto head = nn::make_head(nn::HeadKind::Mlp, encoder.features, model.projection, generator);
-    return std::make_shared<nn::EncoderWithHead>(encoder.module, encoder.features, head,
-                                                 nn::EncoderWithHeadOptions{.normalize_output = true});
+    return std::make_shared<nn::EncoderWithHead>(
+        encoder.module, encoder.features, head,
+        nn::EncoderWithHeadOptions{.normalize_output = true});
   }
   MPIGRAD_CHECK(classes >= 1, "[model] outputs: must be at least 1, got ", classes);
   auto head = nn::make_head(model.head, encoder.features, classes, generator);

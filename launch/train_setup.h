@@ -1,4 +1,5 @@
-// defines: InputTransform, input_transform, make_model, make_encoder, make_stage_model, load_encoder, make_optimizer,
+// defines: InputTransform, input_transform, make_model, make_encoder, make_stage_model,
+//          load_encoder, make_optimizer,
 //          make_scheduler, make_regression_loss
 //
 // What the [model] [loss] [optim] [sched] sections of a TrainConfig build. `mpigrad train` and

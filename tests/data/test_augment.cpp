@@ -54,7 +54,9 @@ data::BatchTransform full_transform(const data::AugmentSpec& spec, uint64_t seed
   std::vector<data::BatchTransform> steps = {
       data::augment_views_transform("x", spec, seed, views),
       data::normalize_transform("x", 1.0 / 255.0, {0.0}, {1.0})};
-  if (spec.noise_std > 0) steps.push_back(data::gaussian_noise_transform("x", spec.noise_std, seed));
+  if (spec.noise_std > 0) {
+    steps.push_back(data::gaussian_noise_transform("x", spec.noise_std, seed));
+  }
   return data::compose_transforms(steps);
 }
 

@@ -130,7 +130,8 @@ TEST_CASE("supcon_step: the views, view-major, become SupConLoss's [batch, views
   std::vector<float> rows = projections.to_vector<float>(), grouped;
   for (int64_t i = 0; i < 4; ++i) {
     for (int64_t v = 0; v < 2; ++v) {
-      grouped.insert(grouped.end(), rows.begin() + (v * 4 + i) * 3, rows.begin() + (v * 4 + i + 1) * 3);
+      const auto row = rows.begin() + (v * 4 + i) * 3;
+      grouped.insert(grouped.end(), row, row + 3);
     }
   }
   const double expected = nn::supcon_loss(Tensor::from_vector<float>(grouped, {4, 2, 3}),
