@@ -43,17 +43,20 @@
 #include "mpigrad/nn/layers/linear.h"     // defines: Linear
 #include "mpigrad/nn/layers/pooling.h"    // defines: MaxPool2d, AvgPool2d, AdaptiveAvgPool2d
 #include "mpigrad/nn/loss.h"              // defines: cross_entropy, mse_loss, CrossEntropyLoss, ...
-#include "mpigrad/nn/models.h"            // defines: make_mlp, make_cnn
+#include "mpigrad/nn/encoder_with_head.h" // defines: EncoderWithHead, make_head, l2_normalize
+#include "mpigrad/nn/models.h"            // defines: make_mlp, make_cnn, make_*_encoder
 #include "mpigrad/nn/module.h"            // defines: Module
 #include "mpigrad/nn/optim/adam.h"        // defines: Adam, AdamW
 #include "mpigrad/nn/optim/clip_grad.h"   // defines: clip_grad_norm_
 #include "mpigrad/nn/optim/lr_scheduler.h"// defines: StepLR, CosineAnnealingLR, OneCycleLR, ...
 #include "mpigrad/nn/optim/sgd.h"         // defines: SGD
+#include "mpigrad/nn/retrieval_metrics.h" // defines: retrieval_metrics (precision@1, mAP@R)
 #include "mpigrad/nn/supcon_loss.h"       // defines: SupConLoss
 #include "mpigrad/nn/weight_averaging.h"  // defines: ModelEMA, SWAAverager, update_bn
 
 // data: sharded HDF5 datasets, samplers, loaders
 #include "mpigrad/core/hdf5.h"              // defines: hdf5::File, Dataset, AtomicFileWriter
+#include "mpigrad/data/augment.h"           // defines: augment_views_transform, parse_augment
 #include "mpigrad/data/data_loader.h"       // defines: DataLoader, DataLoaderOptions
 #include "mpigrad/data/hdf5_dataset.h"      // defines: Hdf5Dataset, rank_slice
 #include "mpigrad/data/multi_dataset.h"     // defines: MultiDataset, MultiDatasetBatchSampler
@@ -66,6 +69,7 @@
 #include "mpigrad/launch/device_choice.h"             // defines: choose_rank_device
 #include "mpigrad/launch/distributed_data_parallel.h" // defines: DistributedDataParallel
 #include "mpigrad/launch/distributed_manager.h"       // defines: DistributedManager
+#include "mpigrad/launch/embeddings.h"                // defines: gather_embeddings, RetrievalMe...
 #include "mpigrad/launch/embed/embedded_model.h"      // defines: EmbeddedModel (in-situ training)
 #include "mpigrad/launch/process_group.h"             // defines: ProcessGroup
 #include "mpigrad/launch/rank_logging.h"              // defines: RankLogger, rank_seed

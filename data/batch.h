@@ -38,6 +38,9 @@ struct Batch {
   std::vector<int64_t> indices;
   // int64 [batch]: the child dataset of each sample; undefined unless read from a MultiDataset.
   core::Tensor dataset_index;
+  // The loader's epoch when it read the batch (DataLoader::set_epoch): what per-epoch random
+  // transforms draw from (data/augment.h). 0 outside a loader.
+  int64_t epoch = 0;
 
   int64_t size() const { return int64_t(indices.size()); }
   bool has(const std::string& name) const;

@@ -15,6 +15,7 @@ namespace mpigrad::data {
 // One epoch in flight: the batch list and the workers reading ahead in it.
 struct DataLoader::EpochRun {
   std::vector<std::vector<int64_t>> batches;
+  int64_t epoch = 0;
   size_t next_to_produce = 0;
   size_t next_to_consume = 0;
   size_t window = 1;  // batches produced but not yet consumed, at most
@@ -96,8 +97,9 @@ void DataLoader::set_epoch_step(int64_t step) {
   epoch_step_ = step;
 }
 
-StagedBatch DataLoader::load(const std::vector<int64_t>& indices) const {
+StagedBatch DataLoader::load(const std::vector<int64_t>& indices, int64_t epoch) const {
   Batch batch = dataset_->get_batch(indices);
+  batch.epoch = epoch;
   if (options_.transform) batch = options_.transform(std::move(batch));
   if (copier_) return copier_->start(std::move(batch));
   return StagedBatch{std::move(batch), nullptr};
@@ -107,6 +109,7 @@ void DataLoader::start() {
   run_.reset();  // ends and joins a previous epoch's workers
   auto run = std::make_unique<EpochRun>();
   run->batches = batch_sampler_->batches();
+  run->epoch = epoch_;
   const size_t skip = std::min(size_t(epoch_step_), run->batches.size());
   run->next_to_produce = run->next_to_consume = skip;
   epoch_step_ = 0;
@@ -127,7 +130,7 @@ void DataLoader::start() {
         lock.unlock();
         std::variant<StagedBatch, std::exception_ptr> result;
         try {
-          result = load(state->batches[index]);
+          result = load(state->batches[index], state->epoch);
         } catch (...) {
           result = std::current_exception();
         }
@@ -148,7 +151,7 @@ std::optional<Batch> DataLoader::next() {
   if (run.workers.empty()) {
     ++run.next_to_consume;
     auto start = std::chrono::steady_clock::now();
-    StagedBatch staged = load(run.batches[index]);
+    StagedBatch staged = load(run.batches[index], run.epoch);
     wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return ready_for_caller(std::move(staged));
   }

@@ -18,7 +18,8 @@
 // number of threads. A worker's exception is rethrown by the iteration that reaches its batch.
 //
 // The optional transform runs in the worker, on each batch (for example uint8 images to
-// normalized float32, see data/transforms.h).
+// normalized float32, see data/transforms.h); the batch carries the epoch it was read for
+// (Batch::epoch), which per-epoch augmentations draw from (data/augment.h).
 //
 // Device: with `device` a CUDA device (e.g. DistributedManager::device()), every batch arrives
 // on it, and nothing waits on the host for the copy. The thread that loads a batch (a worker, or
@@ -114,8 +115,8 @@ class DataLoader {
 
  private:
   struct EpochRun;
-  // Reads and transforms a batch, then starts its copy to the device, if any.
-  StagedBatch load(const std::vector<int64_t>& indices) const;
+  // Reads and transforms a batch of `epoch`, then starts its copy to the device, if any.
+  StagedBatch load(const std::vector<int64_t>& indices, int64_t epoch) const;
   // In the caller's thread: orders its stream after the batch's copies (with a device).
   Batch ready_for_caller(StagedBatch staged) const;
 

@@ -14,11 +14,13 @@
 #include "mpigrad/core/checked_math.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/ops/reduce.h"
+#include "mpigrad/data/augment.h"
 #include "mpigrad/data/data_loader.h"
 #include "mpigrad/data/hdf5_dataset.h"
 #include "mpigrad/data/transforms.h"
 #include "mpigrad/launch/training_steps.h"
 #include "mpigrad/launch/distributed_manager.h"
+#include "mpigrad/launch/embeddings.h"
 #include "mpigrad/launch/mpi_interop.h"
 #include "mpigrad/launch/sync_batch_norm.h"
 #include "mpigrad/launch/train_config.h"
@@ -175,7 +177,15 @@ TrainingJob check_job(const std::vector<std::string>& args, int64_t rank, int64_
   // (A dry run takes one step of this schedule: the schedule is the run's, checked as such.)
   if (config.train.max_steps > 0) job.total_steps = std::min(job.total_steps, config.train.max_steps);
   check_schedule(config.sched, job.total_steps);
-  job.model = make_model(config.model, job.sample_shape, job.outputs, config.train.seed);
+  MPIGRAD_CHECK(!config.data.augment.geometric() || job.sample_shape.size() == 3,
+                "[data] augment: crop and flip need images of shape [channels, height, width], "
+                "but field '", config.data.x, "' has per-sample shape ", job.sample_shape);
+  job.model = make_stage_model(config.model, config.train, job.sample_shape, job.outputs);
+  if (config.train.stage == StageKind::Classifier) {
+    // Read here, in the checking phase, so a missing or mismatched tensor fails on every rank.
+    load_encoder(dynamic_cast<nn::EncoderWithHead&>(*job.model), config.train.init_from,
+                 "[train] init_from");
+  }
   return job;
 }
 
@@ -188,42 +198,6 @@ void write_atomically(const std::string& path, const std::string& text) {
     MPIGRAD_CHECK(out.good(), "cannot write ", tmp);
   }
   std::filesystem::rename(tmp, path);
-}
-
-// uint8 inputs are images: scaled to [0, 1]. Every other dtype keeps its values (converted to
-// float32, the model's dtype). Then the optional per-channel normalization.
-struct InputTransform {
-  data::BatchTransform transform;  // null: the batch is used as it is
-  std::string description;         // for the log
-};
-
-std::string numbers(const std::vector<double>& values) {
-  std::string text;
-  for (double value : values) {
-    char number[32];
-    std::snprintf(number, sizeof(number), "%g", value);
-    if (!text.empty()) text.push_back(',');
-    text.append(number);
-  }
-  return text;
-}
-
-InputTransform input_transform(const TrainConfig& config, const data::FieldInfo& inputs) {
-  const bool image = inputs.dtype == core::kUInt8;
-  const bool normalized = !config.data.mean.empty();
-  std::ostringstream text;
-  text << "field '" << config.data.x << "' " << inputs.dtype << " " << inputs.sample_shape
-       << (image ? ", scaled to [0, 1]" : ", used as it is");
-  if (normalized) {
-    text << ", normalized with mean " << numbers(config.data.mean) << " and std "
-         << numbers(config.data.std);
-  }
-  if (!image && !normalized && inputs.dtype == core::kFloat32) return {nullptr, text.str()};
-  if (!image && !normalized) text << " (converted to float32)";
-  std::vector<double> mean = normalized ? config.data.mean : std::vector<double>{0.0};
-  std::vector<double> std = normalized ? config.data.std : std::vector<double>{1.0};
-  return {data::normalize_transform(config.data.x, image ? 1.0 / 255.0 : 1.0, mean, std),
-          text.str()};
 }
 
 // One line that shows what the model will see: the first batch after the input transform.
@@ -286,12 +260,26 @@ int train(TrainingJob& job, DistributedManager& manager) {
   std::unique_ptr<nn::Optimizer> optimizer = make_optimizer(config.optim, model);
 
   const InputTransform inputs = input_transform(config, job.train_set->field(config.data.x));
+  const StageKind stage = config.train.stage;
+  // Training batches only: crop and flip on the stored values into the views (two for SupCon),
+  // then the input transform, then noise (data/augment.h). Test batches get the input transform.
+  const data::AugmentSpec& augment = config.data.augment;
+  const int64_t views = stage == StageKind::SupCon ? 2 : 1;
+  std::vector<data::BatchTransform> train_transforms = {
+      data::augment_views_transform(config.data.x, augment, config.train.seed, views),
+      inputs.transform};
+  if (augment.noise_std > 0) {
+    train_transforms.push_back(
+        data::gaussian_noise_transform(config.data.x, augment.noise_std, config.train.seed));
+  }
   data::DataLoaderOptions train_options;
   train_options.batch_size = config.train.batch_size;
   train_options.shuffle = config.train.shuffle;
   train_options.seed = config.train.seed;
   train_options.num_workers = 1;  // one thread reads ahead; compute keeps the cores
-  train_options.transform = inputs.transform;
+  train_options.transform = augment.empty() && views == 1
+                                ? inputs.transform
+                                : data::compose_transforms(std::move(train_transforms));
   // On a GPU the loader stages batches in pinned memory and copies them on its own stream.
   train_options.device = manager.device();
   data::DataLoader train_loader(job.train_set, train_options);
@@ -338,9 +326,14 @@ int train(TrainingJob& job, DistributedManager& manager) {
   if (config.train.ema_decay > 0) {
     // Evaluation runs on a second instance of the model holding the averaged weights.
     std::shared_ptr<nn::Module> averaged =
-        make_model(config.model, job.sample_shape, job.outputs, config.train.seed);
+        make_stage_model(config.model, config.train, job.sample_shape, job.outputs);
     averaged->to(manager.device());
     hooks.push_back(std::make_shared<EMAHook>(model, config.train.ema_decay, averaged));
+  }
+  // SupCon's validation: precision@1 and mAP@R of the test set's embeddings, set before
+  // LoggingHook runs so they are logged (and reach every metrics consumer) like any test metric.
+  if (stage == StageKind::SupCon) {
+    hooks.push_back(std::make_shared<RetrievalMetricsHook>(config.data.x, config.data.y));
   }
   auto logging = std::make_shared<LoggingHook>(out_dir, config.train.log_every);
   hooks.push_back(logging);
@@ -361,6 +354,21 @@ int train(TrainingJob& job, DistributedManager& manager) {
     std::printf("mpigrad train: inputs: %s; labels: field '%s', %lld classes\n",
                 inputs.description.c_str(), config.data.y.c_str(),
                 static_cast<long long>(config.data.num_classes));
+    if (stage != StageKind::Supervised) {
+      std::string detail = ", two views per sample";
+      if (stage == StageKind::Classifier) {
+        detail = std::string(config.train.freeze_encoder ? ", encoder frozen" : ", encoder "
+                             "fine-tuned") + " (loaded from " + config.train.init_from + ")";
+      }
+      std::printf("mpigrad train: stage %s, %lld trainable parameters%s\n",
+                  std::string(core::enum_name(stage, kStageKindNames)).c_str(),
+                  static_cast<long long>(model.num_parameters(/*trainable_only=*/true)),
+                  detail.c_str());
+    }
+    if (!augment.empty()) {
+      std::printf("mpigrad train: training augmentations: %s\n",
+                  data::augment_text(augment).c_str());
+    }
     if (config.train.ema_decay > 0) {
       std::printf("mpigrad train: evaluation uses the EMA of the weights (decay %g)\n",
                   config.train.ema_decay);
@@ -376,9 +384,16 @@ int train(TrainingJob& job, DistributedManager& manager) {
                   " gave this rank no batch");
   }
 
-  TrainingStrategy strategy({&model}, {optimizer.get()},
-                            classification_step(config.data.x, config.data.y),
-                            classification_metrics(config.data.x, config.data.y), manager, hooks,
+  StepFunction step = classification_step(config.data.x, config.data.y);
+  EvalFunction evaluate = classification_metrics(config.data.x, config.data.y);
+  if (stage == StageKind::SupCon) {
+    // base_temperature = temperature, as BioEncoder sets it.
+    step = supcon_step(config.data.x, config.data.y,
+                       nn::SupConOptions{.temperature = config.loss.temperature,
+                                         .base_temperature = config.loss.temperature});
+    evaluate = nullptr;  // RetrievalMetricsHook evaluates
+  }
+  TrainingStrategy strategy({&model}, {optimizer.get()}, step, evaluate, manager, hooks,
                             config.dry_run ? 1 : config.train.epochs, max_steps);
   strategy.run(train_loader, config.dry_run ? nullptr : test_loader.get());
 
@@ -393,6 +408,10 @@ int train(TrainingJob& job, DistributedManager& manager) {
                   static_cast<long long>(strategy.context().epoch + 1),
                   static_cast<long long>(strategy.context().step), logging->samples_per_second());
       if (accuracy != metrics.end()) std::printf("; test accuracy %.4f", accuracy->second);
+      auto precision = metrics.find("val_precision_at_1"), map = metrics.find("val_map_at_r");
+      if (precision != metrics.end() && map != metrics.end()) {
+        std::printf("; test precision@1 %.4f, mAP@R %.4f", precision->second, map->second);
+      }
       std::printf("\n");
     }
     std::fflush(stdout);

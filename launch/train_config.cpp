@@ -198,6 +198,14 @@ struct Choice {
   std::string accepted() const { return core::enum_choices(names); }
 };
 
+struct Augmentations {
+  data::AugmentSpec parse(const std::string& value, const std::string& where) const {
+    return data::parse_augment(value, where);
+  }
+  std::string print(const data::AugmentSpec& spec) const { return data::augment_text(spec); }
+  std::string accepted() const { return "comma-separated crop:P, flip, noise:S; empty: none"; }
+};
+
 // One row of the table: the key's name, the section and field it sets, its codec and help.
 template <typename Section, typename T, typename Codec>
 ConfigKey key(std::string name, Section TrainConfig::*section, T Section::*field, Codec codec,
@@ -232,6 +240,9 @@ std::vector<ConfigKey> make_config_keys() {
           "normalization mean: one value, or one per channel"),
       key("data.std", &C::data, &DataSection::std, NumberList{positive},
           "normalization std: one value, or one per channel"),
+      key("data.augment", &C::data, &DataSection::augment, Augmentations{},
+          "training augmentations: crop:P (zero-pad P, random crop), flip (horizontal, p 0.5), "
+          "noise:S (Gaussian, after normalization)"),
       key("model.name", &C::model, &ModelSection::name, Choice<ModelKind>{kModelKindNames},
           "the model (conv: fully convolutional, the output keeps the input's size)"),
       key("model.hidden", &C::model, &ModelSection::hidden, IntegerList{1, true},
@@ -249,8 +260,14 @@ std::vector<ConfigKey> make_config_keys() {
       key("model.padding_mode", &C::model, &ModelSection::padding_mode,
           Choice<nn::PaddingMode>{nn::kPaddingModeNames},
           "convolution padding (cnn, conv); circular for periodic grids"),
+      key("model.projection", &C::model, &ModelSection::projection, Integer{1},
+          "stage supcon: outputs of the projection head Linear(f,f) ReLU Linear(f,projection)"),
+      key("model.head", &C::model, &ModelSection::head, Choice<nn::HeadKind>{nn::kHeadKindNames},
+          "stage classifier: the head on the encoder (mlp: Linear(f,f) ReLU Linear(f,classes))"),
       key("loss.name", &C::loss, &LossSection::name, Choice<LossKind>{kLossKindNames},
           "the loss: cross_entropy for classes (mpigrad train), mse or l1 for regression"),
+      key("loss.temperature", &C::loss, &LossSection::temperature, positive,
+          "stage supcon: SupConLoss temperature (and base temperature)"),
       key("optim.name", &C::optim, &OptimSection::name,
           Choice<OptimizerKind>{kOptimizerKindNames}, "the optimizer"),
       key("optim.lr", &C::optim, &OptimSection::lr, positive, "learning rate"),
@@ -293,6 +310,13 @@ std::vector<ConfigKey> make_config_keys() {
           "clip the global gradient norm (0: off)"),
       key("train.ema_decay", &C::train, &TrainSection::ema_decay, fraction,
           "keep an EMA of the weights with this decay and evaluate with it (0: off)"),
+      key("train.stage", &C::train, &TrainSection::stage, Choice<StageKind>{kStageKindNames},
+          "supervised: a classifier; supcon: encoder + projection on two views; classifier: a "
+          "head on init_from's encoder"),
+      key("train.init_from", &C::train, &TrainSection::init_from, Text{},
+          "stage classifier: checkpoint whose encoder.* tensors initialize the encoder"),
+      key("train.freeze_encoder", &C::train, &TrainSection::freeze_encoder, Boolean{},
+          "stage classifier: keep the encoder fixed (no grad, BatchNorm in eval mode)"),
       key("distributed.backend", &C::distributed, &DistributedSection::backend,
           Choice<Backend>{kBackendNames}, "the communication library (auto: NCCL on GPUs)"),
       key("distributed.bucket_cap_mb", &C::distributed, &DistributedSection::bucket_cap_mb,
@@ -406,6 +430,16 @@ TrainConfig parse_train_config(const std::vector<std::string>& args) {
   apply(values, from_command_line, config.config_file, config);
   require_files(config.data.train, "[data] train", true);
   require_files(config.data.test, "[data] test", false);
+  const TrainSection& train = config.train;
+  if (train.stage == StageKind::Classifier) {
+    MPIGRAD_CHECK(!train.init_from.empty(), "[train] init_from: stage = classifier needs the "
+                  "checkpoint of a stage = supcon run (its encoder.* tensors)");
+    MPIGRAD_CHECK(std::filesystem::is_regular_file(train.init_from), "[train] init_from: "
+                  "checkpoint '", train.init_from, "' does not exist");
+  } else {
+    MPIGRAD_CHECK(train.init_from.empty(), "[train] init_from: only stage = classifier loads an "
+                  "encoder; this run has stage = ", core::enum_name(train.stage, kStageKindNames));
+  }
   if (!config.train.resume.empty()) {
     MPIGRAD_CHECK(std::filesystem::is_regular_file(config.train.resume),
                   "[train] resume: checkpoint '", config.train.resume, "' does not exist");

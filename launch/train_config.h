@@ -20,8 +20,10 @@
 #include <vector>
 
 #include "mpigrad/core/enum_names.h"
+#include "mpigrad/data/augment.h"
 #include "mpigrad/launch/communicator.h"
 #include "mpigrad/launch/distributed_data_parallel.h"
+#include "mpigrad/nn/encoder_with_head.h"
 #include "mpigrad/nn/layers/conv.h"
 
 namespace mpigrad::launch {
@@ -45,6 +47,15 @@ inline constexpr core::EnumName<SchedulerKind> kSchedulerKindNames[] = {
     {SchedulerKind::Step, "step"},
     {SchedulerKind::MultiStep, "multistep"}};
 
+// What `mpigrad train` trains: today's classifier (supervised), stage 1 of two-stage training
+// (supcon: encoder + projection head on two augmented views, SupConLoss) or stage 2
+// (classifier: a head on the encoder of an [train] init_from checkpoint).
+enum class StageKind : uint8_t { Supervised, SupCon, Classifier };
+inline constexpr core::EnumName<StageKind> kStageKindNames[] = {
+    {StageKind::Supervised, "supervised"},
+    {StageKind::SupCon, "supcon"},
+    {StageKind::Classifier, "classifier"}};
+
 struct DataSection {
   std::vector<std::string> train;  // HDF5 files (shards), joined in order
   std::vector<std::string> test;
@@ -55,6 +66,7 @@ struct DataSection {
   // after uint8 inputs are scaled to [0, 1]. Empty: no normalization.
   std::vector<double> mean;
   std::vector<double> std;
+  data::AugmentSpec augment;  // training loader only (data/augment.h)
 };
 
 struct ModelSection {
@@ -66,10 +78,13 @@ struct ModelSection {
   int64_t outputs = 0;               // outputs (classes, values, channels); 0: from the data
   int64_t kernel_size = 3;           // conv
   nn::PaddingMode padding_mode = nn::PaddingMode::Zeros;  // cnn, conv
+  int64_t projection = 128;                 // stage supcon: the projection head's outputs
+  nn::HeadKind head = nn::HeadKind::Linear;  // stage classifier: the head on the encoder
 };
 
 struct LossSection {
   LossKind name = LossKind::CrossEntropy;
+  double temperature = 0.1;  // stage supcon (base_temperature is the same, as in BioEncoder)
 };
 
 struct OptimSection {
@@ -101,6 +116,9 @@ struct TrainSection {
   int64_t grad_accum_steps = 1;
   double clip_grad_norm = 0.0;  // 0: off
   double ema_decay = 0.0;       // 0: no EMA; otherwise evaluation uses the EMA weights
+  StageKind stage = StageKind::Supervised;
+  std::string init_from;        // stage classifier: the checkpoint whose encoder.* is loaded
+  bool freeze_encoder = true;   // stage classifier: train the head only
 };
 
 struct DistributedSection {

@@ -2,9 +2,14 @@
 
 #include <unistd.h>
 
+#include <cstdio>
+#include <sstream>
+
 #include "mpigrad/core/checked_math.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/rng.h"
+#include "mpigrad/data/transforms.h"
+#include "mpigrad/nn/checkpoint.h"
 #include "mpigrad/nn/models.h"
 #include "mpigrad/nn/optim/adam.h"
 #include "mpigrad/nn/optim/sgd.h"
@@ -88,7 +93,36 @@ void check_model_size(const ModelSection& model, const core::Shape& input_shape,
   }
 }
 
+std::string numbers(const std::vector<double>& values) {
+  std::string text;
+  for (double value : values) {
+    char number[32];
+    std::snprintf(number, sizeof(number), "%g", value);
+    if (!text.empty()) text.push_back(',');
+    text.append(number);
+  }
+  return text;
+}
+
 }  // namespace
+
+InputTransform input_transform(const TrainConfig& config, const data::FieldInfo& inputs) {
+  const bool image = inputs.dtype == core::kUInt8;
+  const bool normalized = !config.data.mean.empty();
+  std::ostringstream text;
+  text << "field '" << config.data.x << "' " << inputs.dtype << " " << inputs.sample_shape
+       << (image ? ", scaled to [0, 1]" : ", used as it is");
+  if (normalized) {
+    text << ", normalized with mean " << numbers(config.data.mean) << " and std "
+         << numbers(config.data.std);
+  }
+  if (!image && !normalized && inputs.dtype == core::kFloat32) return {nullptr, text.str()};
+  if (!image && !normalized) text << " (converted to float32)";
+  std::vector<double> mean = normalized ? config.data.mean : std::vector<double>{0.0};
+  std::vector<double> std = normalized ? config.data.std : std::vector<double>{1.0};
+  return {data::normalize_transform(config.data.x, image ? 1.0 / 255.0 : 1.0, mean, std),
+          text.str()};
+}
 
 std::shared_ptr<nn::Module> make_model(const ModelSection& model, const core::Shape& input_shape,
                                        int64_t outputs, uint64_t seed) {
@@ -118,11 +152,100 @@ std::shared_ptr<nn::Module> make_model(const ModelSection& model, const core::Sh
   core::fail("[model] name: unhandled model kind");
 }
 
+nn::Encoder make_encoder(const ModelSection& model, const core::Shape& input_shape,
+                         core::Generator& generator) {
+  MPIGRAD_CHECK(input_shape.numel() >= 1, "[model] input_shape: empty input ", input_shape);
+  const bool images = input_shape.size() == 3;
+  try {
+    switch (model.name) {
+      case ModelKind::Mlp:
+        return nn::make_mlp_encoder(input_shape, model.hidden, model.dropout, generator);
+      case ModelKind::Cnn:
+        MPIGRAD_CHECK(images, "[model] name = cnn needs samples of shape [channels, height, "
+                      "width], got ", input_shape);
+        return nn::make_cnn_encoder(input_shape, model.channels, model.hidden, model.dropout,
+                                    generator, model.padding_mode);
+      case ModelKind::Conv:
+        core::fail("[model] name = conv has no encoder (its output is a grid, not features); "
+                   "two-stage training takes mlp or cnn");
+    }
+  } catch (const core::Error& error) {
+    core::fail("[model]: ", error.what());
+  }
+  core::fail("[model] name: unhandled model kind");
+}
+
+std::shared_ptr<nn::Module> make_stage_model(const ModelSection& model, const TrainSection& train,
+                                             const core::Shape& input_shape, int64_t classes) {
+  if (train.stage == StageKind::Supervised) {
+    return make_model(model, input_shape, classes, train.seed);
+  }
+  core::Generator generator(train.seed);
+  nn::Encoder encoder = make_encoder(model, input_shape, generator);
+  if (train.stage == StageKind::SupCon) {
+    auto head = nn::make_head(nn::HeadKind::Mlp, encoder.features, model.projection, generator);
+    return std::make_shared<nn::EncoderWithHead>(
+        encoder.module, encoder.features, head,
+        nn::EncoderWithHeadOptions{.normalize_output = true});
+  }
+  MPIGRAD_CHECK(classes >= 1, "[model] outputs: must be at least 1, got ", classes);
+  auto head = nn::make_head(model.head, encoder.features, classes, generator);
+  return std::make_shared<nn::EncoderWithHead>(
+      encoder.module, encoder.features, head,
+      nn::EncoderWithHeadOptions{.freeze_encoder = train.freeze_encoder});
+}
+
+void load_encoder(nn::EncoderWithHead& model, const std::string& path, const std::string& where) {
+  nn::CheckpointData data;
+  try {
+    data = nn::load_checkpoint(path);
+  } catch (const core::Error& error) {
+    core::fail(where, ": cannot read checkpoint '", path, "': ", error.what());
+  }
+  const std::string prefix = "encoder.";
+  nn::StateDict encoder_state;
+  for (const auto& [name, tensor] : data.model.tensors()) {
+    if (name.starts_with(prefix)) encoder_state.set(name.substr(prefix.size()), tensor);
+  }
+  MPIGRAD_CHECK(encoder_state.size() > 0, where, ": checkpoint '", path, "' holds no encoder.* "
+                "tensors; give the checkpoint of a stage = supcon (or classifier) run");
+  const nn::StateDict expected = model.encoder().state_dict();
+  for (const auto& [name, tensor] : expected.tensors()) {
+    const core::Tensor* stored = encoder_state.find(name);
+    MPIGRAD_CHECK(stored != nullptr, where, ": checkpoint '", path, "' lacks tensor '", prefix,
+                  name, "' of this [model]'s encoder (shape ", tensor.shape(),
+                  "); was it written with the same [model] keys?");
+    MPIGRAD_CHECK(stored->shape() == tensor.shape(), where, ": checkpoint '", path, "' tensor '",
+                  prefix, name, "' has shape ", stored->shape(), " but this [model]'s encoder "
+                  "expects ", tensor.shape(), "; was it written with the same [model] keys?");
+  }
+  for (const auto& [name, tensor] : encoder_state.tensors()) {
+    MPIGRAD_CHECK(expected.contains(name), where, ": checkpoint '", path, "' tensor '", prefix,
+                  name, "' has no place in this [model]'s encoder; was it written with the same "
+                  "[model] keys?");
+  }
+  try {
+    model.encoder().load_state_dict(encoder_state, /*strict=*/true);
+  } catch (const core::Error& error) {
+    core::fail(where, ": checkpoint '", path, "': ", error.what());
+  }
+}
+
+namespace {
+std::vector<core::Tensor> trainable_parameters(const nn::Module& model) {
+  std::vector<core::Tensor> trainable;
+  for (const core::Tensor& parameter : model.parameters()) {
+    if (parameter.requires_grad()) trainable.push_back(parameter);
+  }
+  return trainable;
+}
+}  // namespace
+
 std::unique_ptr<nn::Optimizer> make_optimizer(const OptimSection& optim, nn::Module& model) {
   switch (optim.name) {
     case OptimizerKind::Sgd:
       return std::make_unique<nn::SGD>(
-          model.parameters(),
+          trainable_parameters(model),
           nn::SGDOptions{.lr = optim.lr, .momentum = optim.momentum,
                          .weight_decay = optim.weight_decay});
     case OptimizerKind::Adam:
@@ -131,9 +254,9 @@ std::unique_ptr<nn::Optimizer> make_optimizer(const OptimSection& optim, nn::Mod
       options.lr = optim.lr;
       options.weight_decay = optim.weight_decay;
       if (optim.name == OptimizerKind::Adam) {
-        return std::make_unique<nn::Adam>(model.parameters(), options);
+        return std::make_unique<nn::Adam>(trainable_parameters(model), options);
       }
-      return std::make_unique<nn::AdamW>(model.parameters(), options);
+      return std::make_unique<nn::AdamW>(trainable_parameters(model), options);
     }
   }
   core::fail("[optim] name: unhandled optimizer kind");

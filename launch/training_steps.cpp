@@ -79,4 +79,23 @@ EvalFunction regression_metrics(std::string input, std::string target, Regressio
   };
 }
 
+StepFunction supcon_step(std::string input, std::string label, nn::SupConOptions options) {
+  return [input, label, options](nn::Module& model, const data::Batch& batch) {
+    const int64_t n = batch.size();
+    const core::Tensor& views = batch[input];
+    MPIGRAD_CHECK(views.dim() >= 1 && n > 0 && views.size(0) % n == 0 && views.size(0) >= 2 * n,
+                  "supcon_step: field '", input, "' has ", views.dim() >= 1 ? views.size(0) : 0,
+                  " rows for a batch of ", n, "; expected at least two views per sample, "
+                  "view-major [views * batch, ...]");
+    const int64_t view_count = views.size(0) / n;
+    core::Tensor projections = model(views);  // [V * batch, P], view-major
+    MPIGRAD_CHECK(projections.dim() == 2 && projections.size(0) == view_count * n, "supcon_step: "
+                  "the model maps ", views.shape(), " to ", projections.shape(),
+                  "; expected [", view_count * n, ", projection]");
+    core::Tensor features =
+        projections.reshape({view_count, n, projections.size(1)}).transpose(0, 1);
+    return nn::supcon_loss(features, labels_of(batch, label), core::Tensor(), options);
+  };
+}
+
 }  // namespace mpigrad::launch

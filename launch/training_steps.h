@@ -1,5 +1,5 @@
 // defines: classification_step, classification_metrics, regression_step, regression_metrics,
-//          RegressionLoss
+//          RegressionLoss, supcon_step
 //
 // The step and evaluation functions of supervised models, for TrainingStrategy (and the C API,
 // which trains through the same step). The field names come from the caller (`mpigrad train`
@@ -9,6 +9,10 @@
 //   regression:     the model maps batch[input] to a prediction with as many values per sample
 //                   as batch[target] holds (the shapes may differ, [batch, 1024] against
 //                   [batch, 1, 32, 32] say: both are compared flattened per sample).
+//   supcon:         batch[input] holds V augmented views of each sample, view-major
+//                   [V * batch, ...] (data/augment.h's augment_views_transform); the model maps
+//                   them to L2-normalized projections [V * batch, P]; batch[label] holds one
+//                   class per sample.
 #pragma once
 
 #include <functional>
@@ -16,6 +20,7 @@
 
 #include "mpigrad/launch/training_strategy.h"
 #include "mpigrad/nn/loss.h"
+#include "mpigrad/nn/supcon_loss.h"
 
 namespace mpigrad::launch {
 
@@ -35,5 +40,9 @@ StepFunction regression_step(std::string input, std::string target, RegressionLo
 
 // Per sample: "loss", the loss averaged over the sample's values.
 EvalFunction regression_metrics(std::string input, std::string target, RegressionLoss loss);
+
+// loss = SupConLoss(features [batch, V, P], labels): the model's projections of the V views
+// regrouped per sample (SupContrast's torch.cat([f1.unsqueeze(1), f2.unsqueeze(1)], 1)).
+StepFunction supcon_step(std::string input, std::string label, nn::SupConOptions options);
 
 }  // namespace mpigrad::launch

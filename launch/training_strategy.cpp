@@ -111,7 +111,8 @@ void TrainingStrategy::run(data::DataLoader& train_loader, data::DataLoader* val
     core::check_device_errors(ctx.manager->device());
     call(HookStage::AfterEpoch);
     if (val_loader != nullptr) {
-      ctx.metrics = validate(*val_loader);
+      // Without an evaluation function the metrics come from hooks (RetrievalMetricsHook).
+      ctx.metrics = evaluate_ ? validate(*val_loader) : std::map<std::string, double>{};
       call(HookStage::AfterValidation);
     }
   }

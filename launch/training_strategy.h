@@ -23,6 +23,9 @@
 // over the real samples and all-reduces the sums, counting each sample once even when the
 // loader's DistributedSampler (shuffle off, no drop_last) padded the shard with repeats. A hook
 // may offer the model to evaluate instead of the trained one (EMAHook: the averaged weights).
+// Metrics that need the whole set at once (retrieval over gathered embeddings) come from a hook
+// instead: with a loader but no evaluation function, after_validation runs with empty metrics
+// for hooks to fill (launch/embeddings.h's RetrievalMetricsHook).
 #pragma once
 
 #include <cstdint>
@@ -124,7 +127,7 @@ class Hook {
 class TrainingStrategy {
  public:
   // Throws core::Error when two hooks claim backward (or the optimizer step), naming both.
-  // `evaluate` may be null when there is no validation.
+  // `evaluate` may be null: no validation, or validation by hooks alone (see above).
   TrainingStrategy(std::vector<nn::Module*> models, std::vector<nn::Optimizer*> optimizers,
                    StepFunction step, EvalFunction evaluate, DistributedManager& manager,
                    std::vector<std::shared_ptr<Hook>> hooks, int64_t epochs,

@@ -13,10 +13,11 @@ namespace mpigrad::nn {
 
 namespace {
 
-// Dropout draws from its own stream, seeded from the model generator so it is reproducible.
-void add_classifier_head(std::vector<std::shared_ptr<Module>>& layers, int64_t features,
-                         const std::vector<int64_t>& hidden, int64_t outputs, double dropout,
-                         core::Generator& generator) {
+// [Linear, ReLU, Dropout] per hidden width; returns the width of the last. Dropout draws from
+// its own stream, seeded from the model generator so it is reproducible.
+int64_t add_hidden_layers(std::vector<std::shared_ptr<Module>>& layers, int64_t features,
+                          const std::vector<int64_t>& hidden, double dropout,
+                          core::Generator& generator) {
   for (int64_t width : hidden) {
     layers.push_back(std::make_shared<Linear>(features, width, generator));
     layers.push_back(std::make_shared<ReLU>());
@@ -25,7 +26,14 @@ void add_classifier_head(std::vector<std::shared_ptr<Module>>& layers, int64_t f
     }
     features = width;
   }
-  layers.push_back(std::make_shared<Linear>(features, outputs, generator));
+  return features;
+}
+
+int64_t mlp_layers(std::vector<std::shared_ptr<Module>>& layers, const core::Shape& input_shape,
+                   const std::vector<int64_t>& hidden, double dropout,
+                   core::Generator& generator) {
+  layers.push_back(std::make_shared<Flatten>());
+  return add_hidden_layers(layers, input_shape.numel(), hidden, dropout, generator);
 }
 
 // A conv whose output keeps the input's height and width (odd kernel, stride 1).
@@ -47,21 +55,25 @@ std::shared_ptr<Sequential> make_mlp(const core::Shape& input_shape,
                                      double dropout, core::Generator& generator) {
   MPIGRAD_CHECK(outputs >= 1, "make_mlp: outputs must be at least 1, got ", outputs);
   std::vector<std::shared_ptr<Module>> layers;
-  layers.push_back(std::make_shared<Flatten>());
-  add_classifier_head(layers, input_shape.numel(), hidden, outputs, dropout, generator);
+  int64_t features = mlp_layers(layers, input_shape, hidden, dropout, generator);
+  layers.push_back(std::make_shared<Linear>(features, outputs, generator));
   return std::make_shared<Sequential>(layers);
 }
 
-std::shared_ptr<Sequential> make_cnn(const core::Shape& input_shape,
-                                     const std::vector<int64_t>& channels,
-                                     const std::vector<int64_t>& hidden, int64_t outputs,
-                                     double dropout, core::Generator& generator,
-                                     PaddingMode padding_mode) {
+Encoder make_mlp_encoder(const core::Shape& input_shape, const std::vector<int64_t>& hidden,
+                         double dropout, core::Generator& generator) {
+  std::vector<std::shared_ptr<Module>> layers;
+  int64_t features = mlp_layers(layers, input_shape, hidden, dropout, generator);
+  return {std::make_shared<Sequential>(layers), features};
+}
+
+namespace {
+int64_t cnn_layers(std::vector<std::shared_ptr<Module>>& layers, const core::Shape& input_shape,
+                   const std::vector<int64_t>& channels, const std::vector<int64_t>& hidden,
+                   double dropout, core::Generator& generator, PaddingMode padding_mode) {
   MPIGRAD_CHECK(input_shape.size() == 3, "make_cnn: expected samples of shape [channels, height, "
                 "width], got ", input_shape);
-  MPIGRAD_CHECK(outputs >= 1, "make_cnn: outputs must be at least 1, got ", outputs);
   int64_t in_channels = input_shape[0], height = input_shape[1], width = input_shape[2];
-  std::vector<std::shared_ptr<Module>> layers;
   for (int64_t out_channels : channels) {
     MPIGRAD_CHECK(height >= 2 && width >= 2, "make_cnn: ", channels.size(),
                   " conv blocks halve ", input_shape, " below 1 pixel; use fewer channels entries");
@@ -76,8 +88,30 @@ std::shared_ptr<Sequential> make_cnn(const core::Shape& input_shape,
   layers.push_back(std::make_shared<Flatten>());
   const int64_t features = core::checked_mul(
       core::checked_mul(in_channels, height, "make_cnn: features"), width, "make_cnn: features");
-  add_classifier_head(layers, features, hidden, outputs, dropout, generator);
+  return add_hidden_layers(layers, features, hidden, dropout, generator);
+}
+}  // namespace
+
+std::shared_ptr<Sequential> make_cnn(const core::Shape& input_shape,
+                                     const std::vector<int64_t>& channels,
+                                     const std::vector<int64_t>& hidden, int64_t outputs,
+                                     double dropout, core::Generator& generator,
+                                     PaddingMode padding_mode) {
+  MPIGRAD_CHECK(outputs >= 1, "make_cnn: outputs must be at least 1, got ", outputs);
+  std::vector<std::shared_ptr<Module>> layers;
+  int64_t features =
+      cnn_layers(layers, input_shape, channels, hidden, dropout, generator, padding_mode);
+  layers.push_back(std::make_shared<Linear>(features, outputs, generator));
   return std::make_shared<Sequential>(layers);
+}
+
+Encoder make_cnn_encoder(const core::Shape& input_shape, const std::vector<int64_t>& channels,
+                         const std::vector<int64_t>& hidden, double dropout,
+                         core::Generator& generator, PaddingMode padding_mode) {
+  std::vector<std::shared_ptr<Module>> layers;
+  int64_t features =
+      cnn_layers(layers, input_shape, channels, hidden, dropout, generator, padding_mode);
+  return {std::make_shared<Sequential>(layers), features};
 }
 
 std::shared_ptr<Sequential> make_conv_net(const core::Shape& input_shape,

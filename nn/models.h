@@ -1,4 +1,4 @@
-// defines: make_mlp, make_cnn, make_conv_net
+// defines: make_mlp, make_cnn, make_conv_net, Encoder, make_mlp_encoder, make_cnn_encoder
 //
 // The models `mpigrad train` and the C API offer, built from nn layers with PyTorch's default
 // initialization drawn from an explicit generator, so every rank (and torch, through the
@@ -11,6 +11,11 @@
 //         with same-size padding, ReLU], then a Conv2d kxk to `outputs` channels; the output
 //         keeps the input's height and width. Circular padding makes the grid periodic.
 // Dropout layers are left out when dropout is 0. Names follow nn.Sequential's: "3.weight".
+//
+// Encoders (two-stage training, nn/encoder_with_head.h) are the same models without their last
+// Linear: the mlp's and cnn's layers up to and including the last hidden [Linear, ReLU,
+// Dropout], mapping a sample to `features` values. make_mlp and make_cnn are their encoder plus
+// that Linear, drawn in the same order, so a classifier's weights do not depend on the split.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +40,18 @@ std::shared_ptr<Sequential> make_cnn(const core::Shape& input_shape,
                                      const std::vector<int64_t>& hidden, int64_t outputs,
                                      double dropout, core::Generator& generator,
                                      PaddingMode padding_mode = PaddingMode::Zeros);
+
+// A model without its output layer: [batch, ...] -> [batch, features].
+struct Encoder {
+  std::shared_ptr<Sequential> module;
+  int64_t features = 0;
+};
+
+Encoder make_mlp_encoder(const core::Shape& input_shape, const std::vector<int64_t>& hidden,
+                         double dropout, core::Generator& generator);
+Encoder make_cnn_encoder(const core::Shape& input_shape, const std::vector<int64_t>& channels,
+                         const std::vector<int64_t>& hidden, double dropout,
+                         core::Generator& generator, PaddingMode padding_mode = PaddingMode::Zeros);
 
 // input_shape is [channels, height, width]; kernel_size is odd.
 std::shared_ptr<Sequential> make_conv_net(const core::Shape& input_shape,

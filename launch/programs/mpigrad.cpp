@@ -1,5 +1,6 @@
 // The `mpigrad` program: one executable, one subcommand per job.
 //   mpigrad train --config run.ini      train under mpirun/srun or as one process
+//   mpigrad embed --config F --checkpoint C -o emb.h5   embeddings of a two-stage model
 //   mpigrad data convert-idx|inspect|synth ...
 //   mpigrad devices                     the GPUs this process can use, or why there is none
 // Every subcommand has --help.
@@ -9,6 +10,7 @@
 
 #include "devices_command.h"
 #include "mpigrad/data/data_tool.h"
+#include "mpigrad/launch/embed_command.h"
 #include "mpigrad/launch/train_command.h"
 #include "mpigrad/version.h"
 
@@ -19,6 +21,8 @@ void usage(std::FILE* out) {
                "usage: mpigrad <command> [options]\n\n"
                "commands:\n"
                "  train   train a classifier on HDF5 data (mpigrad train --help)\n"
+               "  embed   embeddings of a dataset under a two-stage model's encoder\n"
+               "          (mpigrad embed --help)\n"
                "  data    convert, inspect or synthesize HDF5 datasets (mpigrad data --help)\n"
                "  devices list the GPUs this process can use, or say why there are none\n\n"
                "options:\n"
@@ -43,6 +47,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (command == "train") return mpigrad::launch::run_train_command(argc - 1, argv + 1);
+  if (command == "embed") return mpigrad::launch::run_embed_command(argc - 1, argv + 1);
   if (command == "data") return mpigrad::data::run_data_command(argc - 1, argv + 1);
   if (command == "devices") return mpigrad::launch::run_devices_command(argc - 1, argv + 1);
   std::fprintf(stderr, "mpigrad: unknown command '%s'\n\n", command.c_str());
