@@ -26,9 +26,11 @@
 
 namespace mpigrad::launch {
 
-enum class ModelKind : uint8_t { Mlp, Cnn, Conv };
-inline constexpr core::EnumName<ModelKind> kModelKindNames[] = {
-    {ModelKind::Mlp, "mlp"}, {ModelKind::Cnn, "cnn"}, {ModelKind::Conv, "conv"}};
+enum class ModelKind : uint8_t { Mlp, Cnn, Conv, ResNet };
+inline constexpr core::EnumName<ModelKind> kModelKindNames[] = {{ModelKind::Mlp, "mlp"},
+                                                                {ModelKind::Cnn, "cnn"},
+                                                                {ModelKind::Conv, "conv"},
+                                                                {ModelKind::ResNet, "resnet"}};
 
 enum class LossKind : uint8_t { CrossEntropy, Mse, L1 };
 inline constexpr core::EnumName<LossKind> kLossKindNames[] = {
@@ -66,6 +68,8 @@ struct ModelSection {
   int64_t outputs = 0;               // outputs (classes, values, channels); 0: from the data
   int64_t kernel_size = 3;           // conv
   nn::PaddingMode padding_mode = nn::PaddingMode::Zeros;  // cnn, conv
+  int64_t depth = 18;  // resnet: 18 or 34
+  int64_t width = 64;  // resnet: channels of the first stage (then 2w, 4w, 8w)
 };
 
 struct LossSection {

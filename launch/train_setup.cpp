@@ -28,6 +28,12 @@ std::shared_ptr<nn::Module> make_model(const ModelSection& model, const core::Sh
                       "width], got ", input_shape);
         return nn::make_conv_net(input_shape, model.channels, outputs, model.kernel_size,
                                  model.padding_mode, generator);
+      case ModelKind::ResNet:
+        MPIGRAD_CHECK(images, "[model] name = resnet needs samples of shape [channels, height, "
+                      "width], got ", input_shape);
+        MPIGRAD_CHECK(model.depth == 18 || model.depth == 34, "[model] depth: resnet has depth "
+                      "18 or 34 (basic blocks), got ", model.depth);
+        return nn::make_resnet(input_shape, model.depth, model.width, outputs, generator);
     }
   } catch (const core::Error& error) {
     core::fail("[model]: ", error.what());
