@@ -297,6 +297,11 @@ std::vector<ConfigKey> make_config_keys() {
           "clip the global gradient norm (0: off)"),
       key("train.ema_decay", &C::train, &TrainSection::ema_decay, fraction,
           "keep an EMA of the weights with this decay and evaluate with it (0: off)"),
+      key("train.swa_start", &C::train, &TrainSection::swa_start, Integer{0},
+          "average the weights of this epoch (1-based) and every later one; at the end, "
+          "recompute BatchNorm, evaluate and write swa.h5 (0: off)"),
+      key("train.swa_lr", &C::train, &TrainSection::swa_lr, non_negative,
+          "constant lr from swa_start on, without annealing (0: the schedule's lr is kept)"),
       key("distributed.backend", &C::distributed, &DistributedSection::backend,
           Choice<Backend>{kBackendNames}, "the communication library (auto: NCCL on GPUs)"),
       key("distributed.bucket_cap_mb", &C::distributed, &DistributedSection::bucket_cap_mb,
@@ -354,6 +359,9 @@ void apply(const po::variables_map& values, const std::vector<std::string>& from
   const DataSection& data = config.data;
   MPIGRAD_CHECK(data.mean.empty() == data.std.empty(), "[data] mean and std: give both or neither",
                 " (mean has ", data.mean.size(), " value(s), std ", data.std.size(), ")");
+  MPIGRAD_CHECK(config.train.swa_start <= config.train.epochs, "[train] swa_start: epoch ",
+                config.train.swa_start, " is after the last of [train] epochs = ",
+                config.train.epochs);
 }
 
 void require_files(const std::vector<std::string>& paths, const char* key, bool required) {

@@ -105,6 +105,8 @@ struct TrainSection {
   int64_t grad_accum_steps = 1;
   double clip_grad_norm = 0.0;  // 0: off
   double ema_decay = 0.0;       // 0: no EMA; otherwise evaluation uses the EMA weights
+  int64_t swa_start = 0;        // SWA from this epoch on (1-based); 0: off (launch/swa.h)
+  double swa_lr = 0.0;          // constant lr from swa_start; 0: the schedule's lr is kept
 };
 
 struct DistributedSection {

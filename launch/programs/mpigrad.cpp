@@ -2,6 +2,8 @@
 //   mpigrad train --config run.ini      train under mpirun/srun or as one process
 //   mpigrad data convert-idx|inspect|synth ...
 //   mpigrad devices                     the GPUs this process can use, or why there is none
+//   mpigrad lr-find --config run.ini    the learning-rate range test
+//   mpigrad swa --config run.ini --checkpoints a.h5,b.h5   average checkpoints' weights
 // Every subcommand has --help.
 #include <cstdio>
 #include <cstring>
@@ -9,6 +11,8 @@
 
 #include "devices_command.h"
 #include "mpigrad/data/data_tool.h"
+#include "mpigrad/launch/lr_find_command.h"
+#include "mpigrad/launch/swa_command.h"
 #include "mpigrad/launch/train_command.h"
 #include "mpigrad/version.h"
 
@@ -20,7 +24,9 @@ void usage(std::FILE* out) {
                "commands:\n"
                "  train   train a classifier on HDF5 data (mpigrad train --help)\n"
                "  data    convert, inspect or synthesize HDF5 datasets (mpigrad data --help)\n"
-               "  devices list the GPUs this process can use, or say why there are none\n\n"
+               "  devices list the GPUs this process can use, or say why there are none\n"
+               "  lr-find run the learning-rate range test (mpigrad lr-find --help)\n"
+               "  swa     average checkpoints' weights, recompute BatchNorm (mpigrad swa --help)\n\n"
                "options:\n"
                "  --help, -h    show this help\n"
                "  --version     print the version\n");
@@ -45,6 +51,8 @@ int main(int argc, char** argv) {
   if (command == "train") return mpigrad::launch::run_train_command(argc - 1, argv + 1);
   if (command == "data") return mpigrad::data::run_data_command(argc - 1, argv + 1);
   if (command == "devices") return mpigrad::launch::run_devices_command(argc - 1, argv + 1);
+  if (command == "lr-find") return mpigrad::launch::run_lr_find_command(argc - 1, argv + 1);
+  if (command == "swa") return mpigrad::launch::run_swa_command(argc - 1, argv + 1);
   std::fprintf(stderr, "mpigrad: unknown command '%s'\n\n", command.c_str());
   usage(stderr);
   return 2;
