@@ -4,12 +4,14 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "gradcheck.h"
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/error.h"
+#include "mpigrad/core/ops/reduce.h"
 #include "mpigrad/nn/layers/basic_block.h"
 #include "mpigrad/nn/models.h"
 
@@ -133,16 +135,17 @@ TEST_CASE("ResNet-34's stages, the 28-pixel small stem and the ImageNet stem") {
                        doctest::Contains("depth must be 18 or 34"), core::Error);
 }
 
-TEST_CASE("ResNet: the whole model's gradients (depth 18, width 2, 8 pixels)") {
+TEST_CASE("ResNet: the whole model's gradients (depth 18, width 2, 16 pixels)") {
   core::Generator generator(3);
-  auto model = nn::make_resnet({1, 8, 8}, 18, 2, 3, generator);
+  auto model = nn::make_resnet({1, 16, 16}, 18, 2, 3, generator);
   model->to(core::kFloat64);
-  Tensor x = fd_input({2, 1, 8, 8}, 4);
+  Tensor x = fd_input({2, 1, 16, 16}, 4);
   // A few leaves only: the input, the stem conv, a downsample conv and fc (the rest are the
   // block's, checked above); every element of each is perturbed.
   std::vector<Tensor> leaves{x};
   for (auto& [name, parameter] : model->named_parameters()) {
-    if (name == "conv1.weight" || name == "layer3.0.downsample.0.weight" || name == "fc.weight") {
+    if (name == "layer3.1.conv2.weight" || name == "layer3.0.downsample.0.weight" ||
+        name == "fc.weight") {
       leaves.push_back(parameter);
     }
   }
@@ -150,4 +153,84 @@ TEST_CASE("ResNet: the whole model's gradients (depth 18, width 2, 8 pixels)") {
   const std::string mismatch = gradient_mismatch(leaves, [&] { return model->forward(x); }, 3,
                                                  1e-6, 1e-5, 1e-4);
   CHECK_MESSAGE(mismatch.empty(), mismatch);
+}
+
+TEST_CASE("BasicBlock in float32 agrees with float64: forward and gradients (the training path)") {
+  // The gradient checks above run in float64; training runs float32 kernels, checked here
+  // against the float64 result on the same weights and input.
+  struct Case {
+    int64_t in, out, stride, size;
+  };
+  for (const Case& c : {Case{4, 4, 1, 8}, Case{4, 8, 2, 8}, Case{8, 16, 2, 4}, Case{16, 32, 2, 8}}) {
+    CAPTURE(c.stride);
+    CAPTURE(c.size);
+    core::Generator generator(9);
+    nn::BasicBlock wide(c.in, c.out, c.stride, generator);
+    core::Generator same(9);
+    nn::BasicBlock narrow(c.in, c.out, c.stride, same);
+    wide.to(core::kFloat64);
+    Tensor x64 = fd_input({8, c.in, c.size, c.size}, 5);
+    Tensor x32 = x64.to(core::kFloat32).detach();
+    x32.set_requires_grad(true);
+    x64.set_requires_grad(true);
+    Tensor y64 = wide(x64), y32 = narrow(x32);
+    const std::vector<double> weights = test::fd_weights(y64.numel(), 4);
+    core::sum(y64 * Tensor::from_vector(weights, y64.shape(), core::kFloat64)).backward();
+    core::sum(y32 * Tensor::from_vector(weights, y32.shape(), core::kFloat64).to(core::kFloat32))
+        .backward();
+    auto relative = [](const Tensor& a, const Tensor& b) {
+      const std::vector<double> u = a.to(core::kFloat64).to_vector<double>();
+      const std::vector<double> v = b.to(core::kFloat64).to_vector<double>();
+      double diff = 0, norm = 0;
+      for (size_t i = 0; i < u.size(); ++i) {
+        diff += (u[i] - v[i]) * (u[i] - v[i]);
+        norm += v[i] * v[i];
+      }
+      return std::sqrt(diff / std::max(norm, 1e-300));
+    };
+    CHECK(relative(y32, y64) < 1e-5);
+    CHECK_MESSAGE(relative(x32.grad(), x64.grad()) < 1e-4, "input gradient");
+    const auto p32 = narrow.named_parameters(), p64 = wide.named_parameters();
+    for (size_t i = 0; i < p32.size(); ++i) {
+      CHECK_MESSAGE(relative(p32[i].second.grad(), p64[i].second.grad()) < 1e-4, p32[i].first);
+    }
+  }
+}
+
+TEST_CASE("ResNet in float32 agrees with float64: every parameter's gradient") {
+  core::Generator g64(4), g32(4);
+  auto wide = nn::make_resnet({3, 16, 16}, 18, 4, 10, g64);
+  auto narrow = nn::make_resnet({3, 16, 16}, 18, 4, 10, g32);
+  wide->to(core::kFloat64);
+  Tensor x64 = fd_input({8, 3, 16, 16}, 6, 0.0, 1.0);
+  Tensor x32 = x64.to(core::kFloat32).detach();
+  const std::vector<double> weights = test::fd_weights(80, 2);
+  core::sum(wide->forward(x64) * Tensor::from_vector(weights, {8, 10}, core::kFloat64)).backward();
+  core::sum(narrow->forward(x32) *
+            Tensor::from_vector(weights, {8, 10}, core::kFloat64).to(core::kFloat32))
+      .backward();
+  const auto p32 = narrow->named_parameters(), p64 = wide->named_parameters();
+  for (size_t i = 0; i < p32.size(); ++i) {
+    const std::vector<double> u = p32[i].second.grad().to(core::kFloat64).to_vector<double>();
+    const std::vector<double> v = p64[i].second.grad().to_vector<double>();
+    double diff = 0, norm = 0;
+    for (size_t k = 0; k < u.size(); ++k) {
+      diff += (u[k] - v[k]) * (u[k] - v[k]);
+      norm += v[k] * v[k];
+    }
+    CHECK_MESSAGE(std::sqrt(diff / std::max(norm, 1e-300)) < 1e-4, p32[i].first, " ",
+                  std::sqrt(diff / std::max(norm, 1e-300)));
+  }
+}
+
+TEST_CASE("BasicBlock: input gradient at wider channel counts (stride 2, 8 pixels)") {
+  for (int64_t channels : {8, 16}) {
+    CAPTURE(channels);
+    core::Generator generator(7);
+    nn::BasicBlock block(channels, 2 * channels, 2, generator);
+    block.to(core::kFloat64);
+    Tensor x = fd_input({2, channels, 8, 8}, 12);
+    const std::string mismatch = gradient_mismatch({x}, [&] { return block(x); });
+    CHECK_MESSAGE(mismatch.empty(), mismatch);
+  }
 }
