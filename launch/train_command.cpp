@@ -425,7 +425,8 @@ CheckedRun check_run(const std::vector<std::string>& args, int64_t rank, int64_t
   run.sample_shape = job.sample_shape;
   run.outputs = job.outputs;
   run.steps_per_epoch = job.steps_per_epoch;
-  run.input_transform = input_transform(job.config, job.train_set->field(job.config.data.x)).transform;
+  const data::FieldInfo& inputs = job.train_set->field(job.config.data.x);
+  run.input_transform = input_transform(job.config, inputs).transform;
   return run;
 }
 

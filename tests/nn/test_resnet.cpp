@@ -81,7 +81,9 @@ TEST_CASE("BasicBlock adds the shortcut: zero conv weights leave relu(shortcut)"
   }
   Tensor x = fd_input({1, 2, 3, 3}, 3);
   const std::vector<double> input = x.to_vector<double>(), output = block(x).to_vector<double>();
-  for (size_t i = 0; i < input.size(); ++i) CHECK(output[i] == doctest::Approx(std::max(0.0, input[i])));
+  for (size_t i = 0; i < input.size(); ++i) {
+    CHECK(output[i] == doctest::Approx(std::max(0.0, input[i])));
+  }
 }
 
 TEST_CASE("ResNet-18: torchvision's names, the small stem and the encoder-only form") {
@@ -161,7 +163,8 @@ TEST_CASE("BasicBlock in float32 agrees with float64: forward and gradients (the
   struct Case {
     int64_t in, out, stride, size;
   };
-  for (const Case& c : {Case{4, 4, 1, 8}, Case{4, 8, 2, 8}, Case{8, 16, 2, 4}, Case{16, 32, 2, 8}}) {
+  for (const Case& c :
+       {Case{4, 4, 1, 8}, Case{4, 8, 2, 8}, Case{8, 16, 2, 4}, Case{16, 32, 2, 8}}) {
     CAPTURE(c.stride);
     CAPTURE(c.size);
     core::Generator generator(9);
