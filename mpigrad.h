@@ -37,6 +37,7 @@
 #include "mpigrad/nn/layers/batch_norm.h" // defines: BatchNorm1d, BatchNorm2d
 #include "mpigrad/nn/layers/container.h"  // defines: Sequential, Identity, Flatten
 #include "mpigrad/nn/layers/conv.h"       // defines: Conv2d
+#include "mpigrad/nn/layers/basic_block.h" // defines: BasicBlock
 #include "mpigrad/nn/layers/dropout.h"    // defines: Dropout
 #include "mpigrad/nn/layers/embedding.h"  // defines: Embedding
 #include "mpigrad/nn/layers/layer_norm.h" // defines: LayerNorm
@@ -44,8 +45,9 @@
 #include "mpigrad/nn/layers/pooling.h"    // defines: MaxPool2d, AvgPool2d, AdaptiveAvgPool2d
 #include "mpigrad/nn/loss.h"              // defines: cross_entropy, mse_loss, CrossEntropyLoss, ...
 #include "mpigrad/nn/encoder_with_head.h" // defines: EncoderWithHead, make_head, l2_normalize
-#include "mpigrad/nn/models.h"            // defines: make_mlp, make_cnn, make_*_encoder
+#include "mpigrad/nn/models.h"            // defines: make_mlp, make_cnn, make_resnet, make_*_encoder
 #include "mpigrad/nn/module.h"            // defines: Module
+#include "mpigrad/nn/resnet.h"            // defines: ResNet, ResNetConfig, resnet_stages
 #include "mpigrad/nn/optim/adam.h"        // defines: Adam, AdamW
 #include "mpigrad/nn/optim/clip_grad.h"   // defines: clip_grad_norm_
 #include "mpigrad/nn/optim/lr_scheduler.h"// defines: StepLR, CosineAnnealingLR, OneCycleLR, ...

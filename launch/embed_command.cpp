@@ -25,11 +25,12 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: mpigrad embed --config FILE.ini --checkpoint CKPT.h5 [--split test|train] -o OUT.h5 "
-    "[--metrics] [--batch-size N]\n\n"
+    "[--metrics] [--batch-size N] [--section.key=value ...]\n\n"
     "Embeds a dataset with the encoder of a two-stage model ([train] stage = supcon or\n"
     "classifier) and writes /embeddings float32 [N, D], /labels int64 [N] and /indices int64 [N]\n"
     "in dataset order. Run it under mpirun like `mpigrad train`: every rank embeds its shard.\n"
-    "--metrics also prints precision@1 and mAP@R (pytorch-metric-learning's definitions).\n\n";
+    "--metrics also prints precision@1 and mAP@R (pytorch-metric-learning's definitions).\n"
+    "Any other --section.key=value overrides the config's key, as for `mpigrad train`.\n\n";
 
 struct EmbedJob {
   TrainConfig config;
@@ -52,8 +53,12 @@ EmbedJob check_embed_job(const std::vector<std::string>& args, int64_t ranks) {
       "batch-size", po::value<int64_t>(), "samples per batch and rank (default 256)")(
       "help,h", "show this help");
   po::variables_map values;
+  std::vector<std::string> overrides;  // --section.key=value, for the config (checked there)
   try {
-    po::store(po::command_line_parser(args).options(options).run(), values);
+    po::parsed_options parsed =
+        po::command_line_parser(args).options(options).allow_unregistered().run();
+    po::store(parsed, values);
+    overrides = po::collect_unrecognized(parsed.options, po::include_positional);
   } catch (const po::error& error) {
     core::fail("mpigrad embed: ", error.what());
   }
@@ -84,7 +89,9 @@ EmbedJob check_embed_job(const std::vector<std::string>& args, int64_t ranks) {
 
   const std::string config_file = values["config"].as<std::string>();
   try {
-    job.config = parse_train_config({"--config", config_file});
+    std::vector<std::string> config_args = {"--config", config_file};
+    config_args.insert(config_args.end(), overrides.begin(), overrides.end());
+    job.config = parse_train_config(config_args);
   } catch (const core::Error& error) {
     core::fail("mpigrad embed: --config: ", error.what());
   }

@@ -22,11 +22,13 @@
 #include "mpigrad/launch/distributed_manager.h"
 #include "mpigrad/launch/embeddings.h"
 #include "mpigrad/launch/mpi_interop.h"
+#include "mpigrad/launch/swa.h"
 #include "mpigrad/launch/sync_batch_norm.h"
 #include "mpigrad/launch/train_config.h"
 #include "mpigrad/launch/train_setup.h"
 #include "mpigrad/launch/training_hooks.h"
 #include "mpigrad/launch/training_strategy.h"
+#include "mpigrad/nn/checkpoint.h"
 #include "mpigrad/nn/optim/lr_scheduler.h"
 
 namespace mpigrad::launch {
@@ -230,6 +232,52 @@ void describe_first_batch(const TrainingJob& job, const InputTransform& inputs) 
               static_cast<long long>(*std::max_element(y.begin(), y.end())));
 }
 
+// The end of in-training SWA (launch/swa.h): the averaged weights in a second instance of the
+// model, BatchNorm recomputed over the training data, evaluated, written to out_dir/swa.h5.
+void finish_swa(const TrainingJob& job, const SWAHook& swa, DistributedManager& manager,
+                const TrainingContext& context) {
+  const TrainConfig& config = job.config;
+  const bool main_process = manager.is_main_process();
+  if (swa.averager().count() == 0) {
+    if (main_process) std::printf("mpigrad train: SWA averaged no epoch (training ended first)\n");
+    return;
+  }
+  std::shared_ptr<nn::Module> averaged =
+      make_model(config.model, job.sample_shape, job.outputs, config.train.seed);
+  averaged->to(manager.device());
+  swa.averager().copy_to(*averaged);
+  const InputTransform inputs = input_transform(config, job.train_set->field(config.data.x));
+  data::DataLoaderOptions options;
+  options.batch_size = config.train.batch_size;
+  options.num_replicas = manager.world_size();
+  options.rank = manager.rank();
+  options.num_workers = 1;
+  options.transform = inputs.transform;
+  options.device = manager.device();
+  data::DataLoader train_loader(job.train_set, options);
+  recompute_bn_statistics(*averaged, train_loader, config.data.x, manager);
+  std::map<std::string, double> metrics;
+  if (job.test_set) {
+    options.batch_size = 256;
+    data::DataLoader test_loader(job.test_set, options);
+    metrics = evaluate_classifier(*averaged, test_loader, config.data.x, config.data.y, manager);
+  }
+  if (!main_process) return;
+  std::string path;
+  if (!config.train.out_dir.empty()) {
+    path = (std::filesystem::path(config.train.out_dir) / "swa.h5").string();
+    nn::save_checkpoint(path, *averaged, nullptr, nullptr, context.epoch + 1, context.step,
+                        manager.world_size(), config.resolved_text());
+  }
+  std::printf("mpigrad train: SWA of %lld epoch(s) from epoch %lld",
+              static_cast<long long>(swa.averager().count()),
+              static_cast<long long>(swa.settings().start_epoch));
+  if (!metrics.empty()) std::printf("; SWA test accuracy %.4f", metrics["val_accuracy"]);
+  if (!path.empty()) std::printf("; wrote %s", path.c_str());
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
 // The training phase; any exception escapes to the caller, which ends the job.
 int train(TrainingJob& job, DistributedManager& manager) {
   const TrainConfig& config = job.config;
@@ -335,6 +383,12 @@ int train(TrainingJob& job, DistributedManager& manager) {
   if (stage == StageKind::SupCon) {
     hooks.push_back(std::make_shared<RetrievalMetricsHook>(config.data.x, config.data.y));
   }
+  // SWA follows the scheduler (its lr wins) and precedes logging (which then shows it).
+  std::shared_ptr<SWAHook> swa;
+  if (config.train.swa_start > 0) {
+    swa = std::make_shared<SWAHook>(SWASettings{config.train.swa_start, config.train.swa_lr});
+    hooks.push_back(swa);
+  }
   auto logging = std::make_shared<LoggingHook>(out_dir, config.train.log_every);
   hooks.push_back(logging);
 
@@ -396,6 +450,7 @@ int train(TrainingJob& job, DistributedManager& manager) {
   TrainingStrategy strategy({&model}, {optimizer.get()}, step, evaluate, manager, hooks,
                             config.dry_run ? 1 : config.train.epochs, max_steps);
   strategy.run(train_loader, config.dry_run ? nullptr : test_loader.get());
+  if (swa && !config.dry_run) finish_swa(job, *swa, manager, strategy.context());
 
   if (main_process) {
     if (config.dry_run) {
@@ -420,6 +475,21 @@ int train(TrainingJob& job, DistributedManager& manager) {
 }
 
 }  // namespace
+
+CheckedRun check_run(const std::vector<std::string>& args, int64_t rank, int64_t ranks) {
+  TrainingJob job = check_job(args, rank, ranks);
+  CheckedRun run;
+  run.config = job.config;
+  if (run.config.help) return run;
+  run.train_set = job.train_set;
+  run.test_set = job.test_set;
+  run.sample_shape = job.sample_shape;
+  run.outputs = job.outputs;
+  run.steps_per_epoch = job.steps_per_epoch;
+  const data::FieldInfo& inputs = job.train_set->field(job.config.data.x);
+  run.input_transform = input_transform(job.config, inputs).transform;
+  return run;
+}
 
 int run_train_command(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);

@@ -15,9 +15,34 @@
 // Rank 0 writes out_dir/config.ini (the resolved configuration), metrics.jsonl and checkpoints.
 #pragma once
 
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mpigrad/core/shape.h"
+#include "mpigrad/data/hdf5_dataset.h"
+#include "mpigrad/data/transforms.h"
+#include "mpigrad/launch/train_config.h"
+
 namespace mpigrad::launch {
 
 // argv[0] is "train"; returns the process exit code.
 int run_train_command(int argc, char** argv);
+
+// The checking phase of `mpigrad train`, for the sibling subcommands that run the same config
+// (lr-find, swa): the parsed config, the opened and checked data sets, one sample's shape, the
+// classes, the optimizer steps per epoch and the input transform train uses. Throws core::Error
+// naming the key or file, as train's checking phase does. With --help in `args`, only `config`
+// is set (config.help).
+struct CheckedRun {
+  TrainConfig config;
+  std::shared_ptr<data::Hdf5Dataset> train_set, test_set;
+  core::Shape sample_shape;
+  int64_t outputs = 0;
+  int64_t steps_per_epoch = 0;
+  data::BatchTransform input_transform;  // null: batches are used as they are
+};
+CheckedRun check_run(const std::vector<std::string>& args, int64_t rank, int64_t ranks);
 
 }  // namespace mpigrad::launch

@@ -264,6 +264,10 @@ std::vector<ConfigKey> make_config_keys() {
           "stage supcon: outputs of the projection head Linear(f,f) ReLU Linear(f,projection)"),
       key("model.head", &C::model, &ModelSection::head, Choice<nn::HeadKind>{nn::kHeadKindNames},
           "stage classifier: the head on the encoder (mlp: Linear(f,f) ReLU Linear(f,classes))"),
+      key("model.depth", &C::model, &ModelSection::depth, Integer{18},
+          "resnet: 18 or 34 (basic blocks [2,2,2,2] or [3,4,6,3])"),
+      key("model.width", &C::model, &ModelSection::width, Integer{1},
+          "resnet: channels of the first stage; the stages have w, 2w, 4w, 8w"),
       key("loss.name", &C::loss, &LossSection::name, Choice<LossKind>{kLossKindNames},
           "the loss: cross_entropy for classes (mpigrad train), mse or l1 for regression"),
       key("loss.temperature", &C::loss, &LossSection::temperature, positive,
@@ -317,6 +321,11 @@ std::vector<ConfigKey> make_config_keys() {
           "stage classifier: checkpoint whose encoder.* tensors initialize the encoder"),
       key("train.freeze_encoder", &C::train, &TrainSection::freeze_encoder, Boolean{},
           "stage classifier: keep the encoder fixed (no grad, BatchNorm in eval mode)"),
+      key("train.swa_start", &C::train, &TrainSection::swa_start, Integer{0},
+          "average the weights of this epoch (1-based) and every later one; at the end, "
+          "recompute BatchNorm, evaluate and write swa.h5 (0: off)"),
+      key("train.swa_lr", &C::train, &TrainSection::swa_lr, non_negative,
+          "constant lr from swa_start on, without annealing (0: the schedule's lr is kept)"),
       key("distributed.backend", &C::distributed, &DistributedSection::backend,
           Choice<Backend>{kBackendNames}, "the communication library (auto: NCCL on GPUs)"),
       key("distributed.bucket_cap_mb", &C::distributed, &DistributedSection::bucket_cap_mb,
@@ -374,6 +383,12 @@ void apply(const po::variables_map& values, const std::vector<std::string>& from
   const DataSection& data = config.data;
   MPIGRAD_CHECK(data.mean.empty() == data.std.empty(), "[data] mean and std: give both or neither",
                 " (mean has ", data.mean.size(), " value(s), std ", data.std.size(), ")");
+  MPIGRAD_CHECK(config.train.swa_start <= config.train.epochs, "[train] swa_start: epoch ",
+                config.train.swa_start, " is after the last of [train] epochs = ",
+                config.train.epochs);
+  MPIGRAD_CHECK(config.train.swa_start == 0 || config.train.stage != StageKind::SupCon,
+                "[train] swa_start: SWA evaluates a classifier; stage = supcon has no classes to "
+                "score (use it with stage = supervised or classifier)");
 }
 
 void require_files(const std::vector<std::string>& paths, const char* key, bool required) {

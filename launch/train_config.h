@@ -28,9 +28,11 @@
 
 namespace mpigrad::launch {
 
-enum class ModelKind : uint8_t { Mlp, Cnn, Conv };
-inline constexpr core::EnumName<ModelKind> kModelKindNames[] = {
-    {ModelKind::Mlp, "mlp"}, {ModelKind::Cnn, "cnn"}, {ModelKind::Conv, "conv"}};
+enum class ModelKind : uint8_t { Mlp, Cnn, Conv, ResNet };
+inline constexpr core::EnumName<ModelKind> kModelKindNames[] = {{ModelKind::Mlp, "mlp"},
+                                                                {ModelKind::Cnn, "cnn"},
+                                                                {ModelKind::Conv, "conv"},
+                                                                {ModelKind::ResNet, "resnet"}};
 
 enum class LossKind : uint8_t { CrossEntropy, Mse, L1 };
 inline constexpr core::EnumName<LossKind> kLossKindNames[] = {
@@ -80,6 +82,8 @@ struct ModelSection {
   nn::PaddingMode padding_mode = nn::PaddingMode::Zeros;  // cnn, conv
   int64_t projection = 128;                 // stage supcon: the projection head's outputs
   nn::HeadKind head = nn::HeadKind::Linear;  // stage classifier: the head on the encoder
+  int64_t depth = 18;  // resnet: 18 or 34
+  int64_t width = 64;  // resnet: channels of the first stage (then 2w, 4w, 8w)
 };
 
 struct LossSection {
@@ -119,6 +123,8 @@ struct TrainSection {
   StageKind stage = StageKind::Supervised;
   std::string init_from;        // stage classifier: the checkpoint whose encoder.* is loaded
   bool freeze_encoder = true;   // stage classifier: train the head only
+  int64_t swa_start = 0;        // SWA from this epoch on (1-based); 0: off (launch/swa.h)
+  double swa_lr = 0.0;          // constant lr from swa_start; 0: the schedule's lr is kept
 };
 
 struct DistributedSection {

@@ -79,6 +79,28 @@ void check_model_size(const ModelSection& model, const core::Shape& input_shape,
                                    width, "[model] channels"));
       break;
     }
+    case ModelKind::ResNet: {
+      if (input_shape.size() != 3) return;
+      // An upper bound, enough to name the key before anything is built: the stem, then per
+      // stage (w, 2w, 4w, 8w channels) two 3x3 convs a block and a 1x1 downsample where the
+      // width changes; BatchNorm's weights are a rounding error beside them.
+      const int64_t blocks = model.depth == 34 ? 6 : 2;  // per stage; 34's [3,4,6,3] at most
+      int64_t channels = model.width;
+      add(layer_parameters(input_shape[0], channels, 3, "width"), "width");
+      for (int stage = 0; stage < 4; ++stage) {
+        const int64_t out = core::checked_mul(model.width, int64_t(1) << stage, "[model] width");
+        for (int64_t block = 0; block < blocks; ++block) {
+          add(layer_parameters(channels, out, 3, "width"), "width");
+          add(layer_parameters(out, out, 3, "width"), "width");
+          if (channels != out) add(layer_parameters(channels, out, 1, "width"), "width");
+          channels = out;
+        }
+      }
+      if (outputs > 0) {
+        add(layer_parameters(channels, outputs, 1, "outputs ([data] num_classes)"), "outputs");
+      }
+      break;
+    }
     case ModelKind::Conv: {
       if (input_shape.size() != 3) return;
       int64_t channels = input_shape[0];
@@ -91,6 +113,13 @@ void check_model_size(const ModelSection& model, const core::Shape& input_shape,
       break;
     }
   }
+}
+
+void check_resnet(const ModelSection& model, const core::Shape& input_shape) {
+  MPIGRAD_CHECK(input_shape.size() == 3, "[model] name = resnet needs samples of shape "
+                "[channels, height, width], got ", input_shape);
+  MPIGRAD_CHECK(model.depth == 18 || model.depth == 34, "[model] depth: resnet has depth 18 or "
+                "34 (basic blocks), got ", model.depth);
 }
 
 std::string numbers(const std::vector<double>& values) {
@@ -145,6 +174,9 @@ std::shared_ptr<nn::Module> make_model(const ModelSection& model, const core::Sh
                       "width], got ", input_shape);
         return nn::make_conv_net(input_shape, model.channels, outputs, model.kernel_size,
                                  model.padding_mode, generator);
+      case ModelKind::ResNet:
+        check_resnet(model, input_shape);
+        return nn::make_resnet(input_shape, model.depth, model.width, outputs, generator);
     }
   } catch (const core::Error& error) {
     core::fail("[model]: ", error.what());
@@ -165,9 +197,15 @@ nn::Encoder make_encoder(const ModelSection& model, const core::Shape& input_sha
                       "width], got ", input_shape);
         return nn::make_cnn_encoder(input_shape, model.channels, model.hidden, model.dropout,
                                     generator, model.padding_mode);
+      case ModelKind::ResNet: {
+        check_resnet(model, input_shape);
+        check_model_size(model, input_shape, 0);
+        auto resnet = nn::make_resnet(input_shape, model.depth, model.width, 0, generator);
+        return {resnet, core::checked_mul(model.width, 8, "[model] width")};
+      }
       case ModelKind::Conv:
         core::fail("[model] name = conv has no encoder (its output is a grid, not features); "
-                   "two-stage training takes mlp or cnn");
+                   "two-stage training takes mlp, cnn or resnet");
     }
   } catch (const core::Error& error) {
     core::fail("[model]: ", error.what());

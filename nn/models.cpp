@@ -134,4 +134,10 @@ std::shared_ptr<Sequential> make_conv_net(const core::Shape& input_shape,
   return std::make_shared<Sequential>(layers);
 }
 
+std::shared_ptr<ResNet> make_resnet(const core::Shape& input_shape, int64_t depth, int64_t width,
+                                    int64_t outputs, core::Generator& generator) {
+  return std::make_shared<ResNet>(
+      input_shape, ResNetConfig{.depth = depth, .width = width, .outputs = outputs}, generator);
+}
+
 }  // namespace mpigrad::nn

@@ -1,4 +1,5 @@
-// defines: make_mlp, make_cnn, make_conv_net, Encoder, make_mlp_encoder, make_cnn_encoder
+// defines: make_mlp, make_cnn, make_conv_net, make_resnet, Encoder, make_mlp_encoder,
+//          make_cnn_encoder
 //
 // The models `mpigrad train` and the C API offer, built from nn layers with PyTorch's default
 // initialization drawn from an explicit generator, so every rank (and torch, through the
@@ -10,6 +11,8 @@
 //   conv: fully convolutional, for fields on a grid (a stencil): per conv width [Conv2d kxk
 //         with same-size padding, ReLU], then a Conv2d kxk to `outputs` channels; the output
 //         keeps the input's height and width. Circular padding makes the grid periodic.
+//   resnet: ResNet-18 or -34 of nn/resnet.h (basic blocks, torchvision's names, a small 3x3
+//         stem without max-pool for images below 64 pixels, the ImageNet stem otherwise).
 // Dropout layers are left out when dropout is 0. Names follow nn.Sequential's: "3.weight".
 //
 // Encoders (two-stage training, nn/encoder_with_head.h) are the same models without their last
@@ -26,6 +29,7 @@
 #include "mpigrad/core/shape.h"
 #include "mpigrad/nn/layers/container.h"
 #include "mpigrad/nn/layers/conv.h"
+#include "mpigrad/nn/resnet.h"
 
 namespace mpigrad::nn {
 
@@ -43,7 +47,7 @@ std::shared_ptr<Sequential> make_cnn(const core::Shape& input_shape,
 
 // A model without its output layer: [batch, ...] -> [batch, features].
 struct Encoder {
-  std::shared_ptr<Sequential> module;
+  std::shared_ptr<Module> module;  // any trunk: a Sequential, a ResNet without fc
   int64_t features = 0;
 };
 
@@ -58,5 +62,10 @@ std::shared_ptr<Sequential> make_conv_net(const core::Shape& input_shape,
                                           const std::vector<int64_t>& channels, int64_t outputs,
                                           int64_t kernel_size, PaddingMode padding_mode,
                                           core::Generator& generator);
+
+// input_shape is [channels, height, width]; depth 18 or 34; width the first stage's channels.
+// outputs = 0 means no fc: the encoder alone, whose output is [N, 8 * width] features.
+std::shared_ptr<ResNet> make_resnet(const core::Shape& input_shape, int64_t depth, int64_t width,
+                                    int64_t outputs, core::Generator& generator);
 
 }  // namespace mpigrad::nn

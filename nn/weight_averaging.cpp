@@ -95,6 +95,24 @@ void SWAAverager::copy_to(Module& model) const {
   model.load_state_dict(average_, true);
 }
 
+StateDict SWAAverager::state_dict() const {
+  StateDict out = count_ > 0 ? average_ : StateDict();
+  out.set_scalar("count", double(count_));
+  return out;
+}
+
+void SWAAverager::load_state_dict(const StateDict& state) {
+  const int64_t count = int64_t(state.scalar("count", "SWAAverager.load_state_dict"));
+  MPIGRAD_CHECK(count >= 0, "SWAAverager.load_state_dict: count ", count, " is negative");
+  MPIGRAD_CHECK(count == 0 || state.size() > 0, "SWAAverager.load_state_dict: count ", count,
+                " but no averaged entries");
+  core::NoGradGuard no_grad;
+  StateDict average;
+  for (const auto& [key, value] : state.tensors()) average.set(key, snapshot(value));
+  average_ = std::move(average);
+  count_ = count;
+}
+
 StateDict average_state_dicts(const std::vector<StateDict>& states) {
   MPIGRAD_CHECK(!states.empty(), "average_state_dicts: no state dicts given");
   StateDict out;

@@ -47,6 +47,10 @@ class SWAAverager {
   void copy_to(Module& model) const;
   int64_t count() const { return count_; }
   const StateDict& average() const { return average_; }
+  // The averaged entries plus the scalar count (present even before the first update, so a
+  // checkpoint always carries it); load_state_dict takes that form back.
+  StateDict state_dict() const;
+  void load_state_dict(const StateDict& state);
 
  private:
   StateDict average_;

@@ -4,7 +4,9 @@
 #   supcon_checks.sh CHECK MPIGRAD CHECK_EMBEDDINGS MPIEXEC WORKDIR
 # On small synthetic images written by `mpigrad data synth`, under mpirun -np 2:
 #   pipeline  supcon -> classifier (frozen encoder) -> embed -> metrics
-#   errors    init_from missing or mismatched, a bad augment value, embed of a supervised run
+#   errors    init_from missing or mismatched, a bad augment value, embed of a supervised run,
+#             lr-find and SWA on a SupCon stage
+#   resnet_encoder  both stages and embed with a ResNet-18 encoder (width 4)
 set -euo pipefail
 check=$1 mpigrad=$2 check_embeddings=$3 mpiexec=$4 work=$5
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -101,6 +103,22 @@ case "$check" in
     [ -e e.h5 ] && fail "embed left an output behind"
     if run 2 "$mpigrad" embed --config supcon.ini --checkpoint nothere.h5 -o e.h5 > out.txt 2>&1; then fail "embed of a missing checkpoint"; fi
     grep -q "\-\-checkpoint: 'nothere.h5' does not exist" out.txt || { cat out.txt; fail "missing-checkpoint error"; }
+    # A SupCon model has no classes: SWA (which evaluates a classifier) and lr-find refuse it.
+    expect_error "\[train\] swa_start: SWA evaluates a classifier; stage = supcon" --config supcon.ini --train.swa_start=1
+    if run 2 "$mpigrad" lr-find --config supcon.ini > out.txt 2>&1; then fail "lr-find of a supcon config"; fi
+    grep -q "^\[rank 0/2\] mpigrad lr-find: error: \[train\] stage = supcon: lr-find sweeps stage = supervised only" out.txt || { cat out.txt; fail "lr-find stage error"; }
+    ;;
+  resnet_encoder)  # the ResNet trunk plugs into both stages: 8 * width features
+    resnet=(--model.name=resnet --model.width=4 --train.epochs=1)
+    run 2 "$mpigrad" train --config supcon.ini "${resnet[@]}" > stage1.txt 2>&1 || { cat stage1.txt; fail "resnet supcon failed"; }
+    grep -q "test precision@1" stage1.txt || { cat stage1.txt; fail "no retrieval metrics"; }
+    run 2 "$mpigrad" train --config classifier.ini "${resnet[@]}" > stage2.txt 2>&1 || { cat stage2.txt; fail "resnet classifier failed"; }
+    grep -q "encoder frozen (loaded from stage1/last.h5)" stage2.txt || fail "no frozen-encoder line"
+    run 2 "$mpigrad" embed --config supcon.ini "${resnet[@]}" --checkpoint stage1/last.h5 -o emb.h5 > embed.txt 2>&1 || { cat embed.txt; fail "resnet embed failed"; }
+    "$check_embeddings" emb.h5 test.h5 32 || fail "resnet embeddings"
+    # SWA over stage-2 checkpoints averages the encoder + head model.
+    run 2 "$mpigrad" swa --config classifier.ini "${resnet[@]}" --checkpoints stage2/last.h5,stage2/last.h5 -o swa.h5 > swa.txt 2>&1 || { cat swa.txt; fail "swa of a classifier stage failed"; }
+    [ -s swa.h5 ] || fail "no swa.h5"
     ;;
   *) fail "unknown check" ;;
 esac

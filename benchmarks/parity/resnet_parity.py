@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""mpigrad's ResNet-18 against the same network in PyTorch, step by step (optional; needs torch,
+h5py, numpy; torchvision is not needed: the torch model below uses torchvision's layout and
+names, with the small-image stem mpigrad uses below 64 pixels).
+
+Writes a synthetic 3x32x32 uint8 image set with `mpigrad data synth`, trains `[model] name =
+resnet` on it for --steps SGD steps on 1 rank (shuffle off, save_initial on, a loss logged every
+step), then loads ckpt-step0.h5 into the torch model by name (strict) and takes the same steps on
+the same batches. Prints both loss sequences and the largest relative difference.
+
+    python3 benchmarks/parity/resnet_parity.py --mpigrad build/bin/mpigrad --width 8
+"""
+import argparse
+import json
+import os
+import subprocess
+import tempfile
+
+import h5py
+import numpy as np
+import torch
+from torch import nn
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                            nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        shortcut = x if self.downsample is None else self.downsample(x)
+        return self.relu(out + shortcut)
+
+
+class ResNet(nn.Module):
+    """torchvision.models.resnet18's modules and names; conv1 3x3 stride 1 and no max-pool."""
+
+    def __init__(self, channels, width, classes, stages=(2, 2, 2, 2)):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, width, 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.relu = nn.ReLU(inplace=True)
+        cin = width
+        for i, blocks in enumerate(stages):
+            cout = width << i
+            layer = []
+            for b in range(blocks):
+                layer.append(BasicBlock(cin, cout, 2 if (i > 0 and b == 0) else 1))
+                cin = cout
+            setattr(self, f"layer{i + 1}", nn.Sequential(*layer))
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(cin, classes)
+
+    def forward(self, x):
+        x = self.relu(self.bn1(self.conv1(x)))
+        for i in range(4):
+            x = getattr(self, f"layer{i + 1}")(x)
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+def run_mpigrad(args, workdir):
+    subprocess.run([args.mpigrad, "data", "synth", "-o", f"{workdir}/train.h5", "--samples",
+                    str(args.steps * args.batch), "--shape", "3,32,32", "--seed", "1"],
+                   check=True, capture_output=True)
+    config = f"{workdir}/resnet.ini"
+    with open(config, "w") as f:
+        f.write(f"""[data]
+train = {workdir}/train.h5
+num_classes = 10
+[model]
+name = resnet
+depth = 18
+width = {args.width}
+[optim]
+name = sgd
+lr = {args.lr}
+momentum = {args.momentum}
+[train]
+epochs = 1
+max_steps = {args.steps}
+batch_size = {args.batch}
+seed = {args.seed}
+shuffle = false
+save_initial = true
+log_every = 1
+out_dir = {workdir}/run
+""")
+    subprocess.run([args.mpigrad, "train", "--config", config], check=True, capture_output=True)
+    with open(f"{workdir}/run/metrics.jsonl") as f:
+        losses = [json.loads(line)["loss"] for line in f if '"step"' in line]
+    return losses, f"{workdir}/run/ckpt-step0.h5", f"{workdir}/train.h5"
+
+
+def run_torch(args, initial, data):
+    with h5py.File(data, "r") as f:
+        x = torch.from_numpy(f["x"][:]).float() / 255.0  # mpigrad scales uint8 images so
+        y = torch.from_numpy(f["y"][:]).long()
+    model = ResNet(3, args.width, 10)
+    with h5py.File(initial, "r") as f:
+        group = f["model"]
+        names = []
+        group.visit(lambda name: names.append(name) if isinstance(group[name], h5py.Dataset)
+                    else None)
+        state = {name.replace("/", "."): torch.from_numpy(np.array(group[name])) for name in names}
+    model.load_state_dict(state, strict=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+    model.train()
+    losses = []
+    for step in range(args.steps):
+        batch = slice(step * args.batch, (step + 1) * args.batch)
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(model(x[batch]), y[batch])
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses, len(state)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mpigrad", required=True, help="the mpigrad program")
+    parser.add_argument("--width", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--momentum", type=float, default=0.9)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    with tempfile.TemporaryDirectory() as workdir:
+        ours, initial, data = run_mpigrad(args, workdir)
+        theirs, tensors = run_torch(args, initial, data)
+    print(f"ResNet-18 width {args.width}, 3x32x32 synthetic images, batch {args.batch}, SGD lr "
+          f"{args.lr} momentum {args.momentum}; torch loaded {tensors} tensors of ckpt-step0.h5 "
+          "by name (strict)")
+    print("step  mpigrad loss   torch loss     relative difference")
+    worst = 0.0
+    for step, (a, b) in enumerate(zip(ours, theirs)):
+        rel = abs(a - b) / max(abs(b), 1e-12)
+        worst = max(worst, rel)
+        print(f"{step + 1:4d}  {a:.8f}  {b:.8f}  {rel:.2e}")
+    print(f"max relative difference over {len(theirs)} steps: {worst:.2e}")
+    if len(ours) != len(theirs):
+        raise SystemExit(f"mpigrad logged {len(ours)} losses, expected {len(theirs)}")
+
+
+if __name__ == "__main__":
+    main()
