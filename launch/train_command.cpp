@@ -22,6 +22,7 @@
 #include "mpigrad/launch/sync_batch_norm.h"
 #include "mpigrad/launch/train_config.h"
 #include "mpigrad/launch/train_setup.h"
+#include "mpigrad/launch/trace/timeline.h"
 #include "mpigrad/launch/training_hooks.h"
 #include "mpigrad/launch/training_strategy.h"
 #include "mpigrad/nn/optim/lr_scheduler.h"
@@ -104,6 +105,24 @@ void check_normalization(const TrainConfig& config, const data::FieldInfo& input
   }
 }
 
+// The file is written at the end of training: a path that cannot be written fails now instead.
+// Its folder is created as out_dir is.
+void check_writable(const std::string& path, const char* key) {
+  namespace fs = std::filesystem;
+  const fs::path parent = fs::path(path).parent_path();
+  std::error_code error;
+  if (!parent.empty()) fs::create_directories(parent, error);
+  MPIGRAD_CHECK(!error, key, ": cannot create the folder '", parent.string(), "' of '", path,
+                "': ", error.message());
+  MPIGRAD_CHECK(!fs::is_directory(path), key, ": '", path, "' is a folder; give a file name");
+  const std::string probe = path + ".tmp";
+  {
+    std::ofstream out(probe);
+    MPIGRAD_CHECK(out.good(), key, ": cannot write '", probe, "'");
+  }
+  fs::remove(probe, error);
+}
+
 TrainingJob check_job(const std::vector<std::string>& args, int64_t rank, int64_t ranks) {
   TrainingJob job;
   job.config = parse_train_config(args);
@@ -144,6 +163,9 @@ TrainingJob check_job(const std::vector<std::string>& args, int64_t rank, int64_
   if (config.train.max_steps > 0) job.total_steps = std::min(job.total_steps, config.train.max_steps);
   check_schedule(config.sched, job.total_steps);
   job.model = make_model(config.model, job.sample_shape, job.outputs, config.train.seed);
+  if (rank == 0 && !config.train.trace.empty() && !config.dry_run) {
+    check_writable(config.train.trace, "[train] trace");
+  }
   return job;
 }
 
@@ -308,7 +330,8 @@ int train(TrainingJob& job, DistributedManager& manager) {
     averaged->to(manager.device());
     hooks.push_back(std::make_shared<EMAHook>(model, config.train.ema_decay, averaged));
   }
-  auto logging = std::make_shared<LoggingHook>(out_dir, config.train.log_every);
+  auto logging =
+      std::make_shared<LoggingHook>(out_dir, config.train.log_every, config.train.tensorboard);
   hooks.push_back(logging);
 
   if (main_process) {
@@ -339,7 +362,22 @@ int train(TrainingJob& job, DistributedManager& manager) {
                             classification_step(config.data.x, config.data.y),
                             classification_metrics(config.data.x, config.data.y), manager, hooks,
                             config.dry_run ? 1 : config.train.epochs, max_steps);
+  // A dry run writes nothing, a timeline included.
+  std::unique_ptr<Timeline> timeline;
+  if (!config.train.trace.empty() && !config.dry_run) {
+    timeline = std::make_unique<Timeline>();
+    timeline->start(manager.world());
+    strategy.context().timeline = timeline.get();
+  }
   strategy.run(train_loader, test_loader.get());
+  if (timeline) {
+    const int64_t spans = write_merged_timeline(*timeline, manager.world(), config.train.trace);
+    if (main_process) {
+      std::printf("mpigrad train: timeline of %lld rank(s), %lld spans: %s (open it in "
+                  "ui.perfetto.dev)\n", static_cast<long long>(ranks),
+                  static_cast<long long>(spans), config.train.trace.c_str());
+    }
+  }
 
   if (main_process) {
     if (config.dry_run) {

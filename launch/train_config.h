@@ -101,6 +101,8 @@ struct TrainSection {
   int64_t grad_accum_steps = 1;
   double clip_grad_norm = 0.0;  // 0: off
   double ema_decay = 0.0;       // 0: no EMA; otherwise evaluation uses the EMA weights
+  bool tensorboard = true;      // rank 0 writes TensorBoard event files to out_dir/tb
+  std::string trace;            // the merged timeline of every rank (Chrome trace JSON); empty: off
 };
 
 struct DistributedSection {

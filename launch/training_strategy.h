@@ -23,6 +23,11 @@
 // over the real samples and all-reduces the sums, counting each sample once even when the
 // loader's DistributedSampler (shuffle off, no drop_last) padded the shard with repeats. A hook
 // may offer the model to evaluate instead of the trained one (EMAHook: the averaged weights).
+//
+// With ctx.timeline set (launch/trace/timeline.h) the strategy records the spans "data wait"
+// (the loop waiting for the loader's next batch), "forward" (the step function), "backward",
+// "optimizer step" and "validation"; DDPHook hands the timeline to DDP for its buckets and
+// CheckpointHook records its writes. Null, the default, records nothing.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +48,7 @@
 namespace mpigrad::launch {
 
 class DistributedDataParallel;
+class Timeline;
 
 enum class HookStage : uint8_t {
   Setup, BeforeTraining, BeforeEpoch, BeforeBatch, BeforeForward, AfterLoss, BeforeBackward,
@@ -71,6 +77,7 @@ struct TrainingContext {
   data::DataLoader* train_loader = nullptr;
   data::DataLoader* val_loader = nullptr;
   DistributedDataParallel* ddp = nullptr;   // set by DDPHook
+  Timeline* timeline = nullptr;             // set before run() to record spans; null: none
   std::vector<Hook*> hooks;                 // every hook, in call order (CheckpointHook saves
                                             // the state of those that have one)
 
