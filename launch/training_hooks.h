@@ -1,5 +1,5 @@
 // defines: DDPHook, CheckpointHook, LRSchedulerHook, GradAccumulationHook, GradClipHook,
-//          EMAHook, LoggingHook, DistributedSamplerSettings
+//          EMAHook, LoggingHook, DistributedSamplerSettings, tensorboard_tag
 //
 // The built-in hooks of TrainingStrategy. Each does one thing and touches only what it names:
 //   DDPHook               wraps the model in DistributedDataParallel and gives the training
