@@ -17,6 +17,10 @@
 // removes a linear drift between the nodes' clocks (on one node the clocks are the same one and
 // the factor is 1).
 //
+// Spans are host time. On a GPU, forward and backward time the host issuing the work, and a
+// NCCL bucket's wait is stream-ordered, so its span ends when the averaging is ordered before
+// the optimizer's kernels, not when the GPU has done it.
+//
 // Output: {"traceEvents": [...]} with one complete event (ph "X", ts and dur in microseconds)
 // per span, pid = rank, tid = the lane (0: the training loop; 1 + b: gradient bucket b, whose
 // averaging overlaps backward), and process_name ("rank N") and thread_name metadata.
