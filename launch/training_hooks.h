@@ -167,12 +167,14 @@ class LoggingHook final : public Hook {
   double samples_per_second() const;  // over the whole run so far
   // The event file being written, or empty.
   std::string tensorboard_path() const;
-
- private:
-  // One line of metrics.jsonl: the integer `counters` (step, epoch) then the `scalars`, which
-  // also go to TensorBoard at `step`.
+  // One line of metrics.jsonl (rank 0; nothing elsewhere): the integer `counters` (step, epoch)
+  // then the `scalars`, which also go to TensorBoard at `step` under tensorboard_tag(name).
+  // The loss and evaluation lines are written through it; other code with scalars to log calls
+  // it too, and they reach both files with no code of their own.
   void write_record(const std::vector<std::pair<std::string, int64_t>>& counters,
                     const std::vector<std::pair<std::string, double>>& scalars, int64_t step);
+
+ private:
 
   std::string out_dir_;
   int64_t log_every_;
