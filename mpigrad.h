@@ -76,6 +76,8 @@
 #include "mpigrad/launch/process_group.h"             // defines: ProcessGroup
 #include "mpigrad/launch/rank_logging.h"              // defines: RankLogger, rank_seed
 #include "mpigrad/launch/sync_batch_norm.h"           // defines: SyncBatchNorm, convert_sync_...
+#include "mpigrad/launch/tensorboard/event_file_writer.h" // defines: EventFileWriter
+#include "mpigrad/launch/trace/timeline.h"            // defines: Timeline, Span
 #include "mpigrad/launch/training_hooks.h"            // defines: DDPHook, CheckpointHook, EMAHook
 #include "mpigrad/launch/training_strategy.h"         // defines: TrainingStrategy, Hook
 #include "mpigrad/launch/work.h"                      // defines: Work

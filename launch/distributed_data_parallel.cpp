@@ -5,6 +5,7 @@
 
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/error.h"
+#include "mpigrad/launch/trace/timeline.h"
 #include "mpigrad/nn/module.h"
 
 namespace mpigrad::launch {
@@ -259,6 +260,29 @@ void DistributedDataParallel::install_buckets(std::vector<std::unique_ptr<Bucket
   transport_ = std::move(choice.transport);
   transport_kind_ = choice.kind;
   transport_description_ = std::move(choice.description);
+  if (timeline_ != nullptr) name_timeline_lanes();
+}
+
+void DistributedDataParallel::set_timeline(Timeline* timeline) {
+  timeline_ = timeline;
+  if (timeline_ != nullptr) name_timeline_lanes();
+}
+
+void DistributedDataParallel::name_timeline_lanes() {
+  bucket_started_ns_.assign(buckets_.size(), -1);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    timeline_->set_lane_name(int32_t(1 + b), "bucket " + std::to_string(b) + " averaging");
+  }
+}
+
+void DistributedDataParallel::record_bucket_span(size_t bucket) {
+  int64_t& started = bucket_started_ns_[bucket];
+  if (started < 0) return;  // not in flight: its wait returned at once
+  const Bucket& b = *buckets_[bucket];
+  timeline_->record(TimelineEvent{"average bucket", started, Timeline::now_ns() - started,
+                                  int32_t(1 + bucket), 2, {"bucket", "bytes"},
+                                  {int64_t(bucket), b.numel * core::element_size(b.dtype)}});
+  started = -1;
 }
 
 // After the first synced backward: rank 0's ready order, broadcast so every rank lays out (and
@@ -365,6 +389,9 @@ void DistributedDataParallel::mark_ready(size_t index) {
 void DistributedDataParallel::launch_ready_buckets() {
   while (next_bucket_to_launch_ < buckets_.size() &&
          buckets_[next_bucket_to_launch_]->pending == 0) {
+    if (timeline_ != nullptr) [[unlikely]] {
+      bucket_started_ns_[next_bucket_to_launch_] = Timeline::now_ns();
+    }
     transport_->start(next_bucket_to_launch_++);
   }
 }
@@ -401,7 +428,10 @@ void DistributedDataParallel::finish_backward() {
 void DistributedDataParallel::wait_for_buckets() {
   // Returns at once for a bucket not in flight; the shared-memory transports repeat an earlier
   // failure, and a bucket stays in flight until its wait succeeds.
-  for (size_t b = 0; b < buckets_.size(); ++b) transport_->wait(b);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    transport_->wait(b);
+    if (timeline_ != nullptr) [[unlikely]] record_bucket_span(b);
+  }
 }
 
 int DistributedDataParallel::ranks_with_data(bool has_batch) {

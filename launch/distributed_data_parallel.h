@@ -45,6 +45,8 @@ class Module;
 
 namespace mpigrad::launch {
 
+class Timeline;
+
 // Gradient compression: the bucket is cast to a 16-bit float for the all-reduce and back after.
 enum class GradCompression : uint8_t { None, BFloat16, Float16 };
 inline constexpr core::EnumName<GradCompression> kGradCompressionNames[] = {
@@ -139,6 +141,9 @@ class DistributedDataParallel {
   std::vector<std::vector<std::string>> bucket_layout() const;
   const DdpOptions& options() const { return options_; }
   Communicator& communicator() { return communicator_; }
+  // Records each bucket's averaging, from its start to the return of its wait, on lane 1 + its
+  // index (launch/trace/timeline.h); null stops recording. The timeline must outlive this.
+  void set_timeline(Timeline* timeline);
 
  private:
   struct Bucket;
@@ -161,6 +166,8 @@ class DistributedDataParallel {
   void launch_ready_buckets();
   void finish_backward();
   void wait_for_buckets();
+  void name_timeline_lanes();
+  void record_bucket_span(size_t bucket);
 
   nn::Module* module_ = nullptr;
   std::vector<NamedTensor> parameters_;
@@ -180,6 +187,8 @@ class DistributedDataParallel {
   size_t next_bucket_to_launch_ = 0;
   bool sync_enabled_ = true;
   bool backward_in_progress_ = false;
+  Timeline* timeline_ = nullptr;
+  std::vector<int64_t> bucket_started_ns_;  // with a timeline: when each bucket started, or -1
 };
 
 }  // namespace mpigrad::launch

@@ -24,6 +24,7 @@
 #include "mpigrad/launch/mpi_interop.h"
 #include "mpigrad/launch/swa.h"
 #include "mpigrad/launch/sync_batch_norm.h"
+#include "mpigrad/launch/trace/timeline.h"
 #include "mpigrad/launch/train_config.h"
 #include "mpigrad/launch/train_setup.h"
 #include "mpigrad/launch/training_hooks.h"
@@ -132,6 +133,24 @@ void check_batch_memory(const data::Hdf5Dataset& dataset, const TrainConfig& con
   }
 }
 
+// The file is written at the end of training: a path that cannot be written fails now instead.
+// Its folder is created as out_dir is.
+void check_writable(const std::string& path, const char* key) {
+  namespace fs = std::filesystem;
+  const fs::path parent = fs::path(path).parent_path();
+  std::error_code error;
+  if (!parent.empty()) fs::create_directories(parent, error);
+  MPIGRAD_CHECK(!error, key, ": cannot create the folder '", parent.string(), "' of '", path,
+                "': ", error.message());
+  MPIGRAD_CHECK(!fs::is_directory(path), key, ": '", path, "' is a folder; give a file name");
+  const std::string probe = path + ".tmp";
+  {
+    std::ofstream out(probe);
+    MPIGRAD_CHECK(out.good(), key, ": cannot write '", probe, "'");
+  }
+  fs::remove(probe, error);
+}
+
 TrainingJob check_job(const std::vector<std::string>& args, int64_t rank, int64_t ranks) {
   TrainingJob job;
   job.config = parse_train_config(args);
@@ -187,6 +206,9 @@ TrainingJob check_job(const std::vector<std::string>& args, int64_t rank, int64_
     // Read here, in the checking phase, so a missing or mismatched tensor fails on every rank.
     load_encoder(dynamic_cast<nn::EncoderWithHead&>(*job.model), config.train.init_from,
                  "[train] init_from");
+  }
+  if (rank == 0 && !config.train.trace.empty() && !config.dry_run) {
+    check_writable(config.train.trace, "[train] trace");
   }
   return job;
 }
@@ -389,7 +411,8 @@ int train(TrainingJob& job, DistributedManager& manager) {
     swa = std::make_shared<SWAHook>(SWASettings{config.train.swa_start, config.train.swa_lr});
     hooks.push_back(swa);
   }
-  auto logging = std::make_shared<LoggingHook>(out_dir, config.train.log_every);
+  auto logging =
+      std::make_shared<LoggingHook>(out_dir, config.train.log_every, config.train.tensorboard);
   hooks.push_back(logging);
 
   if (main_process) {
@@ -449,8 +472,23 @@ int train(TrainingJob& job, DistributedManager& manager) {
   }
   TrainingStrategy strategy({&model}, {optimizer.get()}, step, evaluate, manager, hooks,
                             config.dry_run ? 1 : config.train.epochs, max_steps);
+  // A dry run writes nothing, a timeline included.
+  std::unique_ptr<Timeline> timeline;
+  if (!config.train.trace.empty() && !config.dry_run) {
+    timeline = std::make_unique<Timeline>();
+    timeline->start(manager.world());
+    strategy.context().timeline = timeline.get();
+  }
   strategy.run(train_loader, config.dry_run ? nullptr : test_loader.get());
   if (swa && !config.dry_run) finish_swa(job, *swa, manager, strategy.context());
+  if (timeline) {
+    const int64_t spans = write_merged_timeline(*timeline, manager.world(), config.train.trace);
+    if (main_process) {
+      std::printf("mpigrad train: timeline of %lld rank(s), %lld spans: %s (open it in "
+                  "ui.perfetto.dev)\n", static_cast<long long>(ranks),
+                  static_cast<long long>(spans), config.train.trace.c_str());
+    }
+  }
 
   if (main_process) {
     if (config.dry_run) {

@@ -326,6 +326,10 @@ std::vector<ConfigKey> make_config_keys() {
           "recompute BatchNorm, evaluate and write swa.h5 (0: off)"),
       key("train.swa_lr", &C::train, &TrainSection::swa_lr, non_negative,
           "constant lr from swa_start on, without annealing (0: the schedule's lr is kept)"),
+      key("train.tensorboard", &C::train, &TrainSection::tensorboard, Boolean{},
+          "rank 0 writes TensorBoard event files (every logged scalar) to out_dir/tb"),
+      key("train.trace", &C::train, &TrainSection::trace, Text{},
+          "write a Chrome trace-event timeline of every rank to this file (--trace FILE)"),
       key("distributed.backend", &C::distributed, &DistributedSection::backend,
           Choice<Backend>{kBackendNames}, "the communication library (auto: NCCL on GPUs)"),
       key("distributed.bucket_cap_mb", &C::distributed, &DistributedSection::bucket_cap_mb,
@@ -411,7 +415,7 @@ TrainConfig parse_train_config(const std::vector<std::string>& args) {
   po::options_description general("mpigrad train");
   general.add_options()("config", po::value<std::string>(), "INI configuration file")(
       "dry-run", "check the config, the data and the model, run one step, and exit")(
-      "help,h", "show this help");
+      "trace", po::value<std::string>(), "the same as --train.trace")("help,h", "show this help");
   po::options_description all;
   all.add(general).add(key_options({}));
 
@@ -443,6 +447,14 @@ TrainConfig parse_train_config(const std::vector<std::string>& args) {
   }
   config.dry_run = values.count("dry-run") > 0;
   apply(values, from_command_line, config.config_file, config);
+  // --trace FILE is --train.trace=FILE, which the table cannot alias; it overrides the file too.
+  if (values.count("trace")) {
+    MPIGRAD_CHECK(std::find(from_command_line.begin(), from_command_line.end(), "train.trace") ==
+                      from_command_line.end(),
+                  "mpigrad train: give --trace or --train.trace, not both");
+    config.train.trace = trim(values["trace"].as<std::string>());
+    MPIGRAD_CHECK(!config.train.trace.empty(), "command line: --trace: expected a file name");
+  }
   require_files(config.data.train, "[data] train", true);
   require_files(config.data.test, "[data] test", false);
   const TrainSection& train = config.train;
@@ -492,7 +504,8 @@ std::string TrainConfig::resolved_text() const {
 
 std::string train_config_help() {
   std::ostringstream out;
-  out << "usage: mpigrad train --config FILE.ini [--dry-run] [--section.key=value ...]\n\n"
+  out << "usage: mpigrad train --config FILE.ini [--dry-run] [--trace FILE] "
+         "[--section.key=value ...]\n\n"
       << "Trains a classifier on HDF5 data under mpirun (or as one process). A --section.key flag\n"
       << "overrides the same key of the file.\n\n"
       << "Inputs ([data] x): uint8 inputs are images and are scaled to [0, 1]; every other dtype\n"

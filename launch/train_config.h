@@ -125,6 +125,8 @@ struct TrainSection {
   bool freeze_encoder = true;   // stage classifier: train the head only
   int64_t swa_start = 0;        // SWA from this epoch on (1-based); 0: off (launch/swa.h)
   double swa_lr = 0.0;          // constant lr from swa_start; 0: the schedule's lr is kept
+  bool tensorboard = true;      // rank 0 writes TensorBoard event files to out_dir/tb
+  std::string trace;            // the merged timeline of every rank (Chrome trace JSON); empty: off
 };
 
 struct DistributedSection {

@@ -13,6 +13,8 @@
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/data/multi_dataset.h"
 #include "mpigrad/data/sampler.h"
+#include "mpigrad/launch/tensorboard/event_file_writer.h"
+#include "mpigrad/launch/trace/timeline.h"
 #include "mpigrad/nn/checkpoint.h"
 #include "mpigrad/nn/optim/clip_grad.h"
 
@@ -40,6 +42,7 @@ void DDPHook::on(HookStage stage, TrainingContext& context) {
     // The module form: frozen parameters are checked and broadcast from rank 0 too.
     Communicator& communicator = communicator_ ? *communicator_ : manager.world();
     ddp_ = std::make_unique<DistributedDataParallel>(model, communicator, options_);
+    ddp_->set_timeline(context.timeline);
     context.ddp = ddp_.get();
     if (manager.is_main_process()) {
       std::printf("gradients: %d bucket(s) %s\n", ddp_->bucket_count(),
@@ -86,6 +89,7 @@ CheckpointHook::CheckpointHook(CheckpointSettings settings, nn::LRScheduler* sch
 
 void CheckpointHook::save(TrainingContext& context, const std::string& path) const {
   if (!context.manager->is_main_process()) return;
+  Span write(context.timeline, "checkpoint write");
   nn::CheckpointData data;
   nn::Module& model = context.model();
   data.model = model.state_dict();
@@ -219,13 +223,40 @@ std::string json_number(double value) {
 }
 }  // namespace
 
-LoggingHook::LoggingHook(std::string out_dir, int64_t every)
-    : Hook(1), out_dir_(std::move(out_dir)), log_every_(every < 1 ? 1 : every) {}
+std::string tensorboard_tag(const std::string& metric) {
+  if (metric.starts_with("test_")) return "test/" + metric.substr(5);
+  return "train/" + metric;
+}
 
-void LoggingHook::write_line(const std::string& json) {
-  if (!metrics_.is_open()) return;
-  metrics_ << json << '\n';
-  metrics_.flush();
+LoggingHook::LoggingHook(std::string out_dir, int64_t every, bool tensorboard)
+    : Hook(1), out_dir_(std::move(out_dir)), log_every_(every < 1 ? 1 : every),
+      tensorboard_wanted_(tensorboard) {}
+
+LoggingHook::~LoggingHook() = default;
+
+std::string LoggingHook::tensorboard_path() const {
+  return tensorboard_ ? tensorboard_->path() : std::string();
+}
+
+void LoggingHook::write_record(const std::vector<std::pair<std::string, int64_t>>& counters,
+                               const std::vector<std::pair<std::string, double>>& scalars,
+                               int64_t step) {
+  if (metrics_.is_open()) {
+    std::string json;
+    for (const auto& [name, value] : counters) {
+      json += (json.empty() ? "{\"" : ", \"") + name + "\": " + std::to_string(value);
+    }
+    for (const auto& [name, value] : scalars) {
+      json += (json.empty() ? "{\"" : ", \"") + name + "\": " + json_number(value);
+    }
+    metrics_ << json << "}\n";
+    metrics_.flush();
+  }
+  if (tensorboard_) {
+    std::vector<TensorBoardScalar> values;
+    for (const auto& [name, value] : scalars) values.push_back({tensorboard_tag(name), value});
+    tensorboard_->add_scalars(step, values);
+  }
 }
 
 double LoggingHook::samples_per_second() const {
@@ -251,6 +282,11 @@ void LoggingHook::on(HookStage stage, TrainingContext& context) {
         // A resumed run appends to the metrics of the run it continues.
         metrics_.open(path, context.step > 0 || context.epoch > 0 ? std::ios::app : std::ios::trunc);
         MPIGRAD_CHECK(metrics_.good(), "LoggingHook: cannot write ", path);
+        // A resumed run adds a file of its own; TensorBoard reads every file of the folder.
+        if (tensorboard_wanted_) {
+          tensorboard_ = std::make_unique<EventFileWriter>(
+              (std::filesystem::path(out_dir_) / "tb").string());
+        }
       }
       break;
     }
@@ -280,10 +316,8 @@ void LoggingHook::on(HookStage stage, TrainingContext& context) {
       double loss = totals[1] > 0 ? totals[0] / totals[1] : 0.0;
       double lr = context.optimizers.empty() ? 0.0 : context.optimizer().param_groups()[0].lr;
       if (main_process_) {
-        write_line("{\"step\": " + std::to_string(context.step) + ", \"epoch\": " +
-                   std::to_string(context.epoch) + ", \"loss\": " + json_number(loss) +
-                   ", \"lr\": " + json_number(lr) + ", \"samples_per_s\": " + json_number(rate) +
-                   "}");
+        write_record({{"step", context.step}, {"epoch", context.epoch}},
+                     {{"loss", loss}, {"lr", lr}, {"samples_per_s", rate}}, context.step);
         int64_t batches = context.train_loader ? context.train_loader->size() : 0;
         std::printf(tty_ ? "\repoch %lld  step %lld  batch %lld/%lld  loss %.4f  lr %.4g  %.0f samples/s  "
                          : "epoch %lld  step %lld  batch %lld/%lld  loss %.4f  lr %.4g  %.0f samples/s\n",
@@ -307,6 +341,7 @@ void LoggingHook::on(HookStage stage, TrainingContext& context) {
       train_seconds_ += seconds;
       samples_since_log_ = 0;
       if (tty_) std::printf("\n");
+      if (tensorboard_) tensorboard_->flush();
       break;
     }
     case HookStage::AfterValidation: {
@@ -322,21 +357,23 @@ void LoggingHook::on(HookStage stage, TrainingContext& context) {
           shown.emplace_back(metric, value);
         }
       }
-      std::string json = "{\"epoch\": " + std::to_string(context.epoch);
       std::string text = "epoch " + std::to_string(context.epoch);
       for (const auto& [metric, value] : shown) {
-        json += ", \"" + metric + "\": " + json_number(value);
         char number[32];
         std::snprintf(number, sizeof(number), "%.4f", value);
         text += "  " + metric + " " + number;
       }
-      write_line(json + "}");
+      write_record({{"epoch", context.epoch}}, shown, context.step);
+      if (tensorboard_) tensorboard_->flush();
       auto samples = context.metrics.find("val_samples");
       std::printf("%s  (%.0f samples)\n", text.c_str(),
                   samples != context.metrics.end() ? samples->second : 0.0);
       std::fflush(stdout);
       break;
     }
+    case HookStage::AfterTraining:
+      if (tensorboard_) tensorboard_->close();
+      break;
     default:
       break;
   }

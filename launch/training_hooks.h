@@ -1,5 +1,5 @@
 // defines: DDPHook, CheckpointHook, LRSchedulerHook, GradAccumulationHook, GradClipHook,
-//          EMAHook, LoggingHook, DistributedSamplerSettings
+//          EMAHook, LoggingHook, DistributedSamplerSettings, tensorboard_tag
 //
 // The built-in hooks of TrainingStrategy. Each does one thing and touches only what it names:
 //   DDPHook               wraps the model in DistributedDataParallel and gives the training
@@ -14,7 +14,8 @@
 //                         it to validation when given a model to hold it
 //   LoggingHook           rank 0 logs loss, lr and throughput (a progress bar on a terminal
 //                         outside mpirun/srun or with MPIGRAD_PROGRESS_BAR=1, plain lines
-//                         otherwise) and appends metrics.jsonl
+//                         otherwise) and appends metrics.jsonl; every scalar of metrics.jsonl
+//                         also goes to TensorBoard event files in out_dir/tb when asked
 // The scheduler's state is handed to CheckpointHook (it lives in the checkpoint's /scheduler).
 #pragma once
 
@@ -25,6 +26,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "mpigrad/launch/distributed_data_parallel.h"
 #include "mpigrad/nn/checkpoint.h"
@@ -33,6 +36,8 @@
 #include "mpigrad/nn/weight_averaging.h"
 
 namespace mpigrad::launch {
+
+class EventFileWriter;
 
 // Overrides of the distributed sampler DDPHook installs (PyTorch's sampler kwargs); unset fields
 // keep the loader's own options.
@@ -144,19 +149,37 @@ class EMAHook final : public Hook {
   std::shared_ptr<nn::Module> evaluation_copy_;
 };
 
+// The TensorBoard tag of a metrics.jsonl scalar: test_<name> is "test/<name>", any other
+// <name> "train/<name>" (so loss, lr and samples_per_s are train/..., and a new metric of the
+// evaluation function appears as test/<metric> with no code of its own).
+std::string tensorboard_tag(const std::string& metric);
+
 class LoggingHook final : public Hook {
  public:
-  // Logs every `every` optimizer steps; metrics.jsonl goes to out_dir (rank 0).
-  LoggingHook(std::string out_dir, int64_t every);
+  // Logs every `every` optimizer steps; metrics.jsonl goes to out_dir (rank 0). With
+  // `tensorboard`, rank 0 also writes every scalar of metrics.jsonl to an event file in
+  // out_dir/tb, at the optimizer step it was logged at (evaluations: the step at the end of
+  // their epoch), flushed after every epoch and closed at the end.
+  LoggingHook(std::string out_dir, int64_t every, bool tensorboard = false);
+  ~LoggingHook() override;
   std::string name() const override { return "logging"; }
   void on(HookStage stage, TrainingContext& context) override;
   double samples_per_second() const;  // over the whole run so far
+  // The event file being written, or empty.
+  std::string tensorboard_path() const;
+  // One line of metrics.jsonl (rank 0; nothing elsewhere): the integer `counters` (step, epoch)
+  // then the `scalars`, which also go to TensorBoard at `step` under tensorboard_tag(name).
+  // The loss and evaluation lines are written through it; other code with scalars to log calls
+  // it too, and they reach both files with no code of their own.
+  void write_record(const std::vector<std::pair<std::string, int64_t>>& counters,
+                    const std::vector<std::pair<std::string, double>>& scalars, int64_t step);
 
  private:
-  void write_line(const std::string& json);
 
   std::string out_dir_;
   int64_t log_every_;
+  bool tensorboard_wanted_;
+  std::unique_ptr<EventFileWriter> tensorboard_;
   bool main_process_ = false;
   bool tty_ = false;
   std::ofstream metrics_;

@@ -1,10 +1,13 @@
 #include "mpigrad/launch/training_strategy.h"
 
+#include <optional>
+
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/device_checks.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/reduce.h"
+#include "mpigrad/launch/trace/timeline.h"
 
 namespace mpigrad::launch {
 
@@ -96,11 +99,20 @@ void TrainingStrategy::run(data::DataLoader& train_loader, data::DataLoader* val
     call(HookStage::BeforeEpoch);
     ctx.model().train();
     int64_t batches = train_loader.size();
-    for (data::Batch& batch : train_loader) {
+    train_loader.start();
+    while (true) {
+      // The previous batch is gone before the next is asked for: its buffers go back to the
+      // loader's pool.
+      std::optional<data::Batch> batch;
+      {
+        Span wait(ctx.timeline, "data wait");
+        batch = train_loader.next();
+      }
+      if (!batch) break;
       // The last micro-batch of an epoch always steps, so no gradient crosses epochs.
       ctx.sync_step = (ctx.batch_in_epoch + 1) % ctx.accumulation_steps == 0 ||
                       ctx.batch_in_epoch + 1 == batches;
-      train_batch(batch);
+      train_batch(*batch);
       ++ctx.batch_in_epoch;
       ++ctx.micro_batches;
       reached_max = ctx.max_steps > 0 && ctx.step >= ctx.max_steps;
@@ -111,8 +123,11 @@ void TrainingStrategy::run(data::DataLoader& train_loader, data::DataLoader* val
     core::check_device_errors(ctx.manager->device());
     call(HookStage::AfterEpoch);
     if (val_loader != nullptr) {
-      // Without an evaluation function the metrics come from hooks (RetrievalMetricsHook).
-      ctx.metrics = evaluate_ ? validate(*val_loader) : std::map<std::string, double>{};
+      {
+        Span validation(ctx.timeline, "validation");
+        // Without an evaluation function the metrics come from hooks (RetrievalMetricsHook).
+        ctx.metrics = evaluate_ ? validate(*val_loader) : std::map<std::string, double>{};
+      }
       call(HookStage::AfterValidation);
     }
   }
@@ -125,26 +140,35 @@ void TrainingStrategy::train_batch(data::Batch& batch) {
   move_to_device(batch, ctx.manager->device());
   call(HookStage::BeforeBatch);
   call(HookStage::BeforeForward);
-  ctx.loss = step_(ctx.model(), batch);
+  {
+    Span forward(ctx.timeline, "forward");
+    ctx.loss = step_(ctx.model(), batch);
+  }
   MPIGRAD_CHECK(ctx.loss.defined() && ctx.loss.numel() == 1, "TrainingStrategy: the step "
                 "function must return the loss as one number, got ",
                 ctx.loss.defined() ? ctx.loss.shape() : core::Shape{}, " at step ", ctx.step);
   call(HookStage::AfterLoss);
   call(HookStage::BeforeBackward);
-  if (backward_owner_ != nullptr) {
-    backward_owner_->backward(ctx);
-  } else {
-    ctx.loss.backward();
+  {
+    Span backward(ctx.timeline, "backward");
+    if (backward_owner_ != nullptr) {
+      backward_owner_->backward(ctx);
+    } else {
+      ctx.loss.backward();
+    }
   }
   call(HookStage::AfterBackward);
   if (ctx.sync_step) {
     call(HookStage::BeforeOptimizerStep);
-    if (step_owner_ != nullptr) {
-      step_owner_->optimizer_step(ctx);
-    } else {
-      for (nn::Optimizer* optimizer : ctx.optimizers) {
-        optimizer->step();
-        optimizer->zero_grad();
+    {
+      Span step(ctx.timeline, "optimizer step");
+      if (step_owner_ != nullptr) {
+        step_owner_->optimizer_step(ctx);
+      } else {
+        for (nn::Optimizer* optimizer : ctx.optimizers) {
+          optimizer->step();
+          optimizer->zero_grad();
+        }
       }
     }
     ++ctx.step;

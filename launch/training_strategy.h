@@ -26,6 +26,11 @@
 // Metrics that need the whole set at once (retrieval over gathered embeddings) come from a hook
 // instead: with a loader but no evaluation function, after_validation runs with empty metrics
 // for hooks to fill (launch/embeddings.h's RetrievalMetricsHook).
+//
+// With ctx.timeline set (launch/trace/timeline.h) the strategy records the spans "data wait"
+// (the loop waiting for the loader's next batch), "forward" (the step function), "backward",
+// "optimizer step" and "validation"; DDPHook hands the timeline to DDP for its buckets and
+// CheckpointHook records its writes. Null, the default, records nothing.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +51,7 @@
 namespace mpigrad::launch {
 
 class DistributedDataParallel;
+class Timeline;
 
 enum class HookStage : uint8_t {
   Setup, BeforeTraining, BeforeEpoch, BeforeBatch, BeforeForward, AfterLoss, BeforeBackward,
@@ -74,6 +80,7 @@ struct TrainingContext {
   data::DataLoader* train_loader = nullptr;
   data::DataLoader* val_loader = nullptr;
   DistributedDataParallel* ddp = nullptr;   // set by DDPHook
+  Timeline* timeline = nullptr;             // set before run() to record spans; null: none
   std::vector<Hook*> hooks;                 // every hook, in call order (CheckpointHook saves
                                             // the state of those that have one)
 
