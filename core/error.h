@@ -5,6 +5,7 @@
 // rank when it reports an exception; code below it does not know ranks.
 #pragma once
 
+#include <cstdint>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -14,6 +15,18 @@ namespace mpigrad::core {
 class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// An allocation that failed, with the bytes asked for. Tensor::empty raises it in place of a
+// bare std::bad_alloc; callers that know what the memory was for (a batch of a file's field, a
+// model's layer) catch it and raise an Error that names that too.
+class AllocationError : public Error {
+ public:
+  AllocationError(const std::string& message, int64_t bytes) : Error(message), bytes_(bytes) {}
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  int64_t bytes_;
 };
 
 namespace detail {

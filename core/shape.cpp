@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "mpigrad/core/checked_math.h"
 #include "mpigrad/core/error.h"
 
 namespace mpigrad::core {
@@ -31,8 +32,13 @@ void Shape::erase(int position) {
 }
 
 int64_t Shape::numel() const {
+  // Extents come from files and configs: a product past int64 is an error, not a wrapped count.
   int64_t n = 1;
-  for (int d = 0; d < ndim_; ++d) n *= dims_[d];
+  for (int d = 0; d < ndim_; ++d) {
+    if (__builtin_mul_overflow(n, dims_[d], &n)) [[unlikely]] {
+      fail("shape ", *this, ": the element count overflows int64 (more than 9.2e18 elements)");
+    }
+  }
   return n;
 }
 
@@ -61,7 +67,7 @@ Shape contiguous_strides(const Shape& shape) {
   int64_t stride = 1;
   for (int d = shape.size() - 1; d >= 0; --d) {
     strides[d] = stride;
-    stride *= shape[d] > 1 ? shape[d] : 1;
+    stride = checked_mul(stride, shape[d] > 1 ? shape[d] : 1, "strides of shape ", shape);
   }
   return strides;
 }

@@ -4,10 +4,12 @@
 
 #include <cmath>
 #include <cstdio>
+#include <new>
 #include <sstream>
 
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/backend.h"
+#include "mpigrad/core/checked_math.h"
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/op_support.h"
 #include "mpigrad/core/pinned.h"
@@ -30,8 +32,18 @@ Tensor Tensor::empty(const Shape& shape, TensorOptions options) {
     MPIGRAD_CHECK(extent >= 0, "empty: negative extent in shape ", shape);
   }
   Backend& backend = backend_for(options.device_);
-  size_t nbytes = size_t(shape.numel() * core::element_size(options.dtype_));
-  auto storage = std::make_shared<Storage>(nbytes, options.device_, backend.allocator());
+  const int64_t bytes = checked_mul(shape.numel(), int64_t(core::element_size(options.dtype_)),
+                                    "empty: bytes of a ", options.dtype_, " tensor of shape ",
+                                    shape);
+  std::shared_ptr<Storage> storage;
+  try {
+    storage = std::make_shared<Storage>(size_t(bytes), options.device_, backend.allocator());
+  } catch (const std::bad_alloc&) {
+    throw AllocationError(detail::concat("cannot allocate ", bytes, " bytes for a ",
+                                         options.dtype_, " tensor of shape ", shape, " on ",
+                                         options.device_),
+                          bytes);
+  }
   Tensor tensor(std::make_shared<TensorImpl>(std::move(storage), shape, contiguous_strides(shape),
                                              0, options.dtype_));
   if (options.requires_grad_) tensor.set_requires_grad(true);
