@@ -1,15 +1,23 @@
 #include "mpigrad/core/hdf5.h"
 
+#include <fcntl.h>
 #include <hdf5.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <mutex>
+#include <set>
+#include <sstream>
 #include <system_error>
 
+#include "mpigrad/core/checked_math.h"
 #include "mpigrad/core/error.h"
 
 static_assert(sizeof(hid_t) == sizeof(mpigrad::core::hdf5::Hid),
@@ -358,7 +366,15 @@ Dataspace Dataset::space() const {
   return Dataspace(owned(H5Dget_space(id()), "H5Dget_space", where()), where());
 }
 
-int64_t Dataset::num_elements() const { return Shape(dims_).numel(); }
+int64_t Dataset::num_elements() const {
+  // The extents are the file's: a corrupt one may make their product overflow.
+  int64_t elements = 1;
+  for (int64_t extent : dims_) {
+    elements = checked_mul(elements, extent, "HDF5 dataset ", where(), ": its extents ",
+                           Shape(dims_), " hold more elements than int64 counts");
+  }
+  return elements;
+}
 
 Datatype Dataset::file_type() const {
   silence_errors();
@@ -386,7 +402,9 @@ Dataset::Storage Dataset::storage() const {
   silence_errors();
   Storage out;
   Handle plist = owned(H5Dget_create_plist(id()), "H5Dget_create_plist", where());
-  out.declared_bytes = num_elements() * int64_t(H5Tget_size(file_type().id()));
+  out.declared_bytes = checked_mul(num_elements(), int64_t(H5Tget_size(file_type().id())),
+                                   "HDF5 dataset ", where(), ": the bytes of its extents ",
+                                   Shape(dims_));
   out.stored_bytes = int64_t(H5Dget_storage_size(id()));
   switch (check(H5Pget_layout(plist.id()), "H5Pget_layout", where())) {
     case H5D_COMPACT: out.layout = Storage::Layout::Compact; break;
@@ -408,7 +426,9 @@ Dataset::Storage Dataset::storage() const {
     out.chunks_needed = 1;
     for (int d = 0; d < rank && d < int(dims_.size()); ++d) {
       int64_t extent = dims_[size_t(d)], per_chunk = int64_t(chunk[size_t(d)]);
-      out.chunks_needed *= per_chunk > 0 ? (extent + per_chunk - 1) / per_chunk : 0;
+      out.chunks_needed = checked_mul(out.chunks_needed,
+                                      per_chunk > 0 ? ceil_div(extent, per_chunk) : 0,
+                                      "HDF5 dataset ", where(), ": the chunks of its extents");
     }
     // Counting walks the chunk index, so it is done only when the bytes alone do not settle it
     // (filtered data, or chunks that were never written).
@@ -438,7 +458,10 @@ int64_t Dataset::chunk_bytes() const {
   std::array<hsize_t, H5S_MAX_RANK> chunk{};
   int rank = check(H5Pget_chunk(plist.id(), H5S_MAX_RANK, chunk.data()), "H5Pget_chunk", where());
   int64_t bytes = int64_t(H5Tget_size(file_type().id()));
-  for (int d = 0; d < rank; ++d) bytes *= int64_t(chunk[size_t(d)]);
+  for (int d = 0; d < rank; ++d) {
+    bytes = checked_mul(bytes, int64_t(chunk[size_t(d)]), "HDF5 dataset ", where(),
+                        ": the bytes of one chunk");
+  }
   return bytes;
 }
 
@@ -490,7 +513,7 @@ void Dataset::read_rows(int64_t row, int64_t rows, void* out, DType memory_dtype
   int64_t elements = rows;
   for (size_t d = 0; d < dims_.size(); ++d) {
     count[d] = hsize_t(dims_[d]);
-    if (d > 0) elements *= dims_[d];
+    if (d > 0) elements = checked_mul(elements, dims_[d], "HDF5 dataset ", where(), ": rows");
   }
   start[0] = hsize_t(row);
   count[0] = hsize_t(rows);
@@ -636,20 +659,68 @@ std::vector<std::string> File::list(const std::string& group_path) const {
   return names;
 }
 
+namespace {
+// Where an object lives: its file and its address there (a token from HDF5 1.12 on). Two links
+// lead to the same group exactly when these are equal.
+using ObjectKey = std::pair<unsigned long, std::string>;
+
+ObjectKey object_key(hid_t object, const std::string& where) {
+#if H5_VERSION_GE(1, 12, 0)
+  H5O_info2_t info;
+  check(H5Oget_info3(object, &info, H5O_INFO_BASIC), "H5Oget_info3", where);
+  return {info.fileno, std::string(reinterpret_cast<const char*>(&info.token), sizeof(info.token))};
+#else
+  H5O_info_t info;
+  check(H5Oget_info2(object, &info, H5O_INFO_BASIC), "H5Oget_info2", where);
+  return {info.fileno, std::string(reinterpret_cast<const char*>(&info.addr), sizeof(info.addr))};
+#endif
+}
+}  // namespace
+
 std::vector<std::string> File::list_datasets_recursive(const std::string& group_path) const {
-  std::string path = absolute_path(group_path);
-  std::vector<std::string> found;
-  for (const std::string& name : list(path)) {
-    std::string child = (path == "/" ? "/" : path + "/") + name;
-    ObjectKind child_kind = kind(child);
-    if (child_kind == ObjectKind::Dataset) {
-      found.push_back(child);
-    } else if (child_kind == ObjectKind::Group) {
-      for (auto& nested : list_datasets_recursive(child)) found.push_back(std::move(nested));
+  return walk_groups(group_path).datasets;
+}
+
+File::GroupWalk File::walk_groups(const std::string& group_path) const {
+  silence_errors();
+  GroupWalk walk;
+  std::vector<ObjectKey> ancestors;  // the groups on the current path, the root first
+  std::set<ObjectKey> walked;
+  auto key_of = [&](const std::string& path) {
+    std::string where = join_where(path_, path);
+    Handle object = owned(H5Oopen(id(), path.c_str(), H5P_DEFAULT), "H5Oopen", where);
+    return object_key(object.id(), where);
+  };
+  // Recursion is bounded by kMaxGroupDepth, so the stack is too.
+  auto visit = [&](auto& self, const std::string& path, int depth) -> void {
+    MPIGRAD_CHECK(depth <= kMaxGroupDepth, "HDF5 file ", path_, ": groups nested deeper than ",
+                  kMaxGroupDepth, " levels, at ", path.substr(0, 200),
+                  path.size() > 200 ? "..." : "", " (a corrupt or hostile file?)");
+    ancestors.push_back(key_of(path));
+    walked.insert(ancestors.back());
+    for (const std::string& name : list(path)) {
+      std::string child = (path == "/" ? "/" : path + "/") + name;
+      ObjectKind child_kind = kind(child);
+      if (child_kind == ObjectKind::Dataset) {
+        walk.datasets.push_back(child);
+      } else if (child_kind == ObjectKind::Group) {
+        ObjectKey key = key_of(child);
+        if (std::find(ancestors.begin(), ancestors.end(), key) != ancestors.end()) {
+          walk.ancestor_links.push_back(child);
+        } else if (walked.count(key) > 0) {
+          walk.repeated_links.push_back(child);
+        } else {
+          self(self, child, depth + 1);
+        }
+      }
     }
-  }
-  std::sort(found.begin(), found.end());
-  return found;
+    ancestors.pop_back();
+  };
+  std::string path = absolute_path(group_path);
+  MPIGRAD_CHECK(kind(path) == ObjectKind::Group, "HDF5 file ", path_, ": no group ", path);
+  visit(visit, path, 0);
+  std::sort(walk.datasets.begin(), walk.datasets.end());
+  return walk;
 }
 
 Dataset File::open_dataset(const std::string& name, const DatasetAccess& access) const {
@@ -790,26 +861,283 @@ void File::write_attribute(const std::string& object_path, const std::string& na
   write_scalar_attribute(object_path, name, Datatype::of(kFloat64), &value);
 }
 
+namespace {
+
+// An attribute's dataspace: its extents and element count (0 for HDF5's null dataspace).
+struct AttributeSpace {
+  Handle handle;
+  std::vector<int64_t> dims;
+  int64_t elements = 0;
+  bool null = false;
+};
+
+AttributeSpace attribute_space(hid_t attribute, const std::string& where) {
+  AttributeSpace space;
+  space.handle = owned(H5Aget_space(attribute), "H5Aget_space", where);
+  const H5S_class_t space_class = H5Sget_simple_extent_type(space.handle.id());
+  MPIGRAD_CHECK(space_class != H5S_NO_CLASS, "HDF5 ", where, ": unreadable dataspace: ",
+                take_error_stack());
+  if (space_class == H5S_NULL) {
+    space.null = true;
+    return space;
+  }
+  const int rank = check(H5Sget_simple_extent_ndims(space.handle.id()),
+                         "H5Sget_simple_extent_ndims", where);
+  std::vector<hsize_t> extents(size_t(rank), 0);
+  if (rank > 0) {
+    check(H5Sget_simple_extent_dims(space.handle.id(), extents.data(), nullptr),
+          "H5Sget_simple_extent_dims", where);
+  }
+  space.dims.assign(extents.begin(), extents.end());
+  space.elements = check(H5Sget_simple_extent_npoints(space.handle.id()),
+                         "H5Sget_simple_extent_npoints", where);
+  return space;
+}
+
+// Frees the strings HDF5 allocated for a variable-length read, whatever happens after the read.
+class VariableStrings {
+ public:
+  VariableStrings(hid_t memory_type, hid_t space, size_t count)
+      : memory_type_(memory_type), space_(space), pointers_(count, nullptr) {}
+  ~VariableStrings() {
+    if (!read_) return;
+#if H5_VERSION_GE(1, 12, 0)
+    if (H5Treclaim(memory_type_, space_, H5P_DEFAULT, pointers_.data()) < 0) H5Eclear2(H5E_DEFAULT);
+#else
+    if (H5Dvlen_reclaim(memory_type_, space_, H5P_DEFAULT, pointers_.data()) < 0) {
+      H5Eclear2(H5E_DEFAULT);
+    }
+#endif
+  }
+  VariableStrings(const VariableStrings&) = delete;
+  VariableStrings& operator=(const VariableStrings&) = delete;
+  void* buffer() { return pointers_.data(); }
+  void mark_read() { read_ = true; }
+  const std::vector<char*>& pointers() const { return pointers_; }
+
+ private:
+  hid_t memory_type_, space_;
+  std::vector<char*> pointers_;
+  bool read_ = false;
+};
+
+uint64_t little_endian(const unsigned char* bytes, int count) {
+  uint64_t value = 0;
+  for (int i = count - 1; i >= 0; --i) value = (value << 8) | bytes[i];
+  return value;
+}
+
+// What is wrong with the global heap collections ("GCOL" blocks, where variable-length strings
+// live) of the file at `path`, or "" when nothing is. HDF5 1.10 trusts the object sizes recorded
+// there: H5HG_read copies an object's recorded size into a buffer sized for the string, so a
+// garbage size is a heap overflow inside the library (a segfault in its memcpy, seen on a
+// mutated file) that no return code can report. So before reading variable-length strings the
+// file's collections are walked once: every object must fit inside its collection. Each
+// collection begins "GCOL", version 1, 3 reserved bytes and its 8-byte size (at least 4096);
+// then objects: a 2-byte index, 2-byte reference count, 4 reserved bytes, an 8-byte size and the
+// data padded to 8 bytes; index 0 is the free space, whose size counts its own header. The
+// answer is cached per path, size and modification time.
+std::string global_heap_problem(const std::string& path) {
+  struct stat status {};
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";  // HDF5 itself will say why the file cannot be read
+  if (::fstat(fd, &status) != 0 || status.st_size < 16) {
+    ::close(fd);
+    return "";
+  }
+  const std::string key = path + "\n" + std::to_string(status.st_size) + "\n" +
+                          std::to_string(status.st_mtim.tv_sec) + "." +
+                          std::to_string(status.st_mtim.tv_nsec);
+  static std::mutex mutex;
+  static std::map<std::string, std::string> checked;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto found = checked.find(key);
+    if (found != checked.end()) {
+      ::close(fd);
+      return found->second;
+    }
+  }
+  const size_t size = size_t(status.st_size);
+  void* mapped = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (mapped == MAP_FAILED) return "";
+  const auto* bytes = static_cast<const unsigned char*>(mapped);
+  std::string problem;
+  for (size_t at = 0; problem.empty() && at + 16 <= size; ++at) {
+    const void* hit = ::memmem(bytes + at, size - at, "GCOL", 4);
+    if (hit == nullptr) break;
+    at = size_t(static_cast<const unsigned char*>(hit) - bytes);
+    if (at + 16 > size || bytes[at + 4] != 1) continue;  // not a collection header
+    const uint64_t collection = little_endian(bytes + at + 8, 8);
+    if (collection < 4096 || collection > size - at) continue;
+    for (uint64_t offset = 16; offset + 16 <= collection;) {
+      const uint64_t index = little_endian(bytes + at + offset, 2);
+      const uint64_t object = little_endian(bytes + at + offset + 8, 8);
+      const uint64_t room = collection - offset;
+      const uint64_t need = index == 0 ? object : (object > room ? room + 1 : 16 + (object + 7) / 8 * 8);
+      if (need > room) {
+        problem = "the global heap collection at byte " + std::to_string(at) + " records object " +
+                  std::to_string(index) + " of " + std::to_string(object) +
+                  " bytes, more than the collection's " + std::to_string(room) +
+                  " remaining bytes (a corrupt file)";
+        break;
+      }
+      if (index == 0 || need == 0) break;  // the free space ends the collection
+      offset += need;
+    }
+  }
+  ::munmap(mapped, size);
+  std::lock_guard<std::mutex> lock(mutex);
+  checked[key] = problem;
+  return problem;
+}
+
+// The path of the file `object` lives in ("" when HDF5 cannot say).
+std::string file_name_of(hid_t object) {
+  ssize_t length = H5Fget_name(object, nullptr, 0);
+  if (length <= 0) return "";
+  std::string name(size_t(length) + 1, '\0');
+  if (H5Fget_name(object, name.data(), name.size()) < 0) return "";
+  name.resize(size_t(length));
+  return name;
+}
+
+// Every string of a string attribute, in row-major order, into buffers sized from the
+// attribute's own type and dataspace.
+std::vector<std::string> read_strings(hid_t attribute, hid_t file_type, const AttributeSpace& space,
+                                      const std::string& where) {
+  std::vector<std::string> strings;
+  if (space.elements == 0) return strings;
+  if (check(H5Tis_variable_str(file_type), "H5Tis_variable_str", where) > 0) {
+    Handle memory = owned(H5Tcopy(H5T_C_S1), "H5Tcopy", where);
+    check(H5Tset_size(memory.id(), H5T_VARIABLE), "H5Tset_size", where);
+    check(H5Tset_cset(memory.id(), H5Tget_cset(file_type)), "H5Tset_cset", where);
+    const std::string problem = global_heap_problem(file_name_of(attribute));
+    MPIGRAD_CHECK(problem.empty(), "HDF5 ", where, ": not read: ", problem);
+    VariableStrings values(memory.id(), space.handle.id(), size_t(space.elements));
+    check(H5Aread(attribute, memory.id(), values.buffer()), "H5Aread", where);
+    values.mark_read();
+    for (const char* text : values.pointers()) strings.emplace_back(text != nullptr ? text : "");
+    return strings;
+  }
+  const size_t size = H5Tget_size(file_type);
+  MPIGRAD_CHECK(size > 0, "HDF5 ", where, ": string type of size 0: ", take_error_stack());
+  std::vector<char> buffer(size_t(checked_mul(space.elements, int64_t(size), "HDF5 ", where)));
+  check(H5Aread(attribute, file_type, buffer.data()), "H5Aread", where);
+  for (int64_t i = 0; i < space.elements; ++i) {
+    const char* text = buffer.data() + size_t(i) * size;
+    strings.emplace_back(text, strnlen(text, size));
+  }
+  return strings;
+}
+
+std::string attribute_where(const std::string& file, const std::string& object,
+                            const std::string& name) {
+  return join_where(file, object) + " attribute '" + name + "'";
+}
+
+// Control characters as escapes, so that a listing stays one line and a hostile string cannot
+// drive the terminal; inside quotes, quotes and backslashes are escaped too.
+std::string printable(const std::string& text, bool quoted) {
+  std::string out = quoted ? "\"" : "";
+  for (unsigned char c : text) {
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof(hex), "\\x%02x", c);
+      out += hex;
+    } else if (quoted && (c == '"' || c == '\\')) {
+      out += '\\';
+      out += char(c);
+    } else {
+      out += char(c);
+    }
+  }
+  return quoted ? out + "\"" : out;
+}
+
+std::string attribute_value_text(hid_t attribute, const std::string& where) {
+  constexpr int64_t kMaxBytesRead = int64_t(1) << 20;
+  constexpr int64_t kMaxListed = 16;
+  Datatype type(owned(H5Aget_type(attribute), "H5Aget_type", where));
+  AttributeSpace space = attribute_space(attribute, where);
+  if (space.null) return "empty (no value)";
+  const H5T_class_t type_class = H5Tget_class(type.id());
+  MPIGRAD_CHECK(type_class != H5T_NO_CLASS, "HDF5 ", where, ": unreadable type: ",
+                take_error_stack());
+  const std::string shape = Shape(space.dims).str();
+  const std::string unsupported = "unsupported (" + type.describe() + ", shape " + shape;
+  if (type_class != H5T_STRING && type_class != H5T_INTEGER && type_class != H5T_FLOAT) {
+    return unsupported + ")";
+  }
+  const bool variable = type_class == H5T_STRING && H5Tis_variable_str(type.id()) > 0;
+  const int64_t element_bytes = variable ? int64_t(sizeof(char*))
+                                         : std::max<int64_t>(int64_t(H5Tget_size(type.id())), 8);
+  if (space.elements > kMaxBytesRead / element_bytes) return unsupported + ", over 1 MiB)";
+
+  std::vector<std::string> values;
+  const bool strings = type_class == H5T_STRING;
+  if (strings) {
+    for (const std::string& text : read_strings(attribute, type.id(), space, where)) {
+      values.push_back(printable(text, space.elements != 1));
+    }
+  } else if (space.elements > 0) {
+    if (type_class == H5T_FLOAT) {
+      std::vector<double> numbers(size_t(space.elements));
+      check(H5Aread(attribute, H5T_NATIVE_DOUBLE, numbers.data()), "H5Aread", where);
+      for (double number : numbers) {
+        std::ostringstream text;
+        text.precision(15);
+        text << number;
+        values.push_back(text.str());
+      }
+    } else if (H5Tget_sign(type.id()) == H5T_SGN_NONE && H5Tget_size(type.id()) >= 8) {
+      std::vector<uint64_t> numbers(size_t(space.elements));
+      check(H5Aread(attribute, H5T_NATIVE_UINT64, numbers.data()), "H5Aread", where);
+      for (uint64_t number : numbers) values.push_back(std::to_string(number));
+    } else {
+      std::vector<int64_t> numbers(size_t(space.elements));
+      check(H5Aread(attribute, H5T_NATIVE_INT64, numbers.data()), "H5Aread", where);
+      for (int64_t number : numbers) values.push_back(std::to_string(number));
+    }
+  }
+  if (space.elements == 1) return values[0];
+  std::string list = space.dims.size() > 1 ? shape + ": [" : "[";
+  for (int64_t i = 0; i < std::min<int64_t>(int64_t(values.size()), kMaxListed); ++i) {
+    list += (i > 0 ? ", " : "") + values[size_t(i)];
+  }
+  if (space.elements > kMaxListed) {
+    list += ", ... (" + std::to_string(space.elements) + " values)";
+  }
+  return list + "]";
+}
+
+}  // namespace
+
 std::string File::read_string_attribute(const std::string& object_path, const std::string& name) const {
-  std::string where = join_where(path_, absolute_path(object_path)) + " attribute '" + name + "'";
+  std::string where = attribute_where(path_, absolute_path(object_path), name);
   Handle attribute = open_attribute(object_path, name);
   Handle type = owned(H5Aget_type(attribute.id()), "H5Aget_type", where);
   MPIGRAD_CHECK(H5Tget_class(type.id()) == H5T_STRING, "HDF5 ", where, ": not a string attribute");
-  if (check(H5Tis_variable_str(type.id()), "H5Tis_variable_str", where) > 0) {
-    Handle memory = owned(H5Tcopy(H5T_C_S1), "H5Tcopy", where);
-    check(H5Tset_size(memory.id(), H5T_VARIABLE), "H5Tset_size", where);
-    check(H5Tset_cset(memory.id(), H5Tget_cset(type.id())), "H5Tset_cset", where);
-    char* text = nullptr;
-    check(H5Aread(attribute.id(), memory.id(), &text), "H5Aread", where);
-    std::string value = text != nullptr ? text : "";
-    H5free_memory(text);
-    return value;
+  AttributeSpace space = attribute_space(attribute.id(), where);
+  MPIGRAD_CHECK(!space.null && space.elements == 1, "HDF5 ", where, ": holds ",
+                space.null ? 0 : space.elements, " strings (shape ", Shape(space.dims),
+                "), not one");
+  return read_strings(attribute.id(), type.id(), space, where).at(0);
+}
+
+std::string File::attribute_text(const std::string& object_path, const std::string& name) const {
+  std::string where = attribute_where(path_, absolute_path(object_path), name);
+  Handle attribute = open_attribute(object_path, name);
+  try {
+    return attribute_value_text(attribute.id(), where);
+  } catch (const Error& error) {
+    return std::string("unreadable (") + error.what() + ")";
   }
-  size_t size = H5Tget_size(type.id());
-  std::string value(size, '\0');
-  check(H5Aread(attribute.id(), type.id(), value.data()), "H5Aread", where);
-  value.resize(std::strlen(value.c_str()));
-  return value;
 }
 
 namespace {

@@ -1,5 +1,5 @@
 // defines: hdf5::File, hdf5::Dataset, hdf5::Dataspace, hdf5::Datatype, hdf5::Handle,
-//          hdf5::AtomicFileWriter, hdf5::DatasetLayout, hdf5::ObjectKind
+//          hdf5::AtomicFileWriter, hdf5::DatasetLayout, hdf5::ObjectKind, File::GroupWalk
 //
 // RAII wrappers over the HDF5 C library, shared by the data readers (data/) and the checkpoints
 // (nn/). Every hid_t is owned by exactly one Handle, which closes it with the matching H5*close.
@@ -216,6 +216,18 @@ class File {
   std::vector<std::string> list(const std::string& group_path = "/") const;
   // Every dataset below a group, as absolute paths, sorted (for walking a checkpoint).
   std::vector<std::string> list_datasets_recursive(const std::string& group_path = "/") const;
+  // What walking a group's tree found. A link to a group that is already being walked (a hard
+  // or soft link back to the group itself or an ancestor: a cycle) or that was already walked
+  // through another link is listed, not followed, so the walk ends on every file and visits
+  // each group once. Groups are told apart by their address in the file, not by their path.
+  struct GroupWalk {
+    std::vector<std::string> datasets;        // absolute paths, sorted
+    std::vector<std::string> ancestor_links;  // links to a group on their own path
+    std::vector<std::string> repeated_links;  // further links to a group walked already
+  };
+  // Throws core::Error naming the file and the path when groups nest deeper than this.
+  static constexpr int kMaxGroupDepth = 64;
+  GroupWalk walk_groups(const std::string& group_path = "/") const;
 
   Dataset open_dataset(const std::string& name, const DatasetAccess& access = {}) const;
   // Creates a dataset (and missing parent groups) of `dtype` with extents `dims`.
@@ -235,10 +247,19 @@ class File {
   }
   void write_attribute(const std::string& object_path, const std::string& name, int64_t value);
   void write_attribute(const std::string& object_path, const std::string& name, double value);
-  // Reading converts between integer and float; strings may be fixed or variable length.
+  // Reading converts between integer and float; strings may be fixed or variable length. Each
+  // reads one value: an attribute of any other number of elements (an array of strings, say) is
+  // a core::Error naming the attribute and its shape, as is a value HDF5 cannot read.
   std::string read_string_attribute(const std::string& object_path, const std::string& name) const;
   int64_t read_int_attribute(const std::string& object_path, const std::string& name) const;
   double read_double_attribute(const std::string& object_path, const std::string& name) const;
+  // An attribute's value as one line for listings, read by its real type and shape: a string
+  // (control characters escaped) or a number; up to 16 of them in brackets for an array, with its
+  // shape first when it has more than one dimension ("[2, 3]: ["a", ...]"); "unsupported (<type>,
+  // shape [...])" for other types and for arrays of more than 1 MiB, which are not read; and
+  // "unreadable (<why>)" when HDF5 fails to read it (a corrupt file). Throws only when the
+  // object or the attribute does not exist.
+  std::string attribute_text(const std::string& object_path, const std::string& name) const;
 
  private:
   File(Handle handle, std::string path) : handle_(std::move(handle)), path_(std::move(path)) {}

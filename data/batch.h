@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "mpigrad/core/checked_math.h"
 #include "mpigrad/core/dtype.h"
 #include "mpigrad/core/shape.h"
 #include "mpigrad/core/tensor.h"
@@ -20,7 +21,11 @@ struct FieldInfo {
   std::string name;
   core::DType dtype = core::kFloat32;
   core::Shape sample_shape;  // without the leading N
-  int64_t sample_bytes() const { return sample_shape.numel() * core::element_size(dtype); }
+  // Checked: the shape comes from a file, and its bytes may not fit in int64.
+  int64_t sample_bytes() const {
+    return core::checked_mul(sample_shape.numel(), int64_t(core::element_size(dtype)), "field '",
+                             name, "' per-sample shape ", sample_shape, " in bytes");
+  }
   friend bool operator==(const FieldInfo& a, const FieldInfo& b) {
     return a.name == b.name && a.dtype == b.dtype && a.sample_shape == b.sample_shape;
   }

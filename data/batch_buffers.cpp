@@ -6,6 +6,9 @@
 #include <mutex>
 #include <new>
 
+#include "mpigrad/core/checked_math.h"
+#include "mpigrad/core/error.h"
+
 namespace mpigrad::data {
 
 namespace {
@@ -74,9 +77,17 @@ constexpr int64_t kPooledFrom = 64 * 1024;  // smaller blocks: malloc reuses the
 }  // namespace
 
 core::Tensor empty_batch_tensor(const core::Shape& shape, core::DType dtype) {
-  const int64_t nbytes = shape.numel() * core::element_size(dtype);
+  const int64_t nbytes = core::checked_mul(shape.numel(), int64_t(core::element_size(dtype)),
+                                           "batch buffer of shape ", shape, " in bytes");
   if (nbytes < kPooledFrom) return core::Tensor::empty(shape, dtype);
-  auto storage = std::make_shared<core::Storage>(size_t(nbytes), core::kCPU, pool());
+  std::shared_ptr<core::Storage> storage;
+  try {
+    storage = std::make_shared<core::Storage>(size_t(nbytes), core::kCPU, pool());
+  } catch (const std::bad_alloc&) {
+    throw core::AllocationError(core::detail::concat("cannot allocate ", nbytes, " bytes for a ",
+                                                     dtype, " batch of shape ", shape),
+                                nbytes);
+  }
   return core::Tensor(std::make_shared<core::TensorImpl>(std::move(storage), shape, core::contiguous_strides(shape),
                                                          0, dtype));
 }

@@ -361,7 +361,8 @@ void inspect_files(const std::vector<std::string>& files, std::vector<std::strin
     std::error_code error;
     uintmax_t bytes = std::filesystem::file_size(path, error);
     out << "file " << path << " (" << (error ? file.size_on_disk() : int64_t(bytes)) << " bytes)\n";
-    for (const std::string& name : file.list_datasets_recursive("/")) {
+    const hdf5::File::GroupWalk walk = file.walk_groups("/");
+    for (const std::string& name : walk.datasets) {
       hdf5::Dataset dataset = file.open_dataset(name);
       hdf5::Datatype type = dataset.file_type();
       auto dtype = type.to_dtype();
@@ -369,18 +370,15 @@ void inspect_files(const std::vector<std::string>& files, std::vector<std::strin
           << "  " << dataset.shape() << "  " << layout_text(dataset) << "\n";
       if (!fields_given && path == files[0] && name.rfind('/') == 0) fields.push_back(name.substr(1));
     }
+    for (const std::string& link : walk.ancestor_links) {
+      out << "  " << link << "  (link to an ancestor group, not followed)\n";
+    }
+    for (const std::string& link : walk.repeated_links) {
+      out << "  " << link << "  (another link to a group listed above, not followed)\n";
+    }
+    // Each attribute by its own type and shape; one HDF5 cannot read is listed as unreadable.
     for (const std::string& attribute : file.list_attributes("/")) {
-      std::string value;
-      try {
-        value = file.read_string_attribute("/", attribute);
-      } catch (const core::Error&) {
-        try {
-          value = std::to_string(file.read_int_attribute("/", attribute));
-        } catch (const core::Error&) {
-          value = "(not shown)";
-        }
-      }
-      out << "  @" << attribute << " = " << value << "\n";
+      out << "  @" << attribute << " = " << file.attribute_text("/", attribute) << "\n";
     }
   }
   MPIGRAD_CHECK(!fields.empty(), "inspect: ", files[0], " has no datasets at its root; name them with --fields");

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "mpigrad/core/checked_math.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/data/batch_buffers.h"
 
@@ -85,7 +86,9 @@ Hdf5Dataset::OpenShard Hdf5Dataset::open_shard(int shard_index, std::vector<Fiel
     int64_t chunk_bytes = dataset.chunk_bytes();
     if (chunk_bytes > 0 || options_.chunk_cache_bytes > 0) {
       hdf5::DatasetAccess access;
-      int64_t dataset_bytes = dataset.num_elements() * core::element_size(info.dtype);
+      const int64_t dataset_bytes = core::checked_mul(
+          dataset.num_elements(), int64_t(core::element_size(info.dtype)), "Hdf5Dataset: ", path,
+          " field '", name, "': its bytes");
       if (options_.chunk_cache_bytes > 0) {
         access.chunk_cache_bytes = options_.chunk_cache_bytes;
       } else if (options_.access == AccessPattern::Sequential) {
@@ -192,6 +195,21 @@ std::string Hdf5Dataset::describe() const {
   return text;
 }
 
+// A tensor for rows of `field`, or one core::Error naming the file, the field, what the memory
+// was for and how many bytes could not be had (or that their count overflows).
+core::Tensor Hdf5Dataset::allocate(const FieldInfo& field, const core::Shape& shape,
+                                   const std::string& purpose, bool batch) const {
+  try {
+    return batch ? empty_batch_tensor(shape, field.dtype) : core::Tensor::empty(shape, field.dtype);
+  } catch (const core::AllocationError& error) {
+    core::fail(describe(), " field '", field.name, "': cannot allocate ", error.bytes(),
+               " bytes (", bytes_text(error.bytes()), ") for ", purpose, " of shape ", shape,
+               " (", field.dtype, "); out of memory");
+  } catch (const core::Error& error) {
+    core::fail(describe(), " field '", field.name, "': ", purpose, ": ", error.what());
+  }
+}
+
 void Hdf5Dataset::set_slice(IndexSlice slice, bool in_memory) {
   MPIGRAD_CHECK(slice.length >= 0 && slice.begin >= 0 && (slice.length == 0 || slice.begin < total_size_),
                 describe(), ": slice begin ", slice.begin, " length ", slice.length, " outside the ", total_size_,
@@ -240,7 +258,8 @@ void Hdf5Dataset::load_slice_into_memory() {
   for (const FieldInfo& info : fields_) {
     core::Shape shape = info.sample_shape;
     shape.insert(0, slice_->length);
-    memory.push_back(core::Tensor::empty(shape, info.dtype));
+    memory.push_back(allocate(info, shape, "its slice of " + std::to_string(slice_->length) +
+                                               " samples, in memory"));
   }
   std::vector<size_t> all(fields_.size());
   std::iota(all.begin(), all.end(), size_t(0));
@@ -370,7 +389,7 @@ core::Tensor Hdf5Dataset::read_field(const std::string& name, int64_t begin, int
   MPIGRAD_CHECK(f < fields_.size(), describe(), ": no field '", name, "'");
   core::Shape shape = fields_[f].sample_shape;
   shape.insert(0, count);
-  core::Tensor out = core::Tensor::empty(shape, fields_[f].dtype);
+  core::Tensor out = allocate(fields_[f], shape, std::to_string(count) + " samples");
   std::lock_guard<std::mutex> lock(mutex_);
   read_consecutive(begin, count, {f}, {static_cast<char*>(out.data_ptr())});
   return out;
@@ -384,7 +403,8 @@ Batch Hdf5Dataset::get_batch(std::span<const int64_t> indices) const {
   for (const FieldInfo& info : fields_) {
     core::Shape shape = info.sample_shape;
     shape.insert(0, n);
-    core::Tensor tensor = empty_batch_tensor(shape, info.dtype);
+    core::Tensor tensor = allocate(info, shape, "a batch of " + std::to_string(n) + " samples",
+                                   /*batch=*/true);
     outputs.push_back(tensor.data_ptr());
     batch.fields.emplace_back(info.name, std::move(tensor));
   }

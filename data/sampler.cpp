@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "mpigrad/core/checked_math.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/kernels/philox.h"
 
@@ -124,10 +125,13 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int64_t num_replica
   if (drop_last && dataset_size % num_replicas != 0) {
     num_samples_ = (dataset_size - num_replicas + num_replicas - 1) / num_replicas;
   } else {
-    num_samples_ = (dataset_size + num_replicas - 1) / num_replicas;
+    num_samples_ = core::ceil_div(dataset_size, num_replicas);
   }
   // indices() holds the whole padded order, then this rank's share.
-  check_index_memory(dataset_size, std::max(dataset_size, total_size()) + num_samples_,
+  check_index_memory(dataset_size,
+                     core::checked_add(std::max(dataset_size, total_size()), num_samples_,
+                                       "DistributedSampler: the indices of ", dataset_size,
+                                       " samples"),
                      "DistributedSampler");
 }
 
@@ -164,7 +168,7 @@ BatchSampler::BatchSampler(std::shared_ptr<Sampler> sampler, int64_t batch_size,
 
 int64_t BatchSampler::size() const {
   int64_t n = sampler_->size();
-  return drop_last_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
+  return drop_last_ ? n / batch_size_ : core::ceil_div(n, batch_size_);  // no n + batch_size
 }
 
 std::vector<std::vector<int64_t>> BatchSampler::batches() const {

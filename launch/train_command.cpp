@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "mpigrad/core/checked_math.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/ops/reduce.h"
 #include "mpigrad/data/data_loader.h"
@@ -70,6 +71,9 @@ std::shared_ptr<data::Hdf5Dataset> open_dataset(const std::vector<std::string>& 
                                                 int64_t rank, int64_t ranks) {
   auto dataset = std::make_shared<data::Hdf5Dataset>(
       paths, data::Hdf5DatasetOptions{.fields = {config.data.x, config.data.y}});
+  MPIGRAD_CHECK(dataset->size() > 0, key, ": ", dataset->describe(), " has no samples (N = 0 "
+                "in field '", config.data.x, "'); nothing to ",
+                std::string(key) == "[data] test" ? "evaluate on" : "train on");
   // The distributed samplers need one sample per rank; say so now, not in the training phase.
   MPIGRAD_CHECK(dataset->size() >= ranks, key, ": ", dataset->describe(), " has ",
                 dataset->size(), " sample(s), fewer than the ", ranks,
@@ -104,6 +108,26 @@ void check_normalization(const TrainConfig& config, const data::FieldInfo& input
   }
 }
 
+// Evaluation reads the test set in batches of this many samples per rank.
+constexpr int64_t kTestBatchSize = 256;
+
+// A batch is allocated at every step, and with the read-ahead a few are alive at once: one that
+// cannot fit in memory is refused now, naming the file, the field and the bytes.
+void check_batch_memory(const data::Hdf5Dataset& dataset, const TrainConfig& config,
+                        const char* key, int64_t batch) {
+  int64_t bytes = 0;
+  for (const data::FieldInfo& field : dataset.fields()) {
+    const std::string what = std::string(key) + ": " + dataset.describe() + " field '" +
+                             field.name + "' of per-sample shape " + field.sample_shape.str();
+    bytes = core::checked_add(bytes, core::checked_mul(batch, field.sample_bytes(), what,
+                                                       ": a batch of ", batch, " samples"),
+                              what, ": a batch");
+    check_fits_in_memory(bytes, what + ": a batch of " + std::to_string(batch) + " samples (" +
+                                    "[train] batch_size " + std::to_string(config.train.batch_size) +
+                                    ")");
+  }
+}
+
 TrainingJob check_job(const std::vector<std::string>& args, int64_t rank, int64_t ranks) {
   TrainingJob job;
   job.config = parse_train_config(args);
@@ -134,12 +158,20 @@ TrainingJob check_job(const std::vector<std::string>& args, int64_t rank, int64_
                   "' has per-sample shape ", test_x.sample_shape, " but the training data has ",
                   job.sample_shape);
   }
-  // The distributed sampler pads every rank to ceil(N / R) samples.
-  int64_t per_rank = (job.train_set->size() + ranks - 1) / ranks;
-  int64_t batches = (per_rank + config.train.batch_size - 1) / config.train.batch_size;
-  job.steps_per_epoch =
-      (batches + config.train.grad_accum_steps - 1) / config.train.grad_accum_steps;
-  job.total_steps = config.train.epochs * job.steps_per_epoch;
+  // The distributed sampler pads every rank to ceil(N / R) samples. The config's sizes may be
+  // anything up to int64's maximum: rounding up and multiplying are checked.
+  const int64_t per_rank = core::ceil_div(job.train_set->size(), ranks);
+  const int64_t batches = core::ceil_div(per_rank, config.train.batch_size);
+  job.steps_per_epoch = core::ceil_div(batches, config.train.grad_accum_steps);
+  job.total_steps = core::checked_mul(config.train.epochs, job.steps_per_epoch,
+                                      "[train] epochs: the run's length in optimizer updates "
+                                      "(epochs x ", job.steps_per_epoch, " per epoch)");
+  check_batch_memory(*job.train_set, config, "[data] train", std::min(config.train.batch_size,
+                                                                      per_rank));
+  if (job.test_set) {
+    check_batch_memory(*job.test_set, config, "[data] test",
+                       std::min(kTestBatchSize, core::ceil_div(job.test_set->size(), ranks)));
+  }
   // (A dry run takes one step of this schedule: the schedule is the run's, checked as such.)
   if (config.train.max_steps > 0) job.total_steps = std::min(job.total_steps, config.train.max_steps);
   check_schedule(config.sched, job.total_steps);
@@ -265,9 +297,11 @@ int train(TrainingJob& job, DistributedManager& manager) {
   data::DataLoader train_loader(job.train_set, train_options);
 
   std::unique_ptr<data::DataLoader> test_loader;
-  if (job.test_set && !config.dry_run) {
+  // A dry run builds the test loader too, and reads its first batch below: a test file that
+  // would fail the run fails the dry run.
+  if (job.test_set) {
     data::DataLoaderOptions test_options;
-    test_options.batch_size = 256;
+    test_options.batch_size = kTestBatchSize;
     test_options.num_replicas = ranks;  // a DistributedSampler without shuffle, padded
     test_options.rank = rank;
     test_options.transform = inputs.transform;
@@ -335,15 +369,23 @@ int train(TrainingJob& job, DistributedManager& manager) {
     std::fflush(stdout);
   }
 
+  if (config.dry_run && test_loader) {
+    test_loader->start();
+    std::optional<data::Batch> first = test_loader->next();
+    MPIGRAD_CHECK(first.has_value(), "[data] test: ", job.test_set->describe(),
+                  " gave this rank no batch");
+  }
+
   TrainingStrategy strategy({&model}, {optimizer.get()},
                             classification_step(config.data.x, config.data.y),
                             classification_metrics(config.data.x, config.data.y), manager, hooks,
                             config.dry_run ? 1 : config.train.epochs, max_steps);
-  strategy.run(train_loader, test_loader.get());
+  strategy.run(train_loader, config.dry_run ? nullptr : test_loader.get());
 
   if (main_process) {
     if (config.dry_run) {
-      std::printf("mpigrad train: dry run passed (config, data, model and one step)\n");
+      std::printf("mpigrad train: dry run passed (config, data, model and one step%s)\n",
+                  test_loader ? "; the test loader's first batch" : "");
     } else {
       const auto& metrics = strategy.context().metrics;
       auto accuracy = metrics.find("val_accuracy");

@@ -1,4 +1,4 @@
-// defines: make_model, make_optimizer, make_scheduler, make_regression_loss
+// defines: make_model, make_optimizer, make_scheduler, make_regression_loss, check_fits_in_memory
 //
 // What the [model] [loss] [optim] [sched] sections of a TrainConfig build. `mpigrad train` and
 // the C API (launch/embed/) both build through these, so a key means the same in both.
@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "mpigrad/core/shape.h"
 #include "mpigrad/launch/train_config.h"
@@ -21,6 +22,12 @@ namespace mpigrad::launch {
 // builds the same weights. Errors name the [model] key at fault.
 std::shared_ptr<nn::Module> make_model(const ModelSection& model, const core::Shape& input_shape,
                                        int64_t outputs, uint64_t seed);
+
+// Throws core::Error "<what>: needs N bytes (X GiB), more than half of this machine's Y GiB of
+// memory" when `bytes` would not fit; checked before allocating what a config or a file sized
+// (a model, a batch), so a run that cannot fit fails up front with the key or file at fault
+// rather than in an allocation. `memory_bytes` < 0: this machine's physical memory.
+void check_fits_in_memory(int64_t bytes, const std::string& what, int64_t memory_bytes = -1);
 
 // The [optim] over `model`'s parameters.
 std::unique_ptr<nn::Optimizer> make_optimizer(const OptimSection& optim, nn::Module& model);

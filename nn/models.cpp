@@ -1,5 +1,6 @@
 #include "mpigrad/nn/models.h"
 
+#include "mpigrad/core/checked_math.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/nn/layers/activation.h"
 #include "mpigrad/nn/layers/batch_norm.h"
@@ -73,7 +74,9 @@ std::shared_ptr<Sequential> make_cnn(const core::Shape& input_shape,
     width /= 2;
   }
   layers.push_back(std::make_shared<Flatten>());
-  add_classifier_head(layers, in_channels * height * width, hidden, outputs, dropout, generator);
+  const int64_t features = core::checked_mul(core::checked_mul(in_channels, height, "make_cnn: features"),
+                                             width, "make_cnn: features");
+  add_classifier_head(layers, features, hidden, outputs, dropout, generator);
   return std::make_shared<Sequential>(layers);
 }
 
