@@ -51,7 +51,7 @@ struct Hdf5DatasetOptions {
   int64_t chunk_cache_bytes = 0;
   // Opens a shard by its path; empty: core::hdf5::File::open. (The fuzz targets open in-memory
   // images: core::hdf5::File::open_image.)
-  std::function<core::hdf5::File(const std::string& path)> open_file;
+  std::function<core::hdf5::File(const std::string& path)> open_file = {};
 };
 
 // Samples begin, begin + 1, ..., begin + length - 1 of the index space, wrapping past the end.
