@@ -18,9 +18,12 @@ namespace mpigrad::launch {
 
 namespace {
 
+// Trims at least what Boost trims from a config line's ends (" \t\r\n"), so that an item
+// printed into config.ini parses back the same.
 std::string trim(const std::string& text) {
-  size_t begin = text.find_first_not_of(" \t");
-  size_t end = text.find_last_not_of(" \t");
+  const char* whitespace = " \t\r\n\f\v";
+  size_t begin = text.find_first_not_of(whitespace);
+  size_t end = text.find_last_not_of(whitespace);
   return begin == std::string::npos ? "" : text.substr(begin, end - begin + 1);
 }
 

@@ -28,7 +28,10 @@ scratch=$build/corpus/$target
 crashes=fuzz/crashes/$target
 mkdir -p "$scratch" "$crashes"
 # Size limits: a valid input may ask for a big allocation; above these it is a finding.
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
+# fast_unwind_on_malloc=0: allocation stacks through HDF5 (built without frame pointers) are
+# complete, so fuzz/lsan.supp can match HDF5's own leaks.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1:fast_unwind_on_malloc=0:malloc_context_size=16}
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$root/fuzz/lsan.supp}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export OMP_NUM_THREADS=1
 exec nice "$build/fuzz/$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
