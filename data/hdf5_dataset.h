@@ -126,8 +126,8 @@ class Hdf5Dataset : public Dataset {
   void read_consecutive(int64_t first, int64_t count, const std::vector<size_t>& fields,
                         const std::vector<char*>& outputs) const;
   void load_slice_into_memory();
-  core::Tensor allocate(const FieldInfo& field, const core::Shape& shape, const std::string& purpose,
-                        bool batch = false) const;
+  core::Tensor allocate(const FieldInfo& field, const core::Shape& shape,
+                        const std::string& purpose, bool batch = false) const;
 
   Hdf5DatasetOptions options_;
   std::vector<Shard> shards_;

@@ -122,9 +122,9 @@ void check_batch_memory(const data::Hdf5Dataset& dataset, const TrainConfig& con
     bytes = core::checked_add(bytes, core::checked_mul(batch, field.sample_bytes(), what,
                                                        ": a batch of ", batch, " samples"),
                               what, ": a batch");
-    check_fits_in_memory(bytes, what + ": a batch of " + std::to_string(batch) + " samples (" +
-                                    "[train] batch_size " + std::to_string(config.train.batch_size) +
-                                    ")");
+    check_fits_in_memory(bytes, what + ": a batch of " + std::to_string(batch) +
+                                    " samples ([train] batch_size " +
+                                    std::to_string(config.train.batch_size) + ")");
   }
 }
 

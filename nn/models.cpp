@@ -74,8 +74,8 @@ std::shared_ptr<Sequential> make_cnn(const core::Shape& input_shape,
     width /= 2;
   }
   layers.push_back(std::make_shared<Flatten>());
-  const int64_t features = core::checked_mul(core::checked_mul(in_channels, height, "make_cnn: features"),
-                                             width, "make_cnn: features");
+  const int64_t features = core::checked_mul(
+      core::checked_mul(in_channels, height, "make_cnn: features"), width, "make_cnn: features");
   add_classifier_head(layers, features, hidden, outputs, dropout, generator);
   return std::make_shared<Sequential>(layers);
 }

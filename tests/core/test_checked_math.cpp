@@ -37,7 +37,8 @@ TEST_CASE("checked math: products and sums that fit, and those that do not") {
   CHECK(checked_mul(int64_t(1) << 31, int64_t(1) << 31, "test") == int64_t(1) << 62);
   CHECK(checked_add(kMax - 1, 1, "test") == kMax);
   CHECK(checked_mul(0, kMax, "test") == 0);
-  std::string error = error_of([] { checked_mul(int64_t(1) << 32, int64_t(1) << 32, "[model] hidden"); });
+  std::string error =
+      error_of([] { checked_mul(int64_t(1) << 32, int64_t(1) << 32, "[model] hidden"); });
   CHECK(contains(error, "[model] hidden"));
   CHECK(contains(error, "4294967296 x 4294967296"));
   error = error_of([] { checked_add(kMax, 1, "[train] batch_size ", 7); });

@@ -62,9 +62,10 @@ void write_minimal_dataset(hdf5::File& file) {
 }
 
 // An attribute of `type` over a simple dataspace of `dims` (scalar when empty) holding `data`.
-void write_raw_attribute(hid_t object, const char* name, hid_t type, const std::vector<hsize_t>& dims,
-                         const void* data) {
-  hid_t space = dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(int(dims.size()), dims.data(), nullptr);
+void write_raw_attribute(hid_t object, const char* name, hid_t type,
+                         const std::vector<hsize_t>& dims, const void* data) {
+  hid_t space = dims.empty() ? H5Screate(H5S_SCALAR)
+                             : H5Screate_simple(int(dims.size()), dims.data(), nullptr);
   REQUIRE(space >= 0);
   hid_t attribute = H5Acreate2(object, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
   REQUIRE(attribute >= 0);

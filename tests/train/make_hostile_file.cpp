@@ -30,7 +30,8 @@ bool dataset(hid_t file, const char* name, hid_t type, const std::vector<hsize_t
              const std::vector<hsize_t>& chunk, bool fill) {
   hid_t space = H5Screate_simple(int(dims.size()), dims.data(), nullptr);
   hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-  if (!chunk.empty() && !ok(H5Pset_chunk(dcpl, int(chunk.size()), chunk.data()), "H5Pset_chunk")) return false;
+  if (!chunk.empty() && !ok(H5Pset_chunk(dcpl, int(chunk.size()), chunk.data()), "H5Pset_chunk"))
+    return false;
   hid_t set = H5Dcreate2(file, name, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
   if (set < 0) return ok(-1, "H5Dcreate2");
   bool good = true;
@@ -38,7 +39,8 @@ bool dataset(hid_t file, const char* name, hid_t type, const std::vector<hsize_t
     size_t elements = 1;
     for (hsize_t extent : dims) elements *= extent;
     std::vector<char> zeros(elements * H5Tget_size(type), 0);
-    good = elements == 0 || ok(H5Dwrite(set, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, zeros.data()), "H5Dwrite");
+    good = elements == 0 ||
+           ok(H5Dwrite(set, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, zeros.data()), "H5Dwrite");
   }
   H5Dclose(set);
   H5Pclose(dcpl);
@@ -46,7 +48,8 @@ bool dataset(hid_t file, const char* name, hid_t type, const std::vector<hsize_t
   return good;
 }
 
-bool attribute(hid_t object, const char* name, hid_t type, const std::vector<hsize_t>& dims, const void* data) {
+bool attribute(hid_t object, const char* name, hid_t type, const std::vector<hsize_t>& dims,
+               const void* data) {
   hid_t space = H5Screate_simple(int(dims.size()), dims.data(), nullptr);
   hid_t created = H5Acreate2(object, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
   bool good = created >= 0 && ok(H5Awrite(created, type, data), "H5Awrite");
@@ -75,7 +78,8 @@ bool write(const std::string& kind, hid_t file) {
   if (kind == "cycles") {
     hid_t group = H5Gcreate2(file, "g", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     good = good && group >= 0 && ok(H5Gclose(group), "H5Gclose") &&
-           ok(H5Lcreate_hard(file, "/g", file, "/g/loop", H5P_DEFAULT, H5P_DEFAULT), "H5Lcreate_hard") &&
+           ok(H5Lcreate_hard(file, "/g", file, "/g/loop", H5P_DEFAULT, H5P_DEFAULT),
+              "H5Lcreate_hard") &&
            ok(H5Lcreate_hard(file, "/", file, "/self", H5P_DEFAULT, H5P_DEFAULT), "H5Lcreate_hard");
     return good;
   }
@@ -116,15 +120,17 @@ bool write_bad_chunks(const char* path) {
   hid_t set = H5Dcreate2(file, "x", H5T_NATIVE_UINT8, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
   std::vector<unsigned char> values(64 * 64);
   for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<unsigned char>((i * 37) % 251);
-  bool good = set >= 0 && ok(H5Dwrite(set, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()),
-                             "H5Dwrite");
+  bool good =
+      set >= 0 &&
+      ok(H5Dwrite(set, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), "H5Dwrite");
   std::vector<std::pair<haddr_t, hsize_t>> chunks;
   for (hsize_t c = 0; good && c < 4; ++c) {
     hsize_t offset[4];
     unsigned mask = 0;
     haddr_t address = 0;
     hsize_t size = 0;
-    good = ok(H5Dget_chunk_info(set, space, c, offset, &mask, &address, &size), "H5Dget_chunk_info");
+    good =
+        ok(H5Dget_chunk_info(set, space, c, offset, &mask, &address, &size), "H5Dget_chunk_info");
     chunks.emplace_back(address, size);
   }
   if (set >= 0) H5Dclose(set);
@@ -145,7 +151,8 @@ bool write_bad_chunks(const char* path) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: %s empty|huge-sample|huge-dim|cycles|attributes OUT.h5\n", argv[0]);
+    std::fprintf(stderr, "usage: %s empty|huge-sample|huge-dim|cycles|attributes OUT.h5\n",
+                 argv[0]);
     return 2;
   }
   hid_t file = H5Fcreate(argv[2], H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
