@@ -70,7 +70,8 @@ IdxArray read_idx(const std::string& path) {
     array.dims.push_back(extent);
     // Checked before multiplying: a few extents near 2^32 overflow int64.
     MPIGRAD_CHECK(extent == 0 || count <= kMaxElements / extent, "IDX file ", path,
-                  ": implausible size: extents ", core::Shape(array.dims), " so far exceed 2^36 elements");
+                  ": implausible size: extents ", core::Shape(array.dims),
+                  " so far exceed 2^36 elements");
     count *= extent;
   }
   // The data is read in pieces, the buffer growing as they arrive: a header that declares more

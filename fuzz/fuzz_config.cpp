@@ -41,7 +41,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   try {
     const launch::TrainConfig config = launch::parse_config_text(text, "fuzz.ini");
     const std::string resolved = config.resolved_text();
-    const std::string again = launch::parse_config_text(resolved, "resolved config.ini").resolved_text();
+    const std::string again =
+        launch::parse_config_text(resolved, "resolved config.ini").resolved_text();
     if (again != resolved) {
       std::fprintf(stderr, "fuzz_config: the resolved config does not round-trip:\n%s\n---\n%s\n",
                    resolved.c_str(), again.c_str());

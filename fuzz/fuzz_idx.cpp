@@ -61,8 +61,8 @@ const std::filesystem::path& scratch_dir() {
 // Runs `mpigrad data convert-idx` with its output on stdout and stderr kept quiet.
 void convert(const std::string& images, const std::string& labels) {
   const std::string output = (scratch_dir() / "out.h5").string();
-  std::vector<std::string> args = {"data", "convert-idx", "--images", images, "--labels", labels,
-                                   "--output", output};
+  std::vector<std::string> args = {"data",     "convert-idx", "--images", images,
+                                   "--labels", labels,        "--output", output};
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   std::ostringstream quiet;

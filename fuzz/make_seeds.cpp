@@ -33,7 +33,8 @@ hid_t create(const std::string& path) {
 
 void dataset(hid_t where, const char* name, hid_t type, std::vector<hsize_t> dims, const void* data,
              hsize_t chunk_rows = 0, int gzip = 0, bool compact = false) {
-  hid_t space = dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(int(dims.size()), dims.data(), nullptr);
+  hid_t space = dims.empty() ? H5Screate(H5S_SCALAR)
+                             : H5Screate_simple(int(dims.size()), dims.data(), nullptr);
   check(space, "H5Screate");
   hid_t create_list = H5Pcreate(H5P_DATASET_CREATE);
   if (chunk_rows > 0) {
@@ -52,8 +53,10 @@ void dataset(hid_t where, const char* name, hid_t type, std::vector<hsize_t> dim
   H5Sclose(space);
 }
 
-void attribute(hid_t where, const char* name, hid_t type, std::vector<hsize_t> dims, const void* data) {
-  hid_t space = dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(int(dims.size()), dims.data(), nullptr);
+void attribute(hid_t where, const char* name, hid_t type, std::vector<hsize_t> dims,
+               const void* data) {
+  hid_t space = dims.empty() ? H5Screate(H5S_SCALAR)
+                             : H5Screate_simple(int(dims.size()), dims.data(), nullptr);
   hid_t attr = H5Acreate2(where, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
   check(attr, "H5Acreate2");
   check(H5Awrite(attr, type, data), "H5Awrite");
@@ -140,7 +143,8 @@ void write_hdf5_seeds(const std::string& dir) {
     double z[2] = {1.5, 2.5};
     dataset(sub, "z", H5T_NATIVE_DOUBLE, {2}, z);
     check(H5Lcreate_soft("/x", file, "/soft_x", H5P_DEFAULT, H5P_DEFAULT), "H5Lcreate_soft");
-    check(H5Lcreate_soft("/nowhere", file, "/dangling", H5P_DEFAULT, H5P_DEFAULT), "H5Lcreate_soft");
+    check(H5Lcreate_soft("/nowhere", file, "/dangling", H5P_DEFAULT, H5P_DEFAULT),
+          "H5Lcreate_soft");
     check(H5Lcreate_hard(file, "/y", group, "y_again", H5P_DEFAULT, H5P_DEFAULT), "H5Lcreate_hard");
     check(H5Lcreate_external("other.h5", "/x", file, "/external_x", H5P_DEFAULT, H5P_DEFAULT),
           "H5Lcreate_external");
@@ -226,7 +230,8 @@ void write_idx_seeds(const std::string& dir) {
   // Types the converter refuses, read by read_idx all the same.
   write_idx_seed(dir + "/int32_float32", idx(0x0C, {2}, std::string(8, '\1')),
                  idx(0x0D, {1, 1}, std::string(4, '\x3f')));
-  write_idx_seed(dir + "/float64_labels", idx(0x08, {1, 1, 1}, "z"), idx(0x0E, {1}, std::string(8, '\0')));
+  write_idx_seed(dir + "/float64_labels", idx(0x08, {1, 1, 1}, "z"),
+                 idx(0x0E, {1}, std::string(8, '\0')));
 }
 
 }  // namespace

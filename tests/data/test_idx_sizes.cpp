@@ -31,13 +31,15 @@ TEST_CASE("idx: extents whose product overflows are an error, not a wrapped size
   // 65536^4 = 2^64: wraps to 0 elements in int64 arithmetic.
   const std::string path = write_idx(dir, "wrap.idx", 0x08, {65536, 65536, 65536, 65536}, "");
   CHECK_THROWS_WITH_AS(read_idx(path), doctest::Contains("wrap.idx"), core::Error);
-  const std::string huge = write_idx(dir, "huge.idx", 0x0E, {0xffffffffu, 0xffffffffu, 0xffffffffu}, "");
+  const std::string huge =
+      write_idx(dir, "huge.idx", 0x0E, {0xffffffffu, 0xffffffffu, 0xffffffffu}, "");
   CHECK_THROWS_WITH_AS(read_idx(huge), doctest::Contains("huge.idx"), core::Error);
 }
 
 TEST_CASE("idx: a header declaring more data than the file holds is 'truncated', allocation-free") {
   test::TempDir dir;
   // 2^36 float64 elements (512 GiB) declared, 16 bytes present.
-  const std::string path = write_idx(dir, "liar.idx", 0x0E, {16, 65536, 65536}, std::string(16, '\0'));
+  const std::string path =
+      write_idx(dir, "liar.idx", 0x0E, {16, 65536, 65536}, std::string(16, '\0'));
   CHECK_THROWS_WITH_AS(read_idx(path), doctest::Contains("truncated"), core::Error);
 }

@@ -30,8 +30,7 @@ std::string error_text(const std::function<void()>& fn) {
 TEST_CASE("a key holding a Boost placeholder is an error, not a hang") {
   for (const std::string& text :
        {std::string("[sched]\nname%canonical_option% = step\n"),
-        std::string("[%canonical_option%]\nname = x\n"),
-        std::string("[train]\n%option%\n"),
+        std::string("[%canonical_option%]\nname = x\n"), std::string("[train]\n%option%\n"),
         std::string("[model]\n%original_token% = 3\n")}) {
     CAPTURE(text);
     const std::string error = error_text([&] { launch::parse_config_text(text, "hostile.ini"); });
@@ -44,8 +43,9 @@ TEST_CASE("a key holding a Boost placeholder is an error, not a hang") {
 }
 
 TEST_CASE("the same on the command line and in a config file") {
-  CHECK(error_text([] { launch::parse_train_config({"--train.%canonical_option%=1"}); })
-            .find("'%'") != std::string::npos);
+  CHECK(error_text([] {
+          launch::parse_train_config({"--train.%canonical_option%=1"});
+        }).find("'%'") != std::string::npos);
   const std::string path = "config_placeholders_test.ini";
   std::ofstream(path) << "[data]\ntrain = a.h5\n[sched]\nname%canonical_option% = step\n";
   const std::string error = error_text([&] { launch::parse_train_config({"--config", path}); });
