@@ -562,6 +562,22 @@ File File::open(const std::string& path, Mode mode) {
   return File(Handle(id), path);
 }
 
+File File::open_image(const void* bytes, size_t size, const std::string& name) {
+  silence_errors();
+  MPIGRAD_CHECK(bytes != nullptr && size > 0, "HDF5 file image ", name, ": empty");
+  Handle access = owned(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate", name);
+  check(H5Pset_fapl_core(access.id(), 64 << 10, /*backing_store=*/false), "H5Pset_fapl_core", name);
+  // HDF5 copies the image; it never writes through the pointer, despite the non-const type.
+  check(H5Pset_file_image(access.id(), const_cast<void*>(bytes), size), "H5Pset_file_image", name);
+  hid_t id = H5Fopen(name.c_str(), H5F_ACC_RDONLY, access.id());
+  if (id < 0) {
+    std::string detail = take_error_stack();
+    fail("HDF5 H5Fopen failed for the in-memory image ", name, " of ", size,
+         " bytes (not HDF5, truncated or corrupt?): ", detail);
+  }
+  return File(Handle(id), name);
+}
+
 File File::create(const std::string& path) {
   silence_errors();
   return File(owned(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), "H5Fcreate", path),

@@ -194,6 +194,9 @@ class File {
   // Opens an existing file. A missing path, a non-HDF5 file and a truncated file each get their
   // own message naming the path.
   static File open(const std::string& path, Mode mode = Mode::ReadOnly);
+  // Opens, read-only, a whole HDF5 file held in memory (HDF5's core driver over a copy of the
+  // bytes; nothing touches the disk). `name` stands for the file in messages and path().
+  static File open_image(const void* bytes, size_t size, const std::string& name);
   // Creates (truncating) a file. Prefer AtomicFileWriter for anything a reader may see.
   static File create(const std::string& path);
 

@@ -342,53 +342,63 @@ int inspect(int argc, char** argv) {
              "Lists each file's datasets and attributes, then checks the files as one sharded dataset.")) {
     return 0;
   }
-  const auto files = values["files"].as<std::vector<std::string>>();
   std::vector<std::string> fields;
+  if (values.count("fields")) fields = split_list(values["fields"].as<std::string>());
+  inspect_files(values["files"].as<std::vector<std::string>>(), fields,
+                [](const std::string& path) { return hdf5::File::open(path); }, std::cout);
+  return 0;
+}
+
+}  // namespace
+
+void inspect_files(const std::vector<std::string>& files, std::vector<std::string> fields,
+                   const std::function<hdf5::File(const std::string&)>& open_file,
+                   std::ostream& out) {
+  MPIGRAD_CHECK(!files.empty(), "inspect: no files given");
+  const bool fields_given = !fields.empty();
   for (const std::string& path : files) {
-    hdf5::File file = hdf5::File::open(path);
+    hdf5::File file = open_file(path);
     std::error_code error;
-    std::cout << "file " << path << " (" << std::filesystem::file_size(path, error) << " bytes)\n";
+    uintmax_t bytes = std::filesystem::file_size(path, error);
+    out << "file " << path << " (" << (error ? file.size_on_disk() : int64_t(bytes)) << " bytes)\n";
     const hdf5::File::GroupWalk walk = file.walk_groups("/");
     for (const std::string& name : walk.datasets) {
       hdf5::Dataset dataset = file.open_dataset(name);
       hdf5::Datatype type = dataset.file_type();
       auto dtype = type.to_dtype();
-      std::cout << "  " << name << "  " << (dtype ? std::string(core::dtype_name(*dtype)) : type.describe() + " (unsupported)")
-                << "  " << dataset.shape() << "  " << layout_text(dataset) << "\n";
-      if (path == files[0] && name.rfind('/') == 0) fields.push_back(name.substr(1));
+      out << "  " << name << "  " << (dtype ? std::string(core::dtype_name(*dtype)) : type.describe() + " (unsupported)")
+          << "  " << dataset.shape() << "  " << layout_text(dataset) << "\n";
+      if (!fields_given && path == files[0] && name.rfind('/') == 0) fields.push_back(name.substr(1));
     }
     for (const std::string& link : walk.ancestor_links) {
-      std::cout << "  " << link << "  (link to an ancestor group, not followed)\n";
+      out << "  " << link << "  (link to an ancestor group, not followed)\n";
     }
     for (const std::string& link : walk.repeated_links) {
-      std::cout << "  " << link << "  (another link to a group listed above, not followed)\n";
+      out << "  " << link << "  (another link to a group listed above, not followed)\n";
     }
     // Each attribute by its own type and shape; one HDF5 cannot read is listed as unreadable.
     for (const std::string& attribute : file.list_attributes("/")) {
-      std::cout << "  @" << attribute << " = " << file.attribute_text("/", attribute) << "\n";
+      out << "  @" << attribute << " = " << file.attribute_text("/", attribute) << "\n";
     }
   }
-  if (values.count("fields")) fields = split_list(values["fields"].as<std::string>());
   MPIGRAD_CHECK(!fields.empty(), "inspect: ", files[0], " has no datasets at its root; name them with --fields");
   Hdf5DatasetOptions dataset_options;
   dataset_options.fields = fields;
+  dataset_options.open_file = open_file;
   Hdf5Dataset dataset(files, dataset_options);
-  std::cout << "dataset: N = " << dataset.total_size() << " samples, " << dataset.fields().size() << " fields, "
-            << dataset.num_shards() << " shard" << (dataset.num_shards() == 1 ? "" : "s") << "\n";
+  out << "dataset: N = " << dataset.total_size() << " samples, " << dataset.fields().size() << " fields, "
+      << dataset.num_shards() << " shard" << (dataset.num_shards() == 1 ? "" : "s") << "\n";
   for (const FieldInfo& field : dataset.fields()) {
-    std::cout << "  field " << field.name << "  " << field.dtype << "  per-sample " << field.sample_shape << "  ("
-              << field.sample_bytes() << " bytes)\n";
+    out << "  field " << field.name << "  " << field.dtype << "  per-sample " << field.sample_shape << "  ("
+        << field.sample_bytes() << " bytes)\n";
   }
   int64_t begin = 0;
   for (int s = 0; s < dataset.num_shards(); ++s) {
-    std::cout << "  shard " << s << "  " << dataset.shard_path(s) << "  samples [" << begin << ", "
-              << begin + dataset.shard_size(s) << ")\n";
+    out << "  shard " << s << "  " << dataset.shard_path(s) << "  samples [" << begin << ", "
+        << begin + dataset.shard_size(s) << ")\n";
     begin += dataset.shard_size(s);
   }
-  return 0;
 }
-
-}  // namespace
 
 int run_data_command(int argc, char** argv) {
   if (argc < 2) {

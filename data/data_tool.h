@@ -1,4 +1,4 @@
-// defines: run_data_command, shard_paths
+// defines: run_data_command, shard_paths, inspect_files
 //
 // The data tool: `mpigrad-data <subcommand>` (and later `mpigrad data <subcommand>`).
 //   convert-idx  IDX files (MNIST / Fashion-MNIST, gzipped or not) -> HDF5 shards of
@@ -8,8 +8,12 @@
 // Every subcommand has --help. Files are written to a temporary name and renamed when complete.
 #pragma once
 
+#include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
+
+#include "mpigrad/core/hdf5.h"
 
 namespace mpigrad::data {
 
@@ -20,5 +24,13 @@ int run_data_command(int argc, char** argv);
 // The file names the tool writes for `output` split into `shards`: output itself for one shard,
 // else "<stem>-00000-of-00004.h5", ... next to it.
 std::vector<std::string> shard_paths(const std::string& output, int shards);
+
+// What `inspect` does once its options are parsed, with the files opened by `open_file` (the
+// fuzz target hands in-memory images): lists each file's datasets and root attributes on `out`,
+// then checks the files as one sharded dataset of `fields` (empty: every dataset at the root of
+// the first file). Throws core::Error on any problem with the files.
+void inspect_files(const std::vector<std::string>& files, std::vector<std::string> fields,
+                   const std::function<core::hdf5::File(const std::string&)>& open_file,
+                   std::ostream& out);
 
 }  // namespace mpigrad::data

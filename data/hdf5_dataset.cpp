@@ -55,7 +55,7 @@ Hdf5Dataset::OpenShard Hdf5Dataset::open_shard(int shard_index, std::vector<Fiel
   const bool check_against_fields = !fields_.empty();
   const std::string& path = shards_[size_t(shard_index)].path;
   OpenShard shard;
-  shard.file = hdf5::File::open(path);
+  shard.file = options_.open_file ? options_.open_file(path) : hdf5::File::open(path);
   std::vector<FieldInfo> infos;
   int64_t rows = -1;
   for (const std::string& name : options_.fields) {

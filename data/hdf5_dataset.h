@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -48,6 +49,9 @@ struct Hdf5DatasetOptions {
   AccessPattern access = AccessPattern::Random;
   // Chunk cache per dataset, in bytes; 0 sizes it from `access` and the chunk size.
   int64_t chunk_cache_bytes = 0;
+  // Opens a shard by its path; empty: core::hdf5::File::open. (The fuzz targets open in-memory
+  // images: core::hdf5::File::open_image.)
+  std::function<core::hdf5::File(const std::string& path)> open_file = {};
 };
 
 // Samples begin, begin + 1, ..., begin + length - 1 of the index space, wrapping past the end.

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "mpigrad/core/error.h"
+#include "mpigrad/core/shape.h"
 
 namespace mpigrad::data {
 
@@ -60,17 +61,29 @@ IdxArray read_idx(const std::string& path) {
   }
   const int rank = magic[3];
   MPIGRAD_CHECK(rank >= 1 && rank <= 8, "IDX file ", path, ": rank ", rank, " outside 1..8");
+  constexpr int64_t kMaxElements = int64_t(1) << 36;
   int64_t count = 1;
   for (int d = 0; d < rank; ++d) {
     unsigned char be[4];
     read_exact(file.get(), be, 4, path, "dimensions");
     int64_t extent = (int64_t(be[0]) << 24) | (int64_t(be[1]) << 16) | (int64_t(be[2]) << 8) | int64_t(be[3]);
     array.dims.push_back(extent);
+    // Checked before multiplying: a few extents near 2^32 overflow int64.
+    MPIGRAD_CHECK(extent == 0 || count <= kMaxElements / extent, "IDX file ", path,
+                  ": implausible size: extents ", core::Shape(array.dims),
+                  " so far exceed 2^36 elements");
     count *= extent;
   }
-  MPIGRAD_CHECK(count <= (int64_t(1) << 36), "IDX file ", path, ": implausible size ", count, " elements");
-  array.bytes.resize(size_t(count * element_bytes));
-  read_exact(file.get(), array.bytes.data(), array.bytes.size(), path, "data");
+  // The data is read in pieces, the buffer growing as they arrive: a header that declares more
+  // than the file holds ends in "truncated" after what is there, not in a huge allocation.
+  const size_t total = size_t(count * element_bytes);
+  constexpr size_t kPiece = size_t(64) << 20;
+  for (size_t done = 0; done < total;) {
+    const size_t piece = std::min(kPiece, total - done);
+    array.bytes.resize(done + piece);
+    read_exact(file.get(), array.bytes.data() + done, piece, path, "data");
+    done += piece;
+  }
   // Trailing bytes mean the header lied about the size.
   unsigned char extra;
   MPIGRAD_CHECK(gzread(file.get(), &extra, 1) == 0, "IDX file ", path, ": more data than its header declares");

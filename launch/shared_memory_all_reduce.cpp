@@ -54,7 +54,9 @@ struct SharedMemoryAllReduce::Impl {
   void reduce_share(size_t index) {
     check_peers_alive();  // a rank that gave up may be using its buffers again
     const SharedSegments& s = *segments;
-    auto [begin, end] = s.shard(index, s.rank());
+    // Not a structured binding: clang before 16 cannot capture one in the lambda below.
+    const std::pair<int64_t, int64_t> shard = s.shard(index, s.rank());
+    const int64_t begin = shard.first, end = shard.second;
     visit_floating(s.spec(index).dtype, [&](auto zero) {
       using T = decltype(zero);
       std::vector<T*> copies;

@@ -18,9 +18,12 @@ namespace mpigrad::launch {
 
 namespace {
 
+// Trims at least what Boost trims from a config line's ends (" \t\r\n"), so that an item
+// printed into config.ini parses back the same.
 std::string trim(const std::string& text) {
-  size_t begin = text.find_first_not_of(" \t");
-  size_t end = text.find_last_not_of(" \t");
+  const char* whitespace = " \t\r\n\f\v";
+  size_t begin = text.find_first_not_of(whitespace);
+  size_t end = text.find_last_not_of(whitespace);
   return begin == std::string::npos ? "" : text.substr(begin, end - begin + 1);
 }
 
@@ -404,6 +407,28 @@ void require_files(const std::vector<std::string>& paths, const char* key, bool 
   }
 }
 
+// Boost.Program_options builds its error messages by replacing "%canonical_option%" and its
+// other placeholders with the offending name, over and over until none is left: a name that
+// holds a placeholder never ends (a hang in Boost's what()). No key holds '%', so a '%' in a
+// key or section name (the text before '=' of a line, comments removed) is our error, first.
+void refuse_percent_in_keys(const std::string& text, const std::string& origin) {
+  std::istringstream lines(text);
+  std::string line;
+  for (int number = 1; std::getline(lines, line); ++number) {
+    std::string name = line.substr(0, std::min(line.find('#'), line.find('=')));
+    MPIGRAD_CHECK(name.find('%') == std::string::npos, origin, ": line ", number, ": '",
+                  trim(name), "' holds '%', which no key or section name has");
+  }
+}
+
+void refuse_percent_in_flags(const std::vector<std::string>& args) {
+  for (const std::string& arg : args) {
+    if (arg.rfind("-", 0) != 0) continue;  // a value, not a flag
+    MPIGRAD_CHECK(arg.substr(0, arg.find('=')).find('%') == std::string::npos,
+                  "command line: '", arg, "' holds '%', which no key has");
+  }
+}
+
 }  // namespace
 
 const std::vector<ConfigKey>& config_keys() {
@@ -422,6 +447,7 @@ TrainConfig parse_train_config(const std::vector<std::string>& args) {
   TrainConfig config;
   po::variables_map values;
   std::vector<std::string> from_command_line;
+  refuse_percent_in_flags(args);
   try {
     // The command line is stored first: Program_options keeps the first value it sees, so a
     // --section.key flag overrides the same key in the file.
@@ -435,8 +461,11 @@ TrainConfig parse_train_config(const std::vector<std::string>& args) {
       config.config_file = values["config"].as<std::string>();
       std::ifstream file(config.config_file);
       MPIGRAD_CHECK(file.good(), "mpigrad train: cannot open config file '", config.config_file, "'");
+      std::stringstream text;
+      text << file.rdbuf();
+      refuse_percent_in_keys(text.str(), "config file '" + config.config_file + "'");
       try {
-        po::store(po::parse_config_file(file, key_options({}), /*allow_unregistered=*/false),
+        po::store(po::parse_config_file(text, key_options({}), /*allow_unregistered=*/false),
                   values);
       } catch (const po::error& error) {
         core::fail("config file '", config.config_file, "': ", error.what());
@@ -478,6 +507,7 @@ TrainConfig parse_config_text(const std::string& text, const std::string& origin
                               std::span<const std::string> allowed) {
   TrainConfig config;
   po::variables_map values;
+  refuse_percent_in_keys(text, origin);
   std::istringstream in(text);
   try {
     po::store(po::parse_config_file(in, key_options(allowed), /*allow_unregistered=*/false),

@@ -292,7 +292,9 @@ struct HierarchicalAllReduce::Impl {
     }
     // Piece by piece, so each piece is summed in the node, all-reduced across the nodes and
     // spread in the node while it is still in cache.
-    auto [begin, end] = own_shard(index);
+    // Not a structured binding: clang before 16 cannot capture one in the lambda below.
+    const std::pair<int64_t, int64_t> shard = own_shard(index);
+    const int64_t begin = shard.first, end = shard.second;
     const core::DType dtype = specs[index].dtype;
     const int64_t piece = piece_elements(dtype);
     core::NoGradGuard no_grad;
