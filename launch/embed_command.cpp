@@ -13,7 +13,7 @@
 #include "mpigrad/data/hdf5_dataset.h"
 #include "mpigrad/launch/distributed_manager.h"
 #include "mpigrad/launch/embeddings.h"
-#include "mpigrad/launch/mpi_interop.h"
+#include "mpigrad/launch/subcommand.h"
 #include "mpigrad/launch/train_config.h"
 #include "mpigrad/launch/train_setup.h"
 
@@ -163,38 +163,18 @@ int embed(EmbedJob& job, DistributedManager& manager) {
 }  // namespace
 
 int run_embed_command(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
+  const std::vector<std::string> args(argv + 1, argv + argc);
   DistributedManager manager = DistributedManager::initialize();
-  const int rank = manager.rank(), ranks = manager.world_size();
-  std::optional<EmbedJob> job;
-  std::string error;
-  try {
-    job = check_embed_job(args, ranks);
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  core::Tensor first_failure =
-      core::Tensor::from_vector<int64_t>({error.empty() ? ranks : rank}, {1});
-  manager.world().all_reduce(first_failure, ReduceOp::Min);
-  const int64_t failing = first_failure.item<int64_t>();
-  if (failing < ranks) {
-    if (failing == rank) {
-      std::fprintf(stderr, "[rank %d/%d] mpigrad embed: error: %s\n", rank, ranks, error.c_str());
-    }
+  EmbedJob job;
+  if (!check_on_every_rank(manager, "mpigrad embed",
+                           [&] { job = check_embed_job(args, manager.world_size()); })) {
     return 1;
   }
-  if (job->help) {
-    if (manager.is_main_process()) std::printf("%s", job->help_text.c_str());
+  if (job.help) {
+    if (manager.is_main_process()) std::printf("%s", job.help_text.c_str());
     return 0;
   }
-  try {
-    return embed(*job, manager);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "[rank %d/%d] mpigrad embed: error: %s\n", rank, ranks, e.what());
-    std::fflush(stderr);
-    if (ranks > 1) MPI_Abort(native_communicator(manager.world()), 1);
-    return 1;
-  }
+  return run_or_abort(manager, "mpigrad embed", [&] { return embed(job, manager); });
 }
 
 }  // namespace mpigrad::launch

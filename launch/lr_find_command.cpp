@@ -184,21 +184,13 @@ int lr_find(LRFindJob& job, DistributedManager& manager) {
 }  // namespace
 
 int run_lr_find_command(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  for (const std::string& arg : args) {
-    if (arg == "--help" || arg == "-h") {
-      std::printf("%s", kUsage);
-      return 0;
-    }
-  }
-  DistributedManager manager = DistributedManager::initialize();
   LRFindJob job;
-  if (!check_on_every_rank(manager, "mpigrad lr-find", [&] {
+  return run_subcommand(
+      argc, argv, "mpigrad lr-find", kUsage,
+      [&](DistributedManager& manager, const std::vector<std::string>& args) {
         job = check_lr_find(args, manager.rank(), manager.world_size());
-      })) {
-    return 1;
-  }
-  return run_or_abort(manager, "mpigrad lr-find", [&] { return lr_find(job, manager); });
+      },
+      [&](DistributedManager& manager) { return lr_find(job, manager); });
 }
 
 }  // namespace mpigrad::launch

@@ -43,6 +43,22 @@ int run_or_abort(DistributedManager& manager, const std::string& program,
   }
 }
 
+int run_subcommand(
+    int argc, char** argv, const std::string& program, const char* usage,
+    const std::function<void(DistributedManager&, const std::vector<std::string>&)>& check,
+    const std::function<int(DistributedManager&)>& work) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  for (const std::string& arg : args) {
+    if (arg == "--help" || arg == "-h") {
+      std::printf("%s", usage);
+      return 0;
+    }
+  }
+  DistributedManager manager = DistributedManager::initialize();
+  if (!check_on_every_rank(manager, program, [&] { check(manager, args); })) return 1;
+  return run_or_abort(manager, program, [&] { return work(manager); });
+}
+
 std::optional<std::string> take_option(std::vector<std::string>& args, const std::string& name,
                                         const std::string& short_name) {
   std::optional<std::string> value;

@@ -1,4 +1,4 @@
-// defines: check_on_every_rank, run_or_abort, take_option
+// defines: check_on_every_rank, run_or_abort, run_subcommand, take_option
 //
 // The failure handling `mpigrad train` uses (launch/train_command.h), for its sibling
 // subcommands (lr-find, swa): a checking phase that every rank runs and whose outcome all ranks
@@ -25,6 +25,14 @@ bool check_on_every_rank(DistributedManager& manager, const std::string& program
 // ranks, aborts the job.
 int run_or_abort(DistributedManager& manager, const std::string& program,
                  const std::function<int()>& work);
+
+// A sibling subcommand from argv to exit code: "--help" or "-h" prints `usage` (MPI is not
+// started); otherwise `check` runs on every rank through check_on_every_rank, then `work`
+// through run_or_abort.
+int run_subcommand(
+    int argc, char** argv, const std::string& program, const char* usage,
+    const std::function<void(DistributedManager&, const std::vector<std::string>&)>& check,
+    const std::function<int(DistributedManager&)>& work);
 
 // Removes "--NAME VALUE" or "--NAME=VALUE" (or the short form, when given: "-o VALUE") from
 // `args` and returns VALUE; nullopt when absent. A flag without its value is a core::Error.

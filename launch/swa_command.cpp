@@ -117,21 +117,13 @@ int swa(SwaJob& job, DistributedManager& manager) {
 }  // namespace
 
 int run_swa_command(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  for (const std::string& arg : args) {
-    if (arg == "--help" || arg == "-h") {
-      std::printf("%s", kUsage);
-      return 0;
-    }
-  }
-  DistributedManager manager = DistributedManager::initialize();
   SwaJob job;
-  if (!check_on_every_rank(manager, "mpigrad swa", [&] {
+  return run_subcommand(
+      argc, argv, "mpigrad swa", kUsage,
+      [&](DistributedManager& manager, const std::vector<std::string>& args) {
         job = check_swa(args, manager.rank(), manager.world_size());
-      })) {
-    return 1;
-  }
-  return run_or_abort(manager, "mpigrad swa", [&] { return swa(job, manager); });
+      },
+      [&](DistributedManager& manager) { return swa(job, manager); });
 }
 
 }  // namespace mpigrad::launch
