@@ -11,6 +11,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 
 #include "mpigrad/core/autograd.h"
@@ -128,7 +129,16 @@ T* require_pointer(T* pointer, const char* name) {
   return pointer;
 }
 
-core::DType dtype_of(mpigrad_dtype dtype, const char* name) {
+// A C caller may store any int in an enum field, and loading a value the C++ enum type cannot
+// hold is undefined behaviour: the fields are read as their bits and checked before any use.
+template <typename E>
+int64_t enum_bits(const E& field) {
+  std::underlying_type_t<E> bits;
+  std::memcpy(&bits, &field, sizeof bits);
+  return int64_t(bits);
+}
+
+core::DType dtype_of(int64_t dtype, const char* name) {
   switch (dtype) {
     case MPIGRAD_F32: return core::kFloat32;
     case MPIGRAD_F64: return core::kFloat64;
@@ -158,20 +168,22 @@ core::Tensor wrap(const mpigrad_array* array, const char* name) {
     throw CallError(MPIGRAD_ERROR_INVALID_ARGUMENT, name, ".rank is ", rank, "; expected 1 to ",
                     MPIGRAD_MAX_RANK);
   }
-  if (array->order != MPIGRAD_ORDER_C && array->order != MPIGRAD_ORDER_FORTRAN) {
-    throw CallError(MPIGRAD_ERROR_INVALID_ARGUMENT, name, ".order is ", int(array->order),
+  const int64_t order = enum_bits(array->order);
+  if (order != MPIGRAD_ORDER_C && order != MPIGRAD_ORDER_FORTRAN) {
+    throw CallError(MPIGRAD_ERROR_INVALID_ARGUMENT, name, ".order is ", order,
                     "; expected MPIGRAD_ORDER_C or MPIGRAD_ORDER_FORTRAN");
   }
-  const core::DType dtype = dtype_of(array->dtype, name);
+  const core::DType dtype = dtype_of(enum_bits(array->dtype), name);
+  const int64_t memory = enum_bits(array->memory);
   core::Device device = core::kCPU;
-  if (array->memory == MPIGRAD_MEMORY_CUDA) {
+  if (memory == MPIGRAD_MEMORY_CUDA) {
     if (!core::cuda_built()) {
       throw CallError(MPIGRAD_ERROR_UNSUPPORTED, name, " is CUDA memory, but this mpigrad was "
                       "built without CUDA");
     }
     device = core::cuda(array->device);
-  } else if (array->memory != MPIGRAD_MEMORY_HOST) {
-    throw CallError(MPIGRAD_ERROR_INVALID_ARGUMENT, name, ".memory is ", int(array->memory),
+  } else if (memory != MPIGRAD_MEMORY_HOST) {
+    throw CallError(MPIGRAD_ERROR_INVALID_ARGUMENT, name, ".memory is ", memory,
                     "; expected MPIGRAD_MEMORY_HOST or MPIGRAD_MEMORY_CUDA");
   }
   const bool fortran = array->order == MPIGRAD_ORDER_FORTRAN;
