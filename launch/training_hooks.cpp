@@ -299,10 +299,12 @@ void LoggingHook::on(HookStage stage, TrainingContext& context) {
       core::Tensor loss = context.loss.detach().reshape({});
       loss_sum_ = loss_sum_.defined() ? loss_sum_ + loss : loss.to(core::kFloat64);
       ++loss_count_;
+      // Counted per micro-batch, not as batch x accumulation_steps at the step: that product is
+      // the config's and may overflow, and an epoch's last accumulation may be short.
+      samples_since_log_ += context.batch->size();
       break;
     }
     case HookStage::AfterOptimizerStep: {
-      samples_since_log_ += context.batch->size() * context.accumulation_steps;
       if (context.step % log_every_ != 0) break;
       // Every rank takes part: the logged loss is the mean over ranks of their mean losses.
       const double loss_sum = loss_sum_.defined() ? loss_sum_.item<double>() : 0.0;
