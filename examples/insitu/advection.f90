@@ -102,6 +102,7 @@ program advection
   ! The host's own MPI is untouched by mpigrad: a last collective on MPI_COMM_WORLD.
   call MPI_Allreduce(1, check_sum, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD)
   if (check_sum /= size) passed = .false.
+  deallocate(row_begin, row_count)  ! a main program's arrays are never freed for it
   call MPI_Finalize()
   if (.not. passed) error stop 1
 
