@@ -119,13 +119,7 @@ int lr_find(LRFindJob& job, DistributedManager& manager) {
   train_options.device = manager.device();
   data::DataLoader train_loader(job.run.train_set, train_options);
 
-  DdpOptions ddp;
-  ddp.bucket_cap_mb = config.distributed.bucket_cap_mb;
-  ddp.find_unused_parameters = config.distributed.find_unused_parameters;
-  ddp.compression = config.distributed.compression;
-  ddp.shared_memory = config.distributed.shared_memory;
-  ddp.transport = config.distributed.transport;
-  ddp.timeout_seconds = config.distributed.timeout_s;
+  const DdpOptions ddp = ddp_options(config.distributed);
   std::vector<std::shared_ptr<Hook>> hooks;
   hooks.push_back(std::make_shared<DDPHook>(ddp, DistributedSamplerSettings{}, nullptr,
                                             gradient_communicator.get()));

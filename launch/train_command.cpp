@@ -372,13 +372,7 @@ int train(TrainingJob& job, DistributedManager& manager) {
       make_scheduler(config.sched, *optimizer, job.total_steps);
 
   std::string out_dir = config.dry_run ? "" : config.train.out_dir;
-  DdpOptions ddp;
-  ddp.bucket_cap_mb = config.distributed.bucket_cap_mb;
-  ddp.find_unused_parameters = config.distributed.find_unused_parameters;
-  ddp.compression = config.distributed.compression;
-  ddp.shared_memory = config.distributed.shared_memory;
-  ddp.transport = config.distributed.transport;
-  ddp.timeout_seconds = config.distributed.timeout_s;
+  const DdpOptions ddp = ddp_options(config.distributed);
   std::vector<std::shared_ptr<Hook>> hooks;
   hooks.push_back(std::make_shared<CheckpointHook>(
       CheckpointSettings{out_dir, config.train.resume, config.train.save_initial,

@@ -153,6 +153,17 @@ InputTransform input_transform(const TrainConfig& config, const data::FieldInfo&
           text.str()};
 }
 
+DdpOptions ddp_options(const DistributedSection& distributed) {
+  DdpOptions ddp;
+  ddp.bucket_cap_mb = distributed.bucket_cap_mb;
+  ddp.find_unused_parameters = distributed.find_unused_parameters;
+  ddp.compression = distributed.compression;
+  ddp.shared_memory = distributed.shared_memory;
+  ddp.transport = distributed.transport;
+  ddp.timeout_seconds = distributed.timeout_s;
+  return ddp;
+}
+
 std::shared_ptr<nn::Module> make_model(const ModelSection& model, const core::Shape& input_shape,
                                        int64_t outputs, uint64_t seed) {
   core::Generator generator(seed);

@@ -1,6 +1,6 @@
 // defines: InputTransform, input_transform, make_model, make_encoder, make_stage_model,
 //          load_encoder, make_optimizer, make_scheduler, make_regression_loss,
-//          check_fits_in_memory
+//          check_fits_in_memory, ddp_options
 //
 // What the [model] [loss] [optim] [sched] sections of a TrainConfig build. `mpigrad train` and
 // the C API (launch/embed/) both build through these, so a key means the same in both.
@@ -37,6 +37,9 @@ InputTransform input_transform(const TrainConfig& config, const data::FieldInfo&
 // builds the same weights. Errors name the [model] key at fault.
 std::shared_ptr<nn::Module> make_model(const ModelSection& model, const core::Shape& input_shape,
                                        int64_t outputs, uint64_t seed);
+
+// The DDP settings of [distributed].
+DdpOptions ddp_options(const DistributedSection& distributed);
 
 // Throws core::Error "<what>: needs N bytes (X GiB), more than half of this machine's Y GiB of
 // memory" when `bytes` would not fit; checked before allocating what a config or a file sized
