@@ -15,6 +15,7 @@
 
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/hdf5.h"
+#include "mpigrad/core/isolated.h"
 #include "mpigrad/data/hdf5_dataset.h"
 #include "mpigrad/data/idx.h"
 #include "mpigrad/kernels/philox.h"
@@ -333,7 +334,8 @@ int inspect(int argc, char** argv) {
   options.add_options()
       ("help,h", "show this help")
       ("files", po::value<std::vector<std::string>>()->required(), "HDF5 files: the shards, in order")
-      ("fields", po::value<std::string>(), "comma-separated fields (default: every dataset at the root)");
+      ("fields", po::value<std::string>(), "comma-separated fields (default: every dataset at the root)")
+      ("timeout", po::value<double>()->default_value(60), "seconds the HDF5 reading may take before it is stopped");
   po::positional_options_description positional;
   positional.add("files", -1);
   po::variables_map values;
@@ -344,25 +346,35 @@ int inspect(int argc, char** argv) {
   }
   std::vector<std::string> fields;
   if (values.count("fields")) fields = split_list(values["fields"].as<std::string>());
+  const double timeout = values["timeout"].as<double>();
+  MPIGRAD_CHECK(std::isfinite(timeout) && timeout > 0 && timeout <= 1e6,
+                "inspect: --timeout must be a number of seconds in (0, 1e6], got ", timeout);
   inspect_files(values["files"].as<std::vector<std::string>>(), fields,
-                [](const std::string& path) { return hdf5::File::open(path); }, std::cout);
+                [](const std::string& path) { return hdf5::File::open(path); },
+                std::chrono::milliseconds(static_cast<int64_t>(std::ceil(timeout * 1000))), std::cout);
   return 0;
 }
 
 }  // namespace
 
-void inspect_files(const std::vector<std::string>& files, std::vector<std::string> fields,
-                   const std::function<hdf5::File(const std::string&)>& open_file,
-                   std::ostream& out) {
-  MPIGRAD_CHECK(!files.empty(), "inspect: no files given");
+namespace {
+
+// The inspection itself, run in the child: every HDF5 call on the files happens here.
+std::string inspect_in_child(const std::vector<std::string>& files, std::vector<std::string> fields,
+                             const std::function<hdf5::File(const std::string&)>& open_file,
+                             core::IsolatedProgress& progress) {
+  std::ostringstream out;
   const bool fields_given = !fields.empty();
   for (const std::string& path : files) {
+    progress.at("opening " + path);
     hdf5::File file = open_file(path);
     std::error_code error;
     uintmax_t bytes = std::filesystem::file_size(path, error);
     out << "file " << path << " (" << (error ? file.size_on_disk() : int64_t(bytes)) << " bytes)\n";
+    progress.at("listing the groups of " + path);
     const hdf5::File::GroupWalk walk = file.walk_groups("/");
     for (const std::string& name : walk.datasets) {
+      progress.at("reading dataset " + name + " of " + path);
       hdf5::Dataset dataset = file.open_dataset(name);
       hdf5::Datatype type = dataset.file_type();
       auto dtype = type.to_dtype();
@@ -377,11 +389,14 @@ void inspect_files(const std::vector<std::string>& files, std::vector<std::strin
       out << "  " << link << "  (another link to a group listed above, not followed)\n";
     }
     // Each attribute by its own type and shape; one HDF5 cannot read is listed as unreadable.
+    progress.at("listing the root attributes of " + path);
     for (const std::string& attribute : file.list_attributes("/")) {
+      progress.at("reading attribute @" + attribute + " of " + path);
       out << "  @" << attribute << " = " << file.attribute_text("/", attribute) << "\n";
     }
   }
   MPIGRAD_CHECK(!fields.empty(), "inspect: ", files[0], " has no datasets at its root; name them with --fields");
+  progress.at("checking the files as one dataset");
   Hdf5DatasetOptions dataset_options;
   dataset_options.fields = fields;
   dataset_options.open_file = open_file;
@@ -398,6 +413,22 @@ void inspect_files(const std::vector<std::string>& files, std::vector<std::strin
         << begin + dataset.shard_size(s) << ")\n";
     begin += dataset.shard_size(s);
   }
+  return out.str();
+}
+
+}  // namespace
+
+void inspect_files(const std::vector<std::string>& files, std::vector<std::string> fields,
+                   const std::function<hdf5::File(const std::string&)>& open_file,
+                   std::chrono::milliseconds timeout, std::ostream& out) {
+  MPIGRAD_CHECK(!files.empty(), "inspect: no files given");
+  // HDF5 1.10 can crash or hang decoding a corrupt file (core/isolated.h): the walk runs in a
+  // child, so such a file ends in one error naming what was being read.
+  out << core::run_isolated(
+      [&](core::IsolatedProgress& progress) {
+        return inspect_in_child(files, fields, open_file, progress);
+      },
+      timeout, "inspect: HDF5");
 }
 
 int run_data_command(int argc, char** argv) {

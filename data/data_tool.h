@@ -8,6 +8,7 @@
 // Every subcommand has --help. Files are written to a temporary name and renamed when complete.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <ostream>
 #include <string>
@@ -28,9 +29,10 @@ std::vector<std::string> shard_paths(const std::string& output, int shards);
 // What `inspect` does once its options are parsed, with the files opened by `open_file` (the
 // fuzz target hands in-memory images): lists each file's datasets and root attributes on `out`,
 // then checks the files as one sharded dataset of `fields` (empty: every dataset at the root of
-// the first file). Throws core::Error on any problem with the files.
+// the first file). The HDF5 calls run in a child process (core/isolated.h), so a file that
+// crashes HDF5, or keeps it busy past `timeout`, ends in a core::Error like any other problem.
 void inspect_files(const std::vector<std::string>& files, std::vector<std::string> fields,
                    const std::function<core::hdf5::File(const std::string&)>& open_file,
-                   std::ostream& out);
+                   std::chrono::milliseconds timeout, std::ostream& out);
 
 }  // namespace mpigrad::data

@@ -54,9 +54,10 @@ TEST_CASE("file image: inspect_files lists an in-memory file as inspect lists th
       [&](const std::string& name) {
         return core::hdf5::File::open_image(bytes.data(), bytes.size(), name);
       },
-      from_memory);
+      std::chrono::seconds(30), from_memory);
   inspect_files(
-      paths, {}, [](const std::string& path) { return core::hdf5::File::open(path); }, from_disk);
+      paths, {}, [](const std::string& path) { return core::hdf5::File::open(path); },
+      std::chrono::seconds(30), from_disk);
   CHECK(from_memory.str().find("dataset: N = 3 samples, 2 fields, 1 shard") != std::string::npos);
   CHECK(from_memory.str().find("  /x  uint8  [3, 2, 3]  contiguous") != std::string::npos);
   // The same listing, but for the file's name and size line.

@@ -100,6 +100,25 @@ case "$check" in
     grep -qF '@grid = [2, 3]: ["ab", "cd", "ef", "gh", "ij", "kl"]' attributes.txt || { cat attributes.txt; fail "2-D fixed strings"; }
     grep -qF '@pair = unsupported (compound, shape [1])' attributes.txt || { cat attributes.txt; fail "compound"; }
     ;;
+  inspect_library_crashes)  # files that crash or hang HDF5 1.10.8 itself: one error, exit 1
+    # fuzz_hdf5 found them (fuzz/crashes/fuzz_hdf5/hdf5_*); inspect reads files in a child process.
+    for input in "$(dirname "$0")"/../../fuzz/crashes/fuzz_hdf5/hdf5_*; do
+      name=$(basename "$input")
+      status=0
+      timeout 60 "$mpigrad" data inspect "$input" --timeout 3 > "$name.out" 2> "$name.err" || status=$?
+      [ "$status" -le 1 ] || { cat "$name.err"; fail "inspect $name: exit status $status (a crash or a hang)"; }
+      if [ "$status" = 1 ]; then
+        [ "$(wc -l < "$name.err")" = 1 ] || { cat "$name.err"; fail "inspect $name: not one error line"; }
+        grep -qF "$name" "$name.err" || { cat "$name.err"; fail "inspect $name: the error does not name the file"; }
+        [ ! -s "$name.out" ] || { cat "$name.out"; fail "inspect $name: a partial listing before the error"; }
+      fi
+    done
+    # The hang: HDF5 decodes a corrupt global heap forever; the child is killed at --timeout.
+    grep -q "inspect: HDF5 did not finish within 3 s (killed), while reading attribute @classes of .*hdf5_vlen_attribute_hang" \
+      hdf5_vlen_attribute_hang_in_H5HG_read.err || { cat hdf5_vlen_attribute_hang_in_H5HG_read.err; fail "the hang"; }
+    if "$mpigrad" data inspect train.h5 --timeout 0 > timeout.txt 2>&1; then fail "--timeout 0 accepted"; fi
+    grep -qF "inspect: --timeout must be a number of seconds in (0, 1e6], got 0" timeout.txt || { cat timeout.txt; fail "--timeout 0"; }
+    ;;
   *) fail "unknown check" ;;
 esac
 echo "ok ($check)"
