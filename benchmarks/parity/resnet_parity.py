@@ -8,7 +8,13 @@ resnet` on it for --steps SGD steps on 1 rank (shuffle off, save_initial on, a l
 step), then loads ckpt-step0.h5 into the torch model by name (strict) and takes the same steps on
 the same batches. Prints both loss sequences and the largest relative difference.
 
-    python3 benchmarks/parity/resnet_parity.py --mpigrad build/bin/mpigrad --width 8
+With --float64 the torch model is also trained in float64 from the same checkpoint, as the
+reference both float32 runs are measured against, and the inputs of every ReLU at the first step
+are compared between torch's float32 and float64 runs: a pre-activation within float32 rounding
+of 0 that changes sign flips that unit's gradient, and the runs then drift apart. The README's
+"ResNet" section explains the numbers.
+
+    python3 benchmarks/parity/resnet_parity.py --mpigrad build/bin/mpigrad --width 8 [--float64]
 """
 import argparse
 import json
@@ -101,9 +107,11 @@ out_dir = {workdir}/run
     return losses, f"{workdir}/run/ckpt-step0.h5", f"{workdir}/train.h5"
 
 
-def run_torch(args, initial, data):
+def run_torch(args, initial, data, dtype=torch.float32, record_relu=False):
+    """The torch losses of every step, the number of tensors loaded, and with record_relu the
+    input of every ReLU call of the first step ((label, float64 tensor) in call order)."""
     with h5py.File(data, "r") as f:
-        x = torch.from_numpy(f["x"][:]).float() / 255.0  # mpigrad scales uint8 images so
+        x = torch.from_numpy(f["x"][:]).to(dtype) / 255.0  # as mpigrad scales uint8 images
         y = torch.from_numpy(f["y"][:]).long()
     model = ResNet(3, args.width, 10)
     with h5py.File(initial, "r") as f:
@@ -113,6 +121,19 @@ def run_torch(args, initial, data):
                     else None)
         state = {name.replace("/", "."): torch.from_numpy(np.array(group[name])) for name in names}
     model.load_state_dict(state, strict=True)
+    model.to(dtype)
+    relu_inputs = []
+
+    def recorder(name):
+        calls = [0]  # a block calls its ReLU twice: after bn1, and after the residual sum
+
+        def record(module, inputs):  # a pre-hook sees the input before an inplace ReLU changes it
+            calls[0] += 1
+            relu_inputs.append((f"{name} call {calls[0]}", inputs[0].detach().double().clone()))
+        return record
+
+    hooks = [m.register_forward_pre_hook(recorder(name)) for name, m in model.named_modules()
+             if record_relu and isinstance(m, nn.ReLU)]
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     model.train()
     losses = []
@@ -123,7 +144,37 @@ def run_torch(args, initial, data):
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
-    return losses, len(state)
+        if step == 0:
+            for hook in hooks:
+                hook.remove()
+    return losses, len(state), relu_inputs
+
+
+def relative(a, b):
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
+def compare_with_float64(ours, theirs, reference, relu32, relu64):
+    print("with torch float64 as the reference:")
+    print("step  mpigrad f32    torch f32      torch f64     mpigrad vs f64  torch f32 vs f64")
+    worst_ours = worst_theirs = 0.0
+    for step, (a, b, r) in enumerate(zip(ours, theirs, reference)):
+        worst_ours = max(worst_ours, relative(a, r))
+        worst_theirs = max(worst_theirs, relative(b, r))
+        print(f"{step + 1:4d}  {a:.8f}  {b:.8f}  {r:.10f}  {relative(a, r):.2e}        "
+              f"{relative(b, r):.2e}")
+    print(f"max relative difference to torch float64: mpigrad float32 {worst_ours:.2e}, torch "
+          f"float32 {worst_theirs:.2e}")
+    flips, units, nearest = [], 0, float("inf")
+    for (call, a), (_, b) in zip(relu32, relu64):
+        units += b.numel()
+        nearest = min(nearest, b.abs().min().item())
+        for index in torch.nonzero((a > 0) != (b > 0)).tolist():
+            flips.append((call, index, a[tuple(index)].item(), b[tuple(index)].item()))
+    print(f"step 1: {len(flips)} of {units} ReLU inputs differ in sign between torch float32 and "
+          f"float64 (smallest |float64 input| {nearest:.2e})")
+    for call, index, a, b in flips:
+        print(f"  {call}, input element {index}: float32 {a:.3e}, float64 {b:.3e}")
 
 
 def main():
@@ -135,24 +186,30 @@ def main():
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--float64", action="store_true",
+                        help="also train the torch model in float64, as the reference")
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     with tempfile.TemporaryDirectory() as workdir:
         ours, initial, data = run_mpigrad(args, workdir)
-        theirs, tensors = run_torch(args, initial, data)
+        theirs, tensors, relu32 = run_torch(args, initial, data, record_relu=args.float64)
+        if args.float64:
+            reference, _, relu64 = run_torch(args, initial, data, torch.float64, True)
     print(f"ResNet-18 width {args.width}, 3x32x32 synthetic images, batch {args.batch}, SGD lr "
           f"{args.lr} momentum {args.momentum}; torch loaded {tensors} tensors of ckpt-step0.h5 "
           "by name (strict)")
     print("step  mpigrad loss   torch loss     relative difference")
     worst = 0.0
     for step, (a, b) in enumerate(zip(ours, theirs)):
-        rel = abs(a - b) / max(abs(b), 1e-12)
+        rel = relative(a, b)
         worst = max(worst, rel)
         print(f"{step + 1:4d}  {a:.8f}  {b:.8f}  {rel:.2e}")
     print(f"max relative difference over {len(theirs)} steps: {worst:.2e}")
     if len(ours) != len(theirs):
         raise SystemExit(f"mpigrad logged {len(ours)} losses, expected {len(theirs)}")
+    if args.float64:
+        compare_with_float64(ours, theirs, reference, relu32, relu64)
 
 
 if __name__ == "__main__":
