@@ -11,8 +11,10 @@ the same batches. Prints both loss sequences and the largest relative difference
 With --float64 the torch model is also trained in float64 from the same checkpoint, as the
 reference both float32 runs are measured against, and the inputs of every ReLU at the first step
 are compared between torch's float32 and float64 runs: a pre-activation within float32 rounding
-of 0 that changes sign flips that unit's gradient, and the runs then drift apart. The README's
-"ResNet" section explains the numbers.
+of 0 that changes sign flips that unit's gradient, and the runs then drift apart. It also runs
+mpigrad's ResNet in float64 (mpigrad-parity-resnet-float64, built with the benchmarks, from the
+same ckpt-step0.h5 and batches) and compares that with torch float64 step by step: the tight
+check. The README's "ResNet" section explains the numbers.
 
     python3 benchmarks/parity/resnet_parity.py --mpigrad build/bin/mpigrad --width 8 [--float64]
 """
@@ -154,7 +156,31 @@ def relative(a, b):
     return abs(a - b) / max(abs(b), 1e-12)
 
 
-def compare_with_float64(ours, theirs, reference, relu32, relu64):
+def run_mpigrad_float64(args, initial, data):
+    """mpigrad's float64 losses from the float64 driver, on the same checkpoint and batches."""
+    driver = args.float64_driver or os.path.join(
+        os.path.dirname(os.path.abspath(args.mpigrad)), "..", "benchmarks", "parity",
+        "mpigrad-parity-resnet-float64")
+    if not os.path.exists(driver):
+        raise SystemExit(f"--float64 needs {driver} (build the benchmarks, or pass --float64-driver)")
+    result = subprocess.run([driver, "--checkpoint", initial, "--data", data, "--width",
+                             str(args.width), "--steps", str(args.steps), "--batch", str(args.batch),
+                             "--lr", str(args.lr), "--momentum", str(args.momentum)],
+                            check=True, capture_output=True, text=True)
+    return [float(line) for line in result.stdout.split()]
+
+
+def compare_with_float64(ours, theirs, reference, ours64, relu32, relu64):
+    print("mpigrad float64 against torch float64 (the tight check):")
+    print("step  mpigrad f64        torch f64          relative difference")
+    worst64 = 0.0
+    for step, (a, r) in enumerate(zip(ours64, reference)):
+        worst64 = max(worst64, relative(a, r))
+        print(f"{step + 1:4d}  {a:.15f}  {r:.15f}  {relative(a, r):.2e}")
+    print(f"max relative difference over {len(reference)} steps, mpigrad float64 vs torch float64: "
+          f"{worst64:.2e}")
+    if len(ours64) != len(reference):
+        raise SystemExit(f"mpigrad float64 gave {len(ours64)} losses, expected {len(reference)}")
     print("with torch float64 as the reference:")
     print("step  mpigrad f32    torch f32      torch f64     mpigrad vs f64  torch f32 vs f64")
     worst_ours = worst_theirs = 0.0
@@ -187,7 +213,9 @@ def main():
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--float64", action="store_true",
-                        help="also train the torch model in float64, as the reference")
+                        help="also train both models in float64, the torch one as the reference")
+    parser.add_argument("--float64-driver", help="mpigrad-parity-resnet-float64 (default: "
+                        "build/benchmarks/parity/ next to --mpigrad's build/bin/)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
@@ -196,6 +224,7 @@ def main():
         theirs, tensors, relu32 = run_torch(args, initial, data, record_relu=args.float64)
         if args.float64:
             reference, _, relu64 = run_torch(args, initial, data, torch.float64, True)
+            ours64 = run_mpigrad_float64(args, initial, data)
     print(f"ResNet-18 width {args.width}, 3x32x32 synthetic images, batch {args.batch}, SGD lr "
           f"{args.lr} momentum {args.momentum}; torch loaded {tensors} tensors of ckpt-step0.h5 "
           "by name (strict)")
@@ -209,7 +238,7 @@ def main():
     if len(ours) != len(theirs):
         raise SystemExit(f"mpigrad logged {len(ours)} losses, expected {len(theirs)}")
     if args.float64:
-        compare_with_float64(ours, theirs, reference, relu32, relu64)
+        compare_with_float64(ours, theirs, reference, ours64, relu32, relu64)
 
 
 if __name__ == "__main__":
