@@ -25,6 +25,8 @@
 
 #ifdef MPIGRAD_FUZZ_LIBFUZZER
 #include <sanitizer/common_interface_defs.h>
+#include <elf.h>
+#include <link.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -33,6 +35,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 
 #include "mpigrad/core/isolated.h"
 #endif
@@ -45,19 +48,52 @@ using namespace mpigrad;
 // would measure the allocator, not the parser.
 constexpr int64_t kMaxBatchBytes = int64_t(1) << 20;
 
-// The child's time limit; a child still busy after kChildAlarm prints its stack and is judged.
-constexpr auto kChildTimeout = std::chrono::seconds(4);
+// The child's time limit. Under libFuzzer a child still busy after kChildAlarmSeconds prints its
+// stack and is judged; the rest is for symbolizing that stack. libFuzzer's -timeout is 10 s.
+constexpr auto kChildTimeout = std::chrono::seconds(8);
 
 #ifdef MPIGRAD_FUZZ_LIBFUZZER
 
-// clang puts the inline 8-bit coverage counters of the whole (static) executable in this section.
-extern "C" uint8_t __start___sancov_cntrs[] __attribute__((weak, visibility("hidden")));
-extern "C" uint8_t __stop___sancov_cntrs[] __attribute__((weak, visibility("hidden")));
+// The inline 8-bit coverage counters of the whole (static) executable: clang puts them in the
+// section __sancov_cntrs. Found from the section headers of /proc/self/exe plus the program's
+// load address, because declaring the linker's __start___sancov_cntrs in an instrumented file
+// makes clang rename its own reference, and libFuzzer then sees no counters at all.
+uint8_t* g_counters = nullptr;
+
+void find_counters(size_t* count) {
+  std::ifstream exe("/proc/self/exe", std::ios::binary);
+  Elf64_Ehdr header{};
+  if (!exe.read(reinterpret_cast<char*>(&header), sizeof(header))) return;
+  std::vector<Elf64_Shdr> sections(header.e_shnum);
+  exe.seekg(std::streamoff(header.e_shoff));
+  if (sections.empty() || header.e_shstrndx >= sections.size() ||
+      !exe.read(reinterpret_cast<char*>(sections.data()), std::streamsize(sections.size() * sizeof(Elf64_Shdr)))) {
+    return;
+  }
+  std::string names(sections[header.e_shstrndx].sh_size, '\0');
+  exe.seekg(std::streamoff(sections[header.e_shstrndx].sh_offset));
+  if (!exe.read(names.data(), std::streamsize(names.size()))) return;
+  uintptr_t load_address = 0;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) {
+        *static_cast<uintptr_t*>(data) = info->dlpi_addr;  // the first object is the program
+        return 1;
+      },
+      &load_address);
+  for (const Elf64_Shdr& section : sections) {
+    if (section.sh_name < names.size() && std::strcmp(names.c_str() + section.sh_name, "__sancov_cntrs") == 0) {
+      g_counters = reinterpret_cast<uint8_t*>(load_address + section.sh_addr);
+      *count = section.sh_size;
+    }
+  }
+}
 
 constexpr unsigned kChildAlarmSeconds = 2;
 
 // Shared between the fuzzer and its child (MAP_SHARED): the child's verdict, then its counters.
 struct Shared {
+  int finished;   // the work returned or threw: child_end ran
+  int hdf5s;      // the child died inside libhdf5: inspect's clean error, not a finding
   int our_fault;  // the child died outside libhdf5: the parent aborts, a finding
   uint8_t* counters() { return reinterpret_cast<uint8_t*>(this + 1); }
 };
@@ -107,7 +143,9 @@ bool fault_is_hdf5s(const std::string& report) {
 // then gives its error); ours is printed on the fuzzer's stderr and flagged for the parent.
 [[noreturn]] void judge_child_and_exit() {
   const std::string report = child_report();
-  if (!fault_is_hdf5s(report)) {
+  if (fault_is_hdf5s(report)) {
+    g_shared->hdf5s = 1;
+  } else {
     g_shared->our_fault = 1;
     const std::string text = "fuzz_hdf5: the inspect child died outside libhdf5:\n" + report;
     if (::write(g_saved_stderr, text.data(), text.size()) < 0) {
@@ -133,28 +171,37 @@ void child_begin() {
 
 void child_end() {
   ::alarm(0);
-  std::memcpy(g_shared->counters(), __start___sancov_cntrs, g_counter_count);
+  g_shared->finished = 1;
+  std::memcpy(g_shared->counters(), g_counters, g_counter_count);
 }
 
 void parent_end() {
   for (size_t i = 0; i < g_counter_count; ++i) {
-    __start___sancov_cntrs[i] = std::max(__start___sancov_cntrs[i], g_shared->counters()[i]);
+    g_counters[i] = std::max(g_counters[i], g_shared->counters()[i]);
   }
   std::memset(g_shared->counters(), 0, g_counter_count);
-  if (g_shared->our_fault) {
-    std::fprintf(stderr, "fuzz_hdf5: aborting on the child's fault above\n");
+  // A child neither finished nor judged was killed at kChildTimeout, or by a signal that no
+  // sanitizer reported: nothing says the fault was HDF5's, so it counts as ours.
+  const bool unjudged = !g_shared->finished && !g_shared->hdf5s && !g_shared->our_fault;
+  if (g_shared->our_fault || unjudged) {
+    std::fprintf(stderr, "fuzz_hdf5: aborting: the inspect child %s\n",
+                 unjudged ? "ended without a verdict (killed at the timeout?)" : "died in mpigrad's code (report above)");
     std::abort();
   }
+  g_shared->finished = g_shared->hdf5s = 0;
 }
 
 void install_isolation_hooks() {
   static bool installed = false;
   if (installed) return;
   installed = true;
-  const uint8_t* begin = __start___sancov_cntrs;
-  const uint8_t* end = __stop___sancov_cntrs;
-  if (begin == nullptr || end <= begin) return;
-  g_counter_count = size_t(end - begin);
+  find_counters(&g_counter_count);
+  if (g_counters == nullptr || g_counter_count == 0) {
+    std::fprintf(stderr, "fuzz_hdf5: no __sancov_cntrs section in /proc/self/exe\n");
+    std::abort();
+  }
+  std::fprintf(stderr, "INFO: fuzz_hdf5: the inspect child's %zu coverage counters [%p, %p) come back\n",
+               g_counter_count, static_cast<void*>(g_counters), static_cast<void*>(g_counters + g_counter_count));
   void* memory = ::mmap(nullptr, sizeof(Shared) + g_counter_count, PROT_READ | PROT_WRITE,
                         MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (memory == MAP_FAILED) std::abort();

@@ -27,10 +27,13 @@ nice cmake --build "$build" --target "$target" --parallel "${MPIGRAD_FUZZ_JOBS:-
 scratch=$build/corpus/$target
 crashes=fuzz/crashes/$target
 mkdir -p "$scratch" "$crashes"
-# Size limits: a valid input may ask for a big allocation; above these it is a finding.
+# Size limits: memory really used above -rss_limit_mb is a finding. One allocation over 2 GiB
+# returns NULL (max_allocation_size_mb, allocator_may_return_null), as on a machine without that
+# memory: HDF5 allocates the object-header size a corrupt file declares (8 GiB, untouched) and
+# fails cleanly without it, and mpigrad turns a failed allocation into an AllocationError.
 # fast_unwind_on_malloc=0: allocation stacks through HDF5 (built without frame pointers) are
 # complete, so fuzz/lsan.supp can match HDF5's own leaks.
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1:fast_unwind_on_malloc=0:malloc_context_size=16}
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1:max_allocation_size_mb=2048:fast_unwind_on_malloc=0:malloc_context_size=16}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$root/fuzz/lsan.supp}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export OMP_NUM_THREADS=1
