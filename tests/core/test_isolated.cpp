@@ -8,24 +8,12 @@
 
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/isolated.h"
+#include "../error_message.h"
 
 using namespace mpigrad;
 using namespace std::chrono_literals;
 
-namespace {
-
-// The message of the core::Error that `call` throws ("" if it throws none).
-template <typename Call>
-std::string error_of(Call call) {
-  try {
-    call();
-  } catch (const core::Error& error) {
-    return error.what();
-  }
-  return "";
-}
-
-}  // namespace
+using test::error_message;
 
 TEST_CASE("run_isolated returns the child's result, large ones whole") {
   CHECK(core::run_isolated([](core::IsolatedProgress&) { return std::string("done"); }, 10s, "t") ==
@@ -42,11 +30,11 @@ TEST_CASE("run_isolated returns the child's result, large ones whole") {
 }
 
 TEST_CASE("run_isolated re-throws the child's error with its message") {
-  CHECK(error_of([] {
+  CHECK(error_message([] {
           core::run_isolated([](core::IsolatedProgress&) -> std::string { core::fail("bad field x"); },
                              10s, "inspect a.h5");
         }) == "bad field x");
-  CHECK(error_of([] {
+  CHECK(error_message([] {
           core::run_isolated(
               [](core::IsolatedProgress&) -> std::string { throw std::runtime_error("boom"); }, 10s,
               "ctx");
@@ -54,7 +42,7 @@ TEST_CASE("run_isolated re-throws the child's error with its message") {
 }
 
 TEST_CASE("a child that crashes or exits early is one error with its last step") {
-  const std::string crashed = error_of([] {
+  const std::string crashed = error_message([] {
     core::run_isolated(
         [](core::IsolatedProgress& progress) -> std::string {
           progress.at("reading attribute @units");
@@ -67,14 +55,14 @@ TEST_CASE("a child that crashes or exits early is one error with its last step")
   CHECK(crashed.starts_with("inspect a.h5 crashed ("));
   CHECK(crashed.ends_with(", while reading attribute @units"));
 
-  const std::string exited = error_of([] {
+  const std::string exited = error_message([] {
     core::run_isolated([](core::IsolatedProgress&) -> std::string { ::_exit(3); }, 10s, "ctx");
   });
   CHECK(exited == "ctx crashed (it exited with status 3 before its result)");
 }
 
 TEST_CASE("a child that hangs is killed at the timeout") {
-  const std::string hung = error_of([] {
+  const std::string hung = error_message([] {
     core::run_isolated(
         [](core::IsolatedProgress& progress) -> std::string {
           progress.at("decoding the global heap");

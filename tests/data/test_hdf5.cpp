@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "../error_message.h"
 #include "data_test_util.h"
 #include "mpigrad/core/hdf5.h"
 #include "mpigrad/core/tensor.h"
@@ -16,14 +17,7 @@ using namespace mpigrad;  // NOLINT
 namespace hdf5 = core::hdf5;
 using data::test::TempDir;
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const core::Error& error) {
-    return error.what();
-  }
-  return "";
-}
+using test::error_message;
 
 }  // namespace
 
@@ -118,10 +112,10 @@ TEST_CASE("hdf5: attributes of every kind, on the file, groups and datasets") {
   CHECK(file.has_attribute("/", "epoch"));
   CHECK_FALSE(file.has_attribute("/", "missing"));
   CHECK(file.list_attributes("/") == std::vector<std::string>{"config", "epoch"});
-  std::string error = error_of([&] { (void)file.read_int_attribute("/", "config"); });
+  std::string error = error_message([&] { (void)file.read_int_attribute("/", "config"); });
   CHECK(error.find("not a numeric attribute") != std::string::npos);
   CHECK(error.find(path) != std::string::npos);
-  error = error_of([&] { (void)file.read_int_attribute("/", "missing"); });
+  error = error_message([&] { (void)file.read_int_attribute("/", "missing"); });
   CHECK(error.find("missing") != std::string::npos);
 }
 
@@ -151,32 +145,32 @@ TEST_CASE("hdf5: failures are exceptions naming the call, the file and the objec
     file.write_tensor("x", core::ones({4, 2}));
   }
   hdf5::File file = hdf5::File::open(path);
-  std::string error = error_of([&] { (void)file.open_dataset("nope"); });
+  std::string error = error_message([&] { (void)file.open_dataset("nope"); });
   CHECK(error.find(path) != std::string::npos);
   CHECK(error.find("/nope") != std::string::npos);
   CHECK(error.find("present: x") != std::string::npos);
-  error = error_of([&] {
+  error = error_message([&] {
     std::vector<float> out(2);
     file.open_dataset("x").read_rows(3, 2, out.data(), core::kFloat32);
   });
   CHECK(error.find("exceed") != std::string::npos);
   CHECK(error.find(path + ":/x") != std::string::npos);
-  error = error_of([&] {
+  error = error_message([&] {
     std::vector<float> out(4);
     file.open_dataset("x").read_block({3, 0}, {2, 2}, out.data(), core::kFloat32);
   });
   CHECK(error.find("exceeds extents") != std::string::npos);
   // Writing to a read-only file fails inside HDF5: the message names the call and the stack.
-  error = error_of([&] {
+  error = error_message([&] {
     hdf5::Dataset dataset = file.open_dataset("x");
     std::vector<float> data(8, 2.0f);
     dataset.write(data.data(), core::kFloat32);
   });
   CHECK(error.find("H5Dwrite") != std::string::npos);
   CHECK(error.find(path) != std::string::npos);
-  error = error_of([&] { (void)hdf5::File::open(dir.file("absent.h5")); });
+  error = error_message([&] { (void)hdf5::File::open(dir.file("absent.h5")); });
   CHECK(error.find("no such file") != std::string::npos);
   CHECK(error.find("absent.h5") != std::string::npos);
-  error = error_of([&] { (void)hdf5::File::create(dir.file("no/such/dir/f.h5")); });
+  error = error_message([&] { (void)hdf5::File::create(dir.file("no/such/dir/f.h5")); });
   CHECK(error.find("H5Fcreate") != std::string::npos);
 }

@@ -13,19 +13,11 @@
 
 #include "mpigrad/core/error.h"
 #include "mpigrad/launch/train_config.h"
+#include "../error_message.h"
 
 using namespace mpigrad;
 
-namespace {
-std::string error_text(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const core::Error& error) {
-    return error.what();
-  }
-  return "(no error)";
-}
-}  // namespace
+using test::error_message;
 
 TEST_CASE("a key holding a Boost placeholder is an error, not a hang") {
   for (const std::string& text :
@@ -33,7 +25,7 @@ TEST_CASE("a key holding a Boost placeholder is an error, not a hang") {
         std::string("[%canonical_option%]\nname = x\n"), std::string("[train]\n%option%\n"),
         std::string("[model]\n%original_token% = 3\n")}) {
     CAPTURE(text);
-    const std::string error = error_text([&] { launch::parse_config_text(text, "hostile.ini"); });
+    const std::string error = error_message([&] { launch::parse_config_text(text, "hostile.ini"); });
     CHECK(error.find("hostile.ini") != std::string::npos);
     CHECK(error.find("'%'") != std::string::npos);
   }
@@ -43,12 +35,12 @@ TEST_CASE("a key holding a Boost placeholder is an error, not a hang") {
 }
 
 TEST_CASE("the same on the command line and in a config file") {
-  CHECK(error_text([] {
+  CHECK(error_message([] {
           launch::parse_train_config({"--train.%canonical_option%=1"});
         }).find("'%'") != std::string::npos);
   const std::string path = "config_placeholders_test.ini";
   std::ofstream(path) << "[data]\ntrain = a.h5\n[sched]\nname%canonical_option% = step\n";
-  const std::string error = error_text([&] { launch::parse_train_config({"--config", path}); });
+  const std::string error = error_message([&] { launch::parse_train_config({"--config", path}); });
   CHECK(error.find(path) != std::string::npos);
   CHECK(error.find("'%'") != std::string::npos);
   std::remove(path.c_str());
