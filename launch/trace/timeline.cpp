@@ -33,11 +33,17 @@ void append_json_string(std::string& out, const std::string& text) {
   out.push_back('"');
 }
 
+// The trace's ids start at 1: Perfetto takes pid 0 and tid 0 for the kernel's swapper (idle)
+// process and thread, so rank 0 and the training loop would not be shown as our own.
+int trace_pid(int rank) { return rank + 1; }
+int trace_tid(int32_t lane) { return int(lane) + 1; }
+
 void append_metadata(std::string& out, int rank, int32_t lane, const char* what, const char* key,
                      const std::string& value, bool quoted) {
   if (!out.empty()) out.append(",\n");
   out.append("{\"name\":\"").append(what).append("\",\"ph\":\"M\",\"pid\":");
-  out.append(std::to_string(rank)).append(",\"tid\":").append(std::to_string(lane));
+  out.append(std::to_string(trace_pid(rank))).append(",\"tid\":");
+  out.append(std::to_string(trace_tid(lane)));
   out.append(",\"args\":{\"").append(key).append("\":");
   if (quoted) {
     append_json_string(out, value);
@@ -87,7 +93,7 @@ std::string Timeline::render(int rank, double scale) const {
     out.append(",\n{\"name\":");
     append_json_string(out, event.name);
     std::snprintf(number, sizeof(number), ",\"cat\":\"mpigrad\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d",
-                  rank, int(event.lane));
+                  trace_pid(rank), trace_tid(event.lane));
     out.append(number);
     std::snprintf(number, sizeof(number), ",\"ts\":%.3f,\"dur\":%.3f",
                   double(event.begin_ns - origin_ns_) * microseconds_per_ns,

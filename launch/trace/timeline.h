@@ -22,8 +22,9 @@
 // the optimizer's kernels, not when the GPU has done it.
 //
 // Output: {"traceEvents": [...]} with one complete event (ph "X", ts and dur in microseconds)
-// per span, pid = rank, tid = the lane (0: the training loop; 1 + b: gradient bucket b, whose
-// averaging overlaps backward), and process_name ("rank N") and thread_name metadata.
+// per span, pid = rank + 1, tid = lane + 1 (lane 0: the training loop; 1 + b: gradient bucket b,
+// whose averaging overlaps backward; ids start at 1 because Perfetto reads pid 0 and tid 0 as
+// the kernel's swapper), and process_name ("rank N") and thread_name metadata.
 #pragma once
 
 #include <chrono>

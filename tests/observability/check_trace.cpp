@@ -1,11 +1,12 @@
 // Checks a merged timeline, for observability_checks.sh:
 //   mpigrad-check-trace TRACE.json RANKS NAME[@0]...
 // The file must be well-formed JSON ({"traceEvents": [...]}) in which: every event has a pid in
-// [0, RANKS); every rank has its process_name "rank N"; every complete event (ph "X") has a
-// name, a tid >= 0 and numbers ts >= 0 and dur >= 0; every NAME appears on every rank (NAME@0:
-// on rank 0); "average bucket" events lie on lane 1 + their bucket argument and carry the
-// bucket's bytes; and on each rank's training-loop lane (tid 0) spans never partly overlap and
-// come in the order of a step: forward, backward, then (when the step syncs) optimizer step.
+// [1, RANKS] (rank + 1: Perfetto takes pid 0 and tid 0 for the kernel's swapper); every rank has
+// its process_name "rank N"; every complete event (ph "X") has a name, a tid >= 1 and numbers
+// ts >= 0 and dur >= 0; every NAME appears on every rank (NAME@0: on rank 0); "average bucket"
+// events lie on tid 2 + their bucket argument and carry the bucket's bytes; and on each rank's
+// training-loop lane (tid 1) spans never partly overlap and come in the order of a step:
+// forward, backward, then (when the step syncs) optimizer step.
 // Exits 1 with one line saying what is wrong.
 #include <algorithm>
 #include <cstdio>
@@ -67,12 +68,13 @@ int main(int argc, char** argv) {
   size_t complete = 0;
   for (const JsonValue& event : events->items) {
     const int pid = int(number(event, "pid"));
-    if (pid < 0 || pid >= ranks) fail("pid " + std::to_string(pid) + " outside the ranks");
+    if (pid < 1 || pid > ranks) fail("pid " + std::to_string(pid) + " is not a rank + 1");
+    const int rank = pid - 1;
     const std::string ph = member(event, "ph").text;
     const std::string name = member(event, "name").text;
     if (ph == "M") {
       if (name == "process_name") {
-        process_names[pid] = member(member(event, "args"), "name").text;
+        process_names[rank] = member(member(event, "args"), "name").text;
       }
       continue;
     }
@@ -80,16 +82,16 @@ int main(int argc, char** argv) {
     ++complete;
     const double ts = number(event, "ts"), dur = number(event, "dur");
     const int tid = int(number(event, "tid"));
-    if (ts < 0 || dur < 0 || tid < 0) fail(name + ": negative ts, dur or tid");
-    names_by_rank[pid].insert(name);
+    if (ts < 0 || dur < 0 || tid < 1) fail(name + ": negative ts or dur, or a tid below 1");
+    names_by_rank[rank].insert(name);
     if (name == "average bucket") {
       const JsonValue& args = member(event, "args");
       const int bucket = int(number(args, "bucket"));
-      if (tid != 1 + bucket)
+      if (tid != 2 + bucket)
         fail("bucket " + std::to_string(bucket) + " on lane " + std::to_string(tid));
       if (number(args, "bytes") <= 0) fail("a bucket without bytes");
     }
-    if (tid == 0) loop_spans[pid].push_back({ts, ts + dur, name});
+    if (tid == 1) loop_spans[rank].push_back({ts, ts + dur, name});
   }
   for (int r = 0; r < ranks; ++r) {
     if (process_names[r] != "rank " + std::to_string(r)) {

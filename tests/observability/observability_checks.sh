@@ -57,7 +57,7 @@ case "$check" in
       --distributed.bucket_cap_mb=0.001 > key.txt 2>&1 \
       || { cat key.txt; fail "training with [train] trace failed"; }
     "$check_trace" key.json 2 forward "average bucket" > /dev/null || fail "key.json is wrong"
-    lanes=$(grep -o '"name":"thread_name","ph":"M","pid":0,"tid":[0-9]*' key.json | wc -l)
+    lanes=$(grep -o '"name":"thread_name","ph":"M","pid":1,"tid":[0-9]*' key.json | wc -l)
     [ "$lanes" -ge 3 ] || fail "expected the training lane and several bucket lanes, got $lanes"
     ;;
   trace_bad_path)

@@ -62,6 +62,7 @@ TEST_CASE("a full timeline counts the events it drops instead of growing") {
 }
 
 TEST_CASE("one rank's events render as well-formed trace events with its pid, lanes and args") {
+  // Perfetto takes pid 0 and tid 0 for the kernel's swapper: ids are rank + 1 and lane + 1.
   launch::Timeline timeline;
   const int64_t origin = timeline.origin_ns();
   timeline.set_lane_name(1, "bucket 0 \"averaging\"");  // quotes must be escaped
@@ -72,7 +73,7 @@ TEST_CASE("one rank's events render as well-formed trace events with its pid, la
   std::set<std::string> metadata;
   int complete = 0;
   for (const JsonValue& event : events) {
-    CHECK(member(event, "pid").number == 7);
+    CHECK(member(event, "pid").number == 8);
     const std::string ph = member(event, "ph").text;
     if (ph == "M") {
       const JsonValue& args = member(event, "args");
@@ -87,13 +88,13 @@ TEST_CASE("one rank's events render as well-formed trace events with its pid, la
     ++complete;
     const std::string name = member(event, "name").text;
     if (name == "forward") {
-      CHECK(member(event, "tid").number == 0);
+      CHECK(member(event, "tid").number == 1);
       CHECK(member(event, "ts").number == doctest::Approx(2.0));  // 1 µs, scaled by 2
       CHECK(member(event, "dur").number == doctest::Approx(5.0));
       CHECK(event.find("args") == nullptr);
     } else {
       CHECK(name == "average bucket");
-      CHECK(member(event, "tid").number == 1);
+      CHECK(member(event, "tid").number == 2);
       CHECK(member(event, "dur").number == doctest::Approx(8.0));
       CHECK(member(member(event, "args"), "bucket").number == 0);
       CHECK(member(member(event, "args"), "bytes").number == 4096);
@@ -136,13 +137,13 @@ TEST_CASE("the merged timeline holds every rank's events, each rank its own pid"
     std::set<std::string> process_names;
     for (const JsonValue& event : events.items) {
       const int pid = int(member(event, "pid").number);
-      REQUIRE(pid >= 0);
-      REQUIRE(pid < ranks);
+      REQUIRE(pid >= 1);  // rank + 1
+      REQUIRE(pid <= ranks);
       if (member(event, "ph").text == "M" && member(event, "name").text == "process_name") {
         process_names.insert(member(member(event, "args"), "name").text);
       }
       if (member(event, "ph").text == "X" && member(event, "name").text == "step") {
-        ++steps[size_t(pid)];
+        ++steps[size_t(pid - 1)];
         CHECK(member(event, "ts").number >= 0);  // after the common origin
       }
     }
