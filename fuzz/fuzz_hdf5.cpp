@@ -99,6 +99,7 @@ struct Shared {
 };
 Shared* g_shared = nullptr;
 size_t g_counter_count = 0;
+size_t g_hdf5_faults = 0;  // inputs whose inspect child died inside libhdf5, for the summary
 int g_saved_stderr = -1;  // the fuzzer's stderr, in the child (its own stderr is a memfd)
 int g_report_fd = -1;     // the child's stderr: what its sanitizers printed
 
@@ -188,6 +189,7 @@ void parent_end() {
                  unjudged ? "ended without a verdict (killed at the timeout?)" : "died in mpigrad's code (report above)");
     std::abort();
   }
+  if (!g_shared->finished) ++g_hdf5_faults;
   g_shared->finished = g_shared->hdf5s = 0;
 }
 
@@ -211,6 +213,10 @@ void install_isolation_hooks() {
   hooks.child_end = child_end;
   hooks.parent_end = parent_end;
   core::set_isolation_hooks(hooks);
+  std::atexit([] {
+    std::fprintf(stderr, "fuzz_hdf5: %zu inputs crashed or hung libhdf5 in the inspect child "
+                 "(each a clean inspect error)\n", g_hdf5_faults);
+  });
 }
 
 #endif  // MPIGRAD_FUZZ_LIBFUZZER
