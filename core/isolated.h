@@ -33,13 +33,18 @@ class IsolatedProgress {
 std::string run_isolated(const std::function<std::string(IsolatedProgress&)>& work,
                          std::chrono::milliseconds timeout, const std::string& context);
 
+// The child resets the crash signals (SIGSEGV, SIGABRT, ...) to their default action first, so
+// a crash ends it at once instead of running the host's handlers.
+//
 // For the fuzz targets only: code to run in the child before the work and after it, and in the
-// parent once the child has ended (fuzz_hdf5 uses them to drop libFuzzer's crash handlers in the
-// child and to carry the child's coverage counters back). Null members are skipped.
+// parent once the child has ended, and whether the child keeps the crash handlers (fuzz_hdf5
+// keeps the sanitizers' handlers, whose reports it judges, drops libFuzzer's crash callback, and
+// carries the child's coverage counters back). Null members are skipped.
 struct IsolationHooks {
   void (*child_begin)() = nullptr;
   void (*child_end)() = nullptr;
   void (*parent_end)() = nullptr;
+  bool keep_crash_handlers = false;
 };
 void set_isolation_hooks(const IsolationHooks& hooks);
 

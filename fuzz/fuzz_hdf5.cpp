@@ -216,6 +216,7 @@ void install_isolation_hooks() {
   hooks.child_begin = child_begin;
   hooks.child_end = child_end;
   hooks.parent_end = parent_end;
+  hooks.keep_crash_handlers = true;  // ASan's reports are what judge_child_and_exit reads
   core::set_isolation_hooks(hooks);
   std::atexit([] {
     std::fprintf(stderr, "fuzz_hdf5: %zu inputs crashed or hung libhdf5 in the inspect child "

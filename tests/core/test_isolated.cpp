@@ -72,3 +72,19 @@ TEST_CASE("a child that hangs is killed at the timeout") {
   });
   CHECK(hung == "inspect b.h5 did not finish within 0.2 s (killed), while decoding the global heap");
 }
+
+TEST_CASE("the child's crash ends it even where the host handles the signal") {
+  // A host handler that returns (as a test framework's or a runtime's may) would let the crashed
+  // child run on; the child resets the crash signals to their default action.
+  auto previous = std::signal(SIGABRT, [](int) {});
+  const std::string crashed = error_message([] {
+    core::run_isolated(
+        [](core::IsolatedProgress&) -> std::string {
+          std::raise(SIGABRT);
+          return "ran on after the crash";
+        },
+        10s, "ctx");
+  });
+  std::signal(SIGABRT, previous);
+  CHECK(crashed == "ctx crashed (signal 6, Aborted)");
+}
