@@ -9,15 +9,13 @@
 #                       exit 77, when python3 cannot import tensorboard)
 set -euo pipefail
 check=$1 mpigrad=$2 mpiexec=$3 work=$4 check_trace=$5 check_tfevents=$6 source_dir=$7
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export MPIGRAD_NUM_THREADS=1
 source "$source_dir/tests/train/check_lib.sh"
 
 if [ "$check" = tensorboard_reader ] && ! python3 -c 'import tensorboard' 2> /dev/null; then
   echo "SKIP ($check): python3 cannot import tensorboard (pip install tensorboard)"
   exit 77
 fi
-rm -rf "$work" && mkdir -p "$work" && cd "$work"
+start_check "$work"
 
 # 600 samples: 2 ranks x 19 batches of 16 per epoch; 101 test samples (odd: the ranks pad).
 "$mpigrad" data synth -o train.h5 --samples 600 --shape 1,8,8 --seed 1 > /dev/null

@@ -2,6 +2,14 @@
 # $check (the check's name, for messages), $mpiexec and $mpigrad first.
 
 fail() { echo "FAIL ($check): $*" >&2; exit 1; }
+
+# Every check: mpirun may run as root and oversubscribe the cores, each rank uses one thread, and
+# the check works in a fresh folder $1, which becomes the working directory.
+start_check() {
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+  export MPIGRAD_NUM_THREADS=1
+  rm -rf "$1" && mkdir -p "$1" && cd "$1"
+}
 run() { "$mpiexec" -np "$1" --oversubscribe "${@:2}"; }
 
 # Prints the "loss" values of metrics.jsonl's step lines, one per line.

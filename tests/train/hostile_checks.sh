@@ -6,10 +6,8 @@
 # exit before training, and nothing written to out_dir; inspect must list what it cannot read.
 set -euo pipefail
 check=$1 mpigrad=$2 mpiexec=$3 work=$4 make_hostile_file=$5
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export MPIGRAD_NUM_THREADS=1
 source "$(dirname "$0")/check_lib.sh"
-rm -rf "$work" && mkdir -p "$work" && cd "$work"
+start_check "$work"
 
 "$mpigrad" data synth -o train.h5 --samples 200 --shape 1,8,8 --seed 1 > /dev/null
 "$mpigrad" data synth -o test.h5 --samples 64 --shape 1,8,8 --seed 2 > /dev/null

@@ -9,10 +9,8 @@
 #   resnet_encoder  both stages and embed with a ResNet-18 encoder (width 4)
 set -euo pipefail
 check=$1 mpigrad=$2 check_embeddings=$3 mpiexec=$4 work=$5
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export MPIGRAD_NUM_THREADS=1
 source "$(dirname "$0")/check_lib.sh"
-rm -rf "$work" && mkdir -p "$work" && cd "$work"
+start_check "$work"
 
 # 800 training and 301 test images of 10 classes (301: odd, so the 2 ranks' shards are padded).
 "$mpigrad" data synth -o train.h5 --samples 800 --shape 1,12,12 --seed 1 > /dev/null

@@ -4,10 +4,8 @@
 # They run the real program under mpirun on small synthetic data written by `mpigrad data synth`.
 set -euo pipefail
 check=$1 mpigrad=$2 compare=$3 mpiexec=$4 work=$5 make_sparse_file=$6
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export MPIGRAD_NUM_THREADS=1
 source "$(dirname "$0")/check_lib.sh"
-rm -rf "$work" && mkdir -p "$work" && cd "$work"
+start_check "$work"
 
 # 1200 training and 301 test samples of 10 learnable classes (301: odd, so 2 ranks pad).
 "$mpigrad" data synth -o train.h5 --samples 1200 --shape 1,8,8 --shards 2 --seed 1 > /dev/null

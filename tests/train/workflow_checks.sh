@@ -5,10 +5,8 @@
 # They run the real program under mpirun on small synthetic data written by `mpigrad data synth`.
 set -euo pipefail
 check=$1 mpigrad=$2 compare=$3 mpiexec=$4 work=$5
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export MPIGRAD_NUM_THREADS=1
 source "$(dirname "$0")/check_lib.sh"
-rm -rf "$work" && mkdir -p "$work" && cd "$work"
+start_check "$work"
 
 # A subcommand run that must fail before any work: non-zero exit, the pattern, the rank.
 expect_command_error() {
