@@ -10,20 +10,13 @@
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/shape.h"
 #include "mpigrad/core/tensor.h"
+#include "../error_message.h"
 
 namespace {
 
 using namespace mpigrad::core;  // NOLINT
 
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using mpigrad::test::error_message;
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
@@ -38,10 +31,10 @@ TEST_CASE("checked math: products and sums that fit, and those that do not") {
   CHECK(checked_add(kMax - 1, 1, "test") == kMax);
   CHECK(checked_mul(0, kMax, "test") == 0);
   std::string error =
-      error_of([] { checked_mul(int64_t(1) << 32, int64_t(1) << 32, "[model] hidden"); });
+      error_message([] { checked_mul(int64_t(1) << 32, int64_t(1) << 32, "[model] hidden"); });
   CHECK(contains(error, "[model] hidden"));
   CHECK(contains(error, "4294967296 x 4294967296"));
-  error = error_of([] { checked_add(kMax, 1, "[train] batch_size ", 7); });
+  error = error_message([] { checked_add(kMax, 1, "[train] batch_size ", 7); });
   CHECK(contains(error, "[train] batch_size 7"));
   CHECK(contains(error, "9223372036854775807 + 1"));
   // Rounding up a division must not overflow either (batches of a batch_size near the maximum).
@@ -53,13 +46,13 @@ TEST_CASE("checked math: products and sums that fit, and those that do not") {
 TEST_CASE("checked math: Shape::numel, strides and tensor bytes throw on overflow") {
   const int64_t big = int64_t(1) << 31;
   CHECK(Shape{2, 1, big, big / 2}.numel() == int64_t(1) << 62);
-  std::string error = error_of([&] { (void)Shape{2, 1, big, big}.numel(); });
+  std::string error = error_message([&] { (void)Shape{2, 1, big, big}.numel(); });
   CHECK(contains(error, "[2, 1, 2147483648, 2147483648]"));
   CHECK(contains(error, "overflow"));
-  error = error_of([&] { (void)contiguous_strides(Shape{4, big, big}); });
+  error = error_message([&] { (void)contiguous_strides(Shape{4, big, big}); });
   CHECK(contains(error, "[4, 2147483648, 2147483648]"));
   // 2^61 float32 elements: the count fits, the bytes do not.
-  error = error_of([] { (void)Tensor::empty(Shape{int64_t(1) << 61}, kFloat32); });
+  error = error_message([] { (void)Tensor::empty(Shape{int64_t(1) << 61}, kFloat32); });
   CHECK(contains(error, "[2305843009213693952]"));
   CHECK(contains(error, "bytes"));
 }

@@ -9,24 +9,18 @@
 #include "mpigrad/data/hdf5_dataset.h"
 #include "mpigrad/data/idx.h"
 #include "mpigrad/data/sampler.h"
+#include "../error_message.h"
 
 namespace {
 
 using namespace mpigrad;        // NOLINT
 using namespace mpigrad::data;  // NOLINT
-using test::TempDir;
+using data::test::TempDir;
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const core::Error& error) {
-    return error.what();
-  }
-  return "(no error)";
-}
+using mpigrad::test::error_message;
 
 std::string open_error(const std::vector<std::string>& paths, std::vector<std::string> fields = {"x", "y"}) {
-  return error_of([&] {
+  return error_message([&] {
     Hdf5DatasetOptions options;
     options.fields = std::move(fields);
     Hdf5Dataset dataset(paths, options);
@@ -40,7 +34,7 @@ bool mentions(const std::string& message, const std::string& what) { return mess
 TEST_CASE("bad input: a missing file or a missing field") {
   TempDir dir;
   const std::string good = dir.file("good.h5");
-  test::write_pattern_file(good, 0, 4);
+  data::test::write_pattern_file(good, 0, 4);
   std::string error = open_error({good, dir.file("missing.h5")});
   CHECK(mentions(error, "missing.h5"));
   CHECK(mentions(error, "no such file"));
@@ -109,7 +103,7 @@ TEST_CASE("bad input: an unsupported dtype, a scalar field") {
 TEST_CASE("bad input: a shard whose per-sample shape or dtype differs") {
   TempDir dir;
   const std::string first = dir.file("first.h5"), second = dir.file("second.h5"), third = dir.file("third.h5");
-  test::write_pattern_file(first, 0, 4);
+  data::test::write_pattern_file(first, 0, 4);
   {
     core::hdf5::File file = core::hdf5::File::create(second);
     file.write_tensor("x", core::zeros({3, 3, 2}, core::kUInt8));
@@ -131,7 +125,7 @@ TEST_CASE("bad input: a shard whose per-sample shape or dtype differs") {
 TEST_CASE("bad input: truncated and corrupt files") {
   TempDir dir;
   const std::string path = dir.file("whole.h5");
-  test::write_pattern_file(path, 0, 1000);
+  data::test::write_pattern_file(path, 0, 1000);
   const auto size = std::filesystem::file_size(path);
   for (auto keep : {size / 2, size - 1, uintmax_t(100), uintmax_t(0)}) {
     CAPTURE(keep);
@@ -155,31 +149,31 @@ TEST_CASE("bad input: truncated and corrupt files") {
 TEST_CASE("bad input: indices out of range, fewer samples than ranks") {
   TempDir dir;
   const std::string path = dir.file("three.h5");
-  test::write_pattern_file(path, 0, 3);
+  data::test::write_pattern_file(path, 0, 3);
   Hdf5Dataset dataset({path});
-  std::string error = error_of([&] { dataset.get_batch(std::vector<int64_t>{0, 3}); });
+  std::string error = error_message([&] { dataset.get_batch(std::vector<int64_t>{0, 3}); });
   CHECK(mentions(error, path));
   CHECK(mentions(error, "index 3 out of range [0, 3)"));
-  CHECK(mentions(error_of([&] { dataset.get_batch(std::vector<int64_t>{-1}); }), "index -1"));
-  error = error_of([&] { dataset.set_rank_slice(4, 0); });
+  CHECK(mentions(error_message([&] { dataset.get_batch(std::vector<int64_t>{-1}); }), "index -1"));
+  error = error_message([&] { dataset.set_rank_slice(4, 0); });
   CHECK(mentions(error, path));
   CHECK(mentions(error, "3 samples, fewer than the 4 ranks"));
-  CHECK(mentions(error_of([] { DistributedSampler(3, 4, 1); }), "fewer than the 4 ranks"));
+  CHECK(mentions(error_message([] { DistributedSampler(3, 4, 1); }), "fewer than the 4 ranks"));
 }
 
 TEST_CASE("bad input: IDX files") {
   TempDir dir;
-  CHECK(mentions(error_of([&] { read_idx(dir.file("none.idx")); }), "no such file"));
+  CHECK(mentions(error_message([&] { read_idx(dir.file("none.idx")); }), "no such file"));
   const std::string bad_magic = dir.file("bad.idx");
   std::ofstream(bad_magic, std::ios::binary) << "GIF89a....";
-  CHECK(mentions(error_of([&] { read_idx(bad_magic); }), "bad magic"));
+  CHECK(mentions(error_message([&] { read_idx(bad_magic); }), "bad magic"));
   const std::string truncated = dir.file("short.idx");
   {
     std::ofstream out(truncated, std::ios::binary);
     const unsigned char header[] = {0, 0, 8, 1, 0, 0, 0, 10, 1, 2, 3};  // declares 10 bytes, holds 3
     out.write(reinterpret_cast<const char*>(header), sizeof(header));
   }
-  std::string error = error_of([&] { read_idx(truncated); });
+  std::string error = error_message([&] { read_idx(truncated); });
   CHECK(mentions(error, "short.idx"));
   CHECK(mentions(error, "truncated"));
   const std::string plain = dir.file("ok.idx");
@@ -283,9 +277,9 @@ TEST_CASE("bad input: datasets that declare more samples than the file stores") 
 
 TEST_CASE("bad input: a sampler over more samples than memory can index is refused up front") {
   const int64_t huge = int64_t(1) << 45;  // 256 TiB of int64 indices
-  std::string error = error_of([&] { DistributedSampler(huge, 2, 0); });
+  std::string error = error_message([&] { DistributedSampler(huge, 2, 0); });
   CHECK(mentions(error, "35184372088832 samples"));
   CHECK(mentions(error, "GiB of indices"));
-  CHECK(mentions(error_of([&] { RandomSampler sampler(huge); }), "RandomSampler"));
-  CHECK(mentions(error_of([&] { SequentialSampler sampler(huge); }), "SequentialSampler"));
+  CHECK(mentions(error_message([&] { RandomSampler sampler(huge); }), "RandomSampler"));
+  CHECK(mentions(error_message([&] { SequentialSampler sampler(huge); }), "SequentialSampler"));
 }

@@ -19,6 +19,7 @@
 #include "mpigrad/core/hdf5.h"
 #include "mpigrad/data/data_tool.h"
 #include "mpigrad/data/hdf5_dataset.h"
+#include "../error_message.h"
 
 namespace {
 
@@ -26,14 +27,7 @@ using namespace mpigrad;  // NOLINT
 namespace hdf5 = core::hdf5;
 using data::test::TempDir;
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const core::Error& error) {
-    return error.what();
-  }
-  return "(no error)";
-}
+using mpigrad::test::error_message;
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
@@ -102,7 +96,7 @@ TEST_CASE("hostile files: an attribute that is an array of variable-length strin
   }
   hdf5::File file = hdf5::File::open(path);
   // Not one string: an error naming the attribute and its shape, not 24 bytes into one char*.
-  std::string error = error_of([&] { (void)file.read_string_attribute("/", "names"); });
+  std::string error = error_message([&] { (void)file.read_string_attribute("/", "names"); });
   CHECK(contains(error, "attribute 'names'"));
   CHECK(contains(error, "[3]"));
   std::string out;
@@ -126,7 +120,7 @@ TEST_CASE("hostile files: an attribute that is a 2-D array of fixed-length strin
     H5Tclose(type);
   }
   hdf5::File file = hdf5::File::open(path);
-  std::string error = error_of([&] { (void)file.read_string_attribute("/", "grid"); });
+  std::string error = error_message([&] { (void)file.read_string_attribute("/", "grid"); });
   CHECK(contains(error, "attribute 'grid'"));
   CHECK(contains(error, "[2, 3]"));
   CHECK(file.read_string_attribute("/", "one") == "xyz");
@@ -197,7 +191,7 @@ TEST_CASE("hostile files: garbage in a string attribute's global heap") {
     out.write(bytes.data(), std::streamsize(bytes.size()));
   }
   hdf5::File file = hdf5::File::open(path);
-  std::string error = error_of([&] { (void)file.read_string_attribute("/", "note"); });
+  std::string error = error_message([&] { (void)file.read_string_attribute("/", "note"); });
   CHECK(contains(error, "attribute 'note'"));
   std::string out;
   CHECK(inspect(path, out) == 0);
@@ -238,7 +232,7 @@ TEST_CASE("hostile files: groups nested deeper than the walk follows") {
     file.create_group(deepest);
   }
   hdf5::File file = hdf5::File::open(path);
-  std::string error = error_of([&] { (void)file.list_datasets_recursive("/"); });
+  std::string error = error_message([&] { (void)file.list_datasets_recursive("/"); });
   CHECK(contains(error, path));
   CHECK(contains(error, "nested deeper than 64"));
   CHECK(contains(error, "/a/a/a"));
@@ -259,7 +253,7 @@ TEST_CASE("hostile files: a batch too large to allocate names the file, the fiel
   data::Hdf5Dataset dataset({path});
   // 2^23 copies of sample 0: 2^48 bytes, more than any address space holds.
   const std::vector<int64_t> indices(size_t(1) << 23, 0);
-  std::string error = error_of([&] { (void)dataset.get_batch(indices); });
+  std::string error = error_message([&] { (void)dataset.get_batch(indices); });
   CHECK(contains(error, path));
   CHECK(contains(error, "field 'x'"));
   CHECK(contains(error, "cannot allocate 281474976710656 bytes (256.0 TiB)"));

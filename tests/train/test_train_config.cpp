@@ -13,20 +13,14 @@
 
 #include "mpigrad/core/error.h"
 #include "mpigrad/launch/train_config.h"
+#include "../error_message.h"
 
 using namespace mpigrad;
 using launch::ConfigKey;
 using launch::TrainConfig;
 
 namespace {
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const core::Error& error) {
-    return error.what();
-  }
-  return "(no error)";
-}
+using mpigrad::test::error_message;
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
@@ -85,7 +79,7 @@ TEST_CASE("the resolved config.ini parses back to the same configuration") {
 
 TEST_CASE("bad values name the key and what is accepted") {
   auto parse = [](const std::string& text) {
-    return error_of([&] { launch::parse_config_text(text, "run.ini"); });
+    return error_message([&] { launch::parse_config_text(text, "run.ini"); });
   };
   CHECK(contains(parse("[model]\nname = transformer\n"),
                  "run.ini: [model] name: expected one of mlp | cnn | conv | resnet, got 'transformer'"));
@@ -98,7 +92,7 @@ TEST_CASE("bad values name the key and what is accepted") {
   CHECK(contains(parse("[train]\nepochz = 3\n"), "train.epochz"));
   // A program that reuses only some sections refuses the others.
   const std::string sections[] = {"model", "optim"};
-  std::string error = error_of([&] {
+  std::string error = error_message([&] {
     launch::parse_config_text("[data]\ntrain = a.h5\n", "embed.ini", sections);
   });
   CHECK(contains(error, "embed.ini"));
