@@ -63,6 +63,7 @@
 #include "mpigrad/data/hdf5_dataset.h"      // defines: Hdf5Dataset, rank_slice
 #include "mpigrad/data/multi_dataset.h"     // defines: MultiDataset, MultiDatasetBatchSampler
 #include "mpigrad/data/sampler.h"           // defines: DistributedSampler, RandomSampler, BatchSampler
+#include "mpigrad/data/tensor_dataset.h"    // defines: TensorDataset
 #include "mpigrad/data/transforms.h"        // defines: normalize_transform
 
 // launch: ranks, communicators, data parallelism

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "common/bench_util.h"
-#include "mpigrad/core/ops/indexing.h"
 #include "mpigrad/core/rng.h"
+#include "mpigrad/data/tensor_dataset.h"
 #include "mpigrad/data/data_loader.h"
 #include "mpigrad/launch/distributed_manager.h"
 #include "mpigrad/launch/trace/timeline.h"
@@ -32,33 +32,17 @@ using namespace mpigrad;
 
 namespace {
 
-class SyntheticImages final : public data::Dataset {
- public:
-  explicit SyntheticImages(int64_t n) {
-    core::Generator generator(7);
-    x_ = core::randn({n, 1, 28, 28}, generator);
-    std::vector<int64_t> labels;
-    for (int64_t i = 0; i < n; ++i) labels.push_back(i % 10);
-    y_ = core::Tensor::from_vector<int64_t>(labels, {n});
-    fields_ = {{"x", core::kFloat32, {1, 28, 28}}, {"y", core::kInt64, {}}};
-  }
-  int64_t size() const override { return x_.size(0); }
-  const std::vector<data::FieldInfo>& fields() const override { return fields_; }
-  data::Batch get_batch(std::span<const int64_t> indices) const override {
-    std::vector<int64_t> picked(indices.begin(), indices.end());
-    core::Tensor index = core::Tensor::from_vector<int64_t>(picked, {int64_t(picked.size())});
-    data::Batch batch;
-    batch.indices = picked;
-    batch.set("x", core::index_select(x_, 0, index));
-    batch.set("y", core::index_select(y_, 0, index));
-    return batch;
-  }
-  std::string describe() const override { return "synthetic images"; }
-
- private:
-  core::Tensor x_, y_;
-  std::vector<data::FieldInfo> fields_;
-};
+// n random 1x28x28 float32 images, labels i % 10, in memory.
+std::shared_ptr<data::TensorDataset> synthetic_images(int64_t n) {
+  core::Generator generator(7);
+  std::vector<int64_t> labels;
+  for (int64_t i = 0; i < n; ++i) labels.push_back(i % 10);
+  return std::make_shared<data::TensorDataset>(
+      std::vector<std::pair<std::string, core::Tensor>>{
+          {"x", core::randn({n, 1, 28, 28}, generator)},
+          {"y", core::Tensor::from_vector<int64_t>(labels, {n})}},
+      "synthetic images");
+}
 
 // Turns the timeline on for every other step of one run and times each step (from the end of
 // the previous one, so a step's data wait is in it) into the arm it ran in: the two arms share
@@ -105,7 +89,7 @@ double median(std::vector<double> values) {
 
 // One training run with the timeline on every other step; appends its step times to the arms.
 void train_once(launch::DistributedManager& manager, const Options& options,
-                std::shared_ptr<SyntheticImages> data, std::vector<double>& off,
+                std::shared_ptr<data::TensorDataset> data, std::vector<double>& off,
                 std::vector<double>& on, int64_t* spans) {
   launch::ModelSection model_section;
   model_section.name = options.model == "cnn" ? launch::ModelKind::Cnn : launch::ModelKind::Mlp;
@@ -178,7 +162,7 @@ int main(int argc, char** argv) {
   }
   try {
     launch::DistributedManager manager = launch::DistributedManager::initialize(&argc, &argv);
-    auto data = std::make_shared<SyntheticImages>(options.batch * manager.world_size() * 40);
+    auto data = synthetic_images(options.batch * manager.world_size() * 40);
     std::vector<double> off, on, ratios;
     int64_t spans = 0;
     for (int64_t r = 0; r < options.repeats; ++r) {

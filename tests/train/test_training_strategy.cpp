@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "mpigrad/core/ops/indexing.h"
 #include "mpigrad/core/rng.h"
+#include "mpigrad/data/tensor_dataset.h"
 #include "mpigrad/data/data_loader.h"
 #include "mpigrad/data/sampler.h"
 #include "mpigrad/launch/training_steps.h"
@@ -24,33 +24,15 @@ using core::Tensor;
 namespace {
 
 // n samples of x float32 [4] and y int64 in [0, 3), held in memory.
-class TensorDataset final : public data::Dataset {
- public:
-  explicit TensorDataset(int64_t n) {
-    core::Generator generator(5);
-    x_ = core::randn({n, 4}, generator);
-    std::vector<int64_t> labels;
-    for (int64_t i = 0; i < n; ++i) labels.push_back(i % 3);
-    y_ = Tensor::from_vector<int64_t>(labels, {n});
-    fields_ = {{"x", core::kFloat32, {4}}, {"y", core::kInt64, {}}};
-  }
-  int64_t size() const override { return x_.size(0); }
-  const std::vector<data::FieldInfo>& fields() const override { return fields_; }
-  data::Batch get_batch(std::span<const int64_t> indices) const override {
-    std::vector<int64_t> picked(indices.begin(), indices.end());
-    Tensor index = Tensor::from_vector<int64_t>(picked, {int64_t(picked.size())});
-    data::Batch batch;
-    batch.indices = picked;
-    batch.set("x", core::index_select(x_, 0, index));
-    batch.set("y", core::index_select(y_, 0, index));
-    return batch;
-  }
-  std::string describe() const override { return "in-memory test data"; }
-
- private:
-  Tensor x_, y_;
-  std::vector<data::FieldInfo> fields_;
-};
+std::shared_ptr<data::TensorDataset> test_data(int64_t n) {
+  core::Generator generator(5);
+  std::vector<int64_t> labels;
+  for (int64_t i = 0; i < n; ++i) labels.push_back(i % 3);
+  return std::make_shared<data::TensorDataset>(
+      std::vector<std::pair<std::string, Tensor>>{
+          {"x", core::randn({n, 4}, generator)}, {"y", Tensor::from_vector<int64_t>(labels, {n})}},
+      "in-memory test data");
+}
 
 data::DataLoaderOptions batches_of(int64_t batch_size, bool shuffle = false) {
   data::DataLoaderOptions options;
@@ -116,7 +98,7 @@ TEST_CASE("stages run in order, and per-batch stages honour the hook's frequency
   Setup s;
   auto every = std::make_shared<RecordingHook>(1);
   auto second = std::make_shared<RecordingHook>(2);
-  auto dataset = std::make_shared<TensorDataset>(8);
+  auto dataset = test_data(8);
   data::DataLoader loader(dataset, batches_of(2));
   launch::TrainingStrategy strategy({s.model.get()}, {s.optimizer.get()}, s.step, s.evaluate,
                                     s.manager, {every, second}, /*epochs=*/1);
@@ -142,7 +124,7 @@ TEST_CASE("stages run in order, and per-batch stages honour the hook's frequency
 TEST_CASE("a hook may replace backward, but not two") {
   Setup s;
   auto claim = std::make_shared<ClaimingHook>("mine");
-  auto dataset = std::make_shared<TensorDataset>(4);
+  auto dataset = test_data(4);
   data::DataLoader loader(dataset, batches_of(2));
   launch::TrainingStrategy strategy({s.model.get()}, {s.optimizer.get()}, s.step, s.evaluate,
                                     s.manager, {claim}, 1);
@@ -163,7 +145,7 @@ TEST_CASE("a hook may replace backward, but not two") {
 TEST_CASE("the sampler's set_epoch is called every epoch, and a distributed sampler is kept") {
   Setup s;
   auto sampler = std::make_shared<EpochRecordingSampler>();
-  auto dataset = std::make_shared<TensorDataset>(4);
+  auto dataset = test_data(4);
   data::DataLoaderOptions options;
   options.batch_sampler = sampler;
   data::DataLoader loader(dataset, options);
@@ -183,7 +165,7 @@ TEST_CASE("DDPHook does nothing at world size 1 and wraps the model and loader o
   Tensor frozen = s.model->named_parameters().back().second;
   frozen.set_requires_grad(false);
   frozen.fill_(0.25 + s.manager.rank());
-  auto dataset = std::make_shared<TensorDataset>(12);
+  auto dataset = test_data(12);
   data::DataLoader loader(dataset, batches_of(2, true));
   auto ddp = std::make_shared<launch::DDPHook>();
   launch::TrainingStrategy strategy({s.model.get()}, {s.optimizer.get()}, s.step, s.evaluate,
@@ -204,7 +186,7 @@ TEST_CASE("DDPHook does nothing at world size 1 and wraps the model and loader o
 
 TEST_CASE("validation counts every sample once, even when ranks are padded") {
   Setup s;
-  auto dataset = std::make_shared<TensorDataset>(5);  // odd: 2 ranks pad one repeat
+  auto dataset = test_data(5);  // odd: 2 ranks pad one repeat
   data::DataLoaderOptions options;
   options.batch_size = 2;
   options.num_replicas = s.manager.world_size();

@@ -13,8 +13,8 @@
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/ops/elementwise.h"
-#include "mpigrad/core/ops/indexing.h"
 #include "mpigrad/core/rng.h"
+#include "mpigrad/data/tensor_dataset.h"
 #include "mpigrad/launch/embeddings.h"
 #include "mpigrad/launch/train_setup.h"
 #include "mpigrad/launch/training_hooks.h"
@@ -29,38 +29,19 @@ using core::Tensor;
 namespace {
 
 // n samples of x float32 [6] (class means apart, so a model can learn them) and y = i % 3.
-class FeatureDataset final : public data::Dataset {
- public:
-  explicit FeatureDataset(int64_t n) {
-    core::Generator generator(5);
-    std::vector<float> noise = core::randn({n, 6}, generator).to_vector<float>();
-    std::vector<int64_t> labels;
-    for (int64_t i = 0; i < n; ++i) {
-      labels.push_back(i % 3);
-      noise[size_t(i * 6 + i % 3)] += 3.0f;
-    }
-    x_ = Tensor::from_vector<float>(noise, {n, 6});
-    y_ = Tensor::from_vector<int64_t>(labels, {n});
-    fields_ = {{"x", core::kFloat32, {6}}, {"y", core::kInt64, {}}};
+std::shared_ptr<data::TensorDataset> feature_data(int64_t n) {
+  core::Generator generator(5);
+  std::vector<float> noise = core::randn({n, 6}, generator).to_vector<float>();
+  std::vector<int64_t> labels;
+  for (int64_t i = 0; i < n; ++i) {
+    labels.push_back(i % 3);
+    noise[size_t(i * 6 + i % 3)] += 3.0f;
   }
-  int64_t size() const override { return x_.size(0); }
-  const std::vector<data::FieldInfo>& fields() const override { return fields_; }
-  data::Batch get_batch(std::span<const int64_t> indices) const override {
-    std::vector<int64_t> picked(indices.begin(), indices.end());
-    Tensor index = Tensor::from_vector<int64_t>(picked, {int64_t(picked.size())});
-    data::Batch batch;
-    batch.indices = picked;
-    batch.set("x", core::index_select(x_, 0, index));
-    batch.set("y", core::index_select(y_, 0, index));
-    return batch;
-  }
-  std::string describe() const override { return "in-memory features"; }
-  const Tensor& x() const { return x_; }
-
- private:
-  Tensor x_, y_;
-  std::vector<data::FieldInfo> fields_;
-};
+  return std::make_shared<data::TensorDataset>(
+      std::vector<std::pair<std::string, Tensor>>{{"x", Tensor::from_vector<float>(noise, {n, 6})},
+                                                  {"y", Tensor::from_vector<int64_t>(labels, {n})}},
+      "in-memory features");
+}
 
 data::DataLoaderOptions shard_of(launch::DistributedManager& manager, int64_t batch_size) {
   data::DataLoaderOptions options;
@@ -91,14 +72,14 @@ std::string shared_path(launch::DistributedManager& manager, const std::string& 
 TEST_CASE("gather_embeddings: every sample once, in dataset order, from uneven shards") {
   auto manager = launch::DistributedManager::initialize();
   // 11 samples: 2 and 4 ranks pad their shards with repeats, which must be dropped.
-  auto dataset = std::make_shared<FeatureDataset>(11);
+  auto dataset = feature_data(11);
   data::DataLoader loader(dataset, shard_of(manager, 2));
   // The embedding: 2 * x, so each row is recognisable.
   launch::Embeddings table = launch::gather_embeddings(
       [](const Tensor& x) { return x * 2.0; }, loader, "x",
       "y", manager);
   REQUIRE(table.embeddings.shape() == core::Shape({11, 6}));
-  const std::vector<float> expected = dataset->x().to_vector<float>();
+  const std::vector<float> expected = dataset->tensor("x").to_vector<float>();
   const std::vector<float> got = table.embeddings.to_vector<float>();
   for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == 2.0f * expected[i]);
   const std::vector<int64_t> indices = table.indices.to_vector<int64_t>();
@@ -171,7 +152,7 @@ TEST_CASE("classifier stage: the encoder loads by name, frozen through DDP, with
   size_t optimized = 0;
   for (const auto& group : optimizer->param_groups()) optimized += group.params.size();
   CHECK(optimized == model->head().parameters().size());
-  auto dataset = std::make_shared<FeatureDataset>(60);
+  auto dataset = feature_data(60);
   data::DataLoaderOptions options;
   options.batch_size = 8;
   options.shuffle = true;
