@@ -67,18 +67,18 @@
 #include "mpigrad/data/transforms.h"        // defines: normalize_transform
 
 // launch: ranks, communicators, data parallelism
-#include "mpigrad/launch/training_steps.h"            // defines: classification_step, _metrics
-#include "mpigrad/launch/communicator.h"              // defines: Communicator, ReduceOp, Backend
-#include "mpigrad/launch/device_choice.h"             // defines: choose_rank_device
-#include "mpigrad/launch/distributed_data_parallel.h" // defines: DistributedDataParallel
-#include "mpigrad/launch/distributed_manager.h"       // defines: DistributedManager
-#include "mpigrad/launch/embeddings.h"                // defines: gather_embeddings, RetrievalMe...
-#include "mpigrad/launch/embed/embedded_model.h"      // defines: EmbeddedModel (in-situ training)
-#include "mpigrad/launch/process_group.h"             // defines: ProcessGroup
-#include "mpigrad/launch/rank_logging.h"              // defines: RankLogger, rank_seed
-#include "mpigrad/launch/sync_batch_norm.h"           // defines: SyncBatchNorm, convert_sync_...
-#include "mpigrad/launch/tensorboard/event_file_writer.h" // defines: EventFileWriter
-#include "mpigrad/launch/trace/timeline.h"            // defines: Timeline, Span
-#include "mpigrad/launch/training_hooks.h"            // defines: DDPHook, CheckpointHook, EMAHook
-#include "mpigrad/launch/training_strategy.h"         // defines: TrainingStrategy, Hook
-#include "mpigrad/launch/work.h"                      // defines: Work
+#include "mpigrad/launch/train/training_steps.h"            // defines: classification_step, _metrics
+#include "mpigrad/launch/comm/communicator.h"              // defines: Communicator, ReduceOp, Backend
+#include "mpigrad/launch/job/device_choice.h"             // defines: choose_rank_device
+#include "mpigrad/launch/ddp/distributed_data_parallel.h" // defines: DistributedDataParallel
+#include "mpigrad/launch/job/distributed_manager.h"       // defines: DistributedManager
+#include "mpigrad/launch/train/embeddings.h"                // defines: gather_embeddings, RetrievalMe...
+#include "mpigrad/launch/insitu/embedded_model.h"      // defines: EmbeddedModel (in-situ training)
+#include "mpigrad/launch/comm/process_group.h"             // defines: ProcessGroup
+#include "mpigrad/launch/observe/rank_logging.h"              // defines: RankLogger, rank_seed
+#include "mpigrad/launch/ddp/sync_batch_norm.h"           // defines: SyncBatchNorm, convert_sync_...
+#include "mpigrad/launch/observe/event_file_writer.h" // defines: EventFileWriter
+#include "mpigrad/launch/observe/timeline.h"            // defines: Timeline, Span
+#include "mpigrad/launch/train/training_hooks.h"            // defines: DDPHook, CheckpointHook, EMAHook
+#include "mpigrad/launch/train/training_strategy.h"         // defines: TrainingStrategy, Hook
+#include "mpigrad/launch/comm/work.h"                      // defines: Work

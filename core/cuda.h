@@ -80,7 +80,7 @@ std::string cuda_versions();
 // CUDA work through it, before anything else, and every device switch (an op on another GPU)
 // returns to it, so no thread of the process creates a context on a GPU it does not use (a
 // context costs hundreds of MiB on that GPU). DistributedManager sets it once per rank at
-// start-up, from the rank's place on its node (launch/device_choice.h). A program that never
+// start-up, from the rank's place on its node (launch/job/device_choice.h). A program that never
 // sets it gets the first GPU that mpigrad is asked to use. Setting it again replaces it (each
 // thread switches at its next CUDA call through mpigrad). Throws core::Error when the device is
 // not a visible CUDA device.

@@ -11,8 +11,8 @@
 #include <string>
 
 #include "mpigrad/core/error.h"
-#include "mpigrad/launch/train_config.h"
-#include "mpigrad/launch/train_setup.h"
+#include "mpigrad/launch/config/train_config.h"
+#include "mpigrad/launch/config/train_setup.h"
 
 namespace {
 

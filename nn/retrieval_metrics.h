@@ -16,7 +16,7 @@
 // faiss; a test with ties pins ours).
 //
 // retrieval_sums computes the sums for a range of queries against all N samples, so ranks can
-// split the queries and add their sums (launch/embeddings.h does).
+// split the queries and add their sums (launch/train/embeddings.h does).
 #pragma once
 
 #include <cstdint>

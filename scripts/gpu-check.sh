@@ -67,7 +67,7 @@ programs=(
   "bin/mpigrad"
   "tests/cuda/mpigrad-test-cuda"
   "tests/nn_cuda/mpigrad-test-nn-cuda"
-  "tests/nccl/mpigrad-test-nccl"
+  "tests/comm/nccl/mpigrad-test-nccl"
   "benchmarks/kernels/mpigrad-bench-kernels"
 )
 for program in "${programs[@]}"; do

@@ -1,7 +1,7 @@
 // Whether a GPU test suite runs, is skipped, or fails before running, and the one line it prints.
 //
 // Shared by the mains of the GPU suites (tests/gpu_test_main.cpp for tests/cuda and
-// tests/nn_cuda, tests/nccl/nccl_test_main.cpp). The rule:
+// tests/nn_cuda, tests/comm/nccl/nccl_test_main.cpp). The rule:
 // - a GPU that is there but broken (any cudaGetDeviceCount error but "no device" and "no
 //   driver", see core/cuda.h) fails the suite with the CUDA error: never a skip;
 // - no GPU (or a build without CUDA, or fewer GPUs on a node than the suite's ranks there) skips

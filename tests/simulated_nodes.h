@@ -1,6 +1,6 @@
 // SimulatedNodes: sets MPIGRAD_SIMULATE_NODES for the lifetime of a test scope, so one MPI test
 // run covers several node layouts of the same ranks (np 4 as 1 node x 4 ranks, 2 x 2 and 4 x 1).
-// The variable is read when a communicator is split by node (launch/communicator.h), so only
+// The variable is read when a communicator is split by node (launch/comm/communicator.h), so only
 // what is built inside the scope follows it; the previous value comes back at the end.
 // node_layouts(size) lists the layouts worth testing for a world of `size` ranks: 0 (the real
 // topology, one node here) and every K > 1 that divides size.

@@ -27,15 +27,15 @@
 #include "mpigrad/core/cuda.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/tensor.h"
-#include "mpigrad/launch/ddp/hierarchical_all_reduce.h"
-#include "mpigrad/launch/distributed_manager.h"
-#include "mpigrad/launch/mpi_communicator.h"
+#include "mpigrad/launch/ddp/transports/hierarchical_all_reduce.h"
+#include "mpigrad/launch/job/distributed_manager.h"
+#include "mpigrad/launch/comm/mpi_communicator.h"
 #include "mpigrad/launch/mpi_interop.h"
-#include "mpigrad/launch/shared_memory_all_reduce.h"
+#include "mpigrad/launch/ddp/transports/shared_memory_all_reduce.h"
 #if MPIGRAD_BENCH_NCCL
 #include <nccl.h>
 
-#include "mpigrad/launch/nccl_communicator.h"
+#include "mpigrad/launch/comm/nccl_communicator.h"
 #endif
 
 using namespace mpigrad;
@@ -206,7 +206,7 @@ Timing time_pair(MPI_Comm comm, const Options& o, int64_t bytes, Mpigrad&& mpigr
   return timing;
 }
 
-// --hierarchical: DDP's averaging across nodes (launch/ddp/hierarchical_all_reduce.h) against
+// --hierarchical: DDP's averaging across nodes (launch/ddp/transports/hierarchical_all_reduce.h) against
 // one flat MPI_Allreduce (sum, in place) of the same float32 buffer on the same ranks, in
 // alternating rounds; with a flat SharedMemoryAllReduce beside them when the ranks can share
 // memory. Target on np 4 as 2 simulated nodes x 2 ranks: ratio <= 0.5.

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "../common/bench_util.h"
-#include "mpigrad/launch/embed/embedded_model.h"
+#include "mpigrad/launch/insitu/embedded_model.h"
 #include "mpigrad/mpigrad_c.h"
 
 namespace {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "mpigrad/launch/embed/embedded_model.h"
+#include "mpigrad/launch/insitu/embedded_model.h"
 #include "mpigrad/launch/mpi_interop.h"
 
 namespace {

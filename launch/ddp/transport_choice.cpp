@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "mpigrad/core/error.h"
-#include "mpigrad/launch/ddp/communicator_transport.h"
-#include "mpigrad/launch/ddp/hierarchical_all_reduce.h"
-#include "mpigrad/launch/shared_memory_all_reduce.h"
+#include "mpigrad/launch/ddp/transports/communicator_transport.h"
+#include "mpigrad/launch/ddp/transports/hierarchical_all_reduce.h"
+#include "mpigrad/launch/ddp/transports/shared_memory_all_reduce.h"
 
 namespace mpigrad::launch {
 

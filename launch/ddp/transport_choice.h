@@ -23,7 +23,7 @@
 #include <string_view>
 
 #include "mpigrad/core/enum_names.h"
-#include "mpigrad/launch/communicator.h"
+#include "mpigrad/launch/comm/communicator.h"
 #include "mpigrad/launch/ddp/bucket_transport.h"
 
 namespace mpigrad::launch {

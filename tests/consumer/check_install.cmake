@@ -12,13 +12,13 @@ endfunction()
 
 run_step(${CMAKE_COMMAND} --install ${MPIGRAD_BUILD_DIR} --prefix ${prefix})
 # Only the public headers are installed: internal ones stay behind.
-foreach(internal core/ops/op_support.h kernels/cpu/parallel.h launch/collective_watchdog.h)
+foreach(internal core/ops/op_support.h kernels/cpu/parallel.h launch/comm/collective_watchdog.h)
   if(EXISTS ${prefix}/include/mpigrad/${internal})
     message(FATAL_ERROR "install_consumer: internal header ${internal} was installed")
   endif()
 endforeach()
 foreach(public mpigrad.h mpigrad_c.h version.h core/tensor.h launch/mpi_interop.h
-       launch/training_strategy.h launch/embed/embedded_model.h)
+       launch/train/training_strategy.h launch/insitu/embedded_model.h)
   if(NOT EXISTS ${prefix}/include/mpigrad/${public})
     message(FATAL_ERROR "install_consumer: public header ${public} was not installed")
   endif()

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "mpigrad/launch/communicator.h"
+#include "mpigrad/launch/comm/communicator.h"
 
 namespace mpigrad::testing {
 

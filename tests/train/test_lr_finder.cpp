@@ -1,4 +1,4 @@
-// The LR range test's bookkeeping (launch/lr_finder.h): the geometric lr sweep, the
+// The LR range test's bookkeeping (launch/train/lr_finder.h): the geometric lr sweep, the
 // bias-corrected smoothing, the early stop at 4x the minimum and the steepest-descent rule.
 #include <doctest/doctest.h>
 
@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "mpigrad/core/error.h"
-#include "mpigrad/launch/lr_finder.h"
+#include "mpigrad/launch/train/lr_finder.h"
 
 using namespace mpigrad;
 using launch::LRFinder;

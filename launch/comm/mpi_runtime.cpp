@@ -1,0 +1,165 @@
+// MPI start-up and attachment, the dtype mapping and the 16-bit float reduction operators.
+#include "mpigrad/launch/comm/mpi_runtime.h"
+
+#include <climits>
+#include <cstdio>
+#include <exception>
+
+#include "mpigrad/core/error.h"
+#include "mpigrad/launch/comm/mpi_handle.h"
+
+namespace mpigrad::launch {
+
+namespace {
+
+ThreadLevel to_thread_level(int provided) {
+  if (provided >= MPI_THREAD_MULTIPLE) return ThreadLevel::Multiple;
+  if (provided >= MPI_THREAD_SERIALIZED) return ThreadLevel::Serialized;
+  if (provided >= MPI_THREAD_FUNNELED) return ThreadLevel::Funneled;
+  return ThreadLevel::Single;
+}
+
+int world_rank_if_known() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) return -1;
+  int rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+// User-defined reductions for the 16-bit floats: widen to float, combine, round back.
+template <typename T, typename Combine>
+void combine_16bit(void* in, void* inout, int* length, Combine combine) {
+  const T* a = static_cast<const T*>(in);
+  T* b = static_cast<T*>(inout);
+  for (int i = 0; i < *length; ++i) b[i] = T(combine(float(a[i]), float(b[i])));
+}
+
+struct SumFn { float operator()(float a, float b) const { return a + b; } };
+struct MaxFn { float operator()(float a, float b) const { return a > b || a != a ? a : b; } };
+struct MinFn { float operator()(float a, float b) const { return a < b || a != a ? a : b; } };
+
+template <typename T, typename Fn>
+void reduce_16bit(void* in, void* inout, int* length, MPI_Datatype*) {
+  combine_16bit<T>(in, inout, length, Fn{});
+}
+
+}  // namespace
+
+std::string_view thread_level_name(ThreadLevel level) {
+  switch (level) {
+    case ThreadLevel::Single: return "MPI_THREAD_SINGLE";
+    case ThreadLevel::Funneled: return "MPI_THREAD_FUNNELED";
+    case ThreadLevel::Serialized: return "MPI_THREAD_SERIALIZED";
+    case ThreadLevel::Multiple: return "MPI_THREAD_MULTIPLE";
+  }
+  return "?";
+}
+
+void check_mpi(int rc, std::string_view call, std::string_view what) {
+  if (rc == MPI_SUCCESS) [[likely]] return;
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  MPI_Error_string(rc, text, &length);
+  int rank = world_rank_if_known();
+  core::fail(rank >= 0 ? "[rank " + std::to_string(rank) + "] " : std::string(), call,
+             what.empty() ? "" : " (", what, what.empty() ? "" : ")", " failed: ",
+             std::string_view(text, size_t(length)));
+}
+
+MPI_Datatype mpi_datatype(core::DType dtype) {
+  switch (dtype) {
+    case core::kFloat32: return MPI_FLOAT;
+    case core::kFloat64: return MPI_DOUBLE;
+    case core::kBFloat16:
+    case core::kFloat16: return MPI_UINT16_T;
+    case core::kInt32: return MPI_INT32_T;
+    case core::kInt64: return MPI_INT64_T;
+    case core::kUInt8:
+    case core::kBool: return MPI_UINT8_T;
+  }
+  core::fail("mpi_datatype: unknown dtype");
+}
+
+MpiRuntime::ReductionOps::ReductionOps() {
+  check_mpi(MPI_Op_create(&reduce_16bit<core::BFloat16, SumFn>, 1, &bfloat16[0]), "MPI_Op_create", "bfloat16 sum");
+  check_mpi(MPI_Op_create(&reduce_16bit<core::BFloat16, MaxFn>, 1, &bfloat16[1]), "MPI_Op_create", "bfloat16 max");
+  check_mpi(MPI_Op_create(&reduce_16bit<core::BFloat16, MinFn>, 1, &bfloat16[2]), "MPI_Op_create", "bfloat16 min");
+  check_mpi(MPI_Op_create(&reduce_16bit<core::Half, SumFn>, 1, &float16[0]), "MPI_Op_create", "float16 sum");
+  check_mpi(MPI_Op_create(&reduce_16bit<core::Half, MaxFn>, 1, &float16[1]), "MPI_Op_create", "float16 max");
+  check_mpi(MPI_Op_create(&reduce_16bit<core::Half, MinFn>, 1, &float16[2]), "MPI_Op_create", "float16 min");
+}
+
+MpiRuntime::ReductionOps::~ReductionOps() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  for (MPI_Op* ops : {bfloat16, float16}) {
+    for (int i = 0; i < 3; ++i) {
+      if (ops[i] != MPI_OP_NULL) MPI_Op_free(&ops[i]);
+    }
+  }
+}
+
+MPI_Op MpiRuntime::ReductionOps::find(core::DType dtype, ReduceOp op) const {
+  int index = op == ReduceOp::Max ? 1 : op == ReduceOp::Min ? 2 : 0;
+  switch (dtype) {
+    case core::kBFloat16: return bfloat16[index];
+    case core::kFloat16: return float16[index];
+    case core::kBool:
+      core::fail("reduction on a bool tensor is not supported; convert it to uint8");
+    default: break;
+  }
+  MPIGRAD_CHECK(!(op == ReduceOp::Avg && !core::is_floating(dtype)), "reduce op avg needs a ",
+                "floating dtype, got ", dtype, "; use sum and divide");
+  return op == ReduceOp::Max ? MPI_MAX : op == ReduceOp::Min ? MPI_MIN : MPI_SUM;
+}
+
+MpiRuntime::MpiRuntime(bool owns, ThreadLevel level)
+    : owns_mpi_(owns), thread_level_(level), ops_(std::make_unique<ReductionOps>()) {}
+
+std::shared_ptr<MpiRuntime> MpiRuntime::start(int* argc, char*** argv) {
+  int initialized = 0;
+  check_mpi(MPI_Initialized(&initialized), "MPI_Initialized");
+  if (initialized) return attach();
+  int provided = 0;
+  check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread",
+            "requested MPI_THREAD_MULTIPLE");
+  // Errors come back as return codes, which we turn into exceptions that name the call and
+  // the rank, instead of MPI's default of aborting the whole job on the spot.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  return std::shared_ptr<MpiRuntime>(new MpiRuntime(true, to_thread_level(provided)));
+}
+
+std::shared_ptr<MpiRuntime> MpiRuntime::attach() {
+  int initialized = 0, finalized = 0;
+  check_mpi(MPI_Initialized(&initialized), "MPI_Initialized");
+  check_mpi(MPI_Finalized(&finalized), "MPI_Finalized");
+  MPIGRAD_CHECK(initialized && !finalized, "mpigrad: cannot attach to MPI: it is ",
+                finalized ? "already finalized" : "not initialized",
+                " (call MPI_Init first, or let DistributedManager::initialize start it)");
+  int provided = 0;
+  check_mpi(MPI_Query_thread(&provided), "MPI_Query_thread");
+  return std::shared_ptr<MpiRuntime>(new MpiRuntime(false, to_thread_level(provided)));
+}
+
+MpiRuntime::~MpiRuntime() {
+  ops_.reset();  // user-defined ops must go before MPI_Finalize
+  if (!owns_mpi_) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  if (std::uncaught_exceptions() > 0) {
+    // Unwinding from an error on this rank while the others may sit in a collective: finalize
+    // would wait for them forever, so end the whole job now with a non-zero exit.
+    std::fprintf(stderr, "[rank %d] mpigrad: aborting the job because this rank is unwinding an exception\n",
+                 world_rank_if_known());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Finalize();
+}
+
+}  // namespace mpigrad::launch

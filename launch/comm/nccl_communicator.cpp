@@ -1,0 +1,634 @@
+// NcclCommunicator: MPI-bootstrapped NCCL communicators, stream ordering with events, argument
+// checks, and the NCCL call behind each collective. Compiled only with the CUDA backend.
+#include "mpigrad/launch/comm/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mpigrad/core/cuda.h"
+#include "mpigrad/core/cuda/cuda_check.cuh"
+#include "mpigrad/core/cuda_allocator.h"
+#include "mpigrad/core/error.h"
+#include "mpigrad/launch/comm/collective_check.h"
+#include "mpigrad/launch/comm/collective_watchdog.h"
+#include "mpigrad/launch/comm/mpi_handle.h"
+
+namespace mpigrad::launch {
+
+// Members are declared in reverse order of destruction for the MPI side (the runtime goes last);
+// the NCCL and CUDA handles are released explicitly in the destructor, NCCL first.
+struct NcclCommunicator::State {
+  std::shared_ptr<MpiRuntime> runtime;  // destroyed last: MPI outlives the communicators
+  MpiCommHandle comm;                   // unique-id exchange and splits
+  MpiCommHandle control;                // watchdog queries and debug checks only
+  std::unique_ptr<CollectiveWatchdog> watchdog;
+  std::string name;
+  int rank = 0;
+  int size = 1;
+  core::Device device = core::cuda(0);
+  CollectiveConfig config;
+
+  cudaStream_t stream = nullptr;  // every NCCL call of this communicator
+  cudaEvent_t ready = nullptr;    // caller's stream -> NCCL stream, re-recorded per call
+  cudaEvent_t done = nullptr;     // NCCL stream -> caller's stream, for the blocking forms
+  float* barrier_buffer = nullptr;  // one device float for barrier()
+  ncclComm_t nccl = nullptr;
+  bool broken = false;  // a NCCL call failed: abort the communicator instead of destroying it
+
+  State() = default;
+  State(const State&) = delete;
+  State& operator=(const State&) = delete;
+  ~State() {
+    int previous = -1;
+    const bool switched = core::cuda_detail::make_home_device_current(device.index) ==
+                              cudaSuccess &&
+                          cudaGetDevice(&previous) == cudaSuccess && previous != device.index &&
+                          cudaSetDevice(device.index) == cudaSuccess;
+    if (nccl != nullptr) {
+      // ncclCommDestroy waits until every rank's operations have drained; while an exception
+      // unwinds, the other ranks may never get there, so abort instead of hanging.
+      const bool abort = broken || std::uncaught_exceptions() > 0;
+      ncclResult_t result = abort ? ncclCommAbort(nccl) : ncclCommDestroy(nccl);
+      if (result != ncclSuccess) {
+        std::fprintf(stderr, "[rank %d/%d] mpigrad: %s on NCCL communicator '%s' failed: %s\n", rank,
+                     size, abort ? "ncclCommAbort" : "ncclCommDestroy", name.c_str(),
+                     ncclGetErrorString(result));
+      }
+      nccl = nullptr;
+    }
+    if (barrier_buffer != nullptr) (void)cudaFree(barrier_buffer);
+    if (done != nullptr) (void)cudaEventDestroy(done);
+    if (ready != nullptr) (void)cudaEventDestroy(ready);
+    // The stream is synchronized but never destroyed: the caching allocator may still hold
+    // blocks used on it (gradient buckets live as long as the model, which can outlive this
+    // communicator) and records events on it when they are freed. One stream per communicator
+    // for the life of the process is what that costs, as in PyTorch's stream pool.
+    if (stream != nullptr) (void)cudaStreamSynchronize(stream);
+    if (switched) (void)cudaSetDevice(previous);
+    watchdog.reset();  // its thread uses `control`, which the members' destructors free next
+  }
+
+  std::string where() const {
+    return "[rank " + std::to_string(rank) + "/" + std::to_string(size) + "] NCCL communicator '" +
+           name + "' (" + device.str() + ")";
+  }
+};
+
+namespace {
+
+using State = NcclCommunicator::State;
+
+[[noreturn]] void fail_nccl(State& state, ncclResult_t result, const char* call) {
+  if (result != ncclInProgress) state.broken = true;
+  const char* last = ncclGetLastError(state.nccl);
+  core::fail(state.where(), ": ", call, " failed: ", ncclGetErrorString(result),
+             last != nullptr && *last ? std::string(" (") + last + ")" : std::string());
+}
+
+[[noreturn]] void fail_cuda(const State& state, cudaError_t status, const char* call) {
+  (void)cudaGetLastError();  // clear a sticky-free error so later queries start clean
+  core::fail(state.where(), ": CUDA call ", call, " failed: ", cudaGetErrorName(status), " (",
+             cudaGetErrorString(status), ")");
+}
+
+inline void check_nccl(State& state, ncclResult_t result, const char* call) {
+  if (result != ncclSuccess) [[unlikely]] fail_nccl(state, result, call);
+}
+
+inline void check_cuda(const State& state, cudaError_t status, const char* call) {
+  if (status != cudaSuccess) [[unlikely]] fail_cuda(state, status, call);
+}
+
+// NCCL reports a failed peer, a network error or a mismatch asynchronously; the stream-ordered
+// Work would otherwise never notice and a later host sync would hang.
+void check_async_error(State& state) {
+  ncclResult_t async_error = ncclSuccess;
+  check_nccl(state, ncclCommGetAsyncError(state.nccl, &async_error), "ncclCommGetAsyncError");
+  if (async_error != ncclSuccess && async_error != ncclInProgress) {
+    fail_nccl(state, async_error, "a collective (asynchronous NCCL error)");
+  }
+}
+
+// Makes the communicator's device current for a scope; skips cudaSetDevice when it already is.
+// A thread's first CUDA call goes to the process's home device first (core/cuda.h), so the
+// device restored afterwards is that one, never CUDA's default cuda:0.
+class DeviceScope {
+ public:
+  explicit DeviceScope(const State& state) {
+    check_cuda(state, core::cuda_detail::make_home_device_current(state.device.index),
+               "cudaSetDevice (the process's home device)");
+    check_cuda(state, cudaGetDevice(&previous_), "cudaGetDevice");
+    if (previous_ != state.device.index) {
+      check_cuda(state, cudaSetDevice(state.device.index), "cudaSetDevice");
+      changed_ = true;
+    }
+  }
+  ~DeviceScope() {
+    if (changed_) (void)cudaSetDevice(previous_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool changed_ = false;
+};
+
+using Kind = CollectiveKind;
+
+ncclDataType_t nccl_type(core::DType dtype) {
+  switch (dtype) {
+    case core::DType::Float32: return ncclFloat32;
+    case core::DType::Float64: return ncclFloat64;
+    case core::DType::BFloat16: return ncclBfloat16;
+    case core::DType::Float16: return ncclFloat16;
+    case core::DType::Int32: return ncclInt32;
+    case core::DType::Int64: return ncclInt64;
+    case core::DType::UInt8: return ncclUint8;
+    default: break;
+  }
+  core::fail("the nccl backend does not move ", core::dtype_name(dtype),
+             " tensors (float32, float64, bfloat16, float16, int32, int64, uint8)");
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return ncclSum;
+    case ReduceOp::Avg: return ncclAvg;
+    case ReduceOp::Max: return ncclMax;
+    case ReduceOp::Min: return ncclMin;
+  }
+  return ncclSum;
+}
+
+// One collective, checked and translated to NCCL arguments. Tensors are borrowed from the caller
+// for the duration of the call; an async Work copies them to keep them alive.
+struct Call {
+  Kind kind = Kind::Barrier;
+  const core::Tensor* input = nullptr;
+  const core::Tensor* output = nullptr;
+  core::DType dtype = core::kFloat32;
+  ReduceOp reduce = ReduceOp::Sum;
+  size_t count = 0;  // all_reduce/broadcast: elements; all_gather/reduce_scatter: per rank
+  int root = 0;
+  std::vector<size_t> counts, displs;  // all_gather_v
+  int64_t bytes = 0;                   // what this rank moves, for reports
+};
+
+void check_tensor(const State& state, const core::Tensor& tensor, const char* op, const char* role) {
+  MPIGRAD_CHECK(tensor.defined(), state.where(), ": ", op, ": ", role, " is undefined");
+  MPIGRAD_CHECK(tensor.device() == state.device, state.where(), ": ", op, ": ", role, " is on ",
+                tensor.device(), "; this communicator moves ", state.device,
+                " tensors (use the mpi backend for host tensors)");
+  MPIGRAD_CHECK(tensor.is_contiguous(), state.where(), ": ", op, ": ", role, " of shape ",
+                tensor.shape(), " is not contiguous; call .contiguous() first");
+  (void)nccl_type(tensor.dtype());
+}
+
+void check_pair(const State& state, const core::Tensor& input, const core::Tensor& output,
+                const char* op) {
+  check_tensor(state, input, op, "input");
+  check_tensor(state, output, op, "output");
+  MPIGRAD_CHECK(input.dtype() == output.dtype(), state.where(), ": ", op, ": input is ",
+                input.dtype(), " but output is ", output.dtype());
+}
+
+Call reduce_call(const State& state, Kind kind, const core::Tensor& input,
+                 const core::Tensor& output, ReduceOp op) {
+  const char* name = collective_kind_name(kind);
+  check_pair(state, input, output, name);
+  MPIGRAD_CHECK(op != ReduceOp::Avg || core::is_floating(input.dtype()), state.where(), ": ", name,
+                ": avg needs a floating dtype, got ", input.dtype());
+  Call call;
+  call.kind = kind;
+  call.input = &input;
+  call.output = &output;
+  call.dtype = input.dtype();
+  call.reduce = op;
+  call.bytes = input.nbytes();
+  if (kind == Kind::AllReduce) {
+    MPIGRAD_CHECK(input.numel() == output.numel(), state.where(), ": ", name, ": input has ",
+                  input.numel(), " elements but output has ", output.numel());
+    call.count = size_t(input.numel());
+  } else {
+    MPIGRAD_CHECK(input.numel() == output.numel() * state.size, state.where(), ": ", name,
+                  ": input must hold size (", state.size, ") x output (", output.numel(), ") = ",
+                  output.numel() * state.size, " elements, got ", input.numel());
+    MPIGRAD_CHECK(input.numel() == 0 || input.data_ptr() != output.data_ptr(), state.where(), ": ",
+                  name, ": input and output must not alias");
+    call.count = size_t(output.numel());
+  }
+  return call;
+}
+
+Call broadcast_call(const State& state, const core::Tensor& tensor, int root) {
+  check_tensor(state, tensor, "broadcast", "tensor");
+  MPIGRAD_CHECK(root >= 0 && root < state.size, state.where(), ": broadcast: root ", root,
+                " is not a rank of this communicator (size ", state.size, ")");
+  Call call;
+  call.kind = Kind::Broadcast;
+  call.output = &tensor;
+  call.dtype = tensor.dtype();
+  call.root = root;
+  call.count = size_t(tensor.numel());
+  call.bytes = tensor.nbytes();
+  return call;
+}
+
+Call all_gather_call(const State& state, const core::Tensor& input, const core::Tensor& output) {
+  check_pair(state, input, output, "all_gather");
+  MPIGRAD_CHECK(output.numel() == input.numel() * state.size, state.where(),
+                ": all_gather: output must hold size (", state.size, ") x input (", input.numel(),
+                ") = ", input.numel() * state.size, " elements, got ", output.numel());
+  Call call;
+  call.kind = Kind::AllGather;
+  call.input = &input;
+  call.output = &output;
+  call.dtype = input.dtype();
+  call.count = size_t(input.numel());
+  call.bytes = output.nbytes();
+  return call;
+}
+
+Call all_gather_v_call(const State& state, const core::Tensor& input, const core::Tensor& output,
+                       std::span<const int64_t> counts) {
+  check_pair(state, input, output, "all_gather_v");
+  MPIGRAD_CHECK(int64_t(counts.size()) == state.size, state.where(), ": all_gather_v: counts has ",
+                counts.size(), " entries, expected one per rank (", state.size, ")");
+  Call call;
+  call.kind = Kind::AllGatherV;
+  call.input = &input;
+  call.output = &output;
+  call.dtype = input.dtype();
+  int64_t total = 0;
+  for (int r = 0; r < state.size; ++r) {
+    MPIGRAD_CHECK(counts[size_t(r)] >= 0, state.where(), ": all_gather_v: counts[", r, "] = ",
+                  counts[size_t(r)], " is negative");
+    call.counts.push_back(size_t(counts[size_t(r)]));
+    call.displs.push_back(size_t(total));
+    total += counts[size_t(r)];
+  }
+  MPIGRAD_CHECK(input.numel() == counts[size_t(state.rank)], state.where(), ": all_gather_v: rank ",
+                state.rank, " passes ", input.numel(), " elements but counts[", state.rank,
+                "] = ", counts[size_t(state.rank)]);
+  MPIGRAD_CHECK(output.numel() == total, state.where(), ": all_gather_v: output has ",
+                output.numel(), " elements, the counts sum to ", total);
+  call.count = call.counts[size_t(state.rank)];
+  call.bytes = output.nbytes();
+  return call;
+}
+
+// MPIGRAD_DEBUG_COLLECTIVES: every rank shares what it is about to queue and all compare.
+void check_agreement(const State& state, const Call& call, uint64_t seq) {
+  CollectiveSignature signature{call.kind, call.dtype, int64_t(call.count), int64_t(call.root),
+                                call.reduce, hash_counts(call.counts)};
+  check_collective_agreement(state.control, state.size, state.where(), state.name, signature,
+                             seq);
+}
+
+char* byte_ptr(const core::Tensor& tensor) { return static_cast<char*>(tensor.data_ptr()); }
+
+// The NCCL calls of one collective, on the communicator's stream. Zero-element operations queue
+// nothing: every rank passes the same counts, so every rank skips the same calls.
+void issue(State& s, const Call& c) {
+  const ncclDataType_t type = nccl_type(c.dtype);
+  switch (c.kind) {
+    case Kind::AllReduce:
+      if (c.count == 0) return;
+      check_nccl(s, ncclAllReduce(c.input->data_ptr(), c.output->data_ptr(), c.count, type,
+                                  nccl_op(c.reduce), s.nccl, s.stream),
+                 "ncclAllReduce");
+      return;
+    case Kind::Broadcast:
+      if (c.count == 0) return;
+      check_nccl(s, ncclBroadcast(c.output->data_ptr(), c.output->data_ptr(), c.count, type, c.root,
+                                  s.nccl, s.stream),
+                 "ncclBroadcast");
+      return;
+    case Kind::AllGather:
+      if (c.count == 0) return;
+      check_nccl(s, ncclAllGather(c.input->data_ptr(), c.output->data_ptr(), c.count, type, s.nccl,
+                                  s.stream),
+                 "ncclAllGather");
+      return;
+    case Kind::ReduceScatter:
+      if (c.count == 0) return;
+      check_nccl(s, ncclReduceScatter(c.input->data_ptr(), c.output->data_ptr(), c.count, type,
+                                      nccl_op(c.reduce), s.nccl, s.stream),
+                 "ncclReduceScatter");
+      return;
+    case Kind::AllGatherV: {
+      // One broadcast per contributing rank into its slice of the output, grouped so NCCL
+      // schedules them as one operation. The root reads its own input (which may already be its
+      // slice of the output: NCCL allows sendbuff == recvbuff).
+      const size_t element = core::element_size(c.dtype);
+      check_nccl(s, ncclGroupStart(), "ncclGroupStart");
+      ncclResult_t first_error = ncclSuccess;
+      const char* failed_call = "";
+      for (int r = 0; r < s.size; ++r) {
+        const size_t n = c.counts[size_t(r)];
+        if (n == 0) continue;
+        char* slice = byte_ptr(*c.output) + c.displs[size_t(r)] * element;
+        const void* send = r == s.rank ? c.input->data_ptr() : slice;
+        ncclResult_t result = ncclBroadcast(send, slice, n, type, r, s.nccl, s.stream);
+        if (result != ncclSuccess && first_error == ncclSuccess) {
+          first_error = result;
+          failed_call = "ncclBroadcast (all_gather_v)";
+        }
+      }
+      // Close the group even after a failed call, so the communicator is left consistent.
+      ncclResult_t end = ncclGroupEnd();
+      if (first_error != ncclSuccess) fail_nccl(s, first_error, failed_call);
+      check_nccl(s, end, "ncclGroupEnd");
+      return;
+    }
+    case Kind::Barrier:
+      check_nccl(s, ncclAllReduce(s.barrier_buffer, s.barrier_buffer, 1, ncclFloat32, ncclSum,
+                                  s.nccl, s.stream),
+                 "ncclAllReduce (barrier)");
+      return;
+  }
+}
+
+// Tells the caching allocator that the NCCL stream uses the tensor's block. Memory the allocator
+// does not own (a Storage wrapping external device memory) is its owner's to keep alive until
+// the collective has finished; record_stream refuses it, and that refusal is not an error here.
+void announce(const State& s, const core::Tensor* tensor) {
+  if (tensor == nullptr || tensor->numel() == 0) return;
+  try {
+    core::record_stream(*tensor, core::StreamView(s.device, s.stream));
+  } catch (const core::Error&) {
+  }
+}
+
+// Numbers the collective, orders it after the caller's stream, announces its buffers to the
+// allocator, and queues it. Returns the caller's stream and the sequence number.
+struct Queued {
+  cudaStream_t caller = nullptr;
+  uint64_t seq = 0;
+};
+
+Queued enqueue(State& s, const Call& call) {
+  Queued queued;
+  queued.seq = s.watchdog->next_sequence();
+  if (s.config.debug_collectives) check_agreement(s, call, queued.seq);
+  queued.caller = static_cast<cudaStream_t>(core::current_stream(s.device).handle());
+  check_cuda(s, cudaEventRecord(s.ready, queued.caller), "cudaEventRecord (caller's stream)");
+  check_cuda(s, cudaStreamWaitEvent(s.stream, s.ready, 0), "cudaStreamWaitEvent (NCCL stream)");
+  announce(s, call.input);
+  announce(s, call.output);
+  issue(s, call);
+  return queued;
+}
+
+// The blocking form: queue, then make the caller's stream wait for the NCCL stream.
+void run_blocking(State& s, const Call& call) {
+  DeviceScope scope(s);
+  Queued queued = enqueue(s, call);
+  check_cuda(s, cudaEventRecord(s.done, s.stream), "cudaEventRecord (NCCL stream)");
+  check_cuda(s, cudaStreamWaitEvent(queued.caller, s.done, 0), "cudaStreamWaitEvent (caller's stream)");
+}
+
+class NcclWork final : public Work {
+ public:
+  NcclWork(std::shared_ptr<State> state, const Call& call) : state_(std::move(state)) {
+    if (call.input != nullptr) input_ = *call.input;
+    if (call.output != nullptr) output_ = *call.output;
+  }
+
+  ~NcclWork() override {
+    if (event_ == nullptr) return;
+    if (!waited_) {
+      try {
+        wait();
+      } catch (const std::exception& error) {
+        std::fprintf(stderr, "%s\n", error.what());
+      }
+    }
+    (void)cudaEventDestroy(event_);
+  }
+
+  // Marks the end of the collective on the NCCL stream. The event is created here, after the
+  // NCCL calls were queued, so a failure before this point leaves nothing to clean up.
+  void record() {
+    State& s = *state_;
+    check_cuda(s, cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    check_cuda(s, cudaEventRecord(event_, s.stream), "cudaEventRecord (NCCL stream)");
+  }
+
+  bool test() override {
+    if (done_) return true;
+    const cudaError_t status = cudaEventQuery(event_);
+    if (status == cudaErrorNotReady) {
+      check_async_error(*state_);  // a failed peer or network shows here, not in the event
+      return false;
+    }
+    check_cuda(*state_, status, "cudaEventQuery");
+    done_ = true;
+    return true;
+  }
+
+  // Stream-ordered (see nccl_communicator.h): the caller's current stream waits for the
+  // collective; the host does not.
+  void wait() override {
+    if (waited_) return;
+    State& s = *state_;
+    check_async_error(s);
+    DeviceScope scope(s);
+    auto caller = static_cast<cudaStream_t>(core::current_stream(s.device).handle());
+    check_cuda(s, cudaStreamWaitEvent(caller, event_, 0), "cudaStreamWaitEvent (caller's stream)");
+    waited_ = true;
+    // The allocator already knows the NCCL stream uses these buffers (record_stream), so they
+    // can be released now without their memory being reused before the collective finishes.
+    input_ = core::Tensor();
+    output_ = core::Tensor();
+  }
+
+ private:
+  std::shared_ptr<State> state_;
+  core::Tensor input_, output_;
+  cudaEvent_t event_ = nullptr;
+  bool done_ = false;
+  bool waited_ = false;
+};
+
+WorkPtr start_async(const std::shared_ptr<State>& state, const Call& call) {
+  DeviceScope scope(*state);
+  enqueue(*state, call);
+  auto work = std::make_shared<NcclWork>(state, call);
+  work->record();
+  return work;
+}
+
+void ensure_barrier_buffer(State& s) {
+  if (s.barrier_buffer != nullptr) return;
+  DeviceScope scope(s);
+  check_cuda(s, cudaMalloc(reinterpret_cast<void**>(&s.barrier_buffer), sizeof(float)), "cudaMalloc");
+  check_cuda(s, cudaMemsetAsync(s.barrier_buffer, 0, sizeof(float), s.stream), "cudaMemsetAsync");
+}
+
+}  // namespace
+
+// ---- NcclCommunicator ---------------------------------------------------------------------------
+
+NcclCommunicator::NcclCommunicator(MpiCommHandle&& comm, std::shared_ptr<MpiRuntime> runtime,
+                                   core::Device device, std::string name, CollectiveConfig config)
+    : state_(std::make_shared<State>()) {
+  State& s = *state_;
+  s.runtime = std::move(runtime);
+  s.comm = std::move(comm);
+  s.name = std::move(name);
+  s.device = device;
+  s.config = config;
+  check_mpi(MPI_Comm_set_errhandler(s.comm.comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", s.name);
+  check_mpi(MPI_Comm_rank(s.comm.comm, &s.rank), "MPI_Comm_rank", s.name);
+  check_mpi(MPI_Comm_size(s.comm.comm, &s.size), "MPI_Comm_size", s.name);
+
+  // Every rank checks its device before anything collective, and all learn whether some rank
+  // failed, so a rank without a GPU makes every rank throw instead of leaving the others waiting
+  // in the unique-id broadcast.
+  std::string problem;
+  const int visible = core::cuda_device_count();
+  if (!device.is_cuda()) {
+    problem = device.str() + " is not a CUDA device";
+  } else if (visible == 0) {
+    problem = "no CUDA device is visible";
+  } else if (device.index < 0 || device.index >= visible) {
+    problem = device.str() + " is not available (" + std::to_string(visible) + " CUDA device(s) visible)";
+  }
+  int bad = problem.empty() ? 0 : 1, any_bad = 0;
+  check_mpi(MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, s.comm.comm), "MPI_Allreduce",
+            "device check of NCCL communicator '" + s.name + "'");
+  MPIGRAD_CHECK(bad == 0, s.where(), ": cannot create: ", problem);
+  MPIGRAD_CHECK(any_bad == 0, s.where(), ": cannot create: another rank has no usable CUDA device");
+
+  s.control = duplicate_communicator(s.comm.comm, "control communicator of '" + s.name + "'");
+  s.watchdog = std::make_unique<CollectiveWatchdog>(
+      s.control, s.name, config.timeout_seconds, s.runtime->thread_level() == ThreadLevel::Multiple);
+
+  DeviceScope scope(s);
+  check_cuda(s, cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  check_cuda(s, cudaEventCreateWithFlags(&s.ready, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  check_cuda(s, cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+
+  // Rank 0's unique id, with its status, so that a failure there fails every rank.
+  struct Packet {
+    int32_t status = ncclSuccess;
+    ncclUniqueId id;
+  } packet;
+  std::memset(&packet.id, 0, sizeof(packet.id));
+  if (s.rank == 0) packet.status = int32_t(ncclGetUniqueId(&packet.id));
+  check_mpi(MPI_Bcast(&packet, int(sizeof(packet)), MPI_BYTE, 0, s.comm.comm), "MPI_Bcast",
+            "ncclUniqueId of '" + s.name + "'");
+  if (packet.status != ncclSuccess) {
+    core::fail(s.where(), ": ncclGetUniqueId failed on rank 0: ",
+               ncclGetErrorString(ncclResult_t(packet.status)));
+  }
+  // Initialization is collective: watched like one, so a rank that never arrives ends the job.
+  const uint64_t seq = s.watchdog->next_sequence();
+  CollectiveWatchdog::WaitScope wait(*s.watchdog, seq, "ncclCommInitRank", 0);
+  check_nccl(s, ncclCommInitRank(&s.nccl, s.size, packet.id, s.rank), "ncclCommInitRank");
+}
+
+NcclCommunicator::~NcclCommunicator() = default;
+
+int NcclCommunicator::rank() const { return state_->rank; }
+int NcclCommunicator::size() const { return state_->size; }
+const std::string& NcclCommunicator::name() const { return state_->name; }
+core::Device NcclCommunicator::device() const { return state_->device; }
+core::StreamView NcclCommunicator::stream() const {
+  return core::StreamView(state_->device, state_->stream);
+}
+void* NcclCommunicator::native_handle() const { return state_->nccl; }
+uint64_t NcclCommunicator::collectives_started() const { return state_->watchdog->started(); }
+
+WorkPtr NcclCommunicator::all_reduce_async(const core::Tensor& input, const core::Tensor& output,
+                                           ReduceOp op) {
+  return start_async(state_, reduce_call(*state_, Kind::AllReduce, input, output, op));
+}
+void NcclCommunicator::all_reduce(const core::Tensor& input, const core::Tensor& output, ReduceOp op) {
+  run_blocking(*state_, reduce_call(*state_, Kind::AllReduce, input, output, op));
+}
+
+WorkPtr NcclCommunicator::broadcast_async(const core::Tensor& tensor, int root) {
+  return start_async(state_, broadcast_call(*state_, tensor, root));
+}
+void NcclCommunicator::broadcast(const core::Tensor& tensor, int root) {
+  run_blocking(*state_, broadcast_call(*state_, tensor, root));
+}
+
+WorkPtr NcclCommunicator::all_gather_async(const core::Tensor& input, const core::Tensor& output) {
+  return start_async(state_, all_gather_call(*state_, input, output));
+}
+void NcclCommunicator::all_gather(const core::Tensor& input, const core::Tensor& output) {
+  run_blocking(*state_, all_gather_call(*state_, input, output));
+}
+
+WorkPtr NcclCommunicator::all_gather_v_async(const core::Tensor& input, const core::Tensor& output,
+                                             std::span<const int64_t> counts) {
+  return start_async(state_, all_gather_v_call(*state_, input, output, counts));
+}
+void NcclCommunicator::all_gather_v(const core::Tensor& input, const core::Tensor& output,
+                                    std::span<const int64_t> counts) {
+  run_blocking(*state_, all_gather_v_call(*state_, input, output, counts));
+}
+
+WorkPtr NcclCommunicator::reduce_scatter_async(const core::Tensor& input, const core::Tensor& output,
+                                               ReduceOp op) {
+  return start_async(state_, reduce_call(*state_, Kind::ReduceScatter, input, output, op));
+}
+void NcclCommunicator::reduce_scatter(const core::Tensor& input, const core::Tensor& output,
+                                      ReduceOp op) {
+  run_blocking(*state_, reduce_call(*state_, Kind::ReduceScatter, input, output, op));
+}
+
+WorkPtr NcclCommunicator::barrier_async() {
+  ensure_barrier_buffer(*state_);
+  return start_async(state_, Call{});
+}
+
+void NcclCommunicator::barrier() {
+  State& s = *state_;
+  ensure_barrier_buffer(s);
+  DeviceScope scope(s);
+  Queued queued = enqueue(s, Call{});
+  // The host waits here, so the wait is watched: polling the stream keeps the watchdog's view of
+  // "blocked in collective #seq" accurate, and a rank that never arrives ends the job.
+  CollectiveWatchdog::WaitScope wait(*s.watchdog, queued.seq, "barrier", 4);
+  while (true) {
+    const cudaError_t status = cudaStreamQuery(s.stream);
+    if (status == cudaSuccess) break;
+    if (status != cudaErrorNotReady) fail_cuda(s, status, "cudaStreamQuery (barrier)");
+    check_async_error(s);
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key, std::string name) {
+  State& s = *state_;
+  MPI_Comm part = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split(s.comm.comm, color < 0 ? MPI_UNDEFINED : color, key, &part),
+            "MPI_Comm_split", "NCCL communicator '" + s.name + "' into '" + name + "'");
+  if (part == MPI_COMM_NULL) return nullptr;
+  return std::make_unique<NcclCommunicator>(MpiCommHandle(part), s.runtime, s.device,
+                                            std::move(name), s.config);
+}
+
+std::unique_ptr<Communicator> NcclCommunicator::split_node_local(std::string name) {
+  State& s = *state_;
+  MPI_Comm part = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split_type(s.comm.comm, MPI_COMM_TYPE_SHARED, s.rank, MPI_INFO_NULL, &part),
+            "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)", "NCCL communicator '" + s.name + "'");
+  return std::make_unique<NcclCommunicator>(MpiCommHandle(part), s.runtime, s.device,
+                                            std::move(name), s.config);
+}
+
+}  // namespace mpigrad::launch

@@ -1,0 +1,104 @@
+// defines: NcclCommunicator
+//
+// Collectives on CUDA tensors with NCCL, bootstrapped over MPI: rank 0 of the group creates the
+// ncclUniqueId, MPI_Bcast hands it to the others over the group's MPI communicator, and every
+// rank calls ncclCommInitRank on its device. Exists only in builds with the CUDA backend
+// (core::cuda_built()); reach it through create_communicator(manager, Backend::Nccl, device),
+// which reports a clear error in other builds and when no GPU is visible.
+//
+// Streams (nothing here blocks the host, except barrier()):
+// - Each communicator owns one CUDA stream, stream(), on which all its NCCL calls run.
+// - Before a collective is queued, an event recorded on the caller's current stream of the
+//   device (core::current_stream) is made a dependency of the NCCL stream, so the collective
+//   sees every kernel the caller queued before it.
+// - Work::wait() is STREAM-ORDERED: it records an event on the NCCL stream and makes the caller's
+//   current stream wait for it, then returns at once. Kernels queued afterwards on the current
+//   stream see the result; the host does not (copy to the CPU, or synchronize the stream, to read
+//   it there). Work::test() queries that event without blocking. The blocking forms of the
+//   operations are the async form followed by this wait(), so they are stream-ordered too.
+// - Buffers are announced to the caching allocator with record_stream(tensor, stream()), so
+//   freeing a tensor while NCCL still uses it never lets another kernel reuse its memory early.
+// - barrier() is a one-element all-reduce followed by synchronizing the NCCL stream (host
+//   blocks), watched by the collective timeout. Work::test() and wait() raise NCCL's
+//   asynchronous errors (a failed peer or network); a collective that merely never completes
+//   is not timed out on the GPU: only the host's next sync would notice (left for later).
+//
+// Group calls: every operation that touches several buffers (all_gather_v, which is one
+// ncclBroadcast per contributing rank) is issued inside ncclGroupStart/ncclGroupEnd.
+// Avg uses ncclAvg (floating dtypes only, like the MPI backend).
+//
+// Ownership and destruction: the NCCL communicator is destroyed first (ncclCommDestroy, or
+// ncclCommAbort after a failed call or while an exception unwinds, when the other ranks may
+// never drain), then its CUDA events; the stream is synchronized but kept for the life of the
+// process (the caching allocator may still record events on it for gradient buckets that
+// outlive the communicator); then the MPI communicators it used, and the MPI runtime last. Not thread-safe: issue the collectives of
+// one communicator from one thread, in the same order on every rank.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "mpigrad/core/device.h"
+#include "mpigrad/core/stream.h"
+#include "mpigrad/launch/comm/communicator.h"
+#include "mpigrad/launch/comm/mpi_runtime.h"
+
+namespace mpigrad::launch {
+
+struct MpiCommHandle;
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // Collective over the ranks of `comm` (an MPI communicator the caller duplicated and hands
+  // over; it carries the unique-id exchange, splits, debug checks and timeout queries, never
+  // tensor data). `device` must be a visible CUDA device, distinct on every rank of a node.
+  NcclCommunicator(MpiCommHandle&& comm, std::shared_ptr<MpiRuntime> runtime, core::Device device,
+                   std::string name, CollectiveConfig config);
+  ~NcclCommunicator() override;
+
+  int rank() const override;
+  int size() const override;
+  const std::string& name() const override;
+  Backend backend() const override { return Backend::Nccl; }
+
+  using Communicator::all_reduce;
+  using Communicator::all_reduce_async;
+  WorkPtr all_reduce_async(const core::Tensor& input, const core::Tensor& output,
+                           ReduceOp op) override;
+  void all_reduce(const core::Tensor& input, const core::Tensor& output, ReduceOp op) override;
+  WorkPtr broadcast_async(const core::Tensor& tensor, int root) override;
+  void broadcast(const core::Tensor& tensor, int root) override;
+  WorkPtr all_gather_async(const core::Tensor& input, const core::Tensor& output) override;
+  void all_gather(const core::Tensor& input, const core::Tensor& output) override;
+  WorkPtr all_gather_v_async(const core::Tensor& input, const core::Tensor& output,
+                             std::span<const int64_t> counts) override;
+  void all_gather_v(const core::Tensor& input, const core::Tensor& output,
+                    std::span<const int64_t> counts) override;
+  WorkPtr reduce_scatter_async(const core::Tensor& input, const core::Tensor& output,
+                               ReduceOp op) override;
+  void reduce_scatter(const core::Tensor& input, const core::Tensor& output,
+                      ReduceOp op) override;
+  WorkPtr barrier_async() override;
+  void barrier() override;
+
+  // Collective over this communicator; each new group gets its own NCCL communicator (a fresh
+  // unique id per color, exchanged over the split MPI communicator) and its own stream.
+  std::unique_ptr<Communicator> split(int color, int key, std::string name) override;
+  std::unique_ptr<Communicator> split_node_local(std::string name) override;
+
+  core::Device device() const override;
+  // The stream every NCCL call of this communicator runs on.
+  core::StreamView stream() const;
+  // The ncclComm_t, opaque here so that this header needs no NCCL include (benchmarks compare
+  // against raw ncclAllReduce on it).
+  void* native_handle() const;
+  // How many collectives this rank has queued on this communicator.
+  uint64_t collectives_started() const;
+
+  struct State;  // shared with in-flight Work objects; defined in nccl_communicator.cpp
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace mpigrad::launch

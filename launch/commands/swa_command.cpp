@@ -1,0 +1,129 @@
+#include "mpigrad/launch/commands/swa_command.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "mpigrad/core/error.h"
+#include "mpigrad/data/data_loader.h"
+#include "mpigrad/launch/job/distributed_manager.h"
+#include "mpigrad/launch/commands/subcommand.h"
+#include "mpigrad/launch/train/swa.h"
+#include "mpigrad/launch/commands/train_command.h"
+#include "mpigrad/launch/config/train_setup.h"
+#include "mpigrad/nn/checkpoint.h"
+
+namespace mpigrad::launch {
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: mpigrad swa --config FILE.ini --checkpoints A.h5,B.h5,... [-o OUT.h5]\n"
+    "                   [--section.key=value ...]\n\n"
+    "Averages the weights of the checkpoints (written by mpigrad train with the same [model]),\n"
+    "recomputes the BatchNorm statistics with one pass over [data] train, evaluates the\n"
+    "averaged model on [data] test, and writes it as a checkpoint.\n\n"
+    "  --checkpoints LIST   comma-separated checkpoints to average (required)\n"
+    "  -o, --output FILE    where to write the averaged model (default: [train] out_dir/swa.h5)\n"
+    "  --config FILE        the training config: its [model], [data] and [train] batch_size\n"
+    "                       are used; the keys of mpigrad train --help apply\n";
+
+std::vector<std::string> split_paths(const std::string& list) {
+  std::vector<std::string> paths;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!item.empty()) paths.push_back(item);
+  }
+  return paths;
+}
+
+struct SwaJob {
+  CheckedRun run;
+  std::vector<std::string> checkpoints;
+  std::string output;
+  std::shared_ptr<nn::Module> model;
+};
+
+SwaJob check_swa(std::vector<std::string> args, int64_t rank, int64_t ranks) {
+  SwaJob job;
+  std::optional<std::string> checkpoints = take_option(args, "checkpoints");
+  std::optional<std::string> output = take_option(args, "output", "-o");
+  job.run = check_run(args, rank, ranks);
+  const TrainConfig& config = job.run.config;
+  MPIGRAD_CHECK(checkpoints.has_value(), "--checkpoints: required (a comma-separated list of "
+                "checkpoints to average)");
+  job.checkpoints = split_paths(*checkpoints);
+  MPIGRAD_CHECK(!job.checkpoints.empty(), "--checkpoints: the list is empty");
+  for (const std::string& path : job.checkpoints) {
+    MPIGRAD_CHECK(std::filesystem::is_regular_file(path), "--checkpoints: file '", path,
+                  "' does not exist");
+  }
+  job.output = output.value_or((std::filesystem::path(config.train.out_dir) / "swa.h5").string());
+  MPIGRAD_CHECK(!job.output.empty(), "-o: the output path is empty");
+  // The average is evaluated as a classifier: a supervised model, or a stage-2 encoder + head
+  // (whose checkpoints name encoder.* and head.*); a SupCon model has no classes to score.
+  MPIGRAD_CHECK(config.train.stage != StageKind::SupCon, "[train] stage = supcon: swa averages "
+                "classifiers (stage = supervised or classifier)");
+  job.model = make_stage_model(config.model, config.train, job.run.sample_shape,
+                               job.run.outputs);
+  // Checked here, in the checking phase, so a mismatched checkpoint stops every rank cleanly.
+  load_averaged_checkpoints(job.checkpoints, *job.model);
+  return job;
+}
+
+int swa(SwaJob& job, DistributedManager& manager) {
+  const TrainConfig& config = job.run.config;
+  const int64_t ranks = manager.world_size(), rank = manager.rank();
+  nn::Module& model = *job.model;
+  model.to(manager.device());
+
+  data::DataLoaderOptions train_options;
+  train_options.batch_size = config.train.batch_size;
+  train_options.num_replicas = ranks;  // a padded DistributedSampler: equal batches per rank
+  train_options.rank = rank;
+  train_options.num_workers = 1;
+  train_options.transform = job.run.input_transform;
+  train_options.device = manager.device();
+  data::DataLoader train_loader(job.run.train_set, train_options);
+  recompute_bn_statistics(model, train_loader, config.data.x, manager);
+
+  std::map<std::string, double> metrics;
+  if (job.run.test_set) {
+    data::DataLoaderOptions test_options = train_options;
+    test_options.batch_size = 256;
+    data::DataLoader test_loader(job.run.test_set, test_options);
+    metrics = evaluate_classifier(model, test_loader, config.data.x, config.data.y, manager);
+  }
+  if (manager.is_main_process()) {
+    const std::filesystem::path output(job.output);
+    if (output.has_parent_path()) std::filesystem::create_directories(output.parent_path());
+    nn::save_checkpoint(job.output, model, nullptr, nullptr, 0, 0, ranks, config.resolved_text());
+    std::printf("mpigrad swa: averaged %zu checkpoint(s); BatchNorm statistics recomputed over "
+                "%lld training batch(es) per rank",
+                job.checkpoints.size(), static_cast<long long>(train_loader.size()));
+    if (!metrics.empty()) {
+      std::printf("; test loss %.4f; test accuracy %.4f", metrics["val_loss"],
+                  metrics["val_accuracy"]);
+    }
+    std::printf("; wrote %s\n", job.output.c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_swa_command(int argc, char** argv) {
+  SwaJob job;
+  return run_subcommand(
+      argc, argv, "mpigrad swa", kUsage,
+      [&](DistributedManager& manager, const std::vector<std::string>& args) {
+        job = check_swa(args, manager.rank(), manager.world_size());
+      },
+      [&](DistributedManager& manager) { return swa(job, manager); });
+}
+
+}  // namespace mpigrad::launch

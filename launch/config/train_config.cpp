@@ -1,0 +1,559 @@
+#include "mpigrad/launch/config/train_config.h"
+
+#include <boost/program_options.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "mpigrad/core/error.h"
+
+namespace po = boost::program_options;
+
+namespace mpigrad::launch {
+
+namespace {
+
+// Trims at least what Boost trims from a config line's ends (" \t\r\n"), so that an item
+// printed into config.ini parses back the same.
+std::string trim(const std::string& text) {
+  const char* whitespace = " \t\r\n\f\v";
+  size_t begin = text.find_first_not_of(whitespace);
+  size_t end = text.find_last_not_of(whitespace);
+  return begin == std::string::npos ? "" : text.substr(begin, end - begin + 1);
+}
+
+std::vector<std::string> split_list(const std::string& value) {
+  std::vector<std::string> items;
+  std::stringstream in(value);
+  for (std::string item; std::getline(in, item, ',');) {
+    item = trim(item);
+    if (!item.empty()) items.push_back(item);
+  }
+  return items;
+}
+
+template <typename T>
+std::string join(const std::vector<T>& items, const std::function<std::string(const T&)>& print) {
+  std::string text;
+  for (const T& item : items) {
+    if (!text.empty()) text.push_back(',');
+    text.append(print(item));
+  }
+  return text;
+}
+
+[[noreturn]] void bad_value(const std::string& where, const std::string& value,
+                            const std::string& expected) {
+  core::fail(where, ": expected ", expected, ", got '", value, "'");
+}
+
+// ---- Codecs: how one kind of value is parsed, printed and described ----------------------------
+
+struct Integer {
+  int64_t min = std::numeric_limits<int64_t>::min();
+  int64_t parse(const std::string& value, const std::string& where) const {
+    std::string text = trim(value);
+    int64_t parsed = 0;
+    auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), parsed);
+    if (error != std::errc() || end != text.data() + text.size() || text.empty()) {
+      bad_value(where, value, "an integer");
+    }
+    MPIGRAD_CHECK(parsed >= min, where, ": must be at least ", min, ", got ", parsed);
+    return parsed;
+  }
+  std::string print(int64_t value) const { return std::to_string(value); }
+  std::string accepted() const { return "an integer >= " + std::to_string(min); }
+};
+
+struct Unsigned {
+  uint64_t parse(const std::string& value, const std::string& where) const {
+    std::string text = trim(value);
+    uint64_t parsed = 0;
+    auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), parsed);
+    if (error != std::errc() || end != text.data() + text.size() || text.empty()) {
+      bad_value(where, value, "a non-negative integer");
+    }
+    return parsed;
+  }
+  std::string print(uint64_t value) const { return std::to_string(value); }
+  std::string accepted() const { return "an integer >= 0"; }
+};
+
+// The shortest text that reads back as the same double.
+std::string shortest(double value) {
+  char buffer[64];
+  auto [end, error] = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return error == std::errc() ? std::string(buffer, end) : std::to_string(value);
+}
+
+double parse_number(const std::string& value, const std::string& where) {
+  std::string text = trim(value);
+  double parsed = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), parsed);
+  if (error != std::errc() || end != text.data() + text.size() || text.empty() ||
+      !std::isfinite(parsed)) {
+    bad_value(where, value, "a number");
+  }
+  return parsed;
+}
+
+// A finite number in a range whose ends may be open: {0, true} is "> 0", {0, false, 1, true}
+// is "in [0, 1)".
+struct Number {
+  double low = -std::numeric_limits<double>::infinity();
+  bool low_open = false;
+  double high = std::numeric_limits<double>::infinity();
+  bool high_open = false;
+
+  bool contains(double x) const {
+    return (low_open ? x > low : x >= low) && (high_open ? x < high : x <= high);
+  }
+  std::string range() const {
+    bool bounded_low = std::isfinite(low), bounded_high = std::isfinite(high);
+    if (bounded_low && bounded_high) {
+      return std::string("in ") + (low_open ? "(" : "[") + shortest(low) + ", " + shortest(high) +
+             (high_open ? ")" : "]");
+    }
+    if (bounded_low) return (low_open ? "> " : ">= ") + shortest(low);
+    if (bounded_high) return (high_open ? "< " : "<= ") + shortest(high);
+    return "";
+  }
+  double parse(const std::string& value, const std::string& where) const {
+    double parsed = parse_number(value, where);
+    MPIGRAD_CHECK(contains(parsed), where, ": must be ", range(), ", got ", shortest(parsed));
+    return parsed;
+  }
+  std::string print(double value) const { return shortest(value); }
+  std::string accepted() const { return range().empty() ? "a number" : "a number " + range(); }
+};
+
+struct Boolean {
+  bool parse(const std::string& value, const std::string& where) const {
+    std::string text = trim(value);
+    if (text == "true" || text == "1" || text == "yes" || text == "on") return true;
+    if (text == "false" || text == "0" || text == "no" || text == "off") return false;
+    bad_value(where, value, "true or false");
+  }
+  std::string print(bool value) const { return value ? "true" : "false"; }
+  std::string accepted() const { return "true | false"; }
+};
+
+struct Text {
+  std::string parse(const std::string& value, const std::string&) const { return trim(value); }
+  std::string print(const std::string& value) const { return value; }
+  std::string accepted() const { return "text"; }
+};
+
+struct TextList {
+  std::vector<std::string> parse(const std::string& value, const std::string&) const {
+    return split_list(value);
+  }
+  std::string print(const std::vector<std::string>& items) const {
+    return join<std::string>(items, [](const std::string& item) { return item; });
+  }
+  std::string accepted() const { return "a comma-separated list"; }
+};
+
+struct IntegerList {
+  int64_t min = 1;
+  bool may_be_empty = false;
+  std::vector<int64_t> parse(const std::string& value, const std::string& where) const {
+    std::vector<int64_t> numbers;
+    for (const std::string& item : split_list(value)) {
+      numbers.push_back(Integer{min}.parse(item, where));
+    }
+    MPIGRAD_CHECK(may_be_empty || !numbers.empty(), where,
+                  ": expected a comma-separated list of integers >= ", min);
+    return numbers;
+  }
+  std::string print(const std::vector<int64_t>& numbers) const {
+    return join<int64_t>(numbers, [](const int64_t& n) { return std::to_string(n); });
+  }
+  std::string accepted() const { return "a comma-separated list of integers >= " +
+                                        std::to_string(min); }
+};
+
+struct NumberList {
+  Number each;
+  std::vector<double> parse(const std::string& value, const std::string& where) const {
+    std::vector<double> numbers;
+    for (const std::string& item : split_list(value)) numbers.push_back(each.parse(item, where));
+    return numbers;
+  }
+  std::string print(const std::vector<double>& numbers) const {
+    return join<double>(numbers, [](const double& x) { return shortest(x); });
+  }
+  std::string accepted() const { return "one number, or a comma-separated list (one per channel)"; }
+};
+
+template <typename E>
+struct Choice {
+  std::span<const core::EnumName<E>> names;
+  E parse(const std::string& value, const std::string& where) const {
+    return core::parse_enum<E>(trim(value), names, where);
+  }
+  std::string print(E value) const { return std::string(core::enum_name(value, names)); }
+  std::string accepted() const { return core::enum_choices(names); }
+};
+
+struct Augmentations {
+  data::AugmentSpec parse(const std::string& value, const std::string& where) const {
+    return data::parse_augment(value, where);
+  }
+  std::string print(const data::AugmentSpec& spec) const { return data::augment_text(spec); }
+  std::string accepted() const { return "comma-separated crop:P, flip, noise:S; empty: none"; }
+};
+
+// One row of the table: the key's name, the section and field it sets, its codec and help.
+template <typename Section, typename T, typename Codec>
+ConfigKey key(std::string name, Section TrainConfig::*section, T Section::*field, Codec codec,
+              std::string help) {
+  ConfigKey row;
+  row.name = std::move(name);
+  row.help = std::move(help);
+  row.accepted = codec.accepted();
+  row.parse = [=](TrainConfig& config, const std::string& text, const std::string& where) {
+    (config.*section).*field = codec.parse(text, where);
+  };
+  row.print = [=](const TrainConfig& config) { return codec.print((config.*section).*field); };
+  return row;
+}
+
+std::vector<ConfigKey> make_config_keys() {
+  using C = TrainConfig;
+  const Number positive{.low = 0, .low_open = true};
+  const Number non_negative{.low = 0};
+  const Number fraction{.low = 0, .high = 1, .high_open = true};
+  return {
+      key("data.train", &C::data, &DataSection::train, TextList{},
+          "HDF5 training file(s), comma-separated shards (required)"),
+      key("data.test", &C::data, &DataSection::test, TextList{},
+          "HDF5 test file(s), comma-separated shards"),
+      key("data.x", &C::data, &DataSection::x, Text{}, "name of the input field"),
+      key("data.y", &C::data, &DataSection::y, Text{},
+          "name of the label field (integer class labels)"),
+      key("data.num_classes", &C::data, &DataSection::num_classes, Integer{2},
+          "number of classes; labels must lie in [0, num_classes)"),
+      key("data.mean", &C::data, &DataSection::mean, NumberList{},
+          "normalization mean: one value, or one per channel"),
+      key("data.std", &C::data, &DataSection::std, NumberList{positive},
+          "normalization std: one value, or one per channel"),
+      key("data.augment", &C::data, &DataSection::augment, Augmentations{},
+          "training augmentations: crop:P (zero-pad P, random crop), flip (horizontal, p 0.5), "
+          "noise:S (Gaussian, after normalization)"),
+      key("model.name", &C::model, &ModelSection::name, Choice<ModelKind>{kModelKindNames},
+          "the model (conv: fully convolutional, the output keeps the input's size)"),
+      key("model.hidden", &C::model, &ModelSection::hidden, IntegerList{1, true},
+          "hidden widths (mlp; none: one linear layer) or fully connected widths (cnn)"),
+      key("model.channels", &C::model, &ModelSection::channels, IntegerList{1, true},
+          "convolution channels (cnn; conv: the widths before its last conv)"),
+      key("model.dropout", &C::model, &ModelSection::dropout, fraction,
+          "dropout probability in [0, 1)"),
+      key("model.input_shape", &C::model, &ModelSection::input_shape, IntegerList{1, true},
+          "one sample's input shape, e.g. 1,32,32 (mpigrad train: the data's when empty)"),
+      key("model.outputs", &C::model, &ModelSection::outputs, Integer{0},
+          "outputs: classes or values (mlp, cnn), channels (conv); 0: from the data"),
+      key("model.kernel_size", &C::model, &ModelSection::kernel_size, Integer{1},
+          "convolution kernel size (conv; odd)"),
+      key("model.padding_mode", &C::model, &ModelSection::padding_mode,
+          Choice<nn::PaddingMode>{nn::kPaddingModeNames},
+          "convolution padding (cnn, conv); circular for periodic grids"),
+      key("model.projection", &C::model, &ModelSection::projection, Integer{1},
+          "stage supcon: outputs of the projection head Linear(f,f) ReLU Linear(f,projection)"),
+      key("model.head", &C::model, &ModelSection::head, Choice<nn::HeadKind>{nn::kHeadKindNames},
+          "stage classifier: the head on the encoder (mlp: Linear(f,f) ReLU Linear(f,classes))"),
+      key("model.depth", &C::model, &ModelSection::depth, Integer{18},
+          "resnet: 18 or 34 (basic blocks [2,2,2,2] or [3,4,6,3])"),
+      key("model.width", &C::model, &ModelSection::width, Integer{1},
+          "resnet: channels of the first stage; the stages have w, 2w, 4w, 8w"),
+      key("loss.name", &C::loss, &LossSection::name, Choice<LossKind>{kLossKindNames},
+          "the loss: cross_entropy for classes (mpigrad train), mse or l1 for regression"),
+      key("loss.temperature", &C::loss, &LossSection::temperature, positive,
+          "stage supcon: SupConLoss temperature (and base temperature)"),
+      key("optim.name", &C::optim, &OptimSection::name,
+          Choice<OptimizerKind>{kOptimizerKindNames}, "the optimizer"),
+      key("optim.lr", &C::optim, &OptimSection::lr, positive, "learning rate"),
+      key("optim.momentum", &C::optim, &OptimSection::momentum, fraction,
+          "SGD momentum in [0, 1)"),
+      key("optim.weight_decay", &C::optim, &OptimSection::weight_decay, non_negative,
+          "weight decay"),
+      key("sched.name", &C::sched, &SchedSection::name,
+          Choice<SchedulerKind>{kSchedulerKindNames},
+          "the learning-rate schedule (cosine: linear warmup, then cosine decay)"),
+      key("sched.warmup_steps", &C::sched, &SchedSection::warmup_steps, Integer{0},
+          "linear warmup steps (cosine)"),
+      key("sched.total_steps", &C::sched, &SchedSection::total_steps, Integer{0},
+          "cosine's length in steps (0: the run's optimizer steps)"),
+      key("sched.step_size", &C::sched, &SchedSection::step_size, Integer{1},
+          "step: multiply the lr by gamma every step_size steps"),
+      key("sched.gamma", &C::sched, &SchedSection::gamma, Number{.low = 0, .low_open = true},
+          "the lr factor of step and multistep"),
+      key("sched.milestones", &C::sched, &SchedSection::milestones, IntegerList{1, true},
+          "multistep: steps at which the lr is multiplied by gamma"),
+      key("train.epochs", &C::train, &TrainSection::epochs, Integer{1}, "epochs"),
+      key("train.max_steps", &C::train, &TrainSection::max_steps, Integer{0},
+          "stop after this many optimizer steps (0: no limit)"),
+      key("train.batch_size", &C::train, &TrainSection::batch_size, Integer{1},
+          "batch size per rank"),
+      key("train.seed", &C::train, &TrainSection::seed, Unsigned{},
+          "seed of initialization, shuffling and dropout"),
+      key("train.shuffle", &C::train, &TrainSection::shuffle, Boolean{},
+          "shuffle the training data every epoch"),
+      key("train.log_every", &C::train, &TrainSection::log_every, Integer{1},
+          "log every N optimizer steps"),
+      key("train.out_dir", &C::train, &TrainSection::out_dir, Text{},
+          "where rank 0 writes metrics, checkpoints and the config"),
+      key("train.resume", &C::train, &TrainSection::resume, Text{}, "checkpoint to resume from"),
+      key("train.save_initial", &C::train, &TrainSection::save_initial, Boolean{},
+          "write ckpt-step0.h5 before the first step"),
+      key("train.grad_accum_steps", &C::train, &TrainSection::grad_accum_steps, Integer{1},
+          "micro-steps per optimizer step"),
+      key("train.clip_grad_norm", &C::train, &TrainSection::clip_grad_norm, non_negative,
+          "clip the global gradient norm (0: off)"),
+      key("train.ema_decay", &C::train, &TrainSection::ema_decay, fraction,
+          "keep an EMA of the weights with this decay and evaluate with it (0: off)"),
+      key("train.stage", &C::train, &TrainSection::stage, Choice<StageKind>{kStageKindNames},
+          "supervised: a classifier; supcon: encoder + projection on two views; classifier: a "
+          "head on init_from's encoder"),
+      key("train.init_from", &C::train, &TrainSection::init_from, Text{},
+          "stage classifier: checkpoint whose encoder.* tensors initialize the encoder"),
+      key("train.freeze_encoder", &C::train, &TrainSection::freeze_encoder, Boolean{},
+          "stage classifier: keep the encoder fixed (no grad, BatchNorm in eval mode)"),
+      key("train.swa_start", &C::train, &TrainSection::swa_start, Integer{0},
+          "average the weights of this epoch (1-based) and every later one; at the end, "
+          "recompute BatchNorm, evaluate and write swa.h5 (0: off)"),
+      key("train.swa_lr", &C::train, &TrainSection::swa_lr, non_negative,
+          "constant lr from swa_start on, without annealing (0: the schedule's lr is kept)"),
+      key("train.tensorboard", &C::train, &TrainSection::tensorboard, Boolean{},
+          "rank 0 writes TensorBoard event files (every logged scalar) to out_dir/tb"),
+      key("train.trace", &C::train, &TrainSection::trace, Text{},
+          "write a Chrome trace-event timeline of every rank to this file (--trace FILE)"),
+      key("distributed.backend", &C::distributed, &DistributedSection::backend,
+          Choice<Backend>{kBackendNames}, "the communication library (auto: NCCL on GPUs)"),
+      key("distributed.bucket_cap_mb", &C::distributed, &DistributedSection::bucket_cap_mb,
+          positive, "gradient bucket size in MiB"),
+      key("distributed.sync_bn", &C::distributed, &DistributedSection::sync_bn, Boolean{},
+          "synchronize BatchNorm statistics across ranks"),
+      key("distributed.find_unused_parameters", &C::distributed,
+          &DistributedSection::find_unused_parameters, Boolean{},
+          "reduce missing gradients as zeros"),
+      key("distributed.compression", &C::distributed, &DistributedSection::compression,
+          Choice<GradCompression>{kGradCompressionNames},
+          "gradient compression"),
+      key("distributed.shared_memory", &C::distributed, &DistributedSection::shared_memory,
+          Boolean{}, "average host gradients in shared memory when all ranks share a node"),
+      key("distributed.transport", &C::distributed, &DistributedSection::transport,
+          Choice<TransportKind>{kTransportKindNames},
+          "how gradient buckets are averaged (auto: shared memory on one node, hierarchical "
+          "across nodes, else the communicator; a named one that cannot be had is an error)"),
+      key("distributed.timeout_s", &C::distributed, &DistributedSection::timeout_s, positive,
+          "collective timeout in seconds"),
+  };
+}
+
+po::options_description key_options(std::span<const std::string> allowed) {
+  po::options_description options(
+      "Configuration keys ([section] key = value in the file, or --section.key=value)");
+  for (const ConfigKey& key : config_keys()) {
+    if (!allowed.empty() &&
+        std::find(allowed.begin(), allowed.end(), key.section()) == allowed.end() &&
+        std::find(allowed.begin(), allowed.end(), key.name) == allowed.end()) {
+      continue;
+    }
+    options.add_options()(key.name.c_str(), po::value<std::string>(), key.help.c_str());
+  }
+  return options;
+}
+
+// "a.ini: [train] epochs" or "command line: --train.epochs"
+std::string where_of(const ConfigKey& key, bool on_command_line, const std::string& origin) {
+  if (on_command_line) return "command line: --" + key.name;
+  return origin + ": [" + key.section() + "] " + key.key();
+}
+
+// Applies every key present in `values` to `config`.
+void apply(const po::variables_map& values, const std::vector<std::string>& from_command_line,
+           const std::string& origin, TrainConfig& config) {
+  for (const ConfigKey& key : config_keys()) {
+    if (values.count(key.name) == 0) continue;
+    bool on_command_line = std::find(from_command_line.begin(), from_command_line.end(),
+                                     key.name) != from_command_line.end();
+    key.parse(config, values[key.name].as<std::string>(),
+              where_of(key, on_command_line, origin));
+  }
+  // Checks that span two keys.
+  const DataSection& data = config.data;
+  MPIGRAD_CHECK(data.mean.empty() == data.std.empty(), "[data] mean and std: give both or neither",
+                " (mean has ", data.mean.size(), " value(s), std ", data.std.size(), ")");
+  MPIGRAD_CHECK(config.train.swa_start <= config.train.epochs, "[train] swa_start: epoch ",
+                config.train.swa_start, " is after the last of [train] epochs = ",
+                config.train.epochs);
+  MPIGRAD_CHECK(config.train.swa_start == 0 || config.train.stage != StageKind::SupCon,
+                "[train] swa_start: SWA evaluates a classifier; stage = supcon has no classes to "
+                "score (use it with stage = supervised or classifier)");
+}
+
+void require_files(const std::vector<std::string>& paths, const char* key, bool required) {
+  MPIGRAD_CHECK(!required || !paths.empty(), key, ": required (an HDF5 file or a comma-separated "
+                "list of shards)");
+  for (const std::string& path : paths) {
+    MPIGRAD_CHECK(std::filesystem::is_regular_file(path), key, ": file '", path,
+                  "' does not exist");
+  }
+}
+
+// Boost.Program_options builds its error messages by replacing "%canonical_option%" and its
+// other placeholders with the offending name, over and over until none is left: a name that
+// holds a placeholder never ends (a hang in Boost's what()). No key holds '%', so a '%' in a
+// key or section name (the text before '=' of a line, comments removed) is our error, first.
+void refuse_percent_in_keys(const std::string& text, const std::string& origin) {
+  std::istringstream lines(text);
+  std::string line;
+  for (int number = 1; std::getline(lines, line); ++number) {
+    std::string name = line.substr(0, std::min(line.find('#'), line.find('=')));
+    MPIGRAD_CHECK(name.find('%') == std::string::npos, origin, ": line ", number, ": '",
+                  trim(name), "' holds '%', which no key or section name has");
+  }
+}
+
+void refuse_percent_in_flags(const std::vector<std::string>& args) {
+  for (const std::string& arg : args) {
+    if (arg.rfind("-", 0) != 0) continue;  // a value, not a flag
+    MPIGRAD_CHECK(arg.substr(0, arg.find('=')).find('%') == std::string::npos,
+                  "command line: '", arg, "' holds '%', which no key has");
+  }
+}
+
+}  // namespace
+
+const std::vector<ConfigKey>& config_keys() {
+  static const std::vector<ConfigKey> keys = make_config_keys();
+  return keys;
+}
+
+TrainConfig parse_train_config(const std::vector<std::string>& args) {
+  po::options_description general("mpigrad train");
+  general.add_options()("config", po::value<std::string>(), "INI configuration file")(
+      "dry-run", "check the config, the data and the model, run one step, and exit")(
+      "trace", po::value<std::string>(), "the same as --train.trace")("help,h", "show this help");
+  po::options_description all;
+  all.add(general).add(key_options({}));
+
+  TrainConfig config;
+  po::variables_map values;
+  std::vector<std::string> from_command_line;
+  refuse_percent_in_flags(args);
+  try {
+    // The command line is stored first: Program_options keeps the first value it sees, so a
+    // --section.key flag overrides the same key in the file.
+    po::store(po::command_line_parser(args).options(all).run(), values);
+    for (const auto& [name, value] : values) from_command_line.push_back(name);
+    if (values.count("help")) {
+      config.help = true;
+      return config;
+    }
+    if (values.count("config")) {
+      config.config_file = values["config"].as<std::string>();
+      std::ifstream file(config.config_file);
+      MPIGRAD_CHECK(file.good(), "mpigrad train: cannot open config file '", config.config_file, "'");
+      std::stringstream text;
+      text << file.rdbuf();
+      refuse_percent_in_keys(text.str(), "config file '" + config.config_file + "'");
+      try {
+        po::store(po::parse_config_file(text, key_options({}), /*allow_unregistered=*/false),
+                  values);
+      } catch (const po::error& error) {
+        core::fail("config file '", config.config_file, "': ", error.what());
+      }
+    }
+  } catch (const po::error& error) {
+    core::fail("mpigrad train: ", error.what());
+  }
+  config.dry_run = values.count("dry-run") > 0;
+  apply(values, from_command_line, config.config_file, config);
+  // --trace FILE is --train.trace=FILE, which the table cannot alias; it overrides the file too.
+  if (values.count("trace")) {
+    MPIGRAD_CHECK(std::find(from_command_line.begin(), from_command_line.end(), "train.trace") ==
+                      from_command_line.end(),
+                  "mpigrad train: give --trace or --train.trace, not both");
+    config.train.trace = trim(values["trace"].as<std::string>());
+    MPIGRAD_CHECK(!config.train.trace.empty(), "command line: --trace: expected a file name");
+  }
+  require_files(config.data.train, "[data] train", true);
+  require_files(config.data.test, "[data] test", false);
+  const TrainSection& train = config.train;
+  if (train.stage == StageKind::Classifier) {
+    MPIGRAD_CHECK(!train.init_from.empty(), "[train] init_from: stage = classifier needs the "
+                  "checkpoint of a stage = supcon run (its encoder.* tensors)");
+    MPIGRAD_CHECK(std::filesystem::is_regular_file(train.init_from), "[train] init_from: "
+                  "checkpoint '", train.init_from, "' does not exist");
+  } else {
+    MPIGRAD_CHECK(train.init_from.empty(), "[train] init_from: only stage = classifier loads an "
+                  "encoder; this run has stage = ", core::enum_name(train.stage, kStageKindNames));
+  }
+  if (!config.train.resume.empty()) {
+    MPIGRAD_CHECK(std::filesystem::is_regular_file(config.train.resume),
+                  "[train] resume: checkpoint '", config.train.resume, "' does not exist");
+  }
+  return config;
+}
+
+TrainConfig parse_config_text(const std::string& text, const std::string& origin,
+                              std::span<const std::string> allowed) {
+  TrainConfig config;
+  po::variables_map values;
+  refuse_percent_in_keys(text, origin);
+  std::istringstream in(text);
+  try {
+    po::store(po::parse_config_file(in, key_options(allowed), /*allow_unregistered=*/false),
+              values);
+  } catch (const po::error& error) {
+    core::fail(origin, ": ", error.what());
+  }
+  apply(values, {}, origin, config);
+  return config;
+}
+
+std::string TrainConfig::resolved_text() const {
+  std::ostringstream out;
+  std::string section;
+  for (const ConfigKey& key : config_keys()) {
+    if (key.section() != section) {
+      out << (section.empty() ? "" : "\n") << "[" << key.section() << "]\n";
+      section = key.section();
+    }
+    out << key.key() << " = " << key.print(*this) << "\n";
+  }
+  return out.str();
+}
+
+std::string train_config_help() {
+  std::ostringstream out;
+  out << "usage: mpigrad train --config FILE.ini [--dry-run] [--trace FILE] "
+         "[--section.key=value ...]\n\n"
+      << "Trains a classifier on HDF5 data under mpirun (or as one process). A --section.key flag\n"
+      << "overrides the same key of the file.\n\n"
+      << "Inputs ([data] x): uint8 inputs are images and are scaled to [0, 1]; every other dtype\n"
+      << "(float32, float64, float16, bfloat16, integers) is used as it is, converted to float32.\n"
+      << "Then, with [data] mean and std, x becomes (x - mean[c]) / std[c], c being the channel\n"
+      << "(the first per-sample dimension); one value applies to every channel.\n"
+      << "Labels ([data] y): one integer per sample, of any integer dtype, in [0, num_classes).\n"
+      << "Float labels and labels outside that range are errors naming the field.\n\n";
+  for (const ConfigKey& key : config_keys()) {
+    out << "  --" << key.name << "=VALUE";
+    int pad = 38 - int(key.name.size());
+    // The accepted values come from the key's codec, so they cannot drift from the parser.
+    out << std::string(size_t(pad > 1 ? pad : 1), ' ') << key.help << " [" << key.accepted << "]";
+    std::string default_text = key.default_text();
+    if (!default_text.empty()) out << " (default " << default_text << ")";
+    out << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace mpigrad::launch

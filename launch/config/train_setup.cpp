@@ -1,0 +1,366 @@
+#include "mpigrad/launch/config/train_setup.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <sstream>
+
+#include "mpigrad/core/checked_math.h"
+#include "mpigrad/core/error.h"
+#include "mpigrad/core/rng.h"
+#include "mpigrad/data/transforms.h"
+#include "mpigrad/nn/checkpoint.h"
+#include "mpigrad/nn/models.h"
+#include "mpigrad/nn/optim/adam.h"
+#include "mpigrad/nn/optim/sgd.h"
+
+namespace mpigrad::launch {
+
+void check_fits_in_memory(int64_t bytes, const std::string& what, int64_t memory_bytes) {
+  if (memory_bytes < 0) {
+    const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page_bytes <= 0) return;  // unknown: nothing to compare with
+    memory_bytes = int64_t(pages) * int64_t(page_bytes);
+  }
+  constexpr double kGiB = double(int64_t(1) << 30);
+  MPIGRAD_CHECK(bytes <= memory_bytes / 2, what, ": needs ", bytes, " bytes (",
+                double(bytes) / kGiB, " GiB), more than half of this machine's ",
+                double(memory_bytes) / kGiB, " GiB of memory");
+}
+
+namespace {
+
+// The weights of a `inputs` -> `outputs` layer (kernel x kernel for convolutions, plus the
+// bias), checked: the sizes are the config's and the file's, and their product may not fit.
+int64_t layer_parameters(int64_t inputs, int64_t outputs, int64_t kernel, const char* key) {
+  const int64_t taps = core::checked_mul(kernel, kernel, "[model] kernel_size");
+  int64_t weights = core::checked_mul(inputs, outputs, "[model] ", key, ": a layer of ", inputs,
+                                      " inputs and ", outputs, " outputs");
+  weights = core::checked_mul(weights, taps, "[model] ", key, ": a layer of ", inputs,
+                              " inputs and ", outputs, " outputs with ", kernel, "x", kernel,
+                              " kernels");
+  return core::checked_add(weights, outputs, "[model] ", key, ": a layer of ", inputs,
+                           " inputs and ", outputs, " outputs");
+}
+
+// What the model's parameters will take, counted before anything is allocated: a width of 2^62
+// is an error naming its key, not an overflow inside a layer (or a kernel writing past a wrapped
+// size), and a model that cannot fit in memory says so with the key that sized it.
+void check_model_size(const ModelSection& model, const core::Shape& input_shape,
+                      int64_t outputs) {
+  int64_t parameters = 0;
+  auto add = [&](int64_t count, const char* key) {
+    parameters = core::checked_add(parameters, count, "[model] ", key, ": the parameter count");
+    check_fits_in_memory(core::checked_mul(parameters, 4, "[model] ", key, ": the model's bytes"),
+                         std::string("[model] ") + key + ": the model's " +
+                             std::to_string(parameters) + " float32 parameters");
+  };
+  auto classifier = [&](int64_t features) {
+    for (int64_t width : model.hidden) {
+      add(layer_parameters(features, width, 1, "hidden"), "hidden");
+      features = width;
+    }
+    add(layer_parameters(features, outputs, 1, "outputs ([data] num_classes)"), "outputs");
+  };
+  switch (model.name) {
+    case ModelKind::Mlp:
+      classifier(input_shape.numel());
+      break;
+    case ModelKind::Cnn: {
+      if (input_shape.size() != 3) return;  // make_model says why
+      int64_t channels = input_shape[0], height = input_shape[1], width = input_shape[2];
+      for (int64_t out : model.channels) {
+        add(layer_parameters(channels, out, 3, "channels"), "channels");
+        channels = out;
+        height /= 2;
+        width /= 2;
+      }
+      classifier(core::checked_mul(core::checked_mul(channels, height, "[model] channels"),
+                                   width, "[model] channels"));
+      break;
+    }
+    case ModelKind::ResNet: {
+      if (input_shape.size() != 3) return;
+      // An upper bound, enough to name the key before anything is built: the stem, then per
+      // stage (w, 2w, 4w, 8w channels) two 3x3 convs a block and a 1x1 downsample where the
+      // width changes; BatchNorm's weights are a rounding error beside them.
+      const int64_t blocks = model.depth == 34 ? 6 : 2;  // per stage; 34's [3,4,6,3] at most
+      int64_t channels = model.width;
+      add(layer_parameters(input_shape[0], channels, 3, "width"), "width");
+      for (int stage = 0; stage < 4; ++stage) {
+        const int64_t out = core::checked_mul(model.width, int64_t(1) << stage, "[model] width");
+        for (int64_t block = 0; block < blocks; ++block) {
+          add(layer_parameters(channels, out, 3, "width"), "width");
+          add(layer_parameters(out, out, 3, "width"), "width");
+          if (channels != out) add(layer_parameters(channels, out, 1, "width"), "width");
+          channels = out;
+        }
+      }
+      if (outputs > 0) {
+        add(layer_parameters(channels, outputs, 1, "outputs ([data] num_classes)"), "outputs");
+      }
+      break;
+    }
+    case ModelKind::Conv: {
+      if (input_shape.size() != 3) return;
+      int64_t channels = input_shape[0];
+      for (int64_t out : model.channels) {
+        add(layer_parameters(channels, out, model.kernel_size, "channels"), "channels");
+        channels = out;
+      }
+      add(layer_parameters(channels, outputs, model.kernel_size, "outputs ([data] num_classes)"),
+          "outputs");
+      break;
+    }
+  }
+}
+
+void check_resnet(const ModelSection& model, const core::Shape& input_shape) {
+  MPIGRAD_CHECK(input_shape.size() == 3, "[model] name = resnet needs samples of shape "
+                "[channels, height, width], got ", input_shape);
+  MPIGRAD_CHECK(model.depth == 18 || model.depth == 34, "[model] depth: resnet has depth 18 or "
+                "34 (basic blocks), got ", model.depth);
+}
+
+std::string numbers(const std::vector<double>& values) {
+  std::string text;
+  for (double value : values) {
+    char number[32];
+    std::snprintf(number, sizeof(number), "%g", value);
+    if (!text.empty()) text.push_back(',');
+    text.append(number);
+  }
+  return text;
+}
+
+}  // namespace
+
+InputTransform input_transform(const TrainConfig& config, const data::FieldInfo& inputs) {
+  const bool image = inputs.dtype == core::kUInt8;
+  const bool normalized = !config.data.mean.empty();
+  std::ostringstream text;
+  text << "field '" << config.data.x << "' " << inputs.dtype << " " << inputs.sample_shape
+       << (image ? ", scaled to [0, 1]" : ", used as it is");
+  if (normalized) {
+    text << ", normalized with mean " << numbers(config.data.mean) << " and std "
+         << numbers(config.data.std);
+  }
+  if (!image && !normalized && inputs.dtype == core::kFloat32) return {nullptr, text.str()};
+  if (!image && !normalized) text << " (converted to float32)";
+  std::vector<double> mean = normalized ? config.data.mean : std::vector<double>{0.0};
+  std::vector<double> std = normalized ? config.data.std : std::vector<double>{1.0};
+  return {data::normalize_transform(config.data.x, image ? 1.0 / 255.0 : 1.0, mean, std),
+          text.str()};
+}
+
+DdpOptions ddp_options(const DistributedSection& distributed) {
+  DdpOptions ddp;
+  ddp.bucket_cap_mb = distributed.bucket_cap_mb;
+  ddp.find_unused_parameters = distributed.find_unused_parameters;
+  ddp.compression = distributed.compression;
+  ddp.shared_memory = distributed.shared_memory;
+  ddp.transport = distributed.transport;
+  ddp.timeout_seconds = distributed.timeout_s;
+  return ddp;
+}
+
+std::shared_ptr<nn::Module> make_model(const ModelSection& model, const core::Shape& input_shape,
+                                       int64_t outputs, uint64_t seed) {
+  core::Generator generator(seed);
+  MPIGRAD_CHECK(input_shape.numel() >= 1, "[model] input_shape: empty input ", input_shape);
+  MPIGRAD_CHECK(outputs >= 1, "[model] outputs: must be at least 1, got ", outputs);
+  const bool images = input_shape.size() == 3;
+  check_model_size(model, input_shape, outputs);
+  try {
+    switch (model.name) {
+      case ModelKind::Mlp:
+        return nn::make_mlp(input_shape, model.hidden, outputs, model.dropout, generator);
+      case ModelKind::Cnn:
+        MPIGRAD_CHECK(images, "[model] name = cnn needs samples of shape [channels, height, "
+                      "width], got ", input_shape);
+        return nn::make_cnn(input_shape, model.channels, model.hidden, outputs, model.dropout,
+                            generator, model.padding_mode);
+      case ModelKind::Conv:
+        MPIGRAD_CHECK(images, "[model] name = conv needs samples of shape [channels, height, "
+                      "width], got ", input_shape);
+        return nn::make_conv_net(input_shape, model.channels, outputs, model.kernel_size,
+                                 model.padding_mode, generator);
+      case ModelKind::ResNet:
+        check_resnet(model, input_shape);
+        return nn::make_resnet(input_shape, model.depth, model.width, outputs, generator);
+    }
+  } catch (const core::Error& error) {
+    core::fail("[model]: ", error.what());
+  }
+  core::fail("[model] name: unhandled model kind");
+}
+
+nn::Encoder make_encoder(const ModelSection& model, const core::Shape& input_shape,
+                         core::Generator& generator) {
+  MPIGRAD_CHECK(input_shape.numel() >= 1, "[model] input_shape: empty input ", input_shape);
+  const bool images = input_shape.size() == 3;
+  try {
+    switch (model.name) {
+      case ModelKind::Mlp:
+        return nn::make_mlp_encoder(input_shape, model.hidden, model.dropout, generator);
+      case ModelKind::Cnn:
+        MPIGRAD_CHECK(images, "[model] name = cnn needs samples of shape [channels, height, "
+                      "width], got ", input_shape);
+        return nn::make_cnn_encoder(input_shape, model.channels, model.hidden, model.dropout,
+                                    generator, model.padding_mode);
+      case ModelKind::ResNet: {
+        check_resnet(model, input_shape);
+        check_model_size(model, input_shape, 0);
+        auto resnet = nn::make_resnet(input_shape, model.depth, model.width, 0, generator);
+        return {resnet, core::checked_mul(model.width, 8, "[model] width")};
+      }
+      case ModelKind::Conv:
+        core::fail("[model] name = conv has no encoder (its output is a grid, not features); "
+                   "two-stage training takes mlp, cnn or resnet");
+    }
+  } catch (const core::Error& error) {
+    core::fail("[model]: ", error.what());
+  }
+  core::fail("[model] name: unhandled model kind");
+}
+
+std::shared_ptr<nn::Module> make_stage_model(const ModelSection& model, const TrainSection& train,
+                                             const core::Shape& input_shape, int64_t classes) {
+  if (train.stage == StageKind::Supervised) {
+    return make_model(model, input_shape, classes, train.seed);
+  }
+  core::Generator generator(train.seed);
+  nn::Encoder encoder = make_encoder(model, input_shape, generator);
+  if (train.stage == StageKind::SupCon) {
+    auto head = nn::make_head(nn::HeadKind::Mlp, encoder.features, model.projection, generator);
+    return std::make_shared<nn::EncoderWithHead>(
+        encoder.module, encoder.features, head,
+        nn::EncoderWithHeadOptions{.normalize_output = true});
+  }
+  MPIGRAD_CHECK(classes >= 1, "[model] outputs: must be at least 1, got ", classes);
+  auto head = nn::make_head(model.head, encoder.features, classes, generator);
+  return std::make_shared<nn::EncoderWithHead>(
+      encoder.module, encoder.features, head,
+      nn::EncoderWithHeadOptions{.freeze_encoder = train.freeze_encoder});
+}
+
+void load_encoder(nn::EncoderWithHead& model, const std::string& path, const std::string& where) {
+  nn::CheckpointData data;
+  try {
+    data = nn::load_checkpoint(path);
+  } catch (const core::Error& error) {
+    core::fail(where, ": cannot read checkpoint '", path, "': ", error.what());
+  }
+  const std::string prefix = "encoder.";
+  nn::StateDict encoder_state;
+  for (const auto& [name, tensor] : data.model.tensors()) {
+    if (name.starts_with(prefix)) encoder_state.set(name.substr(prefix.size()), tensor);
+  }
+  MPIGRAD_CHECK(encoder_state.size() > 0, where, ": checkpoint '", path, "' holds no encoder.* "
+                "tensors; give the checkpoint of a stage = supcon (or classifier) run");
+  const nn::StateDict expected = model.encoder().state_dict();
+  for (const auto& [name, tensor] : expected.tensors()) {
+    const core::Tensor* stored = encoder_state.find(name);
+    MPIGRAD_CHECK(stored != nullptr, where, ": checkpoint '", path, "' lacks tensor '", prefix,
+                  name, "' of this [model]'s encoder (shape ", tensor.shape(),
+                  "); was it written with the same [model] keys?");
+    MPIGRAD_CHECK(stored->shape() == tensor.shape(), where, ": checkpoint '", path, "' tensor '",
+                  prefix, name, "' has shape ", stored->shape(), " but this [model]'s encoder "
+                  "expects ", tensor.shape(), "; was it written with the same [model] keys?");
+  }
+  for (const auto& [name, tensor] : encoder_state.tensors()) {
+    MPIGRAD_CHECK(expected.contains(name), where, ": checkpoint '", path, "' tensor '", prefix,
+                  name, "' has no place in this [model]'s encoder; was it written with the same "
+                  "[model] keys?");
+  }
+  try {
+    model.encoder().load_state_dict(encoder_state, /*strict=*/true);
+  } catch (const core::Error& error) {
+    core::fail(where, ": checkpoint '", path, "': ", error.what());
+  }
+}
+
+namespace {
+std::vector<core::Tensor> trainable_parameters(const nn::Module& model) {
+  std::vector<core::Tensor> trainable;
+  for (const core::Tensor& parameter : model.parameters()) {
+    if (parameter.requires_grad()) trainable.push_back(parameter);
+  }
+  return trainable;
+}
+}  // namespace
+
+std::unique_ptr<nn::Optimizer> make_optimizer(const OptimSection& optim, nn::Module& model) {
+  switch (optim.name) {
+    case OptimizerKind::Sgd:
+      return std::make_unique<nn::SGD>(
+          trainable_parameters(model),
+          nn::SGDOptions{.lr = optim.lr, .momentum = optim.momentum,
+                         .weight_decay = optim.weight_decay});
+    case OptimizerKind::Adam:
+    case OptimizerKind::AdamW: {
+      nn::AdamOptions options;
+      options.lr = optim.lr;
+      options.weight_decay = optim.weight_decay;
+      if (optim.name == OptimizerKind::Adam) {
+        return std::make_unique<nn::Adam>(trainable_parameters(model), options);
+      }
+      return std::make_unique<nn::AdamW>(trainable_parameters(model), options);
+    }
+  }
+  core::fail("[optim] name: unhandled optimizer kind");
+}
+
+namespace {
+int64_t cosine_length(const SchedSection& sched, int64_t run_steps) {
+  return sched.total_steps > 0 ? sched.total_steps : run_steps;
+}
+}  // namespace
+
+void check_schedule(const SchedSection& sched, int64_t run_steps) {
+  if (sched.name == SchedulerKind::Cosine) {
+    const int64_t total = cosine_length(sched, run_steps);
+    MPIGRAD_CHECK(total > 0, "[sched] total_steps: cosine needs its length in steps (set "
+                  "[sched] total_steps)");
+    MPIGRAD_CHECK(sched.warmup_steps < total, "[sched] warmup_steps: ", sched.warmup_steps,
+                  " must be below the cosine's ", total, " steps");
+  }
+  if (sched.name == SchedulerKind::MultiStep) {
+    MPIGRAD_CHECK(!sched.milestones.empty(), "[sched] milestones: multistep needs at least one");
+  }
+}
+
+std::unique_ptr<nn::LRScheduler> make_scheduler(const SchedSection& sched,
+                                                nn::Optimizer& optimizer, int64_t run_steps) {
+  check_schedule(sched, run_steps);
+  switch (sched.name) {
+    case SchedulerKind::None:
+      return nullptr;
+    case SchedulerKind::Cosine:
+      return std::make_unique<nn::WarmupCosineLR>(optimizer, sched.warmup_steps,
+                                                  cosine_length(sched, run_steps));
+    case SchedulerKind::Step:
+      return std::make_unique<nn::StepLR>(optimizer, sched.step_size, sched.gamma);
+    case SchedulerKind::MultiStep:
+      return std::make_unique<nn::MultiStepLR>(optimizer, sched.milestones, sched.gamma);
+  }
+  core::fail("[sched] name: unhandled scheduler kind");
+}
+
+RegressionLoss make_regression_loss(LossKind loss) {
+  switch (loss) {
+    case LossKind::Mse:
+      return [](const core::Tensor& prediction, const core::Tensor& target, nn::Reduction r) {
+        return nn::mse_loss(prediction, target, r);
+      };
+    case LossKind::L1:
+      return [](const core::Tensor& prediction, const core::Tensor& target, nn::Reduction r) {
+        return nn::l1_loss(prediction, target, r);
+      };
+    case LossKind::CrossEntropy:
+      break;
+  }
+  core::fail("[loss] name: ", core::enum_name(loss, kLossKindNames), " is not a regression loss");
+}
+
+}  // namespace mpigrad::launch

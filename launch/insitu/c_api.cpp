@@ -1,0 +1,405 @@
+// The C API (mpigrad/mpigrad_c.h) over EmbeddedModel. Every function body runs inside guarded(),
+// which turns any exception into a status code and this thread's last-error message, so no C++
+// exception ever reaches the C (or Fortran) caller. Handles are ids into a registry of live
+// models; an id is never reused, so a destroyed handle is always recognised as such.
+#include "mpigrad/mpigrad_c.h"
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
+
+#include "mpigrad/core/autograd.h"
+#include "mpigrad/core/cuda.h"
+#include "mpigrad/core/error.h"
+#include "mpigrad/core/storage.h"
+#include "mpigrad/core/tensor.h"
+#include "mpigrad/launch/insitu/c_api_internal.h"
+#include "mpigrad/launch/insitu/embedded_model.h"
+#include "mpigrad/launch/mpi_interop.h"
+#include "mpigrad/version.h"
+
+namespace {
+
+using mpigrad::launch::EmbedError;
+using mpigrad::launch::EmbedErrorKind;
+using mpigrad::launch::EmbeddedModel;
+namespace core = mpigrad::core;
+
+static_assert(sizeof(mpigrad_fortran_comm) == sizeof(MPI_Fint),
+              "mpigrad_fortran_comm must be MPI_Fint's size");
+
+// An error with its status code, raised by the checks of this file.
+class CallError : public std::exception {
+ public:
+  template <typename... Parts>
+  CallError(mpigrad_status status, const Parts&... parts)
+      : status_(status), message_(core::detail::concat(parts...)) {}
+  const char* what() const noexcept override { return message_.c_str(); }
+  mpigrad_status status() const { return status_; }
+
+ private:
+  mpigrad_status status_;
+  std::string message_;
+};
+
+thread_local std::string last_error;
+thread_local std::optional<uint64_t> seed_override;
+
+class Registry {
+ public:
+  mpigrad_model add(std::unique_ptr<EmbeddedModel> model) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const uint64_t id = next_++;
+    models_.emplace(id, std::shared_ptr<EmbeddedModel>(std::move(model)));
+    return mpigrad_model{id};
+  }
+  // The live model of `handle`; the caller's copy keeps it alive while it is used.
+  std::shared_ptr<EmbeddedModel> find(mpigrad_model handle) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = models_.find(handle.id);
+    if (found == models_.end()) {
+      throw CallError(MPIGRAD_ERROR_INVALID_HANDLE, "model handle ", handle.id,
+                      handle.id == 0 ? " is the zero handle (no model; was it created?)"
+                      : handle.id < next_ ? " was destroyed"
+                                         : " was never created");
+    }
+    return found->second;
+  }
+  std::shared_ptr<EmbeddedModel> remove(mpigrad_model handle) {
+    std::shared_ptr<EmbeddedModel> model = find(handle);
+    std::lock_guard<std::mutex> lock(mutex_);
+    models_.erase(handle.id);
+    return model;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<uint64_t, std::shared_ptr<EmbeddedModel>> models_;
+  uint64_t next_ = 1;
+};
+
+// Not MPI, NCCL or CUDA state: the table from handle ids to the models they name.
+Registry& registry() {
+  static Registry instance;
+  return instance;
+}
+
+mpigrad_status failed(const char* function, mpigrad_status status, const char* message) {
+  last_error = std::string(function) + ": " + message;
+  return status;
+}
+
+mpigrad_status status_of(EmbedErrorKind kind) {
+  switch (kind) {
+    case EmbedErrorKind::Shape: return MPIGRAD_ERROR_SHAPE;
+    case EmbedErrorKind::DType: return MPIGRAD_ERROR_DTYPE;
+    case EmbedErrorKind::Config: return MPIGRAD_ERROR_CONFIG;
+    case EmbedErrorKind::File: return MPIGRAD_ERROR_FILE;
+  }
+  return MPIGRAD_ERROR_RUNTIME;
+}
+
+template <typename Body>
+mpigrad_status guarded(const char* function, Body&& body) noexcept {
+  try {
+    body();
+    return MPIGRAD_SUCCESS;
+  } catch (const CallError& error) {
+    return failed(function, error.status(), error.what());
+  } catch (const EmbedError& error) {
+    return failed(function, status_of(error.kind()), error.what());
+  } catch (const std::bad_alloc&) {
+    return failed(function, MPIGRAD_ERROR_OUT_OF_MEMORY, "out of memory");
+  } catch (const std::exception& error) {
+    return failed(function, MPIGRAD_ERROR_RUNTIME, error.what());
+  } catch (...) {
+    return failed(function, MPIGRAD_ERROR_RUNTIME, "unknown exception");
+  }
+}
+
+template <typename T>
+T* require_pointer(T* pointer, const char* name) {
+  if (pointer == nullptr) throw CallError(MPIGRAD_ERROR_NULL_POINTER, name, " is NULL");
+  return pointer;
+}
+
+// A C caller may store any int in an enum field, and loading a value the C++ enum type cannot
+// hold is undefined behaviour: the fields are read as their bits and checked before any use.
+template <typename E>
+int64_t enum_bits(const E& field) {
+  std::underlying_type_t<E> bits;
+  std::memcpy(&bits, &field, sizeof bits);
+  return int64_t(bits);
+}
+
+core::DType dtype_of(int64_t dtype, const char* name) {
+  switch (dtype) {
+    case MPIGRAD_F32: return core::kFloat32;
+    case MPIGRAD_F64: return core::kFloat64;
+    case MPIGRAD_BF16: return core::kBFloat16;
+    case MPIGRAD_F16: return core::kFloat16;
+    case MPIGRAD_I32: return core::kInt32;
+    case MPIGRAD_I64: return core::kInt64;
+  }
+  throw CallError(MPIGRAD_ERROR_DTYPE, name, ": unknown dtype ", int(dtype));
+}
+
+core::Device device_of(const char* text) {
+  try {
+    return core::Device::parse(text);
+  } catch (const core::Error& error) {
+    throw CallError(MPIGRAD_ERROR_INVALID_ARGUMENT, "device '", text, "': ", error.what());
+  }
+}
+
+// The caller's memory as a tensor, without a copy: a Fortran-order array is the C-order array
+// of the reversed shape (and strides).
+core::Tensor wrap(const mpigrad_array* array, const char* name) {
+  require_pointer(array, name);
+  if (array->data == nullptr) throw CallError(MPIGRAD_ERROR_NULL_POINTER, name, ".data is NULL");
+  const int rank = array->rank;
+  if (rank < 1 || rank > MPIGRAD_MAX_RANK) {
+    throw CallError(MPIGRAD_ERROR_INVALID_ARGUMENT, name, ".rank is ", rank, "; expected 1 to ",
+                    MPIGRAD_MAX_RANK);
+  }
+  const int64_t order = enum_bits(array->order);
+  if (order != MPIGRAD_ORDER_C && order != MPIGRAD_ORDER_FORTRAN) {
+    throw CallError(MPIGRAD_ERROR_INVALID_ARGUMENT, name, ".order is ", order,
+                    "; expected MPIGRAD_ORDER_C or MPIGRAD_ORDER_FORTRAN");
+  }
+  const core::DType dtype = dtype_of(enum_bits(array->dtype), name);
+  const int64_t memory = enum_bits(array->memory);
+  core::Device device = core::kCPU;
+  if (memory == MPIGRAD_MEMORY_CUDA) {
+    if (!core::cuda_built()) {
+      throw CallError(MPIGRAD_ERROR_UNSUPPORTED, name, " is CUDA memory, but this mpigrad was "
+                      "built without CUDA");
+    }
+    device = core::cuda(array->device);
+  } else if (memory != MPIGRAD_MEMORY_HOST) {
+    throw CallError(MPIGRAD_ERROR_INVALID_ARGUMENT, name, ".memory is ", memory,
+                    "; expected MPIGRAD_MEMORY_HOST or MPIGRAD_MEMORY_CUDA");
+  }
+  const bool fortran = array->order == MPIGRAD_ORDER_FORTRAN;
+  std::vector<int64_t> shape(static_cast<size_t>(rank)), strides(static_cast<size_t>(rank));
+  for (int d = 0; d < rank; ++d) {
+    const int from = fortran ? rank - 1 - d : d;
+    shape[size_t(d)] = array->shape[from];
+    if (shape[size_t(d)] < 1) {
+      throw CallError(MPIGRAD_ERROR_SHAPE, name, ".shape[", from, "] is ", shape[size_t(d)],
+                      "; every extent must be at least 1");
+    }
+    if (array->strides != nullptr) {
+      strides[size_t(d)] = array->strides[from];
+      if (strides[size_t(d)] < 1) {
+        throw CallError(MPIGRAD_ERROR_INVALID_ARGUMENT, name, ".strides[", from, "] is ",
+                        strides[size_t(d)], "; strides are positive element counts");
+      }
+    }
+  }
+  if (array->strides == nullptr) {
+    int64_t stride = 1;
+    for (int d = rank - 1; d >= 0; --d) {
+      strides[size_t(d)] = stride;
+      stride *= shape[size_t(d)];
+    }
+  }
+  int64_t last = 0;  // the offset of the last element the array spans
+  for (int d = 0; d < rank; ++d) last += (shape[size_t(d)] - 1) * strides[size_t(d)];
+  const size_t bytes = size_t(last + 1) * size_t(core::element_size(dtype));
+  auto storage = std::make_shared<core::Storage>(array->data, bytes, device);
+  return core::Tensor(std::make_shared<core::TensorImpl>(storage, core::Shape(shape),
+                                                         core::Shape(strides), 0, dtype));
+}
+
+std::string shape_text(const mpigrad_array* array) {
+  std::string text = "(";
+  for (int d = 0; d < array->rank; ++d) {
+    text += (d ? ", " : "") + std::to_string(array->shape[d]);
+  }
+  return text + (array->order == MPIGRAD_ORDER_FORTRAN ? ") in Fortran order" : ") in C order");
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* mpigrad_version(void) { return MPIGRAD_VERSION; }
+
+mpigrad_status mpigrad_record_error(const char* function, mpigrad_status status,
+                                    const char* message) {
+  return failed(function != nullptr ? function : "(mpigrad)", status,
+                message != nullptr ? message : "(no message)");
+}
+
+const char* mpigrad_last_error(void) { return last_error.c_str(); }
+
+const char* mpigrad_status_name(mpigrad_status status) {
+  switch (status) {
+    case MPIGRAD_SUCCESS: return "MPIGRAD_SUCCESS";
+    case MPIGRAD_ERROR_NULL_POINTER: return "MPIGRAD_ERROR_NULL_POINTER";
+    case MPIGRAD_ERROR_INVALID_HANDLE: return "MPIGRAD_ERROR_INVALID_HANDLE";
+    case MPIGRAD_ERROR_INVALID_ARGUMENT: return "MPIGRAD_ERROR_INVALID_ARGUMENT";
+    case MPIGRAD_ERROR_SHAPE: return "MPIGRAD_ERROR_SHAPE";
+    case MPIGRAD_ERROR_DTYPE: return "MPIGRAD_ERROR_DTYPE";
+    case MPIGRAD_ERROR_CONFIG: return "MPIGRAD_ERROR_CONFIG";
+    case MPIGRAD_ERROR_FILE: return "MPIGRAD_ERROR_FILE";
+    case MPIGRAD_ERROR_MPI: return "MPIGRAD_ERROR_MPI";
+    case MPIGRAD_ERROR_UNSUPPORTED: return "MPIGRAD_ERROR_UNSUPPORTED";
+    case MPIGRAD_ERROR_OUT_OF_MEMORY: return "MPIGRAD_ERROR_OUT_OF_MEMORY";
+    case MPIGRAD_ERROR_RUNTIME: return "MPIGRAD_ERROR_RUNTIME";
+  }
+  return "(unknown status)";
+}
+
+mpigrad_status mpigrad_set_seed(uint64_t seed) {
+  return guarded("mpigrad_set_seed", [&] { seed_override = seed; });
+}
+
+mpigrad_status mpigrad_model_create(mpigrad_model* model, const char* config,
+                                    const char* device) {
+  return guarded("mpigrad_model_create", [&] {
+    require_pointer(model, "model");
+    *model = mpigrad_model{0};
+    require_pointer(config, "config");
+    require_pointer(device, "device");
+    const core::Device place = device_of(device);
+    *model = registry().add(std::make_unique<EmbeddedModel>(config, place, seed_override));
+  });
+}
+
+mpigrad_status mpigrad_model_create_distributed(mpigrad_model* model, const char* config,
+                                                mpigrad_fortran_comm comm, const char* device) {
+  return guarded("mpigrad_model_create_distributed", [&] {
+    require_pointer(model, "model");
+    *model = mpigrad_model{0};
+    require_pointer(config, "config");
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (!initialized || finalized) {
+      throw CallError(MPIGRAD_ERROR_MPI, "MPI is ", finalized ? "finalized" : "not initialized",
+                      "; the host calls MPI_Init before creating a distributed model (mpigrad "
+                      "never initializes MPI for a host)");
+    }
+    std::optional<core::Device> place;
+    if (device != nullptr && *device != '\0') place = device_of(device);
+    mpigrad::launch::DistributedOptions options;
+    options.device = place;
+    std::optional<mpigrad::launch::DistributedManager> manager;
+    try {
+      manager.emplace(mpigrad::launch::adopt_communicator_fortran(MPI_Fint(comm), options));
+    } catch (const core::Error& error) {
+      throw CallError(MPIGRAD_ERROR_MPI, "the communicator (Fortran handle ", comm, "): ",
+                      error.what());
+    }
+    *model = registry().add(
+        std::make_unique<EmbeddedModel>(config, std::move(*manager), place, seed_override));
+  });
+}
+
+mpigrad_status mpigrad_model_destroy(mpigrad_model* model) {
+  return guarded("mpigrad_model_destroy", [&] {
+    require_pointer(model, "model");
+    if (model->id == 0) return;
+    std::shared_ptr<EmbeddedModel> gone = registry().remove(*model);
+    *model = mpigrad_model{0};
+    gone.reset();  // the last owner unless another thread is inside a call with it
+  });
+}
+
+mpigrad_status mpigrad_train_step(mpigrad_model model, const mpigrad_array* input,
+                                  const mpigrad_array* label, double* loss) {
+  return guarded("mpigrad_train_step", [&] {
+    std::shared_ptr<EmbeddedModel> target = registry().find(model);
+    core::Tensor x = wrap(input, "input");
+    core::Tensor y = wrap(label, "label");
+    if (x.size(0) != y.size(0)) {
+      throw CallError(MPIGRAD_ERROR_SHAPE, "input ", shape_text(input), " and label ",
+                      shape_text(label), " hold different batches (", x.size(0), " and ",
+                      y.size(0), " samples; the batch is the first C-order extent, the last "
+                      "Fortran-order one)");
+    }
+    core::Tensor value = target->train_step(x, y);
+    if (loss != nullptr) *loss = value.item<double>();
+  });
+}
+
+mpigrad_status mpigrad_last_loss(mpigrad_model model, double* loss) {
+  return guarded("mpigrad_last_loss", [&] {
+    require_pointer(loss, "loss");
+    *loss = registry().find(model)->last_loss();
+  });
+}
+
+mpigrad_status mpigrad_predict(mpigrad_model model, const mpigrad_array* input,
+                               const mpigrad_array* output) {
+  return guarded("mpigrad_predict", [&] {
+    std::shared_ptr<EmbeddedModel> target = registry().find(model);
+    core::Tensor x = wrap(input, "input");
+    core::Tensor out = wrap(output, "output");
+    if (!core::is_floating(out.dtype())) {
+      throw CallError(MPIGRAD_ERROR_DTYPE, "output: dtype ", out.dtype(), "; predictions are "
+                      "written as float32, float64, bfloat16 or float16");
+    }
+    const int64_t batch = x.size(0), per_sample = target->output_shape().numel();
+    if (out.size(0) != batch || out.numel() != batch * per_sample) {
+      throw CallError(MPIGRAD_ERROR_SHAPE, "output ", shape_text(output), " must hold the "
+                      "input's batch of ", batch, " samples of ", per_sample, " values (the "
+                      "model outputs ", target->output_shape(), ")");
+    }
+    core::Tensor prediction = target->predict(x);
+    core::NoGradGuard no_grad;
+    out.copy_(prediction.reshape(out.shape()));
+  });
+}
+
+mpigrad_status mpigrad_save_model(mpigrad_model model, const char* path) {
+  return guarded("mpigrad_save_model", [&] {
+    std::shared_ptr<EmbeddedModel> target = registry().find(model);
+    target->save_model(require_pointer(path, "path"));
+  });
+}
+
+mpigrad_status mpigrad_load_model(mpigrad_model model, const char* path) {
+  return guarded("mpigrad_load_model", [&] {
+    std::shared_ptr<EmbeddedModel> target = registry().find(model);
+    target->load_model(require_pointer(path, "path"));
+  });
+}
+
+mpigrad_status mpigrad_save_checkpoint(mpigrad_model model, const char* path) {
+  return guarded("mpigrad_save_checkpoint", [&] {
+    std::shared_ptr<EmbeddedModel> target = registry().find(model);
+    target->save_checkpoint(require_pointer(path, "path"));
+  });
+}
+
+mpigrad_status mpigrad_load_checkpoint(mpigrad_model model, const char* path) {
+  return guarded("mpigrad_load_checkpoint", [&] {
+    std::shared_ptr<EmbeddedModel> target = registry().find(model);
+    target->load_checkpoint(require_pointer(path, "path"));
+  });
+}
+
+mpigrad_status mpigrad_steps(mpigrad_model model, int64_t* steps) {
+  return guarded("mpigrad_steps", [&] {
+    require_pointer(steps, "steps");
+    *steps = registry().find(model)->steps();
+  });
+}
+
+mpigrad_status mpigrad_copied_bytes(mpigrad_model model, int64_t* bytes) {
+  return guarded("mpigrad_copied_bytes", [&] {
+    require_pointer(bytes, "bytes");
+    *bytes = registry().find(model)->copied_bytes();
+  });
+}
+
+}  // extern "C"

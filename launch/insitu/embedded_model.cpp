@@ -1,0 +1,306 @@
+#include "mpigrad/launch/insitu/embedded_model.h"
+
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+
+#include "mpigrad/core/autograd.h"
+#include "mpigrad/core/error.h"
+#include "mpigrad/data/batch.h"
+#include "mpigrad/launch/ddp/distributed_data_parallel.h"
+#include "mpigrad/launch/config/train_setup.h"
+#include "mpigrad/launch/train/training_steps.h"
+#include "mpigrad/nn/checkpoint.h"
+#include "mpigrad/nn/optim/clip_grad.h"
+
+namespace mpigrad::launch {
+
+namespace {
+
+// The part of the config table an embedded model reads.
+const std::string kEmbedKeys[] = {"model", "loss", "optim", "sched", "train.seed",
+                                  "train.clip_grad_norm"};
+
+// INI text as it is, or the contents of the file it names. Text has a '=' or a line break; a
+// bare word is a path, which must exist.
+std::pair<std::string, std::string> read_config(const std::string& config) {
+  if (config.find('=') != std::string::npos || config.find('\n') != std::string::npos) {
+    return {config, "config text"};
+  }
+  MPIGRAD_CHECK(!config.empty(), "config: empty (give INI text or the path of an INI file)");
+  std::ifstream file(config);
+  MPIGRAD_CHECK(std::filesystem::is_regular_file(config) && file.good(), "config file '", config,
+                "' does not exist or cannot be read");
+  std::ostringstream text;
+  text << file.rdbuf();
+  return {text.str(), config};
+}
+
+// Throws EmbedError of `kind` with the parts streamed together unless `condition` holds.
+template <typename... Parts>
+void require(bool condition, EmbedErrorKind kind, const Parts&... parts) {
+  if (!condition) throw EmbedError(kind, core::detail::concat(parts...));
+}
+
+core::Shape output_shape_of(const ModelSection& model, const core::Shape& input_shape) {
+  if (model.name == ModelKind::Conv) return {model.outputs, input_shape[1], input_shape[2]};
+  return {model.outputs};
+}
+
+}  // namespace
+
+struct EmbeddedModel::Training {
+  std::unique_ptr<nn::Optimizer> optimizer;
+  std::unique_ptr<nn::LRScheduler> scheduler;
+  StepFunction step;
+  std::unique_ptr<DistributedDataParallel> ddp;
+};
+
+EmbeddedModel::EmbeddedModel(const std::string& config, core::Device device,
+                             std::optional<uint64_t> seed)
+    : device_(device) {
+  try {
+    build(config, seed);
+  } catch (const EmbedError&) {
+    throw;
+  } catch (const core::Error& error) {
+    throw EmbedError(EmbedErrorKind::Config, error.what());
+  }
+}
+
+EmbeddedModel::EmbeddedModel(const std::string& config, DistributedManager manager,
+                             std::optional<core::Device> device, std::optional<uint64_t> seed)
+    : manager_(std::make_unique<DistributedManager>(std::move(manager))),
+      device_(device.value_or(manager_->device())) {
+  // Every rank reads and checks the config; if one fails, all fail with its message, so no rank
+  // goes on to the collectives of DDP alone.
+  std::string error;
+  try {
+    build(config, seed);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  try {
+    collectively("config", false, [&] {
+      if (!error.empty()) throw core::Error(error);
+    });
+  } catch (const core::Error& failure) {
+    throw EmbedError(EmbedErrorKind::Config, failure.what());
+  }
+  if (manager_->world_size() > 1) {
+    Communicator* communicator = &manager_->world();
+    if (device_.is_cuda()) {
+      gradient_communicator_ = create_communicator(*manager_, Backend::Auto, device_, "gradients");
+      communicator = gradient_communicator_.get();
+    }
+    try {
+      training_->ddp = std::make_unique<DistributedDataParallel>(*module_, *communicator);
+    } catch (const core::Error& mismatch) {
+      // DDP's model check fails on every rank alike: a config that differs between ranks.
+      throw EmbedError(EmbedErrorKind::Config, mismatch.what());
+    }
+  }
+}
+
+EmbeddedModel::~EmbeddedModel() = default;
+
+void EmbeddedModel::build(const std::string& config, std::optional<uint64_t> seed) {
+  const auto [text, origin] = read_config(config);
+  config_ = parse_config_text(text, origin, kEmbedKeys);
+  if (seed) config_.train.seed = *seed;
+  const ModelSection& model = config_.model;
+  MPIGRAD_CHECK(!model.input_shape.empty(), origin, ": [model] input_shape is required (one "
+                "sample's shape, e.g. 1,32,32)");
+  MPIGRAD_CHECK(model.outputs >= 1, origin, ": [model] outputs is required (the classes or "
+                "values a sample maps to, or the output channels of a conv model)");
+  input_shape_ = core::Shape(model.input_shape);
+  output_shape_ = output_shape_of(model, input_shape_);
+  module_ = make_model(model, input_shape_, model.outputs, config_.train.seed);
+  module_->to(device_);
+  training_ = std::make_unique<Training>();
+  training_->optimizer = make_optimizer(config_.optim, *module_);
+  training_->scheduler = make_scheduler(config_.sched, *training_->optimizer, 0);
+  if (config_.loss.name == LossKind::CrossEntropy) {
+    training_->step = classification_step("input", "label");
+  } else {
+    training_->step = regression_step("input", "label", make_regression_loss(config_.loss.name));
+  }
+}
+
+int EmbeddedModel::rank() const { return manager_ ? manager_->rank() : 0; }
+int EmbeddedModel::world_size() const { return manager_ ? manager_->world_size() : 1; }
+
+core::Tensor EmbeddedModel::prepare_input(const core::Tensor& input, const char* what) {
+  using Kind = EmbedErrorKind;
+  require(input.defined() && input.dim() >= 1, Kind::Shape, what,
+          ": expected an array [batch, ...], got a scalar");
+  const int64_t batch = input.size(0);
+  require(batch >= 1, Kind::Shape, what, ": an empty batch (shape ", input.shape(), ")");
+  require(core::is_floating(input.dtype()), Kind::DType, what, ": dtype ", input.dtype(),
+          "; inputs must be float32, float64, bfloat16 or float16");
+  require(input.numel() == batch * input_shape_.numel(), Kind::Shape, what, ": shape ",
+          input.shape(), " holds ", input.numel() / batch, " values per sample, but [model] "
+          "input_shape ", input_shape_, " needs ", input_shape_.numel());
+  core::Tensor x = input.to(device_, core::kFloat32);
+  if (!x.is_same(input)) copied_bytes_ += x.nbytes();
+  if (!x.is_contiguous()) {
+    x = x.contiguous();
+    copied_bytes_ += x.nbytes();
+  }
+  core::Shape shape = input_shape_;
+  shape.insert(0, batch);
+  return x.view(shape);
+}
+
+core::Tensor EmbeddedModel::prepare_label(const core::Tensor& label, int64_t batch) {
+  using Kind = EmbedErrorKind;
+  require(label.defined() && label.dim() >= 1 && label.size(0) == batch, Kind::Shape,
+          "label: shape ", label.defined() ? label.shape() : core::Shape{},
+          " must start with the input's batch of ", batch);
+  core::Tensor y;
+  if (config_.loss.name == LossKind::CrossEntropy) {
+    require(!core::is_floating(label.dtype()), Kind::DType, "label: dtype ", label.dtype(),
+            "; cross_entropy labels are integer classes (int32 or int64)");
+    require(label.numel() == batch, Kind::Shape, "label: shape ", label.shape(),
+            "; cross_entropy needs one class per sample");
+    y = label.to(device_, core::kInt64);
+  } else {
+    require(core::is_floating(label.dtype()), Kind::DType, "label: dtype ", label.dtype(), "; ",
+            core::enum_name(config_.loss.name, kLossKindNames),
+            " labels must be float32, float64, bfloat16 or float16");
+    require(label.numel() == batch * output_shape_.numel(), Kind::Shape, "label: shape ",
+            label.shape(), " holds ", label.numel() / batch, " values per sample, but the "
+            "model outputs ", output_shape_, " (", output_shape_.numel(), " values)");
+    y = label.to(device_, core::kFloat32);
+  }
+  if (!y.is_same(label)) copied_bytes_ += y.nbytes();
+  if (!y.is_contiguous()) {
+    y = y.contiguous();
+    copied_bytes_ += y.nbytes();
+  }
+  return y;
+}
+
+core::Tensor EmbeddedModel::train_step(const core::Tensor& input, const core::Tensor& label) {
+  data::Batch batch;
+  batch.set("input", prepare_input(input, "input"));
+  const int64_t n = input.size(0);
+  batch.set("label", prepare_label(label, n));
+  batch.indices.resize(size_t(n));
+  std::iota(batch.indices.begin(), batch.indices.end(), int64_t(0));
+
+  Training& t = *training_;
+  module_->train();
+  if (t.ddp) t.ddp->prepare_for_backward();
+  core::Tensor loss = t.step(*module_, batch);
+  loss.backward();  // with DDP, every gradient is the average over the ranks when this returns
+  if (config_.train.clip_grad_norm > 0) {
+    nn::clip_grad_norm_(module_->parameters(), config_.train.clip_grad_norm);
+  }
+  t.optimizer->step();
+  t.optimizer->zero_grad();
+  if (t.scheduler) t.scheduler->step();
+  ++steps_;
+  last_loss_ = loss.detach();
+  return last_loss_;
+}
+
+double EmbeddedModel::last_loss() const {
+  return last_loss_.defined() ? last_loss_.item<double>() : 0.0;
+}
+
+core::Tensor EmbeddedModel::predict(const core::Tensor& input) {
+  core::Tensor x = prepare_input(input, "input");
+  core::NoGradGuard no_grad;
+  const bool was_training = module_->is_training();
+  module_->eval();
+  core::Tensor output = (*module_)(x);
+  module_->train(was_training);
+  core::Shape shape = output_shape_;
+  shape.insert(0, x.size(0));
+  return output.reshape(shape);
+}
+
+void EmbeddedModel::collectively(const char* what, bool writer_only,
+                                 const std::function<void()>& io) {
+  std::string error;
+  if (!writer_only || rank() == 0) {
+    try {
+      io();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  if (manager_ == nullptr) {
+    if (!error.empty()) throw core::Error(error);
+    return;
+  }
+  // The lowest failing rank's message, on every rank.
+  Communicator& world = manager_->world();
+  const int size = world.size();
+  core::Tensor first = core::Tensor::from_vector<int64_t>({error.empty() ? size : rank()}, {1});
+  world.all_reduce(first, ReduceOp::Min);
+  const int failing = int(first.item<int64_t>());
+  if (failing == size) return;
+  core::Tensor length = core::Tensor::from_vector<int64_t>({int64_t(error.size())}, {1});
+  world.broadcast(length, failing);
+  core::Tensor bytes = core::zeros({length.item<int64_t>()}, core::kUInt8);
+  if (rank() == failing) std::copy(error.begin(), error.end(), bytes.data<uint8_t>());
+  world.broadcast(bytes, failing);
+  const std::vector<uint8_t> text = bytes.to_vector<uint8_t>();
+  core::fail(what, " failed on rank ", failing, ": ", std::string(text.begin(), text.end()));
+}
+
+// File I/O of the save and load calls, as EmbedError (File) on every rank.
+void EmbeddedModel::file_io(const char* what, bool writer_only, const std::function<void()>& io) {
+  try {
+    collectively(what, writer_only, io);
+  } catch (const core::Error& error) {
+    throw EmbedError(EmbedErrorKind::File, error.what());
+  }
+}
+
+// The weights alone (save_model), or everything a restart needs (save_checkpoint).
+void EmbeddedModel::save(const char* what, const std::string& path, bool training_state) {
+  file_io(what, true, [&] {
+    nn::CheckpointData data;
+    data.model = module_->state_dict();
+    if (training_state) {
+      data.optimizer = training_->optimizer->state_dict();
+      if (training_->scheduler) data.scheduler = training_->scheduler->state_dict();
+      for (const auto& [name, generator] : module_->named_generators()) {
+        data.rng.emplace_back("model." + name, *generator);
+      }
+    }
+    data.step = steps_;
+    data.world_size = world_size();
+    data.config = config_.resolved_text();
+    nn::save_checkpoint(path, data);
+  });
+}
+
+// Every rank reads, and none changes its model unless all could.
+void EmbeddedModel::load(const char* what, const std::string& path, bool training_state) {
+  nn::CheckpointData data;
+  file_io(what, false, [&] { data = nn::load_checkpoint(path); });
+  try {
+    nn::apply_checkpoint(data, path, *module_,
+                         training_state ? training_->optimizer.get() : nullptr,
+                         training_state ? training_->scheduler.get() : nullptr);
+  } catch (const core::Error& error) {
+    throw EmbedError(EmbedErrorKind::File, error.what());
+  }
+  if (training_state) steps_ = data.step;
+}
+
+void EmbeddedModel::save_model(const std::string& path) { save("save_model", path, false); }
+void EmbeddedModel::load_model(const std::string& path) { load("load_model", path, false); }
+void EmbeddedModel::save_checkpoint(const std::string& path) {
+  save("save_checkpoint", path, true);
+}
+void EmbeddedModel::load_checkpoint(const std::string& path) {
+  load("load_checkpoint", path, true);
+}
+
+}  // namespace mpigrad::launch

@@ -1,0 +1,126 @@
+// defines: EmbeddedModel, EmbedError, EmbedErrorKind
+//
+// A model that a running simulation trains in-situ, one step at a time, on the batches it
+// produces: the C++ API for host codes, and what the C API (mpigrad/mpigrad_c.h) and the
+// Fortran module wrap. The reference is NVIDIA TorchFort's online training, without LibTorch.
+//
+// The config is INI text, or the path of an INI file, with the keys of `mpigrad train`
+// (launch/config/train_config.h) for [model] [loss] [optim] [sched], plus [train] seed and
+// clip_grad_norm; [model] input_shape and outputs are required, since there is no data file to
+// read them from. The model, optimizer and schedule are built exactly as `mpigrad train` builds
+// them (launch/config/train_setup.h), and a step is the same step function (launch/train/training_steps.h).
+//
+// Distributed: over a DistributedManager that adopted the host's communicator (the host keeps
+// MPI; see launch/mpi_interop.h), every rank of it builds the model from the same config and
+// seed, and each train_step averages the gradients over the ranks (DistributedDataParallel)
+// before the optimizer step. With the loss a mean over each rank's batch, R ranks stepping on
+// R equal parts of a batch give the weights one process gets from the whole batch.
+// Construction, train_step and the save/load calls are then collective: every rank calls them
+// in the same order; predict is local.
+//
+// Shapes: an input is [batch, ...] with as many values per sample as [model] input_shape; it is
+// viewed as [batch, input_shape...] (a Fortran array u(32, 32, batch) is [batch, 32, 32] here,
+// and fits input_shape 1,32,32). A regression label holds as many values per sample as the
+// model's output; a cross_entropy label holds one integer per sample.
+//
+// Copies: an input or label is used where it lies when it is float32 (labels: float32, or
+// int64 for cross_entropy), dense, and on the model's device; otherwise it is converted or
+// moved first, and copied_bytes() counts what that cost.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "mpigrad/core/device.h"
+#include "mpigrad/core/shape.h"
+#include "mpigrad/core/tensor.h"
+#include "mpigrad/launch/job/distributed_manager.h"
+#include "mpigrad/launch/config/train_config.h"
+#include "mpigrad/nn/module.h"
+
+namespace mpigrad::launch {
+
+// What an embedded model's failure was about, so the C API can return a code for each kind.
+enum class EmbedErrorKind : uint8_t { Shape, DType, Config, File };
+
+class EmbedError : public core::Error {
+ public:
+  EmbedError(EmbedErrorKind kind, const std::string& message)
+      : core::Error(message), kind_(kind) {}
+  EmbedErrorKind kind() const { return kind_; }
+
+ private:
+  EmbedErrorKind kind_;
+};
+
+class EmbeddedModel {
+ public:
+  // One process, no MPI. `seed` replaces [train] seed when given. Throws EmbedError (Config)
+  // naming the config key (or file) at fault.
+  EmbeddedModel(const std::string& config, core::Device device,
+                std::optional<uint64_t> seed = std::nullopt);
+  // Data-parallel over `manager`'s world; collective. `device` nullopt: the manager's.
+  EmbeddedModel(const std::string& config, DistributedManager manager,
+                std::optional<core::Device> device, std::optional<uint64_t> seed = std::nullopt);
+  ~EmbeddedModel();
+  EmbeddedModel(const EmbeddedModel&) = delete;
+  EmbeddedModel& operator=(const EmbeddedModel&) = delete;
+
+  // One optimizer step on this rank's batch; returns the loss as a tensor on the model's
+  // device, unread, so a GPU step need not wait for it (last_loss() reads it). An input or
+  // label that does not fit is an EmbedError (Shape or DType) naming it.
+  core::Tensor train_step(const core::Tensor& input, const core::Tensor& label);
+  // The loss of the last train_step (0 before the first); waits for it.
+  double last_loss() const;
+  // The model's output for `input` in evaluation mode, [batch, output_shape...] on the device.
+  core::Tensor predict(const core::Tensor& input);
+
+  // The weights alone, as a checkpoint torch can load (/model/<name>); written by rank 0. A file
+  // that cannot be written or read is an EmbedError (File), raised on every rank.
+  void save_model(const std::string& path);
+  void load_model(const std::string& path);
+  // Weights, optimizer, scheduler, RNG and step, for restarting; written by rank 0, atomically.
+  void save_checkpoint(const std::string& path);
+  void load_checkpoint(const std::string& path);
+
+  int64_t steps() const { return steps_; }
+  const TrainConfig& config() const { return config_; }
+  nn::Module& module() { return *module_; }
+  core::Device device() const { return device_; }
+  const core::Shape& input_shape() const { return input_shape_; }    // one sample's
+  const core::Shape& output_shape() const { return output_shape_; }  // one sample's
+  bool distributed() const { return manager_ != nullptr; }
+  int rank() const;
+  int world_size() const;
+  // Bytes the inputs and labels had to be converted or moved since construction.
+  int64_t copied_bytes() const { return copied_bytes_; }
+
+ private:
+  struct Training;  // optimizer, scheduler, step function, DDP
+  void build(const std::string& config, std::optional<uint64_t> seed);
+  core::Tensor prepare_input(const core::Tensor& input, const char* what);
+  core::Tensor prepare_label(const core::Tensor& label, int64_t batch);
+  // Runs `io` on the ranks `writer_only` allows, then fails on every rank if it failed on one.
+  void collectively(const char* what, bool writer_only, const std::function<void()>& io);
+  void file_io(const char* what, bool writer_only, const std::function<void()>& io);
+  void save(const char* what, const std::string& path, bool training_state);
+  void load(const char* what, const std::string& path, bool training_state);
+
+  // Member order is destruction order, reversed: the model and its DDP go before the
+  // communicators of the manager.
+  std::unique_ptr<DistributedManager> manager_;
+  std::unique_ptr<Communicator> gradient_communicator_;
+  TrainConfig config_;
+  core::Device device_;
+  core::Shape input_shape_, output_shape_;
+  std::shared_ptr<nn::Module> module_;
+  std::unique_ptr<Training> training_;
+  core::Tensor last_loss_;
+  int64_t steps_ = 0;
+  int64_t copied_bytes_ = 0;
+};
+
+}  // namespace mpigrad::launch

@@ -1,0 +1,80 @@
+/* The array calls of the Fortran module: gfortran passes assumed-rank, assumed-type dummies
+ * (type(*), dimension(..)) as ISO_Fortran_binding descriptors, and these functions turn each
+ * into an mpigrad_array (Fortran order: the first dimension varies fastest, the batch is the
+ * last) for the C API. One interface therefore serves arrays of every rank and kind. Nothing is
+ * copied here: the descriptor's address, extents and byte strides are described as they are. */
+#include <ISO_Fortran_binding.h>
+#include <stdio.h>
+
+#include "mpigrad/launch/insitu/c_api_internal.h"
+#include "mpigrad/mpigrad_c.h"
+
+/* Describes `descriptor` in `array`, its element strides in `strides`; on failure records the
+ * error for `function` and returns its status. */
+static mpigrad_status describe(const char* function, const char* name,
+                               const CFI_cdesc_t* descriptor, mpigrad_array* array,
+                               int64_t strides[MPIGRAD_MAX_RANK]) {
+  char message[256];
+  int d;
+  if (descriptor == NULL || descriptor->base_addr == NULL) {
+    snprintf(message, sizeof(message), "%s is not an allocated array", name);
+    return mpigrad_record_error(function, MPIGRAD_ERROR_NULL_POINTER, message);
+  }
+  if (descriptor->rank < 1 || descriptor->rank > MPIGRAD_MAX_RANK) {
+    snprintf(message, sizeof(message), "%s has rank %d; arrays of rank 1 to %d are accepted",
+             name, (int)descriptor->rank, MPIGRAD_MAX_RANK);
+    return mpigrad_record_error(function, MPIGRAD_ERROR_INVALID_ARGUMENT, message);
+  }
+  switch (descriptor->type) {
+    case CFI_type_float: array->dtype = MPIGRAD_F32; break;
+    case CFI_type_double: array->dtype = MPIGRAD_F64; break;
+    case CFI_type_int32_t: array->dtype = MPIGRAD_I32; break;
+    case CFI_type_int64_t: array->dtype = MPIGRAD_I64; break;
+    default:
+      snprintf(message, sizeof(message), "%s has Fortran type code %d; accepted are real(4), "
+               "real(8), integer(4) and integer(8)", name, (int)descriptor->type);
+      return mpigrad_record_error(function, MPIGRAD_ERROR_DTYPE, message);
+  }
+  array->data = descriptor->base_addr;
+  array->rank = descriptor->rank;
+  array->order = MPIGRAD_ORDER_FORTRAN;
+  array->memory = MPIGRAD_MEMORY_HOST;
+  array->device = 0;
+  for (d = 0; d < MPIGRAD_MAX_RANK; ++d) array->shape[d] = 0;
+  for (d = 0; d < descriptor->rank; ++d) {
+    const CFI_index_t sm = descriptor->dim[d].sm;
+    array->shape[d] = descriptor->dim[d].extent;
+    if (sm <= 0 || sm % (CFI_index_t)descriptor->elem_len != 0) {
+      snprintf(message, sizeof(message), "%s: dimension %d has a stride of %ld bytes; only "
+               "positive strides of whole elements are accepted", name, d + 1, (long)sm);
+      return mpigrad_record_error(function, MPIGRAD_ERROR_INVALID_ARGUMENT, message);
+    }
+    strides[d] = sm / (CFI_index_t)descriptor->elem_len;
+  }
+  array->strides = strides;
+  return MPIGRAD_SUCCESS;
+}
+
+mpigrad_status mpigrad_fortran_train_step(mpigrad_model model, const CFI_cdesc_t* input,
+                                          const CFI_cdesc_t* label, double* loss) {
+  static const char* function = "mpigrad_train_step";
+  mpigrad_array x, y;
+  int64_t x_strides[MPIGRAD_MAX_RANK], y_strides[MPIGRAD_MAX_RANK];
+  mpigrad_status status = describe(function, "input", input, &x, x_strides);
+  if (status != MPIGRAD_SUCCESS) return status;
+  status = describe(function, "label", label, &y, y_strides);
+  if (status != MPIGRAD_SUCCESS) return status;
+  return mpigrad_train_step(model, &x, &y, loss);
+}
+
+mpigrad_status mpigrad_fortran_predict(mpigrad_model model, const CFI_cdesc_t* input,
+                                       const CFI_cdesc_t* output) {
+  static const char* function = "mpigrad_predict";
+  mpigrad_array x, y;
+  int64_t x_strides[MPIGRAD_MAX_RANK], y_strides[MPIGRAD_MAX_RANK];
+  mpigrad_status status = describe(function, "input", input, &x, x_strides);
+  if (status != MPIGRAD_SUCCESS) return status;
+  status = describe(function, "output", output, &y, y_strides);
+  if (status != MPIGRAD_SUCCESS) return status;
+  return mpigrad_predict(model, &x, &y);
+}

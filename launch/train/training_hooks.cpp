@@ -1,0 +1,384 @@
+#include "mpigrad/launch/train/training_hooks.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+#include "mpigrad/core/autograd.h"
+#include "mpigrad/core/error.h"
+#include "mpigrad/core/ops/elementwise.h"
+#include "mpigrad/data/multi_dataset.h"
+#include "mpigrad/data/sampler.h"
+#include "mpigrad/launch/observe/event_file_writer.h"
+#include "mpigrad/launch/observe/timeline.h"
+#include "mpigrad/nn/checkpoint.h"
+#include "mpigrad/nn/optim/clip_grad.h"
+
+namespace mpigrad::launch {
+
+// ---- DDPHook -----------------------------------------------------------------------------------
+
+DDPHook::DDPHook(DdpOptions options, DistributedSamplerSettings sampler,
+                 BatchSamplerFactory custom_sampler, Communicator* communicator)
+    : options_(options), sampler_(sampler), custom_sampler_(std::move(custom_sampler)),
+      communicator_(communicator) {}
+
+DDPHook::~DDPHook() = default;
+
+void DDPHook::on(HookStage stage, TrainingContext& context) {
+  DistributedManager& manager = *context.manager;
+  if (manager.world_size() == 1) return;  // one process: plain training
+  if (stage == HookStage::Setup) {
+    nn::Module& model = context.model();
+    for (auto& [name, tensor] : model.named_parameters()) {
+      MPIGRAD_CHECK(tensor.device() == manager.device(), "DDPHook: parameter '", name, "' is on ",
+                    tensor.device(), " but this rank's device is ", manager.device(),
+                    "; move the model with to() before building the optimizer");
+    }
+    // The module form: frozen parameters are checked and broadcast from rank 0 too.
+    Communicator& communicator = communicator_ ? *communicator_ : manager.world();
+    ddp_ = std::make_unique<DistributedDataParallel>(model, communicator, options_);
+    ddp_->set_timeline(context.timeline);
+    context.ddp = ddp_.get();
+    if (manager.is_main_process()) {
+      std::printf("gradients: %d bucket(s) %s\n", ddp_->bucket_count(),
+                  ddp_->transport_description().c_str());
+    }
+    if (context.train_loader != nullptr) {
+      install_sampler(*context.train_loader, manager.world_size(), manager.rank());
+    }
+  } else if (stage == HookStage::BeforeForward) {
+    ddp_->prepare_for_backward();
+  }
+}
+
+void DDPHook::install_sampler(data::DataLoader& loader, int64_t replicas, int64_t rank) {
+  if (loader.batch_sampler().is_distributed()) return;  // the user's own: kept
+  const data::DataLoaderOptions& options = loader.options();
+  if (custom_sampler_) {
+    loader.set_batch_sampler(custom_sampler_(loader, replicas, rank));
+    return;
+  }
+  bool shuffle = sampler_.shuffle.value_or(options.shuffle);
+  uint64_t seed = sampler_.seed.value_or(options.seed);
+  bool drop_last = sampler_.drop_last.value_or(options.drop_last);
+  if (const auto* multi = dynamic_cast<const data::MultiDataset*>(&loader.dataset())) {
+    data::MultiDatasetBatchSamplerOptions multi_options;
+    multi_options.batch_size = options.batch_size;
+    multi_options.num_replicas = replicas;
+    multi_options.rank = rank;
+    multi_options.seed = seed;
+    multi_options.drop_last = drop_last;
+    loader.set_batch_sampler(std::make_shared<data::MultiDatasetBatchSampler>(*multi, multi_options));
+    return;
+  }
+  auto sampler = std::make_shared<data::DistributedSampler>(loader.dataset().size(), replicas,
+                                                            rank, shuffle, seed, drop_last);
+  loader.set_batch_sampler(
+      std::make_shared<data::BatchSampler>(sampler, options.batch_size, drop_last));
+}
+
+// ---- CheckpointHook ----------------------------------------------------------------------------
+
+CheckpointHook::CheckpointHook(CheckpointSettings settings, nn::LRScheduler* scheduler)
+    : settings_(std::move(settings)), scheduler_(scheduler) {}
+
+void CheckpointHook::save(TrainingContext& context, const std::string& path) const {
+  if (!context.manager->is_main_process()) return;
+  Span write(context.timeline, "checkpoint write");
+  nn::CheckpointData data;
+  nn::Module& model = context.model();
+  data.model = model.state_dict();
+  if (!context.optimizers.empty()) data.optimizer = context.optimizer().state_dict();
+  if (scheduler_ != nullptr) data.scheduler = scheduler_->state_dict();
+  for (Hook* hook : context.hooks) {
+    nn::StateDict state = hook->state_dict();
+    if (state.empty()) continue;
+    MPIGRAD_CHECK(data.hooks.count(hook->name()) == 0, "CheckpointHook: two hooks named '",
+                  hook->name(), "' have state; hook names must be unique to be checkpointed");
+    data.hooks.emplace(hook->name(), std::move(state));
+  }
+  for (const auto& [name, generator] : model.named_generators()) {
+    data.rng.emplace_back("model." + name, *generator);
+  }
+  data.epoch = context.epoch;
+  data.step = context.step;
+  data.world_size = context.manager->world_size();
+  data.config = settings_.config_text;
+  nn::save_checkpoint(path, data);
+}
+
+// Gives every hook with state its part of the checkpoint. A hook whose state the file lacks
+// (EMA turned on for the resumed run) starts afresh, and rank 0 says so.
+void CheckpointHook::restore_hooks(TrainingContext& context,
+                                   const nn::CheckpointData& data) const {
+  for (Hook* hook : context.hooks) {
+    if (hook->state_dict().empty()) continue;
+    auto stored = data.hooks.find(hook->name());
+    if (stored != data.hooks.end()) {
+      try {
+        hook->load_state_dict(stored->second);
+      } catch (const core::Error& error) {
+        core::fail("[train] resume: ", settings_.resume, ": the state of hook '", hook->name(),
+                   "' does not fit this run: ", error.what());
+      }
+    } else if (context.manager->is_main_process()) {
+      std::printf("resume: %s holds no state for hook '%s'; it starts from the resumed "
+                  "weights\n", settings_.resume.c_str(), hook->name().c_str());
+    }
+  }
+}
+
+void CheckpointHook::on(HookStage stage, TrainingContext& context) {
+  namespace fs = std::filesystem;
+  if (stage == HookStage::Setup) {
+    if (context.manager->is_main_process() && !settings_.out_dir.empty()) {
+      fs::create_directories(settings_.out_dir);
+    }
+    if (settings_.resume.empty()) return;
+    // Every rank reads the file: the model, optimizer and scheduler come back identical everywhere.
+    nn::CheckpointData data = nn::load_checkpoint_into(
+        settings_.resume, context.model(),
+        context.optimizers.empty() ? nullptr : &context.optimizer(), scheduler_);
+    restore_hooks(context, data);
+    // `epoch` counts finished epochs, so it is also the next one to run.
+    context.epoch = data.epoch;
+    context.step = data.step;
+  } else if (stage == HookStage::BeforeTraining) {
+    if (settings_.save_initial && context.step == 0 && !settings_.out_dir.empty()) {
+      save(context, (fs::path(settings_.out_dir) / "ckpt-step0.h5").string());
+    }
+  } else if (stage == HookStage::AfterEpoch) {
+    if (settings_.out_dir.empty()) return;
+    int64_t finished = context.epoch + 1;
+    int64_t current = context.epoch;
+    context.epoch = finished;  // what a resume should start from
+    std::string path =
+        (fs::path(settings_.out_dir) / ("ckpt-epoch" + std::to_string(finished) + ".h5")).string();
+    save(context, path);
+    save(context, (fs::path(settings_.out_dir) / "last.h5").string());
+    context.epoch = current;
+  }
+}
+
+// ---- LRSchedulerHook, GradAccumulationHook, GradClipHook, EMAHook ------------------------------
+
+void LRSchedulerHook::on(HookStage stage, TrainingContext&) {
+  if (stage == HookStage::AfterOptimizerStep) scheduler_.step();
+}
+
+GradAccumulationHook::GradAccumulationHook(int64_t steps) : steps_(steps) {
+  MPIGRAD_CHECK(steps >= 1, "GradAccumulationHook: steps must be at least 1, got ", steps);
+}
+
+void GradAccumulationHook::on(HookStage stage, TrainingContext& context) {
+  if (stage == HookStage::Setup) context.accumulation_steps = steps_;
+}
+
+void GradAccumulationHook::backward(TrainingContext& context) {
+  core::Tensor scaled = context.loss / double(steps_);
+  if (context.ddp != nullptr && !context.sync_step) {
+    auto local_only = context.ddp->no_sync();
+    scaled.backward();
+  } else {
+    scaled.backward();
+  }
+}
+
+void GradClipHook::on(HookStage stage, TrainingContext& context) {
+  if (stage == HookStage::BeforeOptimizerStep) {
+    last_norm_ = nn::clip_grad_norm_(context.model().parameters(), max_norm_);
+  }
+}
+
+void EMAHook::on(HookStage stage, TrainingContext& context) {
+  if (stage == HookStage::BeforeTraining && ema_->num_updates() == 0) {
+    // Start from the weights training starts from: after a resume without EMA state, and after
+    // DDP's broadcast of rank 0's weights.
+    ema_ = std::make_unique<nn::ModelEMA>(context.model(), ema_->decay());
+  } else if (stage == HookStage::AfterOptimizerStep) {
+    ema_->update(context.model());
+  }
+}
+
+nn::Module* EMAHook::evaluation_model(TrainingContext&) {
+  if (evaluation_copy_ == nullptr) return nullptr;
+  ema_->copy_to(*evaluation_copy_);
+  return evaluation_copy_.get();
+}
+
+// ---- LoggingHook -------------------------------------------------------------------------------
+
+namespace {
+std::string json_number(double value) {
+  if (!std::isfinite(value)) return "null";
+  std::ostringstream out;
+  out.precision(8);
+  out << value;
+  return out.str();
+}
+}  // namespace
+
+std::string tensorboard_tag(const std::string& metric) {
+  if (metric.starts_with("test_")) return "test/" + metric.substr(5);
+  return "train/" + metric;
+}
+
+LoggingHook::LoggingHook(std::string out_dir, int64_t every, bool tensorboard)
+    : Hook(1), out_dir_(std::move(out_dir)), log_every_(every < 1 ? 1 : every),
+      tensorboard_wanted_(tensorboard) {}
+
+LoggingHook::~LoggingHook() = default;
+
+std::string LoggingHook::tensorboard_path() const {
+  return tensorboard_ ? tensorboard_->path() : std::string();
+}
+
+void LoggingHook::write_record(const std::vector<std::pair<std::string, int64_t>>& counters,
+                               const std::vector<std::pair<std::string, double>>& scalars,
+                               int64_t step) {
+  if (metrics_.is_open()) {
+    std::string json;
+    for (const auto& [name, value] : counters) {
+      json += (json.empty() ? "{\"" : ", \"") + name + "\": " + std::to_string(value);
+    }
+    for (const auto& [name, value] : scalars) {
+      json += (json.empty() ? "{\"" : ", \"") + name + "\": " + json_number(value);
+    }
+    metrics_ << json << "}\n";
+    metrics_.flush();
+  }
+  if (tensorboard_) {
+    std::vector<TensorBoardScalar> values;
+    for (const auto& [name, value] : scalars) values.push_back({tensorboard_tag(name), value});
+    tensorboard_->add_scalars(step, values);
+  }
+}
+
+double LoggingHook::samples_per_second() const {
+  return train_seconds_ > 0 ? double(samples_) / train_seconds_ : 0.0;
+}
+
+void LoggingHook::on(HookStage stage, TrainingContext& context) {
+  DistributedManager& manager = *context.manager;
+  using clock = std::chrono::steady_clock;
+  switch (stage) {
+    case HookStage::Setup: {
+      main_process_ = manager.is_main_process();
+      // Launchers hand ranks a pseudo-terminal even when mpirun's own output is a pipe or a log
+      // file, so the bar is drawn only for a plain ./program on a terminal, or when
+      // MPIGRAD_PROGRESS_BAR=1 asks for it.
+      const char* forced = std::getenv("MPIGRAD_PROGRESS_BAR");
+      bool launched = manager.launcher() != Launcher::SingleProcess;
+      tty_ = main_process_ && isatty(fileno(stdout)) &&
+             (forced != nullptr ? std::string(forced) == "1" : !launched);
+      if (main_process_ && !out_dir_.empty()) {
+        std::filesystem::create_directories(out_dir_);
+        std::string path = (std::filesystem::path(out_dir_) / "metrics.jsonl").string();
+        // A resumed run appends to the metrics of the run it continues.
+        metrics_.open(path, context.step > 0 || context.epoch > 0 ? std::ios::app : std::ios::trunc);
+        MPIGRAD_CHECK(metrics_.good(), "LoggingHook: cannot write ", path);
+        // A resumed run adds a file of its own; TensorBoard reads every file of the folder.
+        if (tensorboard_wanted_) {
+          tensorboard_ = std::make_unique<EventFileWriter>(
+              (std::filesystem::path(out_dir_) / "tb").string());
+        }
+      }
+      break;
+    }
+    case HookStage::BeforeEpoch:
+      last_log_ = clock::now();
+      start_ = last_log_;
+      break;
+    case HookStage::AfterLoss: {
+      core::NoGradGuard no_grad;
+      core::Tensor loss = context.loss.detach().reshape({});
+      loss_sum_ = loss_sum_.defined() ? loss_sum_ + loss : loss.to(core::kFloat64);
+      ++loss_count_;
+      // Counted per micro-batch, not as batch x accumulation_steps at the step: that product is
+      // the config's and may overflow, and an epoch's last accumulation may be short.
+      samples_since_log_ += context.batch->size();
+      break;
+    }
+    case HookStage::AfterOptimizerStep: {
+      if (context.step % log_every_ != 0) break;
+      // Every rank takes part: the logged loss is the mean over ranks of their mean losses.
+      const double loss_sum = loss_sum_.defined() ? loss_sum_.item<double>() : 0.0;
+      core::Tensor stats = core::Tensor::from_vector<double>(
+          {loss_sum, double(loss_count_), double(samples_since_log_)}, {3});
+      manager.world().all_reduce(stats, ReduceOp::Sum);
+      std::vector<double> totals = stats.to_vector<double>();
+      auto now = clock::now();
+      double seconds = std::chrono::duration<double>(now - last_log_).count();
+      double rate = seconds > 0 ? totals[2] / seconds : 0.0;
+      double loss = totals[1] > 0 ? totals[0] / totals[1] : 0.0;
+      double lr = context.optimizers.empty() ? 0.0 : context.optimizer().param_groups()[0].lr;
+      if (main_process_) {
+        write_record({{"step", context.step}, {"epoch", context.epoch}},
+                     {{"loss", loss}, {"lr", lr}, {"samples_per_s", rate}}, context.step);
+        int64_t batches = context.train_loader ? context.train_loader->size() : 0;
+        std::printf(tty_ ? "\repoch %lld  step %lld  batch %lld/%lld  loss %.4f  lr %.4g  %.0f samples/s  "
+                         : "epoch %lld  step %lld  batch %lld/%lld  loss %.4f  lr %.4g  %.0f samples/s\n",
+                    static_cast<long long>(context.epoch), static_cast<long long>(context.step),
+                    static_cast<long long>(context.batch_in_epoch + 1),
+                    static_cast<long long>(batches), loss, lr, rate);
+        std::fflush(stdout);
+      }
+      loss_sum_ = core::Tensor();
+      loss_count_ = 0;
+      samples_ += int64_t(totals[2]);
+      train_seconds_ += seconds;
+      samples_since_log_ = 0;
+      last_log_ = now;
+      break;
+    }
+    case HookStage::AfterEpoch: {
+      // Count the tail since the last log in the throughput without another collective.
+      double seconds = std::chrono::duration<double>(clock::now() - last_log_).count();
+      samples_ += samples_since_log_ * manager.world_size();
+      train_seconds_ += seconds;
+      samples_since_log_ = 0;
+      if (tty_) std::printf("\n");
+      if (tensorboard_) tensorboard_->flush();
+      break;
+    }
+    case HookStage::AfterValidation: {
+      if (!main_process_) break;
+      // test_<metric> for every val_<metric>, the loss first.
+      std::vector<std::pair<std::string, double>> shown;
+      for (const auto& [name, value] : context.metrics) {
+        if (!name.starts_with("val_") || name == "val_samples") continue;
+        std::string metric = "test_" + name.substr(4);
+        if (metric == "test_loss") {
+          shown.insert(shown.begin(), {metric, value});
+        } else {
+          shown.emplace_back(metric, value);
+        }
+      }
+      std::string text = "epoch " + std::to_string(context.epoch);
+      for (const auto& [metric, value] : shown) {
+        char number[32];
+        std::snprintf(number, sizeof(number), "%.4f", value);
+        text += "  " + metric + " " + number;
+      }
+      write_record({{"epoch", context.epoch}}, shown, context.step);
+      if (tensorboard_) tensorboard_->flush();
+      auto samples = context.metrics.find("val_samples");
+      std::printf("%s  (%.0f samples)\n", text.c_str(),
+                  samples != context.metrics.end() ? samples->second : 0.0);
+      std::fflush(stdout);
+      break;
+    }
+    case HookStage::AfterTraining:
+      if (tensorboard_) tensorboard_->close();
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace mpigrad::launch

@@ -1,0 +1,82 @@
+// Whole-job scenarios for check_failure.sh: programs that start MPI themselves (no doctest
+// runner) and end in a given way.
+//   own:    initialize() starts MPI, checks what it reports, all-reduces, finalizes; exit 0.
+//   sleep:  rank 1 sleeps past the collective timeout while the others wait in an all-reduce.
+//   throw:  rank 1 throws an uncaught exception while the others wait.
+//   return: rank 1 catches its error, prints it and returns 1 from main while the others wait.
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "mpigrad/core/tensor.h"
+#include "mpigrad/launch/job/distributed_manager.h"
+#include "mpigrad/launch/observe/rank_logging.h"
+
+using namespace mpigrad;
+
+namespace {
+
+void announce_collective_start(const launch::DistributedManager& manager) {
+  if (!manager.is_main_process()) return;
+  auto now = std::chrono::system_clock::now().time_since_epoch();
+  std::printf("collective starts at %lld\n",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()));
+  std::fflush(stdout);
+}
+
+int own(int argc, char** argv) {
+  auto manager = launch::DistributedManager::initialize(&argc, &argv);
+  launch::RankLogger log(manager.rank(), manager.world_size());
+  log.info(manager.describe());
+  if (!manager.owns_mpi()) {
+    log.error("initialize() did not start MPI although nothing had");
+    return 1;
+  }
+  core::Tensor value = core::Tensor::from_vector<float>({float(manager.rank() + 1)}, {1});
+  manager.world().all_reduce(value);
+  float expected = float(manager.world_size() * (manager.world_size() + 1) / 2);
+  if (value.item<float>() != expected) {
+    log.error("all_reduce gave " + std::to_string(value.item<float>()) + ", expected " +
+              std::to_string(expected));
+    return 1;
+  }
+  manager.finalize();
+  return 0;
+}
+
+int fail_on_rank_1(int argc, char** argv, const std::string& mode) {
+  auto manager = launch::DistributedManager::initialize(&argc, &argv);
+  core::Tensor value = core::Tensor::from_vector<float>({1.0f}, {1});
+  manager.world().barrier();
+  announce_collective_start(manager);
+  if (manager.rank() == 1) {
+    if (mode == "sleep") {
+      double timeout = manager.collective_config().timeout_seconds;
+      std::this_thread::sleep_for(std::chrono::duration<double>(timeout * 5));
+    } else if (mode == "throw") {
+      throw std::runtime_error("rank 1 throws on purpose");
+    } else {
+      try {
+        throw std::runtime_error("rank 1 fails on purpose");
+      } catch (const std::exception& error) {
+        launch::RankLogger(manager.rank(), manager.world_size()).error(error.what());
+        return 1;
+      }
+    }
+  }
+  manager.world().all_reduce(value);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "own") return own(argc, argv);
+  if (mode == "sleep" || mode == "throw" || mode == "return") return fail_on_rank_1(argc, argv, mode);
+  std::fprintf(stderr, "usage: %s own|sleep|throw|return\n", argv[0]);
+  return 2;
+}
