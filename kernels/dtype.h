@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__CUDACC__)
 #define MPIGRAD_HOST_DEVICE __host__ __device__
@@ -128,6 +129,18 @@ decltype(auto) visit_dtype(DType dtype, Fn&& fn) {
     case DType::Bool: return fn(bool{});
   }
   return fn(float{});
+}
+
+// Calls fn(T{}) for the floating dtypes (float, double, bfloat16, half) and nothing else.
+template <typename Fn>
+void visit_floating(DType dtype, Fn&& fn) {
+  visit_dtype(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, BFloat16> ||
+                  std::is_same_v<T, Half>) {
+      fn(zero);
+    }
+  });
 }
 
 // The type arithmetic is carried out in: float for the 16-bit floats, otherwise the type itself.

@@ -13,7 +13,6 @@
 #include "mpigrad/kernels/dtype.h"
 #include "mpigrad/launch/comm/collective_check.h"
 #include "mpigrad/launch/comm/collective_watchdog.h"
-#include "mpigrad/launch/comm/shard_arithmetic.h"
 #include "mpigrad/launch/comm/mpi_handle.h"
 
 namespace mpigrad::launch {
@@ -111,7 +110,7 @@ inline void check_pair(const core::Tensor& input, const core::Tensor& output, Ki
 
 // Avg = sum / size, applied to the output after the sum completes.
 void divide_by(const core::Tensor& tensor, int divisor) {
-  visit_floating(tensor.dtype(), [&](auto zero) {
+  kernels::visit_floating(tensor.dtype(), [&](auto zero) {
     using T = decltype(zero);
     using C = kernels::compute_t<T>;
     T* data = static_cast<T*>(tensor.data_ptr());

@@ -19,7 +19,7 @@
 
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/error.h"
-#include "mpigrad/launch/comm/shard_arithmetic.h"
+#include "mpigrad/launch/ddp/transports/shard_arithmetic.h"
 #include "mpigrad/launch/comm/mpi_communicator.h"
 
 namespace mpigrad::launch {
@@ -298,7 +298,7 @@ struct HierarchicalAllReduce::Impl {
     const core::DType dtype = specs[index].dtype;
     const int64_t piece = piece_elements(dtype);
     core::NoGradGuard no_grad;
-    visit_floating(dtype, [&](auto zero) {
+    kernels::visit_floating(dtype, [&](auto zero) {
       const std::vector<decltype(zero)*> copies = node_copies<decltype(zero)>(index);
       for (int64_t first = begin; first < end; first += piece) {
         const int64_t last = std::min(end, first + piece);

@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "mpigrad/core/error.h"
-#include "mpigrad/launch/comm/shard_arithmetic.h"
+#include "mpigrad/launch/ddp/transports/shard_arithmetic.h"
 
 namespace mpigrad::launch {
 
@@ -57,7 +57,7 @@ struct SharedMemoryAllReduce::Impl {
     // Not a structured binding: clang before 16 cannot capture one in the lambda below.
     const std::pair<int64_t, int64_t> shard = s.shard(index, s.rank());
     const int64_t begin = shard.first, end = shard.second;
-    visit_floating(s.spec(index).dtype, [&](auto zero) {
+    kernels::visit_floating(s.spec(index).dtype, [&](auto zero) {
       using T = decltype(zero);
       std::vector<T*> copies;
       for (int q = 0; q < s.size(); ++q) copies.push_back(reinterpret_cast<T*>(s.copy(q, index)));

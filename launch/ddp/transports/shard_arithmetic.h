@@ -1,5 +1,3 @@
-// defines: average_shard, sum_shard, spread_shard, sum_block, visit_floating
-//
 // The arithmetic of the shared-memory averaging, on raw element ranges of the node's copies of a
 // buffer (copies[q] = rank q's copy). Every element is combined in rank order, in the dtype's
 // compute type (float for the 16-bit ones), by the one rank that owns its shard, so the result is
@@ -11,25 +9,12 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
 #include <vector>
 
 #include "mpigrad/core/dtype.h"
 #include "mpigrad/kernels/dtype.h"
 
 namespace mpigrad::launch {
-
-// Calls fn(T{}) for the floating dtypes (float, double, bfloat16, half) and nothing else.
-template <typename Fn>
-void visit_floating(core::DType dtype, Fn&& fn) {
-  kernels::visit_dtype(dtype, [&](auto zero) {
-    using T = decltype(zero);
-    if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, core::BFloat16> ||
-                  std::is_same_v<T, core::Half>) {
-      fn(zero);
-    }
-  });
-}
 
 // Blocks of kBlock elements keep the sums in L1 and let the compiler vectorize each pass.
 constexpr int64_t kShardBlock = 1024;
