@@ -30,6 +30,7 @@
 #include "mpigrad/launch/ddp/transports/hierarchical_all_reduce.h"
 #include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/launch/comm/mpi_communicator.h"
+#include "mpigrad/launch/comm/mpi_handle.h"
 #include "mpigrad/launch/mpi_interop.h"
 #include "mpigrad/launch/ddp/transports/shared_memory_all_reduce.h"
 #if MPIGRAD_BENCH_NCCL

@@ -10,6 +10,7 @@
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/tensor.h"
 #include "mpigrad/launch/comm/communicator.h"
+#include "mpigrad/launch/comm/mpi_handle.h"
 #include "mpigrad/launch/mpi_interop.h"
 
 namespace mpigrad::launch {
