@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -16,6 +17,7 @@
 
 #include "mpigrad/core/atomic_file.h"
 #include "mpigrad/core/error.h"
+#include "mpigrad/core/hdf5.h"
 #include "../error_message.h"
 
 namespace {
@@ -160,3 +162,17 @@ TEST_CASE("atomic file: an uncommitted AtomicFile removes what was written to it
   CHECK(dir.names() == std::vector<std::string>{"out.bin"});
 }
 
+TEST_CASE("atomic file: the HDF5 writer's failed commit names the path and leaves nothing") {
+  ScratchDir dir;
+  const std::string path = dir.file("out.h5");
+  fs::create_directories(fs::path(path) / "inside");
+  {
+    mpigrad::core::hdf5::AtomicFileWriter writer(path);
+    writer.file().write_attribute("/", "step", int64_t(3));
+    const std::string error = error_message([&] { writer.commit(); });
+    CHECK(contains(error, "cannot write '" + path + "'"));
+    CHECK(dir.names() == std::vector<std::string>{"out.h5"});
+  }
+  CHECK(dir.names() == std::vector<std::string>{"out.h5"});
+  CHECK(fs::is_directory(fs::path(path) / "inside"));
+}
