@@ -50,16 +50,16 @@ void write_file_atomically(const std::string& path,
     std::ofstream out(file.temp_path(), std::ios::binary | std::ios::trunc);
     if (!out.is_open()) {
       const int error = errno;
-      fail("cannot write '", path, "': cannot create the temporary file '", file.temp_path(),
-           "'", errno_reason(error));
+      fail("cannot write '", path, "': cannot create the temporary file '", file.temp_path(), "'",
+           errno_reason(error));
     }
     errno = 0;
     write(out);
     out.close();
     if (!out) {
       const int error = errno;
-      fail("cannot write '", path, "': writing the temporary file '", file.temp_path(),
-           "' failed", errno_reason(error));
+      fail("cannot write '", path, "': writing the temporary file '", file.temp_path(), "' failed",
+           errno_reason(error));
     }
   }
   file.commit();

@@ -50,16 +50,16 @@ std::string attribute_value_text(hid_t attribute, const std::string& where) {
   AttributeSpace space = attribute_space(attribute, where);
   if (space.null) return "empty (no value)";
   const H5T_class_t type_class = H5Tget_class(type.id());
-  MPIGRAD_CHECK(type_class != H5T_NO_CLASS, "HDF5 ", where, ": unreadable type: ",
-                take_error_stack());
+  MPIGRAD_CHECK(type_class != H5T_NO_CLASS, "HDF5 ", where,
+                ": unreadable type: ", take_error_stack());
   const std::string shape = Shape(space.dims).str();
   const std::string unsupported = "unsupported (" + type.describe() + ", shape " + shape;
   if (type_class != H5T_STRING && type_class != H5T_INTEGER && type_class != H5T_FLOAT) {
     return unsupported + ")";
   }
   const bool variable = type_class == H5T_STRING && H5Tis_variable_str(type.id()) > 0;
-  const int64_t element_bytes = variable ? int64_t(sizeof(char*))
-                                         : std::max<int64_t>(int64_t(H5Tget_size(type.id())), 8);
+  const int64_t element_bytes =
+      variable ? int64_t(sizeof(char*)) : std::max<int64_t>(int64_t(H5Tget_size(type.id())), 8);
   if (space.elements > kMaxBytesRead / element_bytes) return unsupported + ", over 1 MiB)";
 
   std::vector<std::string> values;

@@ -36,9 +36,15 @@ class VariableStrings {
   }
   VariableStrings(const VariableStrings&) = delete;
   VariableStrings& operator=(const VariableStrings&) = delete;
-  void* buffer() { return pointers_.data(); }
-  void mark_read() { read_ = true; }
-  const std::vector<char*>& pointers() const { return pointers_; }
+  void* buffer() {
+    return pointers_.data();
+  }
+  void mark_read() {
+    read_ = true;
+  }
+  const std::vector<char*>& pointers() const {
+    return pointers_;
+  }
 
  private:
   hid_t memory_type_, space_;
@@ -62,22 +68,22 @@ AttributeSpace attribute_space(hid_t attribute, const std::string& where) {
   AttributeSpace space;
   space.handle = owned(H5Aget_space(attribute), "H5Aget_space", where);
   const H5S_class_t space_class = H5Sget_simple_extent_type(space.handle.id());
-  MPIGRAD_CHECK(space_class != H5S_NO_CLASS, "HDF5 ", where, ": unreadable dataspace: ",
-                take_error_stack());
+  MPIGRAD_CHECK(space_class != H5S_NO_CLASS, "HDF5 ", where,
+                ": unreadable dataspace: ", take_error_stack());
   if (space_class == H5S_NULL) {
     space.null = true;
     return space;
   }
-  const int rank = check(H5Sget_simple_extent_ndims(space.handle.id()),
-                         "H5Sget_simple_extent_ndims", where);
+  const int rank =
+      check(H5Sget_simple_extent_ndims(space.handle.id()), "H5Sget_simple_extent_ndims", where);
   std::vector<hsize_t> extents(size_t(rank), 0);
   if (rank > 0) {
     check(H5Sget_simple_extent_dims(space.handle.id(), extents.data(), nullptr),
           "H5Sget_simple_extent_dims", where);
   }
   space.dims.assign(extents.begin(), extents.end());
-  space.elements = check(H5Sget_simple_extent_npoints(space.handle.id()),
-                         "H5Sget_simple_extent_npoints", where);
+  space.elements =
+      check(H5Sget_simple_extent_npoints(space.handle.id()), "H5Sget_simple_extent_npoints", where);
   return space;
 }
 
@@ -143,8 +149,8 @@ std::vector<std::string> File::list_attributes(const std::string& object_path) c
   Handle object = open_object(object_path);
   std::vector<std::string> names;
   hsize_t position = 0;
-  check(H5Aiterate2(object.id(), H5_INDEX_NAME, H5_ITER_INC, &position, collect_attribute, &names), "H5Aiterate2",
-        join_where(path_, absolute_path(object_path)));
+  check(H5Aiterate2(object.id(), H5_INDEX_NAME, H5_ITER_INC, &position, collect_attribute, &names),
+        "H5Aiterate2", join_where(path_, absolute_path(object_path)));
   return names;
 }
 
@@ -155,20 +161,22 @@ Handle File::open_attribute(const std::string& object_path, const std::string& n
   return owned(H5Aopen(object.id(), name.c_str(), H5P_DEFAULT), "H5Aopen", where);
 }
 
-void File::write_scalar_attribute(const std::string& object_path, const std::string& name, const Datatype& type,
-                                  const void* value) {
+void File::write_scalar_attribute(const std::string& object_path, const std::string& name,
+                                  const Datatype& type, const void* value) {
   std::string where = join_where(path_, absolute_path(object_path)) + " attribute '" + name + "'";
   Handle object = open_object(object_path);
   if (check(H5Aexists(object.id(), name.c_str()), "H5Aexists", where) > 0) {
     check(H5Adelete(object.id(), name.c_str()), "H5Adelete", where);
   }
   Handle space = owned(H5Screate(H5S_SCALAR), "H5Screate", where);
-  Handle attribute = owned(H5Acreate2(object.id(), name.c_str(), type.id(), space.id(), H5P_DEFAULT, H5P_DEFAULT),
-                           "H5Acreate2", where);
+  Handle attribute =
+      owned(H5Acreate2(object.id(), name.c_str(), type.id(), space.id(), H5P_DEFAULT, H5P_DEFAULT),
+            "H5Acreate2", where);
   check(H5Awrite(attribute.id(), type.id(), value), "H5Awrite", where);
 }
 
-void File::write_attribute(const std::string& object_path, const std::string& name, const std::string& value) {
+void File::write_attribute(const std::string& object_path, const std::string& name,
+                           const std::string& value) {
   // Variable-length UTF-8, which h5py reads back as str.
   silence_errors();
   Handle type = owned(H5Tcopy(H5T_C_S1), "H5Tcopy", path_);
@@ -186,7 +194,8 @@ void File::write_attribute(const std::string& object_path, const std::string& na
   write_scalar_attribute(object_path, name, Datatype::of(kFloat64), &value);
 }
 
-std::string File::read_string_attribute(const std::string& object_path, const std::string& name) const {
+std::string File::read_string_attribute(const std::string& object_path,
+                                        const std::string& name) const {
   std::string where = attribute_where(path_, absolute_path(object_path), name);
   Handle attribute = open_attribute(object_path, name);
   Handle type = owned(H5Aget_type(attribute.id()), "H5Aget_type", where);
@@ -199,13 +208,16 @@ std::string File::read_string_attribute(const std::string& object_path, const st
 }
 
 namespace {
-void read_numeric_attribute(hid_t attribute, hid_t memory_type_id, void* out, const std::string& where) {
+void read_numeric_attribute(hid_t attribute, hid_t memory_type_id, void* out,
+                            const std::string& where) {
   Handle type = owned(H5Aget_type(attribute), "H5Aget_type", where);
   H5T_class_t type_class = H5Tget_class(type.id());
-  MPIGRAD_CHECK(type_class == H5T_INTEGER || type_class == H5T_FLOAT, "HDF5 ", where, ": not a numeric attribute");
+  MPIGRAD_CHECK(type_class == H5T_INTEGER || type_class == H5T_FLOAT, "HDF5 ", where,
+                ": not a numeric attribute");
   Handle space = owned(H5Aget_space(attribute), "H5Aget_space", where);
-  MPIGRAD_CHECK(check(H5Sget_simple_extent_npoints(space.id()), "H5Sget_simple_extent_npoints", where) == 1,
-                "HDF5 ", where, ": expected a single value");
+  MPIGRAD_CHECK(
+      check(H5Sget_simple_extent_npoints(space.id()), "H5Sget_simple_extent_npoints", where) == 1,
+      "HDF5 ", where, ": expected a single value");
   check(H5Aread(attribute, memory_type_id, out), "H5Aread", where);
 }
 }  // namespace

@@ -24,7 +24,8 @@ Hid Dataset::memory_space(int64_t elements) const {
   if (memory_elements_ != elements) {
     hsize_t extent = hsize_t(elements);
     if (memory_space_.valid()) {
-      check(H5Sset_extent_simple(memory_space_.id(), 1, &extent, nullptr), "H5Sset_extent_simple", where());
+      check(H5Sset_extent_simple(memory_space_.id(), 1, &extent, nullptr), "H5Sset_extent_simple",
+            where());
     } else {
       memory_space_ = owned(H5Screate_simple(1, &extent, nullptr), "H5Screate_simple", where());
     }
@@ -33,7 +34,9 @@ Hid Dataset::memory_space(int64_t elements) const {
   return memory_space_.id();
 }
 
-std::string Dataset::where() const { return join_where(file_path_, name_); }
+std::string Dataset::where() const {
+  return join_where(file_path_, name_);
+}
 
 Dataspace Dataset::space() const {
   silence_errors();
@@ -58,7 +61,8 @@ Datatype Dataset::file_type() const {
 DType Dataset::dtype() const {
   Datatype type = file_type();
   std::optional<DType> dtype = type.to_dtype();
-  MPIGRAD_CHECK(dtype.has_value(), "HDF5 dataset ", where(), ": unsupported element type ", type.describe(),
+  MPIGRAD_CHECK(dtype.has_value(), "HDF5 dataset ", where(), ": unsupported element type ",
+                type.describe(),
                 " (supported: float32, float64, float16, bfloat16, int32, int64, uint8, bool)");
   return *dtype;
 }
@@ -67,7 +71,8 @@ DType Dataset::read_dtype() const {
   Datatype type = file_type();
   std::optional<DType> dtype = type.read_as();
   MPIGRAD_CHECK(dtype.has_value(), "HDF5 dataset ", where(), ": unsupported element type ",
-                type.describe(), " (supported: floats of 16, 32 and 64 bits and integers of up "
+                type.describe(),
+                " (supported: floats of 16, 32 and 64 bits and integers of up "
                 "to 64 bits; strings, compounds and other types cannot be read as tensors)");
   return *dtype;
 }
@@ -76,15 +81,23 @@ Dataset::Storage Dataset::storage() const {
   silence_errors();
   Storage out;
   Handle plist = owned(H5Dget_create_plist(id()), "H5Dget_create_plist", where());
-  out.declared_bytes = checked_mul(num_elements(), int64_t(H5Tget_size(file_type().id())),
-                                   "HDF5 dataset ", where(), ": the bytes of its extents ",
-                                   Shape(dims_));
+  out.declared_bytes =
+      checked_mul(num_elements(), int64_t(H5Tget_size(file_type().id())), "HDF5 dataset ", where(),
+                  ": the bytes of its extents ", Shape(dims_));
   out.stored_bytes = int64_t(H5Dget_storage_size(id()));
   switch (check(H5Pget_layout(plist.id()), "H5Pget_layout", where())) {
-    case H5D_COMPACT: out.layout = Storage::Layout::Compact; break;
-    case H5D_VIRTUAL: out.layout = Storage::Layout::Virtual; break;
-    case H5D_CHUNKED: out.layout = Storage::Layout::Chunked; break;
-    default: out.layout = Storage::Layout::Contiguous; break;
+    case H5D_COMPACT:
+      out.layout = Storage::Layout::Compact;
+      break;
+    case H5D_VIRTUAL:
+      out.layout = Storage::Layout::Virtual;
+      break;
+    case H5D_CHUNKED:
+      out.layout = Storage::Layout::Chunked;
+      break;
+    default:
+      out.layout = Storage::Layout::Contiguous;
+      break;
   }
   if (out.layout == Storage::Layout::Contiguous &&
       check(H5Pget_external_count(plist.id()), "H5Pget_external_count", where()) > 0) {
@@ -100,9 +113,9 @@ Dataset::Storage Dataset::storage() const {
     out.chunks_needed = 1;
     for (int d = 0; d < rank && d < int(dims_.size()); ++d) {
       int64_t extent = dims_[size_t(d)], per_chunk = int64_t(chunk[size_t(d)]);
-      out.chunks_needed = checked_mul(out.chunks_needed,
-                                      per_chunk > 0 ? ceil_div(extent, per_chunk) : 0,
-                                      "HDF5 dataset ", where(), ": the chunks of its extents");
+      out.chunks_needed =
+          checked_mul(out.chunks_needed, per_chunk > 0 ? ceil_div(extent, per_chunk) : 0,
+                      "HDF5 dataset ", where(), ": the chunks of its extents");
     }
     // Counting walks the chunk index, so it is done only when the bytes alone do not settle it
     // (filtered data, or chunks that were never written).

@@ -17,24 +17,27 @@ using namespace detail;  // the family's shared helpers (core/hdf5/internal.h)
 
 void Dataset::read(void* out, DType memory_dtype) const {
   silence_errors();
-  check(H5Dread(id(), memory_type(memory_dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, out), "H5Dread", where());
+  check(H5Dread(id(), memory_type(memory_dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, out), "H5Dread",
+        where());
 }
 
 void Dataset::write(const void* data, DType memory_dtype) {
   silence_errors();
-  check(H5Dwrite(id(), memory_type(memory_dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "H5Dwrite", where());
+  check(H5Dwrite(id(), memory_type(memory_dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "H5Dwrite",
+        where());
 }
 
 void Dataset::read_selection(const Dataspace& file_space, void* out, DType memory_dtype) const {
   silence_errors();
   int64_t n = file_space.selected_elements();
   if (n == 0) return;
-  check(H5Dread(id(), memory_type(memory_dtype), memory_space(n), file_space.id(), H5P_DEFAULT, out), "H5Dread",
-        where());
+  check(
+      H5Dread(id(), memory_type(memory_dtype), memory_space(n), file_space.id(), H5P_DEFAULT, out),
+      "H5Dread", where());
 }
 
-void Dataset::read_block(const std::vector<int64_t>& start, const std::vector<int64_t>& count, void* out,
-                         DType memory_dtype) const {
+void Dataset::read_block(const std::vector<int64_t>& start, const std::vector<int64_t>& count,
+                         void* out, DType memory_dtype) const {
   Dataspace file_space = space();
   file_space.select_block(start, count);
   read_selection(file_space, out, memory_dtype);
@@ -55,8 +58,8 @@ void Dataset::write_block(const std::vector<int64_t>& start, const std::vector<i
 void Dataset::read_rows(int64_t row, int64_t rows, void* out, DType memory_dtype) const {
   silence_errors();
   MPIGRAD_CHECK(!dims_.empty(), "HDF5 dataset ", where(), ": read_rows on a scalar dataset");
-  MPIGRAD_CHECK(row >= 0 && rows >= 0 && row + rows <= dims_[0], "HDF5 dataset ", where(), ": rows [", row, ", ",
-                row + rows, ") exceed the extents ", Shape(dims_));
+  MPIGRAD_CHECK(row >= 0 && rows >= 0 && row + rows <= dims_[0], "HDF5 dataset ", where(),
+                ": rows [", row, ", ", row + rows, ") exceed the extents ", Shape(dims_));
   if (rows == 0) return;
   if (!read_space_.valid()) read_space_ = owned(H5Dget_space(id()), "H5Dget_space", where());
   std::array<hsize_t, H5S_MAX_RANK> start{}, count{};
@@ -67,9 +70,11 @@ void Dataset::read_rows(int64_t row, int64_t rows, void* out, DType memory_dtype
   }
   start[0] = hsize_t(row);
   count[0] = hsize_t(rows);
-  check(H5Sselect_hyperslab(read_space_.id(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr),
+  check(H5Sselect_hyperslab(read_space_.id(), H5S_SELECT_SET, start.data(), nullptr, count.data(),
+                            nullptr),
         "H5Sselect_hyperslab", where());
-  check(H5Dread(id(), memory_type(memory_dtype), memory_space(elements), read_space_.id(), H5P_DEFAULT, out),
+  check(H5Dread(id(), memory_type(memory_dtype), memory_space(elements), read_space_.id(),
+                H5P_DEFAULT, out),
         "H5Dread", where());
 }
 

@@ -13,8 +13,8 @@ namespace mpigrad::core::hdf5 {
 
 namespace detail {
 
-void rows_block(const std::vector<int64_t>& extents, int64_t row, int64_t rows, std::vector<int64_t>& start,
-                std::vector<int64_t>& count) {
+void rows_block(const std::vector<int64_t>& extents, int64_t row, int64_t rows,
+                std::vector<int64_t>& start, std::vector<int64_t>& count) {
   start.assign(extents.size(), 0);
   count = extents;
   if (!extents.empty()) {
@@ -40,19 +40,23 @@ std::vector<int64_t> Dataspace::dims() const {
   silence_errors();
   int rank = check(H5Sget_simple_extent_ndims(id()), "H5Sget_simple_extent_ndims", where_);
   std::vector<hsize_t> extents(size_t(rank), 0);
-  if (rank > 0) check(H5Sget_simple_extent_dims(id(), extents.data(), nullptr), "H5Sget_simple_extent_dims", where_);
+  if (rank > 0)
+    check(H5Sget_simple_extent_dims(id(), extents.data(), nullptr), "H5Sget_simple_extent_dims",
+          where_);
   return {extents.begin(), extents.end()};
 }
 
-void Dataspace::block(bool replace, const std::vector<int64_t>& start, const std::vector<int64_t>& count) {
+void Dataspace::block(bool replace, const std::vector<int64_t>& start,
+                      const std::vector<int64_t>& count) {
   silence_errors();
   std::vector<int64_t> extents = dims();
-  MPIGRAD_CHECK(start.size() == extents.size() && count.size() == extents.size(), "HDF5 selection in ",
-                where_, ": block of rank ", start.size(), " for a space of rank ", extents.size());
+  MPIGRAD_CHECK(start.size() == extents.size() && count.size() == extents.size(),
+                "HDF5 selection in ", where_, ": block of rank ", start.size(),
+                " for a space of rank ", extents.size());
   for (size_t d = 0; d < extents.size(); ++d) {
-    MPIGRAD_CHECK(start[d] >= 0 && count[d] >= 0 && start[d] + count[d] <= extents[d], "HDF5 selection in ",
-                  where_, ": block start ", Shape(start), " count ", Shape(count), " exceeds extents ",
-                  Shape(extents));
+    MPIGRAD_CHECK(start[d] >= 0 && count[d] >= 0 && start[d] + count[d] <= extents[d],
+                  "HDF5 selection in ", where_, ": block start ", Shape(start), " count ",
+                  Shape(count), " exceeds extents ", Shape(extents));
   }
   std::vector<hsize_t> offsets(start.begin(), start.end()), counts(count.begin(), count.end());
   check(H5Sselect_hyperslab(id(), replace ? H5S_SELECT_SET : H5S_SELECT_OR, offsets.data(), nullptr,

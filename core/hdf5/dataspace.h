@@ -15,7 +15,8 @@ namespace mpigrad::core::hdf5 {
 class Dataspace {
  public:
   Dataspace() = default;
-  Dataspace(Handle handle, std::string where) : handle_(std::move(handle)), where_(std::move(where)) {}
+  Dataspace(Handle handle, std::string where)
+      : handle_(std::move(handle)), where_(std::move(where)) {}
   // A simple dataspace of these extents (a scalar one when dims is empty).
   static Dataspace simple(const std::vector<int64_t>& dims);
 

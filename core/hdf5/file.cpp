@@ -20,11 +20,14 @@ File File::open(const std::string& path, Mode mode) {
   silence_errors();
   std::error_code error;
   MPIGRAD_CHECK(std::filesystem::exists(path, error), "HDF5 file ", path, ": no such file");
-  MPIGRAD_CHECK(!std::filesystem::is_directory(path, error), "HDF5 file ", path, ": is a directory");
+  MPIGRAD_CHECK(!std::filesystem::is_directory(path, error), "HDF5 file ", path,
+                ": is a directory");
   htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
-  if (is_hdf5 == 0) fail("HDF5 file ", path, ": not an HDF5 file (no HDF5 signature; corrupt or another format)");
+  if (is_hdf5 == 0)
+    fail("HDF5 file ", path, ": not an HDF5 file (no HDF5 signature; corrupt or another format)");
   if (is_hdf5 < 0) fail_call("H5Fis_hdf5", path);
-  hid_t id = H5Fopen(path.c_str(), mode == Mode::ReadOnly ? H5F_ACC_RDONLY : H5F_ACC_RDWR, H5P_DEFAULT);
+  hid_t id =
+      H5Fopen(path.c_str(), mode == Mode::ReadOnly ? H5F_ACC_RDONLY : H5F_ACC_RDWR, H5P_DEFAULT);
   if (id < 0) {
     std::string detail = take_error_stack();
     fail("HDF5 H5Fopen failed for ", path, " (truncated or corrupt file?): ", detail);
@@ -50,8 +53,9 @@ File File::open_image(const void* bytes, size_t size, const std::string& name) {
 
 File File::create(const std::string& path) {
   silence_errors();
-  return File(owned(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), "H5Fcreate", path),
-              path);
+  return File(
+      owned(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), "H5Fcreate", path),
+      path);
 }
 
 void File::close() {
@@ -80,15 +84,20 @@ ObjectKind File::kind(const std::string& object_path) const {
   // H5Lexists fails (rather than answering no) when a parent is missing, so walk the parents.
   for (size_t slash = path.find('/', 1);; slash = path.find('/', slash + 1)) {
     std::string prefix = path.substr(0, slash);
-    htri_t exists = check(H5Lexists(id(), prefix.c_str(), H5P_DEFAULT), "H5Lexists", join_where(path_, prefix));
+    htri_t exists =
+        check(H5Lexists(id(), prefix.c_str(), H5P_DEFAULT), "H5Lexists", join_where(path_, prefix));
     if (exists == 0) return ObjectKind::Missing;
     if (slash == std::string::npos) break;
   }
-  Handle object = owned(H5Oopen(id(), path.c_str(), H5P_DEFAULT), "H5Oopen", join_where(path_, path));
+  Handle object =
+      owned(H5Oopen(id(), path.c_str(), H5P_DEFAULT), "H5Oopen", join_where(path_, path));
   switch (H5Iget_type(object.id())) {
-    case H5I_GROUP: return ObjectKind::Group;
-    case H5I_DATASET: return ObjectKind::Dataset;
-    default: return ObjectKind::Other;
+    case H5I_GROUP:
+      return ObjectKind::Group;
+    case H5I_DATASET:
+      return ObjectKind::Dataset;
+    default:
+      return ObjectKind::Other;
   }
 }
 
@@ -97,12 +106,12 @@ void File::create_group(const std::string& group_path) {
   std::string path = absolute_path(group_path);
   ObjectKind existing = kind(path);
   if (existing == ObjectKind::Group) return;
-  MPIGRAD_CHECK(existing == ObjectKind::Missing, "HDF5 file ", path_, ": cannot create group ", path,
-                ": a non-group object has that name");
+  MPIGRAD_CHECK(existing == ObjectKind::Missing, "HDF5 file ", path_, ": cannot create group ",
+                path, ": a non-group object has that name");
   Handle lcpl = owned(H5Pcreate(H5P_LINK_CREATE), "H5Pcreate", path_);
   check(H5Pset_create_intermediate_group(lcpl.id(), 1), "H5Pset_create_intermediate_group", path_);
-  Handle group = owned(H5Gcreate2(id(), path.c_str(), lcpl.id(), H5P_DEFAULT, H5P_DEFAULT), "H5Gcreate2",
-                       join_where(path_, path));
+  Handle group = owned(H5Gcreate2(id(), path.c_str(), lcpl.id(), H5P_DEFAULT, H5P_DEFAULT),
+                       "H5Gcreate2", join_where(path_, path));
 }
 
 Dataset File::open_dataset(const std::string& name, const DatasetAccess& access) const {
@@ -113,16 +122,20 @@ Dataset File::open_dataset(const std::string& name, const DatasetAccess& access)
     std::string present;
     std::string parent = path.substr(0, path.rfind('/'));
     if (kind(parent.empty() ? "/" : parent) == ObjectKind::Group) {
-      for (const auto& member : list(parent.empty() ? "/" : parent)) present += (present.empty() ? "" : ", ") + member;
+      for (const auto& member : list(parent.empty() ? "/" : parent))
+        present += (present.empty() ? "" : ", ") + member;
     }
-    fail("HDF5 file ", path_, ": ", object == ObjectKind::Missing ? "no dataset " : "not a dataset: ", path,
+    fail("HDF5 file ", path_, ": ",
+         object == ObjectKind::Missing ? "no dataset " : "not a dataset: ", path,
          " (present: ", present.empty() ? "nothing" : present, ")");
   }
   std::string where = join_where(path_, path);
   Handle dapl = owned(H5Pcreate(H5P_DATASET_ACCESS), "H5Pcreate", where);
   if (access.chunk_cache_bytes > 0) {
-    size_t slots = access.chunk_cache_slots > 0 ? size_t(access.chunk_cache_slots) : H5D_CHUNK_CACHE_NSLOTS_DEFAULT;
-    check(H5Pset_chunk_cache(dapl.id(), slots, size_t(access.chunk_cache_bytes), access.chunk_cache_w0),
+    size_t slots = access.chunk_cache_slots > 0 ? size_t(access.chunk_cache_slots)
+                                                : H5D_CHUNK_CACHE_NSLOTS_DEFAULT;
+    check(H5Pset_chunk_cache(dapl.id(), slots, size_t(access.chunk_cache_bytes),
+                             access.chunk_cache_w0),
           "H5Pset_chunk_cache", where);
   }
   return Dataset(owned(H5Dopen2(id(), path.c_str(), dapl.id()), "H5Dopen2", where), path_, path);
@@ -133,13 +146,14 @@ Dataset File::create_dataset(const std::string& name, DType dtype, const std::ve
   silence_errors();
   std::string path = absolute_path(name);
   std::string where = join_where(path_, path);
-  MPIGRAD_CHECK(kind(path) == ObjectKind::Missing, "HDF5 file ", path_, ": cannot create dataset ", path,
-                ": it already exists");
+  MPIGRAD_CHECK(kind(path) == ObjectKind::Missing, "HDF5 file ", path_, ": cannot create dataset ",
+                path, ": it already exists");
   MPIGRAD_CHECK(layout.gzip_level == 0 || layout.chunk_rows > 0, "HDF5 dataset ", where,
                 ": gzip compression needs a chunked layout (chunk_rows > 0)");
   MPIGRAD_CHECK(layout.gzip_level >= 0 && layout.gzip_level <= 9, "HDF5 dataset ", where,
                 ": gzip level must be 0..9, got ", layout.gzip_level);
-  for (int64_t extent : dims) MPIGRAD_CHECK(extent >= 0, "HDF5 dataset ", where, ": negative extent in ", Shape(dims));
+  for (int64_t extent : dims)
+    MPIGRAD_CHECK(extent >= 0, "HDF5 dataset ", where, ": negative extent in ", Shape(dims));
 
   Handle dcpl = owned(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate", where);
   Handle space;
@@ -151,24 +165,28 @@ Dataset File::create_dataset(const std::string& name, DType dtype, const std::ve
     chunk[0] = hsize_t(layout.chunk_rows);
     for (auto& c : chunk) c = std::max<hsize_t>(c, 1);
     check(H5Pset_chunk(dcpl.id(), int(chunk.size()), chunk.data()), "H5Pset_chunk", where);
-    if (layout.gzip_level > 0) check(H5Pset_deflate(dcpl.id(), unsigned(layout.gzip_level)), "H5Pset_deflate", where);
-    space = owned(H5Screate_simple(int(extents.size()), extents.data(), max_extents.data()), "H5Screate_simple",
-                  where);
+    if (layout.gzip_level > 0)
+      check(H5Pset_deflate(dcpl.id(), unsigned(layout.gzip_level)), "H5Pset_deflate", where);
+    space = owned(H5Screate_simple(int(extents.size()), extents.data(), max_extents.data()),
+                  "H5Screate_simple", where);
   } else if (dims.empty()) {
     space = owned(H5Screate(H5S_SCALAR), "H5Screate", where);
   } else {
     std::vector<hsize_t> extents(dims.begin(), dims.end());
-    space = owned(H5Screate_simple(int(extents.size()), extents.data(), nullptr), "H5Screate_simple", where);
+    space = owned(H5Screate_simple(int(extents.size()), extents.data(), nullptr),
+                  "H5Screate_simple", where);
   }
   Handle lcpl = owned(H5Pcreate(H5P_LINK_CREATE), "H5Pcreate", where);
   check(H5Pset_create_intermediate_group(lcpl.id(), 1), "H5Pset_create_intermediate_group", where);
   Datatype type = Datatype::of(dtype);
-  return Dataset(owned(H5Dcreate2(id(), path.c_str(), type.id(), space.id(), lcpl.id(), dcpl.id(), H5P_DEFAULT),
+  return Dataset(owned(H5Dcreate2(id(), path.c_str(), type.id(), space.id(), lcpl.id(), dcpl.id(),
+                                  H5P_DEFAULT),
                        "H5Dcreate2", where),
                  path_, path);
 }
 
-Dataset File::write_tensor(const std::string& name, const Tensor& tensor, const DatasetLayout& layout) {
+Dataset File::write_tensor(const std::string& name, const Tensor& tensor,
+                           const DatasetLayout& layout) {
   Dataset dataset = create_dataset(name, tensor.dtype(), tensor.shape().vec(), layout);
   dataset.write_tensor(tensor);
   return dataset;

@@ -36,13 +36,15 @@ class File {
   Hid id() const { return handle_.id(); }
   const std::string& path() const { return path_; }
   bool is_open() const { return handle_.valid(); }
-  void close();  // flushes and closes, throwing on failure
+  void close();                  // flushes and closes, throwing on failure
   int64_t size_on_disk() const;  // the file's size as HDF5 sees it (its end of file)
   void flush();
 
   // ---- Objects (paths are absolute or relative to the root: "x" == "/x") ----------------------
   ObjectKind kind(const std::string& object_path) const;
-  bool exists(const std::string& object_path) const { return kind(object_path) != ObjectKind::Missing; }
+  bool exists(const std::string& object_path) const {
+    return kind(object_path) != ObjectKind::Missing;
+  }
   // Creates a group and any missing parents; does nothing when it already exists.
   void create_group(const std::string& group_path);
   // Names of a group's direct members, sorted.
@@ -67,14 +69,16 @@ class File {
   Dataset create_dataset(const std::string& name, DType dtype, const std::vector<int64_t>& dims,
                          const DatasetLayout& layout = {});
   // Creates and fills a dataset from a tensor (any layout; written as contiguous data).
-  Dataset write_tensor(const std::string& name, const Tensor& tensor, const DatasetLayout& layout = {});
+  Dataset write_tensor(const std::string& name, const Tensor& tensor,
+                       const DatasetLayout& layout = {});
   Tensor read_tensor(const std::string& name) const { return open_dataset(name).read_tensor(); }
 
   // ---- Attributes on any object ("/" is the file itself) -------------------------------------
   bool has_attribute(const std::string& object_path, const std::string& name) const;
   std::vector<std::string> list_attributes(const std::string& object_path) const;
   // Writing replaces an existing attribute of the same name.
-  void write_attribute(const std::string& object_path, const std::string& name, const std::string& value);
+  void write_attribute(const std::string& object_path, const std::string& name,
+                       const std::string& value);
   void write_attribute(const std::string& object_path, const std::string& name, const char* value) {
     write_attribute(object_path, name, std::string(value));
   }

@@ -64,7 +64,7 @@ std::string global_heap_problem(const std::string& path) {
       const uint64_t index = little_endian(bytes + at + offset, 2);
       const uint64_t object = little_endian(bytes + at + offset + 8, 8);
       const uint64_t room = collection - offset;
-      const uint64_t need = index == 0   ? object
+      const uint64_t need = index == 0      ? object
                             : object > room ? room + 1  // cannot fit, and no overflow below
                                             : 16 + (object + 7) / 8 * 8;
       if (need > room) {

@@ -76,19 +76,27 @@ std::string library_version() {
   return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
 }
 
-
 namespace {
 herr_t close_id(hid_t id) {
   switch (H5Iget_type(id)) {
-    case H5I_FILE: return H5Fclose(id);
-    case H5I_GROUP: return H5Gclose(id);
-    case H5I_DATASET: return H5Dclose(id);
-    case H5I_DATASPACE: return H5Sclose(id);
-    case H5I_DATATYPE: return H5Tclose(id);
-    case H5I_ATTR: return H5Aclose(id);
-    case H5I_GENPROP_LST: return H5Pclose(id);
-    case H5I_ERROR_STACK: return H5Eclose_stack(id);
-    default: return H5Idec_ref(id) < 0 ? -1 : 0;
+    case H5I_FILE:
+      return H5Fclose(id);
+    case H5I_GROUP:
+      return H5Gclose(id);
+    case H5I_DATASET:
+      return H5Dclose(id);
+    case H5I_DATASPACE:
+      return H5Sclose(id);
+    case H5I_DATATYPE:
+      return H5Tclose(id);
+    case H5I_ATTR:
+      return H5Aclose(id);
+    case H5I_GENPROP_LST:
+      return H5Pclose(id);
+    case H5I_ERROR_STACK:
+      return H5Eclose_stack(id);
+    default:
+      return H5Idec_ref(id) < 0 ? -1 : 0;
   }
 }
 }  // namespace

@@ -28,7 +28,9 @@ std::string take_error_stack();
 // Checks an HDF5 return value (negative means failure).
 template <typename T>
 T check(T result, const char* call, const std::string& where) {
-  if (result < 0) [[unlikely]] fail_call(call, where);
+  if (result < 0) [[unlikely]] {
+    fail_call(call, where);
+  }
   return result;
 }
 

@@ -25,12 +25,12 @@ std::vector<std::string> File::list(const std::string& group_path) const {
   check(H5Gget_info(group.id(), &info), "H5Gget_info", where);
   std::vector<std::string> names;
   for (hsize_t i = 0; i < info.nlinks; ++i) {
-    ssize_t length = check(H5Lget_name_by_idx(group.id(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0,
-                                              H5P_DEFAULT),
-                           "H5Lget_name_by_idx", where);
+    ssize_t length = check(
+        H5Lget_name_by_idx(group.id(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT),
+        "H5Lget_name_by_idx", where);
     std::string name(size_t(length) + 1, '\0');
-    check(H5Lget_name_by_idx(group.id(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size(),
-                             H5P_DEFAULT),
+    check(H5Lget_name_by_idx(group.id(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(),
+                             name.size(), H5P_DEFAULT),
           "H5Lget_name_by_idx", where);
     name.resize(size_t(length));
     names.push_back(std::move(name));

@@ -28,13 +28,20 @@ hid_t make_16bit_float(size_t exponent_bits, size_t mantissa_bits, size_t bias) 
 
 hid_t make_type(DType dtype) {
   switch (dtype) {
-    case DType::Float32: return H5Tcopy(H5T_NATIVE_FLOAT);
-    case DType::Float64: return H5Tcopy(H5T_NATIVE_DOUBLE);
-    case DType::Int32: return H5Tcopy(H5T_NATIVE_INT32);
-    case DType::Int64: return H5Tcopy(H5T_NATIVE_INT64);
-    case DType::UInt8: return H5Tcopy(H5T_NATIVE_UINT8);
-    case DType::Float16: return make_16bit_float(5, 10, 15);
-    case DType::BFloat16: return make_16bit_float(8, 7, 127);
+    case DType::Float32:
+      return H5Tcopy(H5T_NATIVE_FLOAT);
+    case DType::Float64:
+      return H5Tcopy(H5T_NATIVE_DOUBLE);
+    case DType::Int32:
+      return H5Tcopy(H5T_NATIVE_INT32);
+    case DType::Int64:
+      return H5Tcopy(H5T_NATIVE_INT64);
+    case DType::UInt8:
+      return H5Tcopy(H5T_NATIVE_UINT8);
+    case DType::Float16:
+      return make_16bit_float(5, 10, 15);
+    case DType::BFloat16:
+      return make_16bit_float(8, 7, 127);
     case DType::Bool: {
       hid_t type = H5Tenum_create(H5T_NATIVE_INT8);
       if (type < 0) return type;
@@ -49,7 +56,6 @@ hid_t make_type(DType dtype) {
   return -1;
 }
 
-
 }  // namespace
 
 namespace detail {
@@ -63,7 +69,8 @@ hid_t memory_type(DType dtype) {
     for (int d = 0; d < kernels::kNumDTypes; ++d) types[size_t(d)] = make_type(DType(d));
   });
   hid_t type = types[size_t(dtype)];
-  if (type < 0) fail("HDF5: could not build the in-memory type for ", dtype, ": ", take_error_stack());
+  if (type < 0)
+    fail("HDF5: could not build the in-memory type for ", dtype, ": ", take_error_stack());
   return type;
 }
 
@@ -73,7 +80,8 @@ using namespace detail;
 
 Datatype Datatype::of(DType dtype) {
   silence_errors();
-  return Datatype(owned(make_type(dtype), "H5Tcopy", std::string("type ") + std::string(dtype_name(dtype))));
+  return Datatype(
+      owned(make_type(dtype), "H5Tcopy", std::string("type ") + std::string(dtype_name(dtype))));
 }
 
 Datatype Datatype::fixed_string(size_t length) {
@@ -112,7 +120,8 @@ std::optional<DType> Datatype::to_dtype() const {
       if (size == 1 && H5Tget_nmembers(type) == 2) return DType::Bool;
       return std::nullopt;
     }
-    default: return std::nullopt;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -137,16 +146,27 @@ std::string Datatype::describe() const {
     case H5T_INTEGER:
       text = (H5Tget_sign(type) == H5T_SGN_2 ? "int" : "uint") + std::to_string(size * 8);
       break;
-    case H5T_FLOAT: text = "float" + std::to_string(size * 8); break;
-    case H5T_STRING: return "string";
-    case H5T_COMPOUND: return "compound";
-    case H5T_ENUM: return "enum of " + std::to_string(H5Tget_nmembers(type)) + " members";
-    case H5T_ARRAY: return "array";
-    case H5T_VLEN: return "variable-length sequence";
-    case H5T_OPAQUE: return "opaque";
-    case H5T_REFERENCE: return "reference";
-    case H5T_BITFIELD: return "bitfield" + std::to_string(size * 8);
-    default: return "unknown HDF5 type";
+    case H5T_FLOAT:
+      text = "float" + std::to_string(size * 8);
+      break;
+    case H5T_STRING:
+      return "string";
+    case H5T_COMPOUND:
+      return "compound";
+    case H5T_ENUM:
+      return "enum of " + std::to_string(H5Tget_nmembers(type)) + " members";
+    case H5T_ARRAY:
+      return "array";
+    case H5T_VLEN:
+      return "variable-length sequence";
+    case H5T_OPAQUE:
+      return "opaque";
+    case H5T_REFERENCE:
+      return "reference";
+    case H5T_BITFIELD:
+      return "bitfield" + std::to_string(size * 8);
+    default:
+      return "unknown HDF5 type";
   }
   if (H5Tget_order(type) == H5T_ORDER_BE) text += " (big-endian)";
   return text;

@@ -2,7 +2,6 @@
 // the target, and every failure (the writer throws, the stream fails, the temporary file cannot
 // be created, the rename fails) leaves the target as it was and no temporary file behind.
 #include <doctest/doctest.h>
-
 #include <stdlib.h>
 
 #include <algorithm>
@@ -15,10 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "../error_message.h"
 #include "mpigrad/core/atomic_file.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/hdf5.h"
-#include "../error_message.h"
 
 namespace {
 
@@ -121,8 +120,8 @@ TEST_CASE("atomic file: a failed rename is an error naming the path, and nothing
   // A non-empty folder where the file should go: the rename cannot replace it.
   const std::string path = dir.file("out.txt");
   fs::create_directories(fs::path(path) / "inside");
-  const std::string error = error_message(
-      [&] { write_file_atomically(path, [](std::ostream& out) { out << "data"; }); });
+  const std::string error =
+      error_message([&] { write_file_atomically(path, [](std::ostream& out) { out << "data"; }); });
   CHECK(contains(error, "cannot write '" + path + "'"));
   CHECK(contains(error, "renaming the temporary file"));
   CHECK(dir.names() == std::vector<std::string>{"out.txt"});
@@ -132,8 +131,8 @@ TEST_CASE("atomic file: a failed rename is an error naming the path, and nothing
 TEST_CASE("atomic file: a folder that does not exist is an error naming the path") {
   ScratchDir dir;
   const std::string path = dir.file("missing/out.txt");
-  const std::string error = error_message(
-      [&] { write_file_atomically(path, [](std::ostream& out) { out << "data"; }); });
+  const std::string error =
+      error_message([&] { write_file_atomically(path, [](std::ostream& out) { out << "data"; }); });
   CHECK(contains(error, "cannot write '" + path + "'"));
   CHECK(contains(error, "cannot create the temporary file"));
   CHECK(contains(error, "No such file or directory"));
