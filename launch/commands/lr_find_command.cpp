@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "mpigrad/core/atomic_file.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/data/data_loader.h"
 #include "mpigrad/launch/job/distributed_manager.h"
@@ -81,10 +82,7 @@ LRFindJob check_lr_find(std::vector<std::string> args, int64_t rank, int64_t ran
 }
 
 void write_curve(const std::string& path, const LRFinder& finder) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    MPIGRAD_CHECK(out.good(), "lr-find: cannot write ", tmp);
+  core::write_file_atomically(path, [&](std::ostream& out) {
     out.precision(9);
     out << "step,lr,loss,smoothed_loss\n";
     const auto& points = finder.points();
@@ -92,10 +90,7 @@ void write_curve(const std::string& path, const LRFinder& finder) {
       out << i << ',' << points[i].lr << ',' << points[i].loss << ',' << points[i].smoothed_loss
           << '\n';
     }
-    out.flush();
-    MPIGRAD_CHECK(out.good(), "lr-find: cannot write ", tmp);
-  }
-  std::filesystem::rename(tmp, path);
+  });
 }
 
 int lr_find(LRFindJob& job, DistributedManager& manager) {

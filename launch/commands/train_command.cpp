@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "mpigrad/core/atomic_file.h"
 #include "mpigrad/core/checked_math.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/ops/reduce.h"
@@ -215,13 +216,7 @@ TrainingJob check_job(const std::vector<std::string>& args, int64_t rank, int64_
 
 // Writes text to path through a temporary file and a rename.
 void write_atomically(const std::string& path, const std::string& text) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << text;
-    MPIGRAD_CHECK(out.good(), "cannot write ", tmp);
-  }
-  std::filesystem::rename(tmp, path);
+  core::write_file_atomically(path, [&](std::ostream& out) { out << text; });
 }
 
 // One line that shows what the model will see: the first batch after the input transform.

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <climits>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
+#include <ostream>
 #include <set>
 
+#include "mpigrad/core/atomic_file.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/tensor.h"
 #include "mpigrad/launch/comm/communicator.h"
@@ -168,11 +168,7 @@ int64_t write_merged_timeline(const Timeline& timeline, Communicator& world,
             "MPI_Gatherv", "the timeline's events");
   if (rank != 0) return 0;
 
-  namespace fs = std::filesystem;
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    MPIGRAD_CHECK(out.good(), "timeline: cannot write '", tmp, "'");
+  core::write_file_atomically(path, [&](std::ostream& out) {
     out << "{\"traceEvents\":[\n";
     for (int r = 0; r < ranks; ++r) {
       if (r > 0) out << ",\n";
@@ -182,16 +178,7 @@ int64_t write_merged_timeline(const Timeline& timeline, Communicator& world,
         << ",\"spans\":" << spans << ",\"dropped_events\":" << dropped
         << ",\"clock\":\"steady_clock per rank; origin at a barrier, drift rescaled to rank 0\"}}"
         << "\n";
-    out.close();
-    MPIGRAD_CHECK(out.good(), "timeline: cannot write '", tmp, "'");
-  }
-  std::error_code renamed;
-  fs::rename(tmp, path, renamed);
-  if (renamed) {
-    std::error_code ignored;
-    fs::remove(tmp, ignored);
-    core::fail("timeline: cannot rename '", tmp, "' to '", path, "': ", renamed.message());
-  }
+  });
   return spans;
 }
 

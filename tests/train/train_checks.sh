@@ -177,6 +177,22 @@ case "$check" in
     expect_error "expected one of auto | communicator | shared_memory | hierarchical" \
       --config base.ini --distributed.transport=ring
     ;;
+  partial_files)  # a write that fails leaves no temporary file behind (train and lr-find)
+    # out/config.ini is a non-empty folder, so renaming the written config.ini over it fails.
+    mkdir -p out/config.ini/inside
+    if run 1 "$mpigrad" train --config base.ini --train.out_dir=out > log.txt 2>&1; then
+      cat log.txt; fail "training wrote config.ini over a folder"
+    fi
+    grep -q "out/config.ini" log.txt || { cat log.txt; fail "the error does not name out/config.ini"; }
+    [ "$(ls out)" = "config.ini" ] || fail "temporary file left in out/: $(ls out | tr '\n' ' ')"
+    # The same for lr-find's curve, with --output a non-empty folder.
+    mkdir -p curve.csv/inside
+    if run 1 "$mpigrad" lr-find --config base.ini --steps 2 --output curve.csv > lr.txt 2>&1; then
+      cat lr.txt; fail "lr-find wrote its curve over a folder"
+    fi
+    grep -q "curve.csv" lr.txt || { cat lr.txt; fail "the error does not name curve.csv"; }
+    ls | grep -q '^curve\.csv\.tmp' && fail "temporary file left behind: $(ls | tr '\n' ' ')"
+    ;;
   *)
     fail "unknown check"
     ;;
