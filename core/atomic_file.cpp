@@ -1,8 +1,6 @@
 // Writing through a temporary file and a rename (core/atomic_file.h).
 #include "mpigrad/core/atomic_file.h"
 
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
