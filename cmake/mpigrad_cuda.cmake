@@ -44,13 +44,43 @@ if(MPIGRAD_CUDA_TOOLKIT_FOUND)
   set(MPIGRAD_CUDA_ENABLED ON)
 endif()
 
+# cuDNN: the CUDA backend's convolution, batch norm and pooling (core/cuda/cudnn_*.cpp, the
+# CudnnBackend). Without it the CUDA backend is the plain CudaBackend, on which those throw.
+set(MPIGRAD_CUDNN_FOUND OFF)
+if(MPIGRAD_CUDA_ENABLED AND NOT MPIGRAD_WITH_CUDNN STREQUAL "OFF")
+  mpigrad_pip_nvidia_dirs(pip_cudnn cudnn)
+  mpigrad_find_cuda_library(MPIGRAD_CUDNN HEADER cudnn.h NAMES cudnn libcudnn.so.9
+    ROOTS ${CUDNN_ROOT} $ENV{CUDNN_ROOT} ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_LIBRARY_DIR}
+        ${CUDAToolkit_LIBRARY_ROOT} ${CUDAToolkit_TARGET_DIR} ${pip_cudnn})
+  if(MPIGRAD_CUDNN_INCLUDE_DIR AND MPIGRAD_CUDNN_LIBRARY)
+    set(MPIGRAD_CUDNN_FOUND ON)
+  elseif(MPIGRAD_WITH_CUDNN STREQUAL "ON")
+    message(FATAL_ERROR "MPIGRAD_WITH_CUDNN=ON but cuDNN was not found (cudnn.h: "
+      "${MPIGRAD_CUDNN_INCLUDE_DIR}, libcudnn: ${MPIGRAD_CUDNN_LIBRARY}); set CUDNN_ROOT")
+  endif()
+endif()
+if(MPIGRAD_CUDA_ENABLED AND MPIGRAD_CUDNN_FOUND)
+  message(STATUS "mpigrad: the CUDA backend uses cuDNN ${MPIGRAD_CUDNN_LIBRARY}")
+elseif(MPIGRAD_CUDA_ENABLED AND MPIGRAD_WITH_CUDNN STREQUAL "OFF")
+  message(STATUS "mpigrad: cuDNN off (MPIGRAD_WITH_CUDNN=OFF): Conv2d, BatchNorm and pooling "
+                 "will not run on CUDA")
+elseif(MPIGRAD_CUDA_ENABLED)
+  message(WARNING "mpigrad: cuDNN (cudnn.h, libcudnn.so[.9]) not found beside the CUDA "
+                  "toolkit, under CUDNN_ROOT or in pip's nvidia/cudnn: Conv2d, BatchNorm and "
+                  "pooling will not run on CUDA")
+endif()
+
 # Adds the CUDA backend to `target` when it is enabled, and the no-CUDA fallback otherwise.
 function(mpigrad_add_cuda_sources target)
   if(NOT MPIGRAD_CUDA_ENABLED)
     target_sources(${target} PRIVATE ${MPIGRAD_CUDA_FALLBACK_SOURCE})
     return()
   endif()
-  target_sources(${target} PRIVATE ${MPIGRAD_CUDA_SOURCES})
+  set(sources ${MPIGRAD_CUDA_SOURCES})
+  if(NOT MPIGRAD_CUDNN_FOUND)
+    list(FILTER sources EXCLUDE REGEX "/core/cuda/cudnn_[a-z_]+\\.cpp$")
+  endif()
+  target_sources(${target} PRIVATE ${sources})
   target_compile_definitions(${target} PRIVATE MPIGRAD_WITH_CUDA=1
     $<$<BOOL:${MPIGRAD_CUDA_DEBUG_SYNC}>:MPIGRAD_CUDA_DEBUG_SYNC=1>)
   # cudart is linked as a shared library, the same one the host .cpp files of core/cuda call.
@@ -62,4 +92,12 @@ function(mpigrad_add_cuda_sources target)
     $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -Xcompiler=-Wall,-Wextra>
     $<$<AND:$<BOOL:${MPIGRAD_WERROR}>,$<COMPILE_LANGUAGE:CUDA>>:-Werror=all-warnings -Xcompiler=-Werror>)
   target_link_libraries(${target} PRIVATE CUDA::cudart CUDA::cublas)
+  if(MPIGRAD_CUDNN_FOUND)
+    target_include_directories(${target} PRIVATE ${MPIGRAD_CUDNN_INCLUDE_DIR})
+    target_link_libraries(${target} PRIVATE ${MPIGRAD_CUDNN_LIBRARY})
+  else()
+    # The cuDNN headers must then stay out of every translation unit, even where the toolkit has
+    # them: core/cuda/cudnn_backend.cuh refuses to compile under this definition.
+    target_compile_definitions(${target} PRIVATE MPIGRAD_WITHOUT_CUDNN=1)
+  endif()
 endfunction()

@@ -1,16 +1,172 @@
 // The CPU backend (forwards to kernels/cpu) and the device -> backend dispatch.
+//
+// Convolution runs as im2col + one GEMM per image over the groups (1x1 stride-1 convolutions
+// skip im2col, the image already being its column matrix); backward recomputes each image's
+// columns instead of saving them, so memory stays at one image's worth of columns.
 #include "mpigrad/core/backend.h"
 
+#include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/threads.h"
 #include "mpigrad/kernels/cross_entropy.h"
+#include "mpigrad/kernels/normalization.h"
 #include "mpigrad/kernels/random.h"
 
 namespace mpigrad::core {
 
 namespace {
+
+// Host scratch from the host allocator (aligned, cached) for the duration of one call.
+class HostScratch {
+ public:
+  explicit HostScratch(size_t nbytes)
+      : nbytes_(nbytes), ptr_(nbytes > 0 ? host_allocator().allocate(nbytes) : nullptr) {}
+  ~HostScratch() {
+    if (ptr_ != nullptr) host_allocator().deallocate(ptr_, nbytes_);
+  }
+  HostScratch(const HostScratch&) = delete;
+  HostScratch& operator=(const HostScratch&) = delete;
+  void* get() const { return ptr_; }
+
+ private:
+  size_t nbytes_;
+  void* ptr_;
+};
+
+// The convolution's loop over images and groups on the CPU.
+class CpuConv {
+ public:
+  CpuConv(DType dtype, const Conv2dShape& shape)
+      : dtype_(dtype), s_(shape), g_(shape.geometry), element_(size_t(element_size(dtype))) {
+    group_in_ = g_.channels / s_.groups;
+    group_out_ = s_.out_channels / s_.groups;
+    patch_ = group_in_ * g_.kernel_h * g_.kernel_w;
+    out_area_ = g_.out_h * g_.out_w;
+    direct_ = g_.kernel_h == 1 && g_.kernel_w == 1 && g_.stride_h == 1 && g_.stride_w == 1 &&
+              g_.pad_h == 0 && g_.pad_w == 0;
+  }
+
+  // y[n][g] = W[g] columns[g], one GEMM per image over the groups.
+  void forward(const void* x, const void* w, void* y) const {
+    HostScratch columns(column_bytes());
+    kernels::GemmShape shape;
+    shape.m = group_out_;
+    shape.n = out_area_;
+    shape.k = patch_;
+    shape.lda = patch_;
+    shape.ldb = out_area_;
+    shape.ldc = out_area_;
+    shape.batch = s_.groups;
+    shape.batch_stride_a = group_out_ * patch_;
+    shape.batch_stride_b = patch_ * out_area_;
+    shape.batch_stride_c = group_out_ * out_area_;
+    for (int64_t n = 0; n < s_.batch; ++n) {
+      const void* cols = columns_of(x, n, columns.get());
+      kernels::cpu::gemm(dtype_, shape, 1.0, w, cols, 0.0, output_image(y, n));
+    }
+  }
+
+  // columns = W^T g[n], one GEMM per group; then scattered onto the (zeroed) image.
+  void backward_data(const void* grad_y, const void* w, void* grad_x) const {
+    kernels::cpu::fill(dtype_, s_.batch * g_.channels * g_.height * g_.width, grad_x, 0.0);
+    HostScratch columns(column_bytes());
+    kernels::GemmShape shape;
+    shape.transpose_a = true;
+    shape.m = patch_;
+    shape.n = out_area_;
+    shape.k = group_out_;
+    shape.lda = patch_;
+    shape.ldb = out_area_;
+    shape.ldc = out_area_;
+    shape.batch = s_.groups;
+    shape.batch_stride_a = group_out_ * patch_;
+    shape.batch_stride_b = group_out_ * out_area_;
+    shape.batch_stride_c = patch_ * out_area_;
+    for (int64_t n = 0; n < s_.batch; ++n) {
+      void* image = input_image(grad_x, n);
+      void* target = direct_ ? image : columns.get();
+      kernels::cpu::gemm(dtype_, shape, 1.0, w, output_image(grad_y, n), 0.0, target);
+      if (!direct_) kernels::cpu::col2im(dtype_, g_, columns.get(), image);
+    }
+  }
+
+  // dW[g] (+)= g[n][g] columns[g]^T
+  void backward_filter(const void* x, const void* grad_y, void* grad_w) const {
+    if (s_.batch == 0) {
+      kernels::cpu::fill(dtype_, s_.out_channels * patch_, grad_w, 0.0);
+      return;
+    }
+    HostScratch columns(column_bytes());
+    kernels::GemmShape shape;
+    shape.transpose_b = true;
+    shape.m = group_out_;
+    shape.n = patch_;
+    shape.k = out_area_;
+    shape.lda = out_area_;
+    shape.ldb = out_area_;
+    shape.ldc = patch_;
+    shape.batch = s_.groups;
+    shape.batch_stride_a = group_out_ * out_area_;
+    shape.batch_stride_b = patch_ * out_area_;
+    shape.batch_stride_c = group_out_ * patch_;
+    for (int64_t n = 0; n < s_.batch; ++n) {
+      const void* cols = columns_of(x, n, columns.get());
+      kernels::cpu::gemm(dtype_, shape, 1.0, output_image(grad_y, n), cols, n == 0 ? 0.0 : 1.0,
+                         grad_w);
+    }
+  }
+
+ private:
+  size_t column_bytes() const {
+    return direct_ ? 0 : size_t(g_.channels * g_.kernel_h * g_.kernel_w * out_area_) * element_;
+  }
+  void* input_image(const void* base, int64_t n) const {
+    return const_cast<char*>(static_cast<const char*>(base)) +
+           size_t(n * g_.channels * g_.height * g_.width) * element_;
+  }
+  void* output_image(const void* base, int64_t n) const {
+    return const_cast<char*>(static_cast<const char*>(base)) +
+           size_t(n * s_.out_channels * out_area_) * element_;
+  }
+  // The column matrix of image n: the image itself (direct) or `columns`, filled by im2col.
+  const void* columns_of(const void* x, int64_t n, void* columns) const {
+    const void* image = input_image(x, n);
+    if (direct_) return image;
+    kernels::cpu::im2col(dtype_, g_, image, columns);
+    return columns;
+  }
+
+  DType dtype_;
+  const Conv2dShape& s_;
+  const kernels::Conv2dGeometry& g_;
+  size_t element_;
+  int64_t group_in_ = 0, group_out_ = 0, patch_ = 0, out_area_ = 0;
+  bool direct_ = false;
+};
+
+// The per-channel arithmetic of training batch norm, in the data's type T as core's ops would
+// do it (invstd = rsqrt(variance + eps); running = running * (1 - factor) + stat * factor).
+template <typename T>
+void batch_norm_channel_update(int64_t channels, int64_t count, double factor, double eps,
+                               const T* mean, const T* variance, T* invstd, T* running_mean,
+                               T* running_var) {
+  const T unbias = T(double(count) / (double(count) - 1.0));
+  for (int64_t c = 0; c < channels; ++c) {
+    const T shifted = variance[c] + T(eps);
+    invstd[c] = T(1) / std::sqrt(shifted);
+    if (running_mean == nullptr) continue;
+    const T keep_mean = running_mean[c] * T(1.0 - factor);
+    const T add_mean = mean[c] * T(factor);
+    running_mean[c] = keep_mean + add_mean;
+    const T unbiased = variance[c] * unbias;
+    const T keep_var = running_var[c] * T(1.0 - factor);
+    const T add_var = unbiased * T(factor);
+    running_var[c] = keep_var + add_var;
+  }
+}
 
 class CpuBackend final : public Backend {
  public:
@@ -104,6 +260,117 @@ class CpuBackend final : public Backend {
     const int64_t bad = kernels::cpu::cross_entropy(dtype, rows, cols, logits, targets,
                                                     ignore_index, grad_scale, losses, grad);
     if (bad >= 0) throw Error(bad_target_message(check, bad, targets[bad], cols));
+  }
+
+  void conv2d_forward(DType dtype, const Conv2dShape& shape, const void* x, const void* w,
+                      void* y) override {
+    CpuConv(dtype, shape).forward(x, w, y);
+  }
+  void conv2d_backward_data(DType dtype, const Conv2dShape& shape, const void* grad_y,
+                            const void* w, void* grad_x) override {
+    CpuConv(dtype, shape).backward_data(grad_y, w, grad_x);
+  }
+  void conv2d_backward_filter(DType dtype, const Conv2dShape& shape, const void* x,
+                              const void* grad_y, void* grad_w) override {
+    CpuConv(dtype, shape).backward_filter(x, grad_y, grad_w);
+  }
+
+  int64_t max_pool2d_indices(const Pool2dGeometry& g) override {
+    return g.planes * g.out_h * g.out_w;
+  }
+  void pool2d_forward(Pool2dMode mode, DType dtype, const Pool2dGeometry& geometry,
+                      const void* x, void* y, int64_t* indices) override {
+    switch (mode) {
+      case Pool2dMode::Max:
+        return kernels::cpu::max_pool2d_forward(dtype, geometry, x, y, indices);
+      case Pool2dMode::AvgIncludePad:
+      case Pool2dMode::AvgExcludePad:
+        return kernels::cpu::avg_pool2d_forward(dtype, geometry,
+                                                mode == Pool2dMode::AvgIncludePad, x, y);
+      case Pool2dMode::AdaptiveAvg:
+        return kernels::cpu::adaptive_avg_pool2d_forward(dtype, geometry, x, y);
+    }
+  }
+  void pool2d_backward(Pool2dMode mode, DType dtype, const Pool2dGeometry& geometry,
+                       const void* /*x*/, const void* /*y*/, const int64_t* indices,
+                       const void* grad_y, void* grad_x) override {
+    switch (mode) {
+      case Pool2dMode::Max:
+        return kernels::cpu::max_pool2d_backward(dtype, geometry, grad_y, indices, grad_x);
+      case Pool2dMode::AvgIncludePad:
+      case Pool2dMode::AvgExcludePad:
+        return kernels::cpu::avg_pool2d_backward(dtype, geometry,
+                                                 mode == Pool2dMode::AvgIncludePad, grad_y,
+                                                 grad_x);
+      case Pool2dMode::AdaptiveAvg:
+        return kernels::cpu::adaptive_avg_pool2d_backward(dtype, geometry, grad_y, grad_x);
+    }
+  }
+
+  void batch_norm_forward_training(DType dtype, int64_t batch, int64_t channels, int64_t inner,
+                                   double factor, double eps, const void* x, const void* weight,
+                                   const void* bias, void* running_mean, void* running_var,
+                                   void* y, void* mean, void* invstd) override {
+    HostScratch variance(size_t(channels) * size_t(element_size(dtype)));
+    kernels::cpu::batch_norm_statistics(dtype, batch, channels, inner, x, mean, variance.get());
+    const int64_t count = batch * inner;
+    if (dtype == DType::Float32) {
+      batch_norm_channel_update(channels, count, factor, eps, static_cast<const float*>(mean),
+                                static_cast<const float*>(variance.get()),
+                                static_cast<float*>(invstd), static_cast<float*>(running_mean),
+                                static_cast<float*>(running_var));
+    } else if (dtype == DType::Float64) {
+      batch_norm_channel_update(channels, count, factor, eps, static_cast<const double*>(mean),
+                                static_cast<const double*>(variance.get()),
+                                static_cast<double*>(invstd), static_cast<double*>(running_mean),
+                                static_cast<double*>(running_var));
+    } else {
+      fail("batch_norm: input must be float32 or float64, got ", dtype);
+    }
+    kernels::cpu::batch_norm_forward(dtype, batch, channels, inner, x, mean, invstd, weight,
+                                     bias, y);
+  }
+  void batch_norm_forward_inference(DType dtype, int64_t batch, int64_t channels, int64_t inner,
+                                    double /*eps*/, const void* x, const void* weight,
+                                    const void* bias, const void* mean,
+                                    const void* /*variance*/, const void* invstd,
+                                    void* y) override {
+    kernels::cpu::batch_norm_forward(dtype, batch, channels, inner, x, mean, invstd, weight,
+                                     bias, y);
+  }
+  void batch_norm_backward(DType dtype, int64_t batch, int64_t channels, int64_t inner,
+                           bool training, double /*eps*/, const void* x, const void* grad_y,
+                           const void* mean, const void* invstd, const void* weight,
+                           void* grad_x, void* grad_weight, void* grad_bias) override {
+    kernels::cpu::batch_norm_backward(dtype, batch, channels, inner, training, x, grad_y, mean,
+                                      invstd, weight, grad_x, grad_weight, grad_bias);
+  }
+
+  void layer_norm_forward(DType dtype, int64_t rows, int64_t cols, double eps, const void* x,
+                          const void* weight, const void* bias, void* y, void* mean,
+                          void* rstd) override {
+    kernels::cpu::layer_norm_forward(dtype, rows, cols, eps, x, weight, bias, y, mean, rstd);
+  }
+  void layer_norm_backward(DType dtype, int64_t rows, int64_t cols, const void* x,
+                           const void* grad_y, const void* mean, const void* rstd,
+                           const void* weight, void* grad_x, void* grad_weight,
+                           void* grad_bias) override {
+    kernels::cpu::layer_norm_backward(dtype, rows, cols, x, grad_y, mean, rstd, weight, grad_x,
+                                      grad_weight, grad_bias);
+  }
+
+  void sgd_step(DType dtype, int64_t count, const SgdSlot* slots) override {
+    for (int64_t i = 0; i < count; ++i) {
+      const SgdSlot& s = slots[i];
+      kernels::cpu::sgd_step(dtype, s.numel, s.hyper, s.param, s.grad, s.momentum_buffer);
+    }
+  }
+  void adam_step(DType dtype, int64_t count, const AdamSlot* slots) override {
+    for (int64_t i = 0; i < count; ++i) {
+      const AdamSlot& s = slots[i];
+      kernels::cpu::adam_step(dtype, s.numel, s.hyper, s.param, s.grad, s.exp_avg,
+                              s.exp_avg_sq);
+    }
   }
 };
 

@@ -1,9 +1,13 @@
-// Backend: the one place where ops choose CPU or CUDA kernels.
+// Backend: the one place where ops, layers and optimizers choose CPU or CUDA kernels.
 //
-// Ops in core/ops/ are written once against this interface with raw pointers and loop
-// descriptions; backend_for(device) returns the implementation for the tensor's device. The CPU
-// backend forwards to kernels/cpu; a CUDA build adds a backend that forwards to kernels/cuda on
-// the current stream. Asking for a device that this build or machine lacks is a core::Error.
+// Ops in core/ops/ and the layers and optimizers of nn/ are written once against this interface
+// with raw pointers and loop descriptions; backend_for(device) returns the implementation for
+// the tensor's device, and nothing above core branches on the device. The CPU backend
+// (core/backend.cpp) forwards to kernels/cpu; a CUDA build adds a backend (core/cuda/) that
+// forwards to kernels/cuda on the current stream, and to cuDNN for convolution, batch norm and
+// pooling. Adding an op for both devices means one virtual here and its two implementations.
+// Asking for a device that this build or machine lacks is a core::Error; so is asking a CUDA
+// backend built without cuDNN for one of cuDNN's families.
 #pragma once
 
 #include <cstdint>
@@ -12,17 +16,24 @@
 #include "mpigrad/core/device.h"
 #include "mpigrad/core/dtype.h"
 #include "mpigrad/core/storage.h"
+#include "mpigrad/kernels/conv.h"
 #include "mpigrad/kernels/elementwise.h"
 #include "mpigrad/kernels/index.h"
 #include "mpigrad/kernels/matmul.h"
+#include "mpigrad/kernels/optimizer.h"
+#include "mpigrad/kernels/pooling.h"
 #include "mpigrad/kernels/reduce.h"
 #include "mpigrad/kernels/softmax.h"
 
 namespace mpigrad::core {
 
+using kernels::AdamSlot;
 using kernels::BinaryOp;
+using kernels::Conv2dShape;
 using kernels::GemmShape;
+using kernels::Pool2dGeometry;
 using kernels::ReduceOp;
+using kernels::SgdSlot;
 using kernels::StridedLoop;
 using kernels::UnaryOp;
 
@@ -31,6 +42,10 @@ struct TargetCheck {
   std::string op = "cross_entropy";
   std::string targets;  // what they are, e.g. "label field 'y'"; "" when unknown
 };
+
+// The 2-d poolings of nn/functional/pooling.h. AdaptiveAvg reads only planes, height, width,
+// out_h and out_w of the geometry.
+enum class Pool2dMode : uint8_t { Max, AvgIncludePad, AvgExcludePad, AdaptiveAvg };
 
 // "<op>: label <value> at position <position>[ of <targets>] is out of range for num_classes =
 // <classes>".
@@ -93,6 +108,69 @@ class Backend {
   virtual void cross_entropy(DType dtype, int64_t rows, int64_t cols, const void* logits,
                              const int64_t* targets, int64_t ignore_index, double grad_scale,
                              void* losses, void* grad, const TargetCheck& check) = 0;
+
+  // ---- The layers' kernel families (nn/functional, nn/optim) ----------------------------------
+  // Tensors are dense, float32 or float64 (the optimizers: the dtypes their kernels take), and
+  // outputs are written with `=`.
+
+  // 2-d convolution without bias (kernels/conv.h): y = conv(x, w), and its two backward passes.
+  // A batch of 0 is valid: forward and backward data write nothing, backward filter zeros.
+  virtual void conv2d_forward(DType dtype, const Conv2dShape& shape, const void* x,
+                              const void* w, void* y) = 0;
+  virtual void conv2d_backward_data(DType dtype, const Conv2dShape& shape, const void* grad_y,
+                                    const void* w, void* grad_x) = 0;
+  virtual void conv2d_backward_filter(DType dtype, const Conv2dShape& shape, const void* x,
+                                      const void* grad_y, void* grad_w) = 0;
+
+  // 2-d pooling over [planes, H, W] (kernels/pooling.h). Max pooling records its winners in
+  // `indices`, max_pool2d_indices(geometry) Int64 values (one per output on the CPU; none on
+  // CUDA, where cuDNN finds them again from x and y), and its backward reads x, y and those
+  // indices; the average poolings read neither (x, y and indices may then be null).
+  virtual int64_t max_pool2d_indices(const Pool2dGeometry& geometry) = 0;
+  virtual void pool2d_forward(Pool2dMode mode, DType dtype, const Pool2dGeometry& geometry,
+                              const void* x, void* y, int64_t* indices) = 0;
+  virtual void pool2d_backward(Pool2dMode mode, DType dtype, const Pool2dGeometry& geometry,
+                               const void* x, const void* y, const int64_t* indices,
+                               const void* grad_y, void* grad_x) = 0;
+
+  // Batch norm over [batch, channels, inner] (kernels/normalization.h); weight and bias [channels]
+  // or null (no affine transform). Training: normalizes with the batch's statistics, writes mean
+  // and invstd = 1/sqrt(biased variance + eps) ([channels]), and when running_mean and
+  // running_var are not null (dense, of `dtype`) blends them in place with the unbiased
+  // variance: running = (1 - factor) * running + factor * batch.
+  virtual void batch_norm_forward_training(DType dtype, int64_t batch, int64_t channels,
+                                           int64_t inner, double factor, double eps,
+                                           const void* x, const void* weight, const void* bias,
+                                           void* running_mean, void* running_var, void* y,
+                                           void* mean, void* invstd) = 0;
+  // Eval mode, with the running statistics: `invstd` is 1/sqrt(variance + eps), given beside
+  // variance and eps so each backend takes the form its library wants.
+  virtual void batch_norm_forward_inference(DType dtype, int64_t batch, int64_t channels,
+                                            int64_t inner, double eps, const void* x,
+                                            const void* weight, const void* bias,
+                                            const void* mean, const void* variance,
+                                            const void* invstd, void* y) = 0;
+  // `training`: mean and invstd are the forward's batch statistics (grad_x includes their
+  // dependence on x); otherwise they are constants. Unwanted gradients may be null.
+  virtual void batch_norm_backward(DType dtype, int64_t batch, int64_t channels, int64_t inner,
+                                   bool training, double eps, const void* x, const void* grad_y,
+                                   const void* mean, const void* invstd, const void* weight,
+                                   void* grad_x, void* grad_weight, void* grad_bias) = 0;
+
+  // Layer norm over the rows of [rows, cols] (kernels/normalization.h); weight and bias [cols] or
+  // null; unwanted gradients null.
+  virtual void layer_norm_forward(DType dtype, int64_t rows, int64_t cols, double eps,
+                                  const void* x, const void* weight, const void* bias, void* y,
+                                  void* mean, void* rstd) = 0;
+  virtual void layer_norm_backward(DType dtype, int64_t rows, int64_t cols, const void* x,
+                                   const void* grad_y, const void* mean, const void* rstd,
+                                   const void* weight, void* grad_x, void* grad_weight,
+                                   void* grad_bias) = 0;
+
+  // The optimizers' in-place updates (kernels/optimizer.h) of `count` tensors of one dtype, each
+  // with its own hyperparameters: a loop on the CPU, one fused launch on CUDA.
+  virtual void sgd_step(DType dtype, int64_t count, const SgdSlot* slots) = 0;
+  virtual void adam_step(DType dtype, int64_t count, const AdamSlot* slots) = 0;
 };
 
 // The backend for `device`, or core::Error when this build or machine cannot serve it.

@@ -1,10 +1,12 @@
-// defines: Conv2dGeometry, im2col, col2im (the data movement of convolution as a GEMM)
+// defines: Conv2dGeometry, Conv2dShape, im2col, col2im (the data movement of convolution as a
+//          GEMM)
 //
 // A 2-d convolution becomes one matrix product per image: im2col unrolls every receptive field
 // of an image [channels, height, width] into a column of a dense [channels*kh*kw, out_h*out_w]
 // buffer, so out = weight[out_channels, channels*kh*kw] x columns. col2im is its adjoint and
-// scatters column gradients back onto the image. Both work on one image; core/ and nn/ loop
-// over the batch and over groups (a group's channels are a contiguous block of rows).
+// scatters column gradients back onto the image. Both work on one image; the CPU backend
+// (core/backend.cpp) loops over the batch and over groups (a group's channels are a contiguous
+// block of rows).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +22,13 @@ struct Conv2dGeometry {
   int64_t stride_h = 1, stride_w = 1;
   int64_t dilation_h = 1, dilation_w = 1;
   int64_t out_h = 0, out_w = 0;  // (height + 2*pad - dilation*(kernel-1) - 1) / stride + 1
+};
+
+// One whole convolution as the backends run it (core/backend.h): x [batch, channels, H, W],
+// w [out_channels, channels/groups, kh, kw], y [batch, out_channels, out_h, out_w].
+struct Conv2dShape {
+  Conv2dGeometry geometry;  // of one whole image (all input channels)
+  int64_t batch = 0, out_channels = 0, groups = 1;
 };
 
 namespace cpu {

@@ -45,7 +45,8 @@ void layer_norm_backward(DType dtype, int64_t rows, int64_t cols, const void* x,
 // The layer-norm pair on a CUDA device (kernels/cuda/normalization.cu), queued on `stream` (a
 // cudaStream_t) of the current device. Same layout and `=` contract as the CPU versions;
 // Float32 and Float64 only. Statistics accumulate in float for Float32 (double for Float64).
-// Batch norm on CUDA is cuDNN's (nn/cuda/), so it has no hand-written kernel here.
+// Batch norm on CUDA is cuDNN's (core/cuda/cudnn_batch_norm.cpp), so it has no hand-written
+// kernel here.
 namespace cuda {
 
 void layer_norm_forward(DType dtype, int64_t rows, int64_t cols, double eps, const void* x,

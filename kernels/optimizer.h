@@ -1,4 +1,4 @@
-// defines: sgd_step, adam_step (one parameter tensor's update, in place);
+// defines: SgdSlot, AdamSlot, sgd_step, adam_step (one parameter tensor's update, in place);
 //          cuda::sgd_step_multi, cuda::adam_step_multi (many tensors in one launch)
 //
 // The elementwise updates of the optimizers in nn/optim/, on dense buffers of n elements.
@@ -25,6 +25,25 @@ struct AdamHyper {
   int64_t step = 1;                     // 1-based, for the bias corrections
 };
 
+// One tensor's update in a multi-tensor step (core::Backend::sgd_step / adam_step): its dense
+// buffers of `numel` elements (device memory for the CUDA kernels) and its hyperparameters.
+struct SgdSlot {
+  void* param = nullptr;
+  const void* grad = nullptr;
+  void* momentum_buffer = nullptr;  // null when hyper.momentum == 0
+  int64_t numel = 0;
+  SgdHyper hyper;
+};
+
+struct AdamSlot {
+  void* param = nullptr;
+  const void* grad = nullptr;
+  void* exp_avg = nullptr;
+  void* exp_avg_sq = nullptr;
+  int64_t numel = 0;
+  AdamHyper hyper;
+};
+
 namespace cpu {
 
 // d = g + wd*p; buf = first ? d : momentum*buf + (1-dampening)*d;
@@ -47,22 +66,8 @@ void adam_step(DType dtype, int64_t n, const AdamHyper& hyper, void* param, cons
 // Float32 or Float64; their buffers are dense device memory of `numel` elements.
 namespace cuda {
 
-struct SgdSlot {
-  void* param = nullptr;
-  const void* grad = nullptr;
-  void* momentum_buffer = nullptr;  // null when hyper.momentum == 0
-  int64_t numel = 0;
-  SgdHyper hyper;
-};
-
-struct AdamSlot {
-  void* param = nullptr;
-  const void* grad = nullptr;
-  void* exp_avg = nullptr;
-  void* exp_avg_sq = nullptr;
-  int64_t numel = 0;
-  AdamHyper hyper;
-};
+using kernels::AdamSlot;
+using kernels::SgdSlot;
 
 size_t sgd_slots_bytes(int64_t count);
 size_t adam_slots_bytes(int64_t count);

@@ -4,55 +4,29 @@
 
 #include <cublas_v2.h>
 
-#include <exception>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
-#include <utility>
 
 #include "mpigrad/core/cuda/cuda_check.cuh"
 #include "mpigrad/core/stream.h"
 #include "mpigrad/kernels/cross_entropy.h"
+#include "mpigrad/kernels/normalization.h"
 #include "mpigrad/kernels/random.h"
 
 namespace mpigrad::core::cuda_detail {
 
 namespace {
 
-// Runs a kernels/cuda launcher with the device current; its standard exceptions become
-// core::Error with the same message, so callers see one exception type for every failure.
-template <typename Fn>
-decltype(auto) launch(int device, Fn&& fn) {
-  DeviceGuard guard(device);
-  try {
-    return std::forward<Fn>(fn)();
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& error) {
-    throw Error(error.what());
-  }
-}
-
-// Device scratch memory from the caching allocator for the duration of one launch.
-class Scratch {
- public:
-  Scratch(Allocator& allocator, size_t nbytes)
-      : allocator_(allocator), nbytes_(nbytes), ptr_(nbytes > 0 ? allocator.allocate(nbytes) : nullptr) {}
-  ~Scratch() { allocator_.deallocate(ptr_, nbytes_); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  void* get() const { return ptr_; }
-
- private:
-  Allocator& allocator_;
-  size_t nbytes_;
-  void* ptr_;
-};
-
 void check_cublas(cublasStatus_t status, const char* call, int device) {
   if (status != CUBLAS_STATUS_SUCCESS) {
     fail("cuBLAS call ", call, " failed on cuda:", device, ": ", cublasGetStatusName(status), " (",
          cublasGetStatusString(status), ")");
   }
+}
+
+[[noreturn]] void no_cudnn(const char* op) {
+  fail(op, ": this libmpigrad was built without cuDNN, which CUDA tensors need here");
 }
 
 }  // namespace
@@ -258,6 +232,159 @@ void CudaBackend::cross_entropy(DType dtype, int64_t rows, int64_t cols, const v
                           " without waiting, and reported at a later synchronization: the "
                           "steps queued in between got NaN for that row)";
                  });
+  });
+}
+
+// ---- Without cuDNN ----------------------------------------------------------------------------
+
+void CudaBackend::conv2d_forward(DType, const Conv2dShape&, const void*, const void*, void*) {
+  no_cudnn("conv2d");
+}
+void CudaBackend::conv2d_backward_data(DType, const Conv2dShape&, const void*, const void*,
+                                       void*) {
+  no_cudnn("conv2d backward");
+}
+void CudaBackend::conv2d_backward_filter(DType, const Conv2dShape&, const void*, const void*,
+                                         void*) {
+  no_cudnn("conv2d backward");
+}
+int64_t CudaBackend::max_pool2d_indices(const Pool2dGeometry&) { return 0; }
+void CudaBackend::pool2d_forward(Pool2dMode, DType, const Pool2dGeometry&, const void*, void*,
+                                 int64_t*) {
+  no_cudnn("pool2d");
+}
+void CudaBackend::pool2d_backward(Pool2dMode, DType, const Pool2dGeometry&, const void*,
+                                  const void*, const int64_t*, const void*, void*) {
+  no_cudnn("pool2d backward");
+}
+void CudaBackend::batch_norm_forward_training(DType, int64_t, int64_t, int64_t, double, double,
+                                              const void*, const void*, const void*, void*,
+                                              void*, void*, void*, void*) {
+  no_cudnn("batch_norm");
+}
+void CudaBackend::batch_norm_forward_inference(DType, int64_t, int64_t, int64_t, double,
+                                               const void*, const void*, const void*,
+                                               const void*, const void*, const void*, void*) {
+  no_cudnn("batch_norm");
+}
+void CudaBackend::batch_norm_backward(DType dtype, int64_t batch, int64_t channels,
+                                      int64_t inner, bool training, double, const void* x,
+                                      const void* grad_y, const void* mean, const void* invstd,
+                                      const void* weight, void* grad_x, void* grad_weight,
+                                      void* grad_bias) {
+  if (training) no_cudnn("batch_norm backward");
+  batch_norm_backward_eval(dtype, batch, channels, inner, x, grad_y, mean, invstd, weight,
+                           grad_x, grad_weight, grad_bias);
+}
+
+// ---- Batch norm backward in eval mode ----------------------------------------------------------
+// mean and invstd are constants: grad_x = g * weight[c] * invstd[c], grad_weight[c] =
+// sum(g * (x - mean[c]) * invstd[c]) and grad_bias[c] = sum(g) over batch and inner, each sum
+// reduced over inner and then over the batch.
+
+namespace {
+
+// A loop over [batch, channels, inner] whose operands are dense [batch, channels, inner] data
+// (dense == true) or a per-channel vector (false), operand 0 (the output) first.
+StridedLoop channel_loop(int64_t batch, int64_t channels, int64_t inner,
+                         std::initializer_list<bool> dense) {
+  StridedLoop loop;
+  loop.ndim = 3;
+  loop.size[0] = batch;
+  loop.size[1] = channels;
+  loop.size[2] = inner;
+  int op = 0;
+  for (bool is_dense : dense) {
+    loop.stride[op][0] = is_dense ? channels * inner : 0;
+    loop.stride[op][1] = is_dense ? inner : 1;
+    loop.stride[op][2] = is_dense ? 1 : 0;
+    ++op;
+  }
+  return loop;
+}
+
+StridedLoop flat_loop(int64_t n, int operands) {
+  StridedLoop loop;
+  loop.ndim = 1;
+  loop.size[0] = n;
+  for (int op = 0; op < operands; ++op) loop.stride[op][0] = 1;
+  return loop;
+}
+
+}  // namespace
+
+void CudaBackend::batch_norm_backward_eval(DType dtype, int64_t batch, int64_t channels,
+                                           int64_t inner, const void* x, const void* grad_y,
+                                           const void* mean, const void* invstd,
+                                           const void* weight, void* grad_x, void* grad_weight,
+                                           void* grad_bias) {
+  const int64_t numel = batch * channels * inner;
+  const size_t element = size_t(element_size(dtype));
+  // Sums a dense [batch, channels, inner] buffer to [channels] through `partial`.
+  auto channel_sum = [&](const void* data, void* partial, void* out) {
+    reduce(ReduceOp::Sum, dtype, batch * channels, inner, 1, partial, nullptr, data);
+    reduce(ReduceOp::Sum, dtype, 1, batch, channels, out, nullptr, partial);
+  };
+  if (grad_x != nullptr && numel > 0) {
+    const void* factor = invstd;
+    Scratch scaled(allocator_, weight != nullptr ? size_t(channels) * element : 0);
+    if (weight != nullptr) {
+      binary(BinaryOp::Mul, dtype, flat_loop(channels, 3), scaled.get(), invstd, weight);
+      factor = scaled.get();
+    }
+    binary(BinaryOp::Mul, dtype, channel_loop(batch, channels, inner, {true, true, false}),
+           grad_x, grad_y, factor);
+  }
+  if (grad_weight == nullptr && grad_bias == nullptr) return;
+  Scratch partial(allocator_, size_t(batch * channels) * element);
+  if (grad_bias != nullptr) channel_sum(grad_y, partial.get(), grad_bias);
+  if (grad_weight == nullptr) return;
+  Scratch product(allocator_, size_t(numel) * element);
+  if (numel > 0) {
+    const StridedLoop with_channel = channel_loop(batch, channels, inner, {true, true, false});
+    binary(BinaryOp::Sub, dtype, with_channel, product.get(), x, mean);
+    binary(BinaryOp::Mul, dtype, with_channel, product.get(), product.get(), invstd);
+    binary(BinaryOp::Mul, dtype, flat_loop(numel, 3), product.get(), product.get(), grad_y);
+  }
+  channel_sum(product.get(), partial.get(), grad_weight);
+}
+
+// ---- Layer norm and the optimizers --------------------------------------------------------------
+
+void CudaBackend::layer_norm_forward(DType dtype, int64_t rows, int64_t cols, double eps,
+                                     const void* x, const void* weight, const void* bias, void* y,
+                                     void* mean, void* rstd) {
+  launch(device_, [&] {
+    kernels::cuda::layer_norm_forward(dtype, rows, cols, eps, x, weight, bias, y, mean, rstd,
+                                      stream());
+  });
+}
+
+void CudaBackend::layer_norm_backward(DType dtype, int64_t rows, int64_t cols, const void* x,
+                                      const void* grad_y, const void* mean, const void* rstd,
+                                      const void* weight, void* grad_x, void* grad_weight,
+                                      void* grad_bias) {
+  launch(device_, [&] {
+    kernels::cuda::layer_norm_backward(dtype, rows, cols, x, grad_y, mean, rstd, weight, grad_x,
+                                       grad_weight, grad_bias, stream());
+  });
+}
+
+// The slot array goes to stream-ordered scratch: freed after the call, reused only by work
+// queued after the kernel on the same stream.
+void CudaBackend::sgd_step(DType dtype, int64_t count, const SgdSlot* slots) {
+  if (count == 0) return;
+  launch(device_, [&] {
+    Scratch device_slots(allocator_, kernels::cuda::sgd_slots_bytes(count));
+    kernels::cuda::sgd_step_multi(dtype, count, slots, device_slots.get(), stream());
+  });
+}
+
+void CudaBackend::adam_step(DType dtype, int64_t count, const AdamSlot* slots) {
+  if (count == 0) return;
+  launch(device_, [&] {
+    Scratch device_slots(allocator_, kernels::cuda::adam_slots_bytes(count));
+    kernels::cuda::adam_step_multi(dtype, count, slots, device_slots.get(), stream());
   });
 }
 

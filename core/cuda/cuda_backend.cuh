@@ -1,5 +1,9 @@
 // Internal to core/cuda: the CUDA implementation of core::Backend for one device.
 //
+// CudaBackend runs everything on kernels/cuda and cuBLAS; the families it has no kernel for
+// (convolution, batch norm, pooling) throw, naming cuDNN. A build with cuDNN creates the
+// subclass CudnnBackend instead (core/cuda/cudnn_backend.cuh), which runs those on cuDNN.
+//
 // Every op makes the backend's device current, takes the calling thread's current stream of that
 // device, and queues kernels/cuda launchers on it; nothing waits except where a result must
 // reach the host (copy_to_host, the index checks). Cross-entropy checks its targets on the device
@@ -12,16 +16,52 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <mutex>
+#include <utility>
 
 #include "mpigrad/core/backend.h"
 #include "mpigrad/core/cuda/caching_allocator.cuh"
+#include "mpigrad/core/cuda/cuda_check.cuh"
 #include "mpigrad/core/cuda/device_checks.cuh"
+#include "mpigrad/core/error.h"
 
 namespace mpigrad::core::cuda_detail {
 
-class CudaBackend final : public Backend {
+// Runs a kernels/cuda launcher (or a cuDNN call) with the device current; standard exceptions
+// become core::Error with the same message, so callers see one exception type for every failure.
+template <typename Fn>
+decltype(auto) launch(int device, Fn&& fn) {
+  DeviceGuard guard(device);
+  try {
+    return std::forward<Fn>(fn)();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& error) {
+    throw Error(error.what());
+  }
+}
+
+// Device scratch memory from the caching allocator for the duration of one launch.
+class Scratch {
+ public:
+  Scratch(Allocator& allocator, size_t nbytes)
+      : allocator_(allocator), nbytes_(nbytes),
+        ptr_(nbytes > 0 ? allocator.allocate(nbytes) : nullptr) {}
+  ~Scratch() { allocator_.deallocate(ptr_, nbytes_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  void* get() const { return ptr_; }
+
+ private:
+  Allocator& allocator_;
+  size_t nbytes_;
+  void* ptr_;
+};
+
+class CudaBackend : public Backend {
  public:
   explicit CudaBackend(int device);
   ~CudaBackend() override;
@@ -78,6 +118,51 @@ class CudaBackend final : public Backend {
                      const int64_t* targets, int64_t ignore_index, double grad_scale,
                      void* losses, void* grad, const TargetCheck& check) override;
 
+  // The cuDNN families: these throw (a build without cuDNN); CudnnBackend overrides them.
+  void conv2d_forward(DType dtype, const Conv2dShape& shape, const void* x, const void* w,
+                      void* y) override;
+  void conv2d_backward_data(DType dtype, const Conv2dShape& shape, const void* grad_y,
+                            const void* w, void* grad_x) override;
+  void conv2d_backward_filter(DType dtype, const Conv2dShape& shape, const void* x,
+                              const void* grad_y, void* grad_w) override;
+  int64_t max_pool2d_indices(const Pool2dGeometry& geometry) override;
+  void pool2d_forward(Pool2dMode mode, DType dtype, const Pool2dGeometry& geometry,
+                      const void* x, void* y, int64_t* indices) override;
+  void pool2d_backward(Pool2dMode mode, DType dtype, const Pool2dGeometry& geometry,
+                       const void* x, const void* y, const int64_t* indices, const void* grad_y,
+                       void* grad_x) override;
+  void batch_norm_forward_training(DType dtype, int64_t batch, int64_t channels, int64_t inner,
+                                   double factor, double eps, const void* x, const void* weight,
+                                   const void* bias, void* running_mean, void* running_var,
+                                   void* y, void* mean, void* invstd) override;
+  void batch_norm_forward_inference(DType dtype, int64_t batch, int64_t channels, int64_t inner,
+                                    double eps, const void* x, const void* weight,
+                                    const void* bias, const void* mean, const void* variance,
+                                    const void* invstd, void* y) override;
+  // Eval mode (training == false) runs here on the elementwise and reduction kernels, with or
+  // without cuDNN; training mode is cuDNN's.
+  void batch_norm_backward(DType dtype, int64_t batch, int64_t channels, int64_t inner,
+                           bool training, double eps, const void* x, const void* grad_y,
+                           const void* mean, const void* invstd, const void* weight,
+                           void* grad_x, void* grad_weight, void* grad_bias) override;
+
+  // Hand-written kernels (kernels/cuda/normalization.cu, optimizer.cu).
+  void layer_norm_forward(DType dtype, int64_t rows, int64_t cols, double eps, const void* x,
+                          const void* weight, const void* bias, void* y, void* mean,
+                          void* rstd) override;
+  void layer_norm_backward(DType dtype, int64_t rows, int64_t cols, const void* x,
+                           const void* grad_y, const void* mean, const void* rstd,
+                           const void* weight, void* grad_x, void* grad_weight,
+                           void* grad_bias) override;
+  void sgd_step(DType dtype, int64_t count, const SgdSlot* slots) override;
+  void adam_step(DType dtype, int64_t count, const AdamSlot* slots) override;
+
+ protected:
+  void batch_norm_backward_eval(DType dtype, int64_t batch, int64_t channels, int64_t inner,
+                                const void* x, const void* grad_y, const void* mean,
+                                const void* invstd, const void* weight, void* grad_x,
+                                void* grad_weight, void* grad_bias);
+
  private:
   void* blas_handle();  // created on first use
 
@@ -88,9 +173,9 @@ class CudaBackend final : public Backend {
   void* blas_ = nullptr;  // cublasHandle_t
 };
 
-// The backend of visible device `index`, created on first use and never destroyed (tensors in
-// static objects may be freed after static destructors have run). Throws core::Error when the
-// device is not visible.
+// The backend of visible device `index` (a CudnnBackend in a build with cuDNN), created on first
+// use and never destroyed (tensors in static objects may be freed after static destructors have
+// run). Throws core::Error when the device is not visible.
 CudaBackend& cuda_backend(int index);
 
 // The pinned host allocator's bookkeeping, used by core/pinned.h.

@@ -11,6 +11,9 @@
 #include "mpigrad/core/backend.h"
 #include "mpigrad/core/cuda.h"
 #include "mpigrad/core/cuda/cuda_backend.cuh"
+#if !defined(MPIGRAD_WITHOUT_CUDNN)
+#include "mpigrad/core/cuda/cudnn_backend.cuh"
+#endif
 #include "mpigrad/core/cuda/cuda_check.cuh"
 #include "mpigrad/core/cuda_allocator.h"
 
@@ -63,7 +66,15 @@ CudaBackend& cuda_backend(int index) {
   std::lock_guard<std::mutex> lock(mutex);
   if (backends->empty()) backends->resize(size_t(count));
   auto& backend = (*backends)[size_t(index)];
-  if (!backend) backend = std::make_unique<CudaBackend>(index);
+  if (!backend) {
+    // The one place where the build's cuDNN matters: with it, the backend runs convolution,
+    // batch norm and pooling; without it, those throw.
+#if defined(MPIGRAD_WITHOUT_CUDNN)
+    backend = std::make_unique<CudaBackend>(index);
+#else
+    backend = std::make_unique<CudnnBackend>(index);
+#endif
+  }
   return *backend;
 }
 

@@ -1,4 +1,4 @@
-// CUDA layer norm, forward and backward (batch norm on CUDA is cuDNN's, in nn/cuda/).
+// CUDA layer norm, forward and backward (batch norm on CUDA is cuDNN's: core/cuda/cudnn_*).
 //
 // Layout: dense [rows, cols] x, y, grad_y, grad_x; weight, bias, grad_weight, grad_bias are
 // [cols]; mean and rstd are [rows]. Every output is written with `=` (nothing accumulates).

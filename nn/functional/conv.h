@@ -1,10 +1,9 @@
 // defines: Conv2dOptions, conv2d
 //
 // 2-d convolution of NCHW input with an [out_channels, in_channels/groups, kh, kw] weight, with
-// stride, zero padding, dilation and groups (torch.nn.functional.conv2d). On the CPU each image
-// is unrolled by im2col (kernels/conv.h) and multiplied by the weight with one batched GEMM over
-// the groups; 1x1 stride-1 convolutions skip im2col. Backward recomputes the columns instead of
-// saving them, so memory stays at one image's worth of columns.
+// stride, zero padding, dilation and groups (torch.nn.functional.conv2d). The device's backend
+// runs it (core/backend.h: im2col + GEMM on the CPU, cuDNN on CUDA); the bias is a broadcast
+// add, and its gradient a sum, in core ops.
 #pragma once
 
 #include <array>

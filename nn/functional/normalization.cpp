@@ -3,13 +3,9 @@
 #include <cmath>
 
 #include "mpigrad/core/autograd.h"
+#include "mpigrad/core/backend.h"
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/op_support.h"
-#include "mpigrad/core/ops/reduce.h"
-#include "mpigrad/kernels/normalization.h"
-#if defined(MPIGRAD_WITH_CUDA)
-#include "mpigrad/nn/cuda/cuda_ops.h"
-#endif
 
 namespace mpigrad::nn::functional {
 
@@ -34,40 +30,7 @@ Tensor dense_vector(const char* name, const char* what, const Tensor& t, int64_t
 
 const void* ptr_or_null(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 
-// The CUDA backward: cuDNN's for training (it always writes all three gradients), core ops for
-// eval mode, where mean and invstd are constants: grad_x = g * weight * invstd.
-void batch_norm_backward_cuda(const Tensor& x, const Tensor& g, const Tensor& w,
-                              const Tensor& mean, const Tensor& invstd, bool training,
-                              double eps, int64_t batch, int64_t channels, int64_t inner,
-                              std::vector<Tensor>& grads) {
-#if defined(MPIGRAD_WITH_CUDA)
-  const core::TensorOptions options = core::TensorOptions(x.dtype()).device(x.device());
-  if (training) {
-    Tensor scale = w.defined() ? w : core::ones({channels}, options);
-    Tensor grad_x = core::detail::empty_on(x.shape(), x.dtype(), x.device());
-    Tensor grad_w = core::detail::empty_on({channels}, x.dtype(), x.device());
-    Tensor grad_b = core::detail::empty_on({channels}, x.dtype(), x.device());
-    cuda_ops::batch_norm_backward(batch, channels, inner, x, g, scale, mean, invstd, eps, grad_x,
-                                  grad_w, grad_b);
-    grads[0] = grad_x;
-    grads[1] = grad_w;
-    grads[2] = grad_b;
-    return;
-  }
-  const Tensor g3 = g.reshape({batch, channels, inner});
-  const Tensor invstd3 = invstd.reshape({1, channels, 1});
-  Tensor factor = w.defined() ? invstd3 * w.reshape({1, channels, 1}) : invstd3;
-  grads[0] = (g3 * factor).reshape(x.shape());
-  const Tensor xhat = (x.reshape({batch, channels, inner}) - mean.reshape({1, channels, 1})) *
-                      invstd3;
-  grads[1] = core::sum(g3 * xhat, {0, 2});
-  grads[2] = core::sum(g3, {0, 2});
-#else
-  (void)x, (void)g, (void)w, (void)mean, (void)invstd, (void)training, (void)eps, (void)batch,
-      (void)channels, (void)inner, (void)grads;
-  core::fail("batch_norm: this libmpigrad has no CUDA backend");
-#endif
-}
+void* out_or_null(Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 
 struct BatchNormBackward final : core::Node {
   core::SavedTensor input, mean, invstd, weight;
@@ -79,23 +42,14 @@ struct BatchNormBackward final : core::Node {
     const Tensor& x = input.get(*this);
     Tensor g = grad_output.contiguous();
     Tensor w = has_weight ? weight.get(*this) : Tensor();
-    if (x.device().is_cuda()) {
-      batch_norm_backward_cuda(x, g, w, mean.get(*this), invstd.get(*this), training, eps, batch,
-                               channels, inner, grads);
-      for (size_t i = 0; i < 3; ++i) {
-        if (!next[i]) grads[i] = Tensor();
-      }
-      return;
-    }
     Tensor grad_x = next[0] ? core::detail::empty_on(x.shape(), x.dtype(), x.device()) : Tensor();
     Tensor grad_w = next[1] ? core::detail::empty_on({channels}, x.dtype(), x.device()) : Tensor();
     Tensor grad_b = next[2] ? core::detail::empty_on({channels}, x.dtype(), x.device()) : Tensor();
-    kernels::cpu::batch_norm_backward(x.dtype(), batch, channels, inner, training, x.data_ptr(),
-                                      g.data_ptr(), mean.get(*this).data_ptr(),
-                                      invstd.get(*this).data_ptr(), ptr_or_null(w),
-                                      grad_x.defined() ? grad_x.data_ptr() : nullptr,
-                                      grad_w.defined() ? grad_w.data_ptr() : nullptr,
-                                      grad_b.defined() ? grad_b.data_ptr() : nullptr);
+    core::backend_for(x.device())
+        .batch_norm_backward(x.dtype(), batch, channels, inner, training, eps, x.data_ptr(),
+                             g.data_ptr(), mean.get(*this).data_ptr(),
+                             invstd.get(*this).data_ptr(), ptr_or_null(w), out_or_null(grad_x),
+                             out_or_null(grad_w), out_or_null(grad_b));
     grads[0] = grad_x;
     grads[1] = grad_w;
     grads[2] = grad_b;
@@ -121,24 +75,11 @@ struct LayerNormBackward final : core::Node {
     Tensor grad_x = next[0] ? core::detail::empty_on(x.shape(), x.dtype(), x.device()) : Tensor();
     Tensor grad_w = next[1] ? core::detail::empty_on(param_shape, x.dtype(), x.device()) : Tensor();
     Tensor grad_b = next[2] ? core::detail::empty_on(param_shape, x.dtype(), x.device()) : Tensor();
-    if (x.device().is_cuda()) {
-#if defined(MPIGRAD_WITH_CUDA)
-      cuda_ops::layer_norm_backward(rows, cols, x, g, mean.get(*this), rstd.get(*this), w, grad_x,
-                                    grad_w, grad_b);
-#else
-      core::fail("layer_norm: this libmpigrad has no CUDA backend");
-#endif
-      grads[0] = grad_x;
-      grads[1] = grad_w;
-      grads[2] = grad_b;
-      return;
-    }
-    kernels::cpu::layer_norm_backward(x.dtype(), rows, cols, x.data_ptr(), g.data_ptr(),
-                                      mean.get(*this).data_ptr(), rstd.get(*this).data_ptr(),
-                                      ptr_or_null(w),
-                                      grad_x.defined() ? grad_x.data_ptr() : nullptr,
-                                      grad_w.defined() ? grad_w.data_ptr() : nullptr,
-                                      grad_b.defined() ? grad_b.data_ptr() : nullptr);
+    core::backend_for(x.device())
+        .layer_norm_backward(x.dtype(), rows, cols, x.data_ptr(), g.data_ptr(),
+                             mean.get(*this).data_ptr(), rstd.get(*this).data_ptr(),
+                             ptr_or_null(w), out_or_null(grad_x), out_or_null(grad_w),
+                             out_or_null(grad_b));
     grads[0] = grad_x;
     grads[1] = grad_w;
     grads[2] = grad_b;
@@ -151,63 +92,46 @@ struct LayerNormBackward final : core::Node {
   }
 };
 
-// The CUDA forward on cuDNN. cuDNN always applies a scale and shift and updates dense running
-// statistics of the data's dtype, so missing affine parameters become ones and zeros, and
-// running statistics of another dtype or layout are updated through a temporary.
-void batch_norm_cuda(const Tensor& input, const Tensor& x, const Tensor& w, const Tensor& b,
-                     const Tensor& running_mean, const Tensor& running_var, bool training,
-                     double factor, double eps, int64_t batch, int64_t channels, int64_t inner,
-                     Tensor& out, Tensor& mean, Tensor& invstd) {
-#if defined(MPIGRAD_WITH_CUDA)
+// Training forward: normalizes with the batch statistics, writes mean and invstd, and blends
+// the running statistics in place. The backends update dense running statistics of the data's
+// dtype, so running statistics of another dtype or layout are updated through a temporary.
+void batch_norm_training(const Tensor& input, const Tensor& x, const Tensor& w, const Tensor& b,
+                         const Tensor& running_mean, const Tensor& running_var, double factor,
+                         double eps, int64_t batch, int64_t channels, int64_t inner, Tensor& out,
+                         Tensor& mean, Tensor& invstd) {
   const char* name = "batch_norm";
   const core::DType dtype = x.dtype();
   core::NoGradGuard no_grad;
-  const core::TensorOptions options = core::TensorOptions(dtype).device(input.device());
-  Tensor scale = w.defined() ? w : core::ones({channels}, options);
-  Tensor shift = b.defined() ? b : core::zeros({channels}, options);
   const bool have_running = running_mean.defined() && running_var.defined();
-  if (training) {
-    invstd = core::detail::empty_on({channels}, dtype, input.device());
-    Tensor rm, rv;
-    bool direct = false;
-    if (have_running) {
-      MPIGRAD_CHECK(running_mean.numel() == channels && running_var.numel() == channels, name,
-                    ": running statistics have ", running_mean.numel(), " elements, expected ",
-                    channels);
-      core::detail::check_same_device(name, {&input, &running_mean, &running_var});
-      direct = running_mean.dtype() == dtype && running_var.dtype() == dtype &&
-               running_mean.is_contiguous() && running_var.is_contiguous();
-      rm = direct ? running_mean : dense_vector(name, "running_mean", running_mean, channels,
-                                                dtype).clone();
-      rv = direct ? running_var : dense_vector(name, "running_var", running_var, channels,
-                                               dtype).clone();
-    }
-    cuda_ops::batch_norm_forward_training(batch, channels, inner, x, scale, shift, rm, rv, factor,
-                                          eps, out, mean, invstd);
-    if (have_running) {
-      if (direct) {
-        running_mean.storage()->bump_version();
-        running_var.storage()->bump_version();
-      } else {
-        Tensor target_mean = running_mean, target_var = running_var;
-        target_mean.copy_(rm.reshape(running_mean.shape()));
-        target_var.copy_(rv.reshape(running_var.shape()));
-      }
-    }
-  } else {
-    mean = dense_vector(name, "running_mean", running_mean, channels, dtype).clone();
-    Tensor var = dense_vector(name, "running_var", running_var, channels, dtype).contiguous();
-    invstd = core::rsqrt(var + eps);
-    if (x.numel() == 0) return;  // cuDNN rejects empty tensors; there is nothing to write
-    cuda_ops::batch_norm_forward_inference(batch, channels, inner, x, scale, shift, mean, var,
-                                           eps, out);
+  invstd = core::detail::empty_on({channels}, dtype, input.device());
+  Tensor rm, rv;
+  bool direct = false;
+  if (have_running) {
+    MPIGRAD_CHECK(running_mean.numel() == channels && running_var.numel() == channels, name,
+                  ": running statistics have ", running_mean.numel(), " elements, expected ",
+                  channels);
+    core::detail::check_same_device(name, {&input, &running_mean, &running_var});
+    direct = running_mean.dtype() == dtype && running_var.dtype() == dtype &&
+             running_mean.is_contiguous() && running_var.is_contiguous();
+    rm = direct ? running_mean
+                : dense_vector(name, "running_mean", running_mean, channels, dtype).clone();
+    rv = direct ? running_var
+                : dense_vector(name, "running_var", running_var, channels, dtype).clone();
   }
-#else
-  (void)input, (void)x, (void)w, (void)b, (void)running_mean, (void)running_var, (void)training,
-      (void)factor, (void)eps, (void)batch, (void)channels, (void)inner, (void)out, (void)mean,
-      (void)invstd;
-  core::fail("batch_norm: this libmpigrad has no CUDA backend");
-#endif
+  core::backend_for(input.device())
+      .batch_norm_forward_training(dtype, batch, channels, inner, factor, eps, x.data_ptr(),
+                                   ptr_or_null(w), ptr_or_null(b), out_or_null(rm),
+                                   out_or_null(rv), out.data_ptr(), mean.data_ptr(),
+                                   invstd.data_ptr());
+  if (!have_running) return;
+  if (direct) {
+    running_mean.storage()->bump_version();
+    running_var.storage()->bump_version();
+  } else {
+    Tensor target_mean = running_mean, target_var = running_var;
+    target_mean.copy_(rm.reshape(running_mean.shape()));
+    target_var.copy_(rv.reshape(running_var.shape()));
+  }
 }
 
 }  // namespace
@@ -238,33 +162,18 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
   Tensor mean = core::detail::empty_on({channels}, dtype, input.device());
   Tensor invstd;
   Tensor out = core::detail::empty_on(input.shape(), dtype, input.device());
-  if (input.device().is_cuda()) {
-    batch_norm_cuda(input, x, w, b, running_mean, running_var, training, factor, eps, batch,
-                    channels, inner, out, mean, invstd);
+  if (training) {
+    batch_norm_training(input, x, w, b, running_mean, running_var, factor, eps, batch, channels,
+                        inner, out, mean, invstd);
   } else {
     core::NoGradGuard no_grad;
-    if (training) {
-      Tensor variance = core::detail::empty_on({channels}, dtype, input.device());
-      kernels::cpu::batch_norm_statistics(dtype, batch, channels, inner, x.data_ptr(),
-                                          mean.data_ptr(), variance.data_ptr());
-      invstd = core::rsqrt(variance + eps);
-      if (have_running) {
-        MPIGRAD_CHECK(running_mean.numel() == channels && running_var.numel() == channels, name,
-                      ": running statistics have ", running_mean.numel(), " elements, expected ",
-                      channels);
-        const double n = double(batch * inner);
-        Tensor unbiased = variance * (n / (n - 1.0));
-        Tensor rm = running_mean, rv = running_var;
-        rm.mul_(1.0 - factor).add_(mean.to(rm.dtype()), factor);
-        rv.mul_(1.0 - factor).add_(unbiased.to(rv.dtype()), factor);
-      }
-    } else {
-      mean = dense_vector(name, "running_mean", running_mean, channels, dtype).clone();
-      invstd = core::rsqrt(dense_vector(name, "running_var", running_var, channels, dtype) + eps);
-    }
-    kernels::cpu::batch_norm_forward(dtype, batch, channels, inner, x.data_ptr(), mean.data_ptr(),
-                                     invstd.data_ptr(), ptr_or_null(w), ptr_or_null(b),
-                                     out.data_ptr());
+    mean = dense_vector(name, "running_mean", running_mean, channels, dtype).clone();
+    Tensor var = dense_vector(name, "running_var", running_var, channels, dtype).contiguous();
+    invstd = core::rsqrt(var + eps);
+    core::backend_for(input.device())
+        .batch_norm_forward_inference(dtype, batch, channels, inner, eps, x.data_ptr(),
+                                      ptr_or_null(w), ptr_or_null(b), mean.data_ptr(),
+                                      var.data_ptr(), invstd.data_ptr(), out.data_ptr());
   }
   if (auto node = core::detail::record<BatchNormBackward>(out, {&input, &weight, &bias})) {
     node->input = core::SavedTensor(x);
@@ -307,17 +216,9 @@ Tensor layer_norm(const Tensor& input, const std::vector<int64_t>& normalized_sh
   Tensor out = core::detail::empty_on(input.shape(), dtype, input.device());
   Tensor mean = core::detail::empty_on({rows}, dtype, input.device());
   Tensor rstd = core::detail::empty_on({rows}, dtype, input.device());
-  if (input.device().is_cuda()) {
-#if defined(MPIGRAD_WITH_CUDA)
-    cuda_ops::layer_norm_forward(rows, cols, eps, x, w, b, out, mean, rstd);
-#else
-    core::fail("layer_norm: this libmpigrad has no CUDA backend");
-#endif
-  } else {
-    kernels::cpu::layer_norm_forward(dtype, rows, cols, eps, x.data_ptr(), ptr_or_null(w),
-                                     ptr_or_null(b), out.data_ptr(), mean.data_ptr(),
-                                     rstd.data_ptr());
-  }
+  core::backend_for(input.device())
+      .layer_norm_forward(dtype, rows, cols, eps, x.data_ptr(), ptr_or_null(w), ptr_or_null(b),
+                          out.data_ptr(), mean.data_ptr(), rstd.data_ptr());
   if (auto node = core::detail::record<LayerNormBackward>(out, {&input, &weight, &bias})) {
     node->input = core::SavedTensor(x);
     node->mean = core::SavedTensor(mean);

@@ -4,6 +4,8 @@
 // and layer normalization over the trailing `normalized_shape` dims, with torch's formulas.
 // In training, batch_norm normalizes with the batch's biased variance and updates the running
 // statistics in place with the unbiased one: running = (1 - factor) * running + factor * batch.
+// The device's backend runs both (core/backend.h: kernels/normalization.h on the CPU; cuDNN's
+// batch norm and the hand-written layer norm kernels on CUDA).
 #pragma once
 
 #include <cstdint>

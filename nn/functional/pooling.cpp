@@ -1,11 +1,9 @@
 #include "mpigrad/nn/functional/pooling.h"
 
 #include "mpigrad/core/autograd.h"
+#include "mpigrad/core/backend.h"
 #include "mpigrad/core/ops/op_support.h"
 #include "mpigrad/kernels/pooling.h"
-#if defined(MPIGRAD_WITH_CUDA)
-#include "mpigrad/nn/cuda/cuda_ops.h"
-#endif
 
 namespace mpigrad::nn::functional {
 
@@ -43,51 +41,16 @@ core::Shape output_shape(const Tensor& input, const kernels::Pool2dGeometry& g) 
   return shape;
 }
 
-// On CUDA every pooling is a cuDNN window pooling (cuda_ops::PoolMode).
-enum class CudaPool { Max, AvgIncludePad, AvgExcludePad };
-
-#if defined(MPIGRAD_WITH_CUDA)
-cuda_ops::PoolMode to_mode(CudaPool mode) {
-  switch (mode) {
-    case CudaPool::Max: return cuda_ops::PoolMode::Max;
-    case CudaPool::AvgIncludePad: return cuda_ops::PoolMode::AvgIncludePad;
-    default: return cuda_ops::PoolMode::AvgExcludePad;
-  }
-}
-#endif
-
-void pool_forward_cuda(CudaPool mode, const kernels::Pool2dGeometry& g, const Tensor& x,
-                       Tensor& out) {
-#if defined(MPIGRAD_WITH_CUDA)
-  cuda_ops::pool2d_forward(to_mode(mode), g, x, out);
-#else
-  (void)mode, (void)g, (void)x, (void)out;
-  core::fail("pool2d: this libmpigrad has no CUDA backend");
-#endif
-}
-
-void pool_backward_cuda(CudaPool mode, const kernels::Pool2dGeometry& g, const Tensor& x,
-                        const Tensor& y, const Tensor& grad_y, Tensor& grad_x) {
-#if defined(MPIGRAD_WITH_CUDA)
-  cuda_ops::pool2d_backward(to_mode(mode), g, x, y, grad_y, grad_x);
-#else
-  (void)mode, (void)g, (void)x, (void)y, (void)grad_y, (void)grad_x;
-  core::fail("pool2d: this libmpigrad has no CUDA backend");
-#endif
-}
+const void* data_or_null(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 
 struct Pool2dBackward final : core::Node {
   PoolKind kind;
+  core::Pool2dMode mode = core::Pool2dMode::Max;
   kernels::Pool2dGeometry geometry;
-  bool count_include_pad = true;
   core::Shape input_shape;
-  Tensor indices;  // max pooling: not an autograd tensor, nobody else can modify it
-  // CUDA: the cuDNN pooling that ran, and for max pooling the (detached) input and output,
-  // from which cuDNN finds the winners again.
-  bool cuda = false;
-  CudaPool cuda_mode = CudaPool::Max;
-  kernels::Pool2dGeometry cuda_geometry;
-  Tensor cuda_input, cuda_output;
+  // Max pooling: what the backend's backward reads, detached (nobody else sees them as autograd
+  // tensors): the winners it recorded, and the input and output it finds them again from.
+  Tensor indices, input, output;
   explicit Pool2dBackward(PoolKind kind_) : kind(kind_) {}
   const char* name() const override {
     switch (kind) {
@@ -99,33 +62,48 @@ struct Pool2dBackward final : core::Node {
   void apply(const Tensor& grad_output, std::vector<Tensor>& grads) override {
     Tensor g = grad_output.contiguous();
     Tensor grad_in = core::detail::empty_on(input_shape, g.dtype(), g.device());
-    if (cuda) {
-      pool_backward_cuda(cuda_mode, cuda_geometry, cuda_input, cuda_output, g, grad_in);
-      grads[0] = grad_in;
-      return;
-    }
-    switch (kind) {
-      case PoolKind::Max:
-        kernels::cpu::max_pool2d_backward(g.dtype(), geometry, g.data_ptr(),
-                                          indices.data<int64_t>(), grad_in.data_ptr());
-        break;
-      case PoolKind::Avg:
-        kernels::cpu::avg_pool2d_backward(g.dtype(), geometry, count_include_pad, g.data_ptr(),
-                                          grad_in.data_ptr());
-        break;
-      case PoolKind::AdaptiveAvg:
-        kernels::cpu::adaptive_avg_pool2d_backward(g.dtype(), geometry, g.data_ptr(),
-                                                   grad_in.data_ptr());
-        break;
-    }
+    core::backend_for(g.device())
+        .pool2d_backward(mode, g.dtype(), geometry, data_or_null(input), data_or_null(output),
+                         indices.defined() ? indices.data<int64_t>() : nullptr, g.data_ptr(),
+                         grad_in.data_ptr());
     grads[0] = grad_in;
   }
   void release_saved() override {
     indices = Tensor();
-    cuda_input = Tensor();
-    cuda_output = Tensor();
+    input = Tensor();
+    output = Tensor();
   }
 };
+
+// Runs `mode` on the input's backend and records the backward.
+Tensor run_pool(PoolKind kind, core::Pool2dMode mode, const Tensor& input,
+                const kernels::Pool2dGeometry& g) {
+  Tensor x;
+  {
+    core::NoGradGuard no_grad;
+    x = input.contiguous();
+  }
+  Tensor out = core::detail::empty_on(output_shape(input, g), input.dtype(), input.device());
+  auto& backend = core::backend_for(input.device());
+  Tensor indices;
+  if (mode == core::Pool2dMode::Max) {
+    indices = core::detail::empty_on({backend.max_pool2d_indices(g)}, core::kInt64,
+                                     input.device());
+  }
+  backend.pool2d_forward(mode, x.dtype(), g, x.data_ptr(), out.data_ptr(),
+                         indices.defined() ? indices.data<int64_t>() : nullptr);
+  if (auto node = core::detail::record<Pool2dBackward>(out, {&input}, kind)) {
+    node->mode = mode;
+    node->geometry = g;
+    node->input_shape = input.shape();
+    if (mode == core::Pool2dMode::Max) {
+      node->indices = indices;
+      node->input = x.detach();
+      node->output = out.detach();
+    }
+  }
+  return out;
+}
 
 Tensor windowed_pool(PoolKind kind, const Tensor& input, const Pool2dOptions& o) {
   const char* name = pool_name(kind);
@@ -151,41 +129,10 @@ Tensor windowed_pool(PoolKind kind, const Tensor& input, const Pool2dOptions& o)
   g.out_w = (g.width + 2 * g.pad_w - g.dilation_w * (g.kernel_w - 1) - 1) / g.stride_w + 1;
   MPIGRAD_CHECK(g.out_h > 0 && g.out_w > 0, name, ": input of shape ", input.shape(),
                 " is too small for kernel ", g.kernel_h, "x", g.kernel_w);
-  Tensor x;
-  {
-    core::NoGradGuard no_grad;
-    x = input.contiguous();
-  }
-  Tensor out = core::detail::empty_on(output_shape(input, g), input.dtype(), input.device());
-  Tensor indices;
-  const bool cuda = input.device().is_cuda();
-  const CudaPool cuda_mode = kind == PoolKind::Max ? CudaPool::Max
-                             : o.count_include_pad ? CudaPool::AvgIncludePad
-                                                   : CudaPool::AvgExcludePad;
-  if (cuda) {
-    pool_forward_cuda(cuda_mode, g, x, out);
-  } else if (kind == PoolKind::Max) {
-    indices = core::detail::empty_on(out.shape(), core::kInt64, input.device());
-    kernels::cpu::max_pool2d_forward(x.dtype(), g, x.data_ptr(), out.data_ptr(),
-                                     indices.data<int64_t>());
-  } else {
-    kernels::cpu::avg_pool2d_forward(x.dtype(), g, o.count_include_pad, x.data_ptr(),
-                                     out.data_ptr());
-  }
-  if (auto node = core::detail::record<Pool2dBackward>(out, {&input}, kind)) {
-    node->geometry = g;
-    node->count_include_pad = o.count_include_pad;
-    node->input_shape = input.shape();
-    node->indices = indices;
-    node->cuda = cuda;
-    node->cuda_mode = cuda_mode;
-    node->cuda_geometry = g;
-    if (cuda && kind == PoolKind::Max) {
-      node->cuda_input = x.detach();
-      node->cuda_output = out.detach();
-    }
-  }
-  return out;
+  const core::Pool2dMode mode = kind == PoolKind::Max ? core::Pool2dMode::Max
+                                : o.count_include_pad ? core::Pool2dMode::AvgIncludePad
+                                                      : core::Pool2dMode::AvgExcludePad;
+  return run_pool(kind, mode, input, g);
 }
 
 }  // namespace
@@ -205,34 +152,7 @@ Tensor adaptive_avg_pool2d(const Tensor& input, std::array<int64_t, 2> output_si
                 ": output size must be >= 1, got ", output_size[0], "x", output_size[1]);
   g.out_h = output_size[0];
   g.out_w = output_size[1];
-  Tensor x;
-  {
-    core::NoGradGuard no_grad;
-    x = input.contiguous();
-  }
-  Tensor out = core::detail::empty_on(output_shape(input, g), input.dtype(), input.device());
-  // On CUDA the adaptive pooling is cuDNN's plain average pooling, which it equals when the
-  // output size divides the input size (the common 1x1 global pooling included).
-  kernels::Pool2dGeometry window = g;
-  const bool cuda = input.device().is_cuda();
-  if (cuda) {
-    MPIGRAD_CHECK(g.height % g.out_h == 0 && g.width % g.out_w == 0, name,
-                  ": on CUDA the input size must be a multiple of the output size, got input ",
-                  g.height, "x", g.width, " and output ", g.out_h, "x", g.out_w);
-    window.kernel_h = window.stride_h = g.height / g.out_h;
-    window.kernel_w = window.stride_w = g.width / g.out_w;
-    pool_forward_cuda(CudaPool::AvgIncludePad, window, x, out);
-  } else {
-    kernels::cpu::adaptive_avg_pool2d_forward(x.dtype(), g, x.data_ptr(), out.data_ptr());
-  }
-  if (auto node = core::detail::record<Pool2dBackward>(out, {&input}, PoolKind::AdaptiveAvg)) {
-    node->geometry = g;
-    node->input_shape = input.shape();
-    node->cuda = cuda;
-    node->cuda_mode = CudaPool::AvgIncludePad;
-    node->cuda_geometry = window;
-  }
-  return out;
+  return run_pool(PoolKind::AdaptiveAvg, core::Pool2dMode::AdaptiveAvg, input, g);
 }
 
 }  // namespace mpigrad::nn::functional

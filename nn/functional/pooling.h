@@ -2,7 +2,9 @@
 //
 // 2-d pooling of [N, C, H, W] (or [C, H, W]) input, with torch.nn.functional's defaults
 // (stride = kernel size, no padding, floor rounding of the output size, count_include_pad).
-// Backward uses the argmax indices saved by max_pool2d; the average pools need only shapes.
+// The device's backend runs them (core/backend.h: kernels/pooling.h on the CPU, cuDNN on CUDA,
+// which has no dilation and pools adaptively only when the output size divides the input's).
+// Max pooling's backward reads what the backend recorded; the average pools need only shapes.
 #pragma once
 
 #include <array>

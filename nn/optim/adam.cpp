@@ -5,10 +5,7 @@
 #include <vector>
 
 #include "mpigrad/core/autograd.h"
-#include "mpigrad/kernels/optimizer.h"
-#if defined(MPIGRAD_WITH_CUDA)
-#include "mpigrad/nn/cuda/cuda_ops.h"
-#endif
+#include "mpigrad/core/backend.h"
 
 namespace mpigrad::nn {
 
@@ -27,8 +24,8 @@ Adam::Adam(std::vector<ParamGroupSpec> groups, const AdamOptions& options,
 
 void Adam::step() {
   core::NoGradGuard no_grad;
-  // CUDA parameters: one fused launch per (device, dtype), as in SGD::step.
-  std::map<std::pair<int, core::DType>, std::vector<kernels::cuda::AdamSlot>> cuda_slots;
+  // One backend call per (device, dtype), as in SGD::step.
+  std::map<SlotKey, std::vector<core::AdamSlot>> slots;
   std::vector<Tensor> keep;
   size_t index = 0;
   for (ParamGroup& group : param_groups()) {
@@ -53,30 +50,21 @@ void Adam::step() {
       hyper.weight_decay = group.weight_decay;
       hyper.decoupled_weight_decay = decoupled_;
       hyper.step = s.step;
-      if (p.device().is_cuda()) {
-        kernels::cuda::AdamSlot slot;
-        slot.param = p.data_ptr();
-        slot.grad = grad.data_ptr();
-        slot.exp_avg = exp_avg->data_ptr();
-        slot.exp_avg_sq = exp_avg_sq->data_ptr();
-        slot.numel = p.numel();
-        slot.hyper = hyper;
-        cuda_slots[{p.device().index, p.dtype()}].push_back(slot);
-        keep.push_back(grad);
-      } else {
-        kernels::cpu::adam_step(p.dtype(), p.numel(), hyper, p.data_ptr(), grad.data_ptr(),
-                                exp_avg->data_ptr(), exp_avg_sq->data_ptr());
-      }
+      core::AdamSlot slot;
+      slot.param = p.data_ptr();
+      slot.grad = grad.data_ptr();
+      slot.exp_avg = exp_avg->data_ptr();
+      slot.exp_avg_sq = exp_avg_sq->data_ptr();
+      slot.numel = p.numel();
+      slot.hyper = hyper;
+      slots[slot_key(p)].push_back(slot);
+      keep.push_back(grad);
       p.storage()->bump_version();
     }
   }
-  for (const auto& [key, slots] : cuda_slots) {
-#if defined(MPIGRAD_WITH_CUDA)
-    cuda_ops::adam_step_multi(core::cuda(key.first), key.second, slots);
-#else
-    (void)slots;
-    core::fail(type_name(), ": this libmpigrad has no CUDA backend");
-#endif
+  for (const auto& [key, group] : slots) {
+    core::backend_for(slot_device(key))
+        .adam_step(std::get<2>(key), int64_t(group.size()), group.data());
   }
 }
 

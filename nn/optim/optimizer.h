@@ -10,6 +10,7 @@
 
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -63,9 +64,19 @@ class Optimizer {
   };
   // State of the parameter with global index i (across groups, in order).
   ParamState& state(size_t index) { return state_[index]; }
-  // Checks that `param` and its gradient can be updated by a CPU kernel and returns the
-  // gradient as a dense tensor of the parameter's dtype.
+  // Checks that `param` and its gradient can be updated by the backend's kernels and returns
+  // the gradient as a dense tensor of the parameter's dtype.
   Tensor checked_grad(const Tensor& param) const;
+
+  // The steps batch their updates per (device type, device index, dtype): one backend call each
+  // (core::Backend::sgd_step / adam_step), a single fused launch on CUDA.
+  using SlotKey = std::tuple<int, int, core::DType>;
+  static SlotKey slot_key(const Tensor& param) {
+    return {int(param.device().type), param.device().index, param.dtype()};
+  }
+  static core::Device slot_device(const SlotKey& key) {
+    return core::Device(core::DeviceType(std::get<0>(key)), std::get<1>(key));
+  }
 
  private:
   std::vector<ParamGroup> groups_;

@@ -5,10 +5,7 @@
 #include <vector>
 
 #include "mpigrad/core/autograd.h"
-#include "mpigrad/kernels/optimizer.h"
-#if defined(MPIGRAD_WITH_CUDA)
-#include "mpigrad/nn/cuda/cuda_ops.h"
-#endif
+#include "mpigrad/core/backend.h"
 
 namespace mpigrad::nn {
 
@@ -25,9 +22,9 @@ SGD::SGD(std::vector<ParamGroupSpec> groups, const SGDOptions& options)
 
 void SGD::step() {
   core::NoGradGuard no_grad;
-  // CUDA parameters are collected per (device, dtype) and updated by one fused launch each;
-  // `keep` holds the gradients converted for the kernels until then.
-  std::map<std::pair<int, core::DType>, std::vector<kernels::cuda::SgdSlot>> cuda_slots;
+  // Parameters are collected per (device, dtype) and updated by one backend call each (one fused
+  // launch on CUDA); `keep` holds the gradients converted for the kernels until then.
+  std::map<SlotKey, std::vector<core::SgdSlot>> slots;
   std::vector<Tensor> keep;
   size_t index = 0;
   for (ParamGroup& group : param_groups()) {
@@ -52,28 +49,20 @@ void SGD::step() {
         buffer = existing->data_ptr();
       }
       ++s.step;
-      if (p.device().is_cuda()) {
-        kernels::cuda::SgdSlot slot;
-        slot.param = p.data_ptr();
-        slot.grad = grad.data_ptr();
-        slot.momentum_buffer = buffer;
-        slot.numel = p.numel();
-        slot.hyper = hyper;
-        cuda_slots[{p.device().index, p.dtype()}].push_back(slot);
-        keep.push_back(grad);
-      } else {
-        kernels::cpu::sgd_step(p.dtype(), p.numel(), hyper, p.data_ptr(), grad.data_ptr(), buffer);
-      }
+      core::SgdSlot slot;
+      slot.param = p.data_ptr();
+      slot.grad = grad.data_ptr();
+      slot.momentum_buffer = buffer;
+      slot.numel = p.numel();
+      slot.hyper = hyper;
+      slots[slot_key(p)].push_back(slot);
+      keep.push_back(grad);
       p.storage()->bump_version();
     }
   }
-  for (const auto& [key, slots] : cuda_slots) {
-#if defined(MPIGRAD_WITH_CUDA)
-    cuda_ops::sgd_step_multi(core::cuda(key.first), key.second, slots);
-#else
-    (void)slots;
-    core::fail("SGD: this libmpigrad has no CUDA backend");
-#endif
+  for (const auto& [key, group] : slots) {
+    core::backend_for(slot_device(key))
+        .sgd_step(std::get<2>(key), int64_t(group.size()), group.data());
   }
 }
 

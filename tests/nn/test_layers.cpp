@@ -10,6 +10,7 @@
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/reduce.h"
 #include "mpigrad/nn/functional/conv.h"
+#include "mpigrad/nn/functional/normalization.h"
 #include "mpigrad/nn/functional/padding.h"
 #include "mpigrad/nn/functional/pooling.h"
 #include "mpigrad/nn/layers/activation.h"
@@ -164,6 +165,19 @@ TEST_CASE("Conv2d with circular padding convolves a periodic domain") {
                        doctest::Contains("must be in [0, 5]"), core::Error);
 }
 
+TEST_CASE("conv2d of an empty batch: empty output, zero weight and bias gradients") {
+  const core::TensorOptions options(core::kFloat64);
+  Tensor x = core::ones({0, 2, 5, 5}, options).set_requires_grad();
+  Tensor w = core::ones({3, 2, 3, 3}, options).set_requires_grad();
+  Tensor b = core::ones({3}, options).set_requires_grad();
+  Tensor y = nn::functional::conv2d(x, w, b, {});
+  CHECK(y.shape() == core::Shape({0, 3, 3, 3}));
+  core::sum(y).backward();
+  CHECK(x.grad().shape() == x.shape());
+  CHECK(w.grad().to_vector<double>() == std::vector<double>(54, 0.0));
+  CHECK(b.grad().to_vector<double>() == std::vector<double>(3, 0.0));
+}
+
 TEST_CASE("conv2d reports bad shapes") {
   Tensor x = core::zeros({1, 3, 4, 4}, core::kFloat64);
   CHECK_THROWS_WITH_AS(nn::functional::conv2d(x, core::zeros({2, 2, 3, 3}, core::kFloat64), Tensor()),
@@ -253,6 +267,29 @@ TEST_CASE("BatchNorm in training mode: values, running statistics and gradients"
   mismatch = gradient_mismatch({x4, bn2.parameter("weight"), bn2.parameter("bias")},
                                [&] { return bn2(x4); });
   CHECK_MESSAGE(mismatch.empty(), mismatch);
+}
+
+TEST_CASE("batch_norm updates running statistics of another dtype and layout in place") {
+  // The backends blend dense running statistics of the data's dtype; these (float64 for float32
+  // data, strided views) go through a temporary and are written back into the views.
+  // [N=4, C=2]: channel 0 is 1,2,3,4 (mean 2.5, unbiased var 5/3), channel 1 is all 0.
+  Tensor x = Tensor::from_vector<float>({1, 0, 2, 0, 3, 0, 4, 0}, {4, 2});
+  Tensor mean_storage = Tensor::from_vector<double>({0, -7, 0, -7}, {2, 2});
+  Tensor var_storage = Tensor::from_vector<double>({1, -7, 1, -7}, {2, 2});
+  Tensor running_mean = mean_storage.select(1, 0);
+  Tensor running_var = var_storage.select(1, 0);
+  REQUIRE_FALSE(running_mean.is_contiguous());
+  Tensor y = nn::functional::batch_norm(x, running_mean, running_var, Tensor(), Tensor(), true,
+                                        0.1, 1e-5);
+  CHECK(y.dtype() == core::kFloat32);
+  const auto means = mean_storage.to_vector<double>();
+  const auto vars = var_storage.to_vector<double>();
+  CHECK(means[0] == doctest::Approx(0.1 * 2.5));
+  CHECK(means[2] == doctest::Approx(0.0));
+  CHECK(vars[0] == doctest::Approx(0.9 + 0.1 * 5.0 / 3.0));
+  CHECK(vars[2] == doctest::Approx(0.9));
+  CHECK(means[1] == -7);  // the other column of each storage is untouched
+  CHECK(vars[3] == -7);
 }
 
 TEST_CASE("BatchNorm in eval mode uses running statistics") {

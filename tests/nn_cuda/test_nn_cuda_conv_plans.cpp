@@ -1,4 +1,4 @@
-// The cuDNN convolution chooses its algorithms once per shape (nn/cuda/cudnn_conv.cpp): repeated
+// The cuDNN convolution chooses its algorithms once per shape (core/cuda/cudnn_conv.cpp): repeated
 // steps of one shape ask cuDNN's heuristics nothing, and a new shape builds its own plans.
 #include <doctest/doctest.h>
 
@@ -7,7 +7,7 @@
 #include "mpigrad/nn/layers/conv.h"
 #include "nn_cuda_test.h"
 #if MPIGRAD_TEST_CUDA_INTERNALS
-#include "mpigrad/nn/cuda/cuda_ops.h"
+#include "mpigrad/core/cuda/algorithm_plan.h"
 #endif
 
 namespace {
@@ -30,18 +30,18 @@ MPIGRAD_NN_CUDA_TEST_CASE("cuDNN convolution: one heuristics query per shape and
     core::sum(conv.forward(x)).backward();
     conv.zero_grad();
   };
-  const auto start = nn::cuda_ops::cudnn_conv_algorithm_stats();
+  const auto start = core::cuda_detail::cudnn_conv_algorithm_stats();
   step(5);
-  const auto first = nn::cuda_ops::cudnn_conv_algorithm_stats();
+  const auto first = core::cuda_detail::cudnn_conv_algorithm_stats();
   CHECK(first.plans == start.plans + 3);  // forward, backward data, backward filter
   CHECK(first.heuristic_queries == start.heuristic_queries + 3);
   for (int i = 0; i < 4; ++i) step(5);
-  const auto repeated = nn::cuda_ops::cudnn_conv_algorithm_stats();
+  const auto repeated = core::cuda_detail::cudnn_conv_algorithm_stats();
   CHECK(repeated.plans == first.plans);
   CHECK(repeated.heuristic_queries == first.heuristic_queries);
   CHECK(repeated.fallbacks == first.fallbacks);  // the plans' first choices ran
   step(6);  // another batch size is another shape
-  CHECK(nn::cuda_ops::cudnn_conv_algorithm_stats().heuristic_queries ==
+  CHECK(core::cuda_detail::cudnn_conv_algorithm_stats().heuristic_queries ==
         first.heuristic_queries + 3);
 }
 #endif

@@ -1,8 +1,8 @@
 // Conv2d on CUDA with cuDNN: forward, backward data and backward filter (NCHW, groups, stride,
 // padding, dilation; cross-correlation, as torch).
 //
-// Each (device, dtype, shape) gets one ConvPlan, built on its first call and kept for the
-// process: the cuDNN descriptors, and per direction an AlgorithmPlan (nn/cuda/algorithm_plan.h)
+// Each (device, dtype, shape) gets one ConvPlan, built on its first call and kept by the device's
+// backend: the cuDNN descriptors, and per direction an AlgorithmPlan (core/cuda/algorithm_plan.h)
 // made from one heuristics query (the _v7 queries, which run nothing), followed by the plain
 // algorithms every cuDNN has as a last resort. A training step therefore asks cuDNN nothing but
 // to run. Each call sets the math type its algorithm needs on the descriptor, takes the
@@ -21,13 +21,9 @@
 #include <tuple>
 #include <vector>
 
-#include "mpigrad/nn/cuda/algorithm_plan.h"
-#include "mpigrad/nn/cuda/cuda_ops.h"
-#include "mpigrad/nn/cuda/cudnn_support.cuh"
+#include "mpigrad/core/cuda/cudnn_backend.cuh"
 
-namespace mpigrad::nn::cuda_ops {
-
-using core::Tensor;
+namespace mpigrad::core::cuda_detail {
 
 namespace {
 
@@ -41,71 +37,15 @@ constexpr const char* kDirectionNames[] = {"forward", "backward data", "backward
 
 std::atomic<int64_t> plans_built{0}, heuristic_queries{0}, fallbacks{0};
 
-// The descriptors of one convolution.
-struct ConvDescriptors {
-  detail::TensorDescriptor x, y;
-  detail::FilterDescriptor w;
-  detail::ConvolutionDescriptor conv;
-
-  ConvDescriptors(const ConvShape& s, core::DType dtype, int device)
-      : x(device), y(device), w(device), conv(device) {
-    const auto& g = s.geometry;
-    const cudnnDataType_t type = detail::cudnn_dtype(dtype, kOp);
-    detail::set_nchw(x, dtype, s.batch, g.channels, g.height, g.width, kOp, device);
-    detail::set_nchw(y, dtype, s.batch, s.out_channels, g.out_h, g.out_w, kOp, device);
-    MPIGRAD_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w.get(), type, CUDNN_TENSOR_NCHW,
-                                                   int(s.out_channels),
-                                                   int(g.channels / s.groups), int(g.kernel_h),
-                                                   int(g.kernel_w)),
-                        device);
-    MPIGRAD_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
-                            conv.get(), int(g.pad_h), int(g.pad_w), int(g.stride_h),
-                            int(g.stride_w), int(g.dilation_h), int(g.dilation_w),
-                            CUDNN_CROSS_CORRELATION, type),
-                        device);
-    MPIGRAD_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv.get(), int(s.groups)), device);
-    MPIGRAD_CUDNN_CHECK(cudnnSetConvolutionMathType(conv.get(), CUDNN_FMA_MATH), device);
-  }
-};
-
-// One shape on one device. Used only while its device's HandleLease is held, which serializes
-// the math-type changes on the shared descriptor and the plans' fall-backs.
-struct ConvPlan {
-  ConvDescriptors descriptors;
-  std::array<std::unique_ptr<AlgorithmPlan>, 3> algorithms;
-  ConvPlan(const ConvShape& shape, core::DType dtype, int device)
-      : descriptors(shape, dtype, device) {}
-};
-
-using PlanKey = std::tuple<int, int, std::array<int64_t, 16>>;
-
-PlanKey plan_key(const ConvShape& s, core::DType dtype, int device) {
-  const auto& g = s.geometry;
-  return {device, int(dtype),
-          {g.channels, g.height, g.width, g.kernel_h, g.kernel_w, g.pad_h, g.pad_w, g.stride_h,
-           g.stride_w, g.dilation_h, g.dilation_w, g.out_h, g.out_w, s.batch, s.out_channels,
-           s.groups}};
-}
-
-ConvPlan& plan_for(const ConvShape& shape, core::DType dtype, int device) {
-  // Leaked on purpose, like the handle cache: convolutions may run from static destructors.
-  static std::mutex mutex;
-  static auto* plans = new std::map<PlanKey, std::unique_ptr<ConvPlan>>();
-  std::lock_guard<std::mutex> lock(mutex);
-  auto& plan = (*plans)[plan_key(shape, dtype, device)];
-  if (!plan) plan = std::make_unique<ConvPlan>(shape, dtype, device);
-  return *plan;
-}
-
-bool math_allowed(core::DType dtype, cudnnMathType_t math) {
-  if (dtype == core::kFloat32) return math == CUDNN_FMA_MATH;
+bool math_allowed(DType dtype, cudnnMathType_t math) {
+  if (dtype == kFloat32) return math == CUDNN_FMA_MATH;
   return math != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
 }
 
 // The calls of one direction, with cuDNN's types.
 struct DirectionCalls {
   Direction direction;
-  const ConvDescriptors& d;
+  const ConvPlan& d;
   cudnnHandle_t handle;
   int device;
 
@@ -178,7 +118,7 @@ struct DirectionCalls {
     return status == CUDNN_STATUS_SUCCESS;
   }
 
-  std::unique_ptr<AlgorithmPlan> build_plan(core::DType dtype) const {
+  std::unique_ptr<AlgorithmPlan> build_plan(DType dtype) const {
     std::vector<std::pair<int, cudnnMathType_t>> order = suggestions();
     ++heuristic_queries;
     for (int algorithm : plain_algorithms()) order.push_back({algorithm, CUDNN_FMA_MATH});
@@ -194,60 +134,80 @@ struct DirectionCalls {
   }
 };
 
-void check_tensors(const char* what, std::initializer_list<const Tensor*> tensors) {
-  for (const Tensor* t : tensors) {
-    MPIGRAD_CHECK(t->defined() && t->device().is_cuda() && t->is_contiguous(), kOp, ": ", what,
-                  " needs dense CUDA tensors");
-  }
+}  // namespace
+
+ConvPlan::ConvPlan(const Conv2dShape& s, DType dtype, int device)
+    : x(device), y(device), w(device), conv(device) {
+  const auto& g = s.geometry;
+  const cudnnDataType_t type = cudnn_dtype(dtype, kOp);
+  set_nchw(x, dtype, s.batch, g.channels, g.height, g.width, kOp, device);
+  set_nchw(y, dtype, s.batch, s.out_channels, g.out_h, g.out_w, kOp, device);
+  MPIGRAD_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w.get(), type, CUDNN_TENSOR_NCHW,
+                                                 int(s.out_channels), int(g.channels / s.groups),
+                                                 int(g.kernel_h), int(g.kernel_w)),
+                      device);
+  MPIGRAD_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv.get(), int(g.pad_h), int(g.pad_w),
+                                                      int(g.stride_h), int(g.stride_w),
+                                                      int(g.dilation_h), int(g.dilation_w),
+                                                      CUDNN_CROSS_CORRELATION, type),
+                      device);
+  MPIGRAD_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv.get(), int(s.groups)), device);
+  MPIGRAD_CUDNN_CHECK(cudnnSetConvolutionMathType(conv.get(), CUDNN_FMA_MATH), device);
 }
 
-// Runs one direction of `shape`: `a` and `b` are its inputs and `out` its output, in the order
-// the cuDNN call of that direction takes them.
-void run(Direction direction, const ConvShape& shape, const Tensor& a, const Tensor& b,
-         Tensor& out) {
-  const core::Device device = out.device();
-  detail::on_device(device, [&] {
-    detail::HandleLease handle(device);
-    const core::DType dtype = out.dtype();
-    ConvPlan& plan = plan_for(shape, dtype, handle.device());
-    const ConvDescriptors& d = plan.descriptors;
-    const DirectionCalls calls{direction, d, handle.get(), handle.device()};
-    auto& algorithms = plan.algorithms[direction];
+ConvPlan& CudnnBackend::conv_plan(const Conv2dShape& s, DType dtype) {
+  const auto& g = s.geometry;
+  auto& plan = conv_plans_[{int(dtype),
+                            {g.channels, g.height, g.width, g.kernel_h, g.kernel_w, g.pad_h,
+                             g.pad_w, g.stride_h, g.stride_w, g.dilation_h, g.dilation_w, s.batch,
+                             s.out_channels, s.groups, g.out_h, g.out_w}}];
+  if (!plan) plan = std::make_unique<ConvPlan>(s, dtype, device());
+  return *plan;
+}
+
+void CudnnBackend::conv_run(int which, DType dtype, const Conv2dShape& shape,
+                            const void* a, const void* b, void* out) {
+  const auto direction = Direction(which);
+  launch(device(), [&] {
+    HandleLease handle(*this);
+    ConvPlan& d = conv_plan(shape, dtype);
+    const DirectionCalls calls{direction, d, handle.get(), device()};
+    auto& algorithms = d.algorithms[direction];
     if (!algorithms) algorithms = calls.build_plan(dtype);
-    const auto one = detail::scale(1.0), zero = detail::scale(0.0);
+    const auto one = scale(1.0), zero = scale(0.0);
     const size_t before = algorithms->remaining();
     // Only a call whose every algorithm failed needs its description.
     const auto what = [&] {
-      return std::string(kOp) + " " + kDirectionNames[direction] + " on " + device.str() +
-             " (" + std::string(core::dtype_name(dtype)) + ")";
+      return std::string(kOp) + " " + kDirectionNames[direction] + " on cuda:" +
+             std::to_string(device()) + " (" + std::string(dtype_name(dtype)) + ")";
     };
     algorithms->run(what, [&](const AlgorithmChoice& choice) -> std::string {
       const auto math = cudnnMathType_t(choice.math_type);
       cudnnStatus_t status = cudnnSetConvolutionMathType(d.conv.get(), math);
       if (status != CUDNN_STATUS_SUCCESS) return cudnnGetErrorString(status);
-      Tensor workspace;
+      std::unique_ptr<Scratch> workspace;
       try {
-        workspace = detail::workspace(device, choice.workspace_bytes);
-      } catch (const core::Error& error) {
+        workspace = std::make_unique<Scratch>(caching_allocator(), choice.workspace_bytes);
+      } catch (const Error& error) {
         return std::string("workspace: ") + error.what();
       }
-      void* space = workspace.data_ptr();
+      void* space = workspace->get();
       const size_t bytes = choice.workspace_bytes;
       if (direction == kForward) {
-        status = cudnnConvolutionForward(handle.get(), one.get(dtype), d.x.get(), a.data_ptr(),
-                                         d.w.get(), b.data_ptr(), d.conv.get(),
+        status = cudnnConvolutionForward(handle.get(), one.get(dtype), d.x.get(), a, d.w.get(),
+                                         b, d.conv.get(),
                                          cudnnConvolutionFwdAlgo_t(choice.algorithm), space,
-                                         bytes, zero.get(dtype), d.y.get(), out.data_ptr());
+                                         bytes, zero.get(dtype), d.y.get(), out);
       } else if (direction == kBackwardData) {
         status = cudnnConvolutionBackwardData(
-            handle.get(), one.get(dtype), d.w.get(), b.data_ptr(), d.y.get(), a.data_ptr(),
-            d.conv.get(), cudnnConvolutionBwdDataAlgo_t(choice.algorithm), space, bytes,
-            zero.get(dtype), d.x.get(), out.data_ptr());
+            handle.get(), one.get(dtype), d.w.get(), b, d.y.get(), a, d.conv.get(),
+            cudnnConvolutionBwdDataAlgo_t(choice.algorithm), space, bytes, zero.get(dtype),
+            d.x.get(), out);
       } else {
         status = cudnnConvolutionBackwardFilter(
-            handle.get(), one.get(dtype), d.x.get(), a.data_ptr(), d.y.get(), b.data_ptr(),
-            d.conv.get(), cudnnConvolutionBwdFilterAlgo_t(choice.algorithm), space, bytes,
-            zero.get(dtype), d.w.get(), out.data_ptr());
+            handle.get(), one.get(dtype), d.x.get(), a, d.y.get(), b, d.conv.get(),
+            cudnnConvolutionBwdFilterAlgo_t(choice.algorithm), space, bytes, zero.get(dtype),
+            d.w.get(), out);
       }
       return status == CUDNN_STATUS_SUCCESS ? std::string() : cudnnGetErrorString(status);
     });
@@ -255,27 +215,32 @@ void run(Direction direction, const ConvShape& shape, const Tensor& a, const Ten
   });
 }
 
-}  // namespace
-
-void conv2d_forward(const ConvShape& shape, const Tensor& x, const Tensor& w, Tensor& y) {
-  check_tensors("forward", {&x, &w, &y});
-  run(kForward, shape, x, w, y);
+// cuDNN rejects empty tensors: an empty batch has nothing to compute, and a zero weight gradient.
+void CudnnBackend::conv2d_forward(DType dtype, const Conv2dShape& shape, const void* x,
+                                  const void* w, void* y) {
+  if (shape.batch == 0) return;
+  conv_run(kForward, dtype, shape, x, w, y);
 }
 
-void conv2d_backward_data(const ConvShape& shape, const Tensor& grad_y, const Tensor& w,
-                          Tensor& grad_x) {
-  check_tensors("backward data", {&grad_y, &w, &grad_x});
-  run(kBackwardData, shape, grad_y, w, grad_x);
+void CudnnBackend::conv2d_backward_data(DType dtype, const Conv2dShape& shape,
+                                        const void* grad_y, const void* w, void* grad_x) {
+  if (shape.batch == 0) return;
+  conv_run(kBackwardData, dtype, shape, grad_y, w, grad_x);
 }
 
-void conv2d_backward_filter(const ConvShape& shape, const Tensor& x, const Tensor& grad_y,
-                            Tensor& grad_w) {
-  check_tensors("backward filter", {&x, &grad_y, &grad_w});
-  run(kBackwardFilter, shape, x, grad_y, grad_w);
+void CudnnBackend::conv2d_backward_filter(DType dtype, const Conv2dShape& shape, const void* x,
+                                          const void* grad_y, void* grad_w) {
+  if (shape.batch == 0) {
+    const auto& g = shape.geometry;
+    fill(dtype, shape.out_channels * (g.channels / shape.groups) * g.kernel_h * g.kernel_w,
+         grad_w, 0.0);
+    return;
+  }
+  conv_run(kBackwardFilter, dtype, shape, x, grad_y, grad_w);
 }
 
 ConvAlgorithmStats cudnn_conv_algorithm_stats() {
   return {plans_built.load(), heuristic_queries.load(), fallbacks.load()};
 }
 
-}  // namespace mpigrad::nn::cuda_ops
+}  // namespace mpigrad::core::cuda_detail

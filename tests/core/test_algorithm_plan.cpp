@@ -1,4 +1,4 @@
-// The algorithm order and fall-back of nn/cuda/algorithm_plan.h, which the cuDNN convolution
+// The algorithm order and fall-back of core/cuda/algorithm_plan.h, which the cuDNN convolution
 // builds once per shape: checked here without cuDNN or a GPU.
 #include <doctest/doctest.h>
 
@@ -6,12 +6,12 @@
 #include <vector>
 
 #include "mpigrad/core/error.h"
-#include "mpigrad/nn/cuda/algorithm_plan.h"
+#include "mpigrad/core/cuda/algorithm_plan.h"
 
 namespace {
 
-using mpigrad::nn::cuda_ops::AlgorithmChoice;
-using mpigrad::nn::cuda_ops::AlgorithmPlan;
+using mpigrad::core::cuda_detail::AlgorithmChoice;
+using mpigrad::core::cuda_detail::AlgorithmPlan;
 
 }  // namespace
 

@@ -2,14 +2,15 @@
 // from one to the next when a call fails.
 //
 // Written without cuDNN types (an algorithm and a math type are their enum values as ints), so
-// the rules are tested on machines without a GPU (tests/nn/test_algorithm_plan.cpp). The cuDNN
-// convolution (nn/cuda/cudnn_conv.cpp) builds one plan per shape, direction and device from
+// the rules are tested on machines without a GPU (tests/core/test_algorithm_plan.cpp). The cuDNN
+// convolution (core/cuda/cudnn_conv.cpp) builds one plan per shape, direction and device from
 // cuDNN's heuristics, once, and keeps it: later calls of that shape run plan.current() without
 // asking cuDNN again. A call that fails moves the plan on for good, so a broken algorithm costs
 // one failed call, not one per step.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -17,7 +18,7 @@
 
 #include "mpigrad/core/error.h"
 
-namespace mpigrad::nn::cuda_ops {
+namespace mpigrad::core::cuda_detail {
 
 struct AlgorithmChoice {
   int algorithm = 0;
@@ -96,4 +97,15 @@ class AlgorithmPlan {
   std::vector<std::string> notes_;
 };
 
-}  // namespace mpigrad::nn::cuda_ops
+// How the cuDNN convolutions chose their algorithms so far, over all devices
+// (core/cuda/cudnn_conv.cpp): one plan, and one cuDNN heuristics query, per shape and direction,
+// never one per call; `fallbacks` counts algorithms left behind after a failed call. Defined only
+// in a build with cuDNN.
+struct ConvAlgorithmStats {
+  int64_t plans = 0;
+  int64_t heuristic_queries = 0;
+  int64_t fallbacks = 0;
+};
+ConvAlgorithmStats cudnn_conv_algorithm_stats();
+
+}  // namespace mpigrad::core::cuda_detail
