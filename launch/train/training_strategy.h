@@ -7,7 +7,7 @@
 //
 // The strategy knows no field names and no loss: its caller gives it the step function, which
 // turns (model, batch) into the loss, and an evaluation function for validation
-// (launch/classification.h has both for a classifier).
+// (launch/train/training_steps.h has both for classifiers, regressors and SupCon).
 //
 // One optimizer step:
 //   before_batch, before_forward, [step function: forward and loss], after_loss,
