@@ -27,6 +27,7 @@
 #include "mpigrad/core/cuda.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/tensor.h"
+#include "mpigrad/launch/comm/rank_label.h"
 #include "mpigrad/launch/ddp/transports/hierarchical_all_reduce.h"
 #include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/launch/comm/mpi_communicator.h"
@@ -456,8 +457,8 @@ int main(int argc, char** argv) {
   try {
     return run(manager, argc, argv);
   } catch (const std::exception& error) {
-    std::fprintf(stderr, "[rank %d/%d] mpigrad-bench-allreduce: %s\n", manager.rank(),
-                 manager.world_size(), error.what());
+    launch::print_rank_error(manager.rank(), manager.world_size(), "mpigrad-bench-allreduce",
+                             error.what());
     return 1;
   }
 }

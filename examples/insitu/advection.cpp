@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "mpigrad/launch/comm/rank_label.h"
 #include "mpigrad/launch/insitu/embedded_model.h"
 #include "mpigrad/launch/mpi_interop.h"
 
@@ -82,7 +83,7 @@ int main(int argc, char** argv) {
     try {
       model.emplace(argv[1], launch::adopt_communicator(training), core::kCPU);
     } catch (const std::exception& error) {
-      std::fprintf(stderr, "[rank %d] advection: %s\n", rank, error.what());
+      launch::print_rank_error(rank, size, "advection", error.what());
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
   }

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -35,15 +36,13 @@ constexpr const char* kUsage =
 struct EmbedJob {
   TrainConfig config;
   std::string checkpoint, split = "test", output;
-  bool metrics = false, help = false;
+  bool metrics = false;
   int64_t batch_size = 256;
   std::shared_ptr<data::Hdf5Dataset> dataset;
   std::shared_ptr<nn::EncoderWithHead> model;
-  std::string help_text;
 };
 
-EmbedJob check_embed_job(const std::vector<std::string>& args, int64_t ranks) {
-  EmbedJob job;
+po::options_description embed_options() {
   po::options_description options("options");
   options.add_options()("config", po::value<std::string>(), "the run's INI configuration")(
       "checkpoint", po::value<std::string>(), "checkpoint holding encoder.* tensors")(
@@ -52,6 +51,18 @@ EmbedJob check_embed_job(const std::vector<std::string>& args, int64_t ranks) {
       "metrics", "also compute and print precision@1 and mAP@R")(
       "batch-size", po::value<int64_t>(), "samples per batch and rank (default 256)")(
       "help,h", "show this help");
+  return options;
+}
+
+std::string embed_usage() {
+  std::ostringstream text;
+  text << kUsage << embed_options();
+  return text.str();
+}
+
+EmbedJob check_embed_job(const std::vector<std::string>& args, int64_t ranks) {
+  EmbedJob job;
+  const po::options_description options = embed_options();
   po::variables_map values;
   std::vector<std::string> overrides;  // --section.key=value, for the config (checked there)
   try {
@@ -61,13 +72,6 @@ EmbedJob check_embed_job(const std::vector<std::string>& args, int64_t ranks) {
     overrides = po::collect_unrecognized(parsed.options, po::include_positional);
   } catch (const po::error& error) {
     core::fail("mpigrad embed: ", error.what());
-  }
-  if (values.count("help")) {
-    job.help = true;
-    std::ostringstream text;
-    text << kUsage << options;
-    job.help_text = text.str();
-    return job;
   }
   for (const char* required : {"config", "checkpoint", "output"}) {
     MPIGRAD_CHECK(values.count(required), "mpigrad embed: --", required, " is required");
@@ -163,18 +167,13 @@ int embed(EmbedJob& job, DistributedManager& manager) {
 }  // namespace
 
 int run_embed_command(int argc, char** argv) {
-  const std::vector<std::string> args(argv + 1, argv + argc);
-  DistributedManager manager = DistributedManager::initialize();
   EmbedJob job;
-  if (!check_on_every_rank(manager, "mpigrad embed",
-                           [&] { job = check_embed_job(args, manager.world_size()); })) {
-    return 1;
-  }
-  if (job.help) {
-    if (manager.is_main_process()) std::printf("%s", job.help_text.c_str());
-    return 0;
-  }
-  return run_or_abort(manager, "mpigrad embed", [&] { return embed(job, manager); });
+  return run_subcommand(
+      argc, argv, "mpigrad embed", embed_usage(),
+      [&](DistributedManager& manager, const std::vector<std::string>& args) {
+        job = check_embed_job(args, manager.world_size());
+      },
+      [&](DistributedManager& manager) { return embed(job, manager); });
 }
 
 }  // namespace mpigrad::launch

@@ -11,10 +11,10 @@
 #include "mpigrad/core/atomic_file.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/data/data_loader.h"
+#include "mpigrad/launch/commands/checked_run.h"
 #include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/launch/train/lr_finder.h"
 #include "mpigrad/launch/commands/subcommand.h"
-#include "mpigrad/launch/commands/train_command.h"
 #include "mpigrad/launch/config/train_setup.h"
 #include "mpigrad/launch/train/training_hooks.h"
 #include "mpigrad/launch/train/training_steps.h"
@@ -37,7 +37,6 @@ struct LRFindJob {
   CheckedRun run;
   LRFinderSettings settings;
   std::string output = "lr_find.csv";
-  std::shared_ptr<nn::Module> model;
 };
 
 double number_option(std::vector<std::string>& args, const std::string& name, double fallback) {
@@ -77,7 +76,6 @@ LRFindJob check_lr_find(std::vector<std::string> args, int64_t rank, int64_t ran
   MPIGRAD_CHECK(config.train.stage == StageKind::Supervised, "[train] stage = ",
                 core::enum_name(config.train.stage, kStageKindNames),
                 ": lr-find sweeps stage = supervised only");
-  job.model = make_model(config.model, job.run.sample_shape, job.run.outputs, config.train.seed);
   return job;
 }
 
@@ -96,7 +94,7 @@ void write_curve(const std::string& path, const LRFinder& finder) {
 int lr_find(LRFindJob& job, DistributedManager& manager) {
   const TrainConfig& config = job.run.config;
   const int64_t ranks = manager.world_size();
-  nn::Module& model = *job.model;
+  nn::Module& model = *job.run.model;
   model.to(manager.device());
   std::unique_ptr<Communicator> gradient_communicator;
   if (ranks > 1) {
@@ -110,7 +108,7 @@ int lr_find(LRFindJob& job, DistributedManager& manager) {
   train_options.shuffle = config.train.shuffle;
   train_options.seed = config.train.seed;
   train_options.num_workers = 1;
-  train_options.transform = job.run.input_transform;
+  train_options.transform = job.run.inputs.transform;
   train_options.device = manager.device();
   data::DataLoader train_loader(job.run.train_set, train_options);
 

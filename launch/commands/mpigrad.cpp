@@ -1,14 +1,8 @@
-// The `mpigrad` program: one executable, one subcommand per job.
-//   mpigrad train --config run.ini      train under mpirun/srun or as one process
-//   mpigrad embed --config F --checkpoint C -o emb.h5   embeddings of a two-stage model
-//   mpigrad data convert-idx|inspect|synth ...
-//   mpigrad devices                     the GPUs this process can use, or why there is none
-//   mpigrad lr-find --config run.ini    the learning-rate range test
-//   mpigrad swa --config run.ini --checkpoints a.h5,b.h5   average checkpoints' weights
-// Every subcommand has --help.
+// The `mpigrad` program: one executable, one subcommand per job, listed once in kCommands below
+// (the usage text and the dispatch are both read from it). Every subcommand has --help.
 #include <cstdio>
-#include <cstring>
 #include <string>
+#include <string_view>
 
 #include "devices_command.h"
 #include "mpigrad/data/data_tool.h"
@@ -20,18 +14,38 @@
 
 namespace {
 
+struct Command {
+  std::string_view name;
+  int (*run)(int argc, char** argv);  // argv[0] is the command's name
+  std::string_view help;              // one line for the usage text
+};
+
+constexpr Command kCommands[] = {
+    {"train", mpigrad::launch::run_train_command, "train a classifier on HDF5 data"},
+    {"embed", mpigrad::launch::run_embed_command,
+     "embeddings of a dataset under a two-stage model's encoder"},
+    {"data", mpigrad::data::run_data_command, "convert, inspect or synthesize HDF5 datasets"},
+    {"devices", mpigrad::launch::run_devices_command,
+     "list the GPUs this process can use, or say why there are none"},
+    {"lr-find", mpigrad::launch::run_lr_find_command, "run the learning-rate range test"},
+    {"swa", mpigrad::launch::run_swa_command, "average checkpoints' weights, recompute BatchNorm"},
+};
+
 void usage(std::FILE* out) {
+  constexpr int kNameWidth = 8, kLineWidth = 80;
+  std::fprintf(out, "usage: mpigrad <command> [options]\n\ncommands:\n");
+  for (const Command& command : kCommands) {
+    const int name = int(command.name.size()), help = int(command.help.size());
+    // The pointer to the command's own help, "(mpigrad NAME --help)", goes on the next line
+    // when it would not fit on this one.
+    const int pointer = name + int(sizeof("(mpigrad  --help)")) - 1;
+    const bool fits = 2 + kNameWidth + help + 1 + pointer <= kLineWidth;
+    std::fprintf(out, "  %-*.*s%.*s%s%*s(mpigrad %.*s --help)\n", kNameWidth, name,
+                 command.name.data(), help, command.help.data(), fits ? " " : "\n",
+                 fits ? 0 : 2 + kNameWidth, "", name, command.name.data());
+  }
   std::fprintf(out,
-               "usage: mpigrad <command> [options]\n\n"
-               "commands:\n"
-               "  train   train a classifier on HDF5 data (mpigrad train --help)\n"
-               "  embed   embeddings of a dataset under a two-stage model's encoder\n"
-               "          (mpigrad embed --help)\n"
-               "  data    convert, inspect or synthesize HDF5 datasets (mpigrad data --help)\n"
-               "  devices list the GPUs this process can use, or say why there are none\n"
-               "  lr-find run the learning-rate range test (mpigrad lr-find --help)\n"
-               "  swa     average checkpoints' weights, recompute BatchNorm (mpigrad swa --help)\n\n"
-               "options:\n"
+               "\noptions:\n"
                "  --help, -h    show this help\n"
                "  --version     print the version\n");
 }
@@ -43,22 +57,19 @@ int main(int argc, char** argv) {
     usage(stderr);
     return 2;
   }
-  std::string command = argv[1];
-  if (command == "--help" || command == "-h" || command == "help") {
+  const std::string_view name = argv[1];
+  if (name == "--help" || name == "-h" || name == "help") {
     usage(stdout);
     return 0;
   }
-  if (command == "--version") {
+  if (name == "--version") {
     std::printf("mpigrad %s\n", MPIGRAD_VERSION);
     return 0;
   }
-  if (command == "train") return mpigrad::launch::run_train_command(argc - 1, argv + 1);
-  if (command == "embed") return mpigrad::launch::run_embed_command(argc - 1, argv + 1);
-  if (command == "data") return mpigrad::data::run_data_command(argc - 1, argv + 1);
-  if (command == "devices") return mpigrad::launch::run_devices_command(argc - 1, argv + 1);
-  if (command == "lr-find") return mpigrad::launch::run_lr_find_command(argc - 1, argv + 1);
-  if (command == "swa") return mpigrad::launch::run_swa_command(argc - 1, argv + 1);
-  std::fprintf(stderr, "mpigrad: unknown command '%s'\n\n", command.c_str());
+  for (const Command& command : kCommands) {
+    if (command.name == name) return command.run(argc - 1, argv + 1);
+  }
+  std::fprintf(stderr, "mpigrad: unknown command '%s'\n\n", argv[1]);
   usage(stderr);
   return 2;
 }

@@ -5,13 +5,18 @@
 
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/tensor.h"
+#include "mpigrad/launch/comm/rank_label.h"
 #include "mpigrad/launch/mpi_interop.h"
 
 namespace mpigrad::launch {
 
+namespace {
+
+// True when `check` returned on every rank; otherwise the lowest failing rank has printed its
+// error.
 bool check_on_every_rank(DistributedManager& manager, const std::string& program,
                          const std::function<void()>& check) {
-  const int64_t rank = manager.rank(), ranks = manager.world_size();
+  const int rank = manager.rank(), ranks = manager.world_size();
   std::string error;
   try {
     check();
@@ -22,35 +27,33 @@ bool check_on_every_rank(DistributedManager& manager, const std::string& program
       core::Tensor::from_vector<int64_t>({error.empty() ? ranks : rank}, {1});
   manager.world().all_reduce(first_failure, ReduceOp::Min);
   const int64_t failing = first_failure.item<int64_t>();
-  if (failing < ranks && failing == rank) {
-    std::fprintf(stderr, "[rank %lld/%lld] %s: error: %s\n", static_cast<long long>(rank),
-                 static_cast<long long>(ranks), program.c_str(), error.c_str());
-    std::fflush(stderr);
-  }
+  if (failing < ranks && failing == rank) print_rank_error(rank, ranks, program, error);
   return failing == ranks;
 }
 
+// Runs `work` and returns its exit code; an exception is printed with the rank and, with other
+// ranks, aborts the job.
 int run_or_abort(DistributedManager& manager, const std::string& program,
                  const std::function<int()>& work) {
   try {
     return work();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "[rank %d/%d] %s: error: %s\n", manager.rank(), manager.world_size(),
-                 program.c_str(), e.what());
-    std::fflush(stderr);
+    print_rank_error(manager.rank(), manager.world_size(), program, e.what());
     if (manager.world_size() > 1) MPI_Abort(native_communicator(manager.world()), 1);
     return 1;
   }
 }
 
+}  // namespace
+
 int run_subcommand(
-    int argc, char** argv, const std::string& program, const char* usage,
+    int argc, char** argv, const std::string& program, const std::string& usage,
     const std::function<void(DistributedManager&, const std::vector<std::string>&)>& check,
     const std::function<int(DistributedManager&)>& work) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   for (const std::string& arg : args) {
     if (arg == "--help" || arg == "-h") {
-      std::printf("%s", usage);
+      std::printf("%s", usage.c_str());
       return 0;
     }
   }

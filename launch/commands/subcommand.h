@@ -1,10 +1,11 @@
-// defines: check_on_every_rank, run_or_abort, run_subcommand, take_option
-//
-// The failure handling `mpigrad train` uses (launch/commands/train_command.h), for its sibling
-// subcommands (lr-find, swa): a checking phase that every rank runs and whose outcome all ranks
-// agree on with one all-reduce (the lowest failing rank prints its error, every rank returns
-// 1, nothing has run), then a working phase where an exception on any rank is printed with its
-// rank and ends the whole job (MPI_Abort), so no rank waits in a collective forever.
+// The failure handling of the `mpigrad` subcommands that run under mpirun (train, lr-find, swa,
+// embed), in two phases:
+// - Checking: every rank runs the check, and the ranks agree on its outcome with one
+//   all-reduce. On any failure the lowest failing rank prints "[rank r/w] PROGRAM: error: ..."
+//   (comm/rank_label.h) and every rank returns 1 before any rank has started work.
+// - Working: an exception on any rank is printed the same way and ends the whole job
+//   (MPI_Abort when there are other ranks), so no rank is left waiting in a collective.
+// Also take_option, the flags these subcommands add to the config's own.
 #pragma once
 
 #include <functional>
@@ -16,21 +17,11 @@
 
 namespace mpigrad::launch {
 
-// True when `check` returned on every rank; otherwise the lowest failing rank has printed
-// "[rank r/w] PROGRAM: error: ..." to stderr.
-bool check_on_every_rank(DistributedManager& manager, const std::string& program,
-                         const std::function<void()>& check);
-
-// Runs `work` and returns its exit code; an exception is printed with the rank and, with other
-// ranks, aborts the job.
-int run_or_abort(DistributedManager& manager, const std::string& program,
-                 const std::function<int()>& work);
-
-// A sibling subcommand from argv to exit code: "--help" or "-h" prints `usage` (MPI is not
-// started); otherwise `check` runs on every rank through check_on_every_rank, then `work`
-// through run_or_abort.
+// A subcommand from argv (argv[0] is its name) to exit code: "--help" or "-h" prints `usage`
+// (MPI is not started); otherwise `check` runs on every rank (the checking phase), then `work`
+// (the working phase). PROGRAM is how errors name it ("mpigrad train").
 int run_subcommand(
-    int argc, char** argv, const std::string& program, const char* usage,
+    int argc, char** argv, const std::string& program, const std::string& usage,
     const std::function<void(DistributedManager&, const std::vector<std::string>&)>& check,
     const std::function<int(DistributedManager&)>& work);
 

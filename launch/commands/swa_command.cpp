@@ -9,10 +9,10 @@
 
 #include "mpigrad/core/error.h"
 #include "mpigrad/data/data_loader.h"
+#include "mpigrad/launch/commands/checked_run.h"
 #include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/launch/commands/subcommand.h"
 #include "mpigrad/launch/train/swa.h"
-#include "mpigrad/launch/commands/train_command.h"
 #include "mpigrad/launch/config/train_setup.h"
 #include "mpigrad/nn/checkpoint.h"
 
@@ -44,7 +44,6 @@ struct SwaJob {
   CheckedRun run;
   std::vector<std::string> checkpoints;
   std::string output;
-  std::shared_ptr<nn::Module> model;
 };
 
 SwaJob check_swa(std::vector<std::string> args, int64_t rank, int64_t ranks) {
@@ -67,17 +66,16 @@ SwaJob check_swa(std::vector<std::string> args, int64_t rank, int64_t ranks) {
   // (whose checkpoints name encoder.* and head.*); a SupCon model has no classes to score.
   MPIGRAD_CHECK(config.train.stage != StageKind::SupCon, "[train] stage = supcon: swa averages "
                 "classifiers (stage = supervised or classifier)");
-  job.model = make_stage_model(config.model, config.train, job.run.sample_shape,
-                               job.run.outputs);
   // Checked here, in the checking phase, so a mismatched checkpoint stops every rank cleanly.
-  load_averaged_checkpoints(job.checkpoints, *job.model);
+  // Every tensor of check_run's model is replaced (a classifier's init_from encoder too).
+  load_averaged_checkpoints(job.checkpoints, *job.run.model);
   return job;
 }
 
 int swa(SwaJob& job, DistributedManager& manager) {
   const TrainConfig& config = job.run.config;
   const int64_t ranks = manager.world_size(), rank = manager.rank();
-  nn::Module& model = *job.model;
+  nn::Module& model = *job.run.model;
   model.to(manager.device());
 
   data::DataLoaderOptions train_options;
@@ -85,7 +83,7 @@ int swa(SwaJob& job, DistributedManager& manager) {
   train_options.num_replicas = ranks;  // a padded DistributedSampler: equal batches per rank
   train_options.rank = rank;
   train_options.num_workers = 1;
-  train_options.transform = job.run.input_transform;
+  train_options.transform = job.run.inputs.transform;
   train_options.device = manager.device();
   data::DataLoader train_loader(job.run.train_set, train_options);
   recompute_bn_statistics(model, train_loader, config.data.x, manager);
@@ -93,7 +91,7 @@ int swa(SwaJob& job, DistributedManager& manager) {
   std::map<std::string, double> metrics;
   if (job.run.test_set) {
     data::DataLoaderOptions test_options = train_options;
-    test_options.batch_size = 256;
+    test_options.batch_size = kTestBatchSize;
     data::DataLoader test_loader(job.run.test_set, test_options);
     metrics = evaluate_classifier(model, test_loader, config.data.x, config.data.y, manager);
   }

@@ -4,10 +4,12 @@
 
 #include <string>
 
+#include "mpigrad/launch/comm/rank_label.h"
+
 namespace mpigrad::launch {
 
 std::string RankLogger::prefix() const {
-  return "[rank " + std::to_string(rank_) + "/" + std::to_string(world_size_) + "] ";
+  return rank_label(rank_, world_size_) + " ";
 }
 
 void RankLogger::info(std::string_view message) const {

@@ -1,0 +1,183 @@
+#include "mpigrad/launch/commands/checked_run.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <system_error>
+
+#include "mpigrad/core/checked_math.h"
+#include "mpigrad/core/error.h"
+#include "mpigrad/nn/encoder_with_head.h"
+
+namespace mpigrad::launch {
+
+namespace {
+
+// Labels are checked before training, so a bad one fails on every rank at once instead of in
+// one rank's loss while the others wait. Each rank reads only its own share of the index space
+// (together the ranks cover every sample), one bounded piece at a time.
+void check_labels(const data::Hdf5Dataset& dataset, const TrainConfig& config, const char* key,
+                  int64_t rank, int64_t ranks) {
+  const std::string& y = config.data.y;
+  const int64_t size = dataset.total_size();
+  const int64_t begin = size * rank / ranks, end = size * (rank + 1) / ranks;
+  constexpr int64_t kPiece = int64_t(1) << 20;  // labels per read: 8 MiB as int64
+  for (int64_t first = begin; first < end; first += kPiece) {
+    const int64_t count = std::min(kPiece, end - first);
+    core::Tensor labels = dataset.read_field(y, first, count).to(core::kInt64);
+    const int64_t* values = labels.data<int64_t>();
+    for (int64_t i = 0; i < count; ++i) {
+      MPIGRAD_CHECK(values[i] >= 0 && values[i] < config.data.num_classes, key, ": ",
+                    dataset.describe(), " field '", y, "' holds label ", values[i], " at sample ",
+                    first + i, ", outside [0, ", config.data.num_classes,
+                    ") of [data] num_classes");
+    }
+  }
+}
+
+std::shared_ptr<data::Hdf5Dataset> open_dataset(const std::vector<std::string>& paths,
+                                                const TrainConfig& config, const char* key,
+                                                int64_t rank, int64_t ranks) {
+  auto dataset = std::make_shared<data::Hdf5Dataset>(
+      paths, data::Hdf5DatasetOptions{.fields = {config.data.x, config.data.y}});
+  MPIGRAD_CHECK(dataset->size() > 0, key, ": ", dataset->describe(), " has no samples (N = 0 "
+                "in field '", config.data.x, "'); nothing to ",
+                std::string(key) == "[data] test" ? "evaluate on" : "train on");
+  // The distributed samplers need one sample per rank; say so now, not in the training phase.
+  MPIGRAD_CHECK(dataset->size() >= ranks, key, ": ", dataset->describe(), " has ",
+                dataset->size(), " sample(s), fewer than the ", ranks,
+                " ranks; every rank needs at least one");
+  const data::FieldInfo& labels = dataset->field(config.data.y);
+  MPIGRAD_CHECK(!core::is_floating(labels.dtype), key, ": label field '", config.data.y, "' of ",
+                dataset->describe(), " is ", labels.dtype, "; class labels must be integers "
+                "(any integer dtype)");
+  MPIGRAD_CHECK(labels.sample_shape.numel() == 1, key, ": label field '", config.data.y, "' of ",
+                dataset->describe(), " has per-sample shape ", labels.sample_shape,
+                "; expected one label per sample");
+  const data::FieldInfo& inputs = dataset->field(config.data.x);
+  MPIGRAD_CHECK(inputs.dtype != core::kBool, key, ": input field '", config.data.x, "' of ",
+                dataset->describe(), " is bool; inputs must be numbers");
+  check_labels(*dataset, config, key, rank, ranks);
+  return dataset;
+}
+
+// Channels are the first per-sample dimension ([C, H, W] images, [F] features).
+int64_t input_channels(const core::Shape& sample_shape) {
+  return sample_shape.size() >= 1 ? sample_shape[0] : 1;
+}
+
+void check_normalization(const TrainConfig& config, const data::FieldInfo& inputs) {
+  const int64_t channels = input_channels(inputs.sample_shape);
+  for (const auto* values : {&config.data.mean, &config.data.std}) {
+    const size_t n = values->size();
+    MPIGRAD_CHECK(n <= 1 || int64_t(n) == channels, "[data] ", values == &config.data.mean ?
+                  "mean" : "std", ": ", n, " values, but field '", config.data.x,
+                  "' has per-sample shape ", inputs.sample_shape, ", so ", channels,
+                  " channel(s); give one value, or one per channel");
+  }
+}
+
+// A batch is allocated at every step, and with the read-ahead a few are alive at once: one that
+// cannot fit in memory is refused now, naming the file, the field and the bytes.
+void check_batch_memory(const data::Hdf5Dataset& dataset, const TrainConfig& config,
+                        const char* key, int64_t batch) {
+  int64_t bytes = 0;
+  for (const data::FieldInfo& field : dataset.fields()) {
+    const std::string what = std::string(key) + ": " + dataset.describe() + " field '" +
+                             field.name + "' of per-sample shape " + field.sample_shape.str();
+    bytes = core::checked_add(bytes, core::checked_mul(batch, field.sample_bytes(), what,
+                                                       ": a batch of ", batch, " samples"),
+                              what, ": a batch");
+    check_fits_in_memory(bytes, what + ": a batch of " + std::to_string(batch) +
+                                    " samples ([train] batch_size " +
+                                    std::to_string(config.train.batch_size) + ")");
+  }
+}
+
+// The file is written at the end of training: a path that cannot be written fails now instead.
+// Its folder is created as out_dir is.
+void check_writable(const std::string& path, const char* key) {
+  namespace fs = std::filesystem;
+  const fs::path parent = fs::path(path).parent_path();
+  std::error_code error;
+  if (!parent.empty()) fs::create_directories(parent, error);
+  MPIGRAD_CHECK(!error, key, ": cannot create the folder '", parent.string(), "' of '", path,
+                "': ", error.message());
+  MPIGRAD_CHECK(!fs::is_directory(path), key, ": '", path, "' is a folder; give a file name");
+  const std::string probe = path + ".tmp";
+  {
+    std::ofstream out(probe);
+    MPIGRAD_CHECK(out.good(), key, ": cannot write '", probe, "'");
+  }
+  fs::remove(probe, error);
+}
+
+}  // namespace
+
+CheckedRun check_run(const std::vector<std::string>& args, int64_t rank, int64_t ranks) {
+  CheckedRun run;
+  run.config = parse_train_config(args);
+  if (run.config.help) return run;
+  const TrainConfig& config = run.config;
+  run.train_set = open_dataset(config.data.train, config, "[data] train", rank, ranks);
+  if (!config.data.test.empty()) {
+    run.test_set = open_dataset(config.data.test, config, "[data] test", rank, ranks);
+  }
+  const data::FieldInfo& inputs = run.train_set->field(config.data.x);
+  run.sample_shape = inputs.sample_shape;
+  check_normalization(config, inputs);
+  // A classifier: the model's outputs are the classes.
+  MPIGRAD_CHECK(config.loss.name == LossKind::CrossEntropy, "[loss] name: mpigrad train trains "
+                "classifiers (cross_entropy); mse and l1 are for regression through the C API "
+                "(mpigrad/mpigrad_c.h)");
+  MPIGRAD_CHECK(config.model.outputs == 0 || config.model.outputs == config.data.num_classes,
+                "[model] outputs: ", config.model.outputs, " differs from [data] num_classes ",
+                config.data.num_classes, "; leave it 0 for a classifier");
+  run.outputs = config.data.num_classes;
+  MPIGRAD_CHECK(config.model.input_shape.empty() ||
+                    core::Shape(config.model.input_shape) == run.sample_shape,
+                "[model] input_shape: ", core::Shape(config.model.input_shape), " but field '",
+                config.data.x, "' has per-sample shape ", run.sample_shape);
+  if (run.test_set) {
+    const data::FieldInfo& test_x = run.test_set->field(config.data.x);
+    MPIGRAD_CHECK(test_x.sample_shape == run.sample_shape, "[data] test: field '", config.data.x,
+                  "' has per-sample shape ", test_x.sample_shape, " but the training data has ",
+                  run.sample_shape);
+  }
+  // The distributed sampler pads every rank to ceil(N / R) samples. The config's sizes may be
+  // anything up to int64's maximum: rounding up and multiplying are checked.
+  const int64_t per_rank = core::ceil_div(run.train_set->size(), ranks);
+  const int64_t batches = core::ceil_div(per_rank, config.train.batch_size);
+  run.steps_per_epoch = core::ceil_div(batches, config.train.grad_accum_steps);
+  run.total_steps = core::checked_mul(config.train.epochs, run.steps_per_epoch,
+                                      "[train] epochs: the run's length in optimizer updates "
+                                      "(epochs x ", run.steps_per_epoch, " per epoch)");
+  check_batch_memory(*run.train_set, config, "[data] train", std::min(config.train.batch_size,
+                                                                      per_rank));
+  if (run.test_set) {
+    check_batch_memory(*run.test_set, config, "[data] test",
+                       std::min(kTestBatchSize, core::ceil_div(run.test_set->size(), ranks)));
+  }
+  // (A dry run takes one step of this schedule: the schedule is the run's, checked as such.)
+  if (config.train.max_steps > 0) {
+    run.total_steps = std::min(run.total_steps, config.train.max_steps);
+  }
+  check_schedule(config.sched, run.total_steps);
+  MPIGRAD_CHECK(!config.data.augment.geometric() || run.sample_shape.size() == 3,
+                "[data] augment: crop and flip need images of shape [channels, height, width], "
+                "but field '", config.data.x, "' has per-sample shape ", run.sample_shape);
+  run.model = make_stage_model(config.model, config.train, run.sample_shape, run.outputs);
+  if (config.train.stage == StageKind::Classifier) {
+    // Read here, in the checking phase, so a missing or mismatched tensor fails on every rank.
+    load_encoder(dynamic_cast<nn::EncoderWithHead&>(*run.model), config.train.init_from,
+                 "[train] init_from");
+  }
+  if (rank == 0 && !config.train.trace.empty() && !config.dry_run) {
+    check_writable(config.train.trace, "[train] trace");
+  }
+  run.inputs = input_transform(config, run.train_set->field(config.data.x));
+  return run;
+}
+
+}  // namespace mpigrad::launch
