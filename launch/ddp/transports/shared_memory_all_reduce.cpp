@@ -18,8 +18,8 @@ struct SharedMemoryAllReduce::Impl {
 
   std::string where() const {
     std::ostringstream out;
-    out << "shared-memory all-reduce on communicator '" << segments->communicator_name()
-        << "' [rank " << segments->rank() << "/" << segments->size() << "]";
+    out << "shared-memory all-reduce on communicator '" << segments->communicator_name() << "' "
+        << segments->world_label();
     return out.str();
   }
 
@@ -47,7 +47,8 @@ struct SharedMemoryAllReduce::Impl {
 
   void check_peers_alive() {
     if (int q = segments->first_peer_gave_up(); q >= 0) {
-      fail("rank ", q, " gave up (see its error) while this rank worked on the averaging");
+      fail("rank ", segments->label(q),
+           " gave up (see its error) while this rank worked on the averaging");
     }
   }
 
