@@ -134,15 +134,19 @@ inline void check_pair(const Communicator& communicator, const core::Tensor& inp
 
 }  // namespace
 
-void Communicator::check_reduce(bool scatter, const core::Tensor& input,
-                                const core::Tensor& output, ReduceOp op) const {
-  const char* name = scatter ? "reduce_scatter" : "all_reduce";
-  // In place (the one-tensor form, which DDP and SyncBatchNorm use) checks the tensor once.
-  if (input.is_same(output)) {
-    check_tensor(*this, device(), input, name, "input");
-  } else {
-    check_pair(*this, input, output, name);
+// Inline: the in-place all-reduce is the latency-bound collective (see MpiCommunicator).
+inline void Communicator::check_reduce(bool scatter, const core::Tensor& input,
+                                       const core::Tensor& output, ReduceOp op) const {
+  // In place (the one-tensor form, which DDP and SyncBatchNorm use): one tensor to check and no
+  // counts to compare.
+  if (!scatter && input.is_same(output)) {
+    check_tensor(*this, device(), input, "all_reduce", "input");
+    if (op == ReduceOp::Avg && !core::is_floating(input.dtype())) [[unlikely]] {
+      reduce_problem(*this, scatter, input, output, op);
+    }
+    return;
   }
+  check_pair(*this, input, output, scatter ? "reduce_scatter" : "all_reduce");
   const bool avg_ok = op != ReduceOp::Avg || core::is_floating(input.dtype());
   const int64_t in = input.numel(), out = output.numel();
   const bool counts_ok =
