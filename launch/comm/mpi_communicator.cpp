@@ -519,7 +519,13 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, std::st
 std::unique_ptr<Communicator> MpiCommunicator::split_node_local(std::string name) {
   const State& s = *state_;
   MPI_Comm part = MPI_COMM_NULL;
-  if (const int nodes = simulated_node_count(); nodes > 0) {
+  int nodes = 0;
+  try {
+    nodes = simulated_node_count();
+  } catch (const core::Error& error) {
+    core::fail(s.label(), " ", error.what());
+  }
+  if (nodes > 0) {
     // Every rank sees the same size and the same variable, so every rank raises this or none.
     MPIGRAD_CHECK(s.size % nodes == 0, s.label(), " MPIGRAD_SIMULATE_NODES=", nodes, ": the ",
                   s.size, " ranks of communicator '", s.name, "' do not split into ", nodes,

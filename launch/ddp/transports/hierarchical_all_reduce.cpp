@@ -347,7 +347,8 @@ std::unique_ptr<HierarchicalAllReduce> HierarchicalAllReduce::create(
     Communicator& communicator, std::unique_ptr<Communicator> node,
     std::span<const SharedBufferSpec> buffers, double timeout_seconds, std::string* why_not) {
   MPIGRAD_CHECK(node != nullptr && communicator.size() % node->size() == 0,
-                "HierarchicalAllReduce on communicator '", communicator.name(),
+                communicator.world_label(), " HierarchicalAllReduce on communicator '",
+                communicator.name(),
                 "': needs this rank's node, every node with as many ranks");
   auto* mpi = dynamic_cast<MpiCommunicator*>(&communicator);
   if (mpi == nullptr) {  // every rank holds the same kind of communicator
@@ -397,8 +398,8 @@ std::unique_ptr<HierarchicalAllReduce> HierarchicalAllReduce::create(
 
   // 3. The buffers: the node's shared copies, or plain memory for a node of one rank.
   for (const SharedBufferSpec& spec : buffers) {
-    MPIGRAD_CHECK(core::is_floating(spec.dtype) && spec.numel >= 0,
-                  "HierarchicalAllReduce: buffers must have a floating dtype and numel >= 0, "
+    MPIGRAD_CHECK(core::is_floating(spec.dtype) && spec.numel >= 0, s.label,
+                  " HierarchicalAllReduce: buffers must have a floating dtype and numel >= 0, "
                   "got ", spec.dtype, " x ", spec.numel);
     s.specs.push_back({spec.dtype, padded_numel(spec.numel, spec.dtype, s.local_size)});
   }
@@ -436,8 +437,8 @@ bool HierarchicalAllReduce::in_flight(size_t index) const { return impl_->in_fli
 void HierarchicalAllReduce::start(size_t index) {
   Impl& s = *impl_;
   s.check_usable();
-  MPIGRAD_CHECK(index < s.specs.size() && !s.in_flight[index],
-                "HierarchicalAllReduce::start: bucket ", index,
+  MPIGRAD_CHECK(index < s.specs.size() && !s.in_flight[index], s.label,
+                " HierarchicalAllReduce::start: bucket ", index,
                 index < s.specs.size() ? " is already in flight" : " does not exist");
   s.in_flight[index] = true;
   if (s.segments) {

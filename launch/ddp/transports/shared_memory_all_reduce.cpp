@@ -133,7 +133,7 @@ void SharedMemoryAllReduce::start(size_t index) {
   Impl& s = *impl_;
   s.check_usable();
   MPIGRAD_CHECK(index < s.in_flight.size() && !s.in_flight[index],
-                "SharedMemoryAllReduce::start: buffer ", index,
+                s.segments->world_label(), " SharedMemoryAllReduce::start: buffer ", index,
                 index < s.in_flight.size() ? " is already in flight" : " does not exist");
   s.in_flight[index] = true;
   s.reduced_here[index] = false;

@@ -178,8 +178,8 @@ std::unique_ptr<SharedSegments> SharedSegments::create(Communicator& communicato
                                                        std::string* why_not) {
   for (const SharedBufferSpec& spec : buffers) {
     MPIGRAD_CHECK(core::is_floating(spec.dtype) && spec.numel >= 0,
-                  "SharedMemoryAllReduce: buffers must have a floating dtype and numel >= 0, got ",
-                  spec.dtype, " x ", spec.numel);
+                  communicator.world_label(), " SharedMemoryAllReduce: buffers must have a "
+                  "floating dtype and numel >= 0, got ", spec.dtype, " x ", spec.numel);
   }
 #if !defined(__linux__)
   // Not collective here: every rank of a job runs the same operating system.
