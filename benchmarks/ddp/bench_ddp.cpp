@@ -143,42 +143,47 @@ class NoCommunication : public launch::Communicator {
   int size() const override { return 1; }
   const std::string& name() const override { return name_; }
   launch::Backend backend() const override { return launch::Backend::Mpi; }
-  launch::WorkPtr all_reduce_async(const Tensor& in, const Tensor& out, launch::ReduceOp) override {
-    copy(in, out);
-    return done();
-  }
-  void all_reduce(const Tensor& in, const Tensor& out, launch::ReduceOp) override { copy(in, out); }
-  launch::WorkPtr broadcast_async(const Tensor&, int) override { return done(); }
-  void broadcast(const Tensor&, int) override {}
-  launch::WorkPtr all_gather_async(const Tensor& in, const Tensor& out) override {
-    copy(in, out);
-    return done();
-  }
-  void all_gather(const Tensor& in, const Tensor& out) override { copy(in, out); }
-  launch::WorkPtr all_gather_v_async(const Tensor& in, const Tensor& out,
-                                     std::span<const int64_t>) override {
-    copy(in, out);
-    return done();
-  }
-  void all_gather_v(const Tensor& in, const Tensor& out, std::span<const int64_t>) override {
-    copy(in, out);
-  }
-  launch::WorkPtr reduce_scatter_async(const Tensor& in, const Tensor& out,
-                                       launch::ReduceOp) override {
-    copy(in, out);
-    return done();
-  }
-  void reduce_scatter(const Tensor& in, const Tensor& out, launch::ReduceOp) override {
-    copy(in, out);
-  }
-  launch::WorkPtr barrier_async() override { return done(); }
-  void barrier() override {}
   std::unique_ptr<launch::Communicator> split(int, int, std::string) override {
     return std::make_unique<NoCommunication>();
   }
   std::unique_ptr<launch::Communicator> split_node_local(std::string) override {
     return std::make_unique<NoCommunication>();
   }
+
+ protected:
+  launch::WorkPtr all_reduce_async_impl(const Tensor& in, const Tensor& out,
+                                        launch::ReduceOp) override {
+    copy(in, out);
+    return done();
+  }
+  void all_reduce_impl(const Tensor& in, const Tensor& out, launch::ReduceOp) override {
+    copy(in, out);
+  }
+  launch::WorkPtr broadcast_async_impl(const Tensor&, int) override { return done(); }
+  void broadcast_impl(const Tensor&, int) override {}
+  launch::WorkPtr all_gather_async_impl(const Tensor& in, const Tensor& out) override {
+    copy(in, out);
+    return done();
+  }
+  void all_gather_impl(const Tensor& in, const Tensor& out) override { copy(in, out); }
+  launch::WorkPtr all_gather_v_async_impl(const Tensor& in, const Tensor& out,
+                                          std::span<const int64_t>) override {
+    copy(in, out);
+    return done();
+  }
+  void all_gather_v_impl(const Tensor& in, const Tensor& out, std::span<const int64_t>) override {
+    copy(in, out);
+  }
+  launch::WorkPtr reduce_scatter_async_impl(const Tensor& in, const Tensor& out,
+                                            launch::ReduceOp) override {
+    copy(in, out);
+    return done();
+  }
+  void reduce_scatter_impl(const Tensor& in, const Tensor& out, launch::ReduceOp) override {
+    copy(in, out);
+  }
+  launch::WorkPtr barrier_async_impl() override { return done(); }
+  void barrier_impl() override {}
 
  private:
   struct Done final : launch::Work {
@@ -205,20 +210,21 @@ class SimulatedNetwork final : public NoCommunication {
       : alpha_(alpha_seconds), beta_(bytes_per_second) {}
   double seconds_for(int64_t bytes) const { return alpha_ + double(bytes) / beta_; }
 
-  using NoCommunication::all_reduce_async;
-  launch::WorkPtr all_reduce_async(const Tensor& in, const Tensor& out,
-                                   launch::ReduceOp op) override {
-    NoCommunication::all_reduce_async(in, out, op);
+  void reset() { busy_seconds = blocked_seconds = 0; }
+
+  double busy_seconds = 0;
+  double blocked_seconds = 0;
+
+ protected:
+  launch::WorkPtr all_reduce_async_impl(const Tensor& in, const Tensor& out,
+                                        launch::ReduceOp op) override {
+    NoCommunication::all_reduce_async_impl(in, out, op);
     const auto duration = std::chrono::duration_cast<Clock::duration>(
         std::chrono::duration<double>(seconds_for(in.nbytes())));
     link_free_ = std::max(Clock::now(), link_free_) + duration;
     busy_seconds += seconds_for(in.nbytes());
     return std::make_shared<Delayed>(link_free_, blocked_seconds);
   }
-  void reset() { busy_seconds = blocked_seconds = 0; }
-
-  double busy_seconds = 0;
-  double blocked_seconds = 0;
 
  private:
   struct Delayed final : launch::Work {

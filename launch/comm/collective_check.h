@@ -45,11 +45,12 @@ int64_t hash_counts(const Counts& counts) {
   return hash;
 }
 
-// Every rank of `control` (of `size` ranks) shares its signature of collective #seq and all
-// compare; on any difference throws core::Error "<where>: MPIGRAD_DEBUG_COLLECTIVES: ranks
-// disagree on collective #seq:" followed by one line per rank. `name` labels MPI failures.
-void check_collective_agreement(const MpiCommHandle& control, int size, const std::string& where,
-                                const std::string& name, const CollectiveSignature& mine,
-                                uint64_t seq);
+// Every rank of `control` (whose ranks `world` places in mpigrad's world) shares its signature
+// of collective #seq and all compare; on any difference throws core::Error "<where>:
+// MPIGRAD_DEBUG_COLLECTIVES: ranks disagree on collective #seq:" followed by one line per rank,
+// by world rank. `name` labels MPI failures.
+void check_collective_agreement(const MpiCommHandle& control, const WorldRanks& world,
+                                const std::string& where, const std::string& name,
+                                const CollectiveSignature& mine, uint64_t seq);
 
 }  // namespace mpigrad::launch

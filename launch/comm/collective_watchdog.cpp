@@ -12,7 +12,9 @@
 #include <thread>
 #include <vector>
 
+#include "mpigrad/core/error.h"
 #include "mpigrad/launch/comm/mpi_handle.h"
+#include "mpigrad/launch/comm/rank_label.h"
 
 namespace mpigrad::launch {
 
@@ -38,6 +40,7 @@ struct CollectiveWatchdog::Impl {
   int rank = 0;
   int size = 1;
   std::string name;
+  std::shared_ptr<const WorldRanks> world;
   double timeout_seconds = 0;
   bool can_query_ranks = false;
 
@@ -120,16 +123,20 @@ struct CollectiveWatchdog::Impl {
       }
     }
 
+    // Ranks by their world rank (rank r here is world rank of_member[r]).
     std::string missing, arrived, details;
     int missing_count = 0;
     for (int r = 0; r < size; ++r) {
       const Reply& reply = replies[size_t(r)];
+      const int world_rank = world->of_member[size_t(r)];
       bool has_arrived = answered[size_t(r)] && reply.started > int64_t(seq);
       std::string& list = has_arrived ? arrived : missing;
-      list += (list.empty() ? "" : ", ") + std::to_string(r);
+      list += (list.empty() ? "" : ", ") + std::to_string(world_rank);
       if (has_arrived) continue;
       ++missing_count;
-      details += "\n  rank " + std::to_string(r) + ": ";
+      const std::string host = world->host(world_rank);
+      details += "\n  rank " + std::to_string(world_rank) + (host.empty() ? "" : " on " + host) +
+                 ": ";
       if (!answered[size_t(r)]) {
         details += can_query_ranks ? "no answer (crashed, exited, or stuck outside MPI progress)"
                                    : "unknown (MPI thread level below MPI_THREAD_MULTIPLE)";
@@ -141,13 +148,15 @@ struct CollectiveWatchdog::Impl {
                    " collectives (needs " + std::to_string(seq + 1) + ")";
       }
     }
+    // The host too: a timeout may involve several nodes.
+    const std::string label = rank_label_on_host(world->of_member[size_t(rank)], world->size);
     std::fprintf(stderr,
-                 "[rank %d/%d] mpigrad: collective timeout on communicator '%s': %s #%llu "
+                 "%s mpigrad: collective timeout on communicator '%s': %s #%llu "
                  "(%lld bytes) waited %.1f s (timeout %.1f s).\n"
                  "  ranks not arrived: %s\n  ranks arrived: %s%s\n"
                  "  aborting the job (MPI_Abort, exit code 3); raise MPIGRAD_COLLECTIVE_TIMEOUT if this "
                  "collective is legitimately slow.\n",
-                 rank, size, name.c_str(), op, static_cast<unsigned long long>(seq),
+                 label.c_str(), name.c_str(), op, static_cast<unsigned long long>(seq),
                  static_cast<long long>(bytes), waited, timeout_seconds,
                  missing_count ? missing.c_str() : "none (all arrived; MPI made no progress)",
                  arrived.empty() ? "none" : arrived.c_str(), details.c_str());
@@ -183,11 +192,16 @@ struct CollectiveWatchdog::Impl {
 };
 
 CollectiveWatchdog::CollectiveWatchdog(const MpiCommHandle& control, std::string name,
+                                       std::shared_ptr<const WorldRanks> world,
                                        double timeout_seconds, bool can_query_ranks)
     : impl_(std::make_unique<Impl>()) {
   impl_->control = control.comm;
   check_mpi(MPI_Comm_rank(control.comm, &impl_->rank), "MPI_Comm_rank", name);
   check_mpi(MPI_Comm_size(control.comm, &impl_->size), "MPI_Comm_size", name);
+  MPIGRAD_CHECK(world != nullptr && int(world->of_member.size()) == impl_->size,
+                "CollectiveWatchdog of '", name, "': no world ranks for its ", impl_->size,
+                " ranks");
+  impl_->world = std::move(world);
   impl_->name = std::move(name);
   impl_->timeout_seconds = timeout_seconds;
   impl_->can_query_ranks = can_query_ranks;

@@ -9,8 +9,10 @@
 // separate control communicator, how many collectives it has started; their watchdog threads
 // answer even while their main thread sleeps, computes, or is stuck elsewhere. The report names
 // the operation, its sequence number and size, and the ranks that have not arrived (with where
-// they are), then MPI_Abort ends the job with a non-zero exit. Ranks that crash or exit never
-// answer and are reported as "no answer".
+// they are, and their hosts), then MPI_Abort ends the job with a non-zero exit. Ranks that crash
+// or exit never answer and are reported as "no answer". Every rank in the report is a rank of
+// mpigrad's world (WorldRanks, communicator.h), this one with its host, never a rank of the
+// sub-communicator: an inter-node group of world ranks 1 and 3 reports 1 and 3, not 0 and 1.
 //
 // Asking other ranks while the main thread is inside MPI needs MPI_THREAD_MULTIPLE. With less,
 // the watchdog still aborts on timeout but reports only what this rank knows.
@@ -26,12 +28,14 @@
 namespace mpigrad::launch {
 
 struct MpiCommHandle;
+struct WorldRanks;
 
 class CollectiveWatchdog {
  public:
   // `control` must be a communicator over the same ranks used for nothing but the watchdog (and
-  // debug checks), and must outlive the watchdog.
-  CollectiveWatchdog(const MpiCommHandle& control, std::string name, double timeout_seconds,
+  // debug checks), and must outlive the watchdog; `world` places its ranks in mpigrad's world.
+  CollectiveWatchdog(const MpiCommHandle& control, std::string name,
+                     std::shared_ptr<const WorldRanks> world, double timeout_seconds,
                      bool can_query_ranks);
   ~CollectiveWatchdog();  // stops and joins the thread
   CollectiveWatchdog(const CollectiveWatchdog&) = delete;

@@ -1,10 +1,11 @@
-// MpiCommunicator: argument checks, the debug agreement check, and the blocking and nonblocking
-// MPI calls behind each collective.
+// MpiCommunicator: the MPI arguments of each collective (Communicator has checked the rest), the
+// debug agreement check, the blocking and nonblocking MPI calls, and the world ranks of a split.
 #include "mpigrad/launch/comm/mpi_communicator.h"
 
 #include <array>
 #include <climits>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "mpigrad/launch/comm/collective_check.h"
 #include "mpigrad/launch/comm/collective_watchdog.h"
 #include "mpigrad/launch/comm/mpi_handle.h"
+#include "mpigrad/launch/comm/rank_label.h"
 
 namespace mpigrad::launch {
 
@@ -24,6 +26,8 @@ struct MpiCommunicator::State {
   std::string name;
   int rank = 0;
   int size = 1;
+  std::shared_ptr<const WorldRanks> world;  // this communicator's ranks in mpigrad's world
+  int world_rank = 0;
   CollectiveConfig config;
   // Each dtype's MPI datatype and reduction operators, looked up once at construction so a
   // call does not (MPI_OP_NULL: not supported; the slow path says why).
@@ -32,6 +36,9 @@ struct MpiCommunicator::State {
   std::unique_ptr<CollectiveWatchdog> watchdog;  // destroyed first: its thread uses `control`
 
   ~State() { watchdog.reset(); }
+
+  // "[rank r/w]" in world numbers: what every message of this communicator starts with.
+  std::string label() const { return rank_label(world_rank, world->size); }
 };
 
 namespace {
@@ -67,45 +74,21 @@ struct Call {
   void* recv() const { return recv_data != nullptr ? recv_data : output->data_ptr(); }
 };
 
-int to_int_count(int64_t count, const char* op, const std::string& name) {
-  MPIGRAD_CHECK(count <= INT_MAX, op, " on communicator '", name, "': ", count,
-                " elements exceed MPI's int count limit (", INT_MAX, "); split the tensor");
+// "[rank 3/4] all_reduce on communicator 'world inter-node': "
+std::string where(const MpiCommunicator::State& state, const char* op) {
+  return state.label() + " " + op + " on communicator '" + state.name + "': ";
+}
+
+// The MPI backend's own limit; Communicator has checked everything else.
+[[noreturn, gnu::cold, gnu::noinline]] void count_too_large(
+    const MpiCommunicator::State& state, int64_t count, const char* op) {
+  core::fail(where(state, op), count, " elements exceed MPI's int count limit (", INT_MAX,
+             "); split the tensor");
+}
+
+inline int to_int_count(int64_t count, const char* op, const MpiCommunicator::State& state) {
+  if (count > INT_MAX) [[unlikely]] count_too_large(state, count, op);
   return int(count);
-}
-
-// The argument checks run on every call, so the messages are built only on failure, in code
-// kept off the fast path (measured with perf on an 8-byte all-reduce: the inline checks and
-// their message set-up were a third of mpigrad's 130 ns over raw MPI_Allreduce).
-[[noreturn, gnu::cold, gnu::noinline]] void tensor_problem(
-    const core::Tensor& tensor, Kind kind, const char* role, const MpiCommunicator::State& state) {
-  const char* op = collective_kind_name(kind);
-  MPIGRAD_CHECK(tensor.defined(), op, " on communicator '", state.name, "': ", role, " is undefined");
-  MPIGRAD_CHECK(tensor.device().is_cpu(), op, " on communicator '", state.name, "' (MPI backend): ",
-                role, " is on ", tensor.device(), "; the MPI backend handles host tensors, use the "
-                "nccl backend for CUDA tensors");
-  core::fail(op, " on communicator '", state.name, "': ", role, " of shape ", tensor.shape(),
-             " is not contiguous; call .contiguous() first");
-}
-
-inline void check_tensor(const core::Tensor& tensor, Kind kind, const char* role,
-                         const MpiCommunicator::State& state) {
-  if (!(tensor.defined() && tensor.device().is_cpu() && tensor.is_contiguous())) [[unlikely]] {
-    tensor_problem(tensor, kind, role, state);
-  }
-}
-
-[[noreturn, gnu::cold, gnu::noinline]] void dtype_mismatch(
-    const core::Tensor& input, const core::Tensor& output, Kind kind,
-    const MpiCommunicator::State& state) {
-  core::fail(collective_kind_name(kind), " on communicator '", state.name, "': input is ",
-             input.dtype(), " but output is ", output.dtype());
-}
-
-inline void check_pair(const core::Tensor& input, const core::Tensor& output, Kind kind,
-                       const MpiCommunicator::State& state) {
-  check_tensor(input, kind, "input", state);
-  check_tensor(output, kind, "output", state);
-  if (input.dtype() != output.dtype()) [[unlikely]] dtype_mismatch(input, output, kind, state);
 }
 
 // Avg = sum / size, applied to the output after the sum completes.
@@ -130,9 +113,9 @@ void finish(const Call& call, int size) {
 void check_agreement(const MpiCommunicator::State& state, const Call& call, uint64_t seq) {
   CollectiveSignature signature{call.kind, call.dtype, int64_t(call.count), int64_t(call.root),
                                 call.reduce, hash_counts(call.counts)};
-  std::string where = "[rank " + std::to_string(state.rank) + "/" + std::to_string(state.size) +
-                      "] communicator '" + state.name + "'";
-  check_collective_agreement(state.control, state.size, where, state.name, signature, seq);
+  check_collective_agreement(state.control, *state.world,
+                             state.label() + " communicator '" + state.name + "'", state.name,
+                             signature, seq);
 }
 
 // Numbers the collective, runs the debug check, and returns the sequence number.
@@ -178,7 +161,8 @@ void run_blocking(MpiCommunicator::State& state, Call& call) {
       break;
   }
   if (rc != MPI_SUCCESS) [[unlikely]] {
-    check_mpi(rc, what, "communicator '" + state.name + "', collective #" + std::to_string(seq));
+    check_mpi(rc, what, "communicator '" + state.name + "', collective #" + std::to_string(seq),
+              state.label());
   }
   finish(call, state.size);
 }
@@ -260,7 +244,7 @@ class MpiWork final : public Work {
  private:
   // The message is only built on failure: test() runs in tight polling loops.
   void check(int rc, const char* what) const {
-    if (rc != MPI_SUCCESS) [[unlikely]] check_mpi(rc, what, context());
+    if (rc != MPI_SUCCESS) [[unlikely]] check_mpi(rc, what, context(), state_->label());
   }
   std::string context() const {
     return std::string(collective_kind_name(call_.kind)) + " #" + std::to_string(seq_) + " on communicator '" +
@@ -290,31 +274,26 @@ WorkPtr start_async(const std::shared_ptr<MpiCommunicator::State>& state, Call c
 
 }  // namespace
 
-// ---- Argument checking: one Call per operation ---------------------------------------------------
+// ---- One Call per operation: its MPI arguments ----------------------------------------------
+// Communicator's public calls have checked the tensors, dtypes, counts and root; what is left
+// is MPI's: a reduction operator for the dtype and counts that fit in an int.
 
 namespace {
 
-// Why a dtype has no reduction op in the table: the runtime's lookup raises the reason.
+// Why a dtype has no reduction op in the table (bool): the runtime's lookup raises the reason.
 [[noreturn, gnu::cold, gnu::noinline]] void unsupported_reduction(
     const MpiCommunicator::State& state, Kind kind, core::DType dtype, ReduceOp op) {
   const char* name = collective_kind_name(kind);
   try {
     state.runtime->reduction_ops().find(dtype, op);
   } catch (const core::Error& error) {
-    core::fail(name, " on communicator '", state.name, "': ", error.what());
+    core::fail(where(state, name), error.what());
   }
-  core::fail(name, " on communicator '", state.name, "': no MPI reduction for ", dtype);
-}
-
-[[noreturn, gnu::cold, gnu::noinline]] void element_count_mismatch(
-    const MpiCommunicator::State& state, int64_t input, int64_t output) {
-  core::fail("all_reduce on communicator '", state.name, "': input has ", input,
-             " elements but output has ", output);
+  core::fail(where(state, name), "no MPI reduction for ", dtype);
 }
 
 Call reduce_call(const MpiCommunicator::State& state, Kind kind, const core::Tensor& input,
                  const core::Tensor& output, ReduceOp op) {
-  check_pair(input, output, kind, state);
   Call call;
   call.kind = kind;
   call.input = &input;
@@ -324,55 +303,41 @@ Call reduce_call(const MpiCommunicator::State& state, Kind kind, const core::Ten
   call.reduce = op;
   call.mpi_op = state.ops[size_t(call.dtype)][size_t(op)];
   if (call.mpi_op == MPI_OP_NULL) [[unlikely]] unsupported_reduction(state, kind, call.dtype, op);
-  const int64_t in = input.numel(), out = output.numel();
+  const char* name = collective_kind_name(kind);
   if (kind == Kind::AllReduce) {
-    if (in != out) [[unlikely]] element_count_mismatch(state, in, out);
-    call.count = to_int_count(in, "all_reduce", state.name);
+    call.count = to_int_count(input.numel(), name, state);
     call.send_data = input.data_ptr();
     call.recv_data = output.data_ptr();
     call.in_place = call.send_data == call.recv_data;
-    call.bytes = in * core::element_size(call.dtype);
+    call.bytes = input.nbytes();
   } else {
-    const char* name = collective_kind_name(kind);
-    MPIGRAD_CHECK(in == out * state.size, name, " on communicator '", state.name,
-                  "': input must hold size (", state.size, ") x output (", out, ") = ",
-                  out * state.size, " elements, got ", in);
-    MPIGRAD_CHECK(in == 0 || input.data_ptr() != output.data_ptr(), name, " on communicator '",
-                  state.name, "': input and output must not alias");
-    call.count = to_int_count(out, name, state.name);
+    call.count = to_int_count(output.numel(), name, state);
     call.bytes = input.nbytes();
   }
   return call;
 }
 
 Call broadcast_call(const MpiCommunicator::State& state, const core::Tensor& tensor, int root) {
-  check_tensor(tensor, Kind::Broadcast, "tensor", state);
-  MPIGRAD_CHECK(root >= 0 && root < state.size, "broadcast on communicator '", state.name,
-                "': root ", root, " is not a rank of this communicator (size ", state.size, ")");
   Call call;
   call.kind = Kind::Broadcast;
   call.output = &tensor;
   call.dtype = tensor.dtype();
   call.type = state.types[size_t(call.dtype)];
   call.root = root;
-  call.count = to_int_count(tensor.numel(), "broadcast", state.name);
+  call.count = to_int_count(tensor.numel(), "broadcast", state);
   call.bytes = tensor.nbytes();
   return call;
 }
 
 Call all_gather_call(const MpiCommunicator::State& state, const core::Tensor& input,
                      const core::Tensor& output) {
-  check_pair(input, output, Kind::AllGather, state);
-  MPIGRAD_CHECK(output.numel() == input.numel() * state.size, "all_gather on communicator '",
-                state.name, "': output must hold size (", state.size, ") x input (", input.numel(),
-                ") = ", input.numel() * state.size, " elements, got ", output.numel());
   Call call;
   call.kind = Kind::AllGather;
   call.input = &input;
   call.output = &output;
   call.dtype = input.dtype();
   call.type = state.types[size_t(call.dtype)];
-  call.count = to_int_count(input.numel(), "all_gather", state.name);
+  call.count = to_int_count(input.numel(), "all_gather", state);
   // In place when this rank's input already is its block of the output.
   call.in_place = input.numel() > 0 &&
                   input.data_ptr() == static_cast<char*>(output.data_ptr()) +
@@ -383,9 +348,6 @@ Call all_gather_call(const MpiCommunicator::State& state, const core::Tensor& in
 
 Call all_gather_v_call(const MpiCommunicator::State& state, const core::Tensor& input,
                        const core::Tensor& output, std::span<const int64_t> counts) {
-  check_pair(input, output, Kind::AllGatherV, state);
-  MPIGRAD_CHECK(int64_t(counts.size()) == state.size, "all_gather_v on communicator '", state.name,
-                "': counts has ", counts.size(), " entries, expected one per rank (", state.size, ")");
   Call call;
   call.kind = Kind::AllGatherV;
   call.input = &input;
@@ -394,21 +356,15 @@ Call all_gather_v_call(const MpiCommunicator::State& state, const core::Tensor& 
   call.type = state.types[size_t(call.dtype)];
   int64_t total = 0;
   for (int r = 0; r < state.size; ++r) {
-    MPIGRAD_CHECK(counts[size_t(r)] >= 0, "all_gather_v on communicator '", state.name,
-                  "': counts[", r, "] = ", counts[size_t(r)], " is negative");
-    call.counts.push_back(to_int_count(counts[size_t(r)], "all_gather_v", state.name));
-    call.displs.push_back(to_int_count(total, "all_gather_v", state.name));
+    call.counts.push_back(to_int_count(counts[size_t(r)], "all_gather_v", state));
+    call.displs.push_back(to_int_count(total, "all_gather_v", state));
     total += counts[size_t(r)];
   }
-  MPIGRAD_CHECK(input.numel() == counts[size_t(state.rank)], "all_gather_v on communicator '",
-                state.name, "': rank ", state.rank, " passes ", input.numel(),
-                " elements but counts[", state.rank, "] = ", counts[size_t(state.rank)]);
-  MPIGRAD_CHECK(output.numel() == total, "all_gather_v on communicator '", state.name,
-                "': output has ", output.numel(), " elements, the counts sum to ", total);
   call.count = call.counts[size_t(state.rank)];
   call.in_place = input.numel() > 0 &&
                   input.data_ptr() == static_cast<char*>(output.data_ptr()) +
-                                          int64_t(call.displs[size_t(state.rank)]) * input.element_size();
+                                          int64_t(call.displs[size_t(state.rank)]) *
+                                              input.element_size();
   call.bytes = output.nbytes();
   return call;
 }
@@ -418,7 +374,8 @@ Call all_gather_v_call(const MpiCommunicator::State& state, const core::Tensor& 
 // ---- MpiCommunicator ----------------------------------------------------------------------------
 
 MpiCommunicator::MpiCommunicator(MpiCommHandle&& comm, std::shared_ptr<MpiRuntime> runtime,
-                                 std::string name, CollectiveConfig config)
+                                 std::string name, CollectiveConfig config,
+                                 std::shared_ptr<const WorldRanks> world)
     : state_(std::make_shared<State>()) {
   State& s = *state_;
   s.runtime = std::move(runtime);
@@ -428,6 +385,11 @@ MpiCommunicator::MpiCommunicator(MpiCommHandle&& comm, std::shared_ptr<MpiRuntim
   check_mpi(MPI_Comm_set_errhandler(s.comm.comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", s.name);
   check_mpi(MPI_Comm_rank(s.comm.comm, &s.rank), "MPI_Comm_rank", s.name);
   check_mpi(MPI_Comm_size(s.comm.comm, &s.size), "MPI_Comm_size", s.name);
+  s.world = world ? std::move(world) : gather_world_ranks(s.comm.comm, s.name);
+  MPIGRAD_CHECK(int(s.world->of_member.size()) == s.size, "MpiCommunicator '", s.name,
+                "': world ranks for ", s.world->of_member.size(), " ranks, but it has ", s.size);
+  s.world_rank = s.world->of_member[size_t(s.rank)];
+  place_in_world(s.world);
   for (int d = 0; d < kernels::kNumDTypes; ++d) {
     const auto dtype = core::DType(d);
     s.types[size_t(d)] = mpi_datatype(dtype);
@@ -440,9 +402,10 @@ MpiCommunicator::MpiCommunicator(MpiCommHandle&& comm, std::shared_ptr<MpiRuntim
       }
     }
   }
-  s.control = duplicate_communicator(s.comm.comm, "control communicator of '" + s.name + "'");
+  s.control = duplicate_communicator(s.comm.comm, "control communicator of '" + s.name + "'",
+                                     s.label());
   s.watchdog = std::make_unique<CollectiveWatchdog>(
-      s.control, s.name, config.timeout_seconds,
+      s.control, s.name, s.world, config.timeout_seconds,
       s.runtime->thread_level() == ThreadLevel::Multiple);
 }
 
@@ -455,41 +418,33 @@ const MpiCommHandle& MpiCommunicator::handle() const { return state_->comm; }
 const std::shared_ptr<MpiRuntime>& MpiCommunicator::runtime() const { return state_->runtime; }
 uint64_t MpiCommunicator::collectives_started() const { return state_->watchdog->started(); }
 
-WorkPtr MpiCommunicator::all_reduce_async(const core::Tensor& input, const core::Tensor& output,
-                                          ReduceOp op) {
+WorkPtr MpiCommunicator::all_reduce_async_impl(const core::Tensor& input,
+                                               const core::Tensor& output, ReduceOp op) {
   return start_async(state_, reduce_call(*state_, Kind::AllReduce, input, output, op));
 }
 // The one latency-bound collective (SyncBatchNorm's statistics, DDP's small buckets, metrics),
-// written out: the checks, the sequence number, the watchdog's bracket and MPI_Allreduce, with
-// no Call in between. Counted with callgrind on an 8-byte in-place all-reduce: mpigrad added
-// 325 instructions a call to raw MPI_Allreduce through reduce_call and run_blocking, 211 this
-// way checking the tensor as two, and 155 once. The debug agreement check takes the
-// general path.
-void MpiCommunicator::all_reduce(const core::Tensor& input, const core::Tensor& output, ReduceOp op) {
+// written out: the sequence number, the watchdog's bracket and MPI_Allreduce, with no Call in
+// between. Counted with callgrind on an 8-byte in-place all-reduce: mpigrad added 325
+// instructions a call to raw MPI_Allreduce through reduce_call and run_blocking, 211 this way
+// checking the tensor as two, and 155 (161 in a later build) once. Since Communicator makes the
+// checks before calling this, 201: its call and the virtual one here cost about 40 more. The
+// debug agreement check takes the general path.
+void MpiCommunicator::all_reduce_impl(const core::Tensor& input, const core::Tensor& output,
+                                      ReduceOp op) {
   State& s = *state_;
   if (s.config.debug_collectives) [[unlikely]] {
     Call call = reduce_call(s, Kind::AllReduce, input, output, op);
     run_blocking(s, call);
     return;
   }
-  // In place (the one-tensor form, which DDP and SyncBatchNorm use) checks the tensor once.
-  const bool same = input.is_same(output);
-  if (same) {
-    check_tensor(input, Kind::AllReduce, "input", s);
-  } else {
-    check_pair(input, output, Kind::AllReduce, s);
-  }
   const core::DType dtype = input.dtype();
   const MPI_Op mpi_op = s.ops[size_t(dtype)][size_t(op)];
   if (mpi_op == MPI_OP_NULL) [[unlikely]] unsupported_reduction(s, Kind::AllReduce, dtype, op);
   const int64_t count = input.numel();
-  if (!same && count != output.numel()) [[unlikely]] {
-    element_count_mismatch(s, count, output.numel());
-  }
   // Every check before the sequence number: a refused call takes no collective's number.
-  const int mpi_count = to_int_count(count, "all_reduce", s.name);
+  const int mpi_count = to_int_count(count, "all_reduce", s);
   void* recv = output.data_ptr();
-  const void* send = same ? recv : input.data_ptr();
+  const void* send = input.data_ptr();
   const uint64_t seq = s.watchdog->next_sequence();
   int rc = MPI_SUCCESS;
   {
@@ -499,93 +454,157 @@ void MpiCommunicator::all_reduce(const core::Tensor& input, const core::Tensor& 
                        s.types[size_t(dtype)], mpi_op, s.comm.comm);
   }
   if (rc != MPI_SUCCESS) [[unlikely]] {
-    check_mpi(rc, "MPI_Allreduce", "communicator '" + s.name + "', collective #" +
-                                       std::to_string(seq));
+    check_mpi(rc, "MPI_Allreduce",
+              "communicator '" + s.name + "', collective #" + std::to_string(seq), s.label());
   }
   if (op == ReduceOp::Avg && s.size > 1) divide_by(output, s.size);
 }
 
-WorkPtr MpiCommunicator::broadcast_async(const core::Tensor& tensor, int root) {
+WorkPtr MpiCommunicator::broadcast_async_impl(const core::Tensor& tensor, int root) {
   return start_async(state_, broadcast_call(*state_, tensor, root));
 }
-void MpiCommunicator::broadcast(const core::Tensor& tensor, int root) {
+void MpiCommunicator::broadcast_impl(const core::Tensor& tensor, int root) {
   Call call = broadcast_call(*state_, tensor, root);
   run_blocking(*state_, call);
 }
 
-WorkPtr MpiCommunicator::all_gather_async(const core::Tensor& input, const core::Tensor& output) {
+WorkPtr MpiCommunicator::all_gather_async_impl(const core::Tensor& input,
+                                               const core::Tensor& output) {
   return start_async(state_, all_gather_call(*state_, input, output));
 }
-void MpiCommunicator::all_gather(const core::Tensor& input, const core::Tensor& output) {
+void MpiCommunicator::all_gather_impl(const core::Tensor& input, const core::Tensor& output) {
   Call call = all_gather_call(*state_, input, output);
   run_blocking(*state_, call);
 }
 
-WorkPtr MpiCommunicator::all_gather_v_async(const core::Tensor& input, const core::Tensor& output,
-                                            std::span<const int64_t> counts) {
+WorkPtr MpiCommunicator::all_gather_v_async_impl(const core::Tensor& input,
+                                                 const core::Tensor& output,
+                                                 std::span<const int64_t> counts) {
   return start_async(state_, all_gather_v_call(*state_, input, output, counts));
 }
-void MpiCommunicator::all_gather_v(const core::Tensor& input, const core::Tensor& output,
-                                   std::span<const int64_t> counts) {
+void MpiCommunicator::all_gather_v_impl(const core::Tensor& input, const core::Tensor& output,
+                                        std::span<const int64_t> counts) {
   Call call = all_gather_v_call(*state_, input, output, counts);
   run_blocking(*state_, call);
 }
 
-WorkPtr MpiCommunicator::reduce_scatter_async(const core::Tensor& input, const core::Tensor& output,
-                                              ReduceOp op) {
+WorkPtr MpiCommunicator::reduce_scatter_async_impl(const core::Tensor& input,
+                                                   const core::Tensor& output, ReduceOp op) {
   return start_async(state_, reduce_call(*state_, Kind::ReduceScatter, input, output, op));
 }
-void MpiCommunicator::reduce_scatter(const core::Tensor& input, const core::Tensor& output,
-                                     ReduceOp op) {
+void MpiCommunicator::reduce_scatter_impl(const core::Tensor& input, const core::Tensor& output,
+                                          ReduceOp op) {
   Call call = reduce_call(*state_, Kind::ReduceScatter, input, output, op);
   run_blocking(*state_, call);
 }
 
-WorkPtr MpiCommunicator::barrier_async() { return start_async(state_, Call{}); }
-void MpiCommunicator::barrier() {
+WorkPtr MpiCommunicator::barrier_async_impl() { return start_async(state_, Call{}); }
+void MpiCommunicator::barrier_impl() {
   Call call;
   run_blocking(*state_, call);
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, std::string name) {
+  const State& s = *state_;
   MPI_Comm part = MPI_COMM_NULL;
-  check_mpi(MPI_Comm_split(state_->comm.comm, color < 0 ? MPI_UNDEFINED : color, key, &part),
-            "MPI_Comm_split", "communicator '" + state_->name + "' into '" + name + "'");
+  check_mpi(MPI_Comm_split(s.comm.comm, color < 0 ? MPI_UNDEFINED : color, key, &part),
+            "MPI_Comm_split", "communicator '" + s.name + "' into '" + name + "'", s.label());
   if (part == MPI_COMM_NULL) return nullptr;
-  return std::make_unique<MpiCommunicator>(MpiCommHandle(part), state_->runtime, std::move(name),
-                                           state_->config);
+  MpiCommHandle handle(part);
+  auto world = world_ranks_within(part, s.comm.comm, *s.world);
+  return std::make_unique<MpiCommunicator>(std::move(handle), s.runtime, std::move(name),
+                                           s.config, std::move(world));
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split_node_local(std::string name) {
+  const State& s = *state_;
   MPI_Comm part = MPI_COMM_NULL;
-  if (const int nodes = simulated_node_count(); nodes > 0) {
-    // Every rank sees the same size and the same variable, so every rank raises this or none.
-    MPIGRAD_CHECK(state_->size % nodes == 0, "MPIGRAD_SIMULATE_NODES=", nodes,
-                  ": the ", state_->size, " ranks of communicator '", state_->name,
-                  "' do not split into ", nodes, " equal nodes; launch a multiple of ", nodes,
-                  " ranks or change the variable");
-    const int per_node = state_->size / nodes;
-    check_mpi(MPI_Comm_split(state_->comm.comm, state_->rank / per_node, state_->rank, &part),
-              "MPI_Comm_split", "simulated node of communicator '" + state_->name + "'");
-    return std::make_unique<MpiCommunicator>(MpiCommHandle(part), state_->runtime,
-                                             std::move(name), state_->config);
+  int nodes = 0;
+  try {
+    nodes = simulated_node_count();
+  } catch (const core::Error& error) {
+    core::fail(s.label(), " ", error.what());
   }
-  check_mpi(MPI_Comm_split_type(state_->comm.comm, MPI_COMM_TYPE_SHARED, state_->rank,
-                                MPI_INFO_NULL, &part),
-            "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)", "communicator '" + state_->name + "'");
-  return std::make_unique<MpiCommunicator>(MpiCommHandle(part), state_->runtime, std::move(name),
-                                           state_->config);
+  if (nodes > 0) {
+    // Every rank sees the same size and the same variable, so every rank raises this or none.
+    MPIGRAD_CHECK(s.size % nodes == 0, s.label(), " MPIGRAD_SIMULATE_NODES=", nodes, ": the ",
+                  s.size, " ranks of communicator '", s.name, "' do not split into ", nodes,
+                  " equal nodes; launch a multiple of ", nodes, " ranks or change the variable");
+    const int per_node = s.size / nodes;
+    check_mpi(MPI_Comm_split(s.comm.comm, s.rank / per_node, s.rank, &part), "MPI_Comm_split",
+              "simulated node of communicator '" + s.name + "'", s.label());
+  } else {
+    check_mpi(MPI_Comm_split_type(s.comm.comm, MPI_COMM_TYPE_SHARED, s.rank, MPI_INFO_NULL,
+                                  &part),
+              "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)", "communicator '" + s.name + "'",
+              s.label());
+  }
+  MpiCommHandle handle(part);
+  auto world = world_ranks_within(part, s.comm.comm, *s.world);
+  return std::make_unique<MpiCommunicator>(std::move(handle), s.runtime, std::move(name),
+                                           s.config, std::move(world));
 }
 
 // ---- Interop ------------------------------------------------------------------------------------
 
-MpiCommHandle duplicate_communicator(MPI_Comm comm, std::string_view what) {
+MpiCommHandle duplicate_communicator(MPI_Comm comm, std::string_view what,
+                                     std::string_view label) {
   MPIGRAD_CHECK(comm != MPI_COMM_NULL, "mpigrad: cannot duplicate MPI_COMM_NULL (", what, ")");
   MPI_Comm copy = MPI_COMM_NULL;
-  check_mpi(MPI_Comm_dup(comm, &copy), "MPI_Comm_dup", what);
+  check_mpi(MPI_Comm_dup(comm, &copy), "MPI_Comm_dup", what, label);
   MpiCommHandle handle(copy);
-  check_mpi(MPI_Comm_set_errhandler(copy, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", what);
+  check_mpi(MPI_Comm_set_errhandler(copy, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", what,
+            label);
   return handle;
+}
+
+std::shared_ptr<const WorldRanks> gather_world_ranks(MPI_Comm world, std::string_view what) {
+  int size = 1, rank = 0;
+  check_mpi(MPI_Comm_size(world, &size), "MPI_Comm_size", what);
+  check_mpi(MPI_Comm_rank(world, &rank), "MPI_Comm_rank", what);
+  auto ranks = std::make_shared<WorldRanks>(WorldRanks::identity(size));
+  // Fixed-size names (Linux's HOST_NAME_MAX is 64), one all-gather when the world is built.
+  constexpr int kHostBytes = 64;
+  std::array<char, kHostBytes> mine{};
+  std::strncpy(mine.data(), host_name().c_str(), kHostBytes - 1);
+  std::vector<char> all(size_t(size) * kHostBytes);
+  check_mpi(MPI_Allgather(mine.data(), kHostBytes, MPI_CHAR, all.data(), kHostBytes, MPI_CHAR,
+                          world),
+            "MPI_Allgather", std::string("host names of '") + std::string(what) + "'",
+            rank_label(rank, size));
+  auto hosts = std::make_shared<std::vector<std::string>>();
+  for (int r = 0; r < size; ++r) {
+    const char* name = &all[size_t(r) * kHostBytes];
+    hosts->emplace_back(name, strnlen(name, kHostBytes));
+  }
+  ranks->hosts = std::move(hosts);
+  return ranks;
+}
+
+std::shared_ptr<const WorldRanks> world_ranks_within(MPI_Comm part, MPI_Comm parent,
+                                                     const WorldRanks& parent_world) {
+  MPI_Group part_group = MPI_GROUP_NULL, parent_group = MPI_GROUP_NULL;
+  check_mpi(MPI_Comm_group(part, &part_group), "MPI_Comm_group", "a split communicator");
+  check_mpi(MPI_Comm_group(parent, &parent_group), "MPI_Comm_group", "its parent");
+  int size = 0;
+  MPI_Group_size(part_group, &size);
+  std::vector<int> members(static_cast<size_t>(size));
+  std::vector<int> in_parent(static_cast<size_t>(size), MPI_UNDEFINED);
+  std::iota(members.begin(), members.end(), 0);
+  const int rc = MPI_Group_translate_ranks(part_group, size, members.data(), parent_group,
+                                           in_parent.data());
+  MPI_Group_free(&part_group);
+  MPI_Group_free(&parent_group);
+  check_mpi(rc, "MPI_Group_translate_ranks", "a split communicator against its parent");
+  auto world = std::make_shared<WorldRanks>();
+  world->size = parent_world.size;
+  world->hosts = parent_world.hosts;
+  for (int r : in_parent) {
+    MPIGRAD_CHECK(r >= 0 && size_t(r) < parent_world.of_member.size(),
+                  "a split communicator holds a rank its parent does not");
+    world->of_member.push_back(parent_world.of_member[size_t(r)]);
+  }
+  return world;
 }
 
 }  // namespace mpigrad::launch

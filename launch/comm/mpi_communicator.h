@@ -35,35 +35,17 @@ struct MpiCommHandle;
 class MpiCommunicator final : public Communicator {
  public:
   // Takes ownership of `comm` (a duplicate the caller made); `runtime` keeps MPI alive for as
-  // long as this communicator exists. Collective over the ranks of `comm`.
+  // long as this communicator exists. Collective over the ranks of `comm`. `world` places its
+  // ranks in mpigrad's world (communicator.h); null means `comm` is that world (or a duplicate
+  // of it), and then every rank's host name is gathered here, once.
   MpiCommunicator(MpiCommHandle&& comm, std::shared_ptr<MpiRuntime> runtime, std::string name,
-                  CollectiveConfig config);
+                  CollectiveConfig config, std::shared_ptr<const WorldRanks> world = nullptr);
   ~MpiCommunicator() override;
 
   int rank() const override;
   int size() const override;
   const std::string& name() const override;
   Backend backend() const override { return Backend::Mpi; }
-
-  using Communicator::all_reduce;
-  using Communicator::all_reduce_async;
-  WorkPtr all_reduce_async(const core::Tensor& input, const core::Tensor& output,
-                           ReduceOp op) override;
-  void all_reduce(const core::Tensor& input, const core::Tensor& output, ReduceOp op) override;
-  WorkPtr broadcast_async(const core::Tensor& tensor, int root) override;
-  void broadcast(const core::Tensor& tensor, int root) override;
-  WorkPtr all_gather_async(const core::Tensor& input, const core::Tensor& output) override;
-  void all_gather(const core::Tensor& input, const core::Tensor& output) override;
-  WorkPtr all_gather_v_async(const core::Tensor& input, const core::Tensor& output,
-                             std::span<const int64_t> counts) override;
-  void all_gather_v(const core::Tensor& input, const core::Tensor& output,
-                    std::span<const int64_t> counts) override;
-  WorkPtr reduce_scatter_async(const core::Tensor& input, const core::Tensor& output,
-                               ReduceOp op) override;
-  void reduce_scatter(const core::Tensor& input, const core::Tensor& output,
-                      ReduceOp op) override;
-  WorkPtr barrier_async() override;
-  void barrier() override;
 
   std::unique_ptr<Communicator> split(int color, int key, std::string name) override;
   std::unique_ptr<Communicator> split_node_local(std::string name) override;
@@ -75,6 +57,26 @@ class MpiCommunicator final : public Communicator {
   uint64_t collectives_started() const;
 
   struct State;  // shared with in-flight Work objects; defined in mpi_communicator.cpp
+
+ protected:
+  WorkPtr all_reduce_async_impl(const core::Tensor& input, const core::Tensor& output,
+                                ReduceOp op) override;
+  void all_reduce_impl(const core::Tensor& input, const core::Tensor& output,
+                       ReduceOp op) override;
+  WorkPtr broadcast_async_impl(const core::Tensor& tensor, int root) override;
+  void broadcast_impl(const core::Tensor& tensor, int root) override;
+  WorkPtr all_gather_async_impl(const core::Tensor& input, const core::Tensor& output) override;
+  void all_gather_impl(const core::Tensor& input, const core::Tensor& output) override;
+  WorkPtr all_gather_v_async_impl(const core::Tensor& input, const core::Tensor& output,
+                                  std::span<const int64_t> counts) override;
+  void all_gather_v_impl(const core::Tensor& input, const core::Tensor& output,
+                         std::span<const int64_t> counts) override;
+  WorkPtr reduce_scatter_async_impl(const core::Tensor& input, const core::Tensor& output,
+                                    ReduceOp op) override;
+  void reduce_scatter_impl(const core::Tensor& input, const core::Tensor& output,
+                           ReduceOp op) override;
+  WorkPtr barrier_async_impl() override;
+  void barrier_impl() override;
 
  private:
   std::shared_ptr<State> state_;

@@ -12,6 +12,7 @@
 #endif
 #include <mpi.h>
 
+#include <memory>
 #include <string_view>
 
 #include "mpigrad/core/dtype.h"
@@ -50,12 +51,24 @@ struct MpiCommHandle {
   }
 };
 
-// Throws core::Error naming the MPI call, what it worked on and the calling rank (in
-// MPI_COMM_WORLD when known) unless rc is MPI_SUCCESS.
-void check_mpi(int rc, std::string_view call, std::string_view what = {});
+// Throws core::Error naming the MPI call, what it worked on and the calling rank unless rc is
+// MPI_SUCCESS. `label` is the rank as a communicator knows it in mpigrad's world ("[rank r/w]",
+// Communicator::world_label); without one (MPI start-up, before a world exists) the rank in
+// MPI_COMM_WORLD stands in, which is the world whenever mpigrad started MPI itself.
+void check_mpi(int rc, std::string_view call, std::string_view what = {},
+               std::string_view label = {});
 
-// Duplicates `comm` (MPI_Comm_dup) into a handle that mpigrad owns.
-MpiCommHandle duplicate_communicator(MPI_Comm comm, std::string_view what);
+// Duplicates `comm` (MPI_Comm_dup) into a handle that mpigrad owns; `label` as for check_mpi.
+MpiCommHandle duplicate_communicator(MPI_Comm comm, std::string_view what,
+                                     std::string_view label = {});
+
+// The WorldRanks (communicator.h) of mpigrad's world `world` itself: rank r is world rank r,
+// with every rank's host name (one all-gather). Collective over `world`.
+std::shared_ptr<const WorldRanks> gather_world_ranks(MPI_Comm world, std::string_view what);
+// The WorldRanks of `part`, split from `parent`, whose ranks `parent_world` places: the parent
+// rank of each member (MPI_Group_translate_ranks), then its world rank. No communication.
+std::shared_ptr<const WorldRanks> world_ranks_within(MPI_Comm part, MPI_Comm parent,
+                                                     const WorldRanks& parent_world);
 
 // The MPI datatype that moves elements of `dtype`. bfloat16 and float16 travel as MPI_UINT16_T and
 // are reduced only through the runtime's user-defined operators.

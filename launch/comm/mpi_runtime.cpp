@@ -7,6 +7,7 @@
 
 #include "mpigrad/core/error.h"
 #include "mpigrad/launch/comm/mpi_handle.h"
+#include "mpigrad/launch/comm/rank_label.h"
 
 namespace mpigrad::launch {
 
@@ -19,14 +20,18 @@ ThreadLevel to_thread_level(int provided) {
   return ThreadLevel::Single;
 }
 
-int world_rank_if_known() {
+// "[rank r/w]" in MPI_COMM_WORLD, or "" before MPI_Init and after MPI_Finalize. Only for what
+// has no communicator at hand: a runtime that started MPI (the one case where this prints at
+// the end) works on a duplicate of MPI_COMM_WORLD, so these are then mpigrad's world ranks.
+std::string mpi_world_label() {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (!initialized || finalized) return -1;
-  int rank = -1;
+  if (!initialized || finalized) return "";
+  int rank = -1, size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return rank_label(rank, size);
 }
 
 // User-defined reductions for the 16-bit floats: widen to float, combine, round back.
@@ -58,13 +63,13 @@ std::string_view thread_level_name(ThreadLevel level) {
   return "?";
 }
 
-void check_mpi(int rc, std::string_view call, std::string_view what) {
+void check_mpi(int rc, std::string_view call, std::string_view what, std::string_view label) {
   if (rc == MPI_SUCCESS) [[likely]] return;
   char text[MPI_MAX_ERROR_STRING] = {};
   int length = 0;
   MPI_Error_string(rc, text, &length);
-  int rank = world_rank_if_known();
-  core::fail(rank >= 0 ? "[rank " + std::to_string(rank) + "] " : std::string(), call,
+  std::string prefix = label.empty() ? mpi_world_label() : std::string(label);
+  core::fail(prefix.empty() ? prefix : prefix + " ", call,
              what.empty() ? "" : " (", what, what.empty() ? "" : ")", " failed: ",
              std::string_view(text, size_t(length)));
 }
@@ -154,8 +159,9 @@ MpiRuntime::~MpiRuntime() {
   if (std::uncaught_exceptions() > 0) {
     // Unwinding from an error on this rank while the others may sit in a collective: finalize
     // would wait for them forever, so end the whole job now with a non-zero exit.
-    std::fprintf(stderr, "[rank %d] mpigrad: aborting the job because this rank is unwinding an exception\n",
-                 world_rank_if_known());
+    std::fprintf(stderr,
+                 "%s mpigrad: aborting the job because this rank is unwinding an exception\n",
+                 mpi_world_label().c_str());
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }

@@ -1,5 +1,6 @@
-// NcclCommunicator: MPI-bootstrapped NCCL communicators, stream ordering with events, argument
-// checks, and the NCCL call behind each collective. Compiled only with the CUDA backend.
+// NcclCommunicator: MPI-bootstrapped NCCL communicators, stream ordering with events, the dtypes
+// NCCL moves (Communicator has checked the rest), and the NCCL call behind each collective.
+// Compiled only with the CUDA backend.
 #include "mpigrad/launch/comm/nccl_communicator.h"
 
 #include <cuda_runtime.h>
@@ -20,6 +21,7 @@
 #include "mpigrad/launch/comm/collective_check.h"
 #include "mpigrad/launch/comm/collective_watchdog.h"
 #include "mpigrad/launch/comm/mpi_handle.h"
+#include "mpigrad/launch/comm/rank_label.h"
 
 namespace mpigrad::launch {
 
@@ -33,6 +35,8 @@ struct NcclCommunicator::State {
   std::string name;
   int rank = 0;
   int size = 1;
+  std::shared_ptr<const WorldRanks> world;  // this communicator's ranks in mpigrad's world
+  int world_rank = 0;
   core::Device device = core::cuda(0);
   CollectiveConfig config;
 
@@ -58,8 +62,8 @@ struct NcclCommunicator::State {
       const bool abort = broken || std::uncaught_exceptions() > 0;
       ncclResult_t result = abort ? ncclCommAbort(nccl) : ncclCommDestroy(nccl);
       if (result != ncclSuccess) {
-        std::fprintf(stderr, "[rank %d/%d] mpigrad: %s on NCCL communicator '%s' failed: %s\n", rank,
-                     size, abort ? "ncclCommAbort" : "ncclCommDestroy", name.c_str(),
+        std::fprintf(stderr, "%s mpigrad: %s on NCCL communicator '%s' failed: %s\n",
+                     label().c_str(), abort ? "ncclCommAbort" : "ncclCommDestroy", name.c_str(),
                      ncclGetErrorString(result));
       }
       nccl = nullptr;
@@ -76,9 +80,15 @@ struct NcclCommunicator::State {
     watchdog.reset();  // its thread uses `control`, which the members' destructors free next
   }
 
-  std::string where() const {
-    return "[rank " + std::to_string(rank) + "/" + std::to_string(size) + "] NCCL communicator '" +
-           name + "' (" + device.str() + ")";
+  // "[rank r/w]" in world numbers; before the world ranks are known, the communicator's own.
+  std::string label() const {
+    return world ? rank_label(world_rank, world->size) : rank_label(rank, size);
+  }
+  // What every message starts with. A failed NCCL call may be a peer on another node that is
+  // gone, so those name this rank's host too.
+  std::string where(bool on_host = false) const {
+    const std::string at = world && on_host ? rank_label_on_host(world_rank, world->size) : label();
+    return at + " NCCL communicator '" + name + "' (" + device.str() + ")";
   }
 };
 
@@ -89,7 +99,7 @@ using State = NcclCommunicator::State;
 [[noreturn]] void fail_nccl(State& state, ncclResult_t result, const char* call) {
   if (result != ncclInProgress) state.broken = true;
   const char* last = ncclGetLastError(state.nccl);
-  core::fail(state.where(), ": ", call, " failed: ", ncclGetErrorString(result),
+  core::fail(state.where(/*on_host=*/true), ": ", call, " failed: ", ncclGetErrorString(result),
              last != nullptr && *last ? std::string(" (") + last + ")" : std::string());
 }
 
@@ -183,30 +193,18 @@ struct Call {
   int64_t bytes = 0;                   // what this rank moves, for reports
 };
 
-void check_tensor(const State& state, const core::Tensor& tensor, const char* op, const char* role) {
-  MPIGRAD_CHECK(tensor.defined(), state.where(), ": ", op, ": ", role, " is undefined");
-  MPIGRAD_CHECK(tensor.device() == state.device, state.where(), ": ", op, ": ", role, " is on ",
-                tensor.device(), "; this communicator moves ", state.device,
-                " tensors (use the mpi backend for host tensors)");
-  MPIGRAD_CHECK(tensor.is_contiguous(), state.where(), ": ", op, ": ", role, " of shape ",
-                tensor.shape(), " is not contiguous; call .contiguous() first");
-  (void)nccl_type(tensor.dtype());
-}
-
-void check_pair(const State& state, const core::Tensor& input, const core::Tensor& output,
-                const char* op) {
-  check_tensor(state, input, op, "input");
-  check_tensor(state, output, op, "output");
-  MPIGRAD_CHECK(input.dtype() == output.dtype(), state.where(), ": ", op, ": input is ",
-                input.dtype(), " but output is ", output.dtype());
+// The one argument check of NCCL's own (Communicator has made the others): the dtypes it moves.
+void check_dtype(const State& state, core::DType dtype, const char* op) {
+  try {
+    (void)nccl_type(dtype);
+  } catch (const core::Error& error) {
+    core::fail(state.where(), ": ", op, ": ", error.what());
+  }
 }
 
 Call reduce_call(const State& state, Kind kind, const core::Tensor& input,
                  const core::Tensor& output, ReduceOp op) {
-  const char* name = collective_kind_name(kind);
-  check_pair(state, input, output, name);
-  MPIGRAD_CHECK(op != ReduceOp::Avg || core::is_floating(input.dtype()), state.where(), ": ", name,
-                ": avg needs a floating dtype, got ", input.dtype());
+  check_dtype(state, input.dtype(), collective_kind_name(kind));
   Call call;
   call.kind = kind;
   call.input = &input;
@@ -214,25 +212,12 @@ Call reduce_call(const State& state, Kind kind, const core::Tensor& input,
   call.dtype = input.dtype();
   call.reduce = op;
   call.bytes = input.nbytes();
-  if (kind == Kind::AllReduce) {
-    MPIGRAD_CHECK(input.numel() == output.numel(), state.where(), ": ", name, ": input has ",
-                  input.numel(), " elements but output has ", output.numel());
-    call.count = size_t(input.numel());
-  } else {
-    MPIGRAD_CHECK(input.numel() == output.numel() * state.size, state.where(), ": ", name,
-                  ": input must hold size (", state.size, ") x output (", output.numel(), ") = ",
-                  output.numel() * state.size, " elements, got ", input.numel());
-    MPIGRAD_CHECK(input.numel() == 0 || input.data_ptr() != output.data_ptr(), state.where(), ": ",
-                  name, ": input and output must not alias");
-    call.count = size_t(output.numel());
-  }
+  call.count = size_t(kind == Kind::AllReduce ? input.numel() : output.numel());
   return call;
 }
 
 Call broadcast_call(const State& state, const core::Tensor& tensor, int root) {
-  check_tensor(state, tensor, "broadcast", "tensor");
-  MPIGRAD_CHECK(root >= 0 && root < state.size, state.where(), ": broadcast: root ", root,
-                " is not a rank of this communicator (size ", state.size, ")");
+  check_dtype(state, tensor.dtype(), "broadcast");
   Call call;
   call.kind = Kind::Broadcast;
   call.output = &tensor;
@@ -244,10 +229,7 @@ Call broadcast_call(const State& state, const core::Tensor& tensor, int root) {
 }
 
 Call all_gather_call(const State& state, const core::Tensor& input, const core::Tensor& output) {
-  check_pair(state, input, output, "all_gather");
-  MPIGRAD_CHECK(output.numel() == input.numel() * state.size, state.where(),
-                ": all_gather: output must hold size (", state.size, ") x input (", input.numel(),
-                ") = ", input.numel() * state.size, " elements, got ", output.numel());
+  check_dtype(state, input.dtype(), "all_gather");
   Call call;
   call.kind = Kind::AllGather;
   call.input = &input;
@@ -260,9 +242,7 @@ Call all_gather_call(const State& state, const core::Tensor& input, const core::
 
 Call all_gather_v_call(const State& state, const core::Tensor& input, const core::Tensor& output,
                        std::span<const int64_t> counts) {
-  check_pair(state, input, output, "all_gather_v");
-  MPIGRAD_CHECK(int64_t(counts.size()) == state.size, state.where(), ": all_gather_v: counts has ",
-                counts.size(), " entries, expected one per rank (", state.size, ")");
+  check_dtype(state, input.dtype(), "all_gather_v");
   Call call;
   call.kind = Kind::AllGatherV;
   call.input = &input;
@@ -270,17 +250,10 @@ Call all_gather_v_call(const State& state, const core::Tensor& input, const core
   call.dtype = input.dtype();
   int64_t total = 0;
   for (int r = 0; r < state.size; ++r) {
-    MPIGRAD_CHECK(counts[size_t(r)] >= 0, state.where(), ": all_gather_v: counts[", r, "] = ",
-                  counts[size_t(r)], " is negative");
     call.counts.push_back(size_t(counts[size_t(r)]));
     call.displs.push_back(size_t(total));
     total += counts[size_t(r)];
   }
-  MPIGRAD_CHECK(input.numel() == counts[size_t(state.rank)], state.where(), ": all_gather_v: rank ",
-                state.rank, " passes ", input.numel(), " elements but counts[", state.rank,
-                "] = ", counts[size_t(state.rank)]);
-  MPIGRAD_CHECK(output.numel() == total, state.where(), ": all_gather_v: output has ",
-                output.numel(), " elements, the counts sum to ", total);
   call.count = call.counts[size_t(state.rank)];
   call.bytes = output.nbytes();
   return call;
@@ -290,7 +263,7 @@ Call all_gather_v_call(const State& state, const core::Tensor& input, const core
 void check_agreement(const State& state, const Call& call, uint64_t seq) {
   CollectiveSignature signature{call.kind, call.dtype, int64_t(call.count), int64_t(call.root),
                                 call.reduce, hash_counts(call.counts)};
-  check_collective_agreement(state.control, state.size, state.where(), state.name, signature,
+  check_collective_agreement(state.control, *state.world, state.where(), state.name, signature,
                              seq);
 }
 
@@ -480,7 +453,8 @@ void ensure_barrier_buffer(State& s) {
 // ---- NcclCommunicator ---------------------------------------------------------------------------
 
 NcclCommunicator::NcclCommunicator(MpiCommHandle&& comm, std::shared_ptr<MpiRuntime> runtime,
-                                   core::Device device, std::string name, CollectiveConfig config)
+                                   core::Device device, std::string name, CollectiveConfig config,
+                                   std::shared_ptr<const WorldRanks> world)
     : state_(std::make_shared<State>()) {
   State& s = *state_;
   s.runtime = std::move(runtime);
@@ -491,6 +465,11 @@ NcclCommunicator::NcclCommunicator(MpiCommHandle&& comm, std::shared_ptr<MpiRunt
   check_mpi(MPI_Comm_set_errhandler(s.comm.comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", s.name);
   check_mpi(MPI_Comm_rank(s.comm.comm, &s.rank), "MPI_Comm_rank", s.name);
   check_mpi(MPI_Comm_size(s.comm.comm, &s.size), "MPI_Comm_size", s.name);
+  s.world = world ? std::move(world) : gather_world_ranks(s.comm.comm, s.name);
+  MPIGRAD_CHECK(int(s.world->of_member.size()) == s.size, "NcclCommunicator '", s.name,
+                "': world ranks for ", s.world->of_member.size(), " ranks, but it has ", s.size);
+  s.world_rank = s.world->of_member[size_t(s.rank)];
+  place_in_world(s.world);
 
   // Every rank checks its device before anything collective, and all learn whether some rank
   // failed, so a rank without a GPU makes every rank throw instead of leaving the others waiting
@@ -506,13 +485,15 @@ NcclCommunicator::NcclCommunicator(MpiCommHandle&& comm, std::shared_ptr<MpiRunt
   }
   int bad = problem.empty() ? 0 : 1, any_bad = 0;
   check_mpi(MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, s.comm.comm), "MPI_Allreduce",
-            "device check of NCCL communicator '" + s.name + "'");
+            "device check of NCCL communicator '" + s.name + "'", s.label());
   MPIGRAD_CHECK(bad == 0, s.where(), ": cannot create: ", problem);
   MPIGRAD_CHECK(any_bad == 0, s.where(), ": cannot create: another rank has no usable CUDA device");
 
-  s.control = duplicate_communicator(s.comm.comm, "control communicator of '" + s.name + "'");
+  s.control = duplicate_communicator(s.comm.comm, "control communicator of '" + s.name + "'",
+                                     s.label());
   s.watchdog = std::make_unique<CollectiveWatchdog>(
-      s.control, s.name, config.timeout_seconds, s.runtime->thread_level() == ThreadLevel::Multiple);
+      s.control, s.name, s.world, config.timeout_seconds,
+      s.runtime->thread_level() == ThreadLevel::Multiple);
 
   DeviceScope scope(s);
   check_cuda(s, cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
@@ -527,9 +508,10 @@ NcclCommunicator::NcclCommunicator(MpiCommHandle&& comm, std::shared_ptr<MpiRunt
   std::memset(&packet.id, 0, sizeof(packet.id));
   if (s.rank == 0) packet.status = int32_t(ncclGetUniqueId(&packet.id));
   check_mpi(MPI_Bcast(&packet, int(sizeof(packet)), MPI_BYTE, 0, s.comm.comm), "MPI_Bcast",
-            "ncclUniqueId of '" + s.name + "'");
+            "ncclUniqueId of '" + s.name + "'", s.label());
   if (packet.status != ncclSuccess) {
-    core::fail(s.where(), ": ncclGetUniqueId failed on rank 0: ",
+    core::fail(s.where(), ": ncclGetUniqueId failed on rank ", s.world->of_member[0],
+               " (rank 0 of this communicator): ",
                ncclGetErrorString(ncclResult_t(packet.status)));
   }
   // Initialization is collective: watched like one, so a rank that never arrives ends the job.
@@ -550,52 +532,55 @@ core::StreamView NcclCommunicator::stream() const {
 void* NcclCommunicator::native_handle() const { return state_->nccl; }
 uint64_t NcclCommunicator::collectives_started() const { return state_->watchdog->started(); }
 
-WorkPtr NcclCommunicator::all_reduce_async(const core::Tensor& input, const core::Tensor& output,
-                                           ReduceOp op) {
+WorkPtr NcclCommunicator::all_reduce_async_impl(const core::Tensor& input,
+                                                const core::Tensor& output, ReduceOp op) {
   return start_async(state_, reduce_call(*state_, Kind::AllReduce, input, output, op));
 }
-void NcclCommunicator::all_reduce(const core::Tensor& input, const core::Tensor& output, ReduceOp op) {
+void NcclCommunicator::all_reduce_impl(const core::Tensor& input, const core::Tensor& output,
+                                       ReduceOp op) {
   run_blocking(*state_, reduce_call(*state_, Kind::AllReduce, input, output, op));
 }
 
-WorkPtr NcclCommunicator::broadcast_async(const core::Tensor& tensor, int root) {
+WorkPtr NcclCommunicator::broadcast_async_impl(const core::Tensor& tensor, int root) {
   return start_async(state_, broadcast_call(*state_, tensor, root));
 }
-void NcclCommunicator::broadcast(const core::Tensor& tensor, int root) {
+void NcclCommunicator::broadcast_impl(const core::Tensor& tensor, int root) {
   run_blocking(*state_, broadcast_call(*state_, tensor, root));
 }
 
-WorkPtr NcclCommunicator::all_gather_async(const core::Tensor& input, const core::Tensor& output) {
+WorkPtr NcclCommunicator::all_gather_async_impl(const core::Tensor& input,
+                                                const core::Tensor& output) {
   return start_async(state_, all_gather_call(*state_, input, output));
 }
-void NcclCommunicator::all_gather(const core::Tensor& input, const core::Tensor& output) {
+void NcclCommunicator::all_gather_impl(const core::Tensor& input, const core::Tensor& output) {
   run_blocking(*state_, all_gather_call(*state_, input, output));
 }
 
-WorkPtr NcclCommunicator::all_gather_v_async(const core::Tensor& input, const core::Tensor& output,
-                                             std::span<const int64_t> counts) {
+WorkPtr NcclCommunicator::all_gather_v_async_impl(const core::Tensor& input,
+                                                  const core::Tensor& output,
+                                                  std::span<const int64_t> counts) {
   return start_async(state_, all_gather_v_call(*state_, input, output, counts));
 }
-void NcclCommunicator::all_gather_v(const core::Tensor& input, const core::Tensor& output,
-                                    std::span<const int64_t> counts) {
+void NcclCommunicator::all_gather_v_impl(const core::Tensor& input, const core::Tensor& output,
+                                         std::span<const int64_t> counts) {
   run_blocking(*state_, all_gather_v_call(*state_, input, output, counts));
 }
 
-WorkPtr NcclCommunicator::reduce_scatter_async(const core::Tensor& input, const core::Tensor& output,
-                                               ReduceOp op) {
+WorkPtr NcclCommunicator::reduce_scatter_async_impl(const core::Tensor& input,
+                                                    const core::Tensor& output, ReduceOp op) {
   return start_async(state_, reduce_call(*state_, Kind::ReduceScatter, input, output, op));
 }
-void NcclCommunicator::reduce_scatter(const core::Tensor& input, const core::Tensor& output,
-                                      ReduceOp op) {
+void NcclCommunicator::reduce_scatter_impl(const core::Tensor& input, const core::Tensor& output,
+                                           ReduceOp op) {
   run_blocking(*state_, reduce_call(*state_, Kind::ReduceScatter, input, output, op));
 }
 
-WorkPtr NcclCommunicator::barrier_async() {
+WorkPtr NcclCommunicator::barrier_async_impl() {
   ensure_barrier_buffer(*state_);
   return start_async(state_, Call{});
 }
 
-void NcclCommunicator::barrier() {
+void NcclCommunicator::barrier_impl() {
   State& s = *state_;
   ensure_barrier_buffer(s);
   DeviceScope scope(s);
@@ -616,19 +601,24 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key, std::s
   State& s = *state_;
   MPI_Comm part = MPI_COMM_NULL;
   check_mpi(MPI_Comm_split(s.comm.comm, color < 0 ? MPI_UNDEFINED : color, key, &part),
-            "MPI_Comm_split", "NCCL communicator '" + s.name + "' into '" + name + "'");
+            "MPI_Comm_split", "NCCL communicator '" + s.name + "' into '" + name + "'", s.label());
   if (part == MPI_COMM_NULL) return nullptr;
-  return std::make_unique<NcclCommunicator>(MpiCommHandle(part), s.runtime, s.device,
-                                            std::move(name), s.config);
+  MpiCommHandle handle(part);
+  auto world = world_ranks_within(part, s.comm.comm, *s.world);
+  return std::make_unique<NcclCommunicator>(std::move(handle), s.runtime, s.device,
+                                            std::move(name), s.config, std::move(world));
 }
 
 std::unique_ptr<Communicator> NcclCommunicator::split_node_local(std::string name) {
   State& s = *state_;
   MPI_Comm part = MPI_COMM_NULL;
   check_mpi(MPI_Comm_split_type(s.comm.comm, MPI_COMM_TYPE_SHARED, s.rank, MPI_INFO_NULL, &part),
-            "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)", "NCCL communicator '" + s.name + "'");
-  return std::make_unique<NcclCommunicator>(MpiCommHandle(part), s.runtime, s.device,
-                                            std::move(name), s.config);
+            "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)", "NCCL communicator '" + s.name + "'",
+            s.label());
+  MpiCommHandle handle(part);
+  auto world = world_ranks_within(part, s.comm.comm, *s.world);
+  return std::make_unique<NcclCommunicator>(std::move(handle), s.runtime, s.device,
+                                            std::move(name), s.config, std::move(world));
 }
 
 }  // namespace mpigrad::launch

@@ -52,34 +52,17 @@ class NcclCommunicator final : public Communicator {
   // Collective over the ranks of `comm` (an MPI communicator the caller duplicated and hands
   // over; it carries the unique-id exchange, splits, debug checks and timeout queries, never
   // tensor data). `device` must be a visible CUDA device, distinct on every rank of a node.
+  // `world` places its ranks in mpigrad's world (communicator.h); null means `comm` is that
+  // world (or a duplicate of it), and then every rank's host name is gathered here, once.
   NcclCommunicator(MpiCommHandle&& comm, std::shared_ptr<MpiRuntime> runtime, core::Device device,
-                   std::string name, CollectiveConfig config);
+                   std::string name, CollectiveConfig config,
+                   std::shared_ptr<const WorldRanks> world = nullptr);
   ~NcclCommunicator() override;
 
   int rank() const override;
   int size() const override;
   const std::string& name() const override;
   Backend backend() const override { return Backend::Nccl; }
-
-  using Communicator::all_reduce;
-  using Communicator::all_reduce_async;
-  WorkPtr all_reduce_async(const core::Tensor& input, const core::Tensor& output,
-                           ReduceOp op) override;
-  void all_reduce(const core::Tensor& input, const core::Tensor& output, ReduceOp op) override;
-  WorkPtr broadcast_async(const core::Tensor& tensor, int root) override;
-  void broadcast(const core::Tensor& tensor, int root) override;
-  WorkPtr all_gather_async(const core::Tensor& input, const core::Tensor& output) override;
-  void all_gather(const core::Tensor& input, const core::Tensor& output) override;
-  WorkPtr all_gather_v_async(const core::Tensor& input, const core::Tensor& output,
-                             std::span<const int64_t> counts) override;
-  void all_gather_v(const core::Tensor& input, const core::Tensor& output,
-                    std::span<const int64_t> counts) override;
-  WorkPtr reduce_scatter_async(const core::Tensor& input, const core::Tensor& output,
-                               ReduceOp op) override;
-  void reduce_scatter(const core::Tensor& input, const core::Tensor& output,
-                      ReduceOp op) override;
-  WorkPtr barrier_async() override;
-  void barrier() override;
 
   // Collective over this communicator; each new group gets its own NCCL communicator (a fresh
   // unique id per color, exchanged over the split MPI communicator) and its own stream.
@@ -96,6 +79,26 @@ class NcclCommunicator final : public Communicator {
   uint64_t collectives_started() const;
 
   struct State;  // shared with in-flight Work objects; defined in nccl_communicator.cpp
+
+ protected:
+  WorkPtr all_reduce_async_impl(const core::Tensor& input, const core::Tensor& output,
+                                ReduceOp op) override;
+  void all_reduce_impl(const core::Tensor& input, const core::Tensor& output,
+                       ReduceOp op) override;
+  WorkPtr broadcast_async_impl(const core::Tensor& tensor, int root) override;
+  void broadcast_impl(const core::Tensor& tensor, int root) override;
+  WorkPtr all_gather_async_impl(const core::Tensor& input, const core::Tensor& output) override;
+  void all_gather_impl(const core::Tensor& input, const core::Tensor& output) override;
+  WorkPtr all_gather_v_async_impl(const core::Tensor& input, const core::Tensor& output,
+                                  std::span<const int64_t> counts) override;
+  void all_gather_v_impl(const core::Tensor& input, const core::Tensor& output,
+                         std::span<const int64_t> counts) override;
+  WorkPtr reduce_scatter_async_impl(const core::Tensor& input, const core::Tensor& output,
+                                    ReduceOp op) override;
+  void reduce_scatter_impl(const core::Tensor& input, const core::Tensor& output,
+                           ReduceOp op) override;
+  WorkPtr barrier_async_impl() override;
+  void barrier_impl() override;
 
  private:
   std::shared_ptr<State> state_;

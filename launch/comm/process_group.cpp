@@ -15,8 +15,8 @@ ProcessGroup::ProcessGroup(Communicator& parent, std::unique_ptr<Communicator> c
 }
 
 ProcessGroup ProcessGroup::blocks(Communicator& parent, int block_size) {
-  MPIGRAD_CHECK(block_size >= 1, "ProcessGroup::blocks on '", parent.name(), "': block size ",
-                block_size, " must be at least 1");
+  MPIGRAD_CHECK(block_size >= 1, parent.world_label(), " ProcessGroup::blocks on '",
+                parent.name(), "': block size ", block_size, " must be at least 1");
   int color = parent.rank() / block_size;
   int groups = (parent.size() + block_size - 1) / block_size;
   std::string name = parent.name() + " block " + std::to_string(color) + " of " + std::to_string(groups);
@@ -24,8 +24,8 @@ ProcessGroup ProcessGroup::blocks(Communicator& parent, int block_size) {
 }
 
 ProcessGroup ProcessGroup::by_color(Communicator& parent, int color) {
-  MPIGRAD_CHECK(color >= 0, "ProcessGroup::by_color on '", parent.name(), "': color ", color,
-                " must be non-negative");
+  MPIGRAD_CHECK(color >= 0, parent.world_label(), " ProcessGroup::by_color on '", parent.name(),
+                "': color ", color, " must be non-negative");
   std::string name = parent.name() + " color " + std::to_string(color);
   return ProcessGroup(parent, parent.split(color, parent.rank(), name), color);
 }

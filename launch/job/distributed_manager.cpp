@@ -10,6 +10,7 @@
 #include "mpigrad/launch/job/device_choice.h"
 #include "mpigrad/launch/comm/mpi_communicator.h"
 #include "mpigrad/launch/comm/mpi_handle.h"
+#include "mpigrad/launch/comm/rank_label.h"
 #if MPIGRAD_WITH_NCCL
 #include "mpigrad/launch/comm/nccl_communicator.h"
 #endif
@@ -36,10 +37,6 @@ struct DistributedManager::State {
 
 namespace {
 
-std::string rank_prefix(int rank, int size) {
-  return "[rank " + std::to_string(rank) + "/" + std::to_string(size) + "]";
-}
-
 // The rank's device (launch/job/device_choice.h), made the process's home GPU once, here, so that no
 // thread of this rank ever creates a context on another GPU.
 core::Device choose_device(const DistributedOptions& options, int rank, int size,
@@ -53,7 +50,7 @@ core::Device choose_device(const DistributedOptions& options, int rank, int size
       wants_cpu ? core::CudaVisibility{} : core::cuda_visibility();
   const core::Device device =
       choose_rank_device(options.device, environment != nullptr ? environment : "", local_rank,
-                         local_size, visibility, rank_prefix(rank, size));
+                         local_size, visibility, rank_label(rank, size));
   if (device.is_cuda()) core::set_cuda_home_device(device);
   return device;
 }
@@ -73,7 +70,7 @@ DistributedManager::DistributedManager(std::shared_ptr<MpiRuntime> runtime, MpiC
   int leader = s.node_local->rank() == 0 ? 1 : 0;
   int leaders = 0;
   check_mpi(MPI_Allreduce(&leader, &leaders, 1, MPI_INT, MPI_SUM, s.world->handle().comm),
-            "MPI_Allreduce", "node count on 'world'");
+            "MPI_Allreduce", "node count on 'world'", s.world->world_label());
   s.node_count = leaders;
   try {
     s.device = choose_device(options, s.world->rank(), s.world->size(), s.node_local->rank(),
@@ -149,28 +146,28 @@ std::unique_ptr<Communicator> create_communicator(DistributedManager& manager, B
   if (backend == Backend::Nccl) {
 #if MPIGRAD_WITH_NCCL
     const int count = core::cuda_device_count();
-    MPIGRAD_CHECK(count > 0, "[rank ", manager.rank(), "/", manager.world_size(),
-                  "] create_communicator: the nccl backend was requested",
+    MPIGRAD_CHECK(count > 0, world.world_label(),
+                  " create_communicator: the nccl backend was requested",
                   device.is_cuda() ? " (for " + device.str() + " tensors)" : std::string(),
                   " but no CUDA device is visible; use --backend mpi with host tensors");
-    check_one_gpu_per_rank(manager.local_size(), count, "nccl",
-                           rank_prefix(manager.rank(), manager.world_size()));
+    check_one_gpu_per_rank(manager.local_size(), count, "nccl", world.world_label());
     // A CPU device means "the GPU this rank would use": the manager's, or local_rank % count.
     core::Device gpu = device.is_cuda()                ? device
                        : manager.device().is_cuda()    ? manager.device()
                                                        : core::cuda(manager.local_rank() % count);
-    return std::make_unique<NcclCommunicator>(duplicate_communicator(world.handle().comm, name),
-                                              world.runtime(), gpu, std::move(name),
-                                              manager.collective_config());
+    // A duplicate of the world: its ranks are the world's, numbered the same.
+    return std::make_unique<NcclCommunicator>(
+        duplicate_communicator(world.handle().comm, name, world.world_label()), world.runtime(),
+        gpu, std::move(name), manager.collective_config(), world.world_ranks());
 #else
-    core::fail("create_communicator: the nccl backend was requested",
+    core::fail(world.world_label(), " create_communicator: the nccl backend was requested",
                device.is_cuda() ? " (auto, for " + device.str() + " tensors)" : std::string(),
                " but mpigrad was built without CUDA/NCCL; use --backend mpi with host tensors");
 #endif
   }
   return std::make_unique<MpiCommunicator>(
-      duplicate_communicator(world.handle().comm, name), world.runtime(), std::move(name),
-      manager.collective_config());
+      duplicate_communicator(world.handle().comm, name, world.world_label()), world.runtime(),
+      std::move(name), manager.collective_config(), world.world_ranks());
 }
 
 }  // namespace mpigrad::launch

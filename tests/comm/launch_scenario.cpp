@@ -4,6 +4,8 @@
 //   sleep:  rank 1 sleeps past the collective timeout while the others wait in an all-reduce.
 //   throw:  rank 1 throws an uncaught exception while the others wait.
 //   return: rank 1 catches its error, prints it and returns 1 from main while the others wait.
+//   sleep-split: as sleep, but in an all-reduce over the odd ranks (np 4: ranks 1 and 3, which
+//           are ranks 0 and 1 of that communicator): the report must name world ranks.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -71,12 +73,30 @@ int fail_on_rank_1(int argc, char** argv, const std::string& mode) {
   return 0;
 }
 
+// Rank 3 waits for rank 1 in the odd ranks' communicator; the even ranks finish theirs and
+// wait in MPI_Finalize, where no watchdog runs, so the odd group's report is the one printed.
+int sleep_in_split(int argc, char** argv) {
+  auto manager = launch::DistributedManager::initialize(&argc, &argv);
+  const int rank = manager.rank();
+  auto parity = manager.world().split(rank % 2, rank, rank % 2 ? "odd" : "even");
+  core::Tensor value = core::Tensor::from_vector<float>({1.0f}, {1});
+  manager.world().barrier();
+  announce_collective_start(manager);
+  if (rank == 1) {
+    double timeout = manager.collective_config().timeout_seconds;
+    std::this_thread::sleep_for(std::chrono::duration<double>(timeout * 5));
+  }
+  parity->all_reduce(value);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "own") return own(argc, argv);
   if (mode == "sleep" || mode == "throw" || mode == "return") return fail_on_rank_1(argc, argv, mode);
-  std::fprintf(stderr, "usage: %s own|sleep|throw|return\n", argv[0]);
+  if (mode == "sleep-split") return sleep_in_split(argc, argv);
+  std::fprintf(stderr, "usage: %s own|sleep|sleep-split|throw|return\n", argv[0]);
   return 2;
 }

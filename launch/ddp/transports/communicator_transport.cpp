@@ -18,8 +18,8 @@ CommunicatorTransport::CommunicatorTransport(Communicator& communicator,
 
 void CommunicatorTransport::start(size_t index) {
   Slot& slot = slots_.at(index);
-  MPIGRAD_CHECK(slot.work == nullptr, "CommunicatorTransport::start: bucket ", index,
-                " is already in flight");
+  MPIGRAD_CHECK(slot.work == nullptr, communicator_.world_label(),
+                " CommunicatorTransport::start: bucket ", index, " is already in flight");
   core::NoGradGuard no_grad;
   slot.wire = wire_ && *wire_ != slot.buffer.dtype() ? slot.buffer.to(*wire_) : slot.buffer;
   slot.work = communicator_.all_reduce_async(slot.wire, ReduceOp::Avg);

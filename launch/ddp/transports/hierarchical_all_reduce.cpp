@@ -69,6 +69,8 @@ struct HierarchicalAllReduce::Impl {
   // ---- Fixed at creation -------------------------------------------------------------------
   std::string communicator_name;
   int rank = 0, size = 1;  // in the caller's communicator
+  int world_rank = 0;       // in mpigrad's world: how messages name ranks
+  std::string label;        // "[rank r/w]", this rank's world label
   int local_rank = 0, local_size = 1, nodes = 1;
   double timeout_seconds = 0;
   std::unique_ptr<Communicator> cross;       // the inter-node step; the thread's alone
@@ -86,7 +88,7 @@ struct HierarchicalAllReduce::Impl {
   std::deque<size_t> queue;         // started buckets the thread has not taken yet
   std::vector<uint64_t> done_round;  // per bucket: the last round whose own part is done
   std::string failure;               // the first failure; every later call repeats it
-  int32_t failed_rank_code = 0;      // 1 + the rank that failed first, as this rank knows it
+  int32_t failed_rank_code = 0;      // 1 + the world rank that failed first, as this rank knows it
   bool poison_pending = false;       // the main thread failed: the thread owes the status words
   bool stop = false;
   std::atomic<bool> failed{false};   // failure is set: a cheap check for the polling loops
@@ -97,8 +99,7 @@ struct HierarchicalAllReduce::Impl {
 
   std::string where() const {
     std::ostringstream out;
-    out << "hierarchical all-reduce on communicator '" << communicator_name << "' [rank " << rank
-        << "/" << size << "]";
+    out << "hierarchical all-reduce on communicator '" << communicator_name << "' " << label;
     return out.str();
   }
 
@@ -134,7 +135,7 @@ struct HierarchicalAllReduce::Impl {
     std::string message;
     {
       std::lock_guard<std::mutex> lock(mutex);
-      record_failure_locked(core::detail::concat(parts...), 1 + rank);
+      record_failure_locked(core::detail::concat(parts...), 1 + world_rank);
       poison_pending = true;
       message = failure;
       wake_thread.notify_all();
@@ -177,7 +178,7 @@ struct HierarchicalAllReduce::Impl {
         // An MPI error (the communicator reports it): the collectives may be out of step, so
         // nothing more goes over the network; the watchdog or MPI's own handler ends the job.
         std::lock_guard<std::mutex> lock(mutex);
-        record_failure_locked(error.what(), 1 + rank);
+        record_failure_locked(error.what(), 1 + world_rank);
       }
     }
   }
@@ -261,13 +262,13 @@ struct HierarchicalAllReduce::Impl {
       std::lock_guard<std::mutex> lock(mutex);
       record_failure_locked("bucket " + std::to_string(index) + " was started out of order (" +
                                 std::to_string(next_in_pass) + " was next)",
-                            1 + rank);
+                            1 + world_rank);
       return;
     }
     std::string local_failure = segments ? await_node_started(index) : "";
     if (!local_failure.empty()) {
       std::lock_guard<std::mutex> lock(mutex);
-      record_failure_locked(local_failure, 1 + rank);
+      record_failure_locked(local_failure, 1 + world_rank);
     }
     const int32_t mine = local_failure.empty() ? 0 : failed_rank_code;
     int32_t status = exchange_status(mine, round);
@@ -276,7 +277,7 @@ struct HierarchicalAllReduce::Impl {
       record_failure_locked("the nodes are out of step: they started different rounds of bucket " +
                                 std::to_string(index) + " (this rank: round " +
                                 std::to_string(round) + "); did a backward fail on only some "
-                                "ranks?", 1 + rank);
+                                "ranks?", 1 + world_rank);
       status = failed_rank_code;
     } else if (status != 0 && local_failure.empty()) {
       std::lock_guard<std::mutex> lock(mutex);
@@ -346,7 +347,8 @@ std::unique_ptr<HierarchicalAllReduce> HierarchicalAllReduce::create(
     Communicator& communicator, std::unique_ptr<Communicator> node,
     std::span<const SharedBufferSpec> buffers, double timeout_seconds, std::string* why_not) {
   MPIGRAD_CHECK(node != nullptr && communicator.size() % node->size() == 0,
-                "HierarchicalAllReduce on communicator '", communicator.name(),
+                communicator.world_label(), " HierarchicalAllReduce on communicator '",
+                communicator.name(),
                 "': needs this rank's node, every node with as many ranks");
   auto* mpi = dynamic_cast<MpiCommunicator*>(&communicator);
   if (mpi == nullptr) {  // every rank holds the same kind of communicator
@@ -373,18 +375,21 @@ std::unique_ptr<HierarchicalAllReduce> HierarchicalAllReduce::create(
   s.communicator_name = communicator.name();
   s.rank = communicator.rank();
   s.size = communicator.size();
+  s.world_rank = communicator.world_rank();
+  s.label = communicator.world_label();
   s.local_rank = node->rank();
   s.local_size = node->size();
   s.nodes = s.size / s.local_size;
   s.timeout_seconds = timeout_seconds;
-  const std::vector<int> node_members = gather_ranks(*node, s.rank);
 
-  // 2. The inter-node group of this local rank, ordered by rank. Its name lists its ranks, so
-  //    its watchdog's reports (which count ranks within the group) can be read.
+  // 2. The inter-node group of this local rank, ordered by rank. Its name lists its (world)
+  //    ranks, so its watchdog's reports can be told from the other groups'.
   const std::vector<int> local_ranks = gather_ranks(communicator, s.local_rank);
   std::vector<int> cross_ranks;
   for (int r = 0; r < s.size; ++r) {
-    if (local_ranks[size_t(r)] == s.local_rank) cross_ranks.push_back(r);
+    if (local_ranks[size_t(r)] == s.local_rank) {
+      cross_ranks.push_back(communicator.world_rank_of(r));
+    }
   }
   s.cross = communicator.split(s.local_rank, s.rank,
                                communicator.name() + " inter-node, local rank " +
@@ -393,15 +398,15 @@ std::unique_ptr<HierarchicalAllReduce> HierarchicalAllReduce::create(
 
   // 3. The buffers: the node's shared copies, or plain memory for a node of one rank.
   for (const SharedBufferSpec& spec : buffers) {
-    MPIGRAD_CHECK(core::is_floating(spec.dtype) && spec.numel >= 0,
-                  "HierarchicalAllReduce: buffers must have a floating dtype and numel >= 0, "
+    MPIGRAD_CHECK(core::is_floating(spec.dtype) && spec.numel >= 0, s.label,
+                  " HierarchicalAllReduce: buffers must have a floating dtype and numel >= 0, "
                   "got ", spec.dtype, " x ", spec.numel);
     s.specs.push_back({spec.dtype, padded_numel(spec.numel, spec.dtype, s.local_size)});
   }
   std::string node_why_not;
   if (s.local_size > 1) {
+    // It names the node's ranks by their world ranks.
     s.segments = SharedSegments::create(*node, s.specs, &node_why_not);
-    if (s.segments) s.segments->set_rank_labels(node_members);
   } else {
     for (const SharedBufferSpec& spec : s.specs) {
       s.own_buffers.push_back(core::zeros({spec.numel}, spec.dtype));
@@ -432,8 +437,8 @@ bool HierarchicalAllReduce::in_flight(size_t index) const { return impl_->in_fli
 void HierarchicalAllReduce::start(size_t index) {
   Impl& s = *impl_;
   s.check_usable();
-  MPIGRAD_CHECK(index < s.specs.size() && !s.in_flight[index],
-                "HierarchicalAllReduce::start: bucket ", index,
+  MPIGRAD_CHECK(index < s.specs.size() && !s.in_flight[index], s.label,
+                " HierarchicalAllReduce::start: bucket ", index,
                 index < s.specs.size() ? " is already in flight" : " does not exist");
   s.in_flight[index] = true;
   if (s.segments) {

@@ -18,8 +18,8 @@ struct SharedMemoryAllReduce::Impl {
 
   std::string where() const {
     std::ostringstream out;
-    out << "shared-memory all-reduce on communicator '" << segments->communicator_name()
-        << "' [rank " << segments->rank() << "/" << segments->size() << "]";
+    out << "shared-memory all-reduce on communicator '" << segments->communicator_name() << "' "
+        << segments->world_label();
     return out.str();
   }
 
@@ -47,7 +47,8 @@ struct SharedMemoryAllReduce::Impl {
 
   void check_peers_alive() {
     if (int q = segments->first_peer_gave_up(); q >= 0) {
-      fail("rank ", q, " gave up (see its error) while this rank worked on the averaging");
+      fail("rank ", segments->label(q),
+           " gave up (see its error) while this rank worked on the averaging");
     }
   }
 
@@ -132,7 +133,7 @@ void SharedMemoryAllReduce::start(size_t index) {
   Impl& s = *impl_;
   s.check_usable();
   MPIGRAD_CHECK(index < s.in_flight.size() && !s.in_flight[index],
-                "SharedMemoryAllReduce::start: buffer ", index,
+                s.segments->world_label(), " SharedMemoryAllReduce::start: buffer ", index,
                 index < s.in_flight.size() ? " is already in flight" : " does not exist");
   s.in_flight[index] = true;
   s.reduced_here[index] = false;

@@ -178,8 +178,8 @@ std::unique_ptr<SharedSegments> SharedSegments::create(Communicator& communicato
                                                        std::string* why_not) {
   for (const SharedBufferSpec& spec : buffers) {
     MPIGRAD_CHECK(core::is_floating(spec.dtype) && spec.numel >= 0,
-                  "SharedMemoryAllReduce: buffers must have a floating dtype and numel >= 0, got ",
-                  spec.dtype, " x ", spec.numel);
+                  communicator.world_label(), " SharedMemoryAllReduce: buffers must have a "
+                  "floating dtype and numel >= 0, got ", spec.dtype, " x ", spec.numel);
   }
 #if !defined(__linux__)
   // Not collective here: every rank of a job runs the same operating system.
@@ -189,8 +189,10 @@ std::unique_ptr<SharedSegments> SharedSegments::create(Communicator& communicato
   std::unique_ptr<SharedSegments> self(new SharedSegments());
   SharedSegments& s = *self;
   s.communicator_name_ = communicator.name();
+  s.world_label_ = communicator.world_label();
   s.rank_ = communicator.rank();
   s.size_ = communicator.size();
+  for (int q = 0; q < s.size_; ++q) s.labels_.push_back(communicator.world_rank_of(q));
   s.specs_.assign(buffers.begin(), buffers.end());
   const int rank = s.rank_;
   const int size = s.size_;
@@ -249,9 +251,9 @@ std::unique_ptr<SharedSegments> SharedSegments::create(Communicator& communicato
   for (int q = 1; q < size; ++q) {
     // Every rank sees the same records, so every rank raises this error (or none does).
     MPIGRAD_CHECK(records[size_t(q)].layout == records[0].layout,
-                  "SharedMemoryAllReduce on communicator '", communicator.name(), "': rank ", q,
-                  " asked for a different list of buffers (dtypes and sizes) than rank 0; every "
-                  "rank must pass the same buffers");
+                  s.world_label_, " SharedMemoryAllReduce on communicator '", communicator.name(),
+                  "': rank ", s.label(q), " asked for a different list of buffers (dtypes and "
+                  "sizes) than rank ", s.label(0), "; every rank must pass the same buffers");
   }
   s.segments_.resize(size_t(size));
   s.segments_[size_t(rank)] = own;
@@ -290,7 +292,7 @@ std::unique_ptr<SharedSegments> SharedSegments::create(Communicator& communicato
   std::vector<int32_t> codes = outcomes.to_vector<int32_t>();
   for (int q = 0; q < size; ++q) {
     if (codes[size_t(q)] != kOk) {
-      if (why_not) *why_not = describe_problem(q, codes[size_t(q)], bytes, size);
+      if (why_not) *why_not = describe_problem(s.label(q), codes[size_t(q)], bytes, size);
       return nullptr;
     }
   }

@@ -64,10 +64,11 @@ class SharedSegments {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  // How messages name rank q of this group: q itself, unless the owner labels the ranks with
-  // their ranks in a wider communicator (HierarchicalAllReduce names them in the world).
-  void set_rank_labels(std::vector<int> labels) { labels_ = std::move(labels); }
+  // How messages name rank q of this group: by its rank in mpigrad's world (the communicator's
+  // Communicator::world_rank_of), never by q.
   int label(int rank) const { return labels_.empty() ? rank : labels_[size_t(rank)]; }
+  // "[rank r/w]" of this rank in mpigrad's world (Communicator::world_label).
+  const std::string& world_label() const { return world_label_; }
   const std::string& communicator_name() const { return communicator_name_; }
   size_t buffer_count() const { return specs_.size(); }
   const SharedBufferSpec& spec(size_t index) const { return specs_[index]; }
@@ -110,6 +111,7 @@ class SharedSegments {
   Flag& flag(int owner, size_t index, bool finished) const;
 
   std::string communicator_name_;
+  std::string world_label_;
   int rank_ = 0;
   int size_ = 1;
   std::vector<int> labels_;
