@@ -98,7 +98,9 @@ typedef enum mpigrad_order {
 
 typedef enum mpigrad_memory {
   MPIGRAD_MEMORY_HOST = 0,
-  MPIGRAD_MEMORY_CUDA = 1 /* device memory of CUDA device `device`, ready to read */
+  MPIGRAD_MEMORY_CUDA = 1 /* device memory of CUDA device `device`: ready to read, or ready
+                            once the work queued before the call on its stream (the *_on_stream
+                            calls) has run */
 } mpigrad_memory;
 
 typedef struct mpigrad_array {
@@ -166,6 +168,16 @@ mpigrad_status mpigrad_model_destroy(mpigrad_model* model);
  * for a distributed model. */
 mpigrad_status mpigrad_train_step(mpigrad_model model, const mpigrad_array* input,
                                   const mpigrad_array* label, double* loss);
+/* mpigrad_train_step queued on the caller's CUDA stream `stream` (a cudaStream_t; NULL: as
+ * mpigrad_train_step): inputs and labels on the device may still be being written by work
+ * queued on that stream before the call, and everything the step does on the model's device
+ * is queued on it, after that work; nothing waits for the device, except reading the loss when
+ * `loss` is not NULL, and [train] clip_grad_norm, which reads the gradient norm. The stream
+ * must stay alive while the model may use it, until the model is destroyed. A stream for a
+ * model on the CPU is MPIGRAD_ERROR_INVALID_ARGUMENT. */
+mpigrad_status mpigrad_train_step_on_stream(mpigrad_model model, const mpigrad_array* input,
+                                            const mpigrad_array* label, double* loss,
+                                            void* stream);
 /* This rank's loss of the model's last step (0 before the first). Local. */
 mpigrad_status mpigrad_last_loss(mpigrad_model model, double* loss);
 /* The last step's loss over the model's ranks: each rank's loss weighted by its batch, so the
@@ -185,6 +197,10 @@ mpigrad_status mpigrad_set_step_callback(mpigrad_model model, mpigrad_step_callb
  * as many values per sample as the model outputs, for the same batch. */
 mpigrad_status mpigrad_predict(mpigrad_model model, const mpigrad_array* input,
                                const mpigrad_array* output);
+/* mpigrad_predict queued on the caller's CUDA stream, as mpigrad_train_step_on_stream: the
+ * output is written when the work queued on `stream` by the call has run. */
+mpigrad_status mpigrad_predict_on_stream(mpigrad_model model, const mpigrad_array* input,
+                                         const mpigrad_array* output, void* stream);
 
 /* The weights, as an HDF5 checkpoint torch can load (/model/<name>). */
 mpigrad_status mpigrad_save_model(mpigrad_model model, const char* path);

@@ -18,6 +18,7 @@
 #include "mpigrad/core/cuda.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/storage.h"
+#include "mpigrad/core/stream.h"
 #include "mpigrad/core/tensor.h"
 #include "mpigrad/launch/insitu/c_api_internal.h"
 #include "mpigrad/launch/insitu/embedded_model.h"
@@ -269,6 +270,20 @@ void check_samples(const EmbeddedModel& model, const core::Tensor& tensor,
                   " and rank and every extent must match; expected ", want);
 }
 
+// Runs `body` with the caller's CUDA stream (a cudaStream_t; null: the current one) as the
+// current stream of the model's device, so every kernel and copy of the call is queued on it,
+// after the caller's work, and nothing waits for the device.
+template <typename Body>
+void on_stream(const EmbeddedModel& model, void* stream, Body&& body) {
+  if (stream == nullptr) return body();
+  if (!model.device().is_cuda()) {
+    throw CallError(MPIGRAD_ERROR_INVALID_ARGUMENT, "stream: a CUDA stream for a model on ",
+                    model.device(), " (pass NULL)");
+  }
+  core::StreamGuard guard(core::StreamView(model.device(), stream));
+  body();
+}
+
 }  // namespace
 
 extern "C" {
@@ -359,27 +374,35 @@ mpigrad_status mpigrad_model_destroy(mpigrad_model* model) {
 
 mpigrad_status mpigrad_train_step(mpigrad_model model, const mpigrad_array* input,
                                   const mpigrad_array* label, double* loss) {
+  return mpigrad_train_step_on_stream(model, input, label, loss, nullptr);
+}
+
+mpigrad_status mpigrad_train_step_on_stream(mpigrad_model model, const mpigrad_array* input,
+                                            const mpigrad_array* label, double* loss,
+                                            void* stream) {
   return guarded("mpigrad_train_step", [&] {
     std::shared_ptr<EmbeddedModel> target = registry().find(model);
-    core::Tensor x = wrap(input, "input");
-    core::Tensor y = wrap(label, "label");
-    if (x.size(0) != y.size(0)) {
-      throw CallError(MPIGRAD_ERROR_SHAPE, "input ", shape_text(input), " and label ",
-                      shape_text(label), " hold different batches (", x.size(0), " and ",
-                      y.size(0), " samples; the batch is the first C-order extent, the last "
-                      "Fortran-order one)");
-    }
-    core::Tensor value;
-    try {
-      value = target->train_step(x, y);  // checks dtypes, then shapes, before it trains
-    } catch (const EmbedError& error) {
-      if (error.kind() == EmbedErrorKind::Shape) {  // said again in the caller's order
-        check_samples(*target, x, input, ArrayRole::Input, "input");
-        check_samples(*target, y, label, ArrayRole::Label, "label");
+    on_stream(*target, stream, [&] {
+      core::Tensor x = wrap(input, "input");
+      core::Tensor y = wrap(label, "label");
+      if (x.size(0) != y.size(0)) {
+        throw CallError(MPIGRAD_ERROR_SHAPE, "input ", shape_text(input), " and label ",
+                        shape_text(label), " hold different batches (", x.size(0), " and ",
+                        y.size(0), " samples; the batch is the first C-order extent, the last "
+                        "Fortran-order one)");
       }
-      throw;
-    }
-    if (loss != nullptr) *loss = value.item<double>();
+      core::Tensor value;
+      try {
+        value = target->train_step(x, y);  // checks dtypes, then shapes, before it trains
+      } catch (const EmbedError& error) {
+        if (error.kind() == EmbedErrorKind::Shape) {  // said again in the caller's order
+          check_samples(*target, x, input, ArrayRole::Input, "input");
+          check_samples(*target, y, label, ArrayRole::Label, "label");
+        }
+        throw;
+      }
+      if (loss != nullptr) *loss = value.item<double>();
+    });
   });
 }
 
@@ -413,32 +436,39 @@ mpigrad_status mpigrad_set_step_callback(mpigrad_model model, mpigrad_step_callb
 
 mpigrad_status mpigrad_predict(mpigrad_model model, const mpigrad_array* input,
                                const mpigrad_array* output) {
+  return mpigrad_predict_on_stream(model, input, output, nullptr);
+}
+
+mpigrad_status mpigrad_predict_on_stream(mpigrad_model model, const mpigrad_array* input,
+                                         const mpigrad_array* output, void* stream) {
   return guarded("mpigrad_predict", [&] {
     std::shared_ptr<EmbeddedModel> target = registry().find(model);
-    core::Tensor x = wrap(input, "input");
-    core::Tensor out = wrap(output, "output");
-    if (!core::is_floating(out.dtype())) {
-      throw CallError(MPIGRAD_ERROR_DTYPE, "output: dtype ", out.dtype(), "; predictions are "
-                      "written as float32, float64, bfloat16 or float16");
-    }
-    const int64_t batch = x.size(0), per_sample = target->output_shape().numel();
-    if (out.size(0) != batch) {
-      throw CallError(MPIGRAD_ERROR_SHAPE, "output ", shape_text(output), " must hold the "
-                      "input's batch of ", batch, " samples of ", per_sample, " values (the "
-                      "model outputs ", target->output_shape(), ")");
-    }
-    check_samples(*target, out, output, ArrayRole::Output, "output");
-    core::Tensor prediction;
-    try {
-      prediction = target->predict(x);
-    } catch (const EmbedError& error) {
-      if (error.kind() == EmbedErrorKind::Shape) {
-        check_samples(*target, x, input, ArrayRole::Input, "input");
+    on_stream(*target, stream, [&] {
+      core::Tensor x = wrap(input, "input");
+      core::Tensor out = wrap(output, "output");
+      if (!core::is_floating(out.dtype())) {
+        throw CallError(MPIGRAD_ERROR_DTYPE, "output: dtype ", out.dtype(), "; predictions are "
+                        "written as float32, float64, bfloat16 or float16");
       }
-      throw;
-    }
-    core::NoGradGuard no_grad;
-    out.copy_(prediction.reshape(out.shape()));
+      const int64_t batch = x.size(0), per_sample = target->output_shape().numel();
+      if (out.size(0) != batch) {
+        throw CallError(MPIGRAD_ERROR_SHAPE, "output ", shape_text(output), " must hold the "
+                        "input's batch of ", batch, " samples of ", per_sample, " values (the "
+                        "model outputs ", target->output_shape(), ")");
+      }
+      check_samples(*target, out, output, ArrayRole::Output, "output");
+      core::Tensor prediction;
+      try {
+        prediction = target->predict(x);
+      } catch (const EmbedError& error) {
+        if (error.kind() == EmbedErrorKind::Shape) {
+          check_samples(*target, x, input, ArrayRole::Input, "input");
+        }
+        throw;
+      }
+      core::NoGradGuard no_grad;
+      out.copy_(prediction.reshape(out.shape()));
+    });
   });
 }
 

@@ -1,6 +1,7 @@
 /* The C API's training options, one process, no MPI: [loss] name is required; gradient
  * accumulation ([train] grad_accum_steps) equals one step on the whole batch; clip_grad_norm
- * bounds a step; the linear and polynomial LR schedules; the step callback; the mean loss. */
+ * bounds a step; the linear and polynomial LR schedules; the step callback; the mean loss; the
+ * CUDA stream calls' checks (their GPU behaviour needs a GPU). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -154,6 +155,22 @@ static void test_schedules_and_callback(void) {
   CHECK_STATUS(mpigrad_mean_loss(a, &mean), MPIGRAD_SUCCESS);
   CHECK(last == mean);
   CHECK_STATUS(mpigrad_mean_loss(a, NULL), MPIGRAD_ERROR_NULL_POINTER);
+  /* A CUDA stream is for a model on a GPU; NULL is the plain call. */
+  {
+    int64_t xs[2] = {B, IN}, ys[2] = {B, OUT};
+    float prediction[B][OUT];
+    int stream_stand_in = 0;
+    mpigrad_array input = mpigrad_host_array(x, 2, xs, MPIGRAD_F32, MPIGRAD_ORDER_C);
+    mpigrad_array label = mpigrad_host_array(y, 2, ys, MPIGRAD_F32, MPIGRAD_ORDER_C);
+    mpigrad_array output = mpigrad_host_array(prediction, 2, ys, MPIGRAD_F32, MPIGRAD_ORDER_C);
+    CHECK_STATUS(mpigrad_train_step_on_stream(a, &input, &label, NULL, &stream_stand_in),
+                 MPIGRAD_ERROR_INVALID_ARGUMENT);
+    CHECK_ERROR_MENTIONS("stream: a CUDA stream for a model on cpu");
+    CHECK_STATUS(mpigrad_predict_on_stream(a, &input, &output, &stream_stand_in),
+                 MPIGRAD_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(mpigrad_train_step_on_stream(a, &input, &label, NULL, NULL), MPIGRAD_SUCCESS);
+    CHECK_STATUS(mpigrad_predict_on_stream(a, &input, &output, NULL), MPIGRAD_SUCCESS);
+  }
   /* A schedule's length is required where no run length is known. */
   CHECK_STATUS(mpigrad_model_create(&none, LINEAR_MODEL "[sched]\nname = linear\n", "cpu"),
                MPIGRAD_ERROR_CONFIG);

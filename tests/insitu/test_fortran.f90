@@ -35,7 +35,7 @@ program test_fortran
   integer(c_int32_t) :: labels(6)
   integer :: i, j, steps, bytes
   integer(c_int64_t) :: steps8, bytes8
-  real(c_double) :: mean
+  real(c_double), target :: mean
   type(mpigrad_model) :: image
   real(c_float) :: x4(2, 2, 1, 6)
   character(len=*), parameter :: config = "[model]" // new_line('a') // "name = mlp" // &
@@ -109,6 +109,11 @@ program test_fortran
   call expect(mpigrad_train_step(model, x, y), MPIGRAD_SUCCESS, 'a step without it')
   call check(calls == 1, 'no call after removing it')
   call expect(mpigrad_mean_loss(model, mean), MPIGRAD_SUCCESS, 'mean_loss')
+  call expect(mpigrad_train_step_on_stream(model, x, y, c_null_ptr), MPIGRAD_SUCCESS, &
+              'train_step_on_stream without a stream')
+  call expect(mpigrad_predict_on_stream(model, x, p1, c_loc(mean)), &
+              MPIGRAD_ERROR_INVALID_ARGUMENT, 'a stream for a model on the CPU')
+  call mentions('stream: a CUDA stream')
   call check(mean > 0, 'the mean loss over the ranks')
 
   ! Shapes are checked rank and extent: input_shape 1,2,2 is (2, 2, 1) per sample in Fortran.

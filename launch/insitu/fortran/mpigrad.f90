@@ -63,7 +63,7 @@ module mpigrad
   public :: mpigrad_save_model, mpigrad_load_model, mpigrad_save_checkpoint
   public :: mpigrad_load_checkpoint, mpigrad_set_seed, mpigrad_version, mpigrad_last_error
   public :: mpigrad_copied_bytes, mpigrad_status_name, mpigrad_mean_loss
-  public :: mpigrad_set_step_callback
+  public :: mpigrad_set_step_callback, mpigrad_train_step_on_stream, mpigrad_predict_on_stream
 
   ! The communicator as `use mpi`'s integer or as `use mpi_f08`'s type(MPI_Comm).
   interface mpigrad_model_create_distributed
@@ -127,6 +127,28 @@ module mpigrad
       type(*), dimension(..), intent(inout) :: output
       integer(c_int) :: status
     end function mpigrad_predict
+
+    ! mpigrad_train_step and mpigrad_predict queued on a CUDA stream (type(c_ptr), a
+    ! cudaStream_t) of a model on a GPU: see mpigrad_train_step_on_stream in mpigrad_c.h.
+    function mpigrad_train_step_on_stream(model, input, label, stream, loss) result(status) &
+        bind(c, name="mpigrad_fortran_train_step_on_stream")
+      import :: mpigrad_model, c_int, c_double, c_ptr
+      type(mpigrad_model), value :: model
+      type(*), dimension(..), intent(in) :: input, label
+      type(c_ptr), value :: stream
+      real(c_double), intent(out), optional :: loss
+      integer(c_int) :: status
+    end function mpigrad_train_step_on_stream
+
+    function mpigrad_predict_on_stream(model, input, output, stream) result(status) &
+        bind(c, name="mpigrad_fortran_predict_on_stream")
+      import :: mpigrad_model, c_int, c_ptr
+      type(mpigrad_model), value :: model
+      type(*), dimension(..), intent(in) :: input
+      type(*), dimension(..), intent(inout) :: output
+      type(c_ptr), value :: stream
+      integer(c_int) :: status
+    end function mpigrad_predict_on_stream
 
     function mpigrad_last_loss(model, loss) result(status) bind(c, name="mpigrad_last_loss")
       import :: mpigrad_model, c_int, c_double
