@@ -29,8 +29,15 @@
 ! gives the message, mpigrad_status_name(status) the code's name. Integer arguments take the
 ! default kind or integer(c_int64_t), through generic interfaces: mpigrad_set_seed(42) works.
 !
-! The calls are those of mpigrad/mpigrad_c.h, whose comments hold the full contract (what is
-! collective, which loss is returned, what the step callback gets).
+! The calls are those of mpigrad/mpigrad_c.h, whose comments hold the full contract. In short:
+! `config` is INI text when it holds a '=' or a line break (new_line('a')), else a file's path;
+! [model] input_shape and outputs and [loss] name are required (no [loss]: an error at create
+! time). mlp and conv models put ReLU between their layers, none after the last. The loss a step
+! returns is this rank's; mpigrad_mean_loss averages it over the model's ranks (collective).
+! Creating, training, saving, loading, mpigrad_mean_loss and destroying a distributed model are
+! collective (every rank, same order; destroy before MPI_Finalize); creation broadcasts rank
+! 0's initial weights. mpigrad_copied_bytes counts the float32 bytes made from arrays that were
+! not dense float32. Ranks in messages are numbered within the communicator the model was given.
 module mpigrad
   use, intrinsic :: iso_c_binding
   implicit none
