@@ -13,20 +13,32 @@
  *   mpigrad_array u = mpigrad_host_array(u_data, 4, in_shape, MPIGRAD_F32, MPIGRAD_ORDER_C);
  *   mpigrad_array du = mpigrad_host_array(du_data, 4, out_shape, MPIGRAD_F32, MPIGRAD_ORDER_C);
  *   double loss;
- *   mpigrad_train_step(model, &u, &du, &loss);
+ *   mpigrad_train_step(model, &u, &du, &loss);   (this rank's loss)
  *   mpigrad_model_destroy(&model);
  *
- * Configs are INI text or the path of an INI file, with the keys of `mpigrad train` for
- * [model] [loss] [optim] [sched] and [train] seed and clip_grad_norm; [model] input_shape and
- * outputs are required (see the README's embedding section).
+ * Configs: `config` is INI text when it holds a '=' or a line break, and otherwise the path of
+ * an INI file. The keys are those of `mpigrad train` for [model] [loss] [optim] [sched] and
+ * [train] seed, clip_grad_norm and grad_accum_steps; [model] input_shape and outputs, and
+ * [loss] name (mse or l1 for regression, cross_entropy for classes), are required: a config
+ * without them fails at create time (see the README's embedding section). The models: mlp
+ * (Linear layers with ReLU between them, none after the last), cnn (3x3 Conv2d, BatchNorm2d,
+ * ReLU, MaxPool2d blocks, then such an mlp), conv (kxk Conv2d layers with ReLU between them,
+ * the output on the input's grid), resnet (ReLU).
  *
  * Arrays: an mpigrad_array describes memory the caller owns: its address, rank (1 to 8),
  * shape, optional element strides, dtype, order and place. The batch is the first dimension in
  * C order, and the last in Fortran order: a Fortran array u(32, 32, 1, 16) (x, y, channel,
  * sample) and a C array u[16][1][32][32] are the same memory and the same batch of 16 samples
- * of shape [1, 32, 32]. Data is read where it lies when it is float32 (labels: float32, or
- * int32/int64 classes for cross_entropy), dense, and in the model's memory; otherwise it is
- * converted or moved, and mpigrad_copied_bytes says how much that cost.
+ * of shape [1, 32, 32]. A sample's shape must be the model's, rank and every extent: for
+ * input_shape = 1,32,32, u(1024, 16) and u(32, 32, 16) are MPIGRAD_ERROR_SHAPE, whose message
+ * gives both shapes in the caller's order. An input's sample shape is [model] input_shape; a
+ * regression label's and a prediction's is the model's output ([outputs] for mlp, cnn and
+ * resnet, [outputs, H, W] for conv); a cross_entropy label array is [batch]. The one flattening
+ * allowed is an mlp's: with a one-number input_shape (or outputs) it takes samples of any shape
+ * with that many values (u[16][1][32][32] for input_shape = 1024). Data is read where it lies
+ * when it is float32 (labels: float32, or int32/int64 classes for cross_entropy), dense, and in
+ * the model's memory; otherwise it is converted or moved, and mpigrad_copied_bytes counts the
+ * float32 (or int64 class) bytes made that way.
  *
  * Errors: every call returns an mpigrad_status; on failure mpigrad_last_error() gives the
  * message for this thread, naming the call, the argument, the shape or the file. No C++
@@ -34,9 +46,15 @@
  * handle is MPIGRAD_ERROR_INVALID_HANDLE, never a crash.
  *
  * Distributed models: mpigrad_model_create_distributed and every call that trains, saves or
- * loads are collective over the model's communicator (every rank calls them in the same
- * order); mpigrad_predict is local. Checkpoints are one file, written by rank 0 atomically.
- * A model may be used by one thread at a time.
+ * loads, mpigrad_mean_loss and mpigrad_model_destroy are collective over the model's
+ * communicator (every rank calls them in the same order); mpigrad_predict, mpigrad_last_loss,
+ * mpigrad_steps and mpigrad_copied_bytes are local. At creation every rank builds the model
+ * from the same config and seed, and DDP checks that the models agree and broadcasts rank 0's
+ * weights. Destroying frees mpigrad's duplicates of the communicator (MPI_Comm_free, collective
+ * in MPI), so every rank destroys its models before the host frees the communicator or calls
+ * MPI_Finalize. Checkpoints are one file, written by rank 0 atomically. Ranks in error messages
+ * ("failed on rank 1", "[rank 1/4]") are numbered within the communicator the model was given,
+ * mpigrad's "world", not within MPI_COMM_WORLD. A model may be used by one thread at a time.
  */
 #ifndef MPIGRAD_C_H
 #define MPIGRAD_C_H
@@ -80,7 +98,9 @@ typedef enum mpigrad_order {
 
 typedef enum mpigrad_memory {
   MPIGRAD_MEMORY_HOST = 0,
-  MPIGRAD_MEMORY_CUDA = 1 /* device memory of CUDA device `device`, ready to read */
+  MPIGRAD_MEMORY_CUDA = 1 /* device memory of CUDA device `device`: ready to read, or ready
+                            once the work queued before the call on its stream (the *_on_stream
+                            calls) has run */
 } mpigrad_memory;
 
 typedef struct mpigrad_array {
@@ -138,19 +158,49 @@ mpigrad_status mpigrad_model_create(mpigrad_model* model, const char* config, co
  * or "" picks this rank's (the GPU of its local rank when there are GPUs, else the CPU). */
 mpigrad_status mpigrad_model_create_distributed(mpigrad_model* model, const char* config,
                                                 mpigrad_fortran_comm comm, const char* device);
-/* Frees the model and sets *model to the zero handle. Destroying the zero handle is a no-op. */
+/* Frees the model and sets *model to the zero handle. Destroying the zero handle is a no-op.
+ * Collective for a distributed model (see above). */
 mpigrad_status mpigrad_model_destroy(mpigrad_model* model);
 
-/* One optimizer step on this rank's batch. `loss` may be NULL: the step then does not wait for
- * its loss (mpigrad_last_loss reads it later). */
+/* One training step on this rank's batch: with [train] grad_accum_steps = k (default 1), every
+ * k-th call steps the optimizer. `loss` gets THIS RANK's loss, the mean over its own batch; may
+ * be NULL: the step then does not wait for it (mpigrad_last_loss reads it later). Collective
+ * for a distributed model. */
 mpigrad_status mpigrad_train_step(mpigrad_model model, const mpigrad_array* input,
                                   const mpigrad_array* label, double* loss);
-/* The loss of the model's last step (0 before the first). */
+/* mpigrad_train_step queued on the caller's CUDA stream `stream` (a cudaStream_t; NULL: as
+ * mpigrad_train_step): inputs and labels on the device may still be being written by work
+ * queued on that stream before the call, and everything the step does on the model's device
+ * is queued on it, after that work; nothing waits for the device, except reading the loss when
+ * `loss` is not NULL, and [train] clip_grad_norm, which reads the gradient norm. The stream
+ * must stay alive while the model may use it, until the model is destroyed. A stream for a
+ * model on the CPU is MPIGRAD_ERROR_INVALID_ARGUMENT. */
+mpigrad_status mpigrad_train_step_on_stream(mpigrad_model model, const mpigrad_array* input,
+                                            const mpigrad_array* label, double* loss,
+                                            void* stream);
+/* This rank's loss of the model's last step (0 before the first). Local. */
 mpigrad_status mpigrad_last_loss(mpigrad_model model, double* loss);
+/* The last step's loss over the model's ranks: each rank's loss weighted by its batch, so the
+ * loss of the whole global batch (TorchFort's). Collective (one all-reduce of two numbers, only
+ * when called, so steps never wait for it); without MPI, mpigrad_last_loss. */
+mpigrad_status mpigrad_mean_loss(mpigrad_model model, double* loss);
+
+/* Called on every rank after each optimizer step, with the steps taken so far and the learning
+ * rate that step used; user_data is passed through. It may call mpigrad_last_loss, or, on
+ * every rank alike, mpigrad_mean_loss and mpigrad_save_checkpoint. */
+typedef void (*mpigrad_step_callback)(mpigrad_model model, int64_t step, double lr,
+                                      void* user_data);
+/* Sets the model's step callback; NULL removes it. */
+mpigrad_status mpigrad_set_step_callback(mpigrad_model model, mpigrad_step_callback callback,
+                                         void* user_data);
 /* The model's output for `input` in evaluation mode, written into `output`, which must hold
  * as many values per sample as the model outputs, for the same batch. */
 mpigrad_status mpigrad_predict(mpigrad_model model, const mpigrad_array* input,
                                const mpigrad_array* output);
+/* mpigrad_predict queued on the caller's CUDA stream, as mpigrad_train_step_on_stream: the
+ * output is written when the work queued on `stream` by the call has run. */
+mpigrad_status mpigrad_predict_on_stream(mpigrad_model model, const mpigrad_array* input,
+                                         const mpigrad_array* output, void* stream);
 
 /* The weights, as an HDF5 checkpoint torch can load (/model/<name>). */
 mpigrad_status mpigrad_save_model(mpigrad_model model, const char* path);
@@ -161,7 +211,8 @@ mpigrad_status mpigrad_load_checkpoint(mpigrad_model model, const char* path);
 
 /* Optimizer steps taken (restored by mpigrad_load_checkpoint). */
 mpigrad_status mpigrad_steps(mpigrad_model model, int64_t* steps);
-/* Bytes of inputs and labels that had to be converted or moved before use. */
+/* Bytes of float32 inputs and labels (int64 cross_entropy classes) that mpigrad made because
+ * the caller's were not dense float32 in the model's memory: converted, gathered or moved. */
 mpigrad_status mpigrad_copied_bytes(mpigrad_model model, int64_t* bytes);
 
 #ifdef __cplusplus

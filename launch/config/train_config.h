@@ -42,12 +42,14 @@ enum class OptimizerKind : uint8_t { Sgd, Adam, AdamW };
 inline constexpr core::EnumName<OptimizerKind> kOptimizerKindNames[] = {
     {OptimizerKind::Sgd, "sgd"}, {OptimizerKind::Adam, "adam"}, {OptimizerKind::AdamW, "adamw"}};
 
-enum class SchedulerKind : uint8_t { None, Cosine, Step, MultiStep };
+enum class SchedulerKind : uint8_t { None, Cosine, Step, MultiStep, Linear, Polynomial };
 inline constexpr core::EnumName<SchedulerKind> kSchedulerKindNames[] = {
     {SchedulerKind::None, "none"},
     {SchedulerKind::Cosine, "cosine"},
     {SchedulerKind::Step, "step"},
-    {SchedulerKind::MultiStep, "multistep"}};
+    {SchedulerKind::MultiStep, "multistep"},
+    {SchedulerKind::Linear, "linear"},
+    {SchedulerKind::Polynomial, "polynomial"}};
 
 // What `mpigrad train` trains: today's classifier (supervised), stage 1 of two-stage training
 // (supcon: encoder + projection head on two augmented views, SupConLoss) or stage 2
@@ -101,10 +103,13 @@ struct OptimSection {
 struct SchedSection {
   SchedulerKind name = SchedulerKind::None;  // cosine: linear warmup, then cosine to zero
   int64_t warmup_steps = 0;
-  int64_t total_steps = 0;   // cosine's length; 0: the run's optimizer steps (mpigrad train)
+  int64_t total_steps = 0;   // cosine, linear, polynomial: the length; 0: the run's steps
   int64_t step_size = 1000;  // step: lr *= gamma every step_size steps
   double gamma = 0.1;        // step, multistep
   std::vector<int64_t> milestones;  // multistep: lr *= gamma at each of these steps
+  double start_factor = 1.0;  // linear: lr * start_factor at step 0 ...
+  double end_factor = 0.0;    // ... to lr * end_factor at total_steps
+  double power = 1.0;         // polynomial: lr * (1 - step / total_steps)^power
 };
 
 struct TrainSection {

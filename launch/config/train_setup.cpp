@@ -312,14 +312,19 @@ std::unique_ptr<nn::Optimizer> make_optimizer(const OptimSection& optim, nn::Mod
 }
 
 namespace {
-int64_t cosine_length(const SchedSection& sched, int64_t run_steps) {
+int64_t schedule_length(const SchedSection& sched, int64_t run_steps) {
   return sched.total_steps > 0 ? sched.total_steps : run_steps;
 }
 }  // namespace
 
 void check_schedule(const SchedSection& sched, int64_t run_steps) {
+  if (sched.name == SchedulerKind::Linear || sched.name == SchedulerKind::Polynomial) {
+    MPIGRAD_CHECK(schedule_length(sched, run_steps) > 0, "[sched] total_steps: ",
+                  core::enum_name(sched.name, kSchedulerKindNames), " needs its length in "
+                  "steps (set [sched] total_steps)");
+  }
   if (sched.name == SchedulerKind::Cosine) {
-    const int64_t total = cosine_length(sched, run_steps);
+    const int64_t total = schedule_length(sched, run_steps);
     MPIGRAD_CHECK(total > 0, "[sched] total_steps: cosine needs its length in steps (set "
                   "[sched] total_steps)");
     MPIGRAD_CHECK(sched.warmup_steps < total, "[sched] warmup_steps: ", sched.warmup_steps,
@@ -338,11 +343,17 @@ std::unique_ptr<nn::LRScheduler> make_scheduler(const SchedSection& sched,
       return nullptr;
     case SchedulerKind::Cosine:
       return std::make_unique<nn::WarmupCosineLR>(optimizer, sched.warmup_steps,
-                                                  cosine_length(sched, run_steps));
+                                                  schedule_length(sched, run_steps));
     case SchedulerKind::Step:
       return std::make_unique<nn::StepLR>(optimizer, sched.step_size, sched.gamma);
     case SchedulerKind::MultiStep:
       return std::make_unique<nn::MultiStepLR>(optimizer, sched.milestones, sched.gamma);
+    case SchedulerKind::Linear:
+      return std::make_unique<nn::LinearLR>(optimizer, sched.start_factor, sched.end_factor,
+                                            schedule_length(sched, run_steps));
+    case SchedulerKind::Polynomial:
+      return std::make_unique<nn::PolynomialLR>(optimizer, schedule_length(sched, run_steps),
+                                                sched.power);
   }
   core::fail("[sched] name: unhandled scheduler kind");
 }

@@ -18,6 +18,7 @@
 #include "mpigrad/core/cuda.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/storage.h"
+#include "mpigrad/core/stream.h"
 #include "mpigrad/core/tensor.h"
 #include "mpigrad/launch/insitu/c_api_internal.h"
 #include "mpigrad/launch/insitu/embedded_model.h"
@@ -26,6 +27,7 @@
 
 namespace {
 
+using mpigrad::launch::ArrayRole;
 using mpigrad::launch::EmbedError;
 using mpigrad::launch::EmbedErrorKind;
 using mpigrad::launch::EmbeddedModel;
@@ -226,6 +228,62 @@ std::string shape_text(const mpigrad_array* array) {
   return text + (array->order == MPIGRAD_ORDER_FORTRAN ? ") in Fortran order" : ") in C order");
 }
 
+// A C-order shape as the caller writes it: [16, 1, 32, 32] in C, (32, 32, 1, 16) in Fortran.
+std::string in_caller_order(const core::Shape& shape, bool fortran) {
+  if (!fortran) return core::detail::concat(shape);
+  std::string text = "(";
+  for (int d = int(shape.size()) - 1; d >= 0; --d) {
+    text += std::to_string(shape[d]) + (d ? ", " : "");
+  }
+  return text + ") in Fortran order";
+}
+
+// Throws CallError (MPIGRAD_ERROR_SHAPE) unless the samples of `tensor` (wrap()'s view of
+// `array`) have the model's sample shape for `role`, rank and every extent, or the flattening
+// EmbeddedModel::fits allows. The message gives both shapes in the caller's order.
+void check_samples(const EmbeddedModel& model, const core::Tensor& tensor,
+                   const mpigrad_array* array, ArrayRole role, const char* name) {
+  core::Shape sample = tensor.shape();
+  sample.erase(0);
+  if (model.fits(sample, role)) return;
+  const bool fortran = array->order == MPIGRAD_ORDER_FORTRAN;
+  const core::Shape expected = model.sample_shape(role);
+  core::Shape whole = expected;
+  whole.insert(0, tensor.size(0));
+  const std::string got = in_caller_order(tensor.shape(), fortran);
+  const std::string want = in_caller_order(whole, fortran);
+  if (expected.size() == 0) {
+    throw CallError(MPIGRAD_ERROR_SHAPE, name, ": shape ", got, "; cross_entropy needs one "
+                    "class per sample: expected ", want);
+  }
+  std::string owner = role == ArrayRole::Input ? "[model] input_shape " : "the model outputs ";
+  owner += core::detail::concat(expected);
+  if (fortran) owner += ", a sample " + in_caller_order(expected, true) + ",";
+  if (sample.numel() != expected.numel()) {
+    throw CallError(MPIGRAD_ERROR_SHAPE, name, ": shape ", got, " holds ", sample.numel(),
+                    " values per sample, but ", owner,
+                    role == ArrayRole::Input ? " needs " : " (", expected.numel(),
+                    role == ArrayRole::Input ? "" : " values)", "; expected ", want);
+  }
+  throw CallError(MPIGRAD_ERROR_SHAPE, name, ": shape ", got, " is ", tensor.size(0),
+                  " samples of shape ", in_caller_order(sample, fortran), ", but ", owner,
+                  " and rank and every extent must match; expected ", want);
+}
+
+// Runs `body` with the caller's CUDA stream (a cudaStream_t; null: the current one) as the
+// current stream of the model's device, so every kernel and copy of the call is queued on it,
+// after the caller's work, and nothing waits for the device.
+template <typename Body>
+void on_stream(const EmbeddedModel& model, void* stream, Body&& body) {
+  if (stream == nullptr) return body();
+  if (!model.device().is_cuda()) {
+    throw CallError(MPIGRAD_ERROR_INVALID_ARGUMENT, "stream: a CUDA stream for a model on ",
+                    model.device(), " (pass NULL)");
+  }
+  core::StreamGuard guard(core::StreamView(model.device(), stream));
+  body();
+}
+
 }  // namespace
 
 extern "C" {
@@ -316,18 +374,35 @@ mpigrad_status mpigrad_model_destroy(mpigrad_model* model) {
 
 mpigrad_status mpigrad_train_step(mpigrad_model model, const mpigrad_array* input,
                                   const mpigrad_array* label, double* loss) {
+  return mpigrad_train_step_on_stream(model, input, label, loss, nullptr);
+}
+
+mpigrad_status mpigrad_train_step_on_stream(mpigrad_model model, const mpigrad_array* input,
+                                            const mpigrad_array* label, double* loss,
+                                            void* stream) {
   return guarded("mpigrad_train_step", [&] {
     std::shared_ptr<EmbeddedModel> target = registry().find(model);
-    core::Tensor x = wrap(input, "input");
-    core::Tensor y = wrap(label, "label");
-    if (x.size(0) != y.size(0)) {
-      throw CallError(MPIGRAD_ERROR_SHAPE, "input ", shape_text(input), " and label ",
-                      shape_text(label), " hold different batches (", x.size(0), " and ",
-                      y.size(0), " samples; the batch is the first C-order extent, the last "
-                      "Fortran-order one)");
-    }
-    core::Tensor value = target->train_step(x, y);
-    if (loss != nullptr) *loss = value.item<double>();
+    on_stream(*target, stream, [&] {
+      core::Tensor x = wrap(input, "input");
+      core::Tensor y = wrap(label, "label");
+      if (x.size(0) != y.size(0)) {
+        throw CallError(MPIGRAD_ERROR_SHAPE, "input ", shape_text(input), " and label ",
+                        shape_text(label), " hold different batches (", x.size(0), " and ",
+                        y.size(0), " samples; the batch is the first C-order extent, the last "
+                        "Fortran-order one)");
+      }
+      core::Tensor value;
+      try {
+        value = target->train_step(x, y);  // checks dtypes, then shapes, before it trains
+      } catch (const EmbedError& error) {
+        if (error.kind() == EmbedErrorKind::Shape) {  // said again in the caller's order
+          check_samples(*target, x, input, ArrayRole::Input, "input");
+          check_samples(*target, y, label, ArrayRole::Label, "label");
+        }
+        throw;
+      }
+      if (loss != nullptr) *loss = value.item<double>();
+    });
   });
 }
 
@@ -338,25 +413,62 @@ mpigrad_status mpigrad_last_loss(mpigrad_model model, double* loss) {
   });
 }
 
+mpigrad_status mpigrad_mean_loss(mpigrad_model model, double* loss) {
+  return guarded("mpigrad_mean_loss", [&] {
+    require_pointer(loss, "loss");
+    *loss = registry().find(model)->mean_loss();
+  });
+}
+
+mpigrad_status mpigrad_set_step_callback(mpigrad_model model, mpigrad_step_callback callback,
+                                         void* user_data) {
+  return guarded("mpigrad_set_step_callback", [&] {
+    std::shared_ptr<EmbeddedModel> target = registry().find(model);
+    if (callback == nullptr) {
+      target->set_step_callback(nullptr);
+      return;
+    }
+    target->set_step_callback([model, callback, user_data](int64_t step, double lr) {
+      callback(model, step, lr, user_data);
+    });
+  });
+}
+
 mpigrad_status mpigrad_predict(mpigrad_model model, const mpigrad_array* input,
                                const mpigrad_array* output) {
+  return mpigrad_predict_on_stream(model, input, output, nullptr);
+}
+
+mpigrad_status mpigrad_predict_on_stream(mpigrad_model model, const mpigrad_array* input,
+                                         const mpigrad_array* output, void* stream) {
   return guarded("mpigrad_predict", [&] {
     std::shared_ptr<EmbeddedModel> target = registry().find(model);
-    core::Tensor x = wrap(input, "input");
-    core::Tensor out = wrap(output, "output");
-    if (!core::is_floating(out.dtype())) {
-      throw CallError(MPIGRAD_ERROR_DTYPE, "output: dtype ", out.dtype(), "; predictions are "
-                      "written as float32, float64, bfloat16 or float16");
-    }
-    const int64_t batch = x.size(0), per_sample = target->output_shape().numel();
-    if (out.size(0) != batch || out.numel() != batch * per_sample) {
-      throw CallError(MPIGRAD_ERROR_SHAPE, "output ", shape_text(output), " must hold the "
-                      "input's batch of ", batch, " samples of ", per_sample, " values (the "
-                      "model outputs ", target->output_shape(), ")");
-    }
-    core::Tensor prediction = target->predict(x);
-    core::NoGradGuard no_grad;
-    out.copy_(prediction.reshape(out.shape()));
+    on_stream(*target, stream, [&] {
+      core::Tensor x = wrap(input, "input");
+      core::Tensor out = wrap(output, "output");
+      if (!core::is_floating(out.dtype())) {
+        throw CallError(MPIGRAD_ERROR_DTYPE, "output: dtype ", out.dtype(), "; predictions are "
+                        "written as float32, float64, bfloat16 or float16");
+      }
+      const int64_t batch = x.size(0), per_sample = target->output_shape().numel();
+      if (out.size(0) != batch) {
+        throw CallError(MPIGRAD_ERROR_SHAPE, "output ", shape_text(output), " must hold the "
+                        "input's batch of ", batch, " samples of ", per_sample, " values (the "
+                        "model outputs ", target->output_shape(), ")");
+      }
+      check_samples(*target, out, output, ArrayRole::Output, "output");
+      core::Tensor prediction;
+      try {
+        prediction = target->predict(x);
+      } catch (const EmbedError& error) {
+        if (error.kind() == EmbedErrorKind::Shape) {
+          check_samples(*target, x, input, ArrayRole::Input, "input");
+        }
+        throw;
+      }
+      core::NoGradGuard no_grad;
+      out.copy_(prediction.reshape(out.shape()));
+    });
   });
 }
 

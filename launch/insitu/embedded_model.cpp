@@ -7,6 +7,7 @@
 
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/error.h"
+#include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/data/batch.h"
 #include "mpigrad/launch/ddp/distributed_data_parallel.h"
 #include "mpigrad/launch/config/train_setup.h"
@@ -20,7 +21,7 @@ namespace {
 
 // The part of the config table an embedded model reads.
 const std::string kEmbedKeys[] = {"model", "loss", "optim", "sched", "train.seed",
-                                  "train.clip_grad_norm"};
+                                  "train.clip_grad_norm", "train.grad_accum_steps"};
 
 // INI text as it is, or the contents of the file it names. Text has a '=' or a line break; a
 // bare word is a path, which must exist.
@@ -35,6 +36,29 @@ std::pair<std::string, std::string> read_config(const std::string& config) {
   std::ostringstream text;
   text << file.rdbuf();
   return {text.str(), config};
+}
+
+// Whether INI `text` sets `name` ("loss.name"), as Boost's parser reads it: `[section]` lines,
+// `key = value` lines (a key may carry its section, "loss.name = mse"), '#' comments. A key's
+// default cannot tell a config that left it out, so this looks at the text.
+bool sets_key(const std::string& text, const std::string& name) {
+  std::istringstream lines(text);
+  std::string section;
+  auto trim = [](const std::string& part) {
+    const size_t begin = part.find_first_not_of(" \t\r");
+    if (begin == std::string::npos) return std::string();
+    return part.substr(begin, part.find_last_not_of(" \t\r") - begin + 1);
+  };
+  for (std::string line; std::getline(lines, line);) {
+    line = trim(line.substr(0, line.find('#')));
+    if (line.size() >= 2 && line.front() == '[' && line.back() == ']') {
+      section = trim(line.substr(1, line.size() - 2));
+    } else if (const size_t equals = line.find('='); equals != std::string::npos) {
+      const std::string key = trim(line.substr(0, equals));
+      if ((section.empty() ? key : section + "." + key) == name) return true;
+    }
+  }
+  return false;
 }
 
 // Throws EmbedError of `kind` with the parts streamed together unless `condition` holds.
@@ -114,6 +138,14 @@ void EmbeddedModel::build(const std::string& config, std::optional<uint64_t> see
                 "sample's shape, e.g. 1,32,32)");
   MPIGRAD_CHECK(model.outputs >= 1, origin, ": [model] outputs is required (the classes or "
                 "values a sample maps to, or the output channels of a conv model)");
+  // mpigrad train's default loss, cross_entropy, is rarely what a simulation wants, and a
+  // regression config that left [loss] out would otherwise fail only at its first step.
+  MPIGRAD_CHECK(sets_key(text, "loss.name"), origin, ": [loss] name is required: mse or l1 for "
+                "regression (float labels shaped like the model's output), cross_entropy for "
+                "classes (one integer label per sample)");
+  MPIGRAD_CHECK(config_.loss.name != LossKind::CrossEntropy || model.name != ModelKind::Conv,
+                origin, ": [loss] name = cross_entropy needs a classifier (mlp, cnn, resnet); "
+                "a conv model outputs a grid: use mse or l1");
   input_shape_ = core::Shape(model.input_shape);
   output_shape_ = output_shape_of(model, input_shape_);
   module_ = make_model(model, input_shape_, model.outputs, config_.train.seed);
@@ -139,9 +171,7 @@ core::Tensor EmbeddedModel::prepare_input(const core::Tensor& input, const char*
   require(batch >= 1, Kind::Shape, what, ": an empty batch (shape ", input.shape(), ")");
   require(core::is_floating(input.dtype()), Kind::DType, what, ": dtype ", input.dtype(),
           "; inputs must be float32, float64, bfloat16 or float16");
-  require(input.numel() == batch * input_shape_.numel(), Kind::Shape, what, ": shape ",
-          input.shape(), " holds ", input.numel() / batch, " values per sample, but [model] "
-          "input_shape ", input_shape_, " needs ", input_shape_.numel());
+  check_samples(input, ArrayRole::Input, what);
   core::Tensor x = input.to(device_, core::kFloat32);
   if (!x.is_same(input)) copied_bytes_ += x.nbytes();
   if (!x.is_contiguous()) {
@@ -162,16 +192,13 @@ core::Tensor EmbeddedModel::prepare_label(const core::Tensor& label, int64_t bat
   if (config_.loss.name == LossKind::CrossEntropy) {
     require(!core::is_floating(label.dtype()), Kind::DType, "label: dtype ", label.dtype(),
             "; cross_entropy labels are integer classes (int32 or int64)");
-    require(label.numel() == batch, Kind::Shape, "label: shape ", label.shape(),
-            "; cross_entropy needs one class per sample");
+    check_samples(label, ArrayRole::Label, "label");
     y = label.to(device_, core::kInt64);
   } else {
     require(core::is_floating(label.dtype()), Kind::DType, "label: dtype ", label.dtype(), "; ",
             core::enum_name(config_.loss.name, kLossKindNames),
             " labels must be float32, float64, bfloat16 or float16");
-    require(label.numel() == batch * output_shape_.numel(), Kind::Shape, "label: shape ",
-            label.shape(), " holds ", label.numel() / batch, " values per sample, but the "
-            "model outputs ", output_shape_, " (", output_shape_.numel(), " values)");
+    check_samples(label, ArrayRole::Label, "label");
     y = label.to(device_, core::kFloat32);
   }
   if (!y.is_same(label)) copied_bytes_ += y.nbytes();
@@ -180,6 +207,45 @@ core::Tensor EmbeddedModel::prepare_label(const core::Tensor& label, int64_t bat
     copied_bytes_ += y.nbytes();
   }
   return y;
+}
+
+core::Shape EmbeddedModel::sample_shape(ArrayRole role) const {
+  if (role == ArrayRole::Input) return input_shape_;
+  if (role == ArrayRole::Label && config_.loss.name == LossKind::CrossEntropy) return {};
+  return output_shape_;
+}
+
+bool EmbeddedModel::fits(const core::Shape& shape, ArrayRole role) const {
+  const core::Shape expected = sample_shape(role);
+  if (shape == expected) return true;
+  // An mlp flattens every sample: a one-number input_shape (or outputs) takes any shape of
+  // that many values, e.g. [1, 32, 32] for input_shape = 1024.
+  return config_.model.name == ModelKind::Mlp && expected.size() == 1 &&
+         shape.numel() == expected[0];
+}
+
+void EmbeddedModel::check_samples(const core::Tensor& array, ArrayRole role,
+                                  const char* what) const {
+  core::Shape sample = array.shape();
+  sample.erase(0);
+  if (fits(sample, role)) return;
+  const core::Shape expected = sample_shape(role);
+  if (expected.size() == 0) {
+    throw EmbedError(EmbedErrorKind::Shape,
+                     core::detail::concat(what, ": shape ", array.shape(), "; cross_entropy "
+                                          "needs one class per sample, an array [batch]"));
+  }
+  const char* owner = role == ArrayRole::Input ? "[model] input_shape" : "the model's output";
+  if (sample.numel() != expected.numel()) {
+    throw EmbedError(EmbedErrorKind::Shape,
+                     core::detail::concat(what, ": shape ", array.shape(), " holds ",
+                                          sample.numel(), " values per sample, but ", owner, " ",
+                                          expected, " needs ", expected.numel()));
+  }
+  throw EmbedError(EmbedErrorKind::Shape,
+                   core::detail::concat(what, ": shape ", array.shape(), " is samples of shape ",
+                                        sample, ", but ", owner, " is ", expected,
+                                        " (rank and every extent must match)"));
 }
 
 core::Tensor EmbeddedModel::train_step(const core::Tensor& input, const core::Tensor& label) {
@@ -191,23 +257,51 @@ core::Tensor EmbeddedModel::train_step(const core::Tensor& input, const core::Te
   std::iota(batch.indices.begin(), batch.indices.end(), int64_t(0));
 
   Training& t = *training_;
+  const int64_t accumulate = config_.train.grad_accum_steps;
+  const bool optimizer_step = micro_steps_ + 1 >= accumulate;
   module_->train();
   if (t.ddp) t.ddp->prepare_for_backward();
   core::Tensor loss = t.step(*module_, batch);
-  loss.backward();  // with DDP, every gradient is the average over the ranks when this returns
+  // Each micro-step adds loss / k to the gradients; only the last one averages them over the
+  // ranks (the earlier ones run inside DDP's no_sync), so a step waits for one all-reduce.
+  core::Tensor scaled = accumulate > 1 ? loss / double(accumulate) : loss;
+  if (t.ddp && !optimizer_step) {
+    auto local_only = t.ddp->no_sync();
+    scaled.backward();
+  } else {
+    scaled.backward();  // with DDP, every gradient is the average over the ranks on return
+  }
+  last_loss_ = loss.detach();
+  last_batch_ = n;
+  if (!optimizer_step) {
+    ++micro_steps_;
+    return last_loss_;
+  }
+  micro_steps_ = 0;
   if (config_.train.clip_grad_norm > 0) {
     nn::clip_grad_norm_(module_->parameters(), config_.train.clip_grad_norm);
   }
+  const double lr = t.optimizer->param_groups().front().lr;
   t.optimizer->step();
   t.optimizer->zero_grad();
   if (t.scheduler) t.scheduler->step();
   ++steps_;
-  last_loss_ = loss.detach();
+  if (step_callback_) step_callback_(steps_, lr);
   return last_loss_;
 }
 
 double EmbeddedModel::last_loss() const {
   return last_loss_.defined() ? last_loss_.item<double>() : 0.0;
+}
+
+double EmbeddedModel::mean_loss() {
+  const double local = last_loss();
+  if (manager_ == nullptr || world_size() == 1) return local;
+  core::Tensor sums = core::Tensor::from_vector<double>(
+      {local * double(last_batch_), double(last_batch_)}, {2});
+  manager_->world().all_reduce(sums, ReduceOp::Sum);
+  const std::vector<double> total = sums.to_vector<double>();
+  return total[1] > 0 ? total[0] / total[1] : 0.0;
 }
 
 core::Tensor EmbeddedModel::predict(const core::Tensor& input) {

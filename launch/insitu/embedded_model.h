@@ -1,27 +1,33 @@
-// defines: EmbeddedModel, EmbedError, EmbedErrorKind
+// defines: EmbeddedModel, EmbedError, EmbedErrorKind, ArrayRole
 //
 // A model that a running simulation trains in-situ, one step at a time, on the batches it
 // produces: the C++ API for host codes, and what the C API (mpigrad/mpigrad_c.h) and the
 // Fortran module wrap. The reference is NVIDIA TorchFort's online training, without LibTorch.
 //
 // The config is INI text, or the path of an INI file, with the keys of `mpigrad train`
-// (launch/config/train_config.h) for [model] [loss] [optim] [sched], plus [train] seed and
-// clip_grad_norm; [model] input_shape and outputs are required, since there is no data file to
-// read them from. The model, optimizer and schedule are built exactly as `mpigrad train` builds
+// (launch/config/train_config.h) for [model] [loss] [optim] [sched], plus [train] seed,
+// clip_grad_norm and grad_accum_steps; [model] input_shape and outputs and [loss] name are
+// required, since there is no data file to read them from and a classifier and a regression
+// need different labels. Text with a '=' or a line break is INI text; anything else is a path. The model, optimizer and schedule are built exactly as `mpigrad train` builds
 // them (launch/config/train_setup.h), and a step is the same step function (launch/train/training_steps.h).
 //
 // Distributed: over a DistributedManager that adopted the host's communicator (the host keeps
 // MPI; see launch/mpi_interop.h), every rank of it builds the model from the same config and
-// seed, and each train_step averages the gradients over the ranks (DistributedDataParallel)
-// before the optimizer step. With the loss a mean over each rank's batch, R ranks stepping on
+// seed, DDP checks that the models agree and broadcasts rank 0's weights, and each train_step
+// averages the gradients over the ranks (DistributedDataParallel) before the optimizer step. With the loss a mean over each rank's batch, R ranks stepping on
 // R equal parts of a batch give the weights one process gets from the whole batch.
 // Construction, train_step and the save/load calls are then collective: every rank calls them
 // in the same order; predict is local.
 //
-// Shapes: an input is [batch, ...] with as many values per sample as [model] input_shape; it is
-// viewed as [batch, input_shape...] (a Fortran array u(32, 32, batch) is [batch, 32, 32] here,
-// and fits input_shape 1,32,32). A regression label holds as many values per sample as the
-// model's output; a cross_entropy label holds one integer per sample.
+// Shapes: an array is [batch, sample...], and its sample shape must be the model's, rank and
+// every extent (sample_shape, fits): an input's is [model] input_shape, a regression label's or
+// a prediction's is the model's output shape, a cross_entropy label is [batch]. The one
+// flattening allowed is an mlp's, which flattens every sample anyway: with a one-number
+// input_shape (or outputs) it takes samples of any shape with that many values.
+//
+// Gradient accumulation: with [train] grad_accum_steps = k, each train_step is a micro-step
+// whose gradients (of loss / k) are summed, locally (DDP's no_sync) until the k-th, which
+// averages them over the ranks and steps the optimizer; steps() counts optimizer steps.
 //
 // Copies: an input or label is used where it lies when it is float32 (labels: float32, or
 // int64 for cross_entropy), dense, and on the model's device; otherwise it is converted or
@@ -56,8 +62,15 @@ class EmbedError : public core::Error {
   EmbedErrorKind kind_;
 };
 
+// What an array is to the model: a sample shape of its own each (sample_shape).
+enum class ArrayRole : uint8_t { Input, Label, Output };
+
 class EmbeddedModel {
  public:
+  // Called on every rank after each optimizer step with the number of steps taken and the lr
+  // that step used.
+  using StepCallback = std::function<void(int64_t step, double lr)>;
+
   // One process, no MPI. `seed` replaces [train] seed when given. Throws EmbedError (Config)
   // naming the config key (or file) at fault.
   EmbeddedModel(const std::string& config, core::Device device,
@@ -73,8 +86,14 @@ class EmbeddedModel {
   // device, unread, so a GPU step need not wait for it (last_loss() reads it). An input or
   // label that does not fit is an EmbedError (Shape or DType) naming it.
   core::Tensor train_step(const core::Tensor& input, const core::Tensor& label);
-  // The loss of the last train_step (0 before the first); waits for it.
+  // This rank's loss of the last train_step (0 before the first); waits for it.
   double last_loss() const;
+  // The last train_step's loss over every rank's batch (each rank's loss weighted by its
+  // batch); collective: one all-reduce of two numbers, only when asked. last_loss() without
+  // ranks.
+  double mean_loss();
+  // Replaces the callback (an empty one: none).
+  void set_step_callback(StepCallback callback) { step_callback_ = std::move(callback); }
   // The model's output for `input` in evaluation mode, [batch, output_shape...] on the device.
   core::Tensor predict(const core::Tensor& input);
 
@@ -92,6 +111,11 @@ class EmbeddedModel {
   core::Device device() const { return device_; }
   const core::Shape& input_shape() const { return input_shape_; }    // one sample's
   const core::Shape& output_shape() const { return output_shape_; }  // one sample's
+  // One sample's shape of an array of `role` ([] for a cross_entropy label).
+  core::Shape sample_shape(ArrayRole role) const;
+  // Whether one sample of `shape` (C order) fits `role`: sample_shape(role), or, for an mlp's
+  // one-number input_shape or outputs, any shape of that many values.
+  bool fits(const core::Shape& shape, ArrayRole role) const;
   bool distributed() const { return manager_ != nullptr; }
   int rank() const;
   int world_size() const;
@@ -103,6 +127,8 @@ class EmbeddedModel {
   void build(const std::string& config, std::optional<uint64_t> seed);
   core::Tensor prepare_input(const core::Tensor& input, const char* what);
   core::Tensor prepare_label(const core::Tensor& label, int64_t batch);
+  // Throws EmbedError (Shape) naming `what` unless `array`'s samples fit `role`.
+  void check_samples(const core::Tensor& array, ArrayRole role, const char* what) const;
   // Runs `io` on the ranks `writer_only` allows, then fails on every rank if it failed on one.
   void collectively(const char* what, bool writer_only, const std::function<void()>& io);
   void file_io(const char* what, bool writer_only, const std::function<void()>& io);
@@ -119,7 +145,10 @@ class EmbeddedModel {
   std::shared_ptr<nn::Module> module_;
   std::unique_ptr<Training> training_;
   core::Tensor last_loss_;
+  int64_t last_batch_ = 0;
   int64_t steps_ = 0;
+  int64_t micro_steps_ = 0;  // since the last optimizer step
+  StepCallback step_callback_;
   int64_t copied_bytes_ = 0;
 };
 

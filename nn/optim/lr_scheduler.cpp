@@ -110,6 +110,33 @@ double WarmupCosineLR::lr_at(size_t group, int64_t epoch) const {
   return eta_min_ + (base - eta_min_) * (1.0 + std::cos(std::numbers::pi * double(into) / span)) / 2.0;
 }
 
+LinearLR::LinearLR(Optimizer& optimizer, double start_factor, double end_factor,
+                   int64_t total_iters)
+    : LRScheduler(optimizer), start_factor_(start_factor), end_factor_(end_factor),
+      total_iters_(total_iters) {
+  MPIGRAD_CHECK(total_iters >= 1, "LinearLR: total_iters must be >= 1, got ", total_iters);
+  MPIGRAD_CHECK(start_factor >= 0.0 && end_factor >= 0.0, "LinearLR: the factors must be >= 0, "
+                "got ", start_factor, " and ", end_factor);
+  initialize();
+}
+
+double LinearLR::lr_at(size_t group, int64_t epoch) const {
+  const double done = double(std::min(epoch, total_iters_)) / double(total_iters_);
+  return base_lrs_[group] * (start_factor_ + (end_factor_ - start_factor_) * done);
+}
+
+PolynomialLR::PolynomialLR(Optimizer& optimizer, int64_t total_iters, double power)
+    : LRScheduler(optimizer), total_iters_(total_iters), power_(power) {
+  MPIGRAD_CHECK(total_iters >= 1, "PolynomialLR: total_iters must be >= 1, got ", total_iters);
+  MPIGRAD_CHECK(power > 0.0, "PolynomialLR: power must be > 0, got ", power);
+  initialize();
+}
+
+double PolynomialLR::lr_at(size_t group, int64_t epoch) const {
+  const double left = 1.0 - double(std::min(epoch, total_iters_)) / double(total_iters_);
+  return base_lrs_[group] * std::pow(left, power_);
+}
+
 // ---- OneCycleLR -------------------------------------------------------------------------------
 
 OneCycleLR::OneCycleLR(Optimizer& optimizer, const OneCycleOptions& options)

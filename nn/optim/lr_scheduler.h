@@ -1,5 +1,5 @@
 // defines: LRScheduler, StepLR, MultiStepLR, CosineAnnealingLR, WarmupCosineLR, OneCycleLR,
-//          ReduceLROnPlateau
+//          ReduceLROnPlateau, LinearLR, PolynomialLR
 //
 // Learning-rate schedules with torch.optim.lr_scheduler's formulas (the closed forms). Building
 // a scheduler records each group's initial_lr and applies epoch 0, like torch; each step()
@@ -103,6 +103,37 @@ class WarmupCosineLR : public LRScheduler {
  private:
   int64_t warmup_steps_, total_steps_;
   double start_factor_, eta_min_;
+};
+
+// torch's LinearLR: lr = base * (start_factor + (end_factor - start_factor) *
+// min(epoch, total_iters) / total_iters), so the lr moves linearly from base * start_factor to
+// base * end_factor over total_iters steps and stays there.
+class LinearLR : public LRScheduler {
+ public:
+  LinearLR(Optimizer& optimizer, double start_factor, double end_factor, int64_t total_iters);
+  std::string type_name() const override { return "LinearLR"; }
+
+ protected:
+  double lr_at(size_t group, int64_t epoch) const override;
+
+ private:
+  double start_factor_, end_factor_;
+  int64_t total_iters_;
+};
+
+// torch's PolynomialLR: lr = base * (1 - min(epoch, total_iters) / total_iters)^power, decaying
+// to zero at total_iters.
+class PolynomialLR : public LRScheduler {
+ public:
+  PolynomialLR(Optimizer& optimizer, int64_t total_iters, double power = 1.0);
+  std::string type_name() const override { return "PolynomialLR"; }
+
+ protected:
+  double lr_at(size_t group, int64_t epoch) const override;
+
+ private:
+  int64_t total_iters_;
+  double power_;
 };
 
 // torch's OneCycleLR (two phases, or three with three_phase): from max_lr/div_factor up to

@@ -133,6 +133,58 @@ int main(int argc, char** argv) {
                MPIGRAD_ERROR_CONFIG);
   CHECK_ERROR_MENTIONS("differs between ranks");
 
+  /* Gradient accumulation over ranks: two micro-steps on halves of each rank's part, averaged
+   * over the ranks only at the second, give the weights of one step on the whole batch. */
+  {
+    mpigrad_model accumulated = {0}, single = {0};
+    char config[1024];
+    int part = GLOBAL / size;
+    snprintf(config, sizeof(config), "%s[train]\ngrad_accum_steps = 2\n", kConfig);
+    CHECK_STATUS(mpigrad_model_create_distributed(&accumulated, config,
+                                                  MPI_Comm_c2f(MPI_COMM_WORLD), "cpu"),
+                 MPIGRAD_SUCCESS);
+    CHECK_STATUS(mpigrad_model_create(&single, kConfig, "cpu"), MPIGRAD_SUCCESS);
+    if (part % 2 == 0) {
+      int step;
+      for (step = 0; step < 5; ++step) {
+        float x[GLOBAL][IN], y[GLOBAL][OUT];
+        int64_t xs[2] = {0, IN}, ys[2] = {0, OUT};
+        int micro;
+        make_batch(step, x, y);
+        xs[0] = ys[0] = part / 2;
+        for (micro = 0; micro < 2; ++micro) {
+          int first = rank * part + micro * (part / 2);
+          mpigrad_array input = mpigrad_host_array(x[first], 2, xs, MPIGRAD_F32, MPIGRAD_ORDER_C);
+          mpigrad_array label = mpigrad_host_array(y[first], 2, ys, MPIGRAD_F32, MPIGRAD_ORDER_C);
+          CHECK_STATUS(mpigrad_train_step(accumulated, &input, &label, NULL), MPIGRAD_SUCCESS);
+        }
+      }
+      train(single, 5, 0, GLOBAL);
+      CHECK(difference(accumulated, single) < 1e-5);
+    }
+    mpigrad_model_destroy(&accumulated);
+    mpigrad_model_destroy(&single);
+  }
+
+  /* The mean loss over the ranks weights each rank's loss by its batch (rank r steps on r + 1
+   * samples), so it is the loss of the whole global batch; mpigrad_last_loss is this rank's. */
+  {
+    float x[GLOBAL][IN], y[GLOBAL][OUT];
+    int64_t xs[2] = {0, IN}, ys[2] = {0, OUT};
+    double mine = 0, mean = 0, weighted[2], sums[2];
+    mpigrad_array input, label;
+    make_batch(3, x, y);
+    xs[0] = ys[0] = rank % GLOBAL + 1;
+    input = mpigrad_host_array(x, 2, xs, MPIGRAD_F32, MPIGRAD_ORDER_C);
+    label = mpigrad_host_array(y, 2, ys, MPIGRAD_F32, MPIGRAD_ORDER_C);
+    CHECK_STATUS(mpigrad_train_step(world, &input, &label, &mine), MPIGRAD_SUCCESS);
+    CHECK_STATUS(mpigrad_mean_loss(world, &mean), MPIGRAD_SUCCESS);
+    weighted[0] = mine * (double)xs[0];
+    weighted[1] = (double)xs[0];
+    MPI_Allreduce(weighted, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    CHECK(fabs(mean - sums[0] / sums[1]) <= 1e-12 * fabs(mean));
+  }
+
   CHECK_STATUS(mpigrad_model_destroy(&world), MPIGRAD_SUCCESS);
   CHECK_STATUS(mpigrad_model_destroy(&reference), MPIGRAD_SUCCESS);
   CHECK_STATUS(mpigrad_model_destroy(&half), MPIGRAD_SUCCESS);

@@ -292,6 +292,33 @@ TEST_CASE("schedulers follow PyTorch's formulas") {
   }
 }
 
+TEST_CASE("LinearLR and PolynomialLR follow PyTorch's formulas, and restore from a state dict") {
+  nn::SGDOptions options;
+  options.lr = 0.1;
+  nn::SGD linear_opt(std::vector<Tensor>{param({1.0})}, options);
+  nn::SGD polynomial_opt(std::vector<Tensor>{param({1.0})}, options);
+  nn::LinearLR linear(linear_opt, 1.0 / 3.0, 1.0, 4);  // torch's defaults, total_iters 4
+  nn::PolynomialLR polynomial(polynomial_opt, 4, 2.0);
+  const double third = 0.1 / 3.0;
+  const std::vector<double> linear_lrs = {third, third + 0.1 / 6.0, third + 0.2 / 6.0,
+                                          third + 0.3 / 6.0, 0.1, 0.1};
+  const std::vector<double> polynomial_lrs = {0.1, 0.05625, 0.025, 0.00625, 0.0, 0.0};
+  for (size_t e = 0; e < linear_lrs.size(); ++e) {
+    CHECK(linear_opt.param_groups()[0].lr == doctest::Approx(linear_lrs[e]).epsilon(1e-12));
+    CHECK(polynomial_opt.param_groups()[0].lr ==
+          doctest::Approx(polynomial_lrs[e]).epsilon(1e-12));
+    linear.step();
+    polynomial.step();
+  }
+  nn::SGD restored_opt(std::vector<Tensor>{param({1.0})}, options);
+  nn::LinearLR restored(restored_opt, 1.0 / 3.0, 1.0, 4);
+  restored.load_state_dict(linear.state_dict());
+  CHECK(restored.last_epoch() == linear.last_epoch());
+  CHECK(restored_opt.param_groups()[0].lr == linear_opt.param_groups()[0].lr);
+  CHECK_THROWS_AS(nn::PolynomialLR(polynomial_opt, 0), core::Error);
+  CHECK_THROWS_AS(nn::LinearLR(linear_opt, 1.0, 0.0, 0), core::Error);
+}
+
 TEST_CASE("EMA, SWA running average, checkpoint averaging and update_bn") {
   core::Generator g(1);
   nn::Linear model(2, 1, g);

@@ -55,8 +55,10 @@ static mpigrad_status describe(const char* function, const char* name,
   return MPIGRAD_SUCCESS;
 }
 
-mpigrad_status mpigrad_fortran_train_step(mpigrad_model model, const CFI_cdesc_t* input,
-                                          const CFI_cdesc_t* label, double* loss) {
+/* The Fortran calls put the optional loss last, after the stream. */
+mpigrad_status mpigrad_fortran_train_step_on_stream(mpigrad_model model, const CFI_cdesc_t* input,
+                                                    const CFI_cdesc_t* label, void* stream,
+                                                    double* loss) {
   static const char* function = "mpigrad_train_step";
   mpigrad_array x, y;
   int64_t x_strides[MPIGRAD_MAX_RANK], y_strides[MPIGRAD_MAX_RANK];
@@ -64,11 +66,16 @@ mpigrad_status mpigrad_fortran_train_step(mpigrad_model model, const CFI_cdesc_t
   if (status != MPIGRAD_SUCCESS) return status;
   status = describe(function, "label", label, &y, y_strides);
   if (status != MPIGRAD_SUCCESS) return status;
-  return mpigrad_train_step(model, &x, &y, loss);
+  return mpigrad_train_step_on_stream(model, &x, &y, loss, stream);
 }
 
-mpigrad_status mpigrad_fortran_predict(mpigrad_model model, const CFI_cdesc_t* input,
-                                       const CFI_cdesc_t* output) {
+mpigrad_status mpigrad_fortran_train_step(mpigrad_model model, const CFI_cdesc_t* input,
+                                          const CFI_cdesc_t* label, double* loss) {
+  return mpigrad_fortran_train_step_on_stream(model, input, label, NULL, loss);
+}
+
+mpigrad_status mpigrad_fortran_predict_on_stream(mpigrad_model model, const CFI_cdesc_t* input,
+                                                 const CFI_cdesc_t* output, void* stream) {
   static const char* function = "mpigrad_predict";
   mpigrad_array x, y;
   int64_t x_strides[MPIGRAD_MAX_RANK], y_strides[MPIGRAD_MAX_RANK];
@@ -76,5 +83,10 @@ mpigrad_status mpigrad_fortran_predict(mpigrad_model model, const CFI_cdesc_t* i
   if (status != MPIGRAD_SUCCESS) return status;
   status = describe(function, "output", output, &y, y_strides);
   if (status != MPIGRAD_SUCCESS) return status;
-  return mpigrad_predict(model, &x, &y);
+  return mpigrad_predict_on_stream(model, &x, &y, stream);
+}
+
+mpigrad_status mpigrad_fortran_predict(mpigrad_model model, const CFI_cdesc_t* input,
+                                       const CFI_cdesc_t* output) {
+  return mpigrad_fortran_predict_on_stream(model, input, output, NULL);
 }

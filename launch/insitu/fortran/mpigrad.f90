@@ -5,9 +5,10 @@
 !   type(mpigrad_model) :: model
 !   real(c_float) :: u(32, 32, 1, 16), du(32, 32, 1, 16)   ! (x, y, channel, sample)
 !   real(c_double) :: loss
-!   if (mpigrad_model_create_distributed(model, "mlp.ini", MPI_COMM_WORLD) /= MPIGRAD_SUCCESS) &
+!   if (mpigrad_model_create_distributed(model, "conv.ini", MPI_COMM_WORLD) /= MPIGRAD_SUCCESS) &
 !     print *, mpigrad_last_error()
-!   istat = mpigrad_train_step(model, u, du, loss)
+!   istat = mpigrad_train_step(model, u, du, loss)   ! loss: this rank's
+!   istat = mpigrad_mean_loss(model, loss)            ! over the ranks; collective
 !
 ! Arrays are passed as assumed-rank, assumed-type arguments (type(*), dimension(..)), so one
 ! interface takes arrays of every rank and of kind real(4), real(8), integer(4) or integer(8),
@@ -16,15 +17,36 @@
 ! above is 16 samples of shape [1, 32, 32] (channel, y, x), which fits [model] input_shape =
 ! 1,32,32; an MLP's input u(1024, 16) is 16 samples of 1024 values.
 !
-! The communicator is an integer (`use mpi`) or a type(MPI_Comm) (`use mpi_f08`); mpigrad
-! duplicates it, and never initializes or finalizes MPI. Every function returns an integer
-! status, MPIGRAD_SUCCESS (0) or one of the MPIGRAD_ERROR_* codes; mpigrad_last_error() gives
-! the message.
+! A sample's shape must be the model's, rank and every extent: u(1024, 16) does not fit
+! input_shape = 1,32,32 (only an mlp whose input_shape, or outputs, is one number flattens
+! samples of any shape with that many values). Errors give the shapes in Fortran order.
+!
+! The communicator is an integer (`use mpi`) or a type(MPI_Comm) (`use mpi_f08`): this module
+! uses no MPI module (it declares MPI_Comm as mpi_f08 does, a bind(c) type holding MPI_VAL, which
+! Fortran takes as the same type), so a host links whichever MPI binding it uses. mpigrad
+! duplicates the communicator, and never initializes or finalizes MPI. Every function returns an
+! integer status, MPIGRAD_SUCCESS (0) or one of the MPIGRAD_ERROR_* codes; mpigrad_last_error()
+! gives the message, mpigrad_status_name(status) the code's name. Integer arguments take the
+! default kind or integer(c_int64_t), through generic interfaces: mpigrad_set_seed(42) works.
+!
+! The calls are those of mpigrad/mpigrad_c.h, whose comments hold the full contract. In short:
+! `config` is INI text when it holds a '=' or a line break (new_line('a')), else a file's path;
+! [model] input_shape and outputs and [loss] name are required (no [loss]: an error at create
+! time). mlp and conv models put ReLU between their layers, none after the last. The loss a step
+! returns is this rank's; mpigrad_mean_loss averages it over the model's ranks (collective).
+! Creating, training, saving, loading, mpigrad_mean_loss and destroying a distributed model are
+! collective (every rank, same order; destroy before MPI_Finalize); creation broadcasts rank
+! 0's initial weights. mpigrad_copied_bytes counts the float32 bytes made from arrays that were
+! not dense float32. Ranks in messages are numbered within the communicator the model was given.
 module mpigrad
   use, intrinsic :: iso_c_binding
-  use mpi_f08, only: MPI_Comm
   implicit none
   private
+
+  ! mpi_f08's communicator type: any type(MPI_Comm) of the host's `use mpi_f08` is this type.
+  type, bind(c) :: MPI_Comm
+    integer(c_int) :: MPI_VAL
+  end type MPI_Comm
 
   type, bind(c), public :: mpigrad_model
     integer(c_int64_t) :: id = 0_c_int64_t
@@ -47,11 +69,48 @@ module mpigrad
   public :: mpigrad_train_step, mpigrad_predict, mpigrad_last_loss, mpigrad_steps
   public :: mpigrad_save_model, mpigrad_load_model, mpigrad_save_checkpoint
   public :: mpigrad_load_checkpoint, mpigrad_set_seed, mpigrad_version, mpigrad_last_error
+  public :: mpigrad_copied_bytes, mpigrad_status_name, mpigrad_mean_loss
+  public :: mpigrad_set_step_callback, mpigrad_train_step_on_stream, mpigrad_predict_on_stream
 
   ! The communicator as `use mpi`'s integer or as `use mpi_f08`'s type(MPI_Comm).
   interface mpigrad_model_create_distributed
     module procedure create_distributed_integer, create_distributed_mpi_comm
   end interface mpigrad_model_create_distributed
+
+  ! Integers of the default kind, or integer(c_int64_t).
+  interface mpigrad_set_seed
+    module procedure set_seed_default
+    ! Seeds the models this thread creates from now on, instead of their config's [train] seed.
+    function mpigrad_set_seed_int64(seed) result(status) bind(c, name="mpigrad_set_seed")
+      import :: c_int, c_int64_t
+      integer(c_int64_t), value :: seed
+      integer(c_int) :: status
+    end function mpigrad_set_seed_int64
+  end interface mpigrad_set_seed
+
+  ! Optimizer steps taken (restored by mpigrad_load_checkpoint).
+  interface mpigrad_steps
+    module procedure steps_default
+    function mpigrad_steps_int64(model, steps) result(status) bind(c, name="mpigrad_steps")
+      import :: mpigrad_model, c_int, c_int64_t
+      type(mpigrad_model), value :: model
+      integer(c_int64_t), intent(out) :: steps
+      integer(c_int) :: status
+    end function mpigrad_steps_int64
+  end interface mpigrad_steps
+
+  ! Bytes of float32 data mpigrad had to make from inputs and labels that were not dense
+  ! float32 in the model's memory (real(8) arrays, non-contiguous sections).
+  interface mpigrad_copied_bytes
+    module procedure copied_bytes_default
+    function mpigrad_copied_bytes_int64(model, bytes) result(status) &
+        bind(c, name="mpigrad_copied_bytes")
+      import :: mpigrad_model, c_int, c_int64_t
+      type(mpigrad_model), value :: model
+      integer(c_int64_t), intent(out) :: bytes
+      integer(c_int) :: status
+    end function mpigrad_copied_bytes_int64
+  end interface mpigrad_copied_bytes
 
   interface
     ! One optimizer step on this rank's batch; `loss` may be left out (the step then does not
@@ -76,6 +135,28 @@ module mpigrad
       integer(c_int) :: status
     end function mpigrad_predict
 
+    ! mpigrad_train_step and mpigrad_predict queued on a CUDA stream (type(c_ptr), a
+    ! cudaStream_t) of a model on a GPU: see mpigrad_train_step_on_stream in mpigrad_c.h.
+    function mpigrad_train_step_on_stream(model, input, label, stream, loss) result(status) &
+        bind(c, name="mpigrad_fortran_train_step_on_stream")
+      import :: mpigrad_model, c_int, c_double, c_ptr
+      type(mpigrad_model), value :: model
+      type(*), dimension(..), intent(in) :: input, label
+      type(c_ptr), value :: stream
+      real(c_double), intent(out), optional :: loss
+      integer(c_int) :: status
+    end function mpigrad_train_step_on_stream
+
+    function mpigrad_predict_on_stream(model, input, output, stream) result(status) &
+        bind(c, name="mpigrad_fortran_predict_on_stream")
+      import :: mpigrad_model, c_int, c_ptr
+      type(mpigrad_model), value :: model
+      type(*), dimension(..), intent(in) :: input
+      type(*), dimension(..), intent(inout) :: output
+      type(c_ptr), value :: stream
+      integer(c_int) :: status
+    end function mpigrad_predict_on_stream
+
     function mpigrad_last_loss(model, loss) result(status) bind(c, name="mpigrad_last_loss")
       import :: mpigrad_model, c_int, c_double
       type(mpigrad_model), value :: model
@@ -83,18 +164,27 @@ module mpigrad
       integer(c_int) :: status
     end function mpigrad_last_loss
 
-    function mpigrad_steps(model, steps) result(status) bind(c, name="mpigrad_steps")
-      import :: mpigrad_model, c_int, c_int64_t
+    ! The last step's loss over the model's ranks, each rank's weighted by its batch (the loss
+    ! of the global batch); collective, one all-reduce only when called.
+    function mpigrad_mean_loss(model, loss) result(status) bind(c, name="mpigrad_mean_loss")
+      import :: mpigrad_model, c_int, c_double
       type(mpigrad_model), value :: model
-      integer(c_int64_t), intent(out) :: steps
+      real(c_double), intent(out) :: loss
       integer(c_int) :: status
-    end function mpigrad_steps
+    end function mpigrad_mean_loss
 
-    function mpigrad_set_seed(seed) result(status) bind(c, name="mpigrad_set_seed")
-      import :: c_int, c_int64_t
-      integer(c_int64_t), value :: seed
+    ! Calls `callback` (c_funloc of a bind(c) subroutine with the arguments
+    ! (type(mpigrad_model), value; integer(c_int64_t), value :: step; real(c_double), value ::
+    ! lr; type(c_ptr), value :: user_data)) on every rank after each optimizer step;
+    ! c_null_funptr removes it.
+    function mpigrad_set_step_callback(model, callback, user_data) result(status) &
+        bind(c, name="mpigrad_set_step_callback")
+      import :: mpigrad_model, c_int, c_funptr, c_ptr
+      type(mpigrad_model), value :: model
+      type(c_funptr), value :: callback
+      type(c_ptr), value :: user_data
       integer(c_int) :: status
-    end function mpigrad_set_seed
+    end function mpigrad_set_step_callback
 
     function mpigrad_model_destroy(model) result(status) bind(c, name="mpigrad_model_destroy")
       import :: mpigrad_model, c_int
@@ -161,6 +251,12 @@ module mpigrad
       import :: c_ptr
       type(c_ptr) :: text
     end function c_last_error
+
+    function c_status_name(status) result(text) bind(c, name="mpigrad_status_name")
+      import :: c_ptr, c_int
+      integer(c_int), value :: status
+      type(c_ptr) :: text
+    end function c_status_name
 
     function c_strlen(text) result(length) bind(c, name="strlen")
       import :: c_ptr, c_size_t
@@ -268,5 +364,36 @@ contains
     character(len=:), allocatable :: text
     text = f_string(c_last_error())
   end function mpigrad_last_error
+
+  ! "MPIGRAD_ERROR_SHAPE", ...
+  function mpigrad_status_name(status) result(text)
+    integer(c_int), intent(in) :: status
+    character(len=:), allocatable :: text
+    text = f_string(c_status_name(status))
+  end function mpigrad_status_name
+
+  function set_seed_default(seed) result(status)
+    integer, intent(in) :: seed
+    integer(c_int) :: status
+    status = mpigrad_set_seed_int64(int(seed, c_int64_t))
+  end function set_seed_default
+
+  function steps_default(model, steps) result(status)
+    type(mpigrad_model), intent(in) :: model
+    integer, intent(out) :: steps
+    integer(c_int) :: status
+    integer(c_int64_t) :: wide
+    status = mpigrad_steps_int64(model, wide)
+    steps = int(wide)
+  end function steps_default
+
+  function copied_bytes_default(model, bytes) result(status)
+    type(mpigrad_model), intent(in) :: model
+    integer, intent(out) :: bytes
+    integer(c_int) :: status
+    integer(c_int64_t) :: wide
+    status = mpigrad_copied_bytes_int64(model, wide)
+    bytes = int(wide)
+  end function copied_bytes_default
 
 end module mpigrad
