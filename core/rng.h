@@ -1,5 +1,3 @@
-// defines: Generator, rand, randn, uniform_, normal_, bernoulli
-//
 // Random numbers come from an explicitly seeded, counter-based Philox 4x32-10 stream
 // (kernels/philox.h). A Generator is just (seed, offset): every call consumes a known number of
 // stream words and advances the offset, so a run can be reproduced or resumed from those two

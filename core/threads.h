@@ -1,5 +1,3 @@
-// defines: num_threads, set_num_threads, default_num_threads, blas_core_name
-//
 // How many threads the CPU kernels and BLAS use. Several ranks usually share a node, so the
 // default is the node's cores divided by the ranks on the node (read from the launcher's
 // environment: Open MPI, Slurm, MPICH/Hydra); MPIGRAD_NUM_THREADS overrides it.

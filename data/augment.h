@@ -1,6 +1,3 @@
-// defines: AugmentSpec, parse_augment, augment_text, augment_views_transform,
-//          gaussian_noise_transform
-//
 // Training-time augmentations as batch transforms (DataLoaderOptions::transform), run on the host
 // in the loader's threads before the device copy:
 //   crop:P   zero-pad P pixels on each side, then crop a random window of the original size

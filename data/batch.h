@@ -1,5 +1,3 @@
-// defines: Batch, FieldInfo
-//
 // What a dataset yields: one tensor per field (x, y, ...) whose leading dimension is the batch,
 // plus the global sample indices and, for a MultiDataset, which child each sample came from.
 #pragma once

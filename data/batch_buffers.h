@@ -1,5 +1,3 @@
-// defines: empty_batch_tensor, release_batch_buffers
-//
 // Host memory for the tensors a dataset yields, recycled between batches. A loader allocates the
 // same few sizes every step; blocks between 64 KiB and 1 MiB fall below core's host-allocator
 // cache and, from worker threads, land in glibc per-thread arenas that are trimmed and faulted

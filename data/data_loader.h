@@ -1,5 +1,3 @@
-// defines: DataLoader, DataLoaderOptions, BatchTransform
-//
 // Iterates a Dataset in batches, PyTorch-style:
 //     DataLoader loader(dataset, {.batch_size = 64, .shuffle = true, .num_workers = 2});
 //     for (int64_t epoch = 0; epoch < epochs; ++epoch) {

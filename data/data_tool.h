@@ -1,5 +1,3 @@
-// defines: run_data_command, shard_paths, inspect_files
-//
 // The data tool: `mpigrad-data <subcommand>` (and later `mpigrad data <subcommand>`).
 //   convert-idx  IDX files (MNIST / Fashion-MNIST, gzipped or not) -> HDF5 shards of
 //                uint8 x [N,1,H,W] and int64 y [N]

@@ -1,5 +1,3 @@
-// defines: Dataset
-//
 // The interface every map-style dataset implements: a size, a list of fields, and reading a
 // batch of arbitrary indices. get_batch is called concurrently from the DataLoader's worker
 // threads, so implementations must be thread-safe.

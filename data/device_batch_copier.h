@@ -1,5 +1,3 @@
-// defines: DeviceBatchCopier, StagedBatch
-//
 // How the DataLoader's `device` option (data/data_loader.h) moves a batch from the host to a GPU
 // without making either side wait.
 // - start(), in the thread that loaded the batch: each field is staged in pinned host memory (a

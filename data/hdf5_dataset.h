@@ -1,5 +1,3 @@
-// defines: Hdf5Dataset, Hdf5DatasetOptions, AccessPattern, IndexSlice, rank_slice
-//
 // A dataset stored as HDF5: one HDF5 dataset per field ("/x", "/y", ...), all sharing the
 // leading dimension N, possibly split across several files (shards) whose samples join in order
 // into one index space. Anyone can write one with h5py:

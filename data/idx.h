@@ -1,5 +1,3 @@
-// defines: IdxArray, read_idx
-//
 // Reader for the IDX format of MNIST and Fashion-MNIST (gzipped or not): a magic number giving the
 // element type and rank, big-endian int32 extents, then big-endian elements.
 #pragma once

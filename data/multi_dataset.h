@@ -1,6 +1,3 @@
-// defines: MultiDataset, MultiDatasetBatchSampler, MultiDatasetBatchSamplerOptions,
-//          BatchComposition, EpochPolicy, largest_remainder
-//
 // Training on several datasets at once with a controlled mix per batch.
 //
 // MultiDataset joins child datasets into one index space (child 0's samples first); to_global and

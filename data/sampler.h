@@ -1,6 +1,3 @@
-// defines: Sampler, SequentialSampler, RandomSampler, DistributedSampler, BatchSamplerBase,
-//          BatchSampler, DistributedSamplerLike, random_permutation
-//
 // Samplers decide which sample indices an epoch visits and in what order; batch samplers group
 // them into batches. The semantics are PyTorch's (torch.utils.data), so a job moved from PyTorch
 // shards its data the same way:

@@ -1,5 +1,3 @@
-// defines: TensorDataset
-//
 // A dataset held in memory as one tensor per field, each [N, ...]: for tests, benchmarks and
 // codes that already have their samples in memory (an in-situ simulation's fields). Batches are
 // index_select of each tensor, so they stay on the tensors' device.

@@ -1,5 +1,3 @@
-// defines: normalize_transform, compose_transforms
-//
 // Per-batch transforms for DataLoaderOptions::transform. They run in the loader's worker threads,
 // so they are plain loops (no ops, no autograd, no nested thread pools).
 #pragma once

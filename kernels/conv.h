@@ -1,6 +1,3 @@
-// defines: Conv2dGeometry, Conv2dShape, im2col, col2im (the data movement of convolution as a
-//          GEMM)
-//
 // A 2-d convolution becomes one matrix product per image: im2col unrolls every receptive field
 // of an image [channels, height, width] into a column of a dense [channels*kh*kw, out_h*out_w]
 // buffer, so out = weight[out_channels, channels*kh*kw] x columns. col2im is its adjoint and

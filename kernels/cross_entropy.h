@@ -1,5 +1,3 @@
-// defines: cross_entropy (fused log-softmax, negative log-likelihood and its gradient)
-//
 // One pass over each row of dense [rows, cols] logits with Int64 class targets [rows]:
 //   loss[r]    = logsumexp(logits[r, :]) - logits[r, target[r]]
 //   grad[r, j] = grad_scale * (softmax(logits[r, :])[j] - (j == target[r] ? 1 : 0))

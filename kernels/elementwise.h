@@ -1,5 +1,3 @@
-// defines: unary, unary_backward, binary, where, clamp, copy (strided cast), fill, arange
-//
 // Elementwise kernels over up to kMaxDims dimensions with arbitrary element strides, which is how
 // broadcasting (stride 0) and non-contiguous views reach them without a copy. The caller (core/)
 // has already computed the broadcast shape and the strides of every operand in that shape.

@@ -1,5 +1,3 @@
-// defines: index_select, index_add, gather, scatter_add
-//
 // Indexing along the middle axis of dense [outer, extent, inner] buffers with int64 indices.
 // index_select and gather write with `=`; index_add and scatter_add add with `+=` (they are the
 // backward of the first two, where one source element may receive several gradients).

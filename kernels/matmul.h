@@ -1,5 +1,3 @@
-// defines: gemm (batched, row-major; CBLAS on the CPU, cuBLAS on CUDA)
-//
 // C[b] = alpha * op(A[b]) * op(B[b]) + beta * C[b] for b in [0, batch), every matrix row-major
 // with its own leading dimension, and the batch walked with element strides (0 broadcasts).
 // With beta = 0, C is written with `=` and its old contents are never read.

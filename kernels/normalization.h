@@ -1,6 +1,3 @@
-// defines: batch_norm_statistics, batch_norm_forward, batch_norm_backward,
-//          layer_norm_forward, layer_norm_backward
-//
 // Batch norm works on a dense [batch, channels, inner] buffer (inner = H*W for NCHW, 1 for
 // [N, C]) and normalizes each channel over batch and inner. Layer norm works on a dense
 // [rows, cols] buffer and normalizes each row. Statistics are accumulated in double whatever the

@@ -1,6 +1,3 @@
-// defines: SgdSlot, AdamSlot, sgd_step, adam_step (one parameter tensor's update, in place);
-//          cuda::sgd_step_multi, cuda::adam_step_multi (many tensors in one launch)
-//
 // The elementwise updates of the optimizers in nn/optim/, on dense buffers of n elements.
 // Parameters and optimizer state are updated in place; the gradient is only read. The formulas
 // are PyTorch's (torch.optim.SGD, Adam, AdamW with amsgrad=False, maximize=False).

@@ -1,5 +1,3 @@
-// defines: philox4x32_10, philox_block, philox_word, uniform_from_bits
-//
 // The counter-based Philox 4x32-10 generator (Salmon et al., "Parallel random numbers: as easy
 // as 1, 2, 3", SC 2011). It is a pure function of (key, counter), so any thread can compute any
 // element of the stream directly, and the CPU and CUDA kernels produce bit-identical numbers.

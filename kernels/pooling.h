@@ -1,6 +1,3 @@
-// defines: Pool2dGeometry, max_pool2d_forward/backward, avg_pool2d_forward/backward,
-//          adaptive_avg_pool2d_forward/backward
-//
 // 2-d pooling over dense [planes, height, width] buffers, where a plane is one (sample, channel)
 // pair of an NCHW tensor. Max pooling records, per output, the flat index h*width+w of the
 // winning input inside its plane (PyTorch's convention), and backward routes the gradient there.

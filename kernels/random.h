@@ -1,5 +1,3 @@
-// defines: uniform, normal, bernoulli
-//
 // Fill dense buffers from the Philox stream of kernels/philox.h. Element i of a call with
 // stream offset `offset` uses word offset + i (uniform, bernoulli) or words offset + 2i and
 // offset + 2i + 1 (normal, by Box-Muller), so the caller advances its offset by n or 2n.

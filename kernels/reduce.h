@@ -1,5 +1,3 @@
-// defines: reduce (sum, max, min with their indices)
-//
 // Reductions over the middle axis of a dense [outer, extent, inner] buffer; core/ brings any set
 // of axes to that layout first. Outputs are dense [outer, inner] and written with `=`.
 // Sums accumulate in double for floating types and in int64 for integer types, so float32

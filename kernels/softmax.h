@@ -1,5 +1,3 @@
-// defines: softmax_forward, softmax_backward (plain and log)
-//
 // Row-wise over a dense [rows, cols] buffer: core/ moves the softmax axis last first. Forward is
 // numerically stable (the row maximum is subtracted). Both write with `=`.
 #pragma once

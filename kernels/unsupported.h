@@ -1,5 +1,3 @@
-// defines: throw_unsupported
-//
 // The one error the kernels raise themselves: a dtype or option a kernel does not implement.
 // core/ checks its inputs first, so this is a backstop; it names the backend and the kernel.
 #pragma once

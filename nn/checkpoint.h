@@ -1,5 +1,3 @@
-// defines: CheckpointData, save_checkpoint, load_checkpoint, load_checkpoint_into
-//
 // Training checkpoints in HDF5, readable with h5py and loadable into the equivalent torch model:
 //   /model/<dotted.name>        each parameter and persistent buffer, PyTorch name and layout
 //   /optimizer/state/<i>/<name> optimizer state tensors; group hyperparameters and step counts

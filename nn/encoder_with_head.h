@@ -1,5 +1,3 @@
-// defines: EncoderWithHead, HeadKind, make_head, l2_normalize
-//
 // The model of two-stage training (BioEncoder, SupContrast): an encoder (nn/models.h's Encoder,
 // any model without its output layer) followed by a head, registered as the children "encoder"
 // and "head", so checkpoints hold "encoder.<name>" and "head.<name>" and a later stage loads the

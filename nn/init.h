@@ -1,6 +1,3 @@
-// defines: calculate_gain, compute_fans, uniform_, normal_, constant_, zeros_, ones_,
-//          kaiming_uniform_, kaiming_normal_, xavier_uniform_, xavier_normal_
-//
 // Parameter initializers with torch.nn.init's formulas, each drawing from an explicit
 // core::Generator (there is no hidden global stream), so the same seed gives the same model on
 // every rank and every device. They write in place without recording autograd history.

@@ -1,6 +1,3 @@
-// defines: Reduction, cross_entropy, mse_loss, l1_loss, binary_cross_entropy_with_logits,
-//          CrossEntropyLoss, MSELoss, BCEWithLogitsLoss
-//
 // The classification and regression losses with torch.nn.functional's semantics, built from the
 // differentiable core ops (the fused cross-entropy rows, log_softmax, gather, ...), so their
 // gradients need no code of their own. A loss object is a small value holding its options; call

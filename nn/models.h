@@ -1,6 +1,3 @@
-// defines: make_mlp, make_cnn, make_conv_net, make_resnet, Encoder, make_mlp_encoder,
-//          make_cnn_encoder
-//
 // The models `mpigrad train` and the C API offer, built from nn layers with PyTorch's default
 // initialization drawn from an explicit generator, so every rank (and torch, through the
 // checkpoint) can build the identical model.

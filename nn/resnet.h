@@ -1,5 +1,3 @@
-// defines: ResNet, ResNetConfig, resnet_stages
-//
 // ResNet-18 and -34 (basic blocks, stages of [2,2,2,2] and [3,4,6,3] blocks) with a base width
 // w: stages of w, 2w, 4w, 8w channels and strides 1, 2, 2, 2, then a global average pool, a
 // flatten and an fc layer to the outputs. Parameter and buffer names are torchvision's

@@ -1,5 +1,3 @@
-// defines: RetrievalSums, RetrievalMetrics, retrieval_sums, retrieval_metrics
-//
 // Retrieval metrics of an embedding, with pytorch-metric-learning's AccuracyCalculator
 // definitions for queries and references from the same source
 // (embeddings_come_from_same_source=True, the default LpDistance on normalized embeddings):

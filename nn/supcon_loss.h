@@ -1,5 +1,3 @@
-// defines: SupConMode, supcon_loss, SupConLoss
-//
 // The supervised contrastive loss of Khosla et al. 2020 ("Supervised Contrastive Learning"),
 // following the reference implementation (HobbitLong/SupContrast, losses.py) term by term:
 // features [batch, views, dim] (L2-normalized by the caller), positives are the other views of

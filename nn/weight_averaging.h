@@ -1,5 +1,3 @@
-// defines: ModelEMA, SWAAverager, average_state_dicts, update_bn
-//
 // Weight averaging for evaluation models. ModelEMA keeps an exponential moving average of a
 // model's parameters (buffers such as BatchNorm statistics are copied, as timm's ModelEmaV2
 // does for non-float entries; float buffers are averaged too). SWA averages weights either as a

@@ -1,5 +1,3 @@
-// defines: cross_entropy_rows, RowLossReduction
-//
 // The fused classification loss over rows: logits [rows, C] and Int64 targets [rows], with one
 // kernel computing every row's loss and gradient (kernels/cross_entropy.h) instead of
 // log_softmax, a gather and their backward. nn::cross_entropy uses it for every device.

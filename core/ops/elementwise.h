@@ -1,6 +1,3 @@
-// defines: add, sub, mul, div, neg, exp, log, sqrt, rsqrt, pow, abs, relu, gelu, silu, sigmoid,
-//          tanh, sign, clamp, where, maximum, minimum, eq, ne, lt, le, gt, ge, operators
-//
 // Elementwise ops with NumPy broadcasting over tensors of any strides. Binary ops compute in the
 // promoted dtype of their operands (a Python-style scalar takes the tensor's dtype). Gradients
 // that flow into a broadcast operand are summed back to its shape.

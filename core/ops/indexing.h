@@ -1,5 +1,3 @@
-// defines: index_select, gather, one_hot, embedding
-//
 // Integer indexing with Int64 (or Int32) indices. An index out of range is a core::Error that
 // names the op, the offending value and the valid range; nothing is written in that case.
 #pragma once

@@ -1,5 +1,3 @@
-// defines: cat, stack
-//
 // Joining tensors along an axis. Every input must have the same dtype and device, and the same
 // extents on every other axis; the gradient is sliced back to each input.
 #pragma once

@@ -1,5 +1,3 @@
-// defines: sum, mean, max, min, argmax, var
-//
 // Reductions over one or more axes (negative axes count from the end), with keepdim. An empty
 // axis list means every axis. Sums of integer or Bool tensors are Int64.
 #pragma once

@@ -1,5 +1,3 @@
-// defines: softmax, log_softmax
-//
 // Numerically stable along one axis (the row maximum is subtracted before exp).
 #pragma once
 

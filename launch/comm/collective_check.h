@@ -1,6 +1,3 @@
-// defines: CollectiveKind, collective_kind_name, CollectiveSignature, hash_counts,
-//          check_collective_agreement
-//
 // What MPIGRAD_DEBUG_COLLECTIVES compares across ranks before each collective, shared by the MPI
 // and NCCL communicators: which collective, dtype, count, root, reduction and per-rank counts.
 // A mismatch becomes one error listing every rank's call instead of garbage or a hang.

@@ -1,5 +1,3 @@
-// defines: CollectiveWatchdog
-//
 // Keeps a job from hanging in a collective. Each communicator numbers its collectives (every rank
 // starts them in the same order, so collective #7 is the same operation everywhere) and tells
 // its watchdog when a rank starts one and when it blocks waiting for one.

@@ -1,6 +1,3 @@
-// defines: ReduceOp, Backend, CollectiveConfig, WorldRanks, Communicator, parse_backend,
-//          backend_name, reduce_op_name, simulated_node_count
-//
 // The collective operations the rest of mpigrad (gradient buckets, SyncBatchNorm, metrics) needs,
 // over one group of ranks. Implementations: MpiCommunicator (host tensors, MPI_I* nonblocking
 // collectives) and, with the CUDA backend, NcclCommunicator (device tensors).

@@ -1,5 +1,3 @@
-// defines: MpiCommunicator
-//
 // Collectives on host tensors over an MPI communicator that this object owns (always a duplicate,
 // never the host's or MPI_COMM_WORLD itself).
 //

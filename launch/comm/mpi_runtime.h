@@ -1,5 +1,3 @@
-// defines: MpiRuntime, ThreadLevel
-//
 // Whether MPI is running and who owns it. The rule (DESIGN.md): nothing calls MPI_Init if MPI is
 // already initialized, and nothing calls MPI_Finalize unless it called MPI_Init. An MpiRuntime
 // either started MPI itself (and then finalizes it when the last reference goes) or attached to

@@ -1,5 +1,3 @@
-// defines: NcclCommunicator
-//
 // Collectives on CUDA tensors with NCCL, bootstrapped over MPI: rank 0 of the group creates the
 // ncclUniqueId, MPI_Bcast hands it to the others over the group's MPI communicator, and every
 // rank calls ncclCommInitRank on its device. Exists only in builds with the CUDA backend

@@ -1,5 +1,3 @@
-// defines: ProcessGroup
-//
 // A subset of a parent communicator's ranks with its own communicator, for collectives that only
 // some ranks take part in (model-parallel blocks, per-node reductions, hierarchical all-reduce).
 // Splitting is collective over the parent: every parent rank calls the same factory, and each

@@ -1,5 +1,3 @@
-// defines: Work, WorkPtr
-//
 // The handle an asynchronous collective returns. The operation is already in flight when the
 // handle exists; the caller computes, then calls wait() (or polls test()) before touching the
 // output. The handle keeps the tensors it reads and writes alive until the operation completes,

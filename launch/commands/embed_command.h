@@ -1,5 +1,3 @@
-// defines: run_embed_command
-//
 // `mpigrad embed --config F --checkpoint C --split test|train -o emb.h5 [--metrics]`: the
 // embeddings of a dataset under the encoder of a two-stage model ([train] stage = supcon or
 // classifier in F; the encoder's tensors come from C, as `[train] init_from` loads them).

@@ -1,5 +1,3 @@
-// defines: run_lr_find_command
-//
 // `mpigrad lr-find --config F [--start 1e-7] [--end 10] [--steps 100] [--output lr_find.csv]`:
 // the learning-rate range test of launch/train/lr_finder.h on the config's [model], [data] train and
 // [optim] (its lr is replaced by the sweep; [sched] is not used), with the training program's

@@ -1,5 +1,3 @@
-// defines: run_swa_command
-//
 // `mpigrad swa --config F --checkpoints a.h5,b.h5,... [-o swa.h5]`: stochastic weight averaging
 // of saved checkpoints. It builds the config's [model], checks every checkpoint against it
 // (an error names the file and the tensor), loads the element-wise mean of their weights,

@@ -1,5 +1,3 @@
-// defines: run_train_command
-//
 // `mpigrad train --config FILE.ini`: trains the configured classifier
 // (launch/config/train_config.h) on HDF5 data with TrainingStrategy, the step functions of
 // launch/train/training_steps.h and the built-in hooks, on one process or under mpirun/srun.

@@ -1,7 +1,3 @@
-// defines: InputTransform, input_transform, make_model, make_encoder, make_stage_model,
-//          load_encoder, make_optimizer, make_scheduler, make_regression_loss,
-//          check_fits_in_memory, ddp_options
-//
 // What the [model] [loss] [optim] [sched] sections of a TrainConfig build. `mpigrad train` and
 // the C API (launch/insitu/) both build through these, so a key means the same in both.
 #pragma once

@@ -1,5 +1,3 @@
-// defines: BucketTransport, BucketSpec
-//
 // How DistributedDataParallel averages its gradient buckets: one interface, with one
 // implementation per way of moving the bytes, picked once per run by choose_bucket_transport
 // (launch/ddp/transport_choice.h), so the bucket logic never asks which one it has:

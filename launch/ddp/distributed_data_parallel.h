@@ -1,5 +1,3 @@
-// defines: DistributedDataParallel, DdpOptions, GradCompression, NamedTensor
-//
 // Data-parallel gradient averaging that overlaps communication with backward, after PyTorch's
 // DDP Reducer. At construction it checks that every rank holds the same parameters (names,
 // shapes, dtypes), broadcasts rank 0's parameters and buffers, and lays the gradients out in

@@ -1,5 +1,3 @@
-// defines: SyncBatchNorm, convert_sync_batchnorm
-//
 // torch.nn.SyncBatchNorm: batch normalization whose training statistics cover the global batch,
 // that is every rank's local batch together. The forward all-reduces one fused [2C+1] float64
 // tensor (per-channel sum, per-channel sum of squares, element count) and normalizes with the

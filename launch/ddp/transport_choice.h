@@ -1,6 +1,3 @@
-// defines: TransportKind, parse_transport_kind, transport_kind_name, TransportRequest,
-//          TransportChoice, choose_bucket_transport
-//
 // Which bucket transport (launch/ddp/bucket_transport.h) a DistributedDataParallel uses, decided
 // in this one place from the gradients' device, the communicator, the options and the node
 // layout, and the same on every rank:

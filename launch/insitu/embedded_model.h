@@ -1,5 +1,3 @@
-// defines: EmbeddedModel, EmbedError, EmbedErrorKind, ArrayRole
-//
 // A model that a running simulation trains in-situ, one step at a time, on the batches it
 // produces: the C++ API for host codes, and what the C API (mpigrad/mpigrad_c.h) and the
 // Fortran module wrap. The reference is NVIDIA TorchFort's online training, without LibTorch.

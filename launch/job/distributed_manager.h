@@ -1,5 +1,3 @@
-// defines: DistributedManager, DistributedOptions, create_communicator
-//
 // Everything a training program needs to know about its place in the job: rank and world size,
 // its rank and the rank count on its node, the node count, the device it should use, and the
 // communicators over the world and over its node.

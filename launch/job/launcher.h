@@ -1,5 +1,3 @@
-// defines: Launcher, detect_launcher, launcher_name
-//
 // Which program started this process, read from the environment it left behind. Used for the
 // start-up report and to explain odd worlds ("srun without --mpi=pmix" gives N worlds of size 1).
 #pragma once

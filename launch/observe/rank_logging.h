@@ -1,5 +1,3 @@
-// defines: RankLogger, rank_seed
-//
 // Small helpers every distributed program needs.
 // - rank_seed: the seed of a rank's generator, base + rank, so ranks draw different data
 //   augmentation or dropout masks while a run stays reproducible from one base seed. Parameter

@@ -1,6 +1,3 @@
-// defines: Embeddings, EmbedFunction, gather_embeddings, distributed_retrieval_metrics,
-//          RetrievalMetricsHook
-//
 // Embeddings of a whole dataset computed in data parallel, BioEncoder's `_all_gather_cat`: every
 // rank embeds its shard (a DistributedSampler without shuffle), the shards are gathered with
 // all_gather_v (they are uneven: the sampler pads the last ranks' shards with repeats of the

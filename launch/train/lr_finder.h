@@ -1,5 +1,3 @@
-// defines: LRFinder, LRFinderSettings, LRFinderPoint, LRSuggestion, suggest_lr, LRFinderHook
-//
 // The learning-rate range test (Smith 2017, as fastai's lr_find and torch-lr-finder run it):
 // optimizer step i (0-based) of n runs at lr_i = start * (end / start)^(i / (n - 1)), and the
 // loss of the forward pass before that step is recorded with lr_i. The record keeps a smoothed

@@ -1,6 +1,3 @@
-// defines: SWAHook, SWASettings, recompute_bn_statistics, load_averaged_checkpoints,
-//          evaluate_classifier
-//
 // Stochastic weight averaging (Izmailov et al. 2018) for `mpigrad train` ([train] swa_start,
 // swa_lr) and `mpigrad swa` (an average of saved checkpoints).
 //

@@ -1,6 +1,3 @@
-// defines: DDPHook, CheckpointHook, LRSchedulerHook, GradAccumulationHook, GradClipHook,
-//          EMAHook, LoggingHook, DistributedSamplerSettings, tensorboard_tag
-//
 // The built-in hooks of TrainingStrategy. Each does one thing and touches only what it names:
 //   DDPHook               wraps the model in DistributedDataParallel and gives the training
 //                         loader a distributed sampler (nothing at world size 1)

@@ -1,6 +1,3 @@
-// defines: classification_step, classification_metrics, regression_step, regression_metrics,
-//          RegressionLoss, supcon_step
-//
 // The step and evaluation functions of supervised models, for TrainingStrategy (and the C API,
 // which trains through the same step). The field names come from the caller (`mpigrad train`
 // takes them from [data] x and y), so the same code trains on any file.

@@ -1,5 +1,3 @@
-// defines: TrainingStrategy, Hook, HookStage, TrainingContext, StepFunction, EvalFunction
-//
 // The training loop, written once, that runs unchanged on one process or on many (the pattern
 // of NVIDIA ALCHEMI's TrainingStrategy + hooks). The strategy owns the order of events; hooks
 // add behaviour at named stages: DDP, checkpoints, schedules, accumulation, clipping, EMA and

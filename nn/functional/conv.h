@@ -1,5 +1,3 @@
-// defines: Conv2dOptions, conv2d
-//
 // 2-d convolution of NCHW input with an [out_channels, in_channels/groups, kh, kw] weight, with
 // stride, zero padding, dilation and groups (torch.nn.functional.conv2d). The device's backend
 // runs it (core/backend.h: im2col + GEMM on the CPU, cuDNN on CUDA); the bias is a broadcast

@@ -1,5 +1,3 @@
-// defines: dropout
-//
 // Inverted dropout: in training each element is zeroed with probability p and the survivors
 // are scaled by 1/(1-p), so evaluation needs no rescaling. The mask comes from the given
 // counter-based Philox generator: the same generator state gives the same mask on any device.

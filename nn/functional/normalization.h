@@ -1,5 +1,3 @@
-// defines: batch_norm, layer_norm
-//
 // Batch normalization over [N, C, *] input (per channel, over the batch and the trailing dims)
 // and layer normalization over the trailing `normalized_shape` dims, with torch's formulas.
 // In training, batch_norm normalizes with the batch's biased variance and updates the running

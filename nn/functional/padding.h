@@ -1,5 +1,3 @@
-// defines: pad_circular
-//
 // Circular (periodic) padding of NCHW input, torch.nn.functional.pad(mode="circular"): the
 // input wraps around, so a convolution over the padded input sees a periodic domain, as a
 // stencil on a periodic grid does (Conv2d's padding_mode = circular). Built from index_select

@@ -1,5 +1,3 @@
-// defines: max_pool2d, avg_pool2d, adaptive_avg_pool2d
-//
 // 2-d pooling of [N, C, H, W] (or [C, H, W]) input, with torch.nn.functional's defaults
 // (stride = kernel size, no padding, floor rounding of the output size, count_include_pad).
 // The device's backend runs them (core/backend.h: kernels/pooling.h on the CPU, cuDNN on CUDA,

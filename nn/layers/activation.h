@@ -1,5 +1,3 @@
-// defines: ReLU, GELU, SiLU, Tanh, Sigmoid
-//
 // Parameter-free activation modules over the core elementwise ops (whose autograd and kernels
 // live in core/ops/elementwise.h).
 #pragma once

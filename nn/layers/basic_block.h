@@ -1,5 +1,3 @@
-// defines: BasicBlock
-//
 // The residual block of ResNet-18 and -34 (He et al. 2016, torchvision's BasicBlock):
 //   out = relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x))
 // conv1 is 3x3 with the block's stride, conv2 3x3 stride 1, both without bias. The shortcut is

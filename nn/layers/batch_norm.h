@@ -1,5 +1,3 @@
-// defines: BatchNorm, BatchNorm1d, BatchNorm2d
-//
 // torch.nn.BatchNorm1d/2d: per-channel normalization with affine weight (ones) and bias
 // (zeros), buffers running_mean (zeros), running_var (ones) and num_batches_tracked (Int64).
 // Training normalizes with batch statistics and updates the running ones with `momentum`

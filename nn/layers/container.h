@@ -1,5 +1,3 @@
-// defines: Sequential, Identity, Flatten
-//
 // Sequential runs its children in order and names them "0", "1", ..., so its parameters get
 // PyTorch's names ("0.weight", "features.3.bias"). Identity returns its input; Flatten merges
 // dims start_dim..end_dim (torch's defaults 1..-1 keep the batch dim).

@@ -1,5 +1,3 @@
-// defines: Conv2d
-//
 // torch.nn.Conv2d: weight [out_channels, in_channels/groups, kh, kw], optional bias
 // [out_channels], stride, padding (zeros, or circular: the input wraps around, for periodic
 // domains), dilation and groups; default init is PyTorch's (kaiming_uniform with a = sqrt(5),

@@ -1,5 +1,3 @@
-// defines: Dropout
-//
 // torch.nn.Dropout driven by a counter-based Philox generator. The generator is shared (pass
 // one to give several layers one reproducible stream) or owned (seeded by `seed`); either way
 // it is registered under the name "generator", so checkpoints save and restore its state.

@@ -1,5 +1,3 @@
-// defines: Embedding
-//
 // torch.nn.Embedding: a lookup table weight [num_embeddings, embedding_dim] initialized N(0, 1);
 // forward takes Int64 (or Int32) indices of any shape and returns indices.shape + [dim].
 #pragma once

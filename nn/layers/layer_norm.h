@@ -1,5 +1,3 @@
-// defines: LayerNorm
-//
 // torch.nn.LayerNorm: normalizes over the trailing normalized_shape dims, with elementwise
 // affine weight (ones) and bias (zeros) of that shape.
 #pragma once

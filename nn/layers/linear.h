@@ -1,5 +1,3 @@
-// defines: Linear
-//
 // y = x W^T + b with W [out_features, in_features] (PyTorch's layout, so checkpoints load into
 // torch.nn.Linear as they are). Default init is PyTorch's: kaiming_uniform(a = sqrt(5)) for W,
 // which is U(-1/sqrt(in), 1/sqrt(in)), and the same bound for b.

@@ -1,5 +1,3 @@
-// defines: MaxPool2d, AvgPool2d, AdaptiveAvgPool2d
-//
 // Module forms of nn/functional/pooling.h with torch.nn's constructor defaults.
 #pragma once
 

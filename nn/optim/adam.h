@@ -1,5 +1,3 @@
-// defines: AdamOptions, Adam, AdamW
-//
 // torch.optim.Adam and AdamW (amsgrad off) with bias correction. Adam adds weight decay to the
 // gradient (L2); AdamW decays the parameter directly, p *= 1 - lr*wd, before the moment update
 // (decoupled, Loshchilov & Hutter). Each group's `momentum` is beta1. The step count is kept

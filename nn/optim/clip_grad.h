@@ -1,5 +1,3 @@
-// defines: clip_grad_norm_
-//
 // torch.nn.utils.clip_grad_norm_: scales every gradient by max_norm / (total_norm + 1e-6) when
 // that is below 1, where total_norm is the norm of all gradients taken together (one global
 // vector). Returns total_norm. Under DDP call it after the all-reduce, so every rank clips

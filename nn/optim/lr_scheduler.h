@@ -1,6 +1,3 @@
-// defines: LRScheduler, StepLR, MultiStepLR, CosineAnnealingLR, WarmupCosineLR, OneCycleLR,
-//          ReduceLROnPlateau, LinearLR, PolynomialLR
-//
 // Learning-rate schedules with torch.optim.lr_scheduler's formulas (the closed forms). Building
 // a scheduler records each group's initial_lr and applies epoch 0, like torch; each step()
 // advances one epoch (or iteration, for per-step schedules) and writes every group's lr.

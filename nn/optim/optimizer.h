@@ -1,5 +1,3 @@
-// defines: ParamGroup, Optimizer
-//
 // The base of the optimizers: parameter groups with their own lr, weight decay and momentum
 // (SGD's momentum, or Adam's beta1 - the quantity OneCycleLR cycles), lazily created
 // per-parameter state, zero_grad, and state_dict / load_state_dict in PyTorch's structure:

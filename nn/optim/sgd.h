@@ -1,5 +1,3 @@
-// defines: SGDOptions, SGD
-//
 // torch.optim.SGD: momentum, dampening, nesterov and (coupled) weight decay; the first momentum
 // step initializes the buffer to the gradient, as torch does. The update of each parameter is
 // one pass of the sgd_step kernel (kernels/optimizer.h).

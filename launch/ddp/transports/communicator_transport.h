@@ -1,5 +1,3 @@
-// defines: CommunicatorTransport
-//
 // The bucket transport (launch/ddp/bucket_transport.h) that hands each bucket to the
 // communicator's asynchronous all-reduce (average): NCCL's on GPUs, MPI_Iallreduce on the host
 // when neither shared-memory transport applies. With a 16-bit wire dtype (DDP's gradient

@@ -1,5 +1,3 @@
-// defines: HierarchicalAllReduce
-//
 // Averages host buffers over ranks spread across several nodes with the same number of ranks
 // each, as Horovod and NCCL do: DDP's bucket transport across nodes (bucket_transport.h). For a
 // buffer of n elements on N nodes of L ranks, local rank l:

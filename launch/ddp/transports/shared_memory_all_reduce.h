@@ -1,5 +1,3 @@
-// defines: SharedMemoryAllReduce
-//
 // Averages host buffers across the ranks of one node through memory that every rank maps, with
 // no MPI message: DDP's bucket transport on one node (launch/ddp/bucket_transport.h). Each rank's
 // buffers live in one POSIX shared-memory segment that all ranks of the group map

@@ -1,5 +1,3 @@
-// defines: SharedSegments, SharedBufferSpec
-//
 // The memory and the signalling that the shared-memory averaging of the ranks of one node is built
 // on (SharedMemoryAllReduce for one node, HierarchicalAllReduce's two node steps). Each rank of
 // the group owns one POSIX shared-memory segment holding its copy of every buffer, and maps every
