@@ -16,6 +16,7 @@
 #include "mpigrad/core/device.h"
 #include "mpigrad/core/dtype.h"
 #include "mpigrad/core/storage.h"
+#include "mpigrad/core/target_check.h"
 #include "mpigrad/kernels/conv.h"
 #include "mpigrad/kernels/elementwise.h"
 #include "mpigrad/kernels/index.h"
@@ -37,20 +38,9 @@ using kernels::SgdSlot;
 using kernels::StridedLoop;
 using kernels::UnaryOp;
 
-// Names the targets of a loss in its error for a bad target.
-struct TargetCheck {
-  std::string op = "cross_entropy";
-  std::string targets;  // what they are, e.g. "label field 'y'"; "" when unknown
-};
-
 // The 2-d poolings of nn/functional/pooling.h. AdaptiveAvg reads only planes, height, width,
 // out_h and out_w of the geometry.
 enum class Pool2dMode : uint8_t { Max, AvgIncludePad, AvgExcludePad, AdaptiveAvg };
-
-// "<op>: label <value> at position <position>[ of <targets>] is out of range for num_classes =
-// <classes>".
-std::string bad_target_message(const TargetCheck& check, int64_t position, int64_t value,
-                               int64_t classes);
 
 class Backend {
  public:

@@ -2,7 +2,7 @@
 // kernel computing every row's loss and gradient (kernels/cross_entropy.h) instead of
 // log_softmax, a gather and their backward. nn::cross_entropy uses it for every device.
 // Targets equal to ignore_index count for nothing (and not in the mean's count). A target
-// outside [0, C) is the core::Error of bad_target_message (core/backend.h) naming `check`: at
+// outside [0, C) is the core::Error of bad_target_message (core/target_check.h) naming `check`: at
 // once on the CPU; on a GPU the kernel checks the targets without the host waiting for them, and
 // the error comes at a later synchronization (core/device_checks.h), so a training step on the
 // GPU never copies its labels back. The mean's count of counted rows is computed on the device
@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-#include "mpigrad/core/backend.h"
+#include "mpigrad/core/target_check.h"
 #include "mpigrad/core/tensor.h"
 
 namespace mpigrad::core {
