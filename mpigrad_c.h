@@ -79,7 +79,7 @@ typedef enum mpigrad_status {
   MPIGRAD_ERROR_MPI = 8,              /* MPI not initialized, or a failed MPI call */
   MPIGRAD_ERROR_UNSUPPORTED = 9,      /* e.g. CUDA memory in a build without CUDA */
   MPIGRAD_ERROR_OUT_OF_MEMORY = 10,
-  MPIGRAD_ERROR_RUNTIME = 11          /* anything else; the message says what */
+  MPIGRAD_ERROR_RUNTIME = 11 /* anything else; the message says what */
 } mpigrad_status;
 
 typedef enum mpigrad_dtype {
@@ -176,8 +176,7 @@ mpigrad_status mpigrad_train_step(mpigrad_model model, const mpigrad_array* inpu
  * must stay alive while the model may use it, until the model is destroyed. A stream for a
  * model on the CPU is MPIGRAD_ERROR_INVALID_ARGUMENT. */
 mpigrad_status mpigrad_train_step_on_stream(mpigrad_model model, const mpigrad_array* input,
-                                            const mpigrad_array* label, double* loss,
-                                            void* stream);
+                                            const mpigrad_array* label, double* loss, void* stream);
 /* This rank's loss of the model's last step (0 before the first). Local. */
 mpigrad_status mpigrad_last_loss(mpigrad_model model, double* loss);
 /* The last step's loss over the model's ranks: each rank's loss weighted by its batch, so the

@@ -18,8 +18,7 @@ std::string errno_reason(int error) {
 }
 }  // namespace
 
-AtomicFile::AtomicFile(std::string path)
-    : path_(std::move(path)), temp_path_(path_ + ".tmp") {}
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), temp_path_(path_ + ".tmp") {}
 
 AtomicFile::~AtomicFile() {
   if (committed_) return;

@@ -1,8 +1,8 @@
 #include "mpigrad/core/autograd.h"
 
+#include <algorithm>
 #include <atomic>
 #include <limits>
-#include <algorithm>
 
 #include "mpigrad/core/ops/elementwise.h"
 
@@ -16,8 +16,12 @@ std::atomic<uint64_t> next_sequence_nr{0};
 std::atomic<uint64_t> next_graph_task{1};
 }  // namespace
 
-bool grad_enabled() { return grad_mode_enabled; }
-void set_grad_enabled(bool enabled) { grad_mode_enabled = enabled; }
+bool grad_enabled() {
+  return grad_mode_enabled;
+}
+void set_grad_enabled(bool enabled) {
+  grad_mode_enabled = enabled;
+}
 
 // ---- Saved tensors ---------------------------------------------------------------------------
 
@@ -30,10 +34,11 @@ const Tensor& SavedTensor::get(const Node& owner) const {
   MPIGRAD_CHECK(!released_, "backward through ", owner.name(),
                 " a second time: its saved tensors were freed after the first backward; pass "
                 "retain_graph=true to the first backward to keep them");
-  MPIGRAD_CHECK(tensor_.version() == version_,
-                "a tensor needed by ", owner.name(), " for backward was modified by an in-place "
-                "operation: it is a ", tensor_.dtype(), " tensor of shape ", tensor_.shape(),
-                " now at version ", tensor_.version(), ", saved at version ", version_,
+  MPIGRAD_CHECK(tensor_.version() == version_, "a tensor needed by ", owner.name(),
+                " for backward was modified by an in-place "
+                "operation: it is a ",
+                tensor_.dtype(), " tensor of shape ", tensor_.shape(), " now at version ",
+                tensor_.version(), ", saved at version ", version_,
                 ". Use the out-of-place op, or clone() before modifying it");
   return tensor_;
 }
@@ -210,8 +215,10 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
                 "NoGradGuard or detach() cut it from the graph?");
   Tensor seed = gradient;
   if (!seed.defined()) {
-    MPIGRAD_CHECK(root.numel() == 1, "backward: a gradient can be implied only for one-element "
-                  "outputs; this one has shape ", root.shape(), ", so pass its gradient");
+    MPIGRAD_CHECK(root.numel() == 1,
+                  "backward: a gradient can be implied only for one-element "
+                  "outputs; this one has shape ",
+                  root.shape(), ", so pass its gradient");
     seed = ones_like(root);
   } else {
     MPIGRAD_CHECK(seed.shape() == root.shape(), "backward: gradient shape ", seed.shape(),

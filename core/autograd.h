@@ -47,7 +47,10 @@ class SavedTensor {
   SavedTensor(const Tensor& tensor, bool is_output = false);  // NOLINT
   // The tensor, or core::Error if it was modified in place or already released.
   const Tensor& get(const Node& owner) const;
-  void release() { tensor_ = Tensor(); released_ = true; }
+  void release() {
+    tensor_ = Tensor();
+    released_ = true;
+  }
   bool defined() const { return tensor_.defined(); }
 
  private:

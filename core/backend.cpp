@@ -180,8 +180,7 @@ class CpuBackend final : public Backend {
     if (nbytes > 0) std::memcpy(dst, src, size_t(nbytes));
   }
 
-  void unary(UnaryOp op, DType dtype, const StridedLoop& loop, void* out,
-             const void* in) override {
+  void unary(UnaryOp op, DType dtype, const StridedLoop& loop, void* out, const void* in) override {
     kernels::cpu::unary(op, dtype, loop, out, in);
   }
   void unary_backward(UnaryOp op, DType dtype, const StridedLoop& loop, void* grad_in,
@@ -230,8 +229,8 @@ class CpuBackend final : public Backend {
                        const int64_t* index, int64_t count, void* out, const void* in) override {
     return kernels::cpu::index_select(dtype, outer, extent, inner, index, count, out, in);
   }
-  int64_t index_add(DType dtype, int64_t outer, int64_t extent, int64_t inner,
-                    const int64_t* index, int64_t count, void* out, const void* in) override {
+  int64_t index_add(DType dtype, int64_t outer, int64_t extent, int64_t inner, const int64_t* index,
+                    int64_t count, void* out, const void* in) override {
     return kernels::cpu::index_add(dtype, outer, extent, inner, index, count, out, in);
   }
   int64_t gather(DType dtype, int64_t outer, int64_t extent, int64_t inner, const int64_t* index,
@@ -255,8 +254,8 @@ class CpuBackend final : public Backend {
     kernels::cpu::bernoulli(dtype, n, out, seed, offset, p);
   }
   void cross_entropy(DType dtype, int64_t rows, int64_t cols, const void* logits,
-                     const int64_t* targets, int64_t ignore_index, double grad_scale,
-                     void* losses, void* grad, const TargetCheck& check) override {
+                     const int64_t* targets, int64_t ignore_index, double grad_scale, void* losses,
+                     void* grad, const TargetCheck& check) override {
     const int64_t bad = kernels::cpu::cross_entropy(dtype, rows, cols, logits, targets,
                                                     ignore_index, grad_scale, losses, grad);
     if (bad >= 0) throw Error(bad_target_message(check, bad, targets[bad], cols));
@@ -278,15 +277,15 @@ class CpuBackend final : public Backend {
   int64_t max_pool2d_indices(const Pool2dGeometry& g) override {
     return g.planes * g.out_h * g.out_w;
   }
-  void pool2d_forward(Pool2dMode mode, DType dtype, const Pool2dGeometry& geometry,
-                      const void* x, void* y, int64_t* indices) override {
+  void pool2d_forward(Pool2dMode mode, DType dtype, const Pool2dGeometry& geometry, const void* x,
+                      void* y, int64_t* indices) override {
     switch (mode) {
       case Pool2dMode::Max:
         return kernels::cpu::max_pool2d_forward(dtype, geometry, x, y, indices);
       case Pool2dMode::AvgIncludePad:
       case Pool2dMode::AvgExcludePad:
-        return kernels::cpu::avg_pool2d_forward(dtype, geometry,
-                                                mode == Pool2dMode::AvgIncludePad, x, y);
+        return kernels::cpu::avg_pool2d_forward(dtype, geometry, mode == Pool2dMode::AvgIncludePad,
+                                                x, y);
       case Pool2dMode::AdaptiveAvg:
         return kernels::cpu::adaptive_avg_pool2d_forward(dtype, geometry, x, y);
     }
@@ -299,9 +298,8 @@ class CpuBackend final : public Backend {
         return kernels::cpu::max_pool2d_backward(dtype, geometry, grad_y, indices, grad_x);
       case Pool2dMode::AvgIncludePad:
       case Pool2dMode::AvgExcludePad:
-        return kernels::cpu::avg_pool2d_backward(dtype, geometry,
-                                                 mode == Pool2dMode::AvgIncludePad, grad_y,
-                                                 grad_x);
+        return kernels::cpu::avg_pool2d_backward(dtype, geometry, mode == Pool2dMode::AvgIncludePad,
+                                                 grad_y, grad_x);
       case Pool2dMode::AdaptiveAvg:
         return kernels::cpu::adaptive_avg_pool2d_backward(dtype, geometry, grad_y, grad_x);
     }
@@ -309,8 +307,8 @@ class CpuBackend final : public Backend {
 
   void batch_norm_forward_training(DType dtype, int64_t batch, int64_t channels, int64_t inner,
                                    double factor, double eps, const void* x, const void* weight,
-                                   const void* bias, void* running_mean, void* running_var,
-                                   void* y, void* mean, void* invstd) override {
+                                   const void* bias, void* running_mean, void* running_var, void* y,
+                                   void* mean, void* invstd) override {
     HostScratch variance(size_t(channels) * size_t(element_size(dtype)));
     kernels::cpu::batch_norm_statistics(dtype, batch, channels, inner, x, mean, variance.get());
     const int64_t count = batch * inner;
@@ -327,21 +325,20 @@ class CpuBackend final : public Backend {
     } else {
       fail("batch_norm: input must be float32 or float64, got ", dtype);
     }
-    kernels::cpu::batch_norm_forward(dtype, batch, channels, inner, x, mean, invstd, weight,
-                                     bias, y);
+    kernels::cpu::batch_norm_forward(dtype, batch, channels, inner, x, mean, invstd, weight, bias,
+                                     y);
   }
   void batch_norm_forward_inference(DType dtype, int64_t batch, int64_t channels, int64_t inner,
                                     double /*eps*/, const void* x, const void* weight,
-                                    const void* bias, const void* mean,
-                                    const void* /*variance*/, const void* invstd,
-                                    void* y) override {
-    kernels::cpu::batch_norm_forward(dtype, batch, channels, inner, x, mean, invstd, weight,
-                                     bias, y);
+                                    const void* bias, const void* mean, const void* /*variance*/,
+                                    const void* invstd, void* y) override {
+    kernels::cpu::batch_norm_forward(dtype, batch, channels, inner, x, mean, invstd, weight, bias,
+                                     y);
   }
   void batch_norm_backward(DType dtype, int64_t batch, int64_t channels, int64_t inner,
                            bool training, double /*eps*/, const void* x, const void* grad_y,
-                           const void* mean, const void* invstd, const void* weight,
-                           void* grad_x, void* grad_weight, void* grad_bias) override {
+                           const void* mean, const void* invstd, const void* weight, void* grad_x,
+                           void* grad_weight, void* grad_bias) override {
     kernels::cpu::batch_norm_backward(dtype, batch, channels, inner, training, x, grad_y, mean,
                                       invstd, weight, grad_x, grad_weight, grad_bias);
   }
@@ -368,8 +365,7 @@ class CpuBackend final : public Backend {
   void adam_step(DType dtype, int64_t count, const AdamSlot* slots) override {
     for (int64_t i = 0; i < count; ++i) {
       const AdamSlot& s = slots[i];
-      kernels::cpu::adam_step(dtype, s.numel, s.hyper, s.param, s.grad, s.exp_avg,
-                              s.exp_avg_sq);
+      kernels::cpu::adam_step(dtype, s.numel, s.hyper, s.param, s.grad, s.exp_avg, s.exp_avg_sq);
     }
   }
 };

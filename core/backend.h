@@ -56,8 +56,8 @@ class Backend {
                      const void* in) = 0;
   virtual void unary_backward(UnaryOp op, DType dtype, const StridedLoop& loop, void* grad_in,
                               const void* grad_out, const void* in, const void* out) = 0;
-  virtual void binary(BinaryOp op, DType dtype, const StridedLoop& loop, void* out,
-                      const void* a, const void* b) = 0;
+  virtual void binary(BinaryOp op, DType dtype, const StridedLoop& loop, void* out, const void* a,
+                      const void* b) = 0;
   virtual void where(DType dtype, const StridedLoop& loop, void* out, const void* cond,
                      const void* a, const void* b) = 0;
   virtual void clamp(DType dtype, const StridedLoop& loop, void* out, const void* in, double lo,
@@ -68,25 +68,23 @@ class Backend {
   virtual void arange(DType dtype, int64_t n, void* out, double start, double step) = 0;
   virtual void reduce(ReduceOp op, DType dtype, int64_t outer, int64_t extent, int64_t inner,
                       void* out, int64_t* indices, const void* in) = 0;
-  virtual void gemm(DType dtype, const GemmShape& shape, double alpha, const void* a,
-                    const void* b, double beta, void* c) = 0;
+  virtual void gemm(DType dtype, const GemmShape& shape, double alpha, const void* a, const void* b,
+                    double beta, void* c) = 0;
   virtual void softmax_forward(bool log, DType dtype, int64_t rows, int64_t cols, void* out,
                                const void* in) = 0;
   virtual void softmax_backward(bool log, DType dtype, int64_t rows, int64_t cols, void* grad_in,
                                 const void* grad_out, const void* out) = 0;
   // Index kernels return the position of the first index out of range, or -1.
   virtual int64_t index_select(DType dtype, int64_t outer, int64_t extent, int64_t inner,
-                               const int64_t* index, int64_t count, void* out,
-                               const void* in) = 0;
+                               const int64_t* index, int64_t count, void* out, const void* in) = 0;
   virtual int64_t index_add(DType dtype, int64_t outer, int64_t extent, int64_t inner,
                             const int64_t* index, int64_t count, void* out, const void* in) = 0;
   virtual int64_t gather(DType dtype, int64_t outer, int64_t extent, int64_t inner,
                          const int64_t* index, int64_t count, void* out, const void* in) = 0;
   virtual int64_t scatter_add(DType dtype, int64_t outer, int64_t extent, int64_t inner,
-                              const int64_t* index, int64_t count, void* out,
-                              const void* in) = 0;
-  virtual void uniform(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset,
-                       double lo, double hi) = 0;
+                              const int64_t* index, int64_t count, void* out, const void* in) = 0;
+  virtual void uniform(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset, double lo,
+                       double hi) = 0;
   virtual void normal(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset,
                       double mean, double std) = 0;
   virtual void bernoulli(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset,
@@ -105,8 +103,8 @@ class Backend {
 
   // 2-d convolution without bias (kernels/conv.h): y = conv(x, w), and its two backward passes.
   // A batch of 0 is valid: forward and backward data write nothing, backward filter zeros.
-  virtual void conv2d_forward(DType dtype, const Conv2dShape& shape, const void* x,
-                              const void* w, void* y) = 0;
+  virtual void conv2d_forward(DType dtype, const Conv2dShape& shape, const void* x, const void* w,
+                              void* y) = 0;
   virtual void conv2d_backward_data(DType dtype, const Conv2dShape& shape, const void* grad_y,
                                     const void* w, void* grad_x) = 0;
   virtual void conv2d_backward_filter(DType dtype, const Conv2dShape& shape, const void* x,
@@ -129,17 +127,16 @@ class Backend {
   // running_var are not null (dense, of `dtype`) blends them in place with the unbiased
   // variance: running = (1 - factor) * running + factor * batch.
   virtual void batch_norm_forward_training(DType dtype, int64_t batch, int64_t channels,
-                                           int64_t inner, double factor, double eps,
-                                           const void* x, const void* weight, const void* bias,
-                                           void* running_mean, void* running_var, void* y,
-                                           void* mean, void* invstd) = 0;
+                                           int64_t inner, double factor, double eps, const void* x,
+                                           const void* weight, const void* bias, void* running_mean,
+                                           void* running_var, void* y, void* mean,
+                                           void* invstd) = 0;
   // Eval mode, with the running statistics: `invstd` is 1/sqrt(variance + eps), given beside
   // variance and eps so each backend takes the form its library wants.
   virtual void batch_norm_forward_inference(DType dtype, int64_t batch, int64_t channels,
                                             int64_t inner, double eps, const void* x,
-                                            const void* weight, const void* bias,
-                                            const void* mean, const void* variance,
-                                            const void* invstd, void* y) = 0;
+                                            const void* weight, const void* bias, const void* mean,
+                                            const void* variance, const void* invstd, void* y) = 0;
   // `training`: mean and invstd are the forward's batch statistics (grad_x includes their
   // dependence on x); otherwise they are constants. Unwanted gradients may be null.
   virtual void batch_norm_backward(DType dtype, int64_t batch, int64_t channels, int64_t inner,

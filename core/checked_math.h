@@ -36,6 +36,8 @@ int64_t checked_add(int64_t a, int64_t b, const What&... what) {
 }
 
 // ceil(a / b) for a >= 0 and b >= 1, without the (a + b - 1) that overflows for large a or b.
-inline int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
+inline int64_t ceil_div(int64_t a, int64_t b) {
+  return a / b + (a % b != 0 ? 1 : 0);
+}
 
 }  // namespace mpigrad::core

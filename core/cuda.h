@@ -26,10 +26,10 @@ bool cuda_built();
 // device node that cannot be opened, a failed initialization) means a GPU is there but broken:
 // that is a failure to report, never a reason to fall back to the CPU or to skip a GPU test.
 struct CudaVisibility {
-  bool built = true;      // false in a build without CUDA
-  int device_count = 0;   // GPUs this process can use
-  bool broken = false;    // cudaGetDeviceCount failed with an error other than those above
-  std::string error;      // "cudaErrorNoDevice (no CUDA-capable device is detected)"; "" if none
+  bool built = true;     // false in a build without CUDA
+  int device_count = 0;  // GPUs this process can use
+  bool broken = false;   // cudaGetDeviceCount failed with an error other than those above
+  std::string error;     // "cudaErrorNoDevice (no CUDA-capable device is detected)"; "" if none
 
   bool has_gpu() const { return device_count > 0; }
   // One line for logs and skip messages, e.g. "1 CUDA device visible", "no GPU visible:

@@ -23,9 +23,9 @@ struct CudaMemoryStats {
   int64_t reserved_bytes = 0;        // obtained with cudaMalloc and not yet returned
   int64_t peak_allocated_bytes = 0;  // since the start or reset_cuda_peak_stats
   int64_t peak_reserved_bytes = 0;
-  int64_t device_allocations = 0;    // cudaMalloc calls so far
-  int64_t device_frees = 0;          // cudaFree calls so far
-  int64_t cache_hits = 0;            // allocations served from the cache
+  int64_t device_allocations = 0;  // cudaMalloc calls so far
+  int64_t device_frees = 0;        // cudaFree calls so far
+  int64_t cache_hits = 0;          // allocations served from the cache
 };
 
 CudaMemoryStats cuda_memory_stats(Device device);

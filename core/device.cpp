@@ -24,6 +24,8 @@ std::string Device::str() const {
   return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index);
 }
 
-std::ostream& operator<<(std::ostream& out, Device device) { return out << device.str(); }
+std::ostream& operator<<(std::ostream& out, Device device) {
+  return out << device.str();
+}
 
 }  // namespace mpigrad::core

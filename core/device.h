@@ -29,7 +29,9 @@ struct Device {
 };
 
 inline constexpr Device kCPU{DeviceType::CPU, 0};
-constexpr Device cuda(int index = 0) { return Device{DeviceType::CUDA, index}; }
+constexpr Device cuda(int index = 0) {
+  return Device{DeviceType::CUDA, index};
+}
 
 std::ostream& operator<<(std::ostream& out, Device device);
 

@@ -2,20 +2,25 @@
 
 namespace mpigrad::core {
 
-
-
 namespace {
 // Rank in the promotion lattice: bool < uint8 < int32 < int64 < 16-bit floats < float32 < float64.
 int promotion_rank(DType dtype) {
   switch (dtype) {
-    case kBool: return 0;
-    case kUInt8: return 1;
-    case kInt32: return 2;
-    case kInt64: return 3;
+    case kBool:
+      return 0;
+    case kUInt8:
+      return 1;
+    case kInt32:
+      return 2;
+    case kInt64:
+      return 3;
     case kFloat16:
-    case kBFloat16: return 4;
-    case kFloat32: return 5;
-    case kFloat64: return 6;
+    case kBFloat16:
+      return 4;
+    case kFloat32:
+      return 5;
+    case kFloat64:
+      return 6;
   }
   return 0;
 }

@@ -30,15 +30,40 @@ inline bool is_floating(DType dtype) {
 }
 
 // The DType of a C++ element type, for typed access such as Tensor::data<float>().
-template <typename T> constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return kFloat32; }
-template <> constexpr DType dtype_of<double>() { return kFloat64; }
-template <> constexpr DType dtype_of<BFloat16>() { return kBFloat16; }
-template <> constexpr DType dtype_of<Half>() { return kFloat16; }
-template <> constexpr DType dtype_of<int32_t>() { return kInt32; }
-template <> constexpr DType dtype_of<int64_t>() { return kInt64; }
-template <> constexpr DType dtype_of<uint8_t>() { return kUInt8; }
-template <> constexpr DType dtype_of<bool>() { return kBool; }
+template <typename T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() {
+  return kFloat32;
+}
+template <>
+constexpr DType dtype_of<double>() {
+  return kFloat64;
+}
+template <>
+constexpr DType dtype_of<BFloat16>() {
+  return kBFloat16;
+}
+template <>
+constexpr DType dtype_of<Half>() {
+  return kFloat16;
+}
+template <>
+constexpr DType dtype_of<int32_t>() {
+  return kInt32;
+}
+template <>
+constexpr DType dtype_of<int64_t>() {
+  return kInt64;
+}
+template <>
+constexpr DType dtype_of<uint8_t>() {
+  return kUInt8;
+}
+template <>
+constexpr DType dtype_of<bool>() {
+  return kBool;
+}
 
 // The dtype two operands are computed in (NumPy-style promotion: bool < integers < floats, wider
 // wins; bfloat16 with float16 gives float32).

@@ -47,7 +47,8 @@ template <typename... Parts>
 }  // namespace mpigrad::core
 
 // Checks a condition that depends on user input; on failure throws core::Error with the message.
-#define MPIGRAD_CHECK(condition, ...)                                   \
-  do {                                                                  \
-    if (!(condition)) [[unlikely]] ::mpigrad::core::fail(__VA_ARGS__); \
+#define MPIGRAD_CHECK(condition, ...)     \
+  do {                                    \
+    if (!(condition)) [[unlikely]]        \
+      ::mpigrad::core::fail(__VA_ARGS__); \
   } while (0)

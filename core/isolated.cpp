@@ -121,9 +121,13 @@ struct Frames {
 
 }  // namespace
 
-void IsolatedProgress::at(const std::string& step) { write_frame(fd_, 'P', step); }
+void IsolatedProgress::at(const std::string& step) {
+  write_frame(fd_, 'P', step);
+}
 
-void set_isolation_hooks(const IsolationHooks& hooks) { g_hooks = hooks; }
+void set_isolation_hooks(const IsolationHooks& hooks) {
+  g_hooks = hooks;
+}
 
 std::string run_isolated(const std::function<std::string(IsolatedProgress&)>& work,
                          std::chrono::milliseconds timeout, const std::string& context) {
@@ -155,7 +159,8 @@ std::string run_isolated(const std::function<std::string(IsolatedProgress&)>& wo
       break;
     }
     pollfd reader{fds[0], POLLIN, 0};
-    const int ready = ::poll(&reader, 1, static_cast<int>(std::min<int64_t>(left.count(), 1 << 30)));
+    const int ready =
+        ::poll(&reader, 1, static_cast<int>(std::min<int64_t>(left.count(), 1 << 30)));
     if (ready < 0 && errno == EINTR) continue;
     if (ready < 0) break;
     if (ready == 0) continue;

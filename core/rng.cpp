@@ -31,8 +31,8 @@ Tensor& uniform_(Tensor& tensor, double lo, double hi, Generator& generator) {
   detail::check_floating("uniform_", tensor);
   return fill_random(tensor, "uniform_", [&](Tensor& dense) {
     uint64_t offset = generator.reserve(uint64_t(dense.numel()) * kernels::kWordsPerUniform);
-    backend_for(dense.device()).uniform(dense.dtype(), dense.numel(), dense.data_ptr(),
-                                        generator.seed(), offset, lo, hi);
+    backend_for(dense.device())
+        .uniform(dense.dtype(), dense.numel(), dense.data_ptr(), generator.seed(), offset, lo, hi);
   });
 }
 
@@ -41,8 +41,9 @@ Tensor& normal_(Tensor& tensor, double mean, double std, Generator& generator) {
   MPIGRAD_CHECK(std >= 0, "normal_: std must be non-negative, got ", std);
   return fill_random(tensor, "normal_", [&](Tensor& dense) {
     uint64_t offset = generator.reserve(uint64_t(dense.numel()) * kernels::kWordsPerNormal);
-    backend_for(dense.device()).normal(dense.dtype(), dense.numel(), dense.data_ptr(),
-                                       generator.seed(), offset, mean, std);
+    backend_for(dense.device())
+        .normal(dense.dtype(), dense.numel(), dense.data_ptr(), generator.seed(), offset, mean,
+                std);
   });
 }
 
@@ -64,8 +65,8 @@ Tensor bernoulli(const Shape& shape, double p, Generator& generator, TensorOptio
   MPIGRAD_CHECK(p >= 0.0 && p <= 1.0, "bernoulli: p must be in [0, 1], got ", p);
   Tensor tensor = Tensor::empty(shape, options.requires_grad(false));
   uint64_t offset = generator.reserve(uint64_t(tensor.numel()) * kernels::kWordsPerUniform);
-  backend_for(tensor.device()).bernoulli(tensor.dtype(), tensor.numel(), tensor.data_ptr(),
-                                         generator.seed(), offset, p);
+  backend_for(tensor.device())
+      .bernoulli(tensor.dtype(), tensor.numel(), tensor.data_ptr(), generator.seed(), offset, p);
   return tensor;
 }
 

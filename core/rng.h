@@ -17,7 +17,10 @@ class Generator {
 
   uint64_t seed() const { return seed_; }
   uint64_t offset() const { return offset_; }
-  void set_state(uint64_t seed, uint64_t offset) { seed_ = seed; offset_ = offset; }
+  void set_state(uint64_t seed, uint64_t offset) {
+    seed_ = seed;
+    offset_ = offset;
+  }
   // Returns the current offset and advances it by `words`.
   uint64_t reserve(uint64_t words) {
     uint64_t start = offset_;

@@ -17,7 +17,9 @@ Shape::Shape(const int64_t* dims, int ndim) {
   ndim_ = ndim;
 }
 
-void Shape::push_back(int64_t extent) { insert(ndim_, extent); }
+void Shape::push_back(int64_t extent) {
+  insert(ndim_, extent);
+}
 
 void Shape::insert(int position, int64_t extent) {
   MPIGRAD_CHECK(ndim_ < kMaxDims, "tensors have at most ", kMaxDims, " dims");
@@ -93,8 +95,8 @@ int wrap_dim(int64_t dim, int ndim, const char* op) {
   // A 0-d tensor accepts dim 0 and -1, as in PyTorch.
   int64_t limit = ndim == 0 ? 1 : ndim;
   if (ndim == 0 && (dim == 0 || dim == -1)) return 0;
-  MPIGRAD_CHECK(wrapped >= 0 && wrapped < limit, op, ": dim ", dim, " is out of range for a ",
-                ndim, "-d tensor (expected [", -ndim, ", ", ndim - 1, "])");
+  MPIGRAD_CHECK(wrapped >= 0 && wrapped < limit, op, ": dim ", dim, " is out of range for a ", ndim,
+                "-d tensor (expected [", -ndim, ", ", ndim - 1, "])");
   return int(wrapped);
 }
 

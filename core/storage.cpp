@@ -69,8 +69,8 @@ class HostAllocator final : public Allocator {
   }
 
  private:
-  static constexpr size_t kSmall = 256;                  // bytes served by plain malloc
-  static constexpr size_t kAlignment = 64;               // vectorized kernels load aligned
+  static constexpr size_t kSmall = 256;                   // bytes served by plain malloc
+  static constexpr size_t kAlignment = 64;                // vectorized kernels load aligned
   static constexpr size_t kCachedFrom = size_t(1) << 20;  // cache blocks of 1 MiB and more
   static constexpr size_t kCacheLimit = size_t(4) << 30;  // never hold more than 4 GiB idle
 
@@ -97,9 +97,13 @@ HostAllocator& host_caching_allocator() {
 
 }  // namespace
 
-Allocator& host_allocator() { return host_caching_allocator(); }
+Allocator& host_allocator() {
+  return host_caching_allocator();
+}
 
-void empty_host_cache() { host_caching_allocator().release_cache(); }
+void empty_host_cache() {
+  host_caching_allocator().release_cache();
+}
 
 Storage::Storage(size_t nbytes, Device device, Allocator& allocator)
     : nbytes_(nbytes), device_(device) {

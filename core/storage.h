@@ -21,8 +21,9 @@ class Allocator {
   virtual void deallocate(void* ptr, size_t nbytes) = 0;
 };
 
-// Host memory, 64-byte aligned above 256 bytes so vectorized kernels can load aligned. Freed blocks of
-// 1 MiB and more are kept (up to 4 GiB) and reused, so a steady training loop stops page-faulting.
+// Host memory, 64-byte aligned above 256 bytes so vectorized kernels can load aligned. Freed blocks
+// of 1 MiB and more are kept (up to 4 GiB) and reused, so a steady training loop stops
+// page-faulting.
 Allocator& host_allocator();
 // Returns the idle cached host blocks to the system.
 void empty_host_cache();
@@ -52,7 +53,7 @@ class Storage {
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
-  Allocator* allocator_ = nullptr;  // null for external memory
+  Allocator* allocator_ = nullptr;     // null for external memory
   std::shared_ptr<const void> owner_;  // external memory's keeper, if any
   uint32_t version_ = 0;
   alignas(16) unsigned char inline_bytes_[kInlineBytes];

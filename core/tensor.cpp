@@ -18,12 +18,17 @@ namespace mpigrad::core {
 
 TensorImpl::TensorImpl(std::shared_ptr<Storage> storage_, const Shape& shape_,
                        const Shape& strides_, int64_t offset_, DType dtype_)
-    : storage(std::move(storage_)), shape(shape_), strides(strides_), offset(offset_),
+    : storage(std::move(storage_)),
+      shape(shape_),
+      strides(strides_),
+      offset(offset_),
       dtype(dtype_) {}
 
 TensorImpl::~TensorImpl() = default;
 
-void Tensor::throw_undefined() { fail("operation on an undefined tensor"); }
+void Tensor::throw_undefined() {
+  fail("operation on an undefined tensor");
+}
 
 // ---- Construction ----------------------------------------------------------------------------
 
@@ -32,16 +37,15 @@ Tensor Tensor::empty(const Shape& shape, TensorOptions options) {
     MPIGRAD_CHECK(extent >= 0, "empty: negative extent in shape ", shape);
   }
   Backend& backend = backend_for(options.device_);
-  const int64_t bytes = checked_mul(shape.numel(), int64_t(core::element_size(options.dtype_)),
-                                    "empty: bytes of a ", options.dtype_, " tensor of shape ",
-                                    shape);
+  const int64_t bytes =
+      checked_mul(shape.numel(), int64_t(core::element_size(options.dtype_)), "empty: bytes of a ",
+                  options.dtype_, " tensor of shape ", shape);
   std::shared_ptr<Storage> storage;
   try {
     storage = std::make_shared<Storage>(size_t(bytes), options.device_, backend.allocator());
   } catch (const std::bad_alloc&) {
-    throw AllocationError(detail::concat("cannot allocate ", bytes, " bytes for a ",
-                                         options.dtype_, " tensor of shape ", shape, " on ",
-                                         options.device_),
+    throw AllocationError(detail::concat("cannot allocate ", bytes, " bytes for a ", options.dtype_,
+                                         " tensor of shape ", shape, " on ", options.device_),
                           bytes);
   }
   Tensor tensor(std::make_shared<TensorImpl>(std::move(storage), shape, contiguous_strides(shape),
@@ -54,7 +58,9 @@ Tensor Tensor::scalar(double value, TensorOptions options) {
   return full(Shape{}, value, options);
 }
 
-Tensor empty(const Shape& shape, TensorOptions options) { return Tensor::empty(shape, options); }
+Tensor empty(const Shape& shape, TensorOptions options) {
+  return Tensor::empty(shape, options);
+}
 
 Tensor full(const Shape& shape, double value, TensorOptions options) {
   bool requires_grad = options.requires_grad_;
@@ -64,8 +70,12 @@ Tensor full(const Shape& shape, double value, TensorOptions options) {
   return tensor;
 }
 
-Tensor zeros(const Shape& shape, TensorOptions options) { return full(shape, 0.0, options); }
-Tensor ones(const Shape& shape, TensorOptions options) { return full(shape, 1.0, options); }
+Tensor zeros(const Shape& shape, TensorOptions options) {
+  return full(shape, 0.0, options);
+}
+Tensor ones(const Shape& shape, TensorOptions options) {
+  return full(shape, 1.0, options);
+}
 Tensor zeros_like(const Tensor& tensor) {
   return zeros(tensor.shape(), TensorOptions(tensor.dtype()).device(tensor.device()));
 }
@@ -84,14 +94,16 @@ Tensor arange(double start, double end, double step, TensorOptions options) {
   return tensor;
 }
 
-Tensor arange(int64_t end, TensorOptions options) { return arange(0.0, double(end), 1.0, options); }
+Tensor arange(int64_t end, TensorOptions options) {
+  return arange(0.0, double(end), 1.0, options);
+}
 
 namespace detail {
 
 Tensor tensor_from_host(const void* values, int64_t n, DType host_dtype, const Shape& shape,
                         TensorOptions options) {
-  MPIGRAD_CHECK(n == shape.numel(), "from_vector: ", n, " values do not fill shape ", shape,
-                " (", shape.numel(), " elements)");
+  MPIGRAD_CHECK(n == shape.numel(), "from_vector: ", n, " values do not fill shape ", shape, " (",
+                shape.numel(), " elements)");
   // Stage in the host dtype, then convert on the host, then move to the device.
   Tensor staged = Tensor::empty(shape, TensorOptions(host_dtype));
   backend_for(kCPU).copy_from_host(staged.data_ptr(), values, n * core::element_size(host_dtype));
@@ -111,7 +123,9 @@ void tensor_to_host(const Tensor& tensor, DType host_dtype, void* out) {
 
 // ---- Description -----------------------------------------------------------------------------
 
-int64_t Tensor::size(int64_t dim) const { return shape()[wrap_dim(dim, this->dim(), "size")]; }
+int64_t Tensor::size(int64_t dim) const {
+  return shape()[wrap_dim(dim, this->dim(), "size")];
+}
 
 bool Tensor::is_contiguous() const {
   int64_t expected = 1;
@@ -148,7 +162,8 @@ Tensor convert_same_device(const Tensor& source, DType dtype) {
   Tensor out = detail::empty_on(source.shape(), dtype, source.device());
   if (out.numel() > 0) {
     StridedLoop loop = detail::make_loop(out.shape(), {&out, &source});
-    backend_for(source.device()).copy(dtype, source.dtype(), loop, out.data_ptr(), source.data_ptr());
+    backend_for(source.device())
+        .copy(dtype, source.dtype(), loop, out.data_ptr(), source.data_ptr());
   }
   return out;
 }
@@ -156,10 +171,14 @@ Tensor convert_same_device(const Tensor& source, DType dtype) {
 }  // namespace
 
 namespace detail {
-Tensor copy_as(const Tensor& source, DType dtype) { return convert_same_device(source, dtype); }
+Tensor copy_as(const Tensor& source, DType dtype) {
+  return convert_same_device(source, dtype);
+}
 }  // namespace detail
 
-Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+Tensor Tensor::contiguous() const {
+  return is_contiguous() ? *this : clone();
+}
 
 Tensor Tensor::clone() const {
   Tensor out = convert_same_device(*this, dtype());
@@ -167,8 +186,12 @@ Tensor Tensor::clone() const {
   return out;
 }
 
-Tensor Tensor::to(Device device) const { return to(device, dtype()); }
-Tensor Tensor::to(DType dtype) const { return to(device(), dtype); }
+Tensor Tensor::to(Device device) const {
+  return to(device, dtype());
+}
+Tensor Tensor::to(DType dtype) const {
+  return to(device(), dtype);
+}
 
 Tensor Tensor::to(Device target, bool non_blocking) const {
   bool crosses_host = target.is_cpu() != device().is_cpu();
@@ -209,7 +232,8 @@ void assign_result(Tensor& self, const Tensor& value) {
   {
     NoGradGuard no_grad;
     StridedLoop loop = detail::make_loop(self.shape(), {&self, &value});
-    backend_for(self.device()).copy(self.dtype(), value.dtype(), loop, self.data_ptr(), value.data_ptr());
+    backend_for(self.device())
+        .copy(self.dtype(), value.dtype(), loop, self.data_ptr(), value.data_ptr());
   }
   self.storage()->bump_version();
   if (value.grad_fn()) {
@@ -223,7 +247,8 @@ void assign_result(Tensor& self, const Tensor& value) {
 // directly; with autograd the op runs on a differentiable clone (so saved tensors stay intact)
 // and its result and history are moved into self.
 template <typename Op>
-Tensor& inplace(Tensor& self, const char* name, std::initializer_list<const Tensor*> others, Op op) {
+Tensor& inplace(Tensor& self, const char* name, std::initializer_list<const Tensor*> others,
+                Op op) {
   check_inplace(self, name);
   bool track = grad_enabled() && (self.requires_grad() || any_requires_grad(others));
   if (track) {
@@ -278,10 +303,14 @@ Tensor& inplace_binary(Tensor& self, const char* name, BinaryOp op, const Tensor
   if (grad_enabled() && (self.requires_grad() || other.requires_grad())) {
     return inplace(self, name, {&other}, [&](const Tensor& value) {
       switch (op) {
-        case BinaryOp::Add: return add(value, other);
-        case BinaryOp::Sub: return sub(value, other);
-        case BinaryOp::Mul: return mul(value, other);
-        default: return div(value, other);
+        case BinaryOp::Add:
+          return add(value, other);
+        case BinaryOp::Sub:
+          return sub(value, other);
+        case BinaryOp::Mul:
+          return mul(value, other);
+        default:
+          return div(value, other);
       }
     });
   }
@@ -335,8 +364,10 @@ bool Tensor::requires_grad() const {
 }
 
 Tensor& Tensor::set_requires_grad(bool requires_grad) {
-  MPIGRAD_CHECK(is_leaf(), "set_requires_grad: only leaf tensors can change requires_grad; this "
-                "tensor was computed by ", grad_fn()->name(), " (use detach() first)");
+  MPIGRAD_CHECK(is_leaf(),
+                "set_requires_grad: only leaf tensors can change requires_grad; this "
+                "tensor was computed by ",
+                grad_fn()->name(), " (use detach() first)");
   MPIGRAD_CHECK(!requires_grad || is_floating(dtype()),
                 "set_requires_grad: only floating-point tensors can require gradients, got ",
                 dtype());
@@ -364,17 +395,16 @@ void Tensor::set_grad(const Tensor& grad) {
   if (grad.defined()) {
     MPIGRAD_CHECK(grad.shape() == shape(), "set_grad: gradient shape ", grad.shape(),
                   " does not match tensor shape ", shape());
-    MPIGRAD_CHECK(grad.dtype() == dtype() && grad.device() == device(),
-                  "set_grad: gradient is ", grad.dtype(), " on ", grad.device(), ", tensor is ",
-                  dtype(), " on ", device());
+    MPIGRAD_CHECK(grad.dtype() == dtype() && grad.device() == device(), "set_grad: gradient is ",
+                  grad.dtype(), " on ", grad.device(), ", tensor is ", dtype(), " on ", device());
   }
   autograd_meta().grad = grad;
 }
 
 Tensor Tensor::detach() const {
   const TensorImpl& self = impl();
-  auto alias = std::make_shared<TensorImpl>(self.storage, self.shape, self.strides, self.offset,
-                                            self.dtype);
+  auto alias =
+      std::make_shared<TensorImpl>(self.storage, self.shape, self.strides, self.offset, self.dtype);
   alias->is_view = self.is_view;
   return Tensor(std::move(alias));
 }

@@ -37,11 +37,23 @@ struct TensorOptions {
   bool requires_grad_ = false;
 
   TensorOptions() = default;
-  TensorOptions(DType dtype) : dtype_(dtype) {}     // NOLINT: zeros({2}, kInt64)
+  TensorOptions(DType dtype) : dtype_(dtype) {}      // NOLINT: zeros({2}, kInt64)
   TensorOptions(Device device) : device_(device) {}  // NOLINT: zeros({2}, kCPU)
-  TensorOptions dtype(DType d) const { auto o = *this; o.dtype_ = d; return o; }
-  TensorOptions device(Device d) const { auto o = *this; o.device_ = d; return o; }
-  TensorOptions requires_grad(bool r = true) const { auto o = *this; o.requires_grad_ = r; return o; }
+  TensorOptions dtype(DType d) const {
+    auto o = *this;
+    o.dtype_ = d;
+    return o;
+  }
+  TensorOptions device(Device d) const {
+    auto o = *this;
+    o.device_ = d;
+    return o;
+  }
+  TensorOptions requires_grad(bool r = true) const {
+    auto o = *this;
+    o.requires_grad_ = r;
+    return o;
+  }
 };
 
 // Called with a leaf's final gradient, once per backward, while the rest of backward still runs.
@@ -55,10 +67,10 @@ class TensorImpl {
 
   std::shared_ptr<Storage> storage;
   Shape shape;
-  Shape strides;  // in elements
+  Shape strides;       // in elements
   int64_t offset = 0;  // in elements
   DType dtype;
-  bool is_view = false;  // made by a view op from another tensor's storage
+  bool is_view = false;                    // made by a view op from another tensor's storage
   std::unique_ptr<AutogradMeta> autograd;  // null until the tensor takes part in autograd
 };
 
@@ -101,11 +113,14 @@ class Tensor {
     return base == nullptr ? nullptr : base + offset() * element_size();
   }
   // Typed access to the elements; throws if T does not match dtype().
-  template <typename T> T* data() const;
+  template <typename T>
+  T* data() const;
   // The value of a one-element tensor, converted to T (copied to the host if needed).
-  template <typename T> T item() const;
+  template <typename T>
+  T item() const;
   // All elements in row-major order, converted to T (copied to the host if needed).
-  template <typename T> std::vector<T> to_vector() const;
+  template <typename T>
+  std::vector<T> to_vector() const;
 
   // ---- Views: share storage, no copy ---------------------------------------------------------
   // Requires a layout the new shape can be expressed in (else use reshape); one extent may be -1.
@@ -178,7 +193,8 @@ class Tensor {
 
  private:
   TensorImpl& impl() const {
-    if (impl_ == nullptr) [[unlikely]] throw_undefined();
+    if (impl_ == nullptr) [[unlikely]]
+      throw_undefined();
     return *impl_;
   }
   [[noreturn]] static void throw_undefined();

@@ -43,7 +43,9 @@ int default_num_threads() {
   return threads > 0 ? threads : 1;
 }
 
-int num_threads() { return omp_get_max_threads(); }
+int num_threads() {
+  return omp_get_max_threads();
+}
 
 void set_num_threads(int threads) {
   if (threads < 1) threads = 1;
@@ -51,7 +53,9 @@ void set_num_threads(int threads) {
   kernels::cpu::set_blas_threads(threads);
 }
 
-std::string blas_core_name() { return kernels::cpu::blas_core_name(); }
+std::string blas_core_name() {
+  return kernels::cpu::blas_core_name();
+}
 
 std::string blas_core_warning() {
   std::string core = blas_core_name();
@@ -66,7 +70,8 @@ std::string blas_core_warning() {
   }
   if (suggestion == nullptr) return "";
   return "mpigrad: warning: OpenBLAS is using its generic '" + core +
-         "' kernels on a CPU that supports " + (std::strcmp(suggestion, "SkylakeX") == 0 ? "AVX-512" : "AVX2") +
+         "' kernels on a CPU that supports " +
+         (std::strcmp(suggestion, "SkylakeX") == 0 ? "AVX-512" : "AVX2") +
          "; sgemm runs several times slower. Set OPENBLAS_CORETYPE=" + suggestion +
          " in the environment before starting the program.";
 }

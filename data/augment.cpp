@@ -43,7 +43,9 @@ kernels::PhiloxBlock draw(uint64_t seed, int64_t epoch, int64_t index, int64_t v
 }
 
 // An integer in [0, n) from 32 random bits (multiply-shift: no division, bias below 2^-32 * n).
-int64_t below(uint32_t bits, int64_t n) { return int64_t((uint64_t(bits) * uint64_t(n)) >> 32); }
+int64_t below(uint32_t bits, int64_t n) {
+  return int64_t((uint64_t(bits) * uint64_t(n)) >> 32);
+}
 
 }  // namespace
 

@@ -55,7 +55,8 @@ const FieldInfo& Dataset::field(const std::string& name) const {
 
 void check_indices(std::span<const int64_t> indices, int64_t size, const std::string& what) {
   for (int64_t index : indices) {
-    MPIGRAD_CHECK(index >= 0 && index < size, what, ": index ", index, " out of range [0, ", size, ")");
+    MPIGRAD_CHECK(index >= 0 && index < size, what, ": index ", index, " out of range [0, ", size,
+                  ")");
   }
 }
 

@@ -59,7 +59,9 @@ class BatchBufferPool final : public core::Allocator {
  private:
   static constexpr size_t kAlignment = 64;
   static constexpr size_t kIdleLimit = size_t(1) << 30;
-  static size_t round(size_t nbytes) { return (std::max<size_t>(nbytes, 1) + kAlignment - 1) / kAlignment * kAlignment; }
+  static size_t round(size_t nbytes) {
+    return (std::max<size_t>(nbytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
+  }
 
   std::mutex mutex_;
   std::multimap<size_t, void*> idle_;
@@ -88,10 +90,12 @@ core::Tensor empty_batch_tensor(const core::Shape& shape, core::DType dtype) {
                                                      dtype, " batch of shape ", shape),
                                 nbytes);
   }
-  return core::Tensor(std::make_shared<core::TensorImpl>(std::move(storage), shape, core::contiguous_strides(shape),
-                                                         0, dtype));
+  return core::Tensor(std::make_shared<core::TensorImpl>(
+      std::move(storage), shape, core::contiguous_strides(shape), 0, dtype));
 }
 
-void release_batch_buffers() { pool().release(); }
+void release_batch_buffers() {
+  pool().release();
+}
 
 }  // namespace mpigrad::data

@@ -41,8 +41,10 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   const std::string what = "DataLoader over " + dataset_->describe();
   MPIGRAD_CHECK(!(options_.sampler && options_.batch_sampler), what,
                 ": give sampler or batch_sampler, not both");
-  MPIGRAD_CHECK(options_.num_workers >= 0, what, ": num_workers must be >= 0, got ", options_.num_workers);
-  MPIGRAD_CHECK(options_.prefetch_factor >= 1, what, ": prefetch_factor must be >= 1, got ", options_.prefetch_factor);
+  MPIGRAD_CHECK(options_.num_workers >= 0, what, ": num_workers must be >= 0, got ",
+                options_.num_workers);
+  MPIGRAD_CHECK(options_.prefetch_factor >= 1, what, ": prefetch_factor must be >= 1, got ",
+                options_.prefetch_factor);
   if (options_.device.is_cuda()) {
     try {
       copier_ = std::make_unique<DeviceBatchCopier>(options_.device);
@@ -57,15 +59,17 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
     batch_sampler_ = options_.batch_sampler;
     return;
   }
-  MPIGRAD_CHECK(options_.batch_size >= 1, what, ": batch_size must be >= 1, got ", options_.batch_size);
+  MPIGRAD_CHECK(options_.batch_size >= 1, what, ": batch_size must be >= 1, got ",
+                options_.batch_size);
   std::shared_ptr<Sampler> sampler = options_.sampler;
   if (sampler) {
-    MPIGRAD_CHECK(!distributed || sampler->is_distributed(), what, ": num_replicas ", options_.num_replicas,
-                  " but the sampler given is not distributed");
+    MPIGRAD_CHECK(!distributed || sampler->is_distributed(), what, ": num_replicas ",
+                  options_.num_replicas, " but the sampler given is not distributed");
   } else if (distributed) {
     try {
-      sampler = std::make_shared<DistributedSampler>(dataset_->size(), options_.num_replicas, options_.rank,
-                                                     options_.shuffle, options_.seed, options_.drop_last);
+      sampler = std::make_shared<DistributedSampler>(dataset_->size(), options_.num_replicas,
+                                                     options_.rank, options_.shuffle, options_.seed,
+                                                     options_.drop_last);
     } catch (const core::Error& error) {
       core::fail(what, ": ", error.what());
     }
@@ -92,8 +96,8 @@ void DataLoader::set_batch_sampler(std::shared_ptr<BatchSamplerBase> batch_sampl
 }
 
 void DataLoader::set_epoch_step(int64_t step) {
-  MPIGRAD_CHECK(step >= 0 && step <= size(), "DataLoader::set_epoch_step: step ", step, " outside [0, ", size(),
-                "]");
+  MPIGRAD_CHECK(step >= 0 && step <= size(), "DataLoader::set_epoch_step: step ", step,
+                " outside [0, ", size(), "]");
   epoch_step_ = step;
 }
 
@@ -152,7 +156,8 @@ std::optional<Batch> DataLoader::next() {
     ++run.next_to_consume;
     auto start = std::chrono::steady_clock::now();
     StagedBatch staged = load(run.batches[index], run.epoch);
-    wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    wait_seconds_ +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return ready_for_caller(std::move(staged));
   }
   std::variant<StagedBatch, std::exception_ptr> result;
@@ -160,7 +165,8 @@ std::optional<Batch> DataLoader::next() {
     auto start = std::chrono::steady_clock::now();
     std::unique_lock<std::mutex> lock(run.mutex);
     run.changed.wait(lock, [&] { return run.ready.count(index) != 0; });
-    wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    wait_seconds_ +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     auto found = run.ready.find(index);
     result = std::move(found->second);
     run.ready.erase(found);

@@ -51,8 +51,8 @@ struct DataLoaderOptions {
   bool shuffle = false;
   bool drop_last = false;
   uint64_t seed = 0;
-  std::shared_ptr<Sampler> sampler;                  // exclusive with batch_sampler
-  std::shared_ptr<BatchSamplerBase> batch_sampler;   // batch_size/shuffle/drop_last then unused
+  std::shared_ptr<Sampler> sampler;                 // exclusive with batch_sampler
+  std::shared_ptr<BatchSamplerBase> batch_sampler;  // batch_size/shuffle/drop_last then unused
   // With num_replicas > 1 and no sampler, a DistributedSampler(num_replicas, rank, shuffle, seed,
   // drop_last) is made; a sampler given must then already be distributed.
   int64_t num_replicas = 1;

@@ -15,8 +15,8 @@ namespace {
 core::Device checked(core::Device device) {
   MPIGRAD_CHECK(device.is_cuda(), "DeviceBatchCopier: ", device, " is not a CUDA device");
   const core::CudaVisibility& visibility = core::cuda_visibility();
-  MPIGRAD_CHECK(!visibility.broken && device.index < visibility.device_count, "DeviceBatchCopier: ",
-                device, " is not available: ", visibility.describe());
+  MPIGRAD_CHECK(!visibility.broken && device.index < visibility.device_count,
+                "DeviceBatchCopier: ", device, " is not available: ", visibility.describe());
   return device;
 }
 

@@ -15,22 +15,25 @@ namespace hdf5 = core::hdf5;
 
 IndexSlice rank_slice(int64_t size, int64_t num_replicas, int64_t rank, bool drop_last) {
   MPIGRAD_CHECK(num_replicas >= 1, "rank_slice: num_replicas must be >= 1, got ", num_replicas);
-  MPIGRAD_CHECK(rank >= 0 && rank < num_replicas, "rank_slice: rank ", rank, " outside [0, ", num_replicas, ")");
-  MPIGRAD_CHECK(size >= num_replicas, "rank_slice: the dataset has ", size, " samples, fewer than the ",
-                num_replicas, " ranks; every rank needs at least one");
+  MPIGRAD_CHECK(rank >= 0 && rank < num_replicas, "rank_slice: rank ", rank, " outside [0, ",
+                num_replicas, ")");
+  MPIGRAD_CHECK(size >= num_replicas, "rank_slice: the dataset has ", size,
+                " samples, fewer than the ", num_replicas, " ranks; every rank needs at least one");
   int64_t length = drop_last ? size / num_replicas : (size + num_replicas - 1) / num_replicas;
   return IndexSlice{(rank * length) % size, length};
 }
 
-Hdf5Dataset::Hdf5Dataset(std::vector<std::string> paths, Hdf5DatasetOptions options) : options_(std::move(options)) {
+Hdf5Dataset::Hdf5Dataset(std::vector<std::string> paths, Hdf5DatasetOptions options)
+    : options_(std::move(options)) {
   MPIGRAD_CHECK(!paths.empty(), "Hdf5Dataset: no files given");
-  MPIGRAD_CHECK(!options_.fields.empty(), "Hdf5Dataset: no fields given (files: ", paths[0], ", ...)");
+  MPIGRAD_CHECK(!options_.fields.empty(), "Hdf5Dataset: no fields given (files: ", paths[0],
+                ", ...)");
   MPIGRAD_CHECK(options_.max_open_files >= 1, "Hdf5Dataset: max_open_files must be >= 1, got ",
                 options_.max_open_files);
   for (size_t i = 0; i < options_.fields.size(); ++i) {
     for (size_t j = 0; j < i; ++j) {
-      MPIGRAD_CHECK(options_.fields[i] != options_.fields[j], "Hdf5Dataset: field '", options_.fields[i],
-                    "' listed twice");
+      MPIGRAD_CHECK(options_.fields[i] != options_.fields[j], "Hdf5Dataset: field '",
+                    options_.fields[i], "' listed twice");
     }
   }
   for (auto& path : paths) shards_.push_back(Shard{std::move(path), 0, 0});
@@ -51,7 +54,8 @@ Hdf5Dataset::~Hdf5Dataset() = default;
 // Opens a shard's file and fields and checks them: every field present, supported, with a
 // leading dimension shared by all fields, and (for later shards) the same dtype and per-sample
 // shape as the first shard.
-Hdf5Dataset::OpenShard Hdf5Dataset::open_shard(int shard_index, std::vector<FieldInfo>* infos_out) const {
+Hdf5Dataset::OpenShard Hdf5Dataset::open_shard(int shard_index,
+                                               std::vector<FieldInfo>* infos_out) const {
   const bool check_against_fields = !fields_.empty();
   const std::string& path = shards_[size_t(shard_index)].path;
   OpenShard shard;
@@ -75,20 +79,20 @@ Hdf5Dataset::OpenShard Hdf5Dataset::open_shard(int shard_index, std::vector<Fiel
     }
     if (check_against_fields) {
       const FieldInfo& expected = fields_[infos.size()];
-      MPIGRAD_CHECK(info.dtype == expected.dtype, "Hdf5Dataset: shard ", path, " field '", name, "' is ",
-                    info.dtype, " but shard ", shards_[0].path, " has ", expected.dtype);
-      MPIGRAD_CHECK(info.sample_shape == expected.sample_shape, "Hdf5Dataset: shard ", path, " field '", name,
-                    "' has per-sample shape ", info.sample_shape, " but shard ", shards_[0].path, " has ",
-                    expected.sample_shape);
+      MPIGRAD_CHECK(info.dtype == expected.dtype, "Hdf5Dataset: shard ", path, " field '", name,
+                    "' is ", info.dtype, " but shard ", shards_[0].path, " has ", expected.dtype);
+      MPIGRAD_CHECK(info.sample_shape == expected.sample_shape, "Hdf5Dataset: shard ", path,
+                    " field '", name, "' has per-sample shape ", info.sample_shape, " but shard ",
+                    shards_[0].path, " has ", expected.sample_shape);
     }
     // The chunk cache is set when a dataset is opened, and sizing it needs the chunk size: open
     // chunked datasets a second time with the sized cache.
     int64_t chunk_bytes = dataset.chunk_bytes();
     if (chunk_bytes > 0 || options_.chunk_cache_bytes > 0) {
       hdf5::DatasetAccess access;
-      const int64_t dataset_bytes = core::checked_mul(
-          dataset.num_elements(), int64_t(core::element_size(info.dtype)), "Hdf5Dataset: ", path,
-          " field '", name, "': its bytes");
+      const int64_t dataset_bytes =
+          core::checked_mul(dataset.num_elements(), int64_t(core::element_size(info.dtype)),
+                            "Hdf5Dataset: ", path, " field '", name, "': its bytes");
       if (options_.chunk_cache_bytes > 0) {
         access.chunk_cache_bytes = options_.chunk_cache_bytes;
       } else if (options_.access == AccessPattern::Sequential) {
@@ -97,10 +101,13 @@ Hdf5Dataset::OpenShard Hdf5Dataset::open_shard(int shard_index, std::vector<Fiel
       } else {
         // Random access revisits every chunk once per epoch; hold the whole dataset when it is
         // modest, so each chunk is read (and decompressed) once.
-        access.chunk_cache_bytes = std::max(std::min<int64_t>(dataset_bytes, int64_t(128) << 20), chunk_bytes);
+        access.chunk_cache_bytes =
+            std::max(std::min<int64_t>(dataset_bytes, int64_t(128) << 20), chunk_bytes);
       }
-      int64_t chunks = std::max<int64_t>(1, access.chunk_cache_bytes / std::max<int64_t>(chunk_bytes, 1));
-      access.chunk_cache_slots = std::max<int64_t>(521, 100 * chunks) | 1;  // HDF5 advises ~100x chunks
+      int64_t chunks =
+          std::max<int64_t>(1, access.chunk_cache_bytes / std::max<int64_t>(chunk_bytes, 1));
+      access.chunk_cache_slots =
+          std::max<int64_t>(521, 100 * chunks) | 1;  // HDF5 advises ~100x chunks
       dataset = shard.file.open_dataset(name, access);
     }
     shard.datasets.push_back(std::move(dataset));
@@ -133,17 +140,18 @@ void Hdf5Dataset::check_backed(const hdf5::Dataset& dataset, const hdf5::File& f
   using Layout = hdf5::Dataset::Storage::Layout;
   const hdf5::Dataset::Storage storage = dataset.storage();
   const int64_t samples = dataset.dims().empty() ? 0 : dataset.dims()[0];
-  const std::string what = "Hdf5Dataset: " + file.path() + " field '" + dataset.name().substr(
-      dataset.name().starts_with("/") ? 1 : 0) + "' declares " + std::to_string(samples) +
-      " samples (" + bytes_text(storage.declared_bytes) + ")";
+  const std::string what = "Hdf5Dataset: " + file.path() + " field '" +
+                           dataset.name().substr(dataset.name().starts_with("/") ? 1 : 0) +
+                           "' declares " + std::to_string(samples) + " samples (" +
+                           bytes_text(storage.declared_bytes) + ")";
   if (storage.layout == Layout::Contiguous) {
     MPIGRAD_CHECK(storage.stored_bytes >= storage.declared_bytes, what, " but stores only ",
                   bytes_text(storage.stored_bytes),
                   "; the data was never written. Write every sample, or create the dataset with "
                   "the number of samples you have");
     const int64_t file_bytes = file.size_on_disk();
-    MPIGRAD_CHECK(storage.end_offset <= file_bytes, what, " stored up to byte ",
-                  storage.end_offset, " but the file has only ", file_bytes,
+    MPIGRAD_CHECK(storage.end_offset <= file_bytes, what, " stored up to byte ", storage.end_offset,
+                  " but the file has only ", file_bytes,
                   " bytes: it is truncated (an interrupted copy or write?)");
   } else if (storage.layout == Layout::Chunked && storage.chunks_stored >= 0) {
     MPIGRAD_CHECK(storage.chunks_stored >= storage.chunks_needed, what, " in ",
@@ -179,7 +187,9 @@ int Hdf5Dataset::shard_of(int64_t global) const {
   return s;
 }
 
-int64_t Hdf5Dataset::size() const { return slice_ ? slice_->length : total_size_; }
+int64_t Hdf5Dataset::size() const {
+  return slice_ ? slice_->length : total_size_;
+}
 
 int Hdf5Dataset::open_files() const {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -190,7 +200,8 @@ std::string Hdf5Dataset::describe() const {
   std::string text = "Hdf5Dataset " + shards_[0].path;
   if (shards_.size() > 1) text += " (+" + std::to_string(shards_.size() - 1) + " more shards)";
   if (slice_) {
-    text += " slice [" + std::to_string(slice_->begin) + ", +" + std::to_string(slice_->length) + ")";
+    text +=
+        " slice [" + std::to_string(slice_->begin) + ", +" + std::to_string(slice_->length) + ")";
   }
   return text;
 }
@@ -202,26 +213,28 @@ core::Tensor Hdf5Dataset::allocate(const FieldInfo& field, const core::Shape& sh
   try {
     return batch ? empty_batch_tensor(shape, field.dtype) : core::Tensor::empty(shape, field.dtype);
   } catch (const core::AllocationError& error) {
-    core::fail(describe(), " field '", field.name, "': cannot allocate ", error.bytes(),
-               " bytes (", bytes_text(error.bytes()), ") for ", purpose, " of shape ", shape,
-               " (", field.dtype, "); out of memory");
+    core::fail(describe(), " field '", field.name, "': cannot allocate ", error.bytes(), " bytes (",
+               bytes_text(error.bytes()), ") for ", purpose, " of shape ", shape, " (", field.dtype,
+               "); out of memory");
   } catch (const core::Error& error) {
     core::fail(describe(), " field '", field.name, "': ", purpose, ": ", error.what());
   }
 }
 
 void Hdf5Dataset::set_slice(IndexSlice slice, bool in_memory) {
-  MPIGRAD_CHECK(slice.length >= 0 && slice.begin >= 0 && (slice.length == 0 || slice.begin < total_size_),
-                describe(), ": slice begin ", slice.begin, " length ", slice.length, " outside the ", total_size_,
-                " samples");
-  MPIGRAD_CHECK(slice.length <= total_size_, describe(), ": slice of ", slice.length, " samples is longer than the ",
-                total_size_, " samples");
+  MPIGRAD_CHECK(
+      slice.length >= 0 && slice.begin >= 0 && (slice.length == 0 || slice.begin < total_size_),
+      describe(), ": slice begin ", slice.begin, " length ", slice.length, " outside the ",
+      total_size_, " samples");
+  MPIGRAD_CHECK(slice.length <= total_size_, describe(), ": slice of ", slice.length,
+                " samples is longer than the ", total_size_, " samples");
   slice_ = slice;
   memory_.clear();
   if (in_memory) load_slice_into_memory();
 }
 
-void Hdf5Dataset::set_rank_slice(int64_t num_replicas, int64_t rank, bool drop_last, bool in_memory) {
+void Hdf5Dataset::set_rank_slice(int64_t num_replicas, int64_t rank, bool drop_last,
+                                 bool in_memory) {
   IndexSlice slice;
   try {
     slice = rank_slice(total_size_, num_replicas, rank, drop_last);
@@ -258,13 +271,14 @@ void Hdf5Dataset::load_slice_into_memory() {
   for (const FieldInfo& info : fields_) {
     core::Shape shape = info.sample_shape;
     shape.insert(0, slice_->length);
-    memory.push_back(allocate(info, shape, "its slice of " + std::to_string(slice_->length) +
-                                               " samples, in memory"));
+    memory.push_back(allocate(
+        info, shape, "its slice of " + std::to_string(slice_->length) + " samples, in memory"));
   }
   std::vector<size_t> all(fields_.size());
   std::iota(all.begin(), all.end(), size_t(0));
   std::vector<char*> outputs;
-  for (const core::Tensor& tensor : memory) outputs.push_back(static_cast<char*>(tensor.data_ptr()));
+  for (const core::Tensor& tensor : memory)
+    outputs.push_back(static_cast<char*>(tensor.data_ptr()));
   std::lock_guard<std::mutex> lock(mutex_);
   const int64_t head = std::min(slice_->length, total_size_ - slice_->begin);
   read_consecutive(slice_->begin, head, all, outputs);
@@ -278,12 +292,14 @@ void Hdf5Dataset::load_slice_into_memory() {
 
 // Reads the samples `globals` (in that order) into outputs[f], a dense [n, sample...] buffer per
 // field.
-void Hdf5Dataset::read_global(const std::vector<int64_t>& globals, std::vector<void*>& outputs) const {
+void Hdf5Dataset::read_global(const std::vector<int64_t>& globals,
+                              std::vector<void*>& outputs) const {
   const int64_t n = int64_t(globals.size());
   // Fast path for slice mode and sequential sampling: consecutive indices, read straight into
   // the outputs, one hyperslab per field and shard.
   bool consecutive = true;
-  for (int64_t i = 1; i < n && consecutive; ++i) consecutive = globals[size_t(i)] == globals[size_t(i - 1)] + 1;
+  for (int64_t i = 1; i < n && consecutive; ++i)
+    consecutive = globals[size_t(i)] == globals[size_t(i - 1)] + 1;
   if (consecutive) {
     std::vector<size_t> all(fields_.size());
     std::iota(all.begin(), all.end(), size_t(0));
@@ -296,7 +312,8 @@ void Hdf5Dataset::read_global(const std::vector<int64_t>& globals, std::vector<v
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    return globals[size_t(a)] != globals[size_t(b)] ? globals[size_t(a)] < globals[size_t(b)] : a < b;
+    return globals[size_t(a)] != globals[size_t(b)] ? globals[size_t(a)] < globals[size_t(b)]
+                                                    : a < b;
   });
   // Distinct indices in ascending order; the positions asking for unique[u] are
   // order[group_begin[u] .. group_begin[u + 1]).
@@ -371,7 +388,8 @@ void Hdf5Dataset::read_global(const std::vector<int64_t>& globals, std::vector<v
         for (int64_t k = 0; k < run.length; ++k, ++row) {
           int64_t u = run.first + k;
           for (int64_t j = group_begin[size_t(u)]; j < group_begin[size_t(u + 1)]; ++j) {
-            std::memcpy(out + order[size_t(j)] * row_bytes, scratch.data() + row * row_bytes, size_t(row_bytes));
+            std::memcpy(out + order[size_t(j)] * row_bytes, scratch.data() + row * row_bytes,
+                        size_t(row_bytes));
           }
         }
       }
@@ -420,7 +438,8 @@ Batch Hdf5Dataset::get_batch(std::span<const int64_t> indices) const {
       for (int64_t i = 0; i < n;) {
         int64_t j = i + 1;
         while (j < n && indices[size_t(j)] == indices[size_t(j - 1)] + 1) ++j;
-        std::memcpy(out + i * row_bytes, source + indices[size_t(i)] * row_bytes, size_t((j - i) * row_bytes));
+        std::memcpy(out + i * row_bytes, source + indices[size_t(i)] * row_bytes,
+                    size_t((j - i) * row_bytes));
         i = j;
       }
     }

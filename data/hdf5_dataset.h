@@ -81,7 +81,8 @@ class Hdf5Dataset : public Dataset {
   // slice is read now, one read per field and shard, and the files are closed.
   void set_slice(IndexSlice slice, bool in_memory = false);
   // set_slice(rank_slice(total_size(), num_replicas, rank, drop_last), in_memory).
-  void set_rank_slice(int64_t num_replicas, int64_t rank, bool drop_last = false, bool in_memory = false);
+  void set_rank_slice(int64_t num_replicas, int64_t rank, bool drop_last = false,
+                      bool in_memory = false);
   std::optional<IndexSlice> slice() const { return slice_; }
   bool in_memory() const { return !memory_.empty(); }
 
@@ -111,9 +112,9 @@ class Hdf5Dataset : public Dataset {
   // A maximal run of consecutive global indices inside one shard.
   struct Run {
     int shard;
-    int64_t row;      // first row inside the shard
+    int64_t row;  // first row inside the shard
     int64_t length;
-    int64_t first;    // index into the sorted request of the run's first sample
+    int64_t first;  // index into the sorted request of the run's first sample
   };
 
   OpenShard open_shard(int shard, std::vector<FieldInfo>* infos_out) const;

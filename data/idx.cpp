@@ -27,8 +27,8 @@ void read_exact(gzFile file, void* out, size_t n, const std::string& path, const
     if (got < 0) {
       int code = 0;
       const char* message = gzerror(file, &code);
-      core::fail("IDX file ", path, ": reading the ", what, " failed: ", message ? message : "zlib error",
-                 " (corrupt gzip stream?)");
+      core::fail("IDX file ", path, ": reading the ", what,
+                 " failed: ", message ? message : "zlib error", " (corrupt gzip stream?)");
     }
     MPIGRAD_CHECK(got > 0, "IDX file ", path, ": truncated while reading the ", what);
     bytes += got;
@@ -47,17 +47,33 @@ IdxArray read_idx(const std::string& path) {
 
   unsigned char magic[4];
   read_exact(file.get(), magic, 4, path, "magic number");
-  MPIGRAD_CHECK(magic[0] == 0 && magic[1] == 0, "IDX file ", path, ": bad magic number (not an IDX file)");
+  MPIGRAD_CHECK(magic[0] == 0 && magic[1] == 0, "IDX file ", path,
+                ": bad magic number (not an IDX file)");
   IdxArray array;
   int element_bytes = 0;
   switch (magic[2]) {
-    case 0x08: array.dtype = core::kUInt8; element_bytes = 1; break;
-    case 0x0C: array.dtype = core::kInt32; element_bytes = 4; break;
-    case 0x0D: array.dtype = core::kFloat32; element_bytes = 4; break;
-    case 0x0E: array.dtype = core::kFloat64; element_bytes = 8; break;
-    case 0x09: core::fail("IDX file ", path, ": element type int8 is not supported");
-    case 0x0B: core::fail("IDX file ", path, ": element type int16 is not supported");
-    default: core::fail("IDX file ", path, ": unknown element type code ", int(magic[2]));
+    case 0x08:
+      array.dtype = core::kUInt8;
+      element_bytes = 1;
+      break;
+    case 0x0C:
+      array.dtype = core::kInt32;
+      element_bytes = 4;
+      break;
+    case 0x0D:
+      array.dtype = core::kFloat32;
+      element_bytes = 4;
+      break;
+    case 0x0E:
+      array.dtype = core::kFloat64;
+      element_bytes = 8;
+      break;
+    case 0x09:
+      core::fail("IDX file ", path, ": element type int8 is not supported");
+    case 0x0B:
+      core::fail("IDX file ", path, ": element type int16 is not supported");
+    default:
+      core::fail("IDX file ", path, ": unknown element type code ", int(magic[2]));
   }
   const int rank = magic[3];
   MPIGRAD_CHECK(rank >= 1 && rank <= 8, "IDX file ", path, ": rank ", rank, " outside 1..8");
@@ -66,7 +82,8 @@ IdxArray read_idx(const std::string& path) {
   for (int d = 0; d < rank; ++d) {
     unsigned char be[4];
     read_exact(file.get(), be, 4, path, "dimensions");
-    int64_t extent = (int64_t(be[0]) << 24) | (int64_t(be[1]) << 16) | (int64_t(be[2]) << 8) | int64_t(be[3]);
+    int64_t extent =
+        (int64_t(be[0]) << 24) | (int64_t(be[1]) << 16) | (int64_t(be[2]) << 8) | int64_t(be[3]);
     array.dims.push_back(extent);
     // Checked before multiplying: a few extents near 2^32 overflow int64.
     MPIGRAD_CHECK(extent == 0 || count <= kMaxElements / extent, "IDX file ", path,
@@ -86,10 +103,12 @@ IdxArray read_idx(const std::string& path) {
   }
   // Trailing bytes mean the header lied about the size.
   unsigned char extra;
-  MPIGRAD_CHECK(gzread(file.get(), &extra, 1) == 0, "IDX file ", path, ": more data than its header declares");
+  MPIGRAD_CHECK(gzread(file.get(), &extra, 1) == 0, "IDX file ", path,
+                ": more data than its header declares");
   if (element_bytes > 1) {
     for (size_t i = 0; i < array.bytes.size(); i += size_t(element_bytes)) {
-      std::reverse(array.bytes.begin() + std::ptrdiff_t(i), array.bytes.begin() + std::ptrdiff_t(i + size_t(element_bytes)));
+      std::reverse(array.bytes.begin() + std::ptrdiff_t(i),
+                   array.bytes.begin() + std::ptrdiff_t(i + size_t(element_bytes)));
     }
   }
   return array;

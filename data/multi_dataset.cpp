@@ -14,21 +14,22 @@ namespace mpigrad::data {
 
 // ---- MultiDataset -------------------------------------------------------------------------------
 
-MultiDataset::MultiDataset(std::vector<std::shared_ptr<Dataset>> children) : children_(std::move(children)) {
+MultiDataset::MultiDataset(std::vector<std::shared_ptr<Dataset>> children)
+    : children_(std::move(children)) {
   MPIGRAD_CHECK(!children_.empty(), "MultiDataset: no datasets given");
   offsets_.push_back(0);
   for (size_t d = 0; d < children_.size(); ++d) {
     MPIGRAD_CHECK(children_[d] != nullptr, "MultiDataset: dataset ", d, " is null");
     const auto& expected = children_[0]->fields();
     const auto& got = children_[d]->fields();
-    MPIGRAD_CHECK(got.size() == expected.size(), "MultiDataset: dataset ", d, " (", children_[d]->describe(),
-                  ") has ", got.size(), " fields but dataset 0 (", children_[0]->describe(), ") has ",
-                  expected.size());
+    MPIGRAD_CHECK(got.size() == expected.size(), "MultiDataset: dataset ", d, " (",
+                  children_[d]->describe(), ") has ", got.size(), " fields but dataset 0 (",
+                  children_[0]->describe(), ") has ", expected.size());
     for (size_t f = 0; f < got.size(); ++f) {
-      MPIGRAD_CHECK(got[f] == expected[f], "MultiDataset: dataset ", d, " (", children_[d]->describe(),
-                    ") field '", got[f].name, "' is ", got[f].dtype, " ", got[f].sample_shape, " but dataset 0 (",
-                    children_[0]->describe(), ") field '", expected[f].name, "' is ", expected[f].dtype, " ",
-                    expected[f].sample_shape);
+      MPIGRAD_CHECK(got[f] == expected[f], "MultiDataset: dataset ", d, " (",
+                    children_[d]->describe(), ") field '", got[f].name, "' is ", got[f].dtype, " ",
+                    got[f].sample_shape, " but dataset 0 (", children_[0]->describe(), ") field '",
+                    expected[f].name, "' is ", expected[f].dtype, " ", expected[f].sample_shape);
     }
     offsets_.push_back(offsets_.back() + children_[d]->size());
   }
@@ -47,15 +48,17 @@ std::vector<int64_t> MultiDataset::sizes() const {
 }
 
 int64_t MultiDataset::to_global(int dataset, int64_t local) const {
-  MPIGRAD_CHECK(dataset >= 0 && dataset < num_datasets(), "MultiDataset::to_global: dataset ", dataset,
-                " outside [0, ", num_datasets(), ")");
-  MPIGRAD_CHECK(local >= 0 && local < children_[size_t(dataset)]->size(), "MultiDataset::to_global: index ",
-                local, " out of range [0, ", children_[size_t(dataset)]->size(), ") of dataset ", dataset);
+  MPIGRAD_CHECK(dataset >= 0 && dataset < num_datasets(), "MultiDataset::to_global: dataset ",
+                dataset, " outside [0, ", num_datasets(), ")");
+  MPIGRAD_CHECK(local >= 0 && local < children_[size_t(dataset)]->size(),
+                "MultiDataset::to_global: index ", local, " out of range [0, ",
+                children_[size_t(dataset)]->size(), ") of dataset ", dataset);
   return offsets_[size_t(dataset)] + local;
 }
 
 std::pair<int, int64_t> MultiDataset::to_local(int64_t global) const {
-  MPIGRAD_CHECK(global >= 0 && global < size(), describe(), ": index ", global, " out of range [0, ", size(), ")");
+  MPIGRAD_CHECK(global >= 0 && global < size(), describe(), ": index ", global,
+                " out of range [0, ", size(), ")");
   int d = int(std::upper_bound(offsets_.begin(), offsets_.end(), global) - offsets_.begin()) - 1;
   while (global >= offsets_[size_t(d) + 1]) ++d;  // empty children share an offset
   return {d, global - offsets_[size_t(d)]};
@@ -87,7 +90,8 @@ Batch MultiDataset::get_batch(std::span<const int64_t> indices) const {
       const char* from = static_cast<const char*>(source.data_ptr());
       char* to = static_cast<char*>(batch.fields[f].second.data_ptr());
       for (size_t k = 0; k < positions[d].size(); ++k) {
-        std::memcpy(to + positions[d][k] * row_bytes, from + int64_t(k) * row_bytes, size_t(row_bytes));
+        std::memcpy(to + positions[d][k] * row_bytes, from + int64_t(k) * row_bytes,
+                    size_t(row_bytes));
       }
     }
   }
@@ -102,14 +106,18 @@ EpochPolicy parse_epoch_policy(const std::string& text) {
   if (text == "dataset_size") return EpochPolicy::DatasetSize;
   if (text == "min_size") return EpochPolicy::MinSize;
   if (text == "max_size") return EpochPolicy::MaxSize;
-  core::fail("epoch_policy: unknown value '", text, "' (expected dataset_size, min_size or max_size)");
+  core::fail("epoch_policy: unknown value '", text,
+             "' (expected dataset_size, min_size or max_size)");
 }
 
 std::string epoch_policy_name(EpochPolicy policy) {
   switch (policy) {
-    case EpochPolicy::DatasetSize: return "dataset_size";
-    case EpochPolicy::MinSize: return "min_size";
-    case EpochPolicy::MaxSize: return "max_size";
+    case EpochPolicy::DatasetSize:
+      return "dataset_size";
+    case EpochPolicy::MinSize:
+      return "min_size";
+    case EpochPolicy::MaxSize:
+      return "max_size";
   }
   return "unknown";
 }
@@ -134,7 +142,8 @@ std::vector<int64_t> largest_remainder(const std::vector<double>& weights, int64
   }
   std::vector<size_t> order(weights.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return remainders[a] > remainders[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return remainders[a] > remainders[b]; });
   for (size_t k = 0; assigned < total; k = (k + 1) % order.size(), ++assigned) ++counts[order[k]];
   return counts;
 }
@@ -153,13 +162,18 @@ BatchComposition BatchComposition::ratios(std::vector<double> ratios) {
   return composition;
 }
 
-BatchComposition BatchComposition::balanced() { return BatchComposition(); }
+BatchComposition BatchComposition::balanced() {
+  return BatchComposition();
+}
 
-BatchComposition BatchComposition::from_values(const std::vector<std::variant<int64_t, double>>& values) {
-  bool any_float = std::any_of(values.begin(), values.end(), [](const auto& v) { return v.index() == 1; });
+BatchComposition BatchComposition::from_values(
+    const std::vector<std::variant<int64_t, double>>& values) {
+  bool any_float =
+      std::any_of(values.begin(), values.end(), [](const auto& v) { return v.index() == 1; });
   if (any_float) {
     std::vector<double> ratios;
-    for (const auto& v : values) ratios.push_back(v.index() == 1 ? std::get<1>(v) : double(std::get<0>(v)));
+    for (const auto& v : values)
+      ratios.push_back(v.index() == 1 ? std::get<1>(v) : double(std::get<0>(v)));
     return BatchComposition::ratios(std::move(ratios));
   }
   std::vector<int64_t> counts;
@@ -184,7 +198,8 @@ BatchComposition BatchComposition::parse(const std::string& text) {
     } catch (const std::exception&) {
       used = 0;
     }
-    MPIGRAD_CHECK(!item.empty() && used == item.size(), "samples_per_dataset: cannot parse '", item, "' in '", text,
+    MPIGRAD_CHECK(!item.empty() && used == item.size(), "samples_per_dataset: cannot parse '", item,
+                  "' in '", text,
                   "' (expected counts like 16,16, ratios like 0.7,0.3, or balanced)");
   }
   MPIGRAD_CHECK(!values.empty(), "samples_per_dataset: empty list");
@@ -193,10 +208,11 @@ BatchComposition BatchComposition::parse(const std::string& text) {
 
 std::vector<int64_t> BatchComposition::resolve(int64_t batch_size, int num_datasets) const {
   switch (kind_) {
-    case Kind::Balanced: return largest_remainder(std::vector<double>(size_t(num_datasets), 1.0), batch_size);
+    case Kind::Balanced:
+      return largest_remainder(std::vector<double>(size_t(num_datasets), 1.0), batch_size);
     case Kind::Ratios: {
-      MPIGRAD_CHECK(int(ratios_.size()) == num_datasets, "samples_per_dataset ", str(), ": ", ratios_.size(),
-                    " ratios for ", num_datasets, " datasets");
+      MPIGRAD_CHECK(int(ratios_.size()) == num_datasets, "samples_per_dataset ", str(), ": ",
+                    ratios_.size(), " ratios for ", num_datasets, " datasets");
       try {
         return largest_remainder(ratios_, batch_size);
       } catch (const core::Error& error) {
@@ -204,15 +220,16 @@ std::vector<int64_t> BatchComposition::resolve(int64_t batch_size, int num_datas
       }
     }
     case Kind::Counts: {
-      MPIGRAD_CHECK(int(counts_.size()) == num_datasets, "samples_per_dataset ", str(), ": ", counts_.size(),
-                    " counts for ", num_datasets, " datasets");
+      MPIGRAD_CHECK(int(counts_.size()) == num_datasets, "samples_per_dataset ", str(), ": ",
+                    counts_.size(), " counts for ", num_datasets, " datasets");
       int64_t sum = 0;
       for (int64_t c : counts_) {
         MPIGRAD_CHECK(c >= 0, "samples_per_dataset ", str(), ": negative count ", c);
         sum += c;
       }
-      MPIGRAD_CHECK(sum == batch_size, "samples_per_dataset ", str(), ": integer counts are exact and sum to ", sum,
-                    ", not the batch size ", batch_size, " (write floats such as 0.5 for ratios)");
+      MPIGRAD_CHECK(sum == batch_size, "samples_per_dataset ", str(),
+                    ": integer counts are exact and sum to ", sum, ", not the batch size ",
+                    batch_size, " (write floats such as 0.5 for ratios)");
       return counts_;
     }
   }
@@ -253,11 +270,14 @@ MultiDatasetBatchSampler::MultiDatasetBatchSampler(std::vector<int64_t> dataset_
   const int64_t batch_size = options_.batch_size;
   const int datasets = int(sizes_.size());
   MPIGRAD_CHECK(datasets >= 1, "MultiDatasetBatchSampler: no datasets");
-  MPIGRAD_CHECK(batch_size >= 1, "MultiDatasetBatchSampler: batch_size must be >= 1, got ", batch_size);
+  MPIGRAD_CHECK(batch_size >= 1, "MultiDatasetBatchSampler: batch_size must be >= 1, got ",
+                batch_size);
   MPIGRAD_CHECK(!(options_.weights && options_.samples_per_dataset),
                 "MultiDatasetBatchSampler: give weights or samples_per_dataset, not both");
-  MPIGRAD_CHECK(options_.num_replicas >= 1 && options_.rank >= 0 && options_.rank < options_.num_replicas,
-                "MultiDatasetBatchSampler: rank ", options_.rank, " outside [0, ", options_.num_replicas, ")");
+  MPIGRAD_CHECK(
+      options_.num_replicas >= 1 && options_.rank >= 0 && options_.rank < options_.num_replicas,
+      "MultiDatasetBatchSampler: rank ", options_.rank, " outside [0, ", options_.num_replicas,
+      ")");
   offsets_.push_back(0);
   for (int64_t n : sizes_) {
     MPIGRAD_CHECK(n >= 0, "MultiDatasetBatchSampler: negative dataset size ", n);
@@ -270,8 +290,8 @@ MultiDatasetBatchSampler::MultiDatasetBatchSampler(std::vector<int64_t> dataset_
     std::vector<double> weights;
     if (options_.weights) {
       weights = *options_.weights;
-      MPIGRAD_CHECK(int(weights.size()) == datasets, "MultiDatasetBatchSampler: ", weights.size(), " weights for ",
-                    datasets, " datasets");
+      MPIGRAD_CHECK(int(weights.size()) == datasets, "MultiDatasetBatchSampler: ", weights.size(),
+                    " weights for ", datasets, " datasets");
     } else {
       for (int64_t n : sizes_) weights.push_back(double(n));
     }
@@ -294,23 +314,32 @@ MultiDatasetBatchSampler::MultiDatasetBatchSampler(std::vector<int64_t> dataset_
     max_batches = std::max(max_batches, fits);
   }
   switch (options_.epoch_policy) {
-    case EpochPolicy::DatasetSize: global_batches_ = offsets_.back() / batch_size; break;
-    case EpochPolicy::MinSize: global_batches_ = min_batches; break;
-    case EpochPolicy::MaxSize: global_batches_ = max_batches; break;
+    case EpochPolicy::DatasetSize:
+      global_batches_ = offsets_.back() / batch_size;
+      break;
+    case EpochPolicy::MinSize:
+      global_batches_ = min_batches;
+      break;
+    case EpochPolicy::MaxSize:
+      global_batches_ = max_batches;
+      break;
   }
   if (!options_.replacement) {
     for (int d = 0; d < datasets; ++d) {
       int64_t needed = global_batches_ * per_batch_[size_t(d)];
-      MPIGRAD_CHECK(needed <= sizes_[size_t(d)], "MultiDatasetBatchSampler: epoch_policy ", policy, " gives ",
-                    global_batches_, " batches with ", per_batch_[size_t(d)], " samples of dataset ", d,
-                    " each, i.e. ", needed, " samples, but dataset ", d, " has only ", sizes_[size_t(d)],
-                    "; this is impossible without replacement (use replacement = true, or epoch_policy min_size)");
+      MPIGRAD_CHECK(needed <= sizes_[size_t(d)], "MultiDatasetBatchSampler: epoch_policy ", policy,
+                    " gives ", global_batches_, " batches with ", per_batch_[size_t(d)],
+                    " samples of dataset ", d, " each, i.e. ", needed, " samples, but dataset ", d,
+                    " has only ", sizes_[size_t(d)],
+                    "; this is impossible without replacement (use replacement = true, or "
+                    "epoch_policy min_size)");
     }
   }
   MPIGRAD_CHECK(global_batches_ >= 1, "MultiDatasetBatchSampler: epoch_policy ", policy,
                 " gives no complete batch of ", batch_size, " (dataset sizes too small)");
-  MPIGRAD_CHECK(!options_.drop_last || global_batches_ >= options_.num_replicas, "MultiDatasetBatchSampler: ",
-                global_batches_, " batches per epoch, fewer than the ", options_.num_replicas,
+  MPIGRAD_CHECK(!options_.drop_last || global_batches_ >= options_.num_replicas,
+                "MultiDatasetBatchSampler: ", global_batches_,
+                " batches per epoch, fewer than the ", options_.num_replicas,
                 " ranks, and drop_last leaves none (use drop_last = false or a smaller batch)");
 }
 
@@ -339,7 +368,8 @@ std::vector<std::vector<int64_t>> MultiDatasetBatchSampler::global_batches_list(
       std::iota(locals.begin(), locals.end(), 0);
     }
     for (int64_t b = 0; b < global_batches_; ++b) {
-      for (int64_t i = 0; i < k; ++i) batches[size_t(b)].push_back(offsets_[d] + locals[size_t(b * k + i)]);
+      for (int64_t i = 0; i < k; ++i)
+        batches[size_t(b)].push_back(offsets_[d] + locals[size_t(b * k + i)]);
     }
   }
   const size_t ranks = size_t(options_.num_replicas);

@@ -90,8 +90,8 @@ class BatchComposition {
 
 struct MultiDatasetBatchSamplerOptions {
   int64_t batch_size = 1;
-  std::optional<std::vector<double>> weights;               // default: the child sizes
-  std::optional<BatchComposition> samples_per_dataset;      // exclusive with weights
+  std::optional<std::vector<double>> weights;           // default: the child sizes
+  std::optional<BatchComposition> samples_per_dataset;  // exclusive with weights
   bool replacement = false;
   bool shuffle = true;  // without replacement: permute each child (else walk it in order)
   EpochPolicy epoch_policy = EpochPolicy::DatasetSize;
@@ -103,7 +103,8 @@ struct MultiDatasetBatchSamplerOptions {
 
 class MultiDatasetBatchSampler : public BatchSamplerBase {
  public:
-  MultiDatasetBatchSampler(std::vector<int64_t> dataset_sizes, MultiDatasetBatchSamplerOptions options);
+  MultiDatasetBatchSampler(std::vector<int64_t> dataset_sizes,
+                           MultiDatasetBatchSamplerOptions options);
   MultiDatasetBatchSampler(const MultiDataset& dataset, MultiDatasetBatchSamplerOptions options)
       : MultiDatasetBatchSampler(dataset.sizes(), std::move(options)) {}
 

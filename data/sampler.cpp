@@ -46,9 +46,12 @@ void check_index_memory(int64_t samples, int64_t indices, const char* who) {
   if (pages <= 0 || page_bytes <= 0) return;  // unknown: nothing to compare with
   const double memory = double(pages) * double(page_bytes);
   const double needed = double(indices) * double(sizeof(int64_t));
-  MPIGRAD_CHECK(needed <= memory / 2, who, ": an epoch's order of ", samples,
-                " samples needs ", needed / double(1 << 30), " GiB of indices, more than half of "
-                "this machine's ", memory / double(1 << 30), " GiB of memory; use a subset of the "
+  MPIGRAD_CHECK(needed <= memory / 2, who, ": an epoch's order of ", samples, " samples needs ",
+                needed / double(1 << 30),
+                " GiB of indices, more than half of "
+                "this machine's ",
+                memory / double(1 << 30),
+                " GiB of memory; use a subset of the "
                 "data (fewer samples per file, or fewer shards)");
 }
 
@@ -79,15 +82,18 @@ std::vector<int64_t> SequentialSampler::indices() const {
   return order;
 }
 
-RandomSampler::RandomSampler(int64_t dataset_size, uint64_t seed, bool replacement, int64_t num_samples)
+RandomSampler::RandomSampler(int64_t dataset_size, uint64_t seed, bool replacement,
+                             int64_t num_samples)
     : dataset_size_(dataset_size),
       seed_(seed),
       replacement_(replacement),
       num_samples_(num_samples < 0 ? dataset_size : num_samples) {
   MPIGRAD_CHECK(dataset_size >= 0, "RandomSampler: negative dataset size ", dataset_size);
-  MPIGRAD_CHECK(replacement || num_samples_ <= dataset_size, "RandomSampler: num_samples ", num_samples_,
-                " exceeds the dataset's ", dataset_size, " samples; that needs replacement = true");
-  MPIGRAD_CHECK(num_samples_ == 0 || dataset_size > 0, "RandomSampler: cannot draw from an empty dataset");
+  MPIGRAD_CHECK(replacement || num_samples_ <= dataset_size, "RandomSampler: num_samples ",
+                num_samples_, " exceeds the dataset's ", dataset_size,
+                " samples; that needs replacement = true");
+  MPIGRAD_CHECK(num_samples_ == 0 || dataset_size > 0,
+                "RandomSampler: cannot draw from an empty dataset");
   check_index_memory(dataset_size, std::max(num_samples_, replacement ? 0 : dataset_size),
                      "RandomSampler");
 }
@@ -107,19 +113,21 @@ std::vector<int64_t> RandomSampler::indices() const {
 
 // ---- DistributedSampler -------------------------------------------------------------------------
 
-DistributedSampler::DistributedSampler(int64_t dataset_size, int64_t num_replicas, int64_t rank, bool shuffle,
-                                       uint64_t seed, bool drop_last)
+DistributedSampler::DistributedSampler(int64_t dataset_size, int64_t num_replicas, int64_t rank,
+                                       bool shuffle, uint64_t seed, bool drop_last)
     : dataset_size_(dataset_size),
       num_replicas_(num_replicas),
       rank_(rank),
       shuffle_(shuffle),
       seed_(seed),
       drop_last_(drop_last) {
-  MPIGRAD_CHECK(num_replicas >= 1, "DistributedSampler: num_replicas must be >= 1, got ", num_replicas);
-  MPIGRAD_CHECK(rank >= 0 && rank < num_replicas, "DistributedSampler: rank ", rank, " outside [0, ",
-                num_replicas, ")");
+  MPIGRAD_CHECK(num_replicas >= 1, "DistributedSampler: num_replicas must be >= 1, got ",
+                num_replicas);
+  MPIGRAD_CHECK(rank >= 0 && rank < num_replicas, "DistributedSampler: rank ", rank,
+                " outside [0, ", num_replicas, ")");
   MPIGRAD_CHECK(dataset_size >= num_replicas, "DistributedSampler: the dataset has ", dataset_size,
-                " samples, fewer than the ", num_replicas, " ranks; every rank needs at least one sample");
+                " samples, fewer than the ", num_replicas,
+                " ranks; every rank needs at least one sample");
   // PyTorch: with drop_last the tail is dropped so every rank gets the same count, otherwise
   // ceil(N / R) each with padding.
   if (drop_last && dataset_size % num_replicas != 0) {
@@ -128,11 +136,11 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int64_t num_replica
     num_samples_ = core::ceil_div(dataset_size, num_replicas);
   }
   // indices() holds the whole padded order, then this rank's share.
-  check_index_memory(dataset_size,
-                     core::checked_add(std::max(dataset_size, total_size()), num_samples_,
-                                       "DistributedSampler: the indices of ", dataset_size,
-                                       " samples"),
-                     "DistributedSampler");
+  check_index_memory(
+      dataset_size,
+      core::checked_add(std::max(dataset_size, total_size()), num_samples_,
+                        "DistributedSampler: the indices of ", dataset_size, " samples"),
+      "DistributedSampler");
 }
 
 std::vector<int64_t> DistributedSampler::indices() const {

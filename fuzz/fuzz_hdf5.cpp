@@ -24,9 +24,9 @@
 #include "mpigrad/data/hdf5_dataset.h"
 
 #ifdef MPIGRAD_FUZZ_LIBFUZZER
-#include <sanitizer/common_interface_defs.h>
 #include <elf.h>
 #include <link.h>
+#include <sanitizer/common_interface_defs.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -67,7 +67,8 @@ void find_counters(size_t* count) {
   std::vector<Elf64_Shdr> sections(header.e_shnum);
   exe.seekg(std::streamoff(header.e_shoff));
   if (sections.empty() || header.e_shstrndx >= sections.size() ||
-      !exe.read(reinterpret_cast<char*>(sections.data()), std::streamsize(sections.size() * sizeof(Elf64_Shdr)))) {
+      !exe.read(reinterpret_cast<char*>(sections.data()),
+                std::streamsize(sections.size() * sizeof(Elf64_Shdr)))) {
     return;
   }
   std::string names(sections[header.e_shstrndx].sh_size, '\0');
@@ -81,7 +82,8 @@ void find_counters(size_t* count) {
       },
       &load_address);
   for (const Elf64_Shdr& section : sections) {
-    if (section.sh_name < names.size() && std::strcmp(names.c_str() + section.sh_name, "__sancov_cntrs") == 0) {
+    if (section.sh_name < names.size() &&
+        std::strcmp(names.c_str() + section.sh_name, "__sancov_cntrs") == 0) {
       g_counters = reinterpret_cast<uint8_t*>(load_address + section.sh_addr);
       *count = section.sh_size;
     }
@@ -100,8 +102,8 @@ struct Shared {
 Shared* g_shared = nullptr;
 size_t g_counter_count = 0;
 size_t g_hdf5_faults = 0;  // inputs whose inspect child died inside libhdf5, for the summary
-int g_saved_stderr = -1;  // the fuzzer's stderr, in the child (its own stderr is a memfd)
-int g_report_fd = -1;     // the child's stderr: what its sanitizers printed
+int g_saved_stderr = -1;   // the fuzzer's stderr, in the child (its own stderr is a memfd)
+int g_report_fd = -1;      // the child's stderr: what its sanitizers printed
 
 std::string child_report() {
   std::string text;
@@ -121,7 +123,8 @@ bool fault_is_hdf5s(const std::string& report) {
   std::string line;
   while (std::getline(lines, line)) {
     // "    #3 0x7f12... in H5HG_read (/lib/x86_64-linux-gnu/libhdf5_serial.so.103+0x..)" or
-    // "    #4 0x55... in mpigrad::data::(anonymous namespace)::f(...) /work/.../data_tool.cpp:380:7"
+    // "    #4 0x55... in mpigrad::data::(anonymous namespace)::f(...)
+    // /work/.../data_tool.cpp:380:7"
     std::istringstream words(line);
     std::string number, address;
     if (!(words >> number >> address) || number.size() < 2 || number[0] != '#' ||
@@ -130,12 +133,10 @@ bool fault_is_hdf5s(const std::string& report) {
     }
     if (line.find("libhdf5") != std::string::npos) return true;
     // The location is the text after the last "(" when there is no source file: "(module+0x..)".
-    const bool has_source = line.find(".c:") != std::string::npos ||
-                            line.find(".cpp:") != std::string::npos ||
-                            line.find(".h:") != std::string::npos ||
-                            line.find(".cc:") != std::string::npos ||
-                            line.find(".tcc:") != std::string::npos ||
-                            line.find(".hpp:") != std::string::npos;
+    const bool has_source =
+        line.find(".c:") != std::string::npos || line.find(".cpp:") != std::string::npos ||
+        line.find(".h:") != std::string::npos || line.find(".cc:") != std::string::npos ||
+        line.find(".tcc:") != std::string::npos || line.find(".hpp:") != std::string::npos;
     const bool bare_header = line.find("/include/c++/") != std::string::npos;  // <vector>, ...
     if (!has_source && !bare_header) continue;
     if (line.find("fuzz_hdf5.cpp") != std::string::npos) continue;
@@ -190,7 +191,8 @@ void parent_end() {
   const bool unjudged = !g_shared->finished && !g_shared->hdf5s && !g_shared->our_fault;
   if (g_shared->our_fault || unjudged) {
     std::fprintf(stderr, "fuzz_hdf5: aborting: the inspect child %s\n",
-                 unjudged ? "ended without a verdict (killed at the timeout?)" : "died in mpigrad's code (report above)");
+                 unjudged ? "ended without a verdict (killed at the timeout?)"
+                          : "died in mpigrad's code (report above)");
     std::abort();
   }
   if (!g_shared->finished) ++g_hdf5_faults;
@@ -206,8 +208,10 @@ void install_isolation_hooks() {
     std::fprintf(stderr, "fuzz_hdf5: no __sancov_cntrs section in /proc/self/exe\n");
     std::abort();
   }
-  std::fprintf(stderr, "INFO: fuzz_hdf5: the inspect child's %zu coverage counters [%p, %p) come back\n",
-               g_counter_count, static_cast<void*>(g_counters), static_cast<void*>(g_counters + g_counter_count));
+  std::fprintf(stderr,
+               "INFO: fuzz_hdf5: the inspect child's %zu coverage counters [%p, %p) come back\n",
+               g_counter_count, static_cast<void*>(g_counters),
+               static_cast<void*>(g_counters + g_counter_count));
   void* memory = ::mmap(nullptr, sizeof(Shared) + g_counter_count, PROT_READ | PROT_WRITE,
                         MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (memory == MAP_FAILED) std::abort();
@@ -219,8 +223,10 @@ void install_isolation_hooks() {
   hooks.keep_crash_handlers = true;  // ASan's reports are what judge_child_and_exit reads
   core::set_isolation_hooks(hooks);
   std::atexit([] {
-    std::fprintf(stderr, "fuzz_hdf5: %zu inputs crashed or hung libhdf5 in the inspect child "
-                 "(each a clean inspect error)\n", g_hdf5_faults);
+    std::fprintf(stderr,
+                 "fuzz_hdf5: %zu inputs crashed or hung libhdf5 in the inspect child "
+                 "(each a clean inspect error)\n",
+                 g_hdf5_faults);
   });
 }
 

@@ -22,8 +22,8 @@ namespace mpigrad::kernels {
 namespace cpu {
 
 int64_t cross_entropy(DType dtype, int64_t rows, int64_t cols, const void* logits,
-                      const int64_t* targets, int64_t ignore_index, double grad_scale,
-                      void* losses, void* grad);
+                      const int64_t* targets, int64_t ignore_index, double grad_scale, void* losses,
+                      void* grad);
 
 }  // namespace cpu
 
@@ -42,7 +42,9 @@ MPIGRAD_HOST_DEVICE constexpr uint64_t encode_bad_target(int64_t row, int64_t ta
   const int64_t clamped = target < INT32_MIN ? INT32_MIN : target > INT32_MAX ? INT32_MAX : target;
   return (uint64_t(row) << 32) | uint64_t(uint32_t(int32_t(clamped)));
 }
-constexpr int64_t bad_target_row(uint64_t code) { return int64_t(code >> 32); }
+constexpr int64_t bad_target_row(uint64_t code) {
+  return int64_t(code >> 32);
+}
 constexpr int64_t bad_target_value(uint64_t code) {
   return int64_t(int32_t(uint32_t(code & 0xffffffffu)));
 }

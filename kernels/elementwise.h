@@ -66,52 +66,103 @@ inline StridedLoop coalesced(const StridedLoop& loop, int num_operands) {
 }
 
 enum class UnaryOp : uint8_t {
-  Neg, Exp, Log, Sqrt, Rsqrt, Abs, Relu, GeluErf, GeluTanh, Silu, Sigmoid, Tanh, Sign,
+  Neg,
+  Exp,
+  Log,
+  Sqrt,
+  Rsqrt,
+  Abs,
+  Relu,
+  GeluErf,
+  GeluTanh,
+  Silu,
+  Sigmoid,
+  Tanh,
+  Sign,
 };
 
 enum class BinaryOp : uint8_t {
-  Add, Sub, Mul, Div, Maximum, Minimum, Pow,
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Maximum,
+  Minimum,
+  Pow,
   // Comparisons write Bool.
-  Eq, Ne, Lt, Le, Gt, Ge,
+  Eq,
+  Ne,
+  Lt,
+  Le,
+  Gt,
+  Ge,
 };
 
-inline bool is_comparison(BinaryOp op) { return op >= BinaryOp::Eq; }
+inline bool is_comparison(BinaryOp op) {
+  return op >= BinaryOp::Eq;
+}
 
 // Lower-case names for messages, shared by the CPU and CUDA kernels and core's ops.
 constexpr const char* unary_op_name(UnaryOp op) {
   switch (op) {
-    case UnaryOp::Neg: return "neg";
-    case UnaryOp::Exp: return "exp";
-    case UnaryOp::Log: return "log";
-    case UnaryOp::Sqrt: return "sqrt";
-    case UnaryOp::Rsqrt: return "rsqrt";
-    case UnaryOp::Abs: return "abs";
-    case UnaryOp::Relu: return "relu";
-    case UnaryOp::GeluErf: return "gelu";
-    case UnaryOp::GeluTanh: return "gelu_tanh";
-    case UnaryOp::Silu: return "silu";
-    case UnaryOp::Sigmoid: return "sigmoid";
-    case UnaryOp::Tanh: return "tanh";
-    case UnaryOp::Sign: return "sign";
+    case UnaryOp::Neg:
+      return "neg";
+    case UnaryOp::Exp:
+      return "exp";
+    case UnaryOp::Log:
+      return "log";
+    case UnaryOp::Sqrt:
+      return "sqrt";
+    case UnaryOp::Rsqrt:
+      return "rsqrt";
+    case UnaryOp::Abs:
+      return "abs";
+    case UnaryOp::Relu:
+      return "relu";
+    case UnaryOp::GeluErf:
+      return "gelu";
+    case UnaryOp::GeluTanh:
+      return "gelu_tanh";
+    case UnaryOp::Silu:
+      return "silu";
+    case UnaryOp::Sigmoid:
+      return "sigmoid";
+    case UnaryOp::Tanh:
+      return "tanh";
+    case UnaryOp::Sign:
+      return "sign";
   }
   return "unary";
 }
 
 constexpr const char* binary_op_name(BinaryOp op) {
   switch (op) {
-    case BinaryOp::Add: return "add";
-    case BinaryOp::Sub: return "sub";
-    case BinaryOp::Mul: return "mul";
-    case BinaryOp::Div: return "div";
-    case BinaryOp::Maximum: return "maximum";
-    case BinaryOp::Minimum: return "minimum";
-    case BinaryOp::Pow: return "pow";
-    case BinaryOp::Eq: return "eq";
-    case BinaryOp::Ne: return "ne";
-    case BinaryOp::Lt: return "lt";
-    case BinaryOp::Le: return "le";
-    case BinaryOp::Gt: return "gt";
-    case BinaryOp::Ge: return "ge";
+    case BinaryOp::Add:
+      return "add";
+    case BinaryOp::Sub:
+      return "sub";
+    case BinaryOp::Mul:
+      return "mul";
+    case BinaryOp::Div:
+      return "div";
+    case BinaryOp::Maximum:
+      return "maximum";
+    case BinaryOp::Minimum:
+      return "minimum";
+    case BinaryOp::Pow:
+      return "pow";
+    case BinaryOp::Eq:
+      return "eq";
+    case BinaryOp::Ne:
+      return "ne";
+    case BinaryOp::Lt:
+      return "lt";
+    case BinaryOp::Le:
+      return "le";
+    case BinaryOp::Gt:
+      return "gt";
+    case BinaryOp::Ge:
+      return "ge";
   }
   return "binary";
 }

@@ -27,8 +27,8 @@ int64_t gather(DType dtype, int64_t outer, int64_t extent, int64_t inner, const 
                int64_t count, void* out, const void* in);
 
 // out[o, index[o, i, j], j] += in[o, i, j]; the inverse layout of gather.
-int64_t scatter_add(DType dtype, int64_t outer, int64_t extent, int64_t inner,
-                    const int64_t* index, int64_t count, void* out, const void* in);
+int64_t scatter_add(DType dtype, int64_t outer, int64_t extent, int64_t inner, const int64_t* index,
+                    int64_t count, void* out, const void* in);
 
 }  // namespace cpu
 
@@ -48,9 +48,8 @@ int64_t index_add(DType dtype, int64_t outer, int64_t extent, int64_t inner, con
                   int64_t count, void* out, const void* in, void* workspace, void* stream);
 int64_t gather(DType dtype, int64_t outer, int64_t extent, int64_t inner, const int64_t* index,
                int64_t count, void* out, const void* in, void* workspace, void* stream);
-int64_t scatter_add(DType dtype, int64_t outer, int64_t extent, int64_t inner,
-                    const int64_t* index, int64_t count, void* out, const void* in,
-                    void* workspace, void* stream);
+int64_t scatter_add(DType dtype, int64_t outer, int64_t extent, int64_t inner, const int64_t* index,
+                    int64_t count, void* out, const void* in, void* workspace, void* stream);
 
 }  // namespace cuda
 }  // namespace mpigrad::kernels

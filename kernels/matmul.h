@@ -12,8 +12,8 @@ namespace mpigrad::kernels {
 struct GemmShape {
   bool transpose_a = false;
   bool transpose_b = false;
-  int64_t m = 0, n = 0, k = 0;          // op(A) is m x k, op(B) is k x n, C is m x n
-  int64_t lda = 0, ldb = 0, ldc = 0;    // row-major leading dimensions of A, B, C as stored
+  int64_t m = 0, n = 0, k = 0;        // op(A) is m x k, op(B) is k x n, C is m x n
+  int64_t lda = 0, ldb = 0, ldc = 0;  // row-major leading dimensions of A, B, C as stored
   int64_t batch = 1;
   int64_t batch_stride_a = 0, batch_stride_b = 0, batch_stride_c = 0;
 };

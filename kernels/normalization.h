@@ -18,24 +18,23 @@ void batch_norm_statistics(DType dtype, int64_t batch, int64_t channels, int64_t
                            const void* x, void* mean, void* variance);
 
 // y = (x - mean[c]) * invstd[c] * weight[c] + bias[c].
-void batch_norm_forward(DType dtype, int64_t batch, int64_t channels, int64_t inner,
-                        const void* x, const void* mean, const void* invstd, const void* weight,
-                        const void* bias, void* y);
+void batch_norm_forward(DType dtype, int64_t batch, int64_t channels, int64_t inner, const void* x,
+                        const void* mean, const void* invstd, const void* weight, const void* bias,
+                        void* y);
 
 // With `training`, mean and invstd are the batch's own statistics and grad_x includes their
 // dependence on x; otherwise they are constants (running statistics in eval mode).
-void batch_norm_backward(DType dtype, int64_t batch, int64_t channels, int64_t inner,
-                         bool training, const void* x, const void* grad_y, const void* mean,
-                         const void* invstd, const void* weight, void* grad_x, void* grad_weight,
-                         void* grad_bias);
+void batch_norm_backward(DType dtype, int64_t batch, int64_t channels, int64_t inner, bool training,
+                         const void* x, const void* grad_y, const void* mean, const void* invstd,
+                         const void* weight, void* grad_x, void* grad_weight, void* grad_bias);
 
 // y = (x - mean[r]) * rstd[r] * weight[col] + bias[col]; also writes mean[r] and rstd[r].
 void layer_norm_forward(DType dtype, int64_t rows, int64_t cols, double eps, const void* x,
                         const void* weight, const void* bias, void* y, void* mean, void* rstd);
 
-void layer_norm_backward(DType dtype, int64_t rows, int64_t cols, const void* x,
-                         const void* grad_y, const void* mean, const void* rstd,
-                         const void* weight, void* grad_x, void* grad_weight, void* grad_bias);
+void layer_norm_backward(DType dtype, int64_t rows, int64_t cols, const void* x, const void* grad_y,
+                         const void* mean, const void* rstd, const void* weight, void* grad_x,
+                         void* grad_weight, void* grad_bias);
 
 }  // namespace cpu
 
@@ -50,10 +49,9 @@ void layer_norm_forward(DType dtype, int64_t rows, int64_t cols, double eps, con
                         const void* weight, const void* bias, void* y, void* mean, void* rstd,
                         void* stream);
 
-void layer_norm_backward(DType dtype, int64_t rows, int64_t cols, const void* x,
-                         const void* grad_y, const void* mean, const void* rstd,
-                         const void* weight, void* grad_x, void* grad_weight, void* grad_bias,
-                         void* stream);
+void layer_norm_backward(DType dtype, int64_t rows, int64_t cols, const void* x, const void* grad_y,
+                         const void* mean, const void* rstd, const void* weight, void* grad_x,
+                         void* grad_weight, void* grad_bias, void* stream);
 
 }  // namespace cuda
 }  // namespace mpigrad::kernels

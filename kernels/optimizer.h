@@ -58,8 +58,8 @@ void adam_step(DType dtype, int64_t n, const AdamHyper& hyper, void* param, cons
 // updates every tensor of the list, each with its own hyperparameters, with the CPU formulas.
 // The host list is copied to `device_slots` (device memory of at least
 // sgd_slots_bytes(count) / adam_slots_bytes(count) bytes, which must stay allocated until the
-// launch has run: stream-ordered scratch is fine) on `stream` (a cudaStream_t of the current device),
-// so the kernel reads pointers and sizes from a device array. All tensors share one dtype,
+// launch has run: stream-ordered scratch is fine) on `stream` (a cudaStream_t of the current
+// device), so the kernel reads pointers and sizes from a device array. All tensors share one dtype,
 // Float32 or Float64; their buffers are dense device memory of `numel` elements.
 namespace cuda {
 

@@ -38,8 +38,8 @@ void avg_pool2d_backward(DType dtype, const Pool2dGeometry& geometry, bool count
 // Only planes, height, width, out_h and out_w of the geometry are used.
 void adaptive_avg_pool2d_forward(DType dtype, const Pool2dGeometry& geometry, const void* in,
                                  void* out);
-void adaptive_avg_pool2d_backward(DType dtype, const Pool2dGeometry& geometry,
-                                  const void* grad_out, void* grad_in);
+void adaptive_avg_pool2d_backward(DType dtype, const Pool2dGeometry& geometry, const void* grad_out,
+                                  void* grad_in);
 
 }  // namespace cpu
 }  // namespace mpigrad::kernels

@@ -16,8 +16,8 @@ enum class ReduceOp : uint8_t { Sum, Max, Min };
 // The dtype a reduction writes: Sum of an integer or Bool input is Int64, everything else keeps
 // the input dtype.
 constexpr DType reduce_out_dtype(ReduceOp op, DType in) {
-  if (op == ReduceOp::Sum && (in == DType::Int32 || in == DType::UInt8 || in == DType::Bool ||
-                              in == DType::Int64)) {
+  if (op == ReduceOp::Sum &&
+      (in == DType::Int32 || in == DType::UInt8 || in == DType::Bool || in == DType::Int64)) {
     return DType::Int64;
   }
   return in;

@@ -101,10 +101,12 @@ void save_checkpoint(const std::string& path, const CheckpointData& data) {
 
 CheckpointData load_checkpoint(const std::string& path, core::Device device) {
   hdf5::File file = hdf5::File::open(path);
-  MPIGRAD_CHECK(file.has_attribute("/", "format") &&
-                    file.read_string_attribute("/", "format") == kFormat,
-                "load_checkpoint: ", path, " is an HDF5 file but not an mpigrad checkpoint (no "
-                "format attribute '", kFormat, "')");
+  MPIGRAD_CHECK(
+      file.has_attribute("/", "format") && file.read_string_attribute("/", "format") == kFormat,
+      "load_checkpoint: ", path,
+      " is an HDF5 file but not an mpigrad checkpoint (no "
+      "format attribute '",
+      kFormat, "')");
   const int64_t version = file.read_int_attribute("/", "format_version");
   MPIGRAD_CHECK(version == kFormatVersion, "load_checkpoint: ", path, " has format version ",
                 version, ", this build reads version ", kFormatVersion);
@@ -141,8 +143,8 @@ CheckpointData load_checkpoint(const std::string& path, core::Device device) {
 }
 
 void save_checkpoint(const std::string& path, const Module& model, const Optimizer* optimizer,
-                     const LRScheduler* scheduler, int64_t epoch, int64_t step,
-                     int64_t world_size, const std::string& config) {
+                     const LRScheduler* scheduler, int64_t epoch, int64_t step, int64_t world_size,
+                     const std::string& config) {
   CheckpointData data;
   data.model = model.state_dict();
   if (optimizer) data.optimizer = optimizer->state_dict();

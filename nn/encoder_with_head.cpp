@@ -13,8 +13,10 @@ namespace mpigrad::nn {
 
 std::shared_ptr<Sequential> make_head(HeadKind kind, int64_t features, int64_t outputs,
                                       core::Generator& generator) {
-  MPIGRAD_CHECK(features >= 1 && outputs >= 1, "make_head: features and outputs must be at least "
-                "1, got ", features, " and ", outputs);
+  MPIGRAD_CHECK(features >= 1 && outputs >= 1,
+                "make_head: features and outputs must be at least "
+                "1, got ",
+                features, " and ", outputs);
   auto head = std::make_shared<Sequential>();
   if (kind == HeadKind::Mlp) {
     head->push_back(std::make_shared<Linear>(features, features, generator));
@@ -33,8 +35,7 @@ core::Tensor l2_normalize(const core::Tensor& x) {
 
 EncoderWithHead::EncoderWithHead(std::shared_ptr<Module> encoder, int64_t features,
                                  std::shared_ptr<Module> head, EncoderWithHeadOptions options)
-    : encoder_(std::move(encoder)), head_(std::move(head)), features_(features),
-      options_(options) {
+    : encoder_(std::move(encoder)), head_(std::move(head)), features_(features), options_(options) {
   MPIGRAD_CHECK(encoder_ != nullptr && head_ != nullptr, "EncoderWithHead: null encoder or head");
   register_module("encoder", encoder_);
   register_module("head", head_);

@@ -11,18 +11,25 @@ double calculate_gain(Nonlinearity nonlinearity, double param) {
   switch (nonlinearity) {
     case Nonlinearity::Linear:
     case Nonlinearity::Conv:
-    case Nonlinearity::Sigmoid: return 1.0;
-    case Nonlinearity::Tanh: return 5.0 / 3.0;
-    case Nonlinearity::ReLU: return std::sqrt(2.0);
-    case Nonlinearity::LeakyReLU: return std::sqrt(2.0 / (1.0 + param * param));
-    case Nonlinearity::SELU: return 3.0 / 4.0;
+    case Nonlinearity::Sigmoid:
+      return 1.0;
+    case Nonlinearity::Tanh:
+      return 5.0 / 3.0;
+    case Nonlinearity::ReLU:
+      return std::sqrt(2.0);
+    case Nonlinearity::LeakyReLU:
+      return std::sqrt(2.0 / (1.0 + param * param));
+    case Nonlinearity::SELU:
+      return 3.0 / 4.0;
   }
   return 1.0;
 }
 
 Fans compute_fans(const Tensor& tensor) {
-  MPIGRAD_CHECK(tensor.dim() >= 2, "init: fan in and fan out need a tensor of at least 2 dims, "
-                "got shape ", tensor.shape());
+  MPIGRAD_CHECK(tensor.dim() >= 2,
+                "init: fan in and fan out need a tensor of at least 2 dims, "
+                "got shape ",
+                tensor.shape());
   int64_t receptive = 1;
   for (int d = 2; d < tensor.dim(); ++d) receptive *= tensor.shape()[d];
   return {tensor.shape()[1] * receptive, tensor.shape()[0] * receptive};
@@ -42,8 +49,12 @@ Tensor& constant_(Tensor& tensor, double value) {
   core::NoGradGuard no_grad;
   return tensor.fill_(value);
 }
-Tensor& zeros_(Tensor& tensor) { return constant_(tensor, 0.0); }
-Tensor& ones_(Tensor& tensor) { return constant_(tensor, 1.0); }
+Tensor& zeros_(Tensor& tensor) {
+  return constant_(tensor, 0.0);
+}
+Tensor& ones_(Tensor& tensor) {
+  return constant_(tensor, 1.0);
+}
 
 namespace {
 double kaiming_std(const Tensor& tensor, double a, FanMode mode, Nonlinearity nonlinearity) {
@@ -74,7 +85,7 @@ Tensor& xavier_uniform_(Tensor& tensor, Generator& generator, double gain) {
 Tensor& xavier_normal_(Tensor& tensor, Generator& generator, double gain) {
   const Fans fans = compute_fans(tensor);
   return init::normal_(tensor, 0.0, gain * std::sqrt(2.0 / double(fans.fan_in + fans.fan_out)),
-                 generator);
+                       generator);
 }
 
 }  // namespace mpigrad::nn::init

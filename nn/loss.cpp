@@ -15,9 +15,12 @@ namespace mpigrad::nn {
 namespace {
 Tensor reduce(const Tensor& loss, Reduction reduction) {
   switch (reduction) {
-    case Reduction::Mean: return core::mean(loss);
-    case Reduction::Sum: return core::sum(loss);
-    case Reduction::None: return loss;
+    case Reduction::Mean:
+      return core::mean(loss);
+    case Reduction::Sum:
+      return core::sum(loss);
+    case Reduction::None:
+      return loss;
   }
   return loss;
 }
@@ -29,8 +32,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels,
   MPIGRAD_CHECK(core::is_floating(logits.dtype()), "cross_entropy: logits must be floating, got ",
                 logits.dtype());
   MPIGRAD_CHECK(labels.dtype() == core::kInt64 || labels.dtype() == core::kInt32,
-                "cross_entropy: labels must be Int64 or Int32 class indices, got ",
-                labels.dtype());
+                "cross_entropy: labels must be Int64 or Int32 class indices, got ", labels.dtype());
   MPIGRAD_CHECK(logits.dim() >= 2, "cross_entropy: logits must be [N, C, ...], got shape ",
                 logits.shape());
   MPIGRAD_CHECK(options.label_smoothing >= 0.0 && options.label_smoothing <= 1.0,
@@ -60,8 +62,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels,
     core::RowLossReduction reduction = core::RowLossReduction::Mean;
     if (options.reduction == Reduction::Sum) reduction = core::RowLossReduction::Sum;
     if (options.reduction == Reduction::None) reduction = core::RowLossReduction::None;
-    Tensor out = core::cross_entropy_rows(rows, flat_labels, options.ignore_index, reduction,
-                                          check);
+    Tensor out =
+        core::cross_entropy_rows(rows, flat_labels, options.ignore_index, reduction, check);
     return options.reduction == Reduction::None ? out.reshape(labels.shape()) : out;
   }
 
@@ -86,7 +88,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels,
   }
   const auto device = logits.device();
   const int64_t n = int64_t(safe.size());
-  Tensor index = Tensor::from_vector(safe, {n, 1}, core::TensorOptions(core::kInt64).device(device));
+  Tensor index =
+      Tensor::from_vector(safe, {n, 1}, core::TensorOptions(core::kInt64).device(device));
   Tensor mask = Tensor::from_vector(std::vector<double>(keep.begin(), keep.end()), {n},
                                     core::TensorOptions(logits.dtype()).device(device));
   Tensor log_probs = core::log_softmax(rows, 1);
@@ -95,9 +98,12 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels,
   Tensor smooth = -core::sum(log_probs, {1}) * (eps / double(classes));
   Tensor per_row = (nll * (1.0 - eps) + smooth) * mask;
   switch (options.reduction) {
-    case Reduction::Mean: return core::sum(per_row) / double(kept);  // NaN when all ignored, as torch
-    case Reduction::Sum: return core::sum(per_row);
-    case Reduction::None: return per_row.reshape(labels.shape());
+    case Reduction::Mean:
+      return core::sum(per_row) / double(kept);  // NaN when all ignored, as torch
+    case Reduction::Sum:
+      return core::sum(per_row);
+    case Reduction::None:
+      return per_row.reshape(labels.shape());
   }
   return per_row;
 }
@@ -119,7 +125,8 @@ Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
                                         Reduction reduction, const Tensor& pos_weight) {
-  MPIGRAD_CHECK(logits.defined() && target.defined(), "binary_cross_entropy_with_logits: "
+  MPIGRAD_CHECK(logits.defined() && target.defined(),
+                "binary_cross_entropy_with_logits: "
                 "undefined input");
   MPIGRAD_CHECK(logits.shape() == target.shape(), "binary_cross_entropy_with_logits: logits shape ",
                 logits.shape(), " differs from target shape ", target.shape());

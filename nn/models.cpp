@@ -30,8 +30,7 @@ int64_t add_hidden_layers(std::vector<std::shared_ptr<Module>>& layers, int64_t 
 }
 
 int64_t mlp_layers(std::vector<std::shared_ptr<Module>>& layers, const core::Shape& input_shape,
-                   const std::vector<int64_t>& hidden, double dropout,
-                   core::Generator& generator) {
+                   const std::vector<int64_t>& hidden, double dropout, core::Generator& generator) {
   layers.push_back(std::make_shared<Flatten>());
   return add_hidden_layers(layers, input_shape.numel(), hidden, dropout, generator);
 }
@@ -71,12 +70,14 @@ namespace {
 int64_t cnn_layers(std::vector<std::shared_ptr<Module>>& layers, const core::Shape& input_shape,
                    const std::vector<int64_t>& channels, const std::vector<int64_t>& hidden,
                    double dropout, core::Generator& generator, PaddingMode padding_mode) {
-  MPIGRAD_CHECK(input_shape.size() == 3, "make_cnn: expected samples of shape [channels, height, "
-                "width], got ", input_shape);
+  MPIGRAD_CHECK(input_shape.size() == 3,
+                "make_cnn: expected samples of shape [channels, height, "
+                "width], got ",
+                input_shape);
   int64_t in_channels = input_shape[0], height = input_shape[1], width = input_shape[2];
   for (int64_t out_channels : channels) {
-    MPIGRAD_CHECK(height >= 2 && width >= 2, "make_cnn: ", channels.size(),
-                  " conv blocks halve ", input_shape, " below 1 pixel; use fewer channels entries");
+    MPIGRAD_CHECK(height >= 2 && width >= 2, "make_cnn: ", channels.size(), " conv blocks halve ",
+                  input_shape, " below 1 pixel; use fewer channels entries");
     layers.push_back(same_size_conv(in_channels, out_channels, 3, padding_mode, generator));
     layers.push_back(std::make_shared<BatchNorm2d>(out_channels));
     layers.push_back(std::make_shared<ReLU>());
@@ -118,11 +119,15 @@ std::shared_ptr<Sequential> make_conv_net(const core::Shape& input_shape,
                                           const std::vector<int64_t>& channels, int64_t outputs,
                                           int64_t kernel_size, PaddingMode padding_mode,
                                           core::Generator& generator) {
-  MPIGRAD_CHECK(input_shape.size() == 3, "make_conv_net: expected samples of shape [channels, "
-                "height, width], got ", input_shape);
+  MPIGRAD_CHECK(input_shape.size() == 3,
+                "make_conv_net: expected samples of shape [channels, "
+                "height, width], got ",
+                input_shape);
   MPIGRAD_CHECK(outputs >= 1, "make_conv_net: outputs must be at least 1, got ", outputs);
-  MPIGRAD_CHECK(kernel_size >= 1 && kernel_size % 2 == 1, "make_conv_net: kernel_size must be "
-                "odd (the output keeps the input's size), got ", kernel_size);
+  MPIGRAD_CHECK(kernel_size >= 1 && kernel_size % 2 == 1,
+                "make_conv_net: kernel_size must be "
+                "odd (the output keeps the input's size), got ",
+                kernel_size);
   std::vector<std::shared_ptr<Module>> layers;
   int64_t in_channels = input_shape[0];
   for (int64_t width : channels) {

@@ -9,8 +9,8 @@
 
 namespace mpigrad::nn {
 
-using core::DType;
 using core::Device;
+using core::DType;
 
 void Module::check_new_name(const std::string& name) const {
   MPIGRAD_CHECK(!name.empty() && name.find('.') == std::string::npos, type_name(),
@@ -58,8 +58,7 @@ void Module::register_generator(const std::string& name,
 }
 
 void Module::collect(const std::string& prefix, bool recurse, bool parameters_wanted,
-                     bool persistent_only,
-                     std::vector<std::pair<std::string, Tensor>>& out) const {
+                     bool persistent_only, std::vector<std::pair<std::string, Tensor>>& out) const {
   for (const auto& slot : parameters_wanted ? parameters_ : buffers_) {
     if (persistent_only && !slot->persistent) continue;
     out.emplace_back(prefix + slot->name, slot->tensor);
@@ -170,9 +169,15 @@ Module& Module::train(bool training) {
   return *this;
 }
 
-Module& Module::to(Device device) { return to_impl(device, std::nullopt); }
-Module& Module::to(DType dtype) { return to_impl(std::nullopt, dtype); }
-Module& Module::to(Device device, DType dtype) { return to_impl(device, dtype); }
+Module& Module::to(Device device) {
+  return to_impl(device, std::nullopt);
+}
+Module& Module::to(DType dtype) {
+  return to_impl(std::nullopt, dtype);
+}
+Module& Module::to(Device device, DType dtype) {
+  return to_impl(device, dtype);
+}
 
 Module& Module::to_impl(std::optional<Device> device, std::optional<DType> dtype) {
   core::NoGradGuard no_grad;
@@ -181,8 +186,7 @@ Module& Module::to_impl(std::optional<Device> device, std::optional<DType> dtype
       for (auto& slot : *slots) {
         Tensor& t = slot->tensor;
         const Device target_device = device.value_or(t.device());
-        const DType target_dtype =
-            dtype && core::is_floating(t.dtype()) ? *dtype : t.dtype();
+        const DType target_dtype = dtype && core::is_floating(t.dtype()) ? *dtype : t.dtype();
         if (target_device == t.device() && target_dtype == t.dtype()) continue;
         const bool requires_grad = t.requires_grad();
         Tensor moved = t.detach().to(target_device, target_dtype);
@@ -239,7 +243,9 @@ std::string Module::str() const {
   return out.str();
 }
 
-std::ostream& operator<<(std::ostream& out, const Module& module) { return out << module.str(); }
+std::ostream& operator<<(std::ostream& out, const Module& module) {
+  return out << module.str();
+}
 
 StateDict Module::state_dict() const {
   std::vector<std::pair<std::string, Tensor>> entries;
@@ -249,7 +255,8 @@ StateDict Module::state_dict() const {
   while (!stack.empty()) {
     auto [prefix, module] = stack.back();
     stack.pop_back();
-    for (const auto& slot : module->parameters_) state.set(prefix + slot->name, slot->tensor.detach());
+    for (const auto& slot : module->parameters_)
+      state.set(prefix + slot->name, slot->tensor.detach());
     for (const auto& slot : module->buffers_) {
       if (slot->persistent) state.set(prefix + slot->name, slot->tensor.detach());
     }

@@ -23,8 +23,10 @@ std::vector<int64_t> resnet_stages(int64_t depth) {
 ResNet::ResNet(const core::Shape& input_shape, const ResNetConfig& config,
                core::Generator& generator)
     : config_(config) {
-  MPIGRAD_CHECK(input_shape.size() == 3, "ResNet: expected samples of shape [channels, height, "
-                "width], got ", input_shape);
+  MPIGRAD_CHECK(input_shape.size() == 3,
+                "ResNet: expected samples of shape [channels, height, "
+                "width], got ",
+                input_shape);
   MPIGRAD_CHECK(config.width >= 1, "ResNet: width must be at least 1, got ", config.width);
   MPIGRAD_CHECK(config.outputs >= 0, "ResNet: outputs must be at least 0, got ", config.outputs);
   const std::vector<int64_t> stages = resnet_stages(config.depth);

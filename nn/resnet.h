@@ -25,8 +25,8 @@
 namespace mpigrad::nn {
 
 struct ResNetConfig {
-  int64_t depth = 18;  // 18 or 34
-  int64_t width = 64;  // channels of the first stage
+  int64_t depth = 18;    // 18 or 34
+  int64_t width = 64;    // channels of the first stage
   int64_t outputs = 10;  // 0: encoder only
 };
 

@@ -23,8 +23,10 @@ RetrievalMetrics RetrievalMetrics::from_sums(const RetrievalSums& sums) {
 
 RetrievalSums retrieval_sums(const core::Tensor& embeddings, const core::Tensor& labels,
                              int64_t begin, int64_t end) {
-  MPIGRAD_CHECK(embeddings.defined() && embeddings.dim() == 2, "retrieval_sums: embeddings must "
-                "be [N, D], got ", embeddings.defined() ? embeddings.shape() : core::Shape{});
+  MPIGRAD_CHECK(embeddings.defined() && embeddings.dim() == 2,
+                "retrieval_sums: embeddings must "
+                "be [N, D], got ",
+                embeddings.defined() ? embeddings.shape() : core::Shape{});
   const int64_t n = embeddings.size(0);
   MPIGRAD_CHECK(labels.defined() && labels.numel() == n && !core::is_floating(labels.dtype()),
                 "retrieval_sums: expected ", n, " integer labels, got ",

@@ -31,7 +31,8 @@ Tensor supcon_loss(const Tensor& features, const Tensor& labels, const Tensor& m
                   " labels for a batch of ", batch);
     const std::vector<int64_t> l = labels.to_vector<int64_t>();
     for (int64_t i = 0; i < batch; ++i)
-      for (int64_t j = 0; j < batch; ++j) base[size_t(i * batch + j)] = l[size_t(i)] == l[size_t(j)];
+      for (int64_t j = 0; j < batch; ++j)
+        base[size_t(i * batch + j)] = l[size_t(i)] == l[size_t(j)];
   } else if (mask.defined()) {
     MPIGRAD_CHECK(mask.shape() == core::Shape({batch, batch}), "supcon_loss: mask of shape ",
                   mask.shape(), " for a batch of ", batch);

@@ -11,7 +11,9 @@ namespace mpigrad::nn {
 
 namespace {
 // A private, detached copy (the model keeps training in place).
-core::Tensor snapshot(const core::Tensor& t) { return t.detach().clone().detach(); }
+core::Tensor snapshot(const core::Tensor& t) {
+  return t.detach().clone().detach();
+}
 
 void check_same_keys(const StateDict& average, const StateDict& model, const char* owner) {
   MPIGRAD_CHECK(average.size() == model.size(), owner, ": the model has ", model.size(),
@@ -49,7 +51,9 @@ void ModelEMA::update(const Module& model) {
   ++num_updates_;
 }
 
-void ModelEMA::copy_to(Module& model) const { model.load_state_dict(shadow_, true); }
+void ModelEMA::copy_to(Module& model) const {
+  model.load_state_dict(shadow_, true);
+}
 
 StateDict ModelEMA::state_dict() const {
   StateDict out = shadow_;
@@ -165,7 +169,8 @@ void update_bn(Module& model, const std::function<core::Tensor()>& next_batch) {
   } restore{norms, modes};
   model.train(true);
   core::NoGradGuard no_grad;
-  for (core::Tensor batch = next_batch(); batch.defined(); batch = next_batch()) model.forward(batch);
+  for (core::Tensor batch = next_batch(); batch.defined(); batch = next_batch())
+    model.forward(batch);
 }
 
 }  // namespace mpigrad::nn

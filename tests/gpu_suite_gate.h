@@ -23,8 +23,8 @@ namespace mpigrad::test {
 inline constexpr int kGpuSkipCode = 77;  // SKIP_RETURN_CODE of the GPU suites' ctest entries
 
 struct GpuSuiteGate {
-  bool run = false;    // run the cases
-  int exit_code = 0;   // otherwise exit with this (kGpuSkipCode or 1) after printing `line`
+  bool run = false;   // run the cases
+  int exit_code = 0;  // otherwise exit with this (kGpuSkipCode or 1) after printing `line`
   std::string line;
 };
 
@@ -59,8 +59,8 @@ inline GpuSuiteGate gate_gpu_suite(const core::CudaVisibility& visibility, bool 
   }
   if (require_gpu) {
     gate.exit_code = 1;
-    gate.line = "FAILED: " + what + " not run: " + reason +
-                "; MPIGRAD_REQUIRE_GPU=1 makes that a failure";
+    gate.line =
+        "FAILED: " + what + " not run: " + reason + "; MPIGRAD_REQUIRE_GPU=1 makes that a failure";
   } else {
     gate.exit_code = kGpuSkipCode;
     gate.line = what + " skipped: " + reason;

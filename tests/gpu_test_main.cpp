@@ -19,8 +19,12 @@ int& counter() {
 }
 }  // namespace
 
-int register_gpu_test_case() { return ++counter(); }
-int gpu_test_case_count() { return counter(); }
+int register_gpu_test_case() {
+  return ++counter();
+}
+int gpu_test_case_count() {
+  return counter();
+}
 
 }  // namespace mpigrad::test
 

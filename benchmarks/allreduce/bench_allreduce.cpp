@@ -27,13 +27,13 @@
 #include "mpigrad/core/cuda.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/tensor.h"
-#include "mpigrad/launch/comm/rank_label.h"
-#include "mpigrad/launch/ddp/transports/hierarchical_all_reduce.h"
-#include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/launch/comm/mpi_communicator.h"
 #include "mpigrad/launch/comm/mpi_handle.h"
-#include "mpigrad/launch/mpi_interop.h"
+#include "mpigrad/launch/comm/rank_label.h"
+#include "mpigrad/launch/ddp/transports/hierarchical_all_reduce.h"
 #include "mpigrad/launch/ddp/transports/shared_memory_all_reduce.h"
+#include "mpigrad/launch/job/distributed_manager.h"
+#include "mpigrad/launch/mpi_interop.h"
 #if MPIGRAD_BENCH_NCCL
 #include <nccl.h>
 
@@ -58,10 +58,11 @@ int64_t parse_bytes(const std::string& text) {
   double value = std::strtod(text.c_str(), &end);
   MPIGRAD_CHECK(end != text.c_str() && value >= 0, "bad size '", text, "'");
   std::string suffix(end);
-  double scale = suffix.empty() || suffix == "B" ? 1
+  double scale = suffix.empty() || suffix == "B"  ? 1
                  : suffix == "K" || suffix == "k" ? 1024.0
                  : suffix == "M" || suffix == "m" ? 1024.0 * 1024
-                 : suffix == "G" || suffix == "g" ? 1024.0 * 1024 * 1024 : -1;
+                 : suffix == "G" || suffix == "g" ? 1024.0 * 1024 * 1024
+                                                  : -1;
   MPIGRAD_CHECK(scale > 0, "bad size suffix in '", text, "' (use K, M or G)");
   return int64_t(value * scale);
 }
@@ -71,30 +72,45 @@ Options parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     if (flag == "-h" || flag == "--help") {
-      std::printf("usage: %s [-b minbytes] [-e maxbytes] [-f factor] [-n iters] [-w warmup] "
-                  "[-c 0|1] [-d float|double|half|bfloat16|int32|int64|uint8] [-o sum|avg|max|min] "
-                  "[--rounds R] [--backend mpi|nccl] [--json FILE] [--hierarchical BYTES]\n"
-                  "  --hierarchical BYTES: instead of the sweep, average BYTES of float32 the way "
-                  "DDP does across nodes\n  (HierarchicalAllReduce; nodes from "
-                  "MPIGRAD_SIMULATE_NODES or the real topology) against\n  one flat "
-                  "MPI_Allreduce of the same buffer on the same ranks\n", argv[0]);
+      std::printf(
+          "usage: %s [-b minbytes] [-e maxbytes] [-f factor] [-n iters] [-w warmup] "
+          "[-c 0|1] [-d float|double|half|bfloat16|int32|int64|uint8] [-o sum|avg|max|min] "
+          "[--rounds R] [--backend mpi|nccl] [--json FILE] [--hierarchical BYTES]\n"
+          "  --hierarchical BYTES: instead of the sweep, average BYTES of float32 the way "
+          "DDP does across nodes\n  (HierarchicalAllReduce; nodes from "
+          "MPIGRAD_SIMULATE_NODES or the real topology) against\n  one flat "
+          "MPI_Allreduce of the same buffer on the same ranks\n",
+          argv[0]);
       std::exit(0);
     }
     MPIGRAD_CHECK(i + 1 < argc, "flag ", flag, " needs a value");
     std::string value = argv[++i];
-    if (flag == "-b") o.min_bytes = parse_bytes(value);
-    else if (flag == "-e") o.max_bytes = parse_bytes(value);
-    else if (flag == "-f") o.factor = std::stod(value);
-    else if (flag == "-n") o.iterations = std::stoi(value);
-    else if (flag == "-w") o.warmup = std::stoi(value);
-    else if (flag == "-c") o.check = std::stoi(value) != 0;
-    else if (flag == "-d") o.dtype = value;
-    else if (flag == "-o") o.op = value;
-    else if (flag == "--rounds") o.rounds = std::stoi(value);
-    else if (flag == "--backend") o.backend = value;
-    else if (flag == "--json") o.json = value;
-    else if (flag == "--hierarchical") o.hierarchical_bytes = parse_bytes(value);
-    else core::fail("unknown flag ", flag, " (see --help)");
+    if (flag == "-b")
+      o.min_bytes = parse_bytes(value);
+    else if (flag == "-e")
+      o.max_bytes = parse_bytes(value);
+    else if (flag == "-f")
+      o.factor = std::stod(value);
+    else if (flag == "-n")
+      o.iterations = std::stoi(value);
+    else if (flag == "-w")
+      o.warmup = std::stoi(value);
+    else if (flag == "-c")
+      o.check = std::stoi(value) != 0;
+    else if (flag == "-d")
+      o.dtype = value;
+    else if (flag == "-o")
+      o.op = value;
+    else if (flag == "--rounds")
+      o.rounds = std::stoi(value);
+    else if (flag == "--backend")
+      o.backend = value;
+    else if (flag == "--json")
+      o.json = value;
+    else if (flag == "--hierarchical")
+      o.hierarchical_bytes = parse_bytes(value);
+    else
+      core::fail("unknown flag ", flag, " (see --help)");
   }
   MPIGRAD_CHECK(o.factor > 1, "-f must be greater than 1");
   MPIGRAD_CHECK(o.iterations > 0 && o.rounds > 0 && o.warmup >= 0, "-n, --rounds must be positive");
@@ -122,7 +138,9 @@ launch::ReduceOp parse_op(const std::string& name) {
 }
 
 // Integer-valued data every dtype holds exactly, and whose reductions stay exact.
-double element(int rank, int64_t i) { return double((rank + 1) * (i % 5 + 1)); }
+double element(int rank, int64_t i) {
+  return double((rank + 1) * (i % 5 + 1));
+}
 
 double expected(launch::ReduceOp op, int size, int64_t i) {
   double sum = 0, hi = -1e300, lo = 1e300;
@@ -131,8 +149,10 @@ double expected(launch::ReduceOp op, int size, int64_t i) {
     hi = std::max(hi, element(r, i));
     lo = std::min(lo, element(r, i));
   }
-  return op == launch::ReduceOp::Sum ? sum : op == launch::ReduceOp::Avg ? sum / size
-         : op == launch::ReduceOp::Max ? hi : lo;
+  return op == launch::ReduceOp::Sum   ? sum
+         : op == launch::ReduceOp::Avg ? sum / size
+         : op == launch::ReduceOp::Max ? hi
+                                       : lo;
 }
 
 void fill(core::Tensor tensor, int rank) {
@@ -156,8 +176,8 @@ struct Timing {
 // `settle` runs at the end of each round inside the timed region: it waits for the device when
 // the collectives are queued on CUDA streams, and does nothing for MPI.
 template <typename Mpigrad, typename Raw, typename Settle>
-Timing time_pair(MPI_Comm comm, const Options& o, int64_t bytes, Mpigrad&& mpigrad_call, Raw&& raw_call,
-                 Settle&& settle) {
+Timing time_pair(MPI_Comm comm, const Options& o, int64_t bytes, Mpigrad&& mpigrad_call,
+                 Raw&& raw_call, Settle&& settle) {
   // Above 1 MiB, shorter rounds and more of them: the best of many short alternating rounds is
   // what survives other jobs on a shared machine, at the same total number of calls.
   int per_round = o.iterations, rounds = o.rounds;
@@ -200,7 +220,8 @@ Timing time_pair(MPI_Comm comm, const Options& o, int64_t bytes, Mpigrad&& mpigr
       for (int i = 0; i < per_round; ++i) form == 0 ? mpigrad_call() : raw_call();
       settle();
       double local = (MPI_Wtime() - start) / per_round, slowest = 0;
-      launch::check_mpi(MPI_Allreduce(&local, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm), "MPI_Allreduce", "timing");
+      launch::check_mpi(MPI_Allreduce(&local, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm),
+                        "MPI_Allreduce", "timing");
       double& best = form == 0 ? timing.mpigrad_s : timing.raw_s;
       best = std::min(best, slowest);
     }
@@ -208,8 +229,8 @@ Timing time_pair(MPI_Comm comm, const Options& o, int64_t bytes, Mpigrad&& mpigr
   return timing;
 }
 
-// --hierarchical: DDP's averaging across nodes (launch/ddp/transports/hierarchical_all_reduce.h) against
-// one flat MPI_Allreduce (sum, in place) of the same float32 buffer on the same ranks, in
+// --hierarchical: DDP's averaging across nodes (launch/ddp/transports/hierarchical_all_reduce.h)
+// against one flat MPI_Allreduce (sum, in place) of the same float32 buffer on the same ranks, in
 // alternating rounds; with a flat SharedMemoryAllReduce beside them when the ranks can share
 // memory. Target on np 4 as 2 simulated nodes x 2 ranks: ratio <= 0.5.
 int run_hierarchical(launch::DistributedManager& manager, const Options& o) {
@@ -221,8 +242,8 @@ int run_hierarchical(launch::DistributedManager& manager, const Options& o) {
   std::string why_not;
   auto hierarchical = launch::HierarchicalAllReduce::create(
       world, world.split_node_local("bench node"), {&spec, 1}, 120, &why_not);
-  MPIGRAD_CHECK(hierarchical != nullptr, "the hierarchical averaging is not possible here: ",
-                why_not);
+  MPIGRAD_CHECK(hierarchical != nullptr,
+                "the hierarchical averaging is not possible here: ", why_not);
   core::Tensor flat = core::zeros({count});
   const core::Tensor& buffer = hierarchical->buffer(0);
   auto average = [&] {
@@ -230,25 +251,28 @@ int run_hierarchical(launch::DistributedManager& manager, const Options& o) {
     hierarchical->wait(0);
   };
   auto mpi_allreduce = [&] {
-    launch::check_mpi(MPI_Allreduce(MPI_IN_PLACE, flat.data_ptr(), int(count), MPI_FLOAT, MPI_SUM,
-                                    raw),
-                      "MPI_Allreduce", "the flat baseline");
+    launch::check_mpi(
+        MPI_Allreduce(MPI_IN_PLACE, flat.data_ptr(), int(count), MPI_FLOAT, MPI_SUM, raw),
+        "MPI_Allreduce", "the flat baseline");
   };
   Timing timing = time_pair(raw, o, bytes, average, mpi_allreduce, [] {});
   // The flat shared-memory averaging over every rank, when they share memory (one real node).
   double shared_s = 0;
   if (auto shared = launch::SharedMemoryAllReduce::create(world, {&spec, 1}, 120)) {
-    Timing pair = time_pair(raw, o, bytes, [&] {
-      shared->start(0);
-      shared->wait(0);
-    }, mpi_allreduce, [] {});
+    Timing pair = time_pair(
+        raw, o, bytes,
+        [&] {
+          shared->start(0);
+          shared->wait(0);
+        },
+        mpi_allreduce, [] {});
     shared_s = pair.mpigrad_s;
   }
   // Correctness: integer data, whose average over the ranks is exact.
   fill(buffer.narrow(0, 0, count), world.rank());
   average();
-  const int64_t wrong_local = count_wrong(buffer.narrow(0, 0, count), launch::ReduceOp::Avg,
-                                          world.size());
+  const int64_t wrong_local =
+      count_wrong(buffer.narrow(0, 0, count), launch::ReduceOp::Avg, world.size());
   int64_t wrong = 0;
   launch::check_mpi(MPI_Allreduce(&wrong_local, &wrong, 1, MPI_INT64_T, MPI_SUM, raw),
                     "MPI_Allreduce", "check");
@@ -315,23 +339,26 @@ int run(launch::DistributedManager& manager, int argc, char** argv) {
     nccl_comm = static_cast<ncclComm_t>(nccl.native_handle());
     nccl_stream = static_cast<cudaStream_t>(nccl.stream().handle());
     const core::DType types[] = {core::kFloat32, core::kFloat64, core::kBFloat16, core::kFloat16,
-                                 core::kInt32, core::kInt64, core::kUInt8};
+                                 core::kInt32,   core::kInt64,   core::kUInt8};
     const ncclDataType_t nccl_types[] = {ncclFloat32, ncclFloat64, ncclBfloat16, ncclFloat16,
-                                         ncclInt32, ncclInt64, ncclUint8};
+                                         ncclInt32,   ncclInt64,   ncclUint8};
     for (size_t i = 0; i < 7; ++i) {
       if (types[i] == dtype) nccl_type = nccl_types[i];
     }
-    nccl_op = op == launch::ReduceOp::Sum ? ncclSum : op == launch::ReduceOp::Avg ? ncclAvg
-              : op == launch::ReduceOp::Max ? ncclMax : ncclMin;
+    nccl_op = op == launch::ReduceOp::Sum   ? ncclSum
+              : op == launch::ReduceOp::Avg ? ncclAvg
+              : op == launch::ReduceOp::Max ? ncclMax
+                                            : ncclMin;
   }
 #endif
   // The raw library call on the same buffers (in place: send == recv).
   auto raw_allreduce = [&](const core::Tensor& send, const core::Tensor& recv, int64_t count) {
 #if MPIGRAD_BENCH_NCCL
     if (use_nccl) {
-      ncclResult_t result = ncclAllReduce(send.data_ptr(), recv.data_ptr(), size_t(count), nccl_type,
-                                          nccl_op, nccl_comm, nccl_stream);
-      MPIGRAD_CHECK(result == ncclSuccess, "raw ncclAllReduce failed: ", ncclGetErrorString(result));
+      ncclResult_t result = ncclAllReduce(send.data_ptr(), recv.data_ptr(), size_t(count),
+                                          nccl_type, nccl_op, nccl_comm, nccl_stream);
+      MPIGRAD_CHECK(result == ncclSuccess,
+                    "raw ncclAllReduce failed: ", ncclGetErrorString(result));
       return;
     }
 #endif
@@ -354,25 +381,30 @@ int run(launch::DistributedManager& manager, int argc, char** argv) {
   results.add("nranks", size, "ranks");
   if (main) {
     std::printf("# mpigrad-bench-allreduce: %d ranks, backend %s, %s\n", size,
-                std::string(launch::backend_name(comm->backend())).c_str(), manager.describe().c_str());
-    std::printf("# best of %d rounds x %d iterations (warmup %d); ratio = mpigrad time / raw %s time\n",
-                o.rounds, o.iterations, o.warmup, raw_name);
+                std::string(launch::backend_name(comm->backend())).c_str(),
+                manager.describe().c_str());
+    std::printf(
+        "# best of %d rounds x %d iterations (warmup %d); ratio = mpigrad time / raw %s time\n",
+        o.rounds, o.iterations, o.warmup, raw_name);
     std::printf("#%80s%56s\n", "out-of-place", "in-place");
     std::printf("#%11s %12s %8s %6s %6s %9s %7s %7s %6s %6s %9s %7s %7s %6s %6s\n", "size", "count",
-                "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "ratio", "time", "algbw",
-                "busbw", "#wrong", "ratio");
-    std::printf("#%11s %12s %8s %6s %6s %9s %7s %7s %6s %6s %9s %7s %7s %6s %6s\n", "(B)", "(elements)",
-                "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "", "(us)", "(GB/s)", "(GB/s)", "", "");
+                "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "ratio", "time",
+                "algbw", "busbw", "#wrong", "ratio");
+    std::printf("#%11s %12s %8s %6s %6s %9s %7s %7s %6s %6s %9s %7s %7s %6s %6s\n", "(B)",
+                "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "", "(us)", "(GB/s)",
+                "(GB/s)", "", "");
   }
 
   const int64_t element_bytes = core::element_size(dtype);
   double busbw_total = 0, worst_small = 0, worst_large = 0;
   int rows = 0;
   int64_t total_wrong = 0;
-  for (double bytes_d = double(o.min_bytes); bytes_d <= double(o.max_bytes) * 1.0000001; bytes_d *= o.factor) {
+  for (double bytes_d = double(o.min_bytes); bytes_d <= double(o.max_bytes) * 1.0000001;
+       bytes_d *= o.factor) {
     const int64_t count = std::max<int64_t>(1, int64_t(bytes_d) / element_bytes);
     const int64_t bytes = count * element_bytes;
-    MPIGRAD_CHECK(use_nccl || count <= INT32_MAX, "-e ", o.max_bytes, " is too large for one MPI call");
+    MPIGRAD_CHECK(use_nccl || count <= INT32_MAX, "-e ", o.max_bytes,
+                  " is too large for one MPI call");
     const core::TensorOptions options = core::TensorOptions(dtype).device(device);
     core::Tensor send = core::empty({count}, options);
     core::Tensor recv = core::empty({count}, options);
@@ -394,10 +426,12 @@ int run(launch::DistributedManager& manager, int argc, char** argv) {
       comm->all_reduce(inplace, op);
       wrong[1] = count_wrong(inplace, op, size);
       int64_t local = wrong[0] + wrong[1], all = 0;
-      launch::check_mpi(MPI_Allreduce(&local, &all, 1, MPI_INT64_T, MPI_SUM, raw), "MPI_Allreduce", "check");
+      launch::check_mpi(MPI_Allreduce(&local, &all, 1, MPI_INT64_T, MPI_SUM, raw), "MPI_Allreduce",
+                        "check");
       total_wrong += all;
       int64_t both[2] = {0, 0};
-      launch::check_mpi(MPI_Allreduce(wrong, both, 2, MPI_INT64_T, MPI_SUM, raw), "MPI_Allreduce", "check");
+      launch::check_mpi(MPI_Allreduce(wrong, both, 2, MPI_INT64_T, MPI_SUM, raw), "MPI_Allreduce",
+                        "check");
       wrong[0] = both[0];
       wrong[1] = both[1];
     }
@@ -408,11 +442,13 @@ int run(launch::DistributedManager& manager, int argc, char** argv) {
     double& worst = bytes >= 64 * 1024 ? worst_large : worst_small;
     worst = std::max({worst, ratio[0], ratio[1]});
     if (main) {
-      std::printf(" %11lld %12lld %8s %6s %6d %9.2f %7.3f %7.3f %6lld %6.3f %9.2f %7.3f %7.3f %6lld %6.3f\n",
-                  static_cast<long long>(bytes), static_cast<long long>(count), o.dtype.c_str(), o.op.c_str(),
-                  -1, oop.mpigrad_s * 1e6, algbw[0], algbw[0] * bus_factor,
-                  static_cast<long long>(wrong[0]), ratio[0], inp.mpigrad_s * 1e6, algbw[1],
-                  algbw[1] * bus_factor, static_cast<long long>(wrong[1]), ratio[1]);
+      std::printf(
+          " %11lld %12lld %8s %6s %6d %9.2f %7.3f %7.3f %6lld %6.3f %9.2f %7.3f %7.3f %6lld "
+          "%6.3f\n",
+          static_cast<long long>(bytes), static_cast<long long>(count), o.dtype.c_str(),
+          o.op.c_str(), -1, oop.mpigrad_s * 1e6, algbw[0], algbw[0] * bus_factor,
+          static_cast<long long>(wrong[0]), ratio[0], inp.mpigrad_s * 1e6, algbw[1],
+          algbw[1] * bus_factor, static_cast<long long>(wrong[1]), ratio[1]);
       std::fflush(stdout);
     }
     std::string key = "size_" + std::to_string(bytes);
@@ -438,8 +474,10 @@ int run(launch::DistributedManager& manager, int argc, char** argv) {
     std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(total_wrong),
                 total_wrong == 0 ? "OK" : "FAILED");
     std::printf("# Avg bus bandwidth    : %g \n", avg_busbw);
-    std::printf("# Max ratio mpigrad/raw: %.3f below 64 KiB (target <= 1.10), %.3f from 64 KiB (target <= 1.05)\n",
-                worst_small, worst_large);
+    std::printf(
+        "# Max ratio mpigrad/raw: %.3f below 64 KiB (target <= 1.10), %.3f from 64 KiB (target <= "
+        "1.05)\n",
+        worst_small, worst_large);
     if (!o.json.empty() && !results.write_json(o.json)) {
       std::fprintf(stderr, "mpigrad-bench-allreduce: cannot write %s\n", o.json.c_str());
       return 1;

@@ -33,7 +33,9 @@ class Results {
   void add(std::string key, double value, std::string unit, std::string note = "") {
     rows_.push_back({std::move(key), value, std::move(unit), std::move(note)});
   }
-  void add_text(std::string key, std::string value) { text_.emplace_back(std::move(key), std::move(value)); }
+  void add_text(std::string key, std::string value) {
+    text_.emplace_back(std::move(key), std::move(value));
+  }
 
   void print() const {
     for (const auto& [key, value] : text_) std::printf("%-28s %s\n", key.c_str(), value.c_str());

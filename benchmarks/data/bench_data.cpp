@@ -76,7 +76,8 @@ void write_file(const std::string& path, int64_t n, const std::vector<int64_t>& 
     ys.resize(size_t(rows));
     for (int64_t i = 0; i < rows; ++i) {
       ys[size_t(i)] = (row + i) % 10;
-      for (int64_t j = 0; j < features; ++j) xs[size_t(i * features + j)] = uint8_t((row + i + j) * 31);
+      for (int64_t j = 0; j < features; ++j)
+        xs[size_t(i * features + j)] = uint8_t((row + i + j) * 31);
     }
     x.write_rows(row, rows, xs.data(), core::kUInt8);
     y.write_rows(row, rows, ys.data(), core::kInt64);
@@ -116,7 +117,8 @@ class RawReader {
     H5Sselect_hyperslab(x_space_, H5S_SELECT_SET, start, nullptr, count, nullptr);
     H5Sselect_hyperslab(y_space_, H5S_SELECT_SET, start, nullptr, count, nullptr);
     hsize_t x_elements = hsize_t(rows * row_bytes_), y_elements = hsize_t(rows);
-    hid_t x_memory = H5Screate_simple(1, &x_elements, nullptr), y_memory = H5Screate_simple(1, &y_elements, nullptr);
+    hid_t x_memory = H5Screate_simple(1, &x_elements, nullptr),
+          y_memory = H5Screate_simple(1, &y_elements, nullptr);
     H5Dread(x_, H5T_NATIVE_UINT8, x_memory, x_space_, H5P_DEFAULT, x);
     H5Dread(y_, H5T_NATIVE_INT64, y_memory, y_space_, H5P_DEFAULT, y);
     H5Sclose(x_memory);
@@ -124,11 +126,12 @@ class RawReader {
   }
 
   // The rows `indices` in that order: one union selection per field, then a scatter.
-  void read_indices(const std::vector<int64_t>& indices, uint8_t* x, int64_t* y, std::vector<uint8_t>& x_scratch,
-                    std::vector<int64_t>& y_scratch) {
+  void read_indices(const std::vector<int64_t>& indices, uint8_t* x, int64_t* y,
+                    std::vector<uint8_t>& x_scratch, std::vector<int64_t>& y_scratch) {
     std::vector<int64_t> order(indices.size());
     std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return indices[size_t(a)] < indices[size_t(b)]; });
+    std::sort(order.begin(), order.end(),
+              [&](int64_t a, int64_t b) { return indices[size_t(a)] < indices[size_t(b)]; });
     hsize_t start[8] = {0}, count[8];
     for (int d = 0; d < rank_; ++d) count[d] = dims_[d];
     count[0] = 1;
@@ -146,7 +149,8 @@ class RawReader {
     x_scratch.resize(size_t(n * row_bytes_));
     y_scratch.resize(size_t(n));
     hsize_t x_elements = hsize_t(n * row_bytes_), y_elements = hsize_t(n);
-    hid_t x_memory = H5Screate_simple(1, &x_elements, nullptr), y_memory = H5Screate_simple(1, &y_elements, nullptr);
+    hid_t x_memory = H5Screate_simple(1, &x_elements, nullptr),
+          y_memory = H5Screate_simple(1, &y_elements, nullptr);
     H5Dread(x_, H5T_NATIVE_UINT8, x_memory, x_space_, H5P_DEFAULT, x_scratch.data());
     H5Dread(y_, H5T_NATIVE_INT64, y_memory, y_space_, H5P_DEFAULT, y_scratch.data());
     H5Sclose(x_memory);
@@ -202,27 +206,36 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (arg == "--json") json_path = value();
-    else if (arg == "--samples") samples = std::stoll(value());
-    else if (arg == "--shape") shape_text = value();
-    else if (arg == "--batch-size") batch_size = std::stoll(value());
-    else if (arg == "--workers") workers = std::stoi(value());
-    else if (arg == "--compute-ms") compute_ms = std::stod(value());
-    else if (arg == "--repeats") repeats = std::stoi(value());
+    if (arg == "--json")
+      json_path = value();
+    else if (arg == "--samples")
+      samples = std::stoll(value());
+    else if (arg == "--shape")
+      shape_text = value();
+    else if (arg == "--batch-size")
+      batch_size = std::stoll(value());
+    else if (arg == "--workers")
+      workers = std::stoi(value());
+    else if (arg == "--compute-ms")
+      compute_ms = std::stod(value());
+    else if (arg == "--repeats")
+      repeats = std::stoi(value());
     else if (arg == "--quick") {
       samples = 4000;
       repeats = 1;
     } else {
-      std::printf("usage: %s [--json FILE] [--samples N] [--shape C,H,W] [--batch-size B] [--workers W]\n"
-                  "          [--compute-ms T] [--repeats R] [--quick]\n",
-                  argv[0]);
+      std::printf(
+          "usage: %s [--json FILE] [--samples N] [--shape C,H,W] [--batch-size B] [--workers W]\n"
+          "          [--compute-ms T] [--repeats R] [--quick]\n",
+          argv[0]);
       return arg == "--help" || arg == "-h" ? 0 : 1;
     }
   }
 
   try {
     const std::vector<int64_t> shape = parse_shape(shape_text);
-    std::string pattern = (std::filesystem::temp_directory_path() / "mpigrad-bench-data-XXXXXX").string();
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "mpigrad-bench-data-XXXXXX").string();
     if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
     const std::string dir = pattern, path = dir + "/bench.h5";
     struct Cleanup {
@@ -242,8 +255,9 @@ int main(int argc, char** argv) {
 
     bench::Results results;
     results.add_text("hdf5", core::hdf5::library_version());
-    results.add_text("dataset", std::to_string(samples) + " x uint8 [" + shape_text + "] + int64, batch " +
-                                    std::to_string(batch_size) + ", " + std::to_string(workers) + " workers");
+    results.add_text("dataset", std::to_string(samples) + " x uint8 [" + shape_text +
+                                    "] + int64, batch " + std::to_string(batch_size) + ", " +
+                                    std::to_string(workers) + " workers");
     auto add_throughput = [&](const std::string& key, double seconds) {
       results.add(key + "_samples_per_s", double(samples) / seconds, "1/s");
       results.add(key + "_gb_per_s", double(epoch_bytes) / seconds / 1e9, "GB/s");
@@ -259,7 +273,8 @@ int main(int argc, char** argv) {
 
     data::Hdf5DatasetOptions sequential;
     sequential.access = data::AccessPattern::Sequential;
-    auto on_demand = std::make_shared<data::Hdf5Dataset>(std::vector<std::string>{path}, sequential);
+    auto on_demand =
+        std::make_shared<data::Hdf5Dataset>(std::vector<std::string>{path}, sequential);
     on_demand->set_rank_slice(1, 0);
     double loader_slice = 1e30, loader_slice_workers = 1e30;
     for (int w : {0, workers}) {
@@ -276,11 +291,13 @@ int main(int argc, char** argv) {
     results.add("slice_ratio_vs_raw", raw_slice / loader_slice, "x", "target >= 0.9 (0 workers)");
     results.add("slice_workers_ratio_vs_raw", raw_slice / loader_slice_workers, "x");
 
-    auto in_memory = std::make_shared<data::Hdf5Dataset>(std::vector<std::string>{path}, sequential);
+    auto in_memory =
+        std::make_shared<data::Hdf5Dataset>(std::vector<std::string>{path}, sequential);
     auto load_start = Clock::now();
     in_memory->set_rank_slice(1, 0, false, true);
     const double load_seconds = seconds_since(load_start);
-    results.add("slice_memory_load_gb_per_s", double(epoch_bytes) / load_seconds / 1e9, "GB/s", "one read per field");
+    results.add("slice_memory_load_gb_per_s", double(epoch_bytes) / load_seconds / 1e9, "GB/s",
+                "one read per field");
     results.add("slice_memory_load_ratio_vs_raw", raw_slice / load_seconds, "x");
     {
       data::DataLoaderOptions options;
@@ -337,8 +354,9 @@ int main(int argc, char** argv) {
       const double step_ms = seconds_since(start) * 1e3 / double(steps);
       const std::string key = w == 0 ? "wait_per_step_no_prefetch" : "wait_per_step_prefetch";
       results.add(key + "_ms", loader.wait_seconds() * 1e3 / double(steps), "ms",
-                  "compute " + std::to_string(compute_ms).substr(0, 4) + " ms/step, " + std::to_string(w) +
-                      " workers, step " + std::to_string(step_ms).substr(0, 5) + " ms");
+                  "compute " + std::to_string(compute_ms).substr(0, 4) + " ms/step, " +
+                      std::to_string(w) + " workers, step " + std::to_string(step_ms).substr(0, 5) +
+                      " ms");
     }
 
     results.print();

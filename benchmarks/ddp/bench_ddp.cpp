@@ -45,9 +45,9 @@
 #include "mpigrad/core/rng.h"
 #include "mpigrad/core/threads.h"
 #include "mpigrad/launch/ddp/distributed_data_parallel.h"
+#include "mpigrad/launch/ddp/transports/shared_memory_all_reduce.h"
 #include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/launch/observe/rank_logging.h"
-#include "mpigrad/launch/ddp/transports/shared_memory_all_reduce.h"
 #include "mpigrad/nn/layers/activation.h"
 #include "mpigrad/nn/layers/container.h"
 #include "mpigrad/nn/layers/linear.h"
@@ -68,7 +68,7 @@ struct Options {
   int repeats = 6;
   std::vector<double> bucket_caps{1, 5, 25, 100};
   std::string json;
-  double network_alpha_us = 2.0;    // per collective: a hop of HDR InfiniBand
+  double network_alpha_us = 2.0;     // per collective: a hop of HDR InfiniBand
   std::vector<double> network_gbps;  // empty: no simulated network
 };
 
@@ -270,7 +270,7 @@ int run(int argc, char** argv) {
     std::shared_ptr<nn::Sequential> model;
     std::unique_ptr<nn::SGD> optimizer;
     std::unique_ptr<launch::DistributedDataParallel> ddp;
-    std::function<void()> body;        // what one timed call does (a step, or an all-reduce)
+    std::function<void()> body;  // what one timed call does (a step, or an all-reduce)
     SimulatedNetwork* network = nullptr;
     double best = 1e30;
   };
@@ -287,8 +287,8 @@ int run(int argc, char** argv) {
       launch::DdpOptions ddp_options;
       ddp_options.bucket_cap_mb = bucket_cap_mb;
       ddp_options.shared_memory = shared_memory;
-      c.ddp = std::make_unique<launch::DistributedDataParallel>(*c.model, *communicator,
-                                                                ddp_options);
+      c.ddp =
+          std::make_unique<launch::DistributedDataParallel>(*c.model, *communicator, ddp_options);
     }
     c.body = [&c, &x, &y] {
       c.model->zero_grad(/*set_to_none=*/false);
@@ -378,8 +378,8 @@ int run(int argc, char** argv) {
   results.add("gradient_mib", double(parameters) * 4.0 / (1 << 20), "MiB");
   results.add("batch_per_rank", double(options.batch), "samples");
   results.add_text("transport", sweep[0]->ddp->transport_description());
-  results.add("rounds", options.repeats, "rounds", "of " + std::to_string(options.iterations) +
-                                                       " calls per contender, interleaved");
+  results.add("rounds", options.repeats, "rounds",
+              "of " + std::to_string(options.iterations) + " calls per contender, interleaved");
   results.add("step_local_ms", local.best * 1e3, "ms", "no DDP at all");
   results.add("step_nocomm_ms", no_comm.best * 1e3, "ms", "DDP, communication disabled, 25 MiB");
   results.add("allreduce_all_grads_ms", allreduce_all->best * 1e3, "ms",
@@ -399,8 +399,7 @@ int run(int argc, char** argv) {
     results.add("step_ddp_" + key + "_ms", run.best * 1e3, "ms",
                 std::to_string(run.ddp->bucket_count()) + " buckets");
     results.add("overlap_ratio_" + key, ratio, "x", "ddp / no-comm (target <= 1.10)");
-    results.add("exposed_" + key + "_ms", (run.best - no_comm.best) * 1e3, "ms",
-                "ddp - no-comm");
+    results.add("exposed_" + key + "_ms", (run.best - no_comm.best) * 1e3, "ms", "ddp - no-comm");
     results.add("vs_serial_" + key, run.best / serial, "x", "ddp / serial bound (<= 1)");
     if (options.bucket_caps[i] == 25) results.add("overlap_ratio", ratio, "x", "default 25 MiB");
     best_ratio = std::min(best_ratio, ratio);
@@ -428,8 +427,8 @@ int run(int argc, char** argv) {
       results.add(key + "_step_ms", run.best * 1e3, "ms",
                   std::to_string(bytes_per_bucket.size()) + " buckets");
       results.add(key + "_network_ms", network_s * 1e3, "ms", "alpha + bytes/beta, summed");
-      results.add(key + "_hidden", 1.0 - network.blocked_seconds / network.busy_seconds,
-                  "fraction", "of network time not waited for (target >= 0.7)");
+      results.add(key + "_hidden", 1.0 - network.blocked_seconds / network.busy_seconds, "fraction",
+                  "of network time not waited for (target >= 0.7)");
       results.add(key + "_exposed_ms", (run.best - no_comm.best) * 1e3, "ms", "ddp - no-comm");
       results.add(key + "_hidden_ceiling", 1.0 - last_s / network_s, "fraction",
                   "the last bucket (" + std::to_string(bytes_per_bucket.back() >> 10) +

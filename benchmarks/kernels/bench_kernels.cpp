@@ -40,14 +40,16 @@ constexpr int64_t kBytes = int64_t(256) << 20;  // 256 MiB per tensor
 
 void check(cudaError_t status, const char* call) {
   if (status != cudaSuccess) {
-    std::fprintf(stderr, "mpigrad-bench-kernels: %s failed: %s\n", call, cudaGetErrorString(status));
+    std::fprintf(stderr, "mpigrad-bench-kernels: %s failed: %s\n", call,
+                 cudaGetErrorString(status));
     std::exit(1);
   }
 }
 
 void check(cublasStatus_t status, const char* call) {
   if (status != CUBLAS_STATUS_SUCCESS) {
-    std::fprintf(stderr, "mpigrad-bench-kernels: %s failed: %s\n", call, cublasGetStatusString(status));
+    std::fprintf(stderr, "mpigrad-bench-kernels: %s failed: %s\n", call,
+                 cublasGetStatusString(status));
     std::exit(1);
   }
 }
@@ -63,7 +65,9 @@ double time_ms(const std::function<void()>& fn, int iterations) {
   return double(start.elapsed_ms(stop)) / iterations;
 }
 
-double gbps(double bytes, double ms) { return bytes / (ms * 1e-3) / 1e9; }
+double gbps(double bytes, double ms) {
+  return bytes / (ms * 1e-3) / 1e9;
+}
 
 }  // namespace
 
@@ -87,8 +91,7 @@ int main(int argc, char** argv) {
   const CudaVisibility& visibility = cuda_visibility();
   if (!visibility.has_gpu()) {
     // A broken GPU is a failure (1); no GPU at all is "cannot run here" (2).
-    std::fprintf(stderr, "mpigrad-bench-kernels: cannot run: %s\n",
-                 visibility.describe().c_str());
+    std::fprintf(stderr, "mpigrad-bench-kernels: cannot run: %s\n", visibility.describe().c_str());
     return visibility.broken ? 1 : 2;
   }
 
@@ -106,10 +109,13 @@ int main(int argc, char** argv) {
 
     // Baseline: device-to-device cudaMemcpy reads and writes kBytes.
     auto stream = static_cast<cudaStream_t>(current_stream(kGpu).handle());
-    const double copy_ms = time_ms([&] {
-      check(cudaMemcpyAsync(copy_dst.data_ptr(), a.data_ptr(), size_t(kBytes),
-                            cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
-    }, iterations);
+    const double copy_ms = time_ms(
+        [&] {
+          check(cudaMemcpyAsync(copy_dst.data_ptr(), a.data_ptr(), size_t(kBytes),
+                                cudaMemcpyDeviceToDevice, stream),
+                "cudaMemcpyAsync");
+        },
+        iterations);
     const double copy_gbps = gbps(2.0 * double(kBytes), copy_ms);
     results.add("copy_d2d_gbps", copy_gbps, "GB/s", "cudaMemcpy baseline, read + write");
 
@@ -121,26 +127,56 @@ int main(int argc, char** argv) {
       results.add(key + "_of_copy", rate / copy_gbps, "ratio", "fraction of cudaMemcpy D2D");
     };
 
-    family("elementwise_add_f32", 3.0 * double(kBytes), [&] { Tensor c = a + b; }, "c = a + b");
-    family("elementwise_mul_bf16", 3.0 * double(kBytes), [&] { Tensor c = a16 * b16; }, "c = a * b");
-    family("elementwise_gelu_f32", 2.0 * double(kBytes), [&] { Tensor c = gelu(a); }, "unary");
-    family("elementwise_broadcast_f32", 2.0 * double(kBytes),
-           [&] { Tensor c = a.view({-1, 1024}) * b.slice(0, 0, 1024); }, "[N,1024] * [1024]");
-    family("reduction_sum_all_f32", double(kBytes), [&] { Tensor s = sum(a); }, "sum of 64M floats");
-    family("reduction_sum_rows_f32", double(kBytes), [&] { Tensor s = sum(a.view({-1, 1024}), {1}); },
-           "[65536,1024] over dim 1");
-    family("reduction_sum_cols_f32", double(kBytes), [&] { Tensor s = sum(a.view({-1, 1024}), {0}); },
-           "[65536,1024] over dim 0");
-    family("softmax_f32", 2.0 * double(kBytes), [&] { Tensor s = softmax(a.view({-1, 1024})); },
-           "rows of 1024 (warp per row)");
-    family("softmax_long_rows_f32", 2.0 * double(kBytes),
-           [&] { Tensor s = softmax(a.view({-1, 32768})); }, "rows of 32768 (block per row)");
-    family("softmax_bf16", 2.0 * double(kBytes), [&] { Tensor s = softmax(a16.view({-1, 1024})); },
-           "rows of 1024");
-    family("cast_f32_to_bf16", 1.5 * double(kBytes), [&] { Tensor c = a.to(kBFloat16); },
-           "read 4 B, write 2 B");
-    family("cast_bf16_to_f32", 3.0 * double(kBytes), [&] { Tensor c = a16.to(kFloat32); },
-           "read 2 B, write 4 B");
+    family(
+        "elementwise_add_f32", 3.0 * double(kBytes), [&] { Tensor c = a + b; }, "c = a + b");
+    family(
+        "elementwise_mul_bf16", 3.0 * double(kBytes), [&] { Tensor c = a16 * b16; }, "c = a * b");
+    family(
+        "elementwise_gelu_f32", 2.0 * double(kBytes), [&] { Tensor c = gelu(a); }, "unary");
+    family(
+        "elementwise_broadcast_f32", 2.0 * double(kBytes),
+        [&] {
+          Tensor c = a.view({-1, 1024}) * b.slice(0, 0, 1024);
+        },
+        "[N,1024] * [1024]");
+    family(
+        "reduction_sum_all_f32", double(kBytes), [&] { Tensor s = sum(a); }, "sum of 64M floats");
+    family(
+        "reduction_sum_rows_f32", double(kBytes),
+        [&] {
+          Tensor s = sum(a.view({-1, 1024}), {1});
+        },
+        "[65536,1024] over dim 1");
+    family(
+        "reduction_sum_cols_f32", double(kBytes),
+        [&] {
+          Tensor s = sum(a.view({-1, 1024}), {0});
+        },
+        "[65536,1024] over dim 0");
+    family(
+        "softmax_f32", 2.0 * double(kBytes),
+        [&] {
+          Tensor s = softmax(a.view({-1, 1024}));
+        },
+        "rows of 1024 (warp per row)");
+    family(
+        "softmax_long_rows_f32", 2.0 * double(kBytes),
+        [&] {
+          Tensor s = softmax(a.view({-1, 32768}));
+        },
+        "rows of 32768 (block per row)");
+    family(
+        "softmax_bf16", 2.0 * double(kBytes),
+        [&] {
+          Tensor s = softmax(a16.view({-1, 1024}));
+        },
+        "rows of 1024");
+    family(
+        "cast_f32_to_bf16", 1.5 * double(kBytes), [&] { Tensor c = a.to(kBFloat16); },
+        "read 4 B, write 2 B");
+    family(
+        "cast_bf16_to_f32", 3.0 * double(kBytes), [&] { Tensor c = a16.to(kFloat32); },
+        "read 2 B, write 4 B");
 
     {  // Fused cross-entropy: logits [65536, 1024] f32 read, gradient written. The targets are
        // checked inside the kernel; the code it lowers on a bad one is read once, at the end.
@@ -152,12 +188,15 @@ int main(int argc, char** argv) {
       Tensor losses = empty({rows}, TensorOptions().device(kGpu));
       Tensor grad = empty({rows, cols}, TensorOptions().device(kGpu));
       Tensor code = full({1}, -1.0, TensorOptions(kInt64).device(kGpu));  // kNoBadTarget
-      family("cross_entropy_f32", 2.0 * double(kBytes), [&] {
-        mpigrad::kernels::cuda::cross_entropy(
-            kFloat32, rows, cols, logits.data_ptr(), targets.data<int64_t>(), -100,
-            1.0 / double(rows), losses.data_ptr(), grad.data_ptr(),
-            static_cast<uint64_t*>(code.data_ptr()), current_stream(kGpu).handle());
-      }, "loss + gradient, rows of 1024");
+      family(
+          "cross_entropy_f32", 2.0 * double(kBytes),
+          [&] {
+            mpigrad::kernels::cuda::cross_entropy(
+                kFloat32, rows, cols, logits.data_ptr(), targets.data<int64_t>(), -100,
+                1.0 / double(rows), losses.data_ptr(), grad.data_ptr(),
+                static_cast<uint64_t*>(code.data_ptr()), current_stream(kGpu).handle());
+          },
+          "loss + gradient, rows of 1024");
       if (uint64_t(code.item<int64_t>()) != mpigrad::kernels::cuda::kNoBadTarget) {
         throw Error("cross_entropy: bad target in the benchmark data");
       }
@@ -179,12 +218,15 @@ int main(int argc, char** argv) {
                                     : dtype == kBFloat16 ? CUDA_R_16BF
                                                          : CUDA_R_16F;
         const float one = 1.0f, zero = 0.0f;
-        const double cublas_ms = time_ms([&] {
-          check(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(n), int(n), &one,
-                             y.data_ptr(), type, int(n), x.data_ptr(), type, int(n), &zero,
-                             z.data_ptr(), type, int(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                "cublasGemmEx");
-        }, reps);
+        const double cublas_ms = time_ms(
+            [&] {
+              check(
+                  cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(n), int(n), &one,
+                               y.data_ptr(), type, int(n), x.data_ptr(), type, int(n), &zero,
+                               z.data_ptr(), type, int(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                  "cublasGemmEx");
+            },
+            reps);
         const char* tag = dtype == kFloat32 ? "f32" : dtype == kBFloat16 ? "bf16" : "f16";
         const std::string key = std::string("matmul_") + tag + "_" + std::to_string(n);
         results.add(key + "_tflops", flops / (ours_ms * 1e-3) / 1e12, "TFLOP/s", "mpigrad matmul");

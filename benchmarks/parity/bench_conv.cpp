@@ -47,7 +47,8 @@ int main(int argc, char** argv) {
     nn::functional::Conv2dOptions o;
     o.stride = {s.stride, s.stride};
     o.padding = {s.pad, s.pad};
-    const int64_t oh = (s.h + 2 * s.pad - s.k) / s.stride + 1, ow = (s.w + 2 * s.pad - s.k) / s.stride + 1;
+    const int64_t oh = (s.h + 2 * s.pad - s.k) / s.stride + 1,
+                  ow = (s.w + 2 * s.pad - s.k) / s.stride + 1;
     const int64_t m = s.oc, k = s.c * s.k * s.k, cols = s.n * oh * ow;
     const double flops = 2.0 * double(m) * double(k) * double(cols);
 
@@ -62,18 +63,26 @@ int main(int argc, char** argv) {
     g.ldc = cols;
     auto& backend = core::backend_for(core::kCPU);
     const double gemm_s = bench::seconds_per_call(
-        [&] { backend.gemm(core::kFloat32, g, 1.0, a.data_ptr(), bb.data_ptr(), 0.0, c.data_ptr()); }, 3);
-    const double fwd_s = bench::seconds_per_call([&] {
-      core::NoGradGuard no_grad;
-      nn::functional::conv2d(x, w, b, o);
-    }, 3);
+        [&] {
+          backend.gemm(core::kFloat32, g, 1.0, a.data_ptr(), bb.data_ptr(), 0.0, c.data_ptr());
+        },
+        3);
+    const double fwd_s = bench::seconds_per_call(
+        [&] {
+          core::NoGradGuard no_grad;
+          nn::functional::conv2d(x, w, b, o);
+        },
+        3);
     core::Tensor xl = x.detach().set_requires_grad(true), wl = w.detach().set_requires_grad(true);
-    const double fwd_bwd_s = bench::seconds_per_call([&] {
-      core::Tensor out = nn::functional::conv2d(xl, wl, b, o);
-      out.backward(core::ones_like(out));
-    }, 2, 3);
+    const double fwd_bwd_s = bench::seconds_per_call(
+        [&] {
+          core::Tensor out = nn::functional::conv2d(xl, wl, b, o);
+          out.backward(core::ones_like(out));
+        },
+        2, 3);
     const std::string key = s.name;
-    results.add(key + " gemm", gemm_s * 1e3, "ms", std::to_string(int(flops / gemm_s / 1e9)) + " GFLOP/s");
+    results.add(key + " gemm", gemm_s * 1e3, "ms",
+                std::to_string(int(flops / gemm_s / 1e9)) + " GFLOP/s");
     results.add(key + " conv fwd", fwd_s * 1e3, "ms",
                 "ratio to gemm " + std::to_string(fwd_s / gemm_s).substr(0, 4) + ", " +
                     std::to_string(int(flops / fwd_s / 1e9)) + " GFLOP/s");

@@ -56,10 +56,14 @@ int main(int argc, char** argv) {
   int64_t steps = 20, batch = 64;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--model") kind = argv[i + 1];
-    else if (flag == "--steps") steps = std::stoll(argv[i + 1]);
-    else if (flag == "--batch") batch = std::stoll(argv[i + 1]);
-    else if (flag == "--out") out = argv[i + 1];
+    if (flag == "--model")
+      kind = argv[i + 1];
+    else if (flag == "--steps")
+      steps = std::stoll(argv[i + 1]);
+    else if (flag == "--batch")
+      batch = std::stoll(argv[i + 1]);
+    else if (flag == "--out")
+      out = argv[i + 1];
     else {
       std::fprintf(stderr, "mpigrad-parity-driver: unknown flag %s\n", argv[i]);
       return 2;

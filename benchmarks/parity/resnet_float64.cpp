@@ -33,16 +33,26 @@ int main(int argc, char** argv) {
       const std::string flag = argv[i];
       MPIGRAD_CHECK(i + 1 < argc, flag, " needs a value");
       const std::string value = argv[i + 1];
-      if (flag == "--checkpoint") checkpoint = value;
-      else if (flag == "--data") data = value;
-      else if (flag == "--width") width = std::stoll(value);
-      else if (flag == "--depth") depth = std::stoll(value);
-      else if (flag == "--classes") classes = std::stoll(value);
-      else if (flag == "--steps") steps = std::stoll(value);
-      else if (flag == "--batch") batch = std::stoll(value);
-      else if (flag == "--lr") lr = std::stod(value);
-      else if (flag == "--momentum") momentum = std::stod(value);
-      else core::fail("unknown option ", flag);
+      if (flag == "--checkpoint")
+        checkpoint = value;
+      else if (flag == "--data")
+        data = value;
+      else if (flag == "--width")
+        width = std::stoll(value);
+      else if (flag == "--depth")
+        depth = std::stoll(value);
+      else if (flag == "--classes")
+        classes = std::stoll(value);
+      else if (flag == "--steps")
+        steps = std::stoll(value);
+      else if (flag == "--batch")
+        batch = std::stoll(value);
+      else if (flag == "--lr")
+        lr = std::stod(value);
+      else if (flag == "--momentum")
+        momentum = std::stod(value);
+      else
+        core::fail("unknown option ", flag);
     }
     MPIGRAD_CHECK(!checkpoint.empty() && !data.empty(), "--checkpoint and --data are required");
     const core::hdf5::File file = core::hdf5::File::open(data);
@@ -50,11 +60,11 @@ int main(int argc, char** argv) {
     const Tensor y_all = file.read_tensor("y");
     MPIGRAD_CHECK(x_all.dim() == 4 && x_all.dtype() == core::kUInt8, data,
                   ": expected uint8 images x [N, C, H, W], got ", x_all.shape());
-    MPIGRAD_CHECK(x_all.size(0) >= steps * batch, data, " has ", x_all.size(0), " samples, fewer than ",
-                  steps, " steps of ", batch);
+    MPIGRAD_CHECK(x_all.size(0) >= steps * batch, data, " has ", x_all.size(0),
+                  " samples, fewer than ", steps, " steps of ", batch);
     core::Generator generator(1);  // the weights come from the checkpoint
-    auto model = nn::make_resnet({x_all.size(1), x_all.size(2), x_all.size(3)}, depth, width, classes,
-                                 generator);
+    auto model = nn::make_resnet({x_all.size(1), x_all.size(2), x_all.size(3)}, depth, width,
+                                 classes, generator);
     nn::load_checkpoint_into(checkpoint, *model, nullptr, nullptr);
     model->to(core::kFloat64);
     model->train();

@@ -19,11 +19,11 @@
 
 #include "common/bench_util.h"
 #include "mpigrad/core/rng.h"
-#include "mpigrad/data/tensor_dataset.h"
 #include "mpigrad/data/data_loader.h"
+#include "mpigrad/data/tensor_dataset.h"
+#include "mpigrad/launch/config/train_setup.h"
 #include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/launch/observe/timeline.h"
-#include "mpigrad/launch/config/train_setup.h"
 #include "mpigrad/launch/train/training_hooks.h"
 #include "mpigrad/launch/train/training_steps.h"
 #include "mpigrad/launch/train/training_strategy.h"

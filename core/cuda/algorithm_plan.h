@@ -22,7 +22,7 @@ namespace mpigrad::core::cuda_detail {
 
 struct AlgorithmChoice {
   int algorithm = 0;
-  int math_type = 0;           // the math type the algorithm needs, set on the descriptor first
+  int math_type = 0;  // the math type the algorithm needs, set on the descriptor first
   size_t workspace_bytes = 0;
 };
 
@@ -35,8 +35,8 @@ class AlgorithmPlan {
     for (const AlgorithmChoice& candidate : candidates) {
       bool repeat = false;
       for (const AlgorithmChoice& kept : choices_) {
-        repeat = repeat || (kept.algorithm == candidate.algorithm &&
-                            kept.math_type == candidate.math_type);
+        repeat = repeat ||
+                 (kept.algorithm == candidate.algorithm && kept.math_type == candidate.math_type);
       }
       if (repeat) continue;
       if (candidate.workspace_bytes > workspace_cap) {

@@ -59,8 +59,9 @@ void* CudaCachingAllocator::allocate(size_t nbytes) {
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
     fail("CUDA out of memory on cuda:", device_, ": cudaMalloc of ", size, " bytes failed (",
-         cudaGetErrorString(status), "); ", stats_.allocated_bytes, " bytes are in use by tensors and ",
-         stats_.reserved_bytes, " reserved by mpigrad's caching allocator");
+         cudaGetErrorString(status), "); ", stats_.allocated_bytes,
+         " bytes are in use by tensors and ", stats_.reserved_bytes,
+         " reserved by mpigrad's caching allocator");
   }
   live_[ptr] = Block{size, stream, false, {}, false};
   stats_.allocated_bytes += int64_t(size);
@@ -166,8 +167,10 @@ void CudaCachingAllocator::free_block(void* ptr, size_t size) {
 void CudaCachingAllocator::record_stream(void* ptr, StreamView stream) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = live_.find(ptr);
-  MPIGRAD_CHECK(it != live_.end(), "record_stream: the tensor's memory was not allocated by the "
-                "CUDA caching allocator of cuda:", device_);
+  MPIGRAD_CHECK(it != live_.end(),
+                "record_stream: the tensor's memory was not allocated by the "
+                "CUDA caching allocator of cuda:",
+                device_);
   Block& block = it->second;
   if (stream.id() == block.stream_id) return;
   for (const UsedOn& used : block.used_on) {
@@ -190,9 +193,8 @@ void CudaCachingAllocator::stream_destroyed(uint64_t stream_id, bool drained) {
     bin = bins_.erase(bin);
   }
   for (auto& [ptr, block] : live_) {
-    const bool used_there = std::erase_if(block.used_on, [&](const UsedOn& used) {
-                              return used.id == stream_id;
-                            }) > 0;
+    const bool used_there =
+        std::erase_if(block.used_on, [&](const UsedOn& used) { return used.id == stream_id; }) > 0;
     if (block.stream_id == stream_id) block.orphan = true;
     // Drained, its work on the destroyed stream is done: no event to wait for there. Not
     // drained, that work may still run: the block is lost rather than freed under it.

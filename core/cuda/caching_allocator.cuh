@@ -53,9 +53,9 @@ class CudaCachingAllocator final : public Allocator {
   };
   struct Block {
     size_t size = 0;
-    uint64_t stream_id = 0;        // the stream it was allocated on
-    bool orphan = false;           // that stream was destroyed: free it instead of caching it
-    std::vector<UsedOn> used_on;   // other streams, from record_stream
+    uint64_t stream_id = 0;       // the stream it was allocated on
+    bool orphan = false;          // that stream was destroyed: free it instead of caching it
+    std::vector<UsedOn> used_on;  // other streams, from record_stream
     // A stream it was used on was destroyed with its work not drained (the runtime failing):
     // the memory is neither reused nor freed, and no event is recorded on the dead stream.
     bool lost = false;
@@ -67,8 +67,8 @@ class CudaCachingAllocator final : public Allocator {
   };
   using BinKey = std::pair<uint64_t, size_t>;
 
-  void move_finished_parked();     // caller holds mutex_
-  void release_free_blocks();      // caller holds mutex_
+  void move_finished_parked();              // caller holds mutex_
+  void release_free_blocks();               // caller holds mutex_
   void free_block(void* ptr, size_t size);  // caller holds mutex_; throws on a CUDA error
 
   const int device_;

@@ -108,8 +108,8 @@ void CudaBackend::where(DType dtype, const StridedLoop& loop, void* out, const v
   launch(device_, [&] { kernels::cuda::where(dtype, loop, out, cond, a, b, stream()); });
 }
 
-void CudaBackend::clamp(DType dtype, const StridedLoop& loop, void* out, const void* in,
-                        double lo, double hi) {
+void CudaBackend::clamp(DType dtype, const StridedLoop& loop, void* out, const void* in, double lo,
+                        double hi) {
   launch(device_, [&] { kernels::cuda::clamp(dtype, loop, out, in, lo, hi, stream()); });
 }
 
@@ -150,16 +150,15 @@ void CudaBackend::softmax_forward(bool log, DType dtype, int64_t rows, int64_t c
          [&] { kernels::cuda::softmax_forward(log, dtype, rows, cols, out, in, stream()); });
 }
 
-void CudaBackend::softmax_backward(bool log, DType dtype, int64_t rows, int64_t cols,
-                                   void* grad_in, const void* grad_out, const void* out) {
+void CudaBackend::softmax_backward(bool log, DType dtype, int64_t rows, int64_t cols, void* grad_in,
+                                   const void* grad_out, const void* out) {
   launch(device_, [&] {
     kernels::cuda::softmax_backward(log, dtype, rows, cols, grad_in, grad_out, out, stream());
   });
 }
 
 int64_t CudaBackend::index_select(DType dtype, int64_t outer, int64_t extent, int64_t inner,
-                                  const int64_t* index, int64_t count, void* out,
-                                  const void* in) {
+                                  const int64_t* index, int64_t count, void* out, const void* in) {
   return launch(device_, [&] {
     Scratch flag(allocator_, kernels::cuda::kIndexCheckBytes);
     return kernels::cuda::index_select(dtype, outer, extent, inner, index, count, out, in,
@@ -171,8 +170,8 @@ int64_t CudaBackend::index_add(DType dtype, int64_t outer, int64_t extent, int64
                                const int64_t* index, int64_t count, void* out, const void* in) {
   return launch(device_, [&] {
     Scratch flag(allocator_, kernels::cuda::kIndexCheckBytes);
-    return kernels::cuda::index_add(dtype, outer, extent, inner, index, count, out, in,
-                                    flag.get(), stream());
+    return kernels::cuda::index_add(dtype, outer, extent, inner, index, count, out, in, flag.get(),
+                                    stream());
   });
 }
 
@@ -186,8 +185,7 @@ int64_t CudaBackend::gather(DType dtype, int64_t outer, int64_t extent, int64_t 
 }
 
 int64_t CudaBackend::scatter_add(DType dtype, int64_t outer, int64_t extent, int64_t inner,
-                                 const int64_t* index, int64_t count, void* out,
-                                 const void* in) {
+                                 const int64_t* index, int64_t count, void* out, const void* in) {
   return launch(device_, [&] {
     Scratch flag(allocator_, kernels::cuda::kIndexCheckBytes);
     return kernels::cuda::scatter_add(dtype, outer, extent, inner, index, count, out, in,
@@ -197,14 +195,12 @@ int64_t CudaBackend::scatter_add(DType dtype, int64_t outer, int64_t extent, int
 
 void CudaBackend::uniform(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset,
                           double lo, double hi) {
-  launch(device_,
-         [&] { kernels::cuda::uniform(dtype, n, out, seed, offset, lo, hi, stream()); });
+  launch(device_, [&] { kernels::cuda::uniform(dtype, n, out, seed, offset, lo, hi, stream()); });
 }
 
 void CudaBackend::normal(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset,
                          double mean, double std) {
-  launch(device_,
-         [&] { kernels::cuda::normal(dtype, n, out, seed, offset, mean, std, stream()); });
+  launch(device_, [&] { kernels::cuda::normal(dtype, n, out, seed, offset, mean, std, stream()); });
 }
 
 void CudaBackend::bernoulli(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset,
@@ -224,14 +220,13 @@ void CudaBackend::cross_entropy(DType dtype, int64_t rows, int64_t cols, const v
     kernels::cuda::cross_entropy(dtype, rows, cols, logits, targets, ignore_index, grad_scale,
                                  losses, grad, static_cast<uint64_t*>(code.get()), s);
     const int device = device_;
-    checks_.push(s, code.get(), kernels::cuda::kNoBadTarget,
-                 [check, cols, device](uint64_t bad) {
-                   return bad_target_message(check, kernels::cuda::bad_target_row(bad),
-                                             kernels::cuda::bad_target_value(bad), cols) +
-                          " (checked on cuda:" + std::to_string(device) +
-                          " without waiting, and reported at a later synchronization: the "
-                          "steps queued in between got NaN for that row)";
-                 });
+    checks_.push(s, code.get(), kernels::cuda::kNoBadTarget, [check, cols, device](uint64_t bad) {
+      return bad_target_message(check, kernels::cuda::bad_target_row(bad),
+                                kernels::cuda::bad_target_value(bad), cols) +
+             " (checked on cuda:" + std::to_string(device) +
+             " without waiting, and reported at a later synchronization: the "
+             "steps queued in between got NaN for that row)";
+    });
   });
 }
 
@@ -240,15 +235,16 @@ void CudaBackend::cross_entropy(DType dtype, int64_t rows, int64_t cols, const v
 void CudaBackend::conv2d_forward(DType, const Conv2dShape&, const void*, const void*, void*) {
   no_cudnn("conv2d");
 }
-void CudaBackend::conv2d_backward_data(DType, const Conv2dShape&, const void*, const void*,
-                                       void*) {
+void CudaBackend::conv2d_backward_data(DType, const Conv2dShape&, const void*, const void*, void*) {
   no_cudnn("conv2d backward");
 }
 void CudaBackend::conv2d_backward_filter(DType, const Conv2dShape&, const void*, const void*,
                                          void*) {
   no_cudnn("conv2d backward");
 }
-int64_t CudaBackend::max_pool2d_indices(const Pool2dGeometry&) { return 0; }
+int64_t CudaBackend::max_pool2d_indices(const Pool2dGeometry&) {
+  return 0;
+}
 void CudaBackend::pool2d_forward(Pool2dMode, DType, const Pool2dGeometry&, const void*, void*,
                                  int64_t*) {
   no_cudnn("pool2d");
@@ -258,23 +254,22 @@ void CudaBackend::pool2d_backward(Pool2dMode, DType, const Pool2dGeometry&, cons
   no_cudnn("pool2d backward");
 }
 void CudaBackend::batch_norm_forward_training(DType, int64_t, int64_t, int64_t, double, double,
-                                              const void*, const void*, const void*, void*,
-                                              void*, void*, void*, void*) {
+                                              const void*, const void*, const void*, void*, void*,
+                                              void*, void*, void*) {
   no_cudnn("batch_norm");
 }
 void CudaBackend::batch_norm_forward_inference(DType, int64_t, int64_t, int64_t, double,
-                                               const void*, const void*, const void*,
-                                               const void*, const void*, const void*, void*) {
+                                               const void*, const void*, const void*, const void*,
+                                               const void*, const void*, void*) {
   no_cudnn("batch_norm");
 }
-void CudaBackend::batch_norm_backward(DType dtype, int64_t batch, int64_t channels,
-                                      int64_t inner, bool training, double, const void* x,
-                                      const void* grad_y, const void* mean, const void* invstd,
-                                      const void* weight, void* grad_x, void* grad_weight,
-                                      void* grad_bias) {
+void CudaBackend::batch_norm_backward(DType dtype, int64_t batch, int64_t channels, int64_t inner,
+                                      bool training, double, const void* x, const void* grad_y,
+                                      const void* mean, const void* invstd, const void* weight,
+                                      void* grad_x, void* grad_weight, void* grad_bias) {
   if (training) no_cudnn("batch_norm backward");
-  batch_norm_backward_eval(dtype, batch, channels, inner, x, grad_y, mean, invstd, weight,
-                           grad_x, grad_weight, grad_bias);
+  batch_norm_backward_eval(dtype, batch, channels, inner, x, grad_y, mean, invstd, weight, grad_x,
+                           grad_weight, grad_bias);
 }
 
 // ---- Batch norm backward in eval mode ----------------------------------------------------------
@@ -315,9 +310,8 @@ StridedLoop flat_loop(int64_t n, int operands) {
 
 void CudaBackend::batch_norm_backward_eval(DType dtype, int64_t batch, int64_t channels,
                                            int64_t inner, const void* x, const void* grad_y,
-                                           const void* mean, const void* invstd,
-                                           const void* weight, void* grad_x, void* grad_weight,
-                                           void* grad_bias) {
+                                           const void* mean, const void* invstd, const void* weight,
+                                           void* grad_x, void* grad_weight, void* grad_bias) {
   const int64_t numel = batch * channels * inner;
   const size_t element = size_t(element_size(dtype));
   // Sums a dense [batch, channels, inner] buffer to [channels] through `partial`.
@@ -332,8 +326,8 @@ void CudaBackend::batch_norm_backward_eval(DType dtype, int64_t batch, int64_t c
       binary(BinaryOp::Mul, dtype, flat_loop(channels, 3), scaled.get(), invstd, weight);
       factor = scaled.get();
     }
-    binary(BinaryOp::Mul, dtype, channel_loop(batch, channels, inner, {true, true, false}),
-           grad_x, grad_y, factor);
+    binary(BinaryOp::Mul, dtype, channel_loop(batch, channels, inner, {true, true, false}), grad_x,
+           grad_y, factor);
   }
   if (grad_weight == nullptr && grad_bias == nullptr) return;
   Scratch partial(allocator_, size_t(batch * channels) * element);

@@ -48,7 +48,8 @@ decltype(auto) launch(int device, Fn&& fn) {
 class Scratch {
  public:
   Scratch(Allocator& allocator, size_t nbytes)
-      : allocator_(allocator), nbytes_(nbytes),
+      : allocator_(allocator),
+        nbytes_(nbytes),
         ptr_(nbytes > 0 ? allocator.allocate(nbytes) : nullptr) {}
   ~Scratch() { allocator_.deallocate(ptr_, nbytes_); }
   Scratch(const Scratch&) = delete;
@@ -78,8 +79,7 @@ class CudaBackend : public Backend {
   void copy_from_host_async(void* device_dst, const void* host_src, int64_t nbytes);
   void copy_to_host_async(void* host_dst, const void* device_src, int64_t nbytes);
 
-  void unary(UnaryOp op, DType dtype, const StridedLoop& loop, void* out,
-             const void* in) override;
+  void unary(UnaryOp op, DType dtype, const StridedLoop& loop, void* out, const void* in) override;
   void unary_backward(UnaryOp op, DType dtype, const StridedLoop& loop, void* grad_in,
                       const void* grad_out, const void* in, const void* out) override;
   void binary(BinaryOp op, DType dtype, const StridedLoop& loop, void* out, const void* a,
@@ -102,8 +102,8 @@ class CudaBackend : public Backend {
                         const void* grad_out, const void* out) override;
   int64_t index_select(DType dtype, int64_t outer, int64_t extent, int64_t inner,
                        const int64_t* index, int64_t count, void* out, const void* in) override;
-  int64_t index_add(DType dtype, int64_t outer, int64_t extent, int64_t inner,
-                    const int64_t* index, int64_t count, void* out, const void* in) override;
+  int64_t index_add(DType dtype, int64_t outer, int64_t extent, int64_t inner, const int64_t* index,
+                    int64_t count, void* out, const void* in) override;
   int64_t gather(DType dtype, int64_t outer, int64_t extent, int64_t inner, const int64_t* index,
                  int64_t count, void* out, const void* in) override;
   int64_t scatter_add(DType dtype, int64_t outer, int64_t extent, int64_t inner,
@@ -115,8 +115,8 @@ class CudaBackend : public Backend {
   void bernoulli(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset,
                  double p) override;
   void cross_entropy(DType dtype, int64_t rows, int64_t cols, const void* logits,
-                     const int64_t* targets, int64_t ignore_index, double grad_scale,
-                     void* losses, void* grad, const TargetCheck& check) override;
+                     const int64_t* targets, int64_t ignore_index, double grad_scale, void* losses,
+                     void* grad, const TargetCheck& check) override;
 
   // The cuDNN families: these throw (a build without cuDNN); CudnnBackend overrides them.
   void conv2d_forward(DType dtype, const Conv2dShape& shape, const void* x, const void* w,
@@ -126,25 +126,25 @@ class CudaBackend : public Backend {
   void conv2d_backward_filter(DType dtype, const Conv2dShape& shape, const void* x,
                               const void* grad_y, void* grad_w) override;
   int64_t max_pool2d_indices(const Pool2dGeometry& geometry) override;
-  void pool2d_forward(Pool2dMode mode, DType dtype, const Pool2dGeometry& geometry,
-                      const void* x, void* y, int64_t* indices) override;
-  void pool2d_backward(Pool2dMode mode, DType dtype, const Pool2dGeometry& geometry,
-                       const void* x, const void* y, const int64_t* indices, const void* grad_y,
+  void pool2d_forward(Pool2dMode mode, DType dtype, const Pool2dGeometry& geometry, const void* x,
+                      void* y, int64_t* indices) override;
+  void pool2d_backward(Pool2dMode mode, DType dtype, const Pool2dGeometry& geometry, const void* x,
+                       const void* y, const int64_t* indices, const void* grad_y,
                        void* grad_x) override;
   void batch_norm_forward_training(DType dtype, int64_t batch, int64_t channels, int64_t inner,
                                    double factor, double eps, const void* x, const void* weight,
-                                   const void* bias, void* running_mean, void* running_var,
-                                   void* y, void* mean, void* invstd) override;
+                                   const void* bias, void* running_mean, void* running_var, void* y,
+                                   void* mean, void* invstd) override;
   void batch_norm_forward_inference(DType dtype, int64_t batch, int64_t channels, int64_t inner,
-                                    double eps, const void* x, const void* weight,
-                                    const void* bias, const void* mean, const void* variance,
-                                    const void* invstd, void* y) override;
+                                    double eps, const void* x, const void* weight, const void* bias,
+                                    const void* mean, const void* variance, const void* invstd,
+                                    void* y) override;
   // Eval mode (training == false) runs here on the elementwise and reduction kernels, with or
   // without cuDNN; training mode is cuDNN's.
   void batch_norm_backward(DType dtype, int64_t batch, int64_t channels, int64_t inner,
                            bool training, double eps, const void* x, const void* grad_y,
-                           const void* mean, const void* invstd, const void* weight,
-                           void* grad_x, void* grad_weight, void* grad_bias) override;
+                           const void* mean, const void* invstd, const void* weight, void* grad_x,
+                           void* grad_weight, void* grad_bias) override;
 
   // Hand-written kernels (kernels/cuda/normalization.cu, optimizer.cu).
   void layer_norm_forward(DType dtype, int64_t rows, int64_t cols, double eps, const void* x,

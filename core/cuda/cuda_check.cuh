@@ -58,9 +58,9 @@ class DeviceGuard {
 
 }  // namespace mpigrad::core::cuda_detail
 
-#define MPIGRAD_CUDA_CHECK(call)                                                        \
-  do {                                                                                  \
-    const cudaError_t mpigrad_cuda_status_ = (call);                                    \
-    if (mpigrad_cuda_status_ != cudaSuccess) [[unlikely]]                               \
+#define MPIGRAD_CUDA_CHECK(call)                                                                \
+  do {                                                                                          \
+    const cudaError_t mpigrad_cuda_status_ = (call);                                            \
+    if (mpigrad_cuda_status_ != cudaSuccess) [[unlikely]]                                       \
       ::mpigrad::core::cuda_detail::fail_cuda(mpigrad_cuda_status_, #call, __FILE__, __LINE__); \
   } while (0)

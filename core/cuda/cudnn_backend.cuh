@@ -72,9 +72,9 @@ using TensorDescriptor =
     Descriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor>;
 using FilterDescriptor =
     Descriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor>;
-using ConvolutionDescriptor = Descriptor<cudnnConvolutionDescriptor_t,
-                                         cudnnCreateConvolutionDescriptor,
-                                         cudnnDestroyConvolutionDescriptor>;
+using ConvolutionDescriptor =
+    Descriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor,
+               cudnnDestroyConvolutionDescriptor>;
 using PoolingDescriptor = Descriptor<cudnnPoolingDescriptor_t, cudnnCreatePoolingDescriptor,
                                      cudnnDestroyPoolingDescriptor>;
 
@@ -86,17 +86,19 @@ struct Scale {
     return dtype == kFloat64 ? static_cast<const void*>(&d) : static_cast<const void*>(&f);
   }
 };
-inline Scale scale(double value) { return Scale{float(value), value}; }
+inline Scale scale(double value) {
+  return Scale{float(value), value};
+}
 
 // A dense NCHW descriptor.
 inline void set_nchw(const TensorDescriptor& desc, DType dtype, int64_t n, int64_t c, int64_t h,
                      int64_t w, const char* op, int device) {
   MPIGRAD_CHECK(n <= INT32_MAX && c <= INT32_MAX && h <= INT32_MAX && w <= INT32_MAX, op,
                 ": tensor dims exceed cuDNN's int range");
-  MPIGRAD_CUDNN_CHECK(cudnnSetTensor4dDescriptor(desc.get(), CUDNN_TENSOR_NCHW,
-                                                 cudnn_dtype(dtype, op), int(n), int(c), int(h),
-                                                 int(w)),
-                      device);
+  MPIGRAD_CUDNN_CHECK(
+      cudnnSetTensor4dDescriptor(desc.get(), CUDNN_TENSOR_NCHW, cudnn_dtype(dtype, op), int(n),
+                                 int(c), int(h), int(w)),
+      device);
 }
 
 // The descriptors of one convolution, and per direction (forward, backward data, backward
@@ -120,23 +122,23 @@ class CudnnBackend final : public CudaBackend {
                             const void* w, void* grad_x) override;
   void conv2d_backward_filter(DType dtype, const Conv2dShape& shape, const void* x,
                               const void* grad_y, void* grad_w) override;
-  void pool2d_forward(Pool2dMode mode, DType dtype, const Pool2dGeometry& geometry,
-                      const void* x, void* y, int64_t* indices) override;
-  void pool2d_backward(Pool2dMode mode, DType dtype, const Pool2dGeometry& geometry,
-                       const void* x, const void* y, const int64_t* indices, const void* grad_y,
+  void pool2d_forward(Pool2dMode mode, DType dtype, const Pool2dGeometry& geometry, const void* x,
+                      void* y, int64_t* indices) override;
+  void pool2d_backward(Pool2dMode mode, DType dtype, const Pool2dGeometry& geometry, const void* x,
+                       const void* y, const int64_t* indices, const void* grad_y,
                        void* grad_x) override;
   void batch_norm_forward_training(DType dtype, int64_t batch, int64_t channels, int64_t inner,
                                    double factor, double eps, const void* x, const void* weight,
-                                   const void* bias, void* running_mean, void* running_var,
-                                   void* y, void* mean, void* invstd) override;
+                                   const void* bias, void* running_mean, void* running_var, void* y,
+                                   void* mean, void* invstd) override;
   void batch_norm_forward_inference(DType dtype, int64_t batch, int64_t channels, int64_t inner,
-                                    double eps, const void* x, const void* weight,
-                                    const void* bias, const void* mean, const void* variance,
-                                    const void* invstd, void* y) override;
+                                    double eps, const void* x, const void* weight, const void* bias,
+                                    const void* mean, const void* variance, const void* invstd,
+                                    void* y) override;
   void batch_norm_backward(DType dtype, int64_t batch, int64_t channels, int64_t inner,
                            bool training, double eps, const void* x, const void* grad_y,
-                           const void* mean, const void* invstd, const void* weight,
-                           void* grad_x, void* grad_weight, void* grad_bias) override;
+                           const void* mean, const void* invstd, const void* weight, void* grad_x,
+                           void* grad_weight, void* grad_bias) override;
 
  private:
   // Exclusive use of this backend's handle, bound to the calling thread's current stream.
@@ -154,8 +156,8 @@ class CudnnBackend final : public CudaBackend {
   // Runs one direction of `shape` (0 forward, 1 backward data, 2 backward filter): `a` and `b`
   // are its inputs and `out` its output, in the order the cuDNN call of that direction takes
   // them.
-  void conv_run(int direction, DType dtype, const Conv2dShape& shape, const void* a,
-                const void* b, void* out);
+  void conv_run(int direction, DType dtype, const Conv2dShape& shape, const void* a, const void* b,
+                void* out);
   ConvPlan& conv_plan(const Conv2dShape& shape, DType dtype);  // under the lease
 
   std::mutex handle_mutex_;

@@ -38,10 +38,9 @@ void check_eps(double eps) {
 
 void CudnnBackend::batch_norm_forward_training(DType dtype, int64_t batch, int64_t channels,
                                                int64_t inner, double factor, double eps,
-                                               const void* x, const void* weight,
-                                               const void* bias, void* running_mean,
-                                               void* running_var, void* y, void* mean,
-                                               void* invstd) {
+                                               const void* x, const void* weight, const void* bias,
+                                               void* running_mean, void* running_var, void* y,
+                                               void* mean, void* invstd) {
   check_eps(eps);
   MPIGRAD_CHECK((running_mean == nullptr) == (running_var == nullptr), kOp,
                 ": running_mean and running_var must both be given or both be absent");
@@ -55,13 +54,13 @@ void CudnnBackend::batch_norm_forward_training(DType dtype, int64_t batch, int64
     HandleLease handle(*this);
     BatchNormDescriptors d(batch, channels, inner, dtype, device());
     const auto one = scale(1.0), zero = scale(0.0);
-    MPIGRAD_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
-                            handle.get(), kMode, one.get(dtype), zero.get(dtype), d.data.get(),
-                            x, d.data.get(), y, d.params.get(),
-                            weight != nullptr ? weight : ones.get(),
-                            bias != nullptr ? bias : zeros.get(), factor, running_mean,
-                            running_var, eps, mean, invstd),
-                        device());
+    MPIGRAD_CUDNN_CHECK(
+        cudnnBatchNormalizationForwardTraining(handle.get(), kMode, one.get(dtype), zero.get(dtype),
+                                               d.data.get(), x, d.data.get(), y, d.params.get(),
+                                               weight != nullptr ? weight : ones.get(),
+                                               bias != nullptr ? bias : zeros.get(), factor,
+                                               running_mean, running_var, eps, mean, invstd),
+        device());
   });
 }
 
@@ -81,25 +80,24 @@ void CudnnBackend::batch_norm_forward_inference(DType dtype, int64_t batch, int6
     HandleLease handle(*this);
     BatchNormDescriptors d(batch, channels, inner, dtype, device());
     const auto one = scale(1.0), zero = scale(0.0);
-    MPIGRAD_CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
-                            handle.get(), kMode, one.get(dtype), zero.get(dtype), d.data.get(),
-                            x, d.data.get(), y, d.params.get(),
-                            weight != nullptr ? weight : ones.get(),
-                            bias != nullptr ? bias : zeros.get(), mean, variance, eps),
-                        device());
+    MPIGRAD_CUDNN_CHECK(
+        cudnnBatchNormalizationForwardInference(
+            handle.get(), kMode, one.get(dtype), zero.get(dtype), d.data.get(), x, d.data.get(), y,
+            d.params.get(), weight != nullptr ? weight : ones.get(),
+            bias != nullptr ? bias : zeros.get(), mean, variance, eps),
+        device());
   });
 }
 
 // Training mode is cuDNN's backward (it always writes all three gradients); eval mode, where
 // mean and invstd are constants, is CudaBackend's.
-void CudnnBackend::batch_norm_backward(DType dtype, int64_t batch, int64_t channels,
-                                       int64_t inner, bool training, double eps, const void* x,
-                                       const void* grad_y, const void* mean, const void* invstd,
-                                       const void* weight, void* grad_x, void* grad_weight,
-                                       void* grad_bias) {
+void CudnnBackend::batch_norm_backward(DType dtype, int64_t batch, int64_t channels, int64_t inner,
+                                       bool training, double eps, const void* x, const void* grad_y,
+                                       const void* mean, const void* invstd, const void* weight,
+                                       void* grad_x, void* grad_weight, void* grad_bias) {
   if (!training) {
-    batch_norm_backward_eval(dtype, batch, channels, inner, x, grad_y, mean, invstd, weight,
-                             grad_x, grad_weight, grad_bias);
+    batch_norm_backward_eval(dtype, batch, channels, inner, x, grad_y, mean, invstd, weight, grad_x,
+                             grad_weight, grad_bias);
     return;
   }
   check_eps(eps);
@@ -116,15 +114,15 @@ void CudnnBackend::batch_norm_backward(DType dtype, int64_t batch, int64_t chann
     HandleLease handle(*this);
     BatchNormDescriptors d(batch, channels, inner, dtype, device());
     const auto one = scale(1.0), zero = scale(0.0);
-    MPIGRAD_CUDNN_CHECK(cudnnBatchNormalizationBackward(
-                            handle.get(), kMode, one.get(dtype), zero.get(dtype), one.get(dtype),
-                            zero.get(dtype), d.data.get(), x, d.data.get(), grad_y, d.data.get(),
-                            grad_x != nullptr ? grad_x : unwanted_x.get(), d.params.get(),
-                            weight != nullptr ? weight : ones.get(),
-                            grad_weight != nullptr ? grad_weight : unwanted_weight.get(),
-                            grad_bias != nullptr ? grad_bias : unwanted_bias.get(), eps, mean,
-                            invstd),
-                        device());
+    MPIGRAD_CUDNN_CHECK(
+        cudnnBatchNormalizationBackward(
+            handle.get(), kMode, one.get(dtype), zero.get(dtype), one.get(dtype), zero.get(dtype),
+            d.data.get(), x, d.data.get(), grad_y, d.data.get(),
+            grad_x != nullptr ? grad_x : unwanted_x.get(), d.params.get(),
+            weight != nullptr ? weight : ones.get(),
+            grad_weight != nullptr ? grad_weight : unwanted_weight.get(),
+            grad_bias != nullptr ? grad_bias : unwanted_bias.get(), eps, mean, invstd),
+        device());
   });
 }
 

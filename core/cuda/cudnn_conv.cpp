@@ -102,10 +102,9 @@ struct DirectionCalls {
     if (cudnnSetConvolutionMathType(d.conv.get(), math) != CUDNN_STATUS_SUCCESS) return false;
     cudnnStatus_t status;
     if (direction == kForward) {
-      status = cudnnGetConvolutionForwardWorkspaceSize(handle, d.x.get(), d.w.get(), d.conv.get(),
-                                                       d.y.get(),
-                                                       cudnnConvolutionFwdAlgo_t(algorithm),
-                                                       &bytes);
+      status = cudnnGetConvolutionForwardWorkspaceSize(
+          handle, d.x.get(), d.w.get(), d.conv.get(), d.y.get(),
+          cudnnConvolutionFwdAlgo_t(algorithm), &bytes);
     } else if (direction == kBackwardData) {
       status = cudnnGetConvolutionBackwardDataWorkspaceSize(
           handle, d.w.get(), d.y.get(), d.conv.get(), d.x.get(),
@@ -142,14 +141,13 @@ ConvPlan::ConvPlan(const Conv2dShape& s, DType dtype, int device)
   const cudnnDataType_t type = cudnn_dtype(dtype, kOp);
   set_nchw(x, dtype, s.batch, g.channels, g.height, g.width, kOp, device);
   set_nchw(y, dtype, s.batch, s.out_channels, g.out_h, g.out_w, kOp, device);
-  MPIGRAD_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w.get(), type, CUDNN_TENSOR_NCHW,
-                                                 int(s.out_channels), int(g.channels / s.groups),
-                                                 int(g.kernel_h), int(g.kernel_w)),
-                      device);
-  MPIGRAD_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv.get(), int(g.pad_h), int(g.pad_w),
-                                                      int(g.stride_h), int(g.stride_w),
-                                                      int(g.dilation_h), int(g.dilation_w),
-                                                      CUDNN_CROSS_CORRELATION, type),
+  MPIGRAD_CUDNN_CHECK(
+      cudnnSetFilter4dDescriptor(w.get(), type, CUDNN_TENSOR_NCHW, int(s.out_channels),
+                                 int(g.channels / s.groups), int(g.kernel_h), int(g.kernel_w)),
+      device);
+  MPIGRAD_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
+                          conv.get(), int(g.pad_h), int(g.pad_w), int(g.stride_h), int(g.stride_w),
+                          int(g.dilation_h), int(g.dilation_w), CUDNN_CROSS_CORRELATION, type),
                       device);
   MPIGRAD_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv.get(), int(s.groups)), device);
   MPIGRAD_CUDNN_CHECK(cudnnSetConvolutionMathType(conv.get(), CUDNN_FMA_MATH), device);
@@ -165,8 +163,8 @@ ConvPlan& CudnnBackend::conv_plan(const Conv2dShape& s, DType dtype) {
   return *plan;
 }
 
-void CudnnBackend::conv_run(int which, DType dtype, const Conv2dShape& shape,
-                            const void* a, const void* b, void* out) {
+void CudnnBackend::conv_run(int which, DType dtype, const Conv2dShape& shape, const void* a,
+                            const void* b, void* out) {
   const auto direction = Direction(which);
   launch(device(), [&] {
     HandleLease handle(*this);
@@ -178,8 +176,8 @@ void CudnnBackend::conv_run(int which, DType dtype, const Conv2dShape& shape,
     const size_t before = algorithms->remaining();
     // Only a call whose every algorithm failed needs its description.
     const auto what = [&] {
-      return std::string(kOp) + " " + kDirectionNames[direction] + " on cuda:" +
-             std::to_string(device()) + " (" + std::string(dtype_name(dtype)) + ")";
+      return std::string(kOp) + " " + kDirectionNames[direction] +
+             " on cuda:" + std::to_string(device()) + " (" + std::string(dtype_name(dtype)) + ")";
     };
     algorithms->run(what, [&](const AlgorithmChoice& choice) -> std::string {
       const auto math = cudnnMathType_t(choice.math_type);
@@ -194,20 +192,19 @@ void CudnnBackend::conv_run(int which, DType dtype, const Conv2dShape& shape,
       void* space = workspace->get();
       const size_t bytes = choice.workspace_bytes;
       if (direction == kForward) {
-        status = cudnnConvolutionForward(handle.get(), one.get(dtype), d.x.get(), a, d.w.get(),
-                                         b, d.conv.get(),
-                                         cudnnConvolutionFwdAlgo_t(choice.algorithm), space,
-                                         bytes, zero.get(dtype), d.y.get(), out);
+        status = cudnnConvolutionForward(handle.get(), one.get(dtype), d.x.get(), a, d.w.get(), b,
+                                         d.conv.get(), cudnnConvolutionFwdAlgo_t(choice.algorithm),
+                                         space, bytes, zero.get(dtype), d.y.get(), out);
       } else if (direction == kBackwardData) {
-        status = cudnnConvolutionBackwardData(
-            handle.get(), one.get(dtype), d.w.get(), b, d.y.get(), a, d.conv.get(),
-            cudnnConvolutionBwdDataAlgo_t(choice.algorithm), space, bytes, zero.get(dtype),
-            d.x.get(), out);
+        status = cudnnConvolutionBackwardData(handle.get(), one.get(dtype), d.w.get(), b, d.y.get(),
+                                              a, d.conv.get(),
+                                              cudnnConvolutionBwdDataAlgo_t(choice.algorithm),
+                                              space, bytes, zero.get(dtype), d.x.get(), out);
       } else {
-        status = cudnnConvolutionBackwardFilter(
-            handle.get(), one.get(dtype), d.x.get(), a, d.y.get(), b, d.conv.get(),
-            cudnnConvolutionBwdFilterAlgo_t(choice.algorithm), space, bytes, zero.get(dtype),
-            d.w.get(), out);
+        status = cudnnConvolutionBackwardFilter(handle.get(), one.get(dtype), d.x.get(), a,
+                                                d.y.get(), b, d.conv.get(),
+                                                cudnnConvolutionBwdFilterAlgo_t(choice.algorithm),
+                                                space, bytes, zero.get(dtype), d.w.get(), out);
       }
       return status == CUDNN_STATUS_SUCCESS ? std::string() : cudnnGetErrorString(status);
     });
@@ -222,8 +219,8 @@ void CudnnBackend::conv2d_forward(DType dtype, const Conv2dShape& shape, const v
   conv_run(kForward, dtype, shape, x, w, y);
 }
 
-void CudnnBackend::conv2d_backward_data(DType dtype, const Conv2dShape& shape,
-                                        const void* grad_y, const void* w, void* grad_x) {
+void CudnnBackend::conv2d_backward_data(DType dtype, const Conv2dShape& shape, const void* grad_y,
+                                        const void* w, void* grad_x) {
   if (shape.batch == 0) return;
   conv_run(kBackwardData, dtype, shape, grad_y, w, grad_x);
 }
@@ -232,8 +229,8 @@ void CudnnBackend::conv2d_backward_filter(DType dtype, const Conv2dShape& shape,
                                           const void* grad_y, void* grad_w) {
   if (shape.batch == 0) {
     const auto& g = shape.geometry;
-    fill(dtype, shape.out_channels * (g.channels / shape.groups) * g.kernel_h * g.kernel_w,
-         grad_w, 0.0);
+    fill(dtype, shape.out_channels * (g.channels / shape.groups) * g.kernel_h * g.kernel_w, grad_w,
+         0.0);
     return;
   }
   conv_run(kBackwardFilter, dtype, shape, x, grad_y, grad_w);

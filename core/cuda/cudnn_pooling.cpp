@@ -16,9 +16,12 @@ constexpr const char* kOp = "pool2d (cuDNN)";
 
 cudnnPoolingMode_t cudnn_mode(Pool2dMode mode) {
   switch (mode) {
-    case Pool2dMode::Max: return CUDNN_POOLING_MAX_DETERMINISTIC;
-    case Pool2dMode::AvgExcludePad: return CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
-    default: return CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
+    case Pool2dMode::Max:
+      return CUDNN_POOLING_MAX_DETERMINISTIC;
+    case Pool2dMode::AvgExcludePad:
+      return CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
+    default:
+      return CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
   }
 }
 
@@ -29,8 +32,8 @@ Pool2dGeometry window_of(Pool2dMode mode, const Pool2dGeometry& g) {
   if (mode != Pool2dMode::AdaptiveAvg) return g;
   MPIGRAD_CHECK(g.height % g.out_h == 0 && g.width % g.out_w == 0,
                 "adaptive_avg_pool2d: on CUDA the input size must be a multiple of the output "
-                "size, got input ", g.height, "x", g.width, " and output ", g.out_h, "x",
-                g.out_w);
+                "size, got input ",
+                g.height, "x", g.width, " and output ", g.out_h, "x", g.out_w);
   Pool2dGeometry window = g;
   window.kernel_h = window.stride_h = g.height / g.out_h;
   window.kernel_w = window.stride_w = g.width / g.out_w;
@@ -49,11 +52,11 @@ struct PoolDescriptors {
                   g.dilation_h, "x", g.dilation_w);
     set_nchw(x, dtype, g.planes, 1, g.height, g.width, kOp, device);
     set_nchw(y, dtype, g.planes, 1, g.out_h, g.out_w, kOp, device);
-    MPIGRAD_CUDNN_CHECK(cudnnSetPooling2dDescriptor(pool.get(), cudnn_mode(mode),
-                                                    CUDNN_PROPAGATE_NAN, int(g.kernel_h),
-                                                    int(g.kernel_w), int(g.pad_h), int(g.pad_w),
-                                                    int(g.stride_h), int(g.stride_w)),
-                        device);
+    MPIGRAD_CUDNN_CHECK(
+        cudnnSetPooling2dDescriptor(pool.get(), cudnn_mode(mode), CUDNN_PROPAGATE_NAN,
+                                    int(g.kernel_h), int(g.kernel_w), int(g.pad_h), int(g.pad_w),
+                                    int(g.stride_h), int(g.stride_w)),
+        device);
   }
 };
 
@@ -67,8 +70,8 @@ void CudnnBackend::pool2d_forward(Pool2dMode mode, DType dtype, const Pool2dGeom
     HandleLease handle(*this);
     PoolDescriptors d(mode, window, dtype, device());
     const auto one = scale(1.0), zero = scale(0.0);
-    MPIGRAD_CUDNN_CHECK(cudnnPoolingForward(handle.get(), d.pool.get(), one.get(dtype),
-                                            d.x.get(), x, zero.get(dtype), d.y.get(), y),
+    MPIGRAD_CUDNN_CHECK(cudnnPoolingForward(handle.get(), d.pool.get(), one.get(dtype), d.x.get(),
+                                            x, zero.get(dtype), d.y.get(), y),
                         device());
   });
 }
@@ -85,10 +88,10 @@ void CudnnBackend::pool2d_backward(Pool2dMode mode, DType dtype, const Pool2dGeo
     // Average pooling reads neither x nor y; cuDNN still wants valid pointers.
     const void* xp = x != nullptr ? x : grad_x;
     const void* yp = y != nullptr ? y : grad_y;
-    MPIGRAD_CUDNN_CHECK(cudnnPoolingBackward(handle.get(), d.pool.get(), one.get(dtype),
-                                             d.y.get(), yp, d.y.get(), grad_y, d.x.get(), xp,
-                                             zero.get(dtype), d.x.get(), grad_x),
-                        device());
+    MPIGRAD_CUDNN_CHECK(
+        cudnnPoolingBackward(handle.get(), d.pool.get(), one.get(dtype), d.y.get(), yp, d.y.get(),
+                             grad_y, d.x.get(), xp, zero.get(dtype), d.x.get(), grad_x),
+        device());
   });
 }
 

@@ -72,8 +72,8 @@ void DeviceCheckQueue::push(cudaStream_t stream, const void* device_code, uint64
     check.done = free_events_.back();
     free_events_.pop_back();
   }
-  MPIGRAD_CUDA_CHECK(cudaMemcpyAsync(check.slot, device_code, sizeof(uint64_t),
-                                     cudaMemcpyDeviceToHost, stream));
+  MPIGRAD_CUDA_CHECK(
+      cudaMemcpyAsync(check.slot, device_code, sizeof(uint64_t), cudaMemcpyDeviceToHost, stream));
   MPIGRAD_CUDA_CHECK(cudaEventRecord(check.done, stream));
   pending_.push_back(std::move(check));
 }

@@ -46,7 +46,7 @@ class DeviceCheckQueue {
 
   const int device_;
   std::mutex mutex_;
-  std::vector<Pending> pending_;        // in queue order
+  std::vector<Pending> pending_;  // in queue order
   std::vector<cudaEvent_t> free_events_;
   std::vector<uint64_t*> free_slots_;
 };

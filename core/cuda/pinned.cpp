@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "mpigrad/core/autograd.h"
+#include "mpigrad/core/cuda.h"
 #include "mpigrad/core/cuda/caching_allocator.cuh"
 #include "mpigrad/core/cuda/cuda_backend.cuh"
 #include "mpigrad/core/cuda/cuda_check.cuh"
-#include "mpigrad/core/cuda.h"
 
 namespace mpigrad::core {
 
@@ -118,12 +118,18 @@ PinnedHostAllocator& pinned() {
 
 }  // namespace
 
-bool pinned_contains(const void* ptr) { return pinned().contains(ptr); }
-void pinned_record_use(const void* ptr, cudaStream_t stream) { pinned().record_use(ptr, stream); }
+bool pinned_contains(const void* ptr) {
+  return pinned().contains(ptr);
+}
+void pinned_record_use(const void* ptr, cudaStream_t stream) {
+  pinned().record_use(ptr, stream);
+}
 
 }  // namespace cuda_detail
 
-Allocator& pinned_host_allocator() { return cuda_detail::pinned(); }
+Allocator& pinned_host_allocator() {
+  return cuda_detail::pinned();
+}
 
 Tensor empty_pinned(const Shape& shape, DType dtype) {
   for (int64_t extent : shape) {
@@ -131,8 +137,8 @@ Tensor empty_pinned(const Shape& shape, DType dtype) {
   }
   const size_t nbytes = size_t(shape.numel() * element_size(dtype));
   auto storage = std::make_shared<Storage>(nbytes, kCPU, pinned_host_allocator());
-  return Tensor(std::make_shared<TensorImpl>(std::move(storage), shape, contiguous_strides(shape),
-                                             0, dtype));
+  return Tensor(
+      std::make_shared<TensorImpl>(std::move(storage), shape, contiguous_strides(shape), 0, dtype));
 }
 
 bool is_pinned(const Tensor& tensor) {
@@ -141,8 +147,7 @@ bool is_pinned(const Tensor& tensor) {
 }
 
 Tensor pin_memory(const Tensor& tensor) {
-  MPIGRAD_CHECK(tensor.defined() && tensor.device().is_cpu(),
-                "pin_memory: expected a CPU tensor");
+  MPIGRAD_CHECK(tensor.defined() && tensor.device().is_cpu(), "pin_memory: expected a CPU tensor");
   Tensor out = empty_pinned(tensor.shape(), tensor.dtype());
   NoGradGuard no_grad;
   out.copy_(tensor);
@@ -151,8 +156,10 @@ Tensor pin_memory(const Tensor& tensor) {
 
 Tensor to_async(const Tensor& tensor, Device device) {
   MPIGRAD_CHECK(tensor.defined(), "to_async: undefined tensor");
-  MPIGRAD_CHECK(tensor.device().is_cpu() != device.is_cpu(), "to_async: copies between the host "
-                "and a CUDA device only, got ", tensor.device(), " -> ", device);
+  MPIGRAD_CHECK(tensor.device().is_cpu() != device.is_cpu(),
+                "to_async: copies between the host "
+                "and a CUDA device only, got ",
+                tensor.device(), " -> ", device);
   NoGradGuard no_grad;
   Tensor source = tensor.contiguous();
   if (device.is_cuda()) {

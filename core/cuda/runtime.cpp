@@ -26,8 +26,8 @@ namespace {
 // The home device (core/cuda.h). `home_generation` changes whenever `home_index` does, so each
 // thread knows without locking whether it still has to switch.
 std::mutex home_mutex;
-int home_index = -1;                        // guarded by home_mutex
-std::atomic<unsigned> home_generation{0};   // 0: no home device chosen yet
+int home_index = -1;                       // guarded by home_mutex
+std::atomic<unsigned> home_generation{0};  // 0: no home device chosen yet
 thread_local unsigned applied_generation = 0;
 
 }  // namespace
@@ -58,8 +58,8 @@ CudaBackend& cuda_backend(int index) {
   const int count = cuda_device_count();
   if (count == 0) fail("device cuda:", index, " is not available: no CUDA device is visible");
   MPIGRAD_CHECK(index >= 0 && index < count, "device cuda:", index, " is not available: ", count,
-                " CUDA device", count == 1 ? " is" : "s are", " visible (cuda:0..cuda:",
-                count - 1, ")");
+                " CUDA device", count == 1 ? " is" : "s are", " visible (cuda:0..cuda:", count - 1,
+                ")");
   // Leaked on purpose: tensors held by static objects may be freed after static destructors.
   static std::mutex mutex;
   static auto* backends = new std::vector<std::unique_ptr<CudaBackend>>();
@@ -82,10 +82,14 @@ CudaBackend& cuda_backend(int index) {
 
 namespace detail {
 // backend_for()'s way to the CUDA backends (declared in core/backend.cpp).
-Backend& cuda_backend_for(Device device) { return cuda_detail::cuda_backend(device.index); }
+Backend& cuda_backend_for(Device device) {
+  return cuda_detail::cuda_backend(device.index);
+}
 }  // namespace detail
 
-bool cuda_built() { return true; }
+bool cuda_built() {
+  return true;
+}
 
 static_assert(int(cudaErrorStubLibrary) == kCudaErrorStubLibrary);
 static_assert(int(cudaErrorInsufficientDriver) == kCudaErrorInsufficientDriver);
@@ -110,9 +114,13 @@ int cuda_device_count() {
   return visibility.device_count;
 }
 
-bool cuda_is_available() { return cuda_device_count() > 0; }
+bool cuda_is_available() {
+  return cuda_device_count() > 0;
+}
 
-std::string cuda_device_name(Device device) { return cuda_device_info(device).name; }
+std::string cuda_device_name(Device device) {
+  return cuda_device_info(device).name;
+}
 
 CudaDeviceInfo cuda_device_info(Device device) {
   cuda_detail::cuda_backend(device.index);  // checks that it is visible

@@ -25,7 +25,8 @@ namespace {
 int checked_index(Device device, const char* what) {
   MPIGRAD_CHECK(device.is_cuda(), what, ": ", device, " is not a CUDA device");
   const int count = cuda_device_count();
-  MPIGRAD_CHECK(count > 0, what, ": device ", device, " is not available: no CUDA device is visible");
+  MPIGRAD_CHECK(count > 0, what, ": device ", device,
+                " is not available: no CUDA device is visible");
   MPIGRAD_CHECK(device.index < count, what, ": device ", device, " is not available: ", count,
                 " CUDA device(s) visible");
   return device.index;
@@ -45,8 +46,12 @@ std::vector<CurrentStream>& current_streams() {
 // Ids of Streams: 0 is the legacy default stream, foreign streams have the top bit set.
 std::atomic<uint64_t> next_stream_id{1};
 
-cudaStream_t as_stream(void* handle) { return static_cast<cudaStream_t>(handle); }
-cudaEvent_t as_event(void* handle) { return static_cast<cudaEvent_t>(handle); }
+cudaStream_t as_stream(void* handle) {
+  return static_cast<cudaStream_t>(handle);
+}
+cudaEvent_t as_event(void* handle) {
+  return static_cast<cudaEvent_t>(handle);
+}
 
 }  // namespace
 
@@ -99,10 +104,13 @@ void Stream::release() noexcept {
   handle_ = nullptr;
 }
 
-Stream::~Stream() { release(); }
+Stream::~Stream() {
+  release();
+}
 
 Stream::Stream(Stream&& other) noexcept
-    : device_(other.device_), handle_(std::exchange(other.handle_, nullptr)),
+    : device_(other.device_),
+      handle_(std::exchange(other.handle_, nullptr)),
       id_(std::exchange(other.id_, 0)) {}
 
 Stream& Stream::operator=(Stream&& other) noexcept {
@@ -122,7 +130,8 @@ Event::~Event() {
 }
 
 Event::Event(Event&& other) noexcept
-    : timing_(other.timing_), device_(other.device_),
+    : timing_(other.timing_),
+      device_(other.device_),
       handle_(std::exchange(other.handle_, nullptr)) {}
 
 Event& Event::operator=(Event&& other) noexcept {
@@ -179,8 +188,8 @@ float Event::elapsed_ms(const Event& end) const {
 StreamView current_stream(Device device) {
   const int index = checked_index(device, "current_stream");
   const std::vector<CurrentStream>& streams = current_streams();
-  const CurrentStream current = size_t(index) < streams.size() ? streams[size_t(index)]
-                                                               : CurrentStream{};
+  const CurrentStream current =
+      size_t(index) < streams.size() ? streams[size_t(index)] : CurrentStream{};
   return StreamViewAccess::make(device, current.handle, current.id);
 }
 

@@ -25,7 +25,9 @@ Backend& cuda_backend_for(Device device) {
 }
 }  // namespace detail
 
-bool cuda_built() { return false; }
+bool cuda_built() {
+  return false;
+}
 const CudaVisibility& cuda_visibility() {
   static const CudaVisibility visibility = [] {
     CudaVisibility none;
@@ -34,23 +36,49 @@ const CudaVisibility& cuda_visibility() {
   }();
   return visibility;
 }
-int cuda_device_count() { return 0; }
-bool cuda_is_available() { return false; }
-std::string cuda_device_name(Device) { no_cuda("cuda_device_name"); }
-CudaDeviceInfo cuda_device_info(Device) { no_cuda("cuda_device_info"); }
-std::string cuda_versions() { return "built without CUDA"; }
-void set_cuda_home_device(Device) { no_cuda("set_cuda_home_device"); }
-std::optional<Device> cuda_home_device() { return std::nullopt; }
-Device cuda_current_device() { no_cuda("cuda_current_device"); }
-void cuda_synchronize(Device) { no_cuda("cuda_synchronize"); }
+int cuda_device_count() {
+  return 0;
+}
+bool cuda_is_available() {
+  return false;
+}
+std::string cuda_device_name(Device) {
+  no_cuda("cuda_device_name");
+}
+CudaDeviceInfo cuda_device_info(Device) {
+  no_cuda("cuda_device_info");
+}
+std::string cuda_versions() {
+  return "built without CUDA";
+}
+void set_cuda_home_device(Device) {
+  no_cuda("set_cuda_home_device");
+}
+std::optional<Device> cuda_home_device() {
+  return std::nullopt;
+}
+Device cuda_current_device() {
+  no_cuda("cuda_current_device");
+}
+void cuda_synchronize(Device) {
+  no_cuda("cuda_synchronize");
+}
 void check_device_errors(Device device) {
   if (device.is_cuda()) no_cuda("check_device_errors");
 }
 
-void StreamView::synchronize() const { no_cuda("StreamView::synchronize"); }
-bool StreamView::query() const { no_cuda("StreamView::query"); }
-void StreamView::wait(const Event&) const { no_cuda("StreamView::wait"); }
-Stream::Stream(Device device) : device_(device) { no_cuda("Stream"); }
+void StreamView::synchronize() const {
+  no_cuda("StreamView::synchronize");
+}
+bool StreamView::query() const {
+  no_cuda("StreamView::query");
+}
+void StreamView::wait(const Event&) const {
+  no_cuda("StreamView::wait");
+}
+Stream::Stream(Device device) : device_(device) {
+  no_cuda("Stream");
+}
 Stream::~Stream() = default;
 void Stream::release() noexcept {}
 Stream::Stream(Stream&& other) noexcept
@@ -76,25 +104,57 @@ Event& Event::operator=(Event&& other) noexcept {
   other.handle_ = nullptr;
   return *this;
 }
-void Event::record(StreamView) { no_cuda("Event::record"); }
+void Event::record(StreamView) {
+  no_cuda("Event::record");
+}
 void Event::synchronize() const {}
-bool Event::query() const { return true; }
-float Event::elapsed_ms(const Event&) const { no_cuda("Event::elapsed_ms"); }
-StreamView current_stream(Device) { no_cuda("current_stream"); }
-StreamView default_stream(Device) { no_cuda("default_stream"); }
-void set_current_stream(StreamView) { no_cuda("set_current_stream"); }
-StreamGuard::StreamGuard(StreamView) { no_cuda("StreamGuard"); }
+bool Event::query() const {
+  return true;
+}
+float Event::elapsed_ms(const Event&) const {
+  no_cuda("Event::elapsed_ms");
+}
+StreamView current_stream(Device) {
+  no_cuda("current_stream");
+}
+StreamView default_stream(Device) {
+  no_cuda("default_stream");
+}
+void set_current_stream(StreamView) {
+  no_cuda("set_current_stream");
+}
+StreamGuard::StreamGuard(StreamView) {
+  no_cuda("StreamGuard");
+}
 StreamGuard::~StreamGuard() = default;
 
-CudaMemoryStats cuda_memory_stats(Device) { no_cuda("cuda_memory_stats"); }
-void reset_cuda_peak_stats(Device) { no_cuda("reset_cuda_peak_stats"); }
-void cuda_empty_cache(Device) { no_cuda("cuda_empty_cache"); }
-void record_stream(const Tensor&, StreamView) { no_cuda("record_stream"); }
+CudaMemoryStats cuda_memory_stats(Device) {
+  no_cuda("cuda_memory_stats");
+}
+void reset_cuda_peak_stats(Device) {
+  no_cuda("reset_cuda_peak_stats");
+}
+void cuda_empty_cache(Device) {
+  no_cuda("cuda_empty_cache");
+}
+void record_stream(const Tensor&, StreamView) {
+  no_cuda("record_stream");
+}
 
-Allocator& pinned_host_allocator() { no_cuda("pinned_host_allocator"); }
-Tensor empty_pinned(const Shape&, DType) { no_cuda("empty_pinned"); }
-Tensor pin_memory(const Tensor&) { no_cuda("pin_memory"); }
-bool is_pinned(const Tensor&) { return false; }
-Tensor to_async(const Tensor&, Device) { no_cuda("to_async"); }
+Allocator& pinned_host_allocator() {
+  no_cuda("pinned_host_allocator");
+}
+Tensor empty_pinned(const Shape&, DType) {
+  no_cuda("empty_pinned");
+}
+Tensor pin_memory(const Tensor&) {
+  no_cuda("pin_memory");
+}
+bool is_pinned(const Tensor&) {
+  return false;
+}
+Tensor to_async(const Tensor&, Device) {
+  no_cuda("to_async");
+}
 
 }  // namespace mpigrad::core

@@ -36,10 +36,10 @@ Tensor cross_entropy_rows(const Tensor& logits, const Tensor& targets, int64_t i
   MPIGRAD_CHECK(logits.defined() && targets.defined(), op, ": undefined input");
   detail::check_floating(op, logits);
   MPIGRAD_CHECK(logits.dim() == 2, op, ": logits must be [rows, classes], got ", logits.shape());
-  MPIGRAD_CHECK(targets.dtype() == kInt64 && targets.dim() == 1 &&
-                    targets.size(0) == logits.size(0),
-                op, ": targets must be Int64 [", logits.size(0), "], got ",
-                dtype_name(targets.dtype()), " ", targets.shape());
+  MPIGRAD_CHECK(
+      targets.dtype() == kInt64 && targets.dim() == 1 && targets.size(0) == logits.size(0), op,
+      ": targets must be Int64 [", logits.size(0), "], got ", dtype_name(targets.dtype()), " ",
+      targets.shape());
   detail::check_same_device(op, {&logits, &targets});
   const int64_t rows = logits.size(0), classes = logits.size(1);
   const Device device = logits.device();
@@ -61,8 +61,12 @@ Tensor cross_entropy_rows(const Tensor& logits, const Tensor& targets, int64_t i
   {
     NoGradGuard no_grad;
     switch (reduction) {
-      case RowLossReduction::None: out = losses; break;
-      case RowLossReduction::Sum: out = sum(losses); break;
+      case RowLossReduction::None:
+        out = losses;
+        break;
+      case RowLossReduction::Sum:
+        out = sum(losses);
+        break;
       case RowLossReduction::Mean:
         // On the device: no host round trip to learn how many rows were ignored.
         count = sum(ne(t, scalar_like(double(ignore_index), t)).to(loss_dtype));

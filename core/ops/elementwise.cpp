@@ -91,7 +91,10 @@ struct MulBackward final : Node {
     if (next[0]) grads[0] = sum_to(mul(grad, b.get(*this)), a.get(*this).shape());
     if (next[1]) grads[1] = sum_to(mul(grad, a.get(*this)), b.get(*this).shape());
   }
-  void release_saved() override { a.release(); b.release(); }
+  void release_saved() override {
+    a.release();
+    b.release();
+  }
 };
 
 struct DivBackward final : Node {
@@ -106,7 +109,10 @@ struct DivBackward final : Node {
       grads[1] = sum_to(neg(div(mul(grad_over_b, a.get(*this)), denominator)), denominator.shape());
     }
   }
-  void release_saved() override { a.release(); b.release(); }
+  void release_saved() override {
+    a.release();
+    b.release();
+  }
 };
 
 // maximum/minimum: the gradient goes to the winner; ties split it evenly, as in PyTorch.
@@ -126,7 +132,10 @@ struct ExtremumBackward final : Node {
     if (next[0]) grads[0] = sum_to(where(a_wins, grad, where(tie, half, zero)), x.shape());
     if (next[1]) grads[1] = sum_to(where(b_wins, grad, where(tie, half, zero)), y.shape());
   }
-  void release_saved() override { a.release(); b.release(); }
+  void release_saved() override {
+    a.release();
+    b.release();
+  }
 };
 
 }  // namespace
@@ -168,12 +177,24 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
   return record_saving_operands<ExtremumBackward>(binary_kernel(BinaryOp::Minimum, a, b), false);
 }
 
-Tensor eq(const Tensor& a, const Tensor& b) { return binary_kernel(BinaryOp::Eq, a, b).out; }
-Tensor ne(const Tensor& a, const Tensor& b) { return binary_kernel(BinaryOp::Ne, a, b).out; }
-Tensor lt(const Tensor& a, const Tensor& b) { return binary_kernel(BinaryOp::Lt, a, b).out; }
-Tensor le(const Tensor& a, const Tensor& b) { return binary_kernel(BinaryOp::Le, a, b).out; }
-Tensor gt(const Tensor& a, const Tensor& b) { return binary_kernel(BinaryOp::Gt, a, b).out; }
-Tensor ge(const Tensor& a, const Tensor& b) { return binary_kernel(BinaryOp::Ge, a, b).out; }
+Tensor eq(const Tensor& a, const Tensor& b) {
+  return binary_kernel(BinaryOp::Eq, a, b).out;
+}
+Tensor ne(const Tensor& a, const Tensor& b) {
+  return binary_kernel(BinaryOp::Ne, a, b).out;
+}
+Tensor lt(const Tensor& a, const Tensor& b) {
+  return binary_kernel(BinaryOp::Lt, a, b).out;
+}
+Tensor le(const Tensor& a, const Tensor& b) {
+  return binary_kernel(BinaryOp::Le, a, b).out;
+}
+Tensor gt(const Tensor& a, const Tensor& b) {
+  return binary_kernel(BinaryOp::Gt, a, b).out;
+}
+Tensor ge(const Tensor& a, const Tensor& b) {
+  return binary_kernel(BinaryOp::Ge, a, b).out;
+}
 
 // ---- Unary -----------------------------------------------------------------------------------
 
@@ -197,12 +218,15 @@ struct UnaryBackward final : Node {
     if (grad_in.numel() > 0) {
       StridedLoop loop = detail::make_loop(grad.shape(), {&grad_in, &grad, &x, &y});
       backend_for(grad.device())
-          .unary_backward(op, grad.dtype(), loop, grad_in.data_ptr(), grad.data_ptr(),
-                          x.data_ptr(), y.data_ptr());
+          .unary_backward(op, grad.dtype(), loop, grad_in.data_ptr(), grad.data_ptr(), x.data_ptr(),
+                          y.data_ptr());
     }
     grads[0] = std::move(grad_in);
   }
-  void release_saved() override { input.release(); output.release(); }
+  void release_saved() override {
+    input.release();
+    output.release();
+  }
 };
 
 Tensor unary(UnaryOp op, const Tensor& x) {
@@ -210,7 +234,8 @@ Tensor unary(UnaryOp op, const Tensor& x) {
   MPIGRAD_CHECK(x.defined(), name, ": undefined operand");
   bool integer_ok = kernels::unary_op_allows_integers(op);
   MPIGRAD_CHECK(integer_ok || is_floating(x.dtype()), name,
-                ": expected a floating-point tensor, got ", x.dtype(), " (convert with .to(kFloat32))");
+                ": expected a floating-point tensor, got ", x.dtype(),
+                " (convert with .to(kFloat32))");
   MPIGRAD_CHECK(x.dtype() != kBool, name, ": not defined for bool tensors");
   Tensor out = detail::empty_on(x.shape(), x.dtype(), x.device());
   if (out.numel() > 0) {
@@ -231,20 +256,42 @@ Tensor unary(UnaryOp op, const Tensor& x) {
 
 }  // namespace
 
-Tensor neg(const Tensor& x) { return unary(UnaryOp::Neg, x); }
-Tensor exp(const Tensor& x) { return unary(UnaryOp::Exp, x); }
-Tensor log(const Tensor& x) { return unary(UnaryOp::Log, x); }
-Tensor sqrt(const Tensor& x) { return unary(UnaryOp::Sqrt, x); }
-Tensor rsqrt(const Tensor& x) { return unary(UnaryOp::Rsqrt, x); }
-Tensor abs(const Tensor& x) { return unary(UnaryOp::Abs, x); }
-Tensor sign(const Tensor& x) { return unary(UnaryOp::Sign, x); }
-Tensor relu(const Tensor& x) { return unary(UnaryOp::Relu, x); }
+Tensor neg(const Tensor& x) {
+  return unary(UnaryOp::Neg, x);
+}
+Tensor exp(const Tensor& x) {
+  return unary(UnaryOp::Exp, x);
+}
+Tensor log(const Tensor& x) {
+  return unary(UnaryOp::Log, x);
+}
+Tensor sqrt(const Tensor& x) {
+  return unary(UnaryOp::Sqrt, x);
+}
+Tensor rsqrt(const Tensor& x) {
+  return unary(UnaryOp::Rsqrt, x);
+}
+Tensor abs(const Tensor& x) {
+  return unary(UnaryOp::Abs, x);
+}
+Tensor sign(const Tensor& x) {
+  return unary(UnaryOp::Sign, x);
+}
+Tensor relu(const Tensor& x) {
+  return unary(UnaryOp::Relu, x);
+}
 Tensor gelu(const Tensor& x, GeluApproximation approximation) {
   return unary(approximation == GeluApproximation::Tanh ? UnaryOp::GeluTanh : UnaryOp::GeluErf, x);
 }
-Tensor silu(const Tensor& x) { return unary(UnaryOp::Silu, x); }
-Tensor sigmoid(const Tensor& x) { return unary(UnaryOp::Sigmoid, x); }
-Tensor tanh(const Tensor& x) { return unary(UnaryOp::Tanh, x); }
+Tensor silu(const Tensor& x) {
+  return unary(UnaryOp::Silu, x);
+}
+Tensor sigmoid(const Tensor& x) {
+  return unary(UnaryOp::Sigmoid, x);
+}
+Tensor tanh(const Tensor& x) {
+  return unary(UnaryOp::Tanh, x);
+}
 
 // ---- pow, clamp, where -----------------------------------------------------------------------
 
@@ -305,8 +352,8 @@ Tensor pow(const Tensor& x, double exponent) {
   Tensor out = detail::empty_on(x.shape(), x.dtype(), x.device());
   if (out.numel() > 0) {
     StridedLoop loop = detail::make_loop(x.shape(), {&out, &x, &e});
-    backend_for(x.device()).binary(BinaryOp::Pow, x.dtype(), loop, out.data_ptr(), x.data_ptr(),
-                                   e.data_ptr());
+    backend_for(x.device())
+        .binary(BinaryOp::Pow, x.dtype(), loop, out.data_ptr(), x.data_ptr(), e.data_ptr());
   }
   if (auto node = record<PowBackward>(out, {&x}, exponent)) node->input = x;
   return out;
@@ -336,8 +383,8 @@ Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
   Tensor out = detail::empty_on(shape, dtype, a.device());
   if (out.numel() > 0) {
     StridedLoop loop = detail::make_loop(shape, {&out, &cond, &a, &b});
-    backend_for(a.device()).where(dtype, loop, out.data_ptr(), cond.data_ptr(), a.data_ptr(),
-                                  b.data_ptr());
+    backend_for(a.device())
+        .where(dtype, loop, out.data_ptr(), cond.data_ptr(), a.data_ptr(), b.data_ptr());
   }
   if (auto node = record<WhereBackward>(out, {&a, &b}, a.shape(), b.shape())) {
     node->condition = cond;

@@ -47,18 +47,44 @@ Tensor scalar_like(double value, const Tensor& like);
 // Sums a gradient of a broadcast result back down to `shape` (the operand's shape).
 Tensor sum_to(const Tensor& gradient, const Shape& shape);
 
-inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
-inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
-inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
-inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-inline Tensor operator-(const Tensor& x) { return neg(x); }
-inline Tensor operator+(const Tensor& a, double b) { return add(a, scalar_like(b, a)); }
-inline Tensor operator-(const Tensor& a, double b) { return sub(a, scalar_like(b, a)); }
-inline Tensor operator*(const Tensor& a, double b) { return mul(a, scalar_like(b, a)); }
-inline Tensor operator/(const Tensor& a, double b) { return div(a, scalar_like(b, a)); }
-inline Tensor operator+(double a, const Tensor& b) { return add(scalar_like(a, b), b); }
-inline Tensor operator-(double a, const Tensor& b) { return sub(scalar_like(a, b), b); }
-inline Tensor operator*(double a, const Tensor& b) { return mul(scalar_like(a, b), b); }
-inline Tensor operator/(double a, const Tensor& b) { return div(scalar_like(a, b), b); }
+inline Tensor operator+(const Tensor& a, const Tensor& b) {
+  return add(a, b);
+}
+inline Tensor operator-(const Tensor& a, const Tensor& b) {
+  return sub(a, b);
+}
+inline Tensor operator*(const Tensor& a, const Tensor& b) {
+  return mul(a, b);
+}
+inline Tensor operator/(const Tensor& a, const Tensor& b) {
+  return div(a, b);
+}
+inline Tensor operator-(const Tensor& x) {
+  return neg(x);
+}
+inline Tensor operator+(const Tensor& a, double b) {
+  return add(a, scalar_like(b, a));
+}
+inline Tensor operator-(const Tensor& a, double b) {
+  return sub(a, scalar_like(b, a));
+}
+inline Tensor operator*(const Tensor& a, double b) {
+  return mul(a, scalar_like(b, a));
+}
+inline Tensor operator/(const Tensor& a, double b) {
+  return div(a, scalar_like(b, a));
+}
+inline Tensor operator+(double a, const Tensor& b) {
+  return add(scalar_like(a, b), b);
+}
+inline Tensor operator-(double a, const Tensor& b) {
+  return sub(scalar_like(a, b), b);
+}
+inline Tensor operator*(double a, const Tensor& b) {
+  return mul(scalar_like(a, b), b);
+}
+inline Tensor operator/(double a, const Tensor& b) {
+  return div(scalar_like(a, b), b);
+}
 
 }  // namespace mpigrad::core

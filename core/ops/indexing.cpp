@@ -34,9 +34,12 @@ struct Layout3 {
 Layout3 split_at(const Shape& shape, int dim) {
   Layout3 l;
   for (int d = 0; d < shape.size(); ++d) {
-    if (d < dim) l.outer *= shape[d];
-    else if (d == dim) l.extent = shape[d];
-    else l.inner *= shape[d];
+    if (d < dim)
+      l.outer *= shape[d];
+    else if (d == dim)
+      l.extent = shape[d];
+    else
+      l.inner *= shape[d];
   }
   return l;
 }
@@ -48,8 +51,11 @@ struct IndexBackward final : Node {
   int dim;
   bool per_element;  // gather
   SavedTensor index;
-  IndexBackward(Shape shape, int d, bool element) : input_shape(shape), dim(d), per_element(element) {}
-  const char* name() const override { return per_element ? "GatherBackward" : "IndexSelectBackward"; }
+  IndexBackward(Shape shape, int d, bool element)
+      : input_shape(shape), dim(d), per_element(element) {}
+  const char* name() const override {
+    return per_element ? "GatherBackward" : "IndexSelectBackward";
+  }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
     const Tensor& idx = index.get(*this);
     Tensor source = grad.contiguous();
@@ -60,8 +66,8 @@ struct IndexBackward final : Node {
       backend.scatter_add(grad.dtype(), l.outer, l.extent, l.inner, idx.data<int64_t>(),
                           idx.shape()[dim], result.data_ptr(), source.data_ptr());
     } else {
-      backend.index_add(grad.dtype(), l.outer, l.extent, l.inner, idx.data<int64_t>(),
-                        idx.numel(), result.data_ptr(), source.data_ptr());
+      backend.index_add(grad.dtype(), l.outer, l.extent, l.inner, idx.data<int64_t>(), idx.numel(),
+                        result.data_ptr(), source.data_ptr());
     }
     grads[0] = std::move(result);
   }
@@ -73,8 +79,10 @@ struct IndexBackward final : Node {
 Tensor index_select(const Tensor& x, int64_t dim_in, const Tensor& index_in) {
   MPIGRAD_CHECK(x.defined(), "index_select: undefined source");
   int dim = wrap_dim(dim_in, x.dim(), "index_select");
-  MPIGRAD_CHECK(index_in.defined() && index_in.dim() <= 1, "index_select: the index must be 0-d "
-                "or 1-d, got shape ", index_in.defined() ? index_in.shape().str() : "undefined");
+  MPIGRAD_CHECK(index_in.defined() && index_in.dim() <= 1,
+                "index_select: the index must be 0-d "
+                "or 1-d, got shape ",
+                index_in.defined() ? index_in.shape().str() : "undefined");
   Tensor index = prepare_index(index_in, x.device(), "index_select");
   Tensor source;
   {
@@ -85,9 +93,9 @@ Tensor index_select(const Tensor& x, int64_t dim_in, const Tensor& index_in) {
   shape[dim] = index.numel();
   Tensor out = detail::empty_on(shape, x.dtype(), x.device());
   Layout3 l = split_at(source.shape(), dim);
-  int64_t bad = backend_for(x.device()).index_select(x.dtype(), l.outer, l.extent, l.inner,
-                                                     index.data<int64_t>(), index.numel(),
-                                                     out.data_ptr(), source.data_ptr());
+  int64_t bad = backend_for(x.device())
+                    .index_select(x.dtype(), l.outer, l.extent, l.inner, index.data<int64_t>(),
+                                  index.numel(), out.data_ptr(), source.data_ptr());
   check_index_result(bad, index, l.extent, dim, "index_select");
   if (auto node = detail::record<IndexBackward>(out, {&x}, source.shape(), dim, false)) {
     node->index = index;
@@ -113,9 +121,9 @@ Tensor gather(const Tensor& x, int64_t dim_in, const Tensor& index_in) {
   Tensor out = detail::empty_on(index.shape(), x.dtype(), x.device());
   Layout3 l = split_at(source.shape(), dim);
   int64_t count = x.dim() == 0 ? 1 : index.shape()[dim];
-  int64_t bad = backend_for(x.device()).gather(x.dtype(), l.outer, l.extent, l.inner,
-                                               index.data<int64_t>(), count, out.data_ptr(),
-                                               source.data_ptr());
+  int64_t bad = backend_for(x.device())
+                    .gather(x.dtype(), l.outer, l.extent, l.inner, index.data<int64_t>(), count,
+                            out.data_ptr(), source.data_ptr());
   check_index_result(bad, index, l.extent, dim, "gather");
   if (auto node = detail::record<IndexBackward>(out, {&x}, x.shape(), dim, true)) {
     node->index = index;
@@ -137,8 +145,10 @@ Tensor one_hot(const Tensor& labels, int64_t num_classes) {
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
-  MPIGRAD_CHECK(weight.defined() && weight.dim() == 2, "embedding: the weight must be 2-d "
-                "[num_embeddings, dim], got shape ", weight.defined() ? weight.shape().str() : "undefined");
+  MPIGRAD_CHECK(weight.defined() && weight.dim() == 2,
+                "embedding: the weight must be 2-d "
+                "[num_embeddings, dim], got shape ",
+                weight.defined() ? weight.shape().str() : "undefined");
   MPIGRAD_CHECK(indices.defined(), "embedding: undefined indices");
   Shape shape = indices.shape();
   shape.push_back(weight.shape()[1]);

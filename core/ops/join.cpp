@@ -72,8 +72,9 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim_in) {
   std::vector<Tensor> expanded;
   expanded.reserve(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
-    MPIGRAD_CHECK(tensors[i].defined() && tensors[i].shape() == tensors[0].shape(), "stack: tensor ",
-                  i, " has shape ", tensors[i].defined() ? tensors[i].shape().str() : "undefined",
+    MPIGRAD_CHECK(tensors[i].defined() && tensors[i].shape() == tensors[0].shape(),
+                  "stack: tensor ", i, " has shape ",
+                  tensors[i].defined() ? tensors[i].shape().str() : "undefined",
                   " but tensor 0 has ", tensors[0].shape(), "; stack needs equal shapes");
     expanded.push_back(tensors[i].unsqueeze(dim));
   }

@@ -78,7 +78,10 @@ struct BatchedMatmulBackward final : Node {
                      : batched_matmul(a.get(*this).transpose(-1, -2), grad);
     }
   }
-  void release_saved() override { a.release(); b.release(); }
+  void release_saved() override {
+    a.release();
+    b.release();
+  }
 };
 
 // [..., m, k] x [..., k, n] -> [..., m, n] with identical batch dims.
@@ -123,13 +126,16 @@ Tensor batched_matmul(const Tensor& a_in, const Tensor& b_in) {
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   MPIGRAD_CHECK(a_in.defined() && b_in.defined(), "matmul: undefined operand");
   detail::check_same_device("matmul", {&a_in, &b_in});
-  MPIGRAD_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1, "matmul: both operands need at least 1 dim, "
-                "got shapes ", a_in.shape(), " and ", b_in.shape());
+  MPIGRAD_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1,
+                "matmul: both operands need at least 1 dim, "
+                "got shapes ",
+                a_in.shape(), " and ", b_in.shape());
   DType dtype = promote_types(a_in.dtype(), b_in.dtype());
-  MPIGRAD_CHECK(is_floating(dtype), "matmul: expected floating-point operands, got ",
-                a_in.dtype(), " and ", b_in.dtype());
-  MPIGRAD_CHECK(!a_in.device().is_cpu() || dtype == kFloat32 || dtype == kFloat64, "matmul: ",
-                dtype, " is not supported on the CPU (BLAS has no 16-bit GEMM); convert to float32");
+  MPIGRAD_CHECK(is_floating(dtype), "matmul: expected floating-point operands, got ", a_in.dtype(),
+                " and ", b_in.dtype());
+  MPIGRAD_CHECK(!a_in.device().is_cpu() || dtype == kFloat32 || dtype == kFloat64,
+                "matmul: ", dtype,
+                " is not supported on the CPU (BLAS has no 16-bit GEMM); convert to float32");
   Tensor a = a_in.to(dtype), b = b_in.to(dtype);
   if (a.dim() == 1) a = a.unsqueeze(0);
   if (b.dim() == 1) b = b.unsqueeze(1);

@@ -41,7 +41,8 @@ std::shared_ptr<NodeT> record(const Tensor& result, std::initializer_list<const 
 
 // out = a op b written into an existing tensor (no autograd): the in-place ops' fast path.
 // a and b must broadcast to out's shape; they are converted to out's dtype.
-void binary_into(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, const char* name);
+void binary_into(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b,
+                 const char* name);
 
 // out-of-place copy of `source` into a new tensor of `dtype` on the same device (no autograd).
 Tensor copy_as(const Tensor& source, DType dtype);

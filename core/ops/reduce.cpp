@@ -52,9 +52,12 @@ ReductionPlan plan_reduction(const Tensor& x, const std::vector<int64_t>& dims_i
     plan.input = x.contiguous();
     for (int d = 0; d < x.dim(); ++d) {
       int64_t extent = x.shape()[d];
-      if (d < first) plan.outer *= extent;
-      else if (d <= last) plan.extent *= extent;
-      else plan.inner *= extent;
+      if (d < first)
+        plan.outer *= extent;
+      else if (d <= last)
+        plan.extent *= extent;
+      else
+        plan.inner *= extent;
     }
     return plan;
   }
@@ -109,7 +112,8 @@ struct SelectExtremumBackward final : Node {
   Shape input_shape, keepdim_shape;
   int dim;
   SavedTensor indices;
-  SelectExtremumBackward(Shape in, Shape keep, int d) : input_shape(in), keepdim_shape(keep), dim(d) {}
+  SelectExtremumBackward(Shape in, Shape keep, int d)
+      : input_shape(in), keepdim_shape(keep), dim(d) {}
   const char* name() const override { return "MaxBackward"; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
     Tensor source = grad.reshape(keepdim_shape).contiguous();
@@ -146,7 +150,9 @@ ValuesIndices extremum(ReduceOp op, const Tensor& x, int64_t dim_in, bool keepdi
 
 }  // namespace
 
-Tensor sum(const Tensor& x) { return sum(x, {}, false); }
+Tensor sum(const Tensor& x) {
+  return sum(x, {}, false);
+}
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   ReductionPlan plan = plan_reduction(x, dims, keepdim, "sum");
@@ -157,7 +163,9 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   return out;
 }
 
-Tensor mean(const Tensor& x) { return mean(x, {}, false); }
+Tensor mean(const Tensor& x) {
+  return mean(x, {}, false);
+}
 
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   detail::check_floating("mean", x);

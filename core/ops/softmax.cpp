@@ -20,8 +20,9 @@ struct SoftmaxBackward final : Node {
     int64_t cols = y.dim() == 0 ? 1 : y.shape()[last];
     int64_t rows = cols == 0 ? 0 : y.numel() / cols;
     if (y.numel() > 0) {
-      backend_for(y.device()).softmax_backward(log, y.dtype(), rows, cols, grad_in.data_ptr(),
-                                               g.data_ptr(), y.data_ptr());
+      backend_for(y.device())
+          .softmax_backward(log, y.dtype(), rows, cols, grad_in.data_ptr(), g.data_ptr(),
+                            y.data_ptr());
     }
     grads[0] = grad_in.transpose(dim, last);
   }
@@ -44,8 +45,8 @@ Tensor softmax_impl(const Tensor& x, int64_t dim_in, bool log) {
   int64_t cols = rows_view.shape()[rows_view.dim() - 1];
   int64_t rows = cols == 0 ? 0 : rows_view.numel() / cols;
   if (y.numel() > 0) {
-    backend_for(x.device()).softmax_forward(log, x.dtype(), rows, cols, y.data_ptr(),
-                                            rows_view.data_ptr());
+    backend_for(x.device())
+        .softmax_forward(log, x.dtype(), rows, cols, y.data_ptr(), rows_view.data_ptr());
   }
   Tensor out = x.dim() == 0 ? y.reshape(Shape{}) : y.transpose(dim, last);
   if (x.dim() > 0) {
@@ -58,7 +59,11 @@ Tensor softmax_impl(const Tensor& x, int64_t dim_in, bool log) {
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, false); }
-Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, true); }
+Tensor softmax(const Tensor& x, int64_t dim) {
+  return softmax_impl(x, dim, false);
+}
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  return softmax_impl(x, dim, true);
+}
 
 }  // namespace mpigrad::core

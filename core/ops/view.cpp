@@ -78,8 +78,8 @@ Shape infer_shape(const Shape& requested, const Shape& current, const char* op) 
                   " is invalid for a tensor of shape ", current, " (", numel, " elements)");
     shape[inferred] = numel / known;
   }
-  MPIGRAD_CHECK(shape.numel() == numel, op, ": shape ", requested, " is invalid for a tensor of shape ",
-                current, " (", numel, " elements)");
+  MPIGRAD_CHECK(shape.numel() == numel, op, ": shape ", requested,
+                " is invalid for a tensor of shape ", current, " (", numel, " elements)");
   return shape;
 }
 
@@ -99,8 +99,8 @@ bool view_strides(const Shape& old_shape, const Shape& old_strides, const Shape&
   int64_t new_count = 1;
   for (int d = old_shape.size() - 1; d >= 0; --d) {
     old_count *= old_shape[d];
-    bool group_ends = d == 0 || (old_shape[d - 1] != 1 &&
-                                 old_strides[d - 1] != old_count * group_stride);
+    bool group_ends =
+        d == 0 || (old_shape[d - 1] != 1 && old_strides[d - 1] != old_count * group_stride);
     if (!group_ends) continue;
     while (new_d >= 0 && (new_count < old_count || shape[new_d] == 1)) {
       strides[new_d] = new_count * group_stride;
@@ -188,8 +188,8 @@ Tensor Tensor::slice(int64_t dim_in, int64_t start, int64_t end, int64_t step) c
 
 Tensor Tensor::narrow(int64_t dim_in, int64_t start, int64_t length) const {
   int d = wrap_dim(dim_in, dim(), "narrow");
-  MPIGRAD_CHECK(start >= 0 && length >= 0 && start + length <= shape()[d], "narrow: [", start,
-                ", ", start + length, ") is outside dim ", d, " of extent ", shape()[d]);
+  MPIGRAD_CHECK(start >= 0 && length >= 0 && start + length <= shape()[d], "narrow: [", start, ", ",
+                start + length, ") is outside dim ", d, " of extent ", shape()[d]);
   return slice(d, start, start + length);
 }
 

@@ -56,8 +56,7 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (argc < 2) {
     if (rank == 0) {
-      std::fprintf(stderr, "usage: %s CONFIG [--steps N] [--train-ranks T] [--check E]\n",
-                   argv[0]);
+      std::fprintf(stderr, "usage: %s CONFIG [--steps N] [--train-ranks T] [--check E]\n", argv[0]);
     }
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
@@ -65,9 +64,12 @@ int main(int argc, char** argv) {
   double max_error = -1;
   for (int k = 2; k + 1 < argc; k += 2) {
     const std::string flag = argv[k];
-    if (flag == "--steps") steps = std::atoi(argv[k + 1]);
-    else if (flag == "--train-ranks") train_ranks = std::atoi(argv[k + 1]);
-    else if (flag == "--check") max_error = std::atof(argv[k + 1]);
+    if (flag == "--steps")
+      steps = std::atoi(argv[k + 1]);
+    else if (flag == "--train-ranks")
+      train_ranks = std::atoi(argv[k + 1]);
+    else if (flag == "--check")
+      max_error = std::atof(argv[k + 1]);
   }
   if (train_ranks < 1 || train_ranks > size || kBatch % train_ranks != 0) {
     if (rank == 0) std::fprintf(stderr, "--train-ranks must divide 16 and be at most %d\n", size);
@@ -127,8 +129,8 @@ int main(int argc, char** argv) {
       const Slab theirs = slab_of(q, size);
       const float* from = incoming.data() + receive_offsets[size_t(q)];
       for (int k = 0; k < local; ++k) {
-        const size_t n = size_t(theirs.rows) * kGrid, at = size_t(k) * kGrid * kGrid +
-                                                            size_t(theirs.begin) * kGrid;
+        const size_t n = size_t(theirs.rows) * kGrid,
+                     at = size_t(k) * kGrid * kGrid + size_t(theirs.begin) * kGrid;
         std::copy(from, from + n, fields_u.data<float>() + at);
         std::copy(from + n, from + 2 * n, fields_div.data<float>() + at);
         from += 2 * n;
@@ -168,8 +170,10 @@ int main(int argc, char** argv) {
     }
     const double error = std::sqrt(difference / norm);
     std::printf("loss: first %.4e, mean of the last 10 %.4e\n", first_loss, last_losses);
-    std::printf("validation: relative L2 error of the predicted divergence %.4e (%d fresh "
-                "samples)\n", error, kValidation);
+    std::printf(
+        "validation: relative L2 error of the predicted divergence %.4e (%d fresh "
+        "samples)\n",
+        error, kValidation);
     if (max_error > 0) passed = error < max_error && last_losses < 0.5 * first_loss;
   }
   MPI_Bcast(&passed, 1, MPI_INT, 0, MPI_COMM_WORLD);

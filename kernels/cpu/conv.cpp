@@ -100,7 +100,8 @@ void im2col(DType dtype, const Conv2dGeometry& geometry, const void* image, void
     case DType::Float64:
       return im2col_typed(geometry, static_cast<const double*>(image),
                           static_cast<double*>(columns));
-    default: throw_unsupported("im2col", "", dtype);
+    default:
+      throw_unsupported("im2col", "", dtype);
   }
 }
 
@@ -111,7 +112,8 @@ void col2im(DType dtype, const Conv2dGeometry& geometry, const void* columns, vo
     case DType::Float64:
       return col2im_typed(geometry, static_cast<const double*>(columns),
                           static_cast<double*>(image));
-    default: throw_unsupported("col2im", "", dtype);
+    default:
+      throw_unsupported("col2im", "", dtype);
   }
 }
 

@@ -49,8 +49,8 @@ void cross_entropy_row(int64_t cols, const T* x, int64_t target, int64_t ignore_
 }  // namespace
 
 int64_t cross_entropy(DType dtype, int64_t rows, int64_t cols, const void* logits,
-                      const int64_t* targets, int64_t ignore_index, double grad_scale,
-                      void* losses, void* grad) {
+                      const int64_t* targets, int64_t ignore_index, double grad_scale, void* losses,
+                      void* grad) {
   if (rows < 0 || cols < 0) {
     throw std::invalid_argument("mpigrad::kernels::cpu::cross_entropy: negative size");
   }

@@ -166,7 +166,8 @@ template <typename T>
 void unary_typed(UnaryOp op, DType dtype, const StridedLoop& loop, T* out, const T* in) {
   using C = compute_t<T>;
   auto run = [&](auto f) {
-    for_each_element(loop, out, [f](T x) { return T(f(C(x))); }, in);
+    for_each_element(
+        loop, out, [f](T x) { return T(f(C(x))); }, in);
   };
   if constexpr (std::is_same_v<T, bool>) {
     // Abs, Relu and Sign are the identity on {0, 1}; negating a Bool has no meaning.
@@ -176,30 +177,46 @@ void unary_typed(UnaryOp op, DType dtype, const StridedLoop& loop, T* out, const
     run([](C x) { return x; });
   } else if constexpr (std::is_integral_v<C>) {
     switch (op) {
-      case UnaryOp::Neg: return run([](C x) { return wrap_sub(C(0), x); });
-      case UnaryOp::Abs: return run([](C x) { return x < C(0) ? wrap_sub(C(0), x) : x; });
-      case UnaryOp::Relu: return run([](C x) { return x < C(0) ? C(0) : x; });
-      case UnaryOp::Sign: return run([](C x) { return sign_of(x); });
-      default: throw_unsupported("unary", std::string("op ") + unary_op_name(op), dtype);
+      case UnaryOp::Neg:
+        return run([](C x) { return wrap_sub(C(0), x); });
+      case UnaryOp::Abs:
+        return run([](C x) { return x < C(0) ? wrap_sub(C(0), x) : x; });
+      case UnaryOp::Relu:
+        return run([](C x) { return x < C(0) ? C(0) : x; });
+      case UnaryOp::Sign:
+        return run([](C x) { return sign_of(x); });
+      default:
+        throw_unsupported("unary", std::string("op ") + unary_op_name(op), dtype);
     }
   } else {
     switch (op) {
-      case UnaryOp::Neg: return run([](C x) { return -x; });
-      case UnaryOp::Exp: return run([](C x) { return std::exp(x); });
-      case UnaryOp::Log: return run([](C x) { return std::log(x); });
-      case UnaryOp::Sqrt: return run([](C x) { return std::sqrt(x); });
-      case UnaryOp::Rsqrt: return run([](C x) { return C(1) / std::sqrt(x); });
-      case UnaryOp::Abs: return run([](C x) { return std::abs(x); });
+      case UnaryOp::Neg:
+        return run([](C x) { return -x; });
+      case UnaryOp::Exp:
+        return run([](C x) { return std::exp(x); });
+      case UnaryOp::Log:
+        return run([](C x) { return std::log(x); });
+      case UnaryOp::Sqrt:
+        return run([](C x) { return std::sqrt(x); });
+      case UnaryOp::Rsqrt:
+        return run([](C x) { return C(1) / std::sqrt(x); });
+      case UnaryOp::Abs:
+        return run([](C x) { return std::abs(x); });
       // `x < 0 ? 0 : x` lets NaN through, as max(x, 0) does in PyTorch.
-      case UnaryOp::Relu: return run([](C x) { return x < C(0) ? C(0) : x; });
+      case UnaryOp::Relu:
+        return run([](C x) { return x < C(0) ? C(0) : x; });
       case UnaryOp::GeluErf:
         return run([](C x) { return C(0.5) * x * (C(1) + std::erf(x * C(kSqrtHalf))); });
       case UnaryOp::GeluTanh:
         return run([](C x) { return C(0.5) * x * (C(1) + std::tanh(gelu_tanh_inner(x))); });
-      case UnaryOp::Silu: return run([](C x) { return x * sigmoid(x); });
-      case UnaryOp::Sigmoid: return run([](C x) { return sigmoid(x); });
-      case UnaryOp::Tanh: return run([](C x) { return std::tanh(x); });
-      case UnaryOp::Sign: return run([](C x) { return sign_of(x); });
+      case UnaryOp::Silu:
+        return run([](C x) { return x * sigmoid(x); });
+      case UnaryOp::Sigmoid:
+        return run([](C x) { return sigmoid(x); });
+      case UnaryOp::Tanh:
+        return run([](C x) { return std::tanh(x); });
+      case UnaryOp::Sign:
+        return run([](C x) { return sign_of(x); });
     }
     throw_unsupported("unary", std::string("op ") + unary_op_name(op), dtype);
   }
@@ -214,30 +231,40 @@ void unary_backward_typed(UnaryOp op, DType dtype, const StridedLoop& loop, T* g
   using C = compute_t<T>;
   auto run = [&](auto f) {
     for_each_element(
-        loop, grad_in, [f](T g, T x, T y) { return T(f(C(g), C(x), C(y))); }, grad_out, in,
-        out);
+        loop, grad_in, [f](T g, T x, T y) { return T(f(C(g), C(x), C(y))); }, grad_out, in, out);
   };
   if constexpr (std::is_same_v<T, bool>) {
     throw_unsupported("unary_backward", std::string("op ") + unary_op_name(op), dtype);
   } else if constexpr (std::is_integral_v<C>) {
     switch (op) {
-      case UnaryOp::Neg: return run([](C g, C, C) { return wrap_sub(C(0), g); });
+      case UnaryOp::Neg:
+        return run([](C g, C, C) { return wrap_sub(C(0), g); });
       case UnaryOp::Abs:
         return run([](C g, C x, C) { return wrap_mul(g, sign_of(x)); });
-      case UnaryOp::Relu: return run([](C g, C x, C) { return x > C(0) ? g : C(0); });
-      case UnaryOp::Sign: return run([](C, C, C) { return C(0); });
-      default: throw_unsupported("unary_backward", std::string("op ") + unary_op_name(op), dtype);
+      case UnaryOp::Relu:
+        return run([](C g, C x, C) { return x > C(0) ? g : C(0); });
+      case UnaryOp::Sign:
+        return run([](C, C, C) { return C(0); });
+      default:
+        throw_unsupported("unary_backward", std::string("op ") + unary_op_name(op), dtype);
     }
   } else {
     switch (op) {
-      case UnaryOp::Neg: return run([](C g, C, C) { return -g; });
-      case UnaryOp::Exp: return run([](C g, C, C y) { return g * y; });
-      case UnaryOp::Log: return run([](C g, C x, C) { return g / x; });
-      case UnaryOp::Sqrt: return run([](C g, C, C y) { return g / (C(2) * y); });
-      case UnaryOp::Rsqrt: return run([](C g, C, C y) { return C(-0.5) * g * y * y * y; });
-      case UnaryOp::Abs: return run([](C g, C x, C) { return g * sign_of(x); });
+      case UnaryOp::Neg:
+        return run([](C g, C, C) { return -g; });
+      case UnaryOp::Exp:
+        return run([](C g, C, C y) { return g * y; });
+      case UnaryOp::Log:
+        return run([](C g, C x, C) { return g / x; });
+      case UnaryOp::Sqrt:
+        return run([](C g, C, C y) { return g / (C(2) * y); });
+      case UnaryOp::Rsqrt:
+        return run([](C g, C, C y) { return C(-0.5) * g * y * y * y; });
+      case UnaryOp::Abs:
+        return run([](C g, C x, C) { return g * sign_of(x); });
       // A select rather than g * (x > 0), so an infinite gradient at x <= 0 gives 0, not NaN.
-      case UnaryOp::Relu: return run([](C g, C x, C) { return x > C(0) ? g : C(0); });
+      case UnaryOp::Relu:
+        return run([](C g, C x, C) { return x > C(0) ? g : C(0); });
       case UnaryOp::GeluErf:
         return run([](C g, C x, C) {
           const C cdf = C(0.5) * (C(1) + std::erf(x * C(kSqrtHalf)));
@@ -255,9 +282,12 @@ void unary_backward_typed(UnaryOp op, DType dtype, const StridedLoop& loop, T* g
           const C s = sigmoid(x);
           return g * (s * (C(1) + x * (C(1) - s)));
         });
-      case UnaryOp::Sigmoid: return run([](C g, C, C y) { return g * y * (C(1) - y); });
-      case UnaryOp::Tanh: return run([](C g, C, C y) { return g * (C(1) - y * y); });
-      case UnaryOp::Sign: return run([](C, C, C) { return C(0); });
+      case UnaryOp::Sigmoid:
+        return run([](C g, C, C y) { return g * y * (C(1) - y); });
+      case UnaryOp::Tanh:
+        return run([](C g, C, C y) { return g * (C(1) - y * y); });
+      case UnaryOp::Sign:
+        return run([](C, C, C) { return C(0); });
     }
     throw_unsupported("unary_backward", std::string("op ") + unary_op_name(op), dtype);
   }
@@ -316,44 +346,70 @@ void binary_typed(BinaryOp op, DType dtype, const StridedLoop& loop, void* out, 
         loop, static_cast<bool*>(out), [f](T x, T y) { return bool(f(C(x), C(y))); }, a, b);
   };
   switch (op) {
-    case BinaryOp::Eq: return compare([](C x, C y) { return x == y; });
-    case BinaryOp::Ne: return compare([](C x, C y) { return x != y; });
-    case BinaryOp::Lt: return compare([](C x, C y) { return x < y; });
-    case BinaryOp::Le: return compare([](C x, C y) { return x <= y; });
-    case BinaryOp::Gt: return compare([](C x, C y) { return x > y; });
-    case BinaryOp::Ge: return compare([](C x, C y) { return x >= y; });
-    default: break;
+    case BinaryOp::Eq:
+      return compare([](C x, C y) { return x == y; });
+    case BinaryOp::Ne:
+      return compare([](C x, C y) { return x != y; });
+    case BinaryOp::Lt:
+      return compare([](C x, C y) { return x < y; });
+    case BinaryOp::Le:
+      return compare([](C x, C y) { return x <= y; });
+    case BinaryOp::Gt:
+      return compare([](C x, C y) { return x > y; });
+    case BinaryOp::Ge:
+      return compare([](C x, C y) { return x >= y; });
+    default:
+      break;
   }
   if constexpr (std::is_same_v<T, bool>) {
     // Bool arithmetic is logic: + and max are or, * and min are and.
     switch (op) {
       case BinaryOp::Add:
-      case BinaryOp::Maximum: return run([](C x, C y) { return x || y; });
+      case BinaryOp::Maximum:
+        return run([](C x, C y) { return x || y; });
       case BinaryOp::Mul:
-      case BinaryOp::Minimum: return run([](C x, C y) { return x && y; });
-      default: throw_unsupported("binary", std::string("op ") + binary_op_name(op), dtype);
+      case BinaryOp::Minimum:
+        return run([](C x, C y) { return x && y; });
+      default:
+        throw_unsupported("binary", std::string("op ") + binary_op_name(op), dtype);
     }
   } else if constexpr (std::is_integral_v<C>) {
     switch (op) {
-      case BinaryOp::Add: return run([](C x, C y) { return wrap_add(x, y); });
-      case BinaryOp::Sub: return run([](C x, C y) { return wrap_sub(x, y); });
-      case BinaryOp::Mul: return run([](C x, C y) { return wrap_mul(x, y); });
-      case BinaryOp::Div: return run([](C x, C y) { return int_div(x, y); });
-      case BinaryOp::Maximum: return run([](C x, C y) { return x > y ? x : y; });
-      case BinaryOp::Minimum: return run([](C x, C y) { return x < y ? x : y; });
-      case BinaryOp::Pow: return run([](C x, C y) { return int_pow(x, y); });
-      default: break;
+      case BinaryOp::Add:
+        return run([](C x, C y) { return wrap_add(x, y); });
+      case BinaryOp::Sub:
+        return run([](C x, C y) { return wrap_sub(x, y); });
+      case BinaryOp::Mul:
+        return run([](C x, C y) { return wrap_mul(x, y); });
+      case BinaryOp::Div:
+        return run([](C x, C y) { return int_div(x, y); });
+      case BinaryOp::Maximum:
+        return run([](C x, C y) { return x > y ? x : y; });
+      case BinaryOp::Minimum:
+        return run([](C x, C y) { return x < y ? x : y; });
+      case BinaryOp::Pow:
+        return run([](C x, C y) { return int_pow(x, y); });
+      default:
+        break;
     }
   } else {
     switch (op) {
-      case BinaryOp::Add: return run([](C x, C y) { return x + y; });
-      case BinaryOp::Sub: return run([](C x, C y) { return x - y; });
-      case BinaryOp::Mul: return run([](C x, C y) { return x * y; });
-      case BinaryOp::Div: return run([](C x, C y) { return x / y; });
-      case BinaryOp::Maximum: return run([](C x, C y) { return maximum(x, y); });
-      case BinaryOp::Minimum: return run([](C x, C y) { return minimum(x, y); });
-      case BinaryOp::Pow: return run([](C x, C y) { return std::pow(x, y); });
-      default: break;
+      case BinaryOp::Add:
+        return run([](C x, C y) { return x + y; });
+      case BinaryOp::Sub:
+        return run([](C x, C y) { return x - y; });
+      case BinaryOp::Mul:
+        return run([](C x, C y) { return x * y; });
+      case BinaryOp::Div:
+        return run([](C x, C y) { return x / y; });
+      case BinaryOp::Maximum:
+        return run([](C x, C y) { return maximum(x, y); });
+      case BinaryOp::Minimum:
+        return run([](C x, C y) { return minimum(x, y); });
+      case BinaryOp::Pow:
+        return run([](C x, C y) { return std::pow(x, y); });
+      default:
+        break;
     }
   }
   throw_unsupported("binary", std::string("op ") + binary_op_name(op), dtype);
@@ -383,10 +439,14 @@ void copy_same_dtype(DType dtype, const StridedLoop& loop, void* out, const void
     return;
   }
   switch (size) {
-    case 1: return copy_bits<uint8_t>(loop, out, in);
-    case 2: return copy_bits<uint16_t>(loop, out, in);
-    case 4: return copy_bits<uint32_t>(loop, out, in);
-    default: return copy_bits<uint64_t>(loop, out, in);
+    case 1:
+      return copy_bits<uint8_t>(loop, out, in);
+    case 2:
+      return copy_bits<uint16_t>(loop, out, in);
+    case 4:
+      return copy_bits<uint32_t>(loop, out, in);
+    default:
+      return copy_bits<uint64_t>(loop, out, in);
   }
 }
 
@@ -429,8 +489,7 @@ void where(DType dtype, const StridedLoop& loop, void* out, const void* cond, co
   });
 }
 
-void clamp(DType dtype, const StridedLoop& loop, void* out, const void* in, double lo,
-           double hi) {
+void clamp(DType dtype, const StridedLoop& loop, void* out, const void* in, double lo, double hi) {
   visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     using C = compute_t<T>;

@@ -33,8 +33,7 @@ int64_t first_bad_index(const int64_t* index, int64_t n, int64_t extent) {
   return -1;
 }
 
-void check_sizes(const char* kernel, int64_t outer, int64_t extent, int64_t inner,
-                 int64_t count) {
+void check_sizes(const char* kernel, int64_t outer, int64_t extent, int64_t inner, int64_t count) {
   if (outer < 0 || extent < 0 || inner < 0 || count < 0) {
     throw std::invalid_argument(std::string("mpigrad::kernels::cpu::") + kernel +
                                 ": negative size");
@@ -133,16 +132,24 @@ int64_t gather(DType dtype, int64_t outer, int64_t extent, int64_t inner, const 
     });
   };
   switch (element_size(dtype)) {
-    case 1: run(uint8_t{}); break;
-    case 2: run(uint16_t{}); break;
-    case 4: run(uint32_t{}); break;
-    default: run(uint64_t{}); break;
+    case 1:
+      run(uint8_t{});
+      break;
+    case 2:
+      run(uint16_t{});
+      break;
+    case 4:
+      run(uint32_t{});
+      break;
+    default:
+      run(uint64_t{});
+      break;
   }
   return -1;
 }
 
-int64_t scatter_add(DType dtype, int64_t outer, int64_t extent, int64_t inner,
-                    const int64_t* index, int64_t count, void* out, const void* in) {
+int64_t scatter_add(DType dtype, int64_t outer, int64_t extent, int64_t inner, const int64_t* index,
+                    int64_t count, void* out, const void* in) {
   check_sizes("scatter_add", outer, extent, inner, count);
   const int64_t n = outer * count * inner;
   if (const int64_t bad = first_bad_index(index, n, extent); bad >= 0) return bad;

@@ -59,11 +59,11 @@ void gemm_one(const GemmShape& s, T alpha, const T* a, const T* b, T beta, T* c)
   const CBLAS_TRANSPOSE trans_a = s.transpose_a ? CblasTrans : CblasNoTrans;
   const CBLAS_TRANSPOSE trans_b = s.transpose_b ? CblasTrans : CblasNoTrans;
   if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, trans_a, trans_b, int(s.m), int(s.n), int(s.k), alpha, a,
-                int(s.lda), b, int(s.ldb), beta, c, int(s.ldc));
+    cblas_sgemm(CblasRowMajor, trans_a, trans_b, int(s.m), int(s.n), int(s.k), alpha, a, int(s.lda),
+                b, int(s.ldb), beta, c, int(s.ldc));
   } else {
-    cblas_dgemm(CblasRowMajor, trans_a, trans_b, int(s.m), int(s.n), int(s.k), alpha, a,
-                int(s.lda), b, int(s.ldb), beta, c, int(s.ldc));
+    cblas_dgemm(CblasRowMajor, trans_a, trans_b, int(s.m), int(s.n), int(s.k), alpha, a, int(s.lda),
+                b, int(s.ldb), beta, c, int(s.ldc));
   }
 }
 
@@ -98,8 +98,8 @@ void gemm(DType dtype, const GemmShape& shape, double alpha, const void* a, cons
     gemm_typed<float>(shape, float(alpha), static_cast<const float*>(a),
                       static_cast<const float*>(b), float(beta), static_cast<float*>(c));
   } else {
-    gemm_typed<double>(shape, alpha, static_cast<const double*>(a),
-                       static_cast<const double*>(b), beta, static_cast<double*>(c));
+    gemm_typed<double>(shape, alpha, static_cast<const double*>(a), static_cast<const double*>(b),
+                       beta, static_cast<double*>(c));
   }
 }
 

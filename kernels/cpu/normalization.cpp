@@ -134,8 +134,8 @@ void bn_backward(int64_t batch, int64_t channels, int64_t inner, bool training, 
 }
 
 template <typename T>
-void ln_forward(int64_t rows, int64_t cols, double eps, const T* x, const T* weight,
-                const T* bias, T* y, T* mean, T* rstd) {
+void ln_forward(int64_t rows, int64_t cols, double eps, const T* x, const T* weight, const T* bias,
+                T* y, T* mean, T* rstd) {
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, cols));
   parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
@@ -203,56 +203,70 @@ void ln_backward(int64_t rows, int64_t cols, const T* x, const T* grad_y, const 
   }
 }
 
-template <typename T> const T* in_ptr(const void* p) { return static_cast<const T*>(p); }
-template <typename T> T* out_ptr(void* p) { return static_cast<T*>(p); }
+template <typename T>
+const T* in_ptr(const void* p) {
+  return static_cast<const T*>(p);
+}
+template <typename T>
+T* out_ptr(void* p) {
+  return static_cast<T*>(p);
+}
 
 }  // namespace
 
-#define MPIGRAD_NORM_DISPATCH(kernel, CALL)      \
-  switch (dtype) {                               \
-    case DType::Float32: { using T = float; CALL; return; }  \
-    case DType::Float64: { using T = double; CALL; return; } \
-    default: throw_unsupported(kernel, "", dtype); \
+#define MPIGRAD_NORM_DISPATCH(kernel, CALL) \
+  switch (dtype) {                          \
+    case DType::Float32: {                  \
+      using T = float;                      \
+      CALL;                                 \
+      return;                               \
+    }                                       \
+    case DType::Float64: {                  \
+      using T = double;                     \
+      CALL;                                 \
+      return;                               \
+    }                                       \
+    default:                                \
+      throw_unsupported(kernel, "", dtype); \
   }
 
 void batch_norm_statistics(DType dtype, int64_t batch, int64_t channels, int64_t inner,
                            const void* x, void* mean, void* variance) {
-  MPIGRAD_NORM_DISPATCH("batch_norm_statistics",
-                        bn_statistics(batch, channels, inner, in_ptr<T>(x), out_ptr<T>(mean),
-                                      out_ptr<T>(variance)))
+  MPIGRAD_NORM_DISPATCH(
+      "batch_norm_statistics",
+      bn_statistics(batch, channels, inner, in_ptr<T>(x), out_ptr<T>(mean), out_ptr<T>(variance)))
 }
 
-void batch_norm_forward(DType dtype, int64_t batch, int64_t channels, int64_t inner,
-                        const void* x, const void* mean, const void* invstd, const void* weight,
-                        const void* bias, void* y) {
-  MPIGRAD_NORM_DISPATCH("batch_norm_forward",
-                        bn_forward(batch, channels, inner, in_ptr<T>(x), in_ptr<T>(mean),
-                                   in_ptr<T>(invstd), in_ptr<T>(weight), in_ptr<T>(bias),
-                                   out_ptr<T>(y)))
+void batch_norm_forward(DType dtype, int64_t batch, int64_t channels, int64_t inner, const void* x,
+                        const void* mean, const void* invstd, const void* weight, const void* bias,
+                        void* y) {
+  MPIGRAD_NORM_DISPATCH(
+      "batch_norm_forward",
+      bn_forward(batch, channels, inner, in_ptr<T>(x), in_ptr<T>(mean), in_ptr<T>(invstd),
+                 in_ptr<T>(weight), in_ptr<T>(bias), out_ptr<T>(y)))
 }
 
-void batch_norm_backward(DType dtype, int64_t batch, int64_t channels, int64_t inner,
-                         bool training, const void* x, const void* grad_y, const void* mean,
-                         const void* invstd, const void* weight, void* grad_x, void* grad_weight,
-                         void* grad_bias) {
-  MPIGRAD_NORM_DISPATCH("batch_norm_backward",
-                        bn_backward(batch, channels, inner, training, in_ptr<T>(x),
-                                    in_ptr<T>(grad_y), in_ptr<T>(mean), in_ptr<T>(invstd),
-                                    in_ptr<T>(weight), out_ptr<T>(grad_x),
-                                    out_ptr<T>(grad_weight), out_ptr<T>(grad_bias)))
+void batch_norm_backward(DType dtype, int64_t batch, int64_t channels, int64_t inner, bool training,
+                         const void* x, const void* grad_y, const void* mean, const void* invstd,
+                         const void* weight, void* grad_x, void* grad_weight, void* grad_bias) {
+  MPIGRAD_NORM_DISPATCH(
+      "batch_norm_backward",
+      bn_backward(batch, channels, inner, training, in_ptr<T>(x), in_ptr<T>(grad_y),
+                  in_ptr<T>(mean), in_ptr<T>(invstd), in_ptr<T>(weight), out_ptr<T>(grad_x),
+                  out_ptr<T>(grad_weight), out_ptr<T>(grad_bias)))
 }
 
 void layer_norm_forward(DType dtype, int64_t rows, int64_t cols, double eps, const void* x,
                         const void* weight, const void* bias, void* y, void* mean, void* rstd) {
-  MPIGRAD_NORM_DISPATCH("layer_norm_forward",
-                        ln_forward(rows, cols, eps, in_ptr<T>(x), in_ptr<T>(weight),
-                                   in_ptr<T>(bias), out_ptr<T>(y), out_ptr<T>(mean),
-                                   out_ptr<T>(rstd)))
+  MPIGRAD_NORM_DISPATCH(
+      "layer_norm_forward",
+      ln_forward(rows, cols, eps, in_ptr<T>(x), in_ptr<T>(weight), in_ptr<T>(bias), out_ptr<T>(y),
+                 out_ptr<T>(mean), out_ptr<T>(rstd)))
 }
 
-void layer_norm_backward(DType dtype, int64_t rows, int64_t cols, const void* x,
-                         const void* grad_y, const void* mean, const void* rstd,
-                         const void* weight, void* grad_x, void* grad_weight, void* grad_bias) {
+void layer_norm_backward(DType dtype, int64_t rows, int64_t cols, const void* x, const void* grad_y,
+                         const void* mean, const void* rstd, const void* weight, void* grad_x,
+                         void* grad_weight, void* grad_bias) {
   MPIGRAD_NORM_DISPATCH("layer_norm_backward",
                         ln_backward(rows, cols, in_ptr<T>(x), in_ptr<T>(grad_y), in_ptr<T>(mean),
                                     in_ptr<T>(rstd), in_ptr<T>(weight), out_ptr<T>(grad_x),

@@ -33,8 +33,7 @@ void sgd_typed(int64_t n, const SgdHyper& h, T* param, const T* grad, T* buffer)
 }
 
 template <typename T>
-void adam_typed(int64_t n, const AdamHyper& h, T* param, const T* grad, T* exp_avg,
-                T* exp_avg_sq) {
+void adam_typed(int64_t n, const AdamHyper& h, T* param, const T* grad, T* exp_avg, T* exp_avg_sq) {
   const double correction1 = 1.0 - std::pow(h.beta1, double(h.step));
   const double correction2 = 1.0 - std::pow(h.beta2, double(h.step));
   const T step_size = T(h.lr / correction1);
@@ -70,7 +69,8 @@ void sgd_step(DType dtype, int64_t n, const SgdHyper& hyper, void* param, const 
     case DType::Float64:
       return sgd_typed(n, hyper, static_cast<double*>(param), static_cast<const double*>(grad),
                        static_cast<double*>(momentum_buffer));
-    default: throw_unsupported("sgd_step", "", dtype);
+    default:
+      throw_unsupported("sgd_step", "", dtype);
   }
 }
 
@@ -83,7 +83,8 @@ void adam_step(DType dtype, int64_t n, const AdamHyper& hyper, void* param, cons
     case DType::Float64:
       return adam_typed(n, hyper, static_cast<double*>(param), static_cast<const double*>(grad),
                         static_cast<double*>(exp_avg), static_cast<double*>(exp_avg_sq));
-    default: throw_unsupported("adam_step", "", dtype);
+    default:
+      throw_unsupported("adam_step", "", dtype);
   }
 }
 

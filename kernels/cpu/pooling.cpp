@@ -76,58 +76,60 @@ void max_forward(const Pool2dGeometry& geometry, const T* in, T* out, int64_t* i
   if (max_forward_2x2(geometry, in, out, indices)) return;
   // The lambda takes the geometry by value: through a reference every field would be reloaded
   // after each int64 index store, which might alias it.
-  parallel_for(0, geometry.planes, plane_grain(geometry), [g = geometry, in, out, indices](
-                                                              int64_t begin, int64_t end) {
-    for (int64_t p = begin; p < end; ++p) {
-      const T* plane = in + p * g.height * g.width;
-      T* out_plane = out + p * g.out_h * g.out_w;
-      int64_t* index_plane = indices + p * g.out_h * g.out_w;
-      for (int64_t oy = 0; oy < g.out_h; ++oy) {
-        for (int64_t ox = 0; ox < g.out_w; ++ox) {
-          // No data-dependent branch: on real activations it mispredicts about half the time,
-          // which made this loop a quarter of a CNN step. (m > v ? m : v) is one maxss, and
-          // NaNs are handled after the window, in the rare window that has one.
-          T best = -std::numeric_limits<T>::infinity();
-          int64_t best_index = -1;
-          bool nan = false;
-          for (int64_t i = 0; i < g.kernel_h; ++i) {
-            const int64_t y = oy * g.stride_h - g.pad_h + i * g.dilation_h;
-            if (y < 0 || y >= g.height) continue;  // padding: predictable, rarely taken
-            for (int64_t j = 0; j < g.kernel_w; ++j) {
-              const int64_t x = ox * g.stride_w - g.pad_w + j * g.dilation_w;
-              if (x < 0 || x >= g.width) continue;
-              const T v = plane[y * g.width + x];
-              // Masks rather than ?: for the index: GCC turns that select into a branch.
-              const int64_t take = -int64_t((v > best) | (best_index < 0));
-              best_index = (best_index & ~take) | ((y * g.width + x) & take);
-              best = best > v ? best : v;
-              nan |= v != v;
-            }
-          }
-          if (nan) {
-            // PyTorch's rule: a NaN wins, and a later NaN replaces an earlier one.
-            for (int64_t i = 0; i < g.kernel_h; ++i) {
-              const int64_t y = oy * g.stride_h - g.pad_h + i * g.dilation_h;
-              for (int64_t j = 0; y >= 0 && y < g.height && j < g.kernel_w; ++j) {
-                const int64_t x = ox * g.stride_w - g.pad_w + j * g.dilation_w;
-                if (x >= 0 && x < g.width && std::isnan(plane[y * g.width + x])) {
-                  best = plane[y * g.width + x];
-                  best_index = y * g.width + x;
-                }
-              }
-            }
-          }
-          out_plane[oy * g.out_w + ox] = best;
-          index_plane[oy * g.out_w + ox] = best_index < 0 ? 0 : best_index;
-        }
-      }
-    }
-  });
+  parallel_for(0, geometry.planes, plane_grain(geometry),
+               [g = geometry, in, out, indices](int64_t begin, int64_t end) {
+                 for (int64_t p = begin; p < end; ++p) {
+                   const T* plane = in + p * g.height * g.width;
+                   T* out_plane = out + p * g.out_h * g.out_w;
+                   int64_t* index_plane = indices + p * g.out_h * g.out_w;
+                   for (int64_t oy = 0; oy < g.out_h; ++oy) {
+                     for (int64_t ox = 0; ox < g.out_w; ++ox) {
+                       // No data-dependent branch: on real activations it mispredicts about half
+                       // the time, which made this loop a quarter of a CNN step. (m > v ? m : v) is
+                       // one maxss, and NaNs are handled after the window, in the rare window that
+                       // has one.
+                       T best = -std::numeric_limits<T>::infinity();
+                       int64_t best_index = -1;
+                       bool nan = false;
+                       for (int64_t i = 0; i < g.kernel_h; ++i) {
+                         const int64_t y = oy * g.stride_h - g.pad_h + i * g.dilation_h;
+                         if (y < 0 || y >= g.height)
+                           continue;  // padding: predictable, rarely taken
+                         for (int64_t j = 0; j < g.kernel_w; ++j) {
+                           const int64_t x = ox * g.stride_w - g.pad_w + j * g.dilation_w;
+                           if (x < 0 || x >= g.width) continue;
+                           const T v = plane[y * g.width + x];
+                           // Masks rather than ?: for the index: GCC turns that select into a
+                           // branch.
+                           const int64_t take = -int64_t((v > best) | (best_index < 0));
+                           best_index = (best_index & ~take) | ((y * g.width + x) & take);
+                           best = best > v ? best : v;
+                           nan |= v != v;
+                         }
+                       }
+                       if (nan) {
+                         // PyTorch's rule: a NaN wins, and a later NaN replaces an earlier one.
+                         for (int64_t i = 0; i < g.kernel_h; ++i) {
+                           const int64_t y = oy * g.stride_h - g.pad_h + i * g.dilation_h;
+                           for (int64_t j = 0; y >= 0 && y < g.height && j < g.kernel_w; ++j) {
+                             const int64_t x = ox * g.stride_w - g.pad_w + j * g.dilation_w;
+                             if (x >= 0 && x < g.width && std::isnan(plane[y * g.width + x])) {
+                               best = plane[y * g.width + x];
+                               best_index = y * g.width + x;
+                             }
+                           }
+                         }
+                       }
+                       out_plane[oy * g.out_w + ox] = best;
+                       index_plane[oy * g.out_w + ox] = best_index < 0 ? 0 : best_index;
+                     }
+                   }
+                 }
+               });
 }
 
 template <typename T>
-void max_backward(const Pool2dGeometry& g, const T* grad_out, const int64_t* indices,
-                  T* grad_in) {
+void max_backward(const Pool2dGeometry& g, const T* grad_out, const int64_t* indices, T* grad_in) {
   parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       T* plane = grad_in + p * g.height * g.width;
@@ -196,7 +198,9 @@ void avg_backward(const Pool2dGeometry& g, bool include_pad, const T* grad_out, 
   });
 }
 
-inline int64_t adaptive_start(int64_t i, int64_t in, int64_t out) { return (i * in) / out; }
+inline int64_t adaptive_start(int64_t i, int64_t in, int64_t out) {
+  return (i * in) / out;
+}
 inline int64_t adaptive_end(int64_t i, int64_t in, int64_t out) {
   return ((i + 1) * in + out - 1) / out;
 }
@@ -249,9 +253,12 @@ void adaptive_backward(const Pool2dGeometry& g, const T* grad_out, T* grad_in) {
 
 #define MPIGRAD_POOL_DISPATCH(kernel, call_float, call_double) \
   switch (dtype) {                                             \
-    case DType::Float32: return call_float;                    \
-    case DType::Float64: return call_double;                   \
-    default: throw_unsupported(kernel, "", dtype);             \
+    case DType::Float32:                                       \
+      return call_float;                                       \
+    case DType::Float64:                                       \
+      return call_double;                                      \
+    default:                                                   \
+      throw_unsupported(kernel, "", dtype);                    \
   }
 
 void max_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* in, void* out,
@@ -264,20 +271,18 @@ void max_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* in, vo
 
 void max_pool2d_backward(DType dtype, const Pool2dGeometry& g, const void* grad_out,
                          const int64_t* indices, void* grad_in) {
-  MPIGRAD_POOL_DISPATCH("max_pool2d_backward",
-                        max_backward(g, static_cast<const float*>(grad_out), indices,
-                                     static_cast<float*>(grad_in)),
-                        max_backward(g, static_cast<const double*>(grad_out), indices,
-                                     static_cast<double*>(grad_in)))
+  MPIGRAD_POOL_DISPATCH(
+      "max_pool2d_backward",
+      max_backward(g, static_cast<const float*>(grad_out), indices, static_cast<float*>(grad_in)),
+      max_backward(g, static_cast<const double*>(grad_out), indices, static_cast<double*>(grad_in)))
 }
 
 void avg_pool2d_forward(DType dtype, const Pool2dGeometry& g, bool count_include_pad,
                         const void* in, void* out) {
-  MPIGRAD_POOL_DISPATCH("avg_pool2d_forward",
-                        avg_forward(g, count_include_pad, static_cast<const float*>(in),
-                                    static_cast<float*>(out)),
-                        avg_forward(g, count_include_pad, static_cast<const double*>(in),
-                                    static_cast<double*>(out)))
+  MPIGRAD_POOL_DISPATCH(
+      "avg_pool2d_forward",
+      avg_forward(g, count_include_pad, static_cast<const float*>(in), static_cast<float*>(out)),
+      avg_forward(g, count_include_pad, static_cast<const double*>(in), static_cast<double*>(out)))
 }
 
 void avg_pool2d_backward(DType dtype, const Pool2dGeometry& g, bool count_include_pad,
@@ -289,8 +294,7 @@ void avg_pool2d_backward(DType dtype, const Pool2dGeometry& g, bool count_includ
                                      static_cast<double*>(grad_in)))
 }
 
-void adaptive_avg_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* in,
-                                 void* out) {
+void adaptive_avg_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* in, void* out) {
   MPIGRAD_POOL_DISPATCH(
       "adaptive_avg_pool2d_forward",
       adaptive_forward(g, static_cast<const float*>(in), static_cast<float*>(out)),

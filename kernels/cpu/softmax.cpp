@@ -92,8 +92,7 @@ void for_each_row(const char* kernel, DType dtype, int64_t rows, int64_t cols, R
 
 }  // namespace
 
-void softmax_forward(bool log, DType dtype, int64_t rows, int64_t cols, void* out,
-                     const void* in) {
+void softmax_forward(bool log, DType dtype, int64_t rows, int64_t cols, void* out, const void* in) {
   for_each_row("softmax_forward", dtype, rows, cols, [&](auto tag, int64_t offset) {
     using T = decltype(tag);
     forward_row<T>(log, cols, static_cast<T*>(out) + offset, static_cast<const T*>(in) + offset);

@@ -20,8 +20,8 @@
 #include <type_traits>
 
 #include "mpigrad/kernels/dtype.h"
-#include "mpigrad/kernels/unsupported.h"
 #include "mpigrad/kernels/elementwise.h"
+#include "mpigrad/kernels/unsupported.h"
 
 namespace mpigrad::kernels::cuda::detail {
 
@@ -46,7 +46,9 @@ inline void check_cuda(cudaError_t status, const char* call, const char* kernel)
   }
 }
 
-inline cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
+inline cudaStream_t as_stream(void* stream) {
+  return static_cast<cudaStream_t>(stream);
+}
 
 // After the launches of one kernel call.
 inline void check_launch(const char* kernel, void* stream) {
@@ -69,7 +71,7 @@ inline int multiprocessor_count(const char* kernel) {
   return count > 0 ? count : 1;
 }
 
-constexpr int kThreads = 256;        // threads per block of the flat kernels
+constexpr int kThreads = 256;                     // threads per block of the flat kernels
 constexpr int64_t kMaxBlocks = int64_t(1) << 20;  // grid-stride loops cover the rest
 
 inline unsigned grid_for(int64_t work_items, int threads = kThreads) {
@@ -84,14 +86,22 @@ inline unsigned grid_for(int64_t work_items, int threads = kThreads) {
 template <typename Fn>
 void visit(DType dtype, Fn&& fn) {
   switch (dtype) {
-    case DType::Float32: return fn(float{});
-    case DType::Float64: return fn(double{});
-    case DType::BFloat16: return fn(BFloat16{});
-    case DType::Float16: return fn(Half{});
-    case DType::Int32: return fn(int32_t{});
-    case DType::Int64: return fn(int64_t{});
-    case DType::UInt8: return fn(uint8_t{});
-    case DType::Bool: return fn(bool{});
+    case DType::Float32:
+      return fn(float{});
+    case DType::Float64:
+      return fn(double{});
+    case DType::BFloat16:
+      return fn(BFloat16{});
+    case DType::Float16:
+      return fn(Half{});
+    case DType::Int32:
+      return fn(int32_t{});
+    case DType::Int64:
+      return fn(int64_t{});
+    case DType::UInt8:
+      return fn(uint8_t{});
+    case DType::Bool:
+      return fn(bool{});
   }
 }
 
@@ -188,22 +198,54 @@ inline compute_t<T> saturate_bound(double bound) {
 
 // ---- Math in float or double, chosen by overload --------------------------------------------
 
-__device__ __forceinline__ float m_exp(float x) { return expf(x); }
-__device__ __forceinline__ double m_exp(double x) { return exp(x); }
-__device__ __forceinline__ float m_log(float x) { return logf(x); }
-__device__ __forceinline__ double m_log(double x) { return log(x); }
-__device__ __forceinline__ float m_sqrt(float x) { return sqrtf(x); }
-__device__ __forceinline__ double m_sqrt(double x) { return sqrt(x); }
-__device__ __forceinline__ float m_abs(float x) { return fabsf(x); }
-__device__ __forceinline__ double m_abs(double x) { return fabs(x); }
-__device__ __forceinline__ float m_erf(float x) { return erff(x); }
-__device__ __forceinline__ double m_erf(double x) { return erf(x); }
-__device__ __forceinline__ float m_tanh(float x) { return tanhf(x); }
-__device__ __forceinline__ double m_tanh(double x) { return tanh(x); }
-__device__ __forceinline__ float m_pow(float x, float y) { return powf(x, y); }
-__device__ __forceinline__ double m_pow(double x, double y) { return pow(x, y); }
-__device__ __forceinline__ float m_cos(float x) { return cosf(x); }
-__device__ __forceinline__ double m_cos(double x) { return cos(x); }
+__device__ __forceinline__ float m_exp(float x) {
+  return expf(x);
+}
+__device__ __forceinline__ double m_exp(double x) {
+  return exp(x);
+}
+__device__ __forceinline__ float m_log(float x) {
+  return logf(x);
+}
+__device__ __forceinline__ double m_log(double x) {
+  return log(x);
+}
+__device__ __forceinline__ float m_sqrt(float x) {
+  return sqrtf(x);
+}
+__device__ __forceinline__ double m_sqrt(double x) {
+  return sqrt(x);
+}
+__device__ __forceinline__ float m_abs(float x) {
+  return fabsf(x);
+}
+__device__ __forceinline__ double m_abs(double x) {
+  return fabs(x);
+}
+__device__ __forceinline__ float m_erf(float x) {
+  return erff(x);
+}
+__device__ __forceinline__ double m_erf(double x) {
+  return erf(x);
+}
+__device__ __forceinline__ float m_tanh(float x) {
+  return tanhf(x);
+}
+__device__ __forceinline__ double m_tanh(double x) {
+  return tanh(x);
+}
+__device__ __forceinline__ float m_pow(float x, float y) {
+  return powf(x, y);
+}
+__device__ __forceinline__ double m_pow(double x, double y) {
+  return pow(x, y);
+}
+__device__ __forceinline__ float m_cos(float x) {
+  return cosf(x);
+}
+__device__ __forceinline__ double m_cos(double x) {
+  return cos(x);
+}
 
 template <typename C>
 __device__ __forceinline__ C infinity() {
@@ -224,7 +266,6 @@ inline Walk coalesce(const StridedLoop& loop, int num_operands) {
   walk.numel = loop.numel();
   return walk;
 }
-
 
 // Element offsets of operands [0, kOps) for flat row-major position i of the walk. The loop over
 // dims is unrolled with a guard, so the walk's arrays are indexed by constants and stay in the

@@ -27,9 +27,8 @@ using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 template <bool kWarpPerRow, typename T>
 __global__ void cross_entropy_kernel(int64_t rows, int64_t cols, const T* logits,
-                                     const int64_t* targets, int64_t ignore_index,
-                                     acc_t<T> scale, acc_t<T>* losses, T* grad,
-                                     unsigned long long* bad_target) {
+                                     const int64_t* targets, int64_t ignore_index, acc_t<T> scale,
+                                     acc_t<T>* losses, T* grad, unsigned long long* bad_target) {
   using Acc = acc_t<T>;
   const detail::RowGroup group = detail::row_group<kWarpPerRow>(blockIdx.x);
   const bool valid = group.row < rows;

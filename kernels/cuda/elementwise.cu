@@ -92,8 +92,7 @@ __global__ void map1_vec(int64_t chunks, storage_t<Out>* out, Fn fn, const stora
 }
 
 template <typename Out, typename Fn, typename A>
-__global__ void map1_strided(detail::Walk walk, storage_t<Out>* out, Fn fn,
-                             const storage_t<A>* a) {
+__global__ void map1_strided(detail::Walk walk, storage_t<Out>* out, Fn fn, const storage_t<A>* a) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < walk.numel;
        i += int64_t(gridDim.x) * blockDim.x) {
     int64_t offset[2];
@@ -131,8 +130,8 @@ __global__ void map2_vec(int64_t chunks, storage_t<Out>* out, Fn fn, const stora
 }
 
 template <typename Out, typename Fn, typename A, typename B>
-__global__ void map2_strided(detail::Walk walk, storage_t<Out>* out, Fn fn,
-                             const storage_t<A>* a, const storage_t<B>* b) {
+__global__ void map2_strided(detail::Walk walk, storage_t<Out>* out, Fn fn, const storage_t<A>* a,
+                             const storage_t<B>* b) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < walk.numel;
        i += int64_t(gridDim.x) * blockDim.x) {
     int64_t offset[3];
@@ -147,8 +146,8 @@ __global__ void map3_flat(int64_t begin, int64_t n, storage_t<Out>* out, Fn fn,
                           const storage_t<A>* a, const storage_t<B>* b, const storage_t<C>* c) {
   for (int64_t i = begin + blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    out[i] = to_storage<Out>(
-        fn(from_storage<A>(a[i]), from_storage<B>(b[i]), from_storage<C>(c[i])));
+    out[i] =
+        to_storage<Out>(fn(from_storage<A>(a[i]), from_storage<B>(b[i]), from_storage<C>(c[i])));
   }
 }
 
@@ -167,24 +166,23 @@ __global__ void map3_vec(int64_t chunks, storage_t<Out>* out, Fn fn, const stora
     VO vo;
 #pragma unroll
     for (int k = 0; k < V; ++k) {
-      vo.v[k] = to_storage<Out>(fn(from_storage<A>(va.v[k]), from_storage<B>(vb.v[k]),
-                                   from_storage<C>(vc.v[k])));
+      vo.v[k] = to_storage<Out>(
+          fn(from_storage<A>(va.v[k]), from_storage<B>(vb.v[k]), from_storage<C>(vc.v[k])));
     }
     reinterpret_cast<VO*>(out)[i] = vo;
   }
 }
 
 template <typename Out, typename Fn, typename A, typename B, typename C>
-__global__ void map3_strided(detail::Walk walk, storage_t<Out>* out, Fn fn,
-                             const storage_t<A>* a, const storage_t<B>* b,
-                             const storage_t<C>* c) {
+__global__ void map3_strided(detail::Walk walk, storage_t<Out>* out, Fn fn, const storage_t<A>* a,
+                             const storage_t<B>* b, const storage_t<C>* c) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < walk.numel;
        i += int64_t(gridDim.x) * blockDim.x) {
     int64_t offset[4];
     detail::walk_offsets<4>(walk, i, offset);
-    out[offset[0]] = to_storage<Out>(fn(from_storage<A>(a[offset[1]]),
-                                        from_storage<B>(b[offset[2]]),
-                                        from_storage<C>(c[offset[3]])));
+    out[offset[0]] =
+        to_storage<Out>(fn(from_storage<A>(a[offset[1]]), from_storage<B>(b[offset[2]]),
+                           from_storage<C>(c[offset[3]])));
   }
 }
 
@@ -210,20 +208,20 @@ void run_map1(const StridedLoop& loop, void* out, const void* a, Fn fn, void* st
     if (aligned(out, V * sizeof(storage_t<Out>)) && aligned(a, V * sizeof(storage_t<A>))) {
       const int64_t chunks = n / V;
       if (chunks > 0) {
-        map1_vec<V, Out, Fn, A><<<detail::grid_for(chunks), kThreads, 0, s>>>(
-            chunks, st<Out>(out), fn, st<A>(a));
+        map1_vec<V, Out, Fn, A>
+            <<<detail::grid_for(chunks), kThreads, 0, s>>>(chunks, st<Out>(out), fn, st<A>(a));
       }
       done = chunks * V;
     }
     if (done < n) {
-      map1_flat<Out, Fn, A><<<detail::grid_for(n - done), kThreads, 0, s>>>(
-          done, n, st<Out>(out), fn, st<A>(a));
+      map1_flat<Out, Fn, A>
+          <<<detail::grid_for(n - done), kThreads, 0, s>>>(done, n, st<Out>(out), fn, st<A>(a));
     }
     return;
   }
   const detail::Walk walk = detail::coalesce(loop, 2);
-  map1_strided<Out, Fn, A><<<detail::grid_for(n), kThreads, 0, s>>>(walk, st<Out>(out), fn,
-                                                                      st<A>(a));
+  map1_strided<Out, Fn, A>
+      <<<detail::grid_for(n), kThreads, 0, s>>>(walk, st<Out>(out), fn, st<A>(a));
 }
 
 template <typename Out, typename A, typename B, typename Fn>
@@ -251,8 +249,8 @@ void run_map2(const StridedLoop& loop, void* out, const void* a, const void* b, 
     return;
   }
   const detail::Walk walk = detail::coalesce(loop, 3);
-  map2_strided<Out, Fn, A, B><<<detail::grid_for(n), kThreads, 0, s>>>(
-      walk, st<Out>(out), fn, st<A>(a), st<B>(b));
+  map2_strided<Out, Fn, A, B>
+      <<<detail::grid_for(n), kThreads, 0, s>>>(walk, st<Out>(out), fn, st<A>(a), st<B>(b));
 }
 
 template <typename Out, typename A, typename B, typename C, typename Fn>
@@ -358,29 +356,46 @@ struct UnaryFn {
     } else if constexpr (std::is_integral_v<C>) {
       const C x = C(value);
       switch (op) {
-        case UnaryOp::Neg: return detail::wrap_sub(C(0), x);
-        case UnaryOp::Abs: return is_negative(x) ? detail::wrap_sub(C(0), x) : x;
-        case UnaryOp::Relu: return is_negative(x) ? C(0) : x;
-        case UnaryOp::Sign: return sign_of(x);
-        default: return C(0);  // refused on the host
+        case UnaryOp::Neg:
+          return detail::wrap_sub(C(0), x);
+        case UnaryOp::Abs:
+          return is_negative(x) ? detail::wrap_sub(C(0), x) : x;
+        case UnaryOp::Relu:
+          return is_negative(x) ? C(0) : x;
+        case UnaryOp::Sign:
+          return sign_of(x);
+        default:
+          return C(0);  // refused on the host
       }
     } else {
       const C x = C(value);
       switch (op) {
-        case UnaryOp::Neg: return T(-x);
-        case UnaryOp::Exp: return T(detail::m_exp(x));
-        case UnaryOp::Log: return T(detail::m_log(x));
-        case UnaryOp::Sqrt: return T(detail::m_sqrt(x));
-        case UnaryOp::Rsqrt: return T(C(1) / detail::m_sqrt(x));
-        case UnaryOp::Abs: return T(detail::m_abs(x));
-        case UnaryOp::Relu: return T(x < C(0) ? C(0) : x);
-        case UnaryOp::GeluErf: return T(C(0.5) * x * (C(1) + detail::m_erf(x * C(kSqrtHalf))));
+        case UnaryOp::Neg:
+          return T(-x);
+        case UnaryOp::Exp:
+          return T(detail::m_exp(x));
+        case UnaryOp::Log:
+          return T(detail::m_log(x));
+        case UnaryOp::Sqrt:
+          return T(detail::m_sqrt(x));
+        case UnaryOp::Rsqrt:
+          return T(C(1) / detail::m_sqrt(x));
+        case UnaryOp::Abs:
+          return T(detail::m_abs(x));
+        case UnaryOp::Relu:
+          return T(x < C(0) ? C(0) : x);
+        case UnaryOp::GeluErf:
+          return T(C(0.5) * x * (C(1) + detail::m_erf(x * C(kSqrtHalf))));
         case UnaryOp::GeluTanh:
           return T(C(0.5) * x * (C(1) + detail::m_tanh(gelu_tanh_inner(x))));
-        case UnaryOp::Silu: return T(x * sigmoid(x));
-        case UnaryOp::Sigmoid: return T(sigmoid(x));
-        case UnaryOp::Tanh: return T(detail::m_tanh(x));
-        case UnaryOp::Sign: return T(sign_of(x));
+        case UnaryOp::Silu:
+          return T(x * sigmoid(x));
+        case UnaryOp::Sigmoid:
+          return T(sigmoid(x));
+        case UnaryOp::Tanh:
+          return T(detail::m_tanh(x));
+        case UnaryOp::Sign:
+          return T(sign_of(x));
       }
       return T(C(0));
     }
@@ -398,21 +413,32 @@ struct UnaryBackwardFn {
     } else if constexpr (std::is_integral_v<C>) {
       const C g = C(g_value), x = C(x_value);
       switch (op) {
-        case UnaryOp::Neg: return detail::wrap_sub(C(0), g);
-        case UnaryOp::Abs: return detail::wrap_mul(g, sign_of(x));
-        case UnaryOp::Relu: return x > C(0) ? g : C(0);
-        default: return C(0);  // Sign; the rest are refused on the host
+        case UnaryOp::Neg:
+          return detail::wrap_sub(C(0), g);
+        case UnaryOp::Abs:
+          return detail::wrap_mul(g, sign_of(x));
+        case UnaryOp::Relu:
+          return x > C(0) ? g : C(0);
+        default:
+          return C(0);  // Sign; the rest are refused on the host
       }
     } else {
       const C g = C(g_value), x = C(x_value), y = C(y_value);
       switch (op) {
-        case UnaryOp::Neg: return T(-g);
-        case UnaryOp::Exp: return T(g * y);
-        case UnaryOp::Log: return T(g / x);
-        case UnaryOp::Sqrt: return T(g / (C(2) * y));
-        case UnaryOp::Rsqrt: return T(C(-0.5) * g * y * y * y);
-        case UnaryOp::Abs: return T(g * sign_of(x));
-        case UnaryOp::Relu: return T(x > C(0) ? g : C(0));
+        case UnaryOp::Neg:
+          return T(-g);
+        case UnaryOp::Exp:
+          return T(g * y);
+        case UnaryOp::Log:
+          return T(g / x);
+        case UnaryOp::Sqrt:
+          return T(g / (C(2) * y));
+        case UnaryOp::Rsqrt:
+          return T(C(-0.5) * g * y * y * y);
+        case UnaryOp::Abs:
+          return T(g * sign_of(x));
+        case UnaryOp::Relu:
+          return T(x > C(0) ? g : C(0));
         case UnaryOp::GeluErf: {
           const C cdf = C(0.5) * (C(1) + detail::m_erf(x * C(kSqrtHalf)));
           const C pdf = C(kInvSqrt2Pi) * detail::m_exp(C(-0.5) * x * x);
@@ -427,9 +453,12 @@ struct UnaryBackwardFn {
           const C s = sigmoid(x);
           return T(g * (s * (C(1) + x * (C(1) - s))));
         }
-        case UnaryOp::Sigmoid: return T(g * y * (C(1) - y));
-        case UnaryOp::Tanh: return T(g * (C(1) - y * y));
-        case UnaryOp::Sign: return T(C(0));
+        case UnaryOp::Sigmoid:
+          return T(g * y * (C(1) - y));
+        case UnaryOp::Tanh:
+          return T(g * (C(1) - y * y));
+        case UnaryOp::Sign:
+          return T(C(0));
       }
       return T(C(0));
     }
@@ -448,25 +477,41 @@ struct BinaryFn {
       return x && y;
     } else if constexpr (std::is_integral_v<C>) {
       switch (op) {
-        case BinaryOp::Add: return detail::wrap_add(x, y);
-        case BinaryOp::Sub: return detail::wrap_sub(x, y);
-        case BinaryOp::Mul: return detail::wrap_mul(x, y);
-        case BinaryOp::Div: return int_div(x, y);
-        case BinaryOp::Maximum: return x > y ? x : y;
-        case BinaryOp::Minimum: return x < y ? x : y;
-        case BinaryOp::Pow: return int_pow(x, y);
-        default: return C(0);
+        case BinaryOp::Add:
+          return detail::wrap_add(x, y);
+        case BinaryOp::Sub:
+          return detail::wrap_sub(x, y);
+        case BinaryOp::Mul:
+          return detail::wrap_mul(x, y);
+        case BinaryOp::Div:
+          return int_div(x, y);
+        case BinaryOp::Maximum:
+          return x > y ? x : y;
+        case BinaryOp::Minimum:
+          return x < y ? x : y;
+        case BinaryOp::Pow:
+          return int_pow(x, y);
+        default:
+          return C(0);
       }
     } else {
       switch (op) {
-        case BinaryOp::Add: return T(x + y);
-        case BinaryOp::Sub: return T(x - y);
-        case BinaryOp::Mul: return T(x * y);
-        case BinaryOp::Div: return T(x / y);
-        case BinaryOp::Maximum: return T((detail::is_nan(x) || x > y) ? x : y);
-        case BinaryOp::Minimum: return T((detail::is_nan(x) || x < y) ? x : y);
-        case BinaryOp::Pow: return T(detail::m_pow(x, y));
-        default: return T(C(0));
+        case BinaryOp::Add:
+          return T(x + y);
+        case BinaryOp::Sub:
+          return T(x - y);
+        case BinaryOp::Mul:
+          return T(x * y);
+        case BinaryOp::Div:
+          return T(x / y);
+        case BinaryOp::Maximum:
+          return T((detail::is_nan(x) || x > y) ? x : y);
+        case BinaryOp::Minimum:
+          return T((detail::is_nan(x) || x < y) ? x : y);
+        case BinaryOp::Pow:
+          return T(detail::m_pow(x, y));
+        default:
+          return T(C(0));
       }
     }
   }
@@ -479,13 +524,20 @@ struct CompareFn {
     using C = compute_t<T>;
     const C x = C(a_value), y = C(b_value);
     switch (op) {
-      case BinaryOp::Eq: return x == y;
-      case BinaryOp::Ne: return x != y;
-      case BinaryOp::Lt: return x < y;
-      case BinaryOp::Le: return x <= y;
-      case BinaryOp::Gt: return x > y;
-      case BinaryOp::Ge: return x >= y;
-      default: return false;
+      case BinaryOp::Eq:
+        return x == y;
+      case BinaryOp::Ne:
+        return x != y;
+      case BinaryOp::Lt:
+        return x < y;
+      case BinaryOp::Le:
+        return x <= y;
+      case BinaryOp::Gt:
+        return x > y;
+      case BinaryOp::Ge:
+        return x >= y;
+      default:
+        return false;
     }
   }
 };
@@ -631,10 +683,18 @@ void copy(DType out_dtype, DType in_dtype, const StridedLoop& loop, void* out, c
                          "cudaMemcpyAsync(DeviceToDevice)", "copy");
     } else {
       switch (element_size(out_dtype)) {
-        case 1: copy_bits<uint8_t>(loop, out, in, stream); break;
-        case 2: copy_bits<uint16_t>(loop, out, in, stream); break;
-        case 4: copy_bits<uint32_t>(loop, out, in, stream); break;
-        default: copy_bits<uint64_t>(loop, out, in, stream); break;
+        case 1:
+          copy_bits<uint8_t>(loop, out, in, stream);
+          break;
+        case 2:
+          copy_bits<uint16_t>(loop, out, in, stream);
+          break;
+        case 4:
+          copy_bits<uint32_t>(loop, out, in, stream);
+          break;
+        default:
+          copy_bits<uint64_t>(loop, out, in, stream);
+          break;
       }
     }
     detail::check_launch("copy", stream);

@@ -131,8 +131,8 @@ __global__ void gather_kernel(int64_t outer, int64_t extent, int64_t inner, cons
 }
 
 template <typename T>
-__global__ void index_add_kernel(int64_t outer, int64_t extent, int64_t inner,
-                                 const int64_t* index, int64_t count, T* out, const T* in) {
+__global__ void index_add_kernel(int64_t outer, int64_t extent, int64_t inner, const int64_t* index,
+                                 int64_t count, T* out, const T* in) {
   const int64_t n = outer * count * inner;
   for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < n;
        p += int64_t(gridDim.x) * blockDim.x) {
@@ -153,8 +153,7 @@ __global__ void scatter_add_kernel(int64_t outer, int64_t extent, int64_t inner,
   }
 }
 
-void check_sizes(const char* kernel, int64_t outer, int64_t extent, int64_t inner,
-                 int64_t count) {
+void check_sizes(const char* kernel, int64_t outer, int64_t extent, int64_t inner, int64_t count) {
   if (outer < 0 || extent < 0 || inner < 0 || count < 0) {
     detail::throw_invalid(kernel, "negative size");
   }
@@ -164,10 +163,18 @@ void check_sizes(const char* kernel, int64_t outer, int64_t extent, int64_t inne
 template <typename Fn>
 void visit_width(DType dtype, Fn fn) {
   switch (element_size(dtype)) {
-    case 1: fn(uint8_t{}); break;
-    case 2: fn(uint16_t{}); break;
-    case 4: fn(uint32_t{}); break;
-    default: fn(uint64_t{}); break;
+    case 1:
+      fn(uint8_t{});
+      break;
+    case 2:
+      fn(uint16_t{});
+      break;
+    case 4:
+      fn(uint32_t{});
+      break;
+    default:
+      fn(uint64_t{});
+      break;
   }
 }
 
@@ -185,19 +192,16 @@ int64_t index_select(DType dtype, int64_t outer, int64_t extent, int64_t inner,
   visit_width(dtype, [&](auto word) {
     using Word = decltype(word);
     index_select_kernel<Word><<<detail::grid_for(n), kThreads, 0, as_stream(stream)>>>(
-        outer, extent, inner, index, count, static_cast<Word*>(out),
-        static_cast<const Word*>(in));
+        outer, extent, inner, index, count, static_cast<Word*>(out), static_cast<const Word*>(in));
   });
   detail::check_launch("index_select", stream);
   return -1;
 }
 
-int64_t index_add(DType dtype, int64_t outer, int64_t extent, int64_t inner,
-                  const int64_t* index, int64_t count, void* out, const void* in,
-                  void* workspace, void* stream) {
+int64_t index_add(DType dtype, int64_t outer, int64_t extent, int64_t inner, const int64_t* index,
+                  int64_t count, void* out, const void* in, void* workspace, void* stream) {
   check_sizes("index_add", outer, extent, inner, count);
-  const int64_t bad =
-      detail::first_bad_index(index, count, extent, workspace, stream, "index_add");
+  const int64_t bad = detail::first_bad_index(index, count, extent, workspace, stream, "index_add");
   if (bad >= 0) return bad;
   const int64_t n = outer * count * inner;
   if (n == 0) return -1;
@@ -214,27 +218,23 @@ int64_t gather(DType dtype, int64_t outer, int64_t extent, int64_t inner, const 
                int64_t count, void* out, const void* in, void* workspace, void* stream) {
   check_sizes("gather", outer, extent, inner, count);
   const int64_t n = outer * count * inner;
-  const int64_t bad =
-      detail::first_bad_index(index, n, extent, workspace, stream, "gather");
+  const int64_t bad = detail::first_bad_index(index, n, extent, workspace, stream, "gather");
   if (bad >= 0) return bad;
   if (n == 0) return -1;
   visit_width(dtype, [&](auto word) {
     using Word = decltype(word);
     gather_kernel<Word><<<detail::grid_for(n), kThreads, 0, as_stream(stream)>>>(
-        outer, extent, inner, index, count, static_cast<Word*>(out),
-        static_cast<const Word*>(in));
+        outer, extent, inner, index, count, static_cast<Word*>(out), static_cast<const Word*>(in));
   });
   detail::check_launch("gather", stream);
   return -1;
 }
 
-int64_t scatter_add(DType dtype, int64_t outer, int64_t extent, int64_t inner,
-                    const int64_t* index, int64_t count, void* out, const void* in,
-                    void* workspace, void* stream) {
+int64_t scatter_add(DType dtype, int64_t outer, int64_t extent, int64_t inner, const int64_t* index,
+                    int64_t count, void* out, const void* in, void* workspace, void* stream) {
   check_sizes("scatter_add", outer, extent, inner, count);
   const int64_t n = outer * count * inner;
-  const int64_t bad =
-      detail::first_bad_index(index, n, extent, workspace, stream, "scatter_add");
+  const int64_t bad = detail::first_bad_index(index, n, extent, workspace, stream, "scatter_add");
   if (bad >= 0) return bad;
   if (n == 0) return -1;
   detail::visit(dtype, [&](auto tag) {

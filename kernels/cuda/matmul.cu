@@ -25,9 +25,9 @@ using detail::as_stream;
 
 void check_cublas(cublasStatus_t status, const char* call) {
   if (status != CUBLAS_STATUS_SUCCESS) {
-    throw std::runtime_error(std::string("mpigrad::kernels::cuda::gemm: ") + call + " failed: " +
-                             cublasGetStatusName(status) + " (" + cublasGetStatusString(status) +
-                             ")");
+    throw std::runtime_error(std::string("mpigrad::kernels::cuda::gemm: ") + call +
+                             " failed: " + cublasGetStatusName(status) + " (" +
+                             cublasGetStatusString(status) + ")");
   }
 }
 
@@ -66,11 +66,24 @@ void gemm(DType dtype, const GemmShape& shape, double alpha, const void* a, cons
   cudaDataType_t data_type;
   cublasComputeType_t compute_type;
   switch (dtype) {
-    case DType::Float32: data_type = CUDA_R_32F; compute_type = CUBLAS_COMPUTE_32F; break;
-    case DType::Float64: data_type = CUDA_R_64F; compute_type = CUBLAS_COMPUTE_64F; break;
-    case DType::BFloat16: data_type = CUDA_R_16BF; compute_type = CUBLAS_COMPUTE_32F; break;
-    case DType::Float16: data_type = CUDA_R_16F; compute_type = CUBLAS_COMPUTE_32F; break;
-    default: detail::throw_unsupported("gemm", "", dtype);
+    case DType::Float32:
+      data_type = CUDA_R_32F;
+      compute_type = CUBLAS_COMPUTE_32F;
+      break;
+    case DType::Float64:
+      data_type = CUDA_R_64F;
+      compute_type = CUBLAS_COMPUTE_64F;
+      break;
+    case DType::BFloat16:
+      data_type = CUDA_R_16BF;
+      compute_type = CUBLAS_COMPUTE_32F;
+      break;
+    case DType::Float16:
+      data_type = CUDA_R_16F;
+      compute_type = CUBLAS_COMPUTE_32F;
+      break;
+    default:
+      detail::throw_unsupported("gemm", "", dtype);
   }
   check_shape(shape);
   if (shape.m == 0 || shape.n == 0 || shape.batch == 0) return;
@@ -97,8 +110,8 @@ void gemm(DType dtype, const GemmShape& shape, double alpha, const void* a, cons
   const float alpha_f = float(alpha), beta_f = float(beta);
   const void* alpha_ptr = dtype == DType::Float64 ? static_cast<const void*>(&alpha)
                                                   : static_cast<const void*>(&alpha_f);
-  const void* beta_ptr = dtype == DType::Float64 ? static_cast<const void*>(&beta)
-                                                 : static_cast<const void*>(&beta_f);
+  const void* beta_ptr =
+      dtype == DType::Float64 ? static_cast<const void*>(&beta) : static_cast<const void*>(&beta_f);
   const cublasOperation_t op_b = shape.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_a = shape.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int64_t size = element_size(dtype);
@@ -107,14 +120,12 @@ void gemm(DType dtype, const GemmShape& shape, double alpha, const void* a, cons
   for (int64_t entry = 0; entry < calls; ++entry) {
     const char* a_entry = static_cast<const char*>(a) + entry * shape.batch_stride_a * size;
     const char* b_entry = static_cast<const char*>(b) + entry * shape.batch_stride_b * size;
-    check_cublas(
-        cublasGemmStridedBatchedEx(handle, op_b, op_a, int(shape.n), int(shape.m), int(shape.k),
-                                   alpha_ptr, b_entry, data_type, int(shape.ldb),
-                                   shape.batch_stride_b, a_entry, data_type, int(shape.lda),
-                                   shape.batch_stride_a, beta_ptr, c, data_type, int(shape.ldc),
-                                   shape.batch_stride_c, batch_per_call, compute_type,
-                                   CUBLAS_GEMM_DEFAULT),
-        "cublasGemmStridedBatchedEx");
+    check_cublas(cublasGemmStridedBatchedEx(
+                     handle, op_b, op_a, int(shape.n), int(shape.m), int(shape.k), alpha_ptr,
+                     b_entry, data_type, int(shape.ldb), shape.batch_stride_b, a_entry, data_type,
+                     int(shape.lda), shape.batch_stride_a, beta_ptr, c, data_type, int(shape.ldc),
+                     shape.batch_stride_c, batch_per_call, compute_type, CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmStridedBatchedEx");
   }
   detail::check_launch("gemm", stream);
 }

@@ -27,8 +27,7 @@ using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 template <bool kWarpPerRow, typename T>
 __global__ void layer_norm_forward_kernel(int64_t rows, int64_t cols, acc_t<T> eps, const T* x,
-                                          const T* weight, const T* bias, T* y, T* mean,
-                                          T* rstd) {
+                                          const T* weight, const T* bias, T* y, T* mean, T* rstd) {
   using Acc = acc_t<T>;
   const detail::RowGroup group = detail::row_group<kWarpPerRow>(blockIdx.x);
   const bool valid = group.row < rows;
@@ -141,9 +140,9 @@ void forward_typed(int64_t rows, int64_t cols, double eps, const void* x, const 
 }
 
 template <typename T>
-void backward_typed(int64_t rows, int64_t cols, const void* x, const void* grad_y,
-                    const void* mean, const void* rstd, const void* weight, void* grad_x,
-                    void* grad_weight, void* grad_bias, void* stream) {
+void backward_typed(int64_t rows, int64_t cols, const void* x, const void* grad_y, const void* mean,
+                    const void* rstd, const void* weight, void* grad_x, void* grad_weight,
+                    void* grad_bias, void* stream) {
   const T* xt = static_cast<const T*>(x);
   const T* gt = static_cast<const T*>(grad_y);
   const T* mt = static_cast<const T*>(mean);
@@ -162,8 +161,9 @@ void backward_typed(int64_t rows, int64_t cols, const void* x, const void* grad_
   }
   if (grad_weight != nullptr || grad_bias != nullptr) {
     const unsigned blocks = unsigned((cols + kColumnTile - 1) / kColumnTile);
-    layer_norm_grad_params_kernel<T><<<blocks, dim3(kColumnTile, kRowLanes), 0, as_stream(stream)>>>(
-        rows, cols, xt, gt, mt, rt, static_cast<T*>(grad_weight), static_cast<T*>(grad_bias));
+    layer_norm_grad_params_kernel<T>
+        <<<blocks, dim3(kColumnTile, kRowLanes), 0, as_stream(stream)>>>(
+            rows, cols, xt, gt, mt, rt, static_cast<T*>(grad_weight), static_cast<T*>(grad_bias));
   }
 }
 
@@ -180,15 +180,15 @@ void layer_norm_forward(DType dtype, int64_t rows, int64_t cols, double eps, con
     case DType::Float64:
       forward_typed<double>(rows, cols, eps, x, weight, bias, y, mean, rstd, stream);
       break;
-    default: detail::throw_unsupported("layer_norm_forward", "", dtype);
+    default:
+      detail::throw_unsupported("layer_norm_forward", "", dtype);
   }
   detail::check_launch("layer_norm_forward", stream);
 }
 
-void layer_norm_backward(DType dtype, int64_t rows, int64_t cols, const void* x,
-                         const void* grad_y, const void* mean, const void* rstd,
-                         const void* weight, void* grad_x, void* grad_weight, void* grad_bias,
-                         void* stream) {
+void layer_norm_backward(DType dtype, int64_t rows, int64_t cols, const void* x, const void* grad_y,
+                         const void* mean, const void* rstd, const void* weight, void* grad_x,
+                         void* grad_weight, void* grad_bias, void* stream) {
   // With no rows the parameter gradients are still written (as zeros) by the column kernel.
   if (rows < 0 || cols <= 0) return;
   switch (dtype) {
@@ -200,7 +200,8 @@ void layer_norm_backward(DType dtype, int64_t rows, int64_t cols, const void* x,
       backward_typed<double>(rows, cols, x, grad_y, mean, rstd, weight, grad_x, grad_weight,
                              grad_bias, stream);
       break;
-    default: detail::throw_unsupported("layer_norm_backward", "", dtype);
+    default:
+      detail::throw_unsupported("layer_norm_backward", "", dtype);
   }
   detail::check_launch("layer_norm_backward", stream);
 }

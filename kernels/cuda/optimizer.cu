@@ -105,9 +105,8 @@ void launch_multi(const char* name, const std::vector<Slot>& host, void* device_
     const size_t count = std::min(host.size() - first, size_t(kMaxTensorsPerLaunch));
     int64_t largest = 0;
     for (size_t k = first; k < first + count; ++k) largest = std::max(largest, host[k].numel);
-    const int64_t blocks =
-        std::clamp<int64_t>((largest + detail::kThreads - 1) / detail::kThreads, 1,
-                            kMaxBlocksPerTensor);
+    const int64_t blocks = std::clamp<int64_t>((largest + detail::kThreads - 1) / detail::kThreads,
+                                               1, kMaxBlocksPerTensor);
     kernel<<<dim3(unsigned(blocks), unsigned(count)), detail::kThreads, 0, as_stream(stream)>>>(
         slots + first);
   }
@@ -115,13 +114,18 @@ void launch_multi(const char* name, const std::vector<Slot>& host, void* device_
 }
 
 void check_dtype(const char* name, DType dtype) {
-  if (dtype != DType::Float32 && dtype != DType::Float64) detail::throw_unsupported(name, "", dtype);
+  if (dtype != DType::Float32 && dtype != DType::Float64)
+    detail::throw_unsupported(name, "", dtype);
 }
 
 }  // namespace
 
-size_t sgd_slots_bytes(int64_t count) { return size_t(count) * sizeof(SgdDeviceSlot); }
-size_t adam_slots_bytes(int64_t count) { return size_t(count) * sizeof(AdamDeviceSlot); }
+size_t sgd_slots_bytes(int64_t count) {
+  return size_t(count) * sizeof(SgdDeviceSlot);
+}
+size_t adam_slots_bytes(int64_t count) {
+  return size_t(count) * sizeof(AdamDeviceSlot);
+}
 
 void sgd_step_multi(DType dtype, int64_t count, const SgdSlot* slots, void* device_slots,
                     void* stream) {
@@ -135,8 +139,8 @@ void sgd_step_multi(DType dtype, int64_t count, const SgdSlot* slots, void* devi
       detail::throw_invalid("sgd_step_multi", "a momentum buffer is needed when momentum != 0");
     }
     host.push_back(SgdDeviceSlot{s.param, s.grad, s.momentum_buffer, s.numel, s.hyper.lr,
-                                 s.hyper.momentum, 1.0 - s.hyper.dampening,
-                                 s.hyper.weight_decay, s.hyper.nesterov, s.hyper.first_step});
+                                 s.hyper.momentum, 1.0 - s.hyper.dampening, s.hyper.weight_decay,
+                                 s.hyper.nesterov, s.hyper.first_step});
   }
   if (dtype == DType::Float32) {
     launch_multi("sgd_step_multi", host, device_slots, sgd_multi_kernel<float>, stream);

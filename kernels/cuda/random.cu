@@ -27,10 +27,18 @@ constexpr double kTwoPi = 6.28318530717958647692;
 template <typename T>
 using real_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
-__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
-__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
-__device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
-__device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
+__device__ __forceinline__ float mul_rn(float a, float b) {
+  return __fmul_rn(a, b);
+}
+__device__ __forceinline__ double mul_rn(double a, double b) {
+  return __dmul_rn(a, b);
+}
+__device__ __forceinline__ float add_rn(float a, float b) {
+  return __fadd_rn(a, b);
+}
+__device__ __forceinline__ double add_rn(double a, double b) {
+  return __dadd_rn(a, b);
+}
 
 template <typename T>
 __global__ void uniform_kernel(int64_t n, T* out, uint64_t seed, uint64_t offset, real_t<T> low,
@@ -52,8 +60,8 @@ __global__ void normal_kernel(int64_t n, T* out, uint64_t seed, uint64_t offset,
     const uint64_t w0 = offset + 2 * uint64_t(i), w1 = w0 + 1;
     const PhiloxBlock first = philox_block(seed, w0 / 4);
     const uint32_t bits0 = first.word[w0 % 4];
-    const uint32_t bits1 = (w1 / 4 == w0 / 4) ? first.word[w1 % 4]
-                                               : philox_block(seed, w1 / 4).word[w1 % 4];
+    const uint32_t bits1 =
+        (w1 / 4 == w0 / 4) ? first.word[w1 % 4] : philox_block(seed, w1 / 4).word[w1 % 4];
     // Box-Muller on 1 - u1, which lies in (0, 1], so the log never sees 0.
     const R u1 = R(1) - R(uniform_from_bits(bits0));
     const R u2 = R(uniform_from_bits(bits1));
@@ -64,8 +72,8 @@ __global__ void normal_kernel(int64_t n, T* out, uint64_t seed, uint64_t offset,
 }
 
 template <typename T>
-__global__ void bernoulli_kernel(int64_t n, T* out, uint64_t seed, uint64_t offset, double p,
-                                 T one, T zero) {
+__global__ void bernoulli_kernel(int64_t n, T* out, uint64_t seed, uint64_t offset, double p, T one,
+                                 T zero) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     const uint32_t word = philox_word(seed, offset + uint64_t(i));

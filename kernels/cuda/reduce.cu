@@ -27,11 +27,11 @@ namespace {
 using detail::as_stream;
 
 constexpr int kReduceThreads = 256;
-constexpr int64_t kBlockRowMin = 256;     // rows at least this long get a block each
+constexpr int64_t kBlockRowMin = 256;       // rows at least this long get a block each
 constexpr int64_t kMinBlockSegment = 8192;  // elements per block when a row is split
 constexpr int64_t kMinThreadSegment = 64;   // elements per thread when a column is split
 constexpr int64_t kMaxSegments = 1024;
-constexpr size_t kMaxPartialBytes = 16;   // the largest accumulator below
+constexpr size_t kMaxPartialBytes = 16;  // the largest accumulator below
 
 // Shuffles any accumulator field; sub-word integers travel as int.
 template <typename X>
@@ -141,8 +141,8 @@ Plan make_plan(int64_t outer, int64_t extent, int64_t inner, int sms) {
 // Pass 1, rows: one block per (row, segment).
 template <typename T, typename R>
 __global__ void reduce_rows_kernel(int64_t outer, int64_t extent, int64_t segments,
-                                   int64_t segment_length, const T* in, void* out,
-                                   int64_t* indices, typename R::Acc* partial) {
+                                   int64_t segment_length, const T* in, void* out, int64_t* indices,
+                                   typename R::Acc* partial) {
   using Acc = typename R::Acc;
   for (int64_t item = blockIdx.x; item < outer * segments; item += gridDim.x) {
     const int64_t o = item / segments, s = item % segments;
@@ -194,8 +194,7 @@ __global__ void reduce_columns_kernel(int64_t outer, int64_t extent, int64_t inn
 // Pass 2: the partials of each output, combined in segment order.
 template <typename R>
 __global__ void reduce_finish_kernel(int64_t outer, int64_t inner, int64_t segments,
-                                     const typename R::Acc* partial, void* out,
-                                     int64_t* indices) {
+                                     const typename R::Acc* partial, void* out, int64_t* indices) {
   using Acc = typename R::Acc;
   for (int64_t item = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; item < outer * inner;
        item += int64_t(gridDim.x) * blockDim.x) {
@@ -221,13 +220,14 @@ void run_reduce(int64_t outer, int64_t extent, int64_t inner, void* out, int64_t
         outer, extent, plan.segments, plan.segment_length, in, out, indices, partial);
   } else {
     const int64_t items = outer * plan.segments * inner;
-    reduce_columns_kernel<T, R><<<detail::grid_for(items, kReduceThreads), kReduceThreads, 0,
-                                  stream>>>(outer, extent, inner, plan.segments,
-                                            plan.segment_length, in, out, indices, partial);
+    reduce_columns_kernel<T, R>
+        <<<detail::grid_for(items, kReduceThreads), kReduceThreads, 0, stream>>>(
+            outer, extent, inner, plan.segments, plan.segment_length, in, out, indices, partial);
   }
   if (partial != nullptr) {
-    reduce_finish_kernel<R><<<detail::grid_for(outer * inner, kReduceThreads), kReduceThreads, 0,
-                              stream>>>(outer, inner, plan.segments, partial, out, indices);
+    reduce_finish_kernel<R>
+        <<<detail::grid_for(outer * inner, kReduceThreads), kReduceThreads, 0, stream>>>(
+            outer, inner, plan.segments, partial, out, indices);
   }
 }
 
@@ -248,8 +248,7 @@ void check_sizes(ReduceOp op, int64_t outer, int64_t extent, int64_t inner) {
 
 }  // namespace
 
-size_t reduce_workspace_bytes(ReduceOp op, DType, int64_t outer, int64_t extent,
-                              int64_t inner) {
+size_t reduce_workspace_bytes(ReduceOp op, DType, int64_t outer, int64_t extent, int64_t inner) {
   check_sizes(op, outer, extent, inner);
   if (outer == 0 || inner == 0 || extent == 0) return 0;
   const Plan plan = make_plan(outer, extent, inner, detail::multiprocessor_count("reduce"));
@@ -280,12 +279,12 @@ void reduce(ReduceOp op, DType dtype, int64_t outer, int64_t extent, int64_t inn
         run_reduce<T, SumReducer<T>>(outer, extent, inner, out, indices, data, workspace, plan, s);
         break;
       case ReduceOp::Max:
-        run_reduce<T, ExtremeReducer<T, true>>(outer, extent, inner, out, indices, data,
-                                               workspace, plan, s);
+        run_reduce<T, ExtremeReducer<T, true>>(outer, extent, inner, out, indices, data, workspace,
+                                               plan, s);
         break;
       case ReduceOp::Min:
-        run_reduce<T, ExtremeReducer<T, false>>(outer, extent, inner, out, indices, data,
-                                                workspace, plan, s);
+        run_reduce<T, ExtremeReducer<T, false>>(outer, extent, inner, out, indices, data, workspace,
+                                                plan, s);
         break;
     }
   });

@@ -24,8 +24,7 @@ template <typename T>
 using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 template <bool kWarpPerRow, typename T>
-__global__ void softmax_forward_kernel(bool log, int64_t rows, int64_t cols, T* out,
-                                       const T* in) {
+__global__ void softmax_forward_kernel(bool log, int64_t rows, int64_t cols, T* out, const T* in) {
   using Acc = acc_t<T>;
   const detail::RowGroup group = detail::row_group<kWarpPerRow>(blockIdx.x);
   const bool valid = group.row < rows;
@@ -96,8 +95,8 @@ __global__ void softmax_backward_kernel(bool log, int64_t rows, int64_t cols, T*
   total = detail::group_sum<kWarpPerRow>(total);
   if (!valid) return;
   for (int64_t j = group.lane; j < cols; j += group.threads) {
-    gi[j] = log ? T(Acc(g[j]) - detail::m_exp(Acc(y[j])) * total)
-                : T(Acc(y[j]) * (Acc(g[j]) - total));
+    gi[j] =
+        log ? T(Acc(g[j]) - detail::m_exp(Acc(y[j])) * total) : T(Acc(y[j]) * (Acc(g[j]) - total));
   }
 }
 

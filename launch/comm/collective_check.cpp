@@ -15,18 +15,18 @@ void check_collective_agreement(const MpiCommHandle& control, const WorldRanks& 
   int rank = 0;
   MPI_Comm_rank(control.comm, &rank);
   constexpr int kFields = 7;
-  int64_t mine[kFields] = {int64_t(signature.kind),   int64_t(signature.dtype),
-                           signature.count,           signature.root,
-                           int64_t(signature.reduce), signature.counts_hash,
-                           int64_t(seq)};
+  int64_t mine[kFields] = {
+      int64_t(signature.kind),   int64_t(signature.dtype), signature.count, signature.root,
+      int64_t(signature.reduce), signature.counts_hash,    int64_t(seq)};
   std::vector<int64_t> all(size_t(kFields * size));
-  check_mpi(MPI_Allgather(mine, kFields, MPI_INT64_T, all.data(), kFields, MPI_INT64_T,
-                          control.comm),
-            "MPI_Allgather", "MPIGRAD_DEBUG_COLLECTIVES check on '" + name + "'",
-            rank_label(world.of_member[size_t(rank)], world.size));
+  check_mpi(
+      MPI_Allgather(mine, kFields, MPI_INT64_T, all.data(), kFields, MPI_INT64_T, control.comm),
+      "MPI_Allgather", "MPIGRAD_DEBUG_COLLECTIVES check on '" + name + "'",
+      rank_label(world.of_member[size_t(rank)], world.size));
   bool agree = true;
   for (int r = 1; r < size && agree; ++r) {
-    for (int f = 0; f < kFields; ++f) agree = agree && all[size_t(r * kFields + f)] == all[size_t(f)];
+    for (int f = 0; f < kFields; ++f)
+      agree = agree && all[size_t(r * kFields + f)] == all[size_t(f)];
   }
   if (agree) return;
   std::string message = where + ": MPIGRAD_DEBUG_COLLECTIVES: ranks disagree on collective #" +

@@ -16,7 +16,12 @@ namespace mpigrad::launch {
 struct MpiCommHandle;
 
 enum class CollectiveKind : int64_t {
-  AllReduce, Broadcast, AllGather, AllGatherV, ReduceScatter, Barrier,
+  AllReduce,
+  Broadcast,
+  AllGather,
+  AllGatherV,
+  ReduceScatter,
+  Barrier,
 };
 // "all_reduce", ...; inline, as every collective names itself to the watchdog.
 inline const char* collective_kind_name(CollectiveKind kind) {

@@ -81,7 +81,8 @@ struct CollectiveWatchdog::Impl {
         return;
       }
       int64_t asked_seq = 0;
-      MPI_Recv(&asked_seq, 1, MPI_INT64_T, status.MPI_SOURCE, kQueryTag, control, MPI_STATUS_IGNORE);
+      MPI_Recv(&asked_seq, 1, MPI_INT64_T, status.MPI_SOURCE, kQueryTag, control,
+               MPI_STATUS_IGNORE);
       Reply reply = current_state();
       // Eager-sized, so MPI_Send returns without the asker having posted its receive yet.
       MPI_Send(&reply, 3, MPI_INT64_T, status.MPI_SOURCE, kReplyTag, control);
@@ -135,8 +136,8 @@ struct CollectiveWatchdog::Impl {
       if (has_arrived) continue;
       ++missing_count;
       const std::string host = world->host(world_rank);
-      details += "\n  rank " + std::to_string(world_rank) + (host.empty() ? "" : " on " + host) +
-                 ": ";
+      details +=
+          "\n  rank " + std::to_string(world_rank) + (host.empty() ? "" : " on " + host) + ": ";
       if (!answered[size_t(r)]) {
         details += can_query_ranks ? "no answer (crashed, exited, or stuck outside MPI progress)"
                                    : "unknown (MPI thread level below MPI_THREAD_MULTIPLE)";
@@ -150,16 +151,17 @@ struct CollectiveWatchdog::Impl {
     }
     // The host too: a timeout may involve several nodes.
     const std::string label = rank_label_on_host(world->of_member[size_t(rank)], world->size);
-    std::fprintf(stderr,
-                 "%s mpigrad: collective timeout on communicator '%s': %s #%llu "
-                 "(%lld bytes) waited %.1f s (timeout %.1f s).\n"
-                 "  ranks not arrived: %s\n  ranks arrived: %s%s\n"
-                 "  aborting the job (MPI_Abort, exit code 3); raise MPIGRAD_COLLECTIVE_TIMEOUT if this "
-                 "collective is legitimately slow.\n",
-                 label.c_str(), name.c_str(), op, static_cast<unsigned long long>(seq),
-                 static_cast<long long>(bytes), waited, timeout_seconds,
-                 missing_count ? missing.c_str() : "none (all arrived; MPI made no progress)",
-                 arrived.empty() ? "none" : arrived.c_str(), details.c_str());
+    std::fprintf(
+        stderr,
+        "%s mpigrad: collective timeout on communicator '%s': %s #%llu "
+        "(%lld bytes) waited %.1f s (timeout %.1f s).\n"
+        "  ranks not arrived: %s\n  ranks arrived: %s%s\n"
+        "  aborting the job (MPI_Abort, exit code 3); raise MPIGRAD_COLLECTIVE_TIMEOUT if this "
+        "collective is legitimately slow.\n",
+        label.c_str(), name.c_str(), op, static_cast<unsigned long long>(seq),
+        static_cast<long long>(bytes), waited, timeout_seconds,
+        missing_count ? missing.c_str() : "none (all arrived; MPI made no progress)",
+        arrived.empty() ? "none" : arrived.c_str(), details.c_str());
     std::fflush(stderr);
     MPI_Abort(control, 3);
     std::_Exit(3);  // MPI_Abort does not return; if it ever does, still end non-zero
@@ -227,7 +229,9 @@ uint64_t CollectiveWatchdog::next_sequence() {
   return sequence;
 }
 
-uint64_t CollectiveWatchdog::started() const { return impl_->started.load(std::memory_order_relaxed); }
+uint64_t CollectiveWatchdog::started() const {
+  return impl_->started.load(std::memory_order_relaxed);
+}
 
 void CollectiveWatchdog::begin_wait(uint64_t sequence, const char* op, int64_t bytes) {
   impl_->wait_op.store(op, std::memory_order_relaxed);
@@ -235,6 +239,8 @@ void CollectiveWatchdog::begin_wait(uint64_t sequence, const char* op, int64_t b
   impl_->wait_token.store(sequence + 1, std::memory_order_release);
 }
 
-void CollectiveWatchdog::end_wait() { impl_->wait_token.store(0, std::memory_order_release); }
+void CollectiveWatchdog::end_wait() {
+  impl_->wait_token.store(0, std::memory_order_release);
+}
 
 }  // namespace mpigrad::launch

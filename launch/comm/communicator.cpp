@@ -13,10 +13,14 @@ namespace mpigrad::launch {
 
 std::string_view reduce_op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Avg: return "avg";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Avg:
+      return "avg";
+    case ReduceOp::Max:
+      return "max";
+    case ReduceOp::Min:
+      return "min";
   }
   return "?";
 }
@@ -25,7 +29,9 @@ Backend parse_backend(std::string_view text) {
   return core::parse_enum<Backend>(text, kBackendNames, "communication backend");
 }
 
-std::string_view backend_name(Backend backend) { return core::enum_name(backend, kBackendNames); }
+std::string_view backend_name(Backend backend) {
+  return core::enum_name(backend, kBackendNames);
+}
 
 CollectiveConfig CollectiveConfig::from_environment() {
   CollectiveConfig config;
@@ -38,7 +44,8 @@ CollectiveConfig CollectiveConfig::from_environment() {
   }
   if (const char* text = std::getenv("MPIGRAD_DEBUG_COLLECTIVES"); text != nullptr) {
     std::string_view value(text);
-    config.debug_collectives = !(value.empty() || value == "0" || value == "false" || value == "off");
+    config.debug_collectives =
+        !(value.empty() || value == "0" || value == "false" || value == "off");
   }
   return config;
 }
@@ -66,7 +73,9 @@ std::string WorldRanks::host(int world_rank) const {
   return (*hosts)[size_t(world_rank)];
 }
 
-std::string Communicator::world_label() const { return rank_label(world_rank(), world_size()); }
+std::string Communicator::world_label() const {
+  return rank_label(world_rank(), world_size());
+}
 
 // ---- Argument checks ------------------------------------------------------------------------
 // They run on every call, so the fast path is a few inline comparisons and the messages are
@@ -78,8 +87,7 @@ namespace {
 
 // "[rank 3/4] all_reduce on communicator 'world inter-node': "
 std::string where(const Communicator& communicator, const char* op) {
-  return communicator.world_label() + " " + op + " on communicator '" + communicator.name() +
-         "': ";
+  return communicator.world_label() + " " + op + " on communicator '" + communicator.name() + "': ";
 }
 
 [[noreturn, gnu::cold, gnu::noinline]] void tensor_problem(const Communicator& communicator,
@@ -89,8 +97,7 @@ std::string where(const Communicator& communicator, const char* op) {
   MPIGRAD_CHECK(tensor.defined(), at, role, " is undefined");
   const core::Device device = communicator.device();
   MPIGRAD_CHECK(tensor.device() == device, at, role, " is on ", tensor.device(), ", but the ",
-                backend_name(communicator.backend()), " backend here moves ", device,
-                " tensors; ",
+                backend_name(communicator.backend()), " backend here moves ", device, " tensors; ",
                 device.is_cpu() ? "use the nccl backend for CUDA tensors"
                                 : "use the mpi backend for host tensors");
   core::fail(at, role, " of shape ", tensor.shape(),
@@ -116,8 +123,7 @@ inline void check_pair(const Communicator& communicator, const core::Tensor& inp
 }
 
 [[noreturn, gnu::cold, gnu::noinline]] void reduce_problem(const Communicator& communicator,
-                                                           bool scatter,
-                                                           const core::Tensor& input,
+                                                           bool scatter, const core::Tensor& input,
                                                            const core::Tensor& output,
                                                            ReduceOp op) {
   const char* name = scatter ? "reduce_scatter" : "all_reduce";
@@ -152,7 +158,8 @@ inline void Communicator::check_reduce(bool scatter, const core::Tensor& input,
   const bool counts_ok =
       scatter ? in == out * size() && (in == 0 || input.data_ptr() != output.data_ptr())
               : in == out;
-  if (!(avg_ok && counts_ok)) [[unlikely]] reduce_problem(*this, scatter, input, output, op);
+  if (!(avg_ok && counts_ok)) [[unlikely]]
+    reduce_problem(*this, scatter, input, output, op);
 }
 
 void Communicator::check_broadcast(const core::Tensor& tensor, int root) const {
@@ -165,8 +172,8 @@ void Communicator::check_all_gather(const core::Tensor& input, const core::Tenso
   check_pair(*this, input, output, "all_gather");
   const int64_t size = this->size();
   MPIGRAD_CHECK(output.numel() == input.numel() * size, where(*this, "all_gather"),
-                "output must hold size (", size, ") x input (", input.numel(), ") = ",
-                input.numel() * size, " elements, got ", output.numel());
+                "output must hold size (", size, ") x input (", input.numel(),
+                ") = ", input.numel() * size, " elements, got ", output.numel());
 }
 
 void Communicator::check_all_gather_v(const core::Tensor& input, const core::Tensor& output,
@@ -177,13 +184,13 @@ void Communicator::check_all_gather_v(const core::Tensor& input, const core::Ten
                 counts.size(), " entries, expected one per rank (", size, ")");
   int64_t total = 0;
   for (int r = 0; r < size; ++r) {
-    MPIGRAD_CHECK(counts[size_t(r)] >= 0, where(*this, "all_gather_v"), "counts[", r, "] = ",
-                  counts[size_t(r)], " is negative");
+    MPIGRAD_CHECK(counts[size_t(r)] >= 0, where(*this, "all_gather_v"), "counts[", r,
+                  "] = ", counts[size_t(r)], " is negative");
     total += counts[size_t(r)];
   }
-  MPIGRAD_CHECK(input.numel() == counts[size_t(rank)], where(*this, "all_gather_v"),
-                "this rank (", rank, " of the communicator) passes ", input.numel(),
-                " elements but counts[", rank, "] = ", counts[size_t(rank)]);
+  MPIGRAD_CHECK(input.numel() == counts[size_t(rank)], where(*this, "all_gather_v"), "this rank (",
+                rank, " of the communicator) passes ", input.numel(), " elements but counts[", rank,
+                "] = ", counts[size_t(rank)]);
   MPIGRAD_CHECK(output.numel() == total, where(*this, "all_gather_v"), "output has ",
                 output.numel(), " elements, the counts sum to ", total);
 }
@@ -195,8 +202,7 @@ WorkPtr Communicator::all_reduce_async(const core::Tensor& input, const core::Te
   check_reduce(false, input, output, op);
   return all_reduce_async_impl(input, output, op);
 }
-void Communicator::all_reduce(const core::Tensor& input, const core::Tensor& output,
-                              ReduceOp op) {
+void Communicator::all_reduce(const core::Tensor& input, const core::Tensor& output, ReduceOp op) {
   check_reduce(false, input, output, op);
   all_reduce_impl(input, output, op);
 }

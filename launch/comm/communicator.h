@@ -21,8 +21,8 @@
 #include <string_view>
 #include <vector>
 
-#include "mpigrad/core/tensor.h"
 #include "mpigrad/core/enum_names.h"
+#include "mpigrad/core/tensor.h"
 #include "mpigrad/launch/comm/work.h"
 
 namespace mpigrad::launch {
@@ -65,8 +65,8 @@ int simulated_node_count();
 // 3, not as 0 and 1. Computed once when a communicator is created (MPI_Group_translate_ranks
 // against its parent, whose own numbers are already the world's), so no message costs a call.
 struct WorldRanks {
-  int size = 1;                 // the world's size
-  std::vector<int> of_member;   // of_member[r]: the world rank of rank r of the communicator
+  int size = 1;                // the world's size
+  std::vector<int> of_member;  // of_member[r]: the world rank of rank r of the communicator
   // Each world rank's host name, gathered once by the world and shared by every communicator
   // split from it; null when unknown (a test double).
   std::shared_ptr<const std::vector<std::string>> hosts;
@@ -165,15 +165,14 @@ class Communicator {
                                ReduceOp op) = 0;
   virtual WorkPtr broadcast_async_impl(const core::Tensor& tensor, int root) = 0;
   virtual void broadcast_impl(const core::Tensor& tensor, int root) = 0;
-  virtual WorkPtr all_gather_async_impl(const core::Tensor& input,
-                                        const core::Tensor& output) = 0;
+  virtual WorkPtr all_gather_async_impl(const core::Tensor& input, const core::Tensor& output) = 0;
   virtual void all_gather_impl(const core::Tensor& input, const core::Tensor& output) = 0;
   virtual WorkPtr all_gather_v_async_impl(const core::Tensor& input, const core::Tensor& output,
                                           std::span<const int64_t> counts) = 0;
   virtual void all_gather_v_impl(const core::Tensor& input, const core::Tensor& output,
                                  std::span<const int64_t> counts) = 0;
-  virtual WorkPtr reduce_scatter_async_impl(const core::Tensor& input,
-                                            const core::Tensor& output, ReduceOp op) = 0;
+  virtual WorkPtr reduce_scatter_async_impl(const core::Tensor& input, const core::Tensor& output,
+                                            ReduceOp op) = 0;
   virtual void reduce_scatter_impl(const core::Tensor& input, const core::Tensor& output,
                                    ReduceOp op) = 0;
   virtual WorkPtr barrier_async_impl() = 0;

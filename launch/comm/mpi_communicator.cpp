@@ -80,14 +80,15 @@ std::string where(const MpiCommunicator::State& state, const char* op) {
 }
 
 // The MPI backend's own limit; Communicator has checked everything else.
-[[noreturn, gnu::cold, gnu::noinline]] void count_too_large(
-    const MpiCommunicator::State& state, int64_t count, const char* op) {
+[[noreturn, gnu::cold, gnu::noinline]] void count_too_large(const MpiCommunicator::State& state,
+                                                            int64_t count, const char* op) {
   core::fail(where(state, op), count, " elements exceed MPI's int count limit (", INT_MAX,
              "); split the tensor");
 }
 
 inline int to_int_count(int64_t count, const char* op, const MpiCommunicator::State& state) {
-  if (count > INT_MAX) [[unlikely]] count_too_large(state, count, op);
+  if (count > INT_MAX) [[unlikely]]
+    count_too_large(state, count, op);
   return int(count);
 }
 
@@ -111,8 +112,8 @@ void finish(const Call& call, int size) {
 
 // MPIGRAD_DEBUG_COLLECTIVES: every rank shares what it is about to call and all compare.
 void check_agreement(const MpiCommunicator::State& state, const Call& call, uint64_t seq) {
-  CollectiveSignature signature{call.kind, call.dtype, int64_t(call.count), int64_t(call.root),
-                                call.reduce, hash_counts(call.counts)};
+  CollectiveSignature signature{call.kind,          call.dtype,  int64_t(call.count),
+                                int64_t(call.root), call.reduce, hash_counts(call.counts)};
   check_collective_agreement(state.control, *state.world,
                              state.label() + " communicator '" + state.name + "'", state.name,
                              signature, seq);
@@ -127,7 +128,8 @@ uint64_t begin(const MpiCommunicator::State& state, const Call& call) {
 
 void run_blocking(MpiCommunicator::State& state, Call& call) {
   uint64_t seq = begin(state, call);
-  CollectiveWatchdog::WaitScope scope(*state.watchdog, seq, collective_kind_name(call.kind), call.bytes);
+  CollectiveWatchdog::WaitScope scope(*state.watchdog, seq, collective_kind_name(call.kind),
+                                      call.bytes);
   MPI_Comm comm = state.comm.comm;
   int rc = MPI_SUCCESS;
   const char* what = "";
@@ -142,18 +144,18 @@ void run_blocking(MpiCommunicator::State& state, Call& call) {
       break;
     case Kind::AllGather:
       what = "MPI_Allgather";
-      rc = MPI_Allgather(call.send(), call.count, call.type, call.recv(), call.count,
-                         call.type, comm);
+      rc = MPI_Allgather(call.send(), call.count, call.type, call.recv(), call.count, call.type,
+                         comm);
       break;
     case Kind::AllGatherV:
       what = "MPI_Allgatherv";
-      rc = MPI_Allgatherv(call.send(), call.count, call.type, call.recv(),
-                          call.counts.data(), call.displs.data(), call.type, comm);
+      rc = MPI_Allgatherv(call.send(), call.count, call.type, call.recv(), call.counts.data(),
+                          call.displs.data(), call.type, comm);
       break;
     case Kind::ReduceScatter:
       what = "MPI_Reduce_scatter_block";
-      rc = MPI_Reduce_scatter_block(call.input->data_ptr(), call.recv(), call.count,
-                                    call.type, call.mpi_op, comm);
+      rc = MPI_Reduce_scatter_block(call.input->data_ptr(), call.recv(), call.count, call.type,
+                                    call.mpi_op, comm);
       break;
     case Kind::Barrier:
       what = "MPI_Barrier";
@@ -204,18 +206,17 @@ class MpiWork final : public Work {
         break;
       case Kind::AllGather:
         what = "MPI_Iallgather";
-        rc = MPI_Iallgather(c.send(), c.count, c.type, c.recv(), c.count, c.type, comm,
-                            &request_);
+        rc = MPI_Iallgather(c.send(), c.count, c.type, c.recv(), c.count, c.type, comm, &request_);
         break;
       case Kind::AllGatherV:
         what = "MPI_Iallgatherv";
-        rc = MPI_Iallgatherv(c.send(), c.count, c.type, c.recv(), c.counts.data(),
-                             c.displs.data(), c.type, comm, &request_);
+        rc = MPI_Iallgatherv(c.send(), c.count, c.type, c.recv(), c.counts.data(), c.displs.data(),
+                             c.type, comm, &request_);
         break;
       case Kind::ReduceScatter:
         what = "MPI_Ireduce_scatter_block";
-        rc = MPI_Ireduce_scatter_block(c.input->data_ptr(), c.recv(), c.count, c.type,
-                                       c.mpi_op, comm, &request_);
+        rc = MPI_Ireduce_scatter_block(c.input->data_ptr(), c.recv(), c.count, c.type, c.mpi_op,
+                                       comm, &request_);
         break;
       case Kind::Barrier:
         what = "MPI_Ibarrier";
@@ -236,7 +237,8 @@ class MpiWork final : public Work {
 
   void wait() override {
     if (done_) return;
-    CollectiveWatchdog::WaitScope scope(*state_->watchdog, seq_, collective_kind_name(call_.kind), call_.bytes);
+    CollectiveWatchdog::WaitScope scope(*state_->watchdog, seq_, collective_kind_name(call_.kind),
+                                        call_.bytes);
     check(MPI_Wait(&request_, MPI_STATUS_IGNORE), "MPI_Wait");
     complete();
   }
@@ -244,11 +246,12 @@ class MpiWork final : public Work {
  private:
   // The message is only built on failure: test() runs in tight polling loops.
   void check(int rc, const char* what) const {
-    if (rc != MPI_SUCCESS) [[unlikely]] check_mpi(rc, what, context(), state_->label());
+    if (rc != MPI_SUCCESS) [[unlikely]]
+      check_mpi(rc, what, context(), state_->label());
   }
   std::string context() const {
-    return std::string(collective_kind_name(call_.kind)) + " #" + std::to_string(seq_) + " on communicator '" +
-           state_->name + "'";
+    return std::string(collective_kind_name(call_.kind)) + " #" + std::to_string(seq_) +
+           " on communicator '" + state_->name + "'";
   }
   void complete() {
     done_ = true;
@@ -302,7 +305,8 @@ Call reduce_call(const MpiCommunicator::State& state, Kind kind, const core::Ten
   call.type = state.types[size_t(call.dtype)];
   call.reduce = op;
   call.mpi_op = state.ops[size_t(call.dtype)][size_t(op)];
-  if (call.mpi_op == MPI_OP_NULL) [[unlikely]] unsupported_reduction(state, kind, call.dtype, op);
+  if (call.mpi_op == MPI_OP_NULL) [[unlikely]]
+    unsupported_reduction(state, kind, call.dtype, op);
   const char* name = collective_kind_name(kind);
   if (kind == Kind::AllReduce) {
     call.count = to_int_count(input.numel(), name, state);
@@ -339,9 +343,8 @@ Call all_gather_call(const MpiCommunicator::State& state, const core::Tensor& in
   call.type = state.types[size_t(call.dtype)];
   call.count = to_int_count(input.numel(), "all_gather", state);
   // In place when this rank's input already is its block of the output.
-  call.in_place = input.numel() > 0 &&
-                  input.data_ptr() == static_cast<char*>(output.data_ptr()) +
-                                          int64_t(state.rank) * input.nbytes();
+  call.in_place = input.numel() > 0 && input.data_ptr() == static_cast<char*>(output.data_ptr()) +
+                                                               int64_t(state.rank) * input.nbytes();
   call.bytes = output.nbytes();
   return call;
 }
@@ -361,10 +364,10 @@ Call all_gather_v_call(const MpiCommunicator::State& state, const core::Tensor& 
     total += counts[size_t(r)];
   }
   call.count = call.counts[size_t(state.rank)];
-  call.in_place = input.numel() > 0 &&
-                  input.data_ptr() == static_cast<char*>(output.data_ptr()) +
-                                          int64_t(call.displs[size_t(state.rank)]) *
-                                              input.element_size();
+  call.in_place =
+      input.numel() > 0 &&
+      input.data_ptr() == static_cast<char*>(output.data_ptr()) +
+                              int64_t(call.displs[size_t(state.rank)]) * input.element_size();
   call.bytes = output.nbytes();
   return call;
 }
@@ -382,7 +385,8 @@ MpiCommunicator::MpiCommunicator(MpiCommHandle&& comm, std::shared_ptr<MpiRuntim
   s.comm = std::move(comm);
   s.name = std::move(name);
   s.config = config;
-  check_mpi(MPI_Comm_set_errhandler(s.comm.comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", s.name);
+  check_mpi(MPI_Comm_set_errhandler(s.comm.comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler",
+            s.name);
   check_mpi(MPI_Comm_rank(s.comm.comm, &s.rank), "MPI_Comm_rank", s.name);
   check_mpi(MPI_Comm_size(s.comm.comm, &s.size), "MPI_Comm_size", s.name);
   s.world = world ? std::move(world) : gather_world_ranks(s.comm.comm, s.name);
@@ -402,21 +406,33 @@ MpiCommunicator::MpiCommunicator(MpiCommHandle&& comm, std::shared_ptr<MpiRuntim
       }
     }
   }
-  s.control = duplicate_communicator(s.comm.comm, "control communicator of '" + s.name + "'",
-                                     s.label());
-  s.watchdog = std::make_unique<CollectiveWatchdog>(
-      s.control, s.name, s.world, config.timeout_seconds,
-      s.runtime->thread_level() == ThreadLevel::Multiple);
+  s.control =
+      duplicate_communicator(s.comm.comm, "control communicator of '" + s.name + "'", s.label());
+  s.watchdog =
+      std::make_unique<CollectiveWatchdog>(s.control, s.name, s.world, config.timeout_seconds,
+                                           s.runtime->thread_level() == ThreadLevel::Multiple);
 }
 
 MpiCommunicator::~MpiCommunicator() = default;
 
-int MpiCommunicator::rank() const { return state_->rank; }
-int MpiCommunicator::size() const { return state_->size; }
-const std::string& MpiCommunicator::name() const { return state_->name; }
-const MpiCommHandle& MpiCommunicator::handle() const { return state_->comm; }
-const std::shared_ptr<MpiRuntime>& MpiCommunicator::runtime() const { return state_->runtime; }
-uint64_t MpiCommunicator::collectives_started() const { return state_->watchdog->started(); }
+int MpiCommunicator::rank() const {
+  return state_->rank;
+}
+int MpiCommunicator::size() const {
+  return state_->size;
+}
+const std::string& MpiCommunicator::name() const {
+  return state_->name;
+}
+const MpiCommHandle& MpiCommunicator::handle() const {
+  return state_->comm;
+}
+const std::shared_ptr<MpiRuntime>& MpiCommunicator::runtime() const {
+  return state_->runtime;
+}
+uint64_t MpiCommunicator::collectives_started() const {
+  return state_->watchdog->started();
+}
 
 WorkPtr MpiCommunicator::all_reduce_async_impl(const core::Tensor& input,
                                                const core::Tensor& output, ReduceOp op) {
@@ -439,7 +455,8 @@ void MpiCommunicator::all_reduce_impl(const core::Tensor& input, const core::Ten
   }
   const core::DType dtype = input.dtype();
   const MPI_Op mpi_op = s.ops[size_t(dtype)][size_t(op)];
-  if (mpi_op == MPI_OP_NULL) [[unlikely]] unsupported_reduction(s, Kind::AllReduce, dtype, op);
+  if (mpi_op == MPI_OP_NULL) [[unlikely]]
+    unsupported_reduction(s, Kind::AllReduce, dtype, op);
   const int64_t count = input.numel();
   // Every check before the sequence number: a refused call takes no collective's number.
   const int mpi_count = to_int_count(count, "all_reduce", s);
@@ -450,8 +467,8 @@ void MpiCommunicator::all_reduce_impl(const core::Tensor& input, const core::Ten
   {
     CollectiveWatchdog::WaitScope scope(*s.watchdog, seq, "all_reduce",
                                         count * core::element_size(dtype));
-    rc = MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, mpi_count,
-                       s.types[size_t(dtype)], mpi_op, s.comm.comm);
+    rc = MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, mpi_count, s.types[size_t(dtype)],
+                       mpi_op, s.comm.comm);
   }
   if (rc != MPI_SUCCESS) [[unlikely]] {
     check_mpi(rc, "MPI_Allreduce",
@@ -498,7 +515,9 @@ void MpiCommunicator::reduce_scatter_impl(const core::Tensor& input, const core:
   run_blocking(*state_, call);
 }
 
-WorkPtr MpiCommunicator::barrier_async_impl() { return start_async(state_, Call{}); }
+WorkPtr MpiCommunicator::barrier_async_impl() {
+  return start_async(state_, Call{});
+}
 void MpiCommunicator::barrier_impl() {
   Call call;
   run_blocking(*state_, call);
@@ -512,8 +531,8 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, std::st
   if (part == MPI_COMM_NULL) return nullptr;
   MpiCommHandle handle(part);
   auto world = world_ranks_within(part, s.comm.comm, *s.world);
-  return std::make_unique<MpiCommunicator>(std::move(handle), s.runtime, std::move(name),
-                                           s.config, std::move(world));
+  return std::make_unique<MpiCommunicator>(std::move(handle), s.runtime, std::move(name), s.config,
+                                           std::move(world));
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split_node_local(std::string name) {
@@ -534,21 +553,19 @@ std::unique_ptr<Communicator> MpiCommunicator::split_node_local(std::string name
     check_mpi(MPI_Comm_split(s.comm.comm, s.rank / per_node, s.rank, &part), "MPI_Comm_split",
               "simulated node of communicator '" + s.name + "'", s.label());
   } else {
-    check_mpi(MPI_Comm_split_type(s.comm.comm, MPI_COMM_TYPE_SHARED, s.rank, MPI_INFO_NULL,
-                                  &part),
+    check_mpi(MPI_Comm_split_type(s.comm.comm, MPI_COMM_TYPE_SHARED, s.rank, MPI_INFO_NULL, &part),
               "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)", "communicator '" + s.name + "'",
               s.label());
   }
   MpiCommHandle handle(part);
   auto world = world_ranks_within(part, s.comm.comm, *s.world);
-  return std::make_unique<MpiCommunicator>(std::move(handle), s.runtime, std::move(name),
-                                           s.config, std::move(world));
+  return std::make_unique<MpiCommunicator>(std::move(handle), s.runtime, std::move(name), s.config,
+                                           std::move(world));
 }
 
 // ---- Interop ------------------------------------------------------------------------------------
 
-MpiCommHandle duplicate_communicator(MPI_Comm comm, std::string_view what,
-                                     std::string_view label) {
+MpiCommHandle duplicate_communicator(MPI_Comm comm, std::string_view what, std::string_view label) {
   MPIGRAD_CHECK(comm != MPI_COMM_NULL, "mpigrad: cannot duplicate MPI_COMM_NULL (", what, ")");
   MPI_Comm copy = MPI_COMM_NULL;
   check_mpi(MPI_Comm_dup(comm, &copy), "MPI_Comm_dup", what, label);
@@ -568,10 +585,10 @@ std::shared_ptr<const WorldRanks> gather_world_ranks(MPI_Comm world, std::string
   std::array<char, kHostBytes> mine{};
   std::strncpy(mine.data(), host_name().c_str(), kHostBytes - 1);
   std::vector<char> all(size_t(size) * kHostBytes);
-  check_mpi(MPI_Allgather(mine.data(), kHostBytes, MPI_CHAR, all.data(), kHostBytes, MPI_CHAR,
-                          world),
-            "MPI_Allgather", std::string("host names of '") + std::string(what) + "'",
-            rank_label(rank, size));
+  check_mpi(
+      MPI_Allgather(mine.data(), kHostBytes, MPI_CHAR, all.data(), kHostBytes, MPI_CHAR, world),
+      "MPI_Allgather", std::string("host names of '") + std::string(what) + "'",
+      rank_label(rank, size));
   auto hosts = std::make_shared<std::vector<std::string>>();
   for (int r = 0; r < size; ++r) {
     const char* name = &all[size_t(r) * kHostBytes];
@@ -591,8 +608,8 @@ std::shared_ptr<const WorldRanks> world_ranks_within(MPI_Comm part, MPI_Comm par
   std::vector<int> members(static_cast<size_t>(size));
   std::vector<int> in_parent(static_cast<size_t>(size), MPI_UNDEFINED);
   std::iota(members.begin(), members.end(), 0);
-  const int rc = MPI_Group_translate_ranks(part_group, size, members.data(), parent_group,
-                                           in_parent.data());
+  const int rc =
+      MPI_Group_translate_ranks(part_group, size, members.data(), parent_group, in_parent.data());
   MPI_Group_free(&part_group);
   MPI_Group_free(&parent_group);
   check_mpi(rc, "MPI_Group_translate_ranks", "a split communicator against its parent");

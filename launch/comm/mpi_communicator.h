@@ -59,8 +59,7 @@ class MpiCommunicator final : public Communicator {
  protected:
   WorkPtr all_reduce_async_impl(const core::Tensor& input, const core::Tensor& output,
                                 ReduceOp op) override;
-  void all_reduce_impl(const core::Tensor& input, const core::Tensor& output,
-                       ReduceOp op) override;
+  void all_reduce_impl(const core::Tensor& input, const core::Tensor& output, ReduceOp op) override;
   WorkPtr broadcast_async_impl(const core::Tensor& tensor, int root) override;
   void broadcast_impl(const core::Tensor& tensor, int root) override;
   WorkPtr all_gather_async_impl(const core::Tensor& input, const core::Tensor& output) override;

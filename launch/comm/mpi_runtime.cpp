@@ -42,9 +42,15 @@ void combine_16bit(void* in, void* inout, int* length, Combine combine) {
   for (int i = 0; i < *length; ++i) b[i] = T(combine(float(a[i]), float(b[i])));
 }
 
-struct SumFn { float operator()(float a, float b) const { return a + b; } };
-struct MaxFn { float operator()(float a, float b) const { return a > b || a != a ? a : b; } };
-struct MinFn { float operator()(float a, float b) const { return a < b || a != a ? a : b; } };
+struct SumFn {
+  float operator()(float a, float b) const { return a + b; }
+};
+struct MaxFn {
+  float operator()(float a, float b) const { return a > b || a != a ? a : b; }
+};
+struct MinFn {
+  float operator()(float a, float b) const { return a < b || a != a ? a : b; }
+};
 
 template <typename T, typename Fn>
 void reduce_16bit(void* in, void* inout, int* length, MPI_Datatype*) {
@@ -55,46 +61,62 @@ void reduce_16bit(void* in, void* inout, int* length, MPI_Datatype*) {
 
 std::string_view thread_level_name(ThreadLevel level) {
   switch (level) {
-    case ThreadLevel::Single: return "MPI_THREAD_SINGLE";
-    case ThreadLevel::Funneled: return "MPI_THREAD_FUNNELED";
-    case ThreadLevel::Serialized: return "MPI_THREAD_SERIALIZED";
-    case ThreadLevel::Multiple: return "MPI_THREAD_MULTIPLE";
+    case ThreadLevel::Single:
+      return "MPI_THREAD_SINGLE";
+    case ThreadLevel::Funneled:
+      return "MPI_THREAD_FUNNELED";
+    case ThreadLevel::Serialized:
+      return "MPI_THREAD_SERIALIZED";
+    case ThreadLevel::Multiple:
+      return "MPI_THREAD_MULTIPLE";
   }
   return "?";
 }
 
 void check_mpi(int rc, std::string_view call, std::string_view what, std::string_view label) {
-  if (rc == MPI_SUCCESS) [[likely]] return;
+  if (rc == MPI_SUCCESS) [[likely]]
+    return;
   char text[MPI_MAX_ERROR_STRING] = {};
   int length = 0;
   MPI_Error_string(rc, text, &length);
   std::string prefix = label.empty() ? mpi_world_label() : std::string(label);
-  core::fail(prefix.empty() ? prefix : prefix + " ", call,
-             what.empty() ? "" : " (", what, what.empty() ? "" : ")", " failed: ",
-             std::string_view(text, size_t(length)));
+  core::fail(prefix.empty() ? prefix : prefix + " ", call, what.empty() ? "" : " (", what,
+             what.empty() ? "" : ")", " failed: ", std::string_view(text, size_t(length)));
 }
 
 MPI_Datatype mpi_datatype(core::DType dtype) {
   switch (dtype) {
-    case core::kFloat32: return MPI_FLOAT;
-    case core::kFloat64: return MPI_DOUBLE;
+    case core::kFloat32:
+      return MPI_FLOAT;
+    case core::kFloat64:
+      return MPI_DOUBLE;
     case core::kBFloat16:
-    case core::kFloat16: return MPI_UINT16_T;
-    case core::kInt32: return MPI_INT32_T;
-    case core::kInt64: return MPI_INT64_T;
+    case core::kFloat16:
+      return MPI_UINT16_T;
+    case core::kInt32:
+      return MPI_INT32_T;
+    case core::kInt64:
+      return MPI_INT64_T;
     case core::kUInt8:
-    case core::kBool: return MPI_UINT8_T;
+    case core::kBool:
+      return MPI_UINT8_T;
   }
   core::fail("mpi_datatype: unknown dtype");
 }
 
 MpiRuntime::ReductionOps::ReductionOps() {
-  check_mpi(MPI_Op_create(&reduce_16bit<core::BFloat16, SumFn>, 1, &bfloat16[0]), "MPI_Op_create", "bfloat16 sum");
-  check_mpi(MPI_Op_create(&reduce_16bit<core::BFloat16, MaxFn>, 1, &bfloat16[1]), "MPI_Op_create", "bfloat16 max");
-  check_mpi(MPI_Op_create(&reduce_16bit<core::BFloat16, MinFn>, 1, &bfloat16[2]), "MPI_Op_create", "bfloat16 min");
-  check_mpi(MPI_Op_create(&reduce_16bit<core::Half, SumFn>, 1, &float16[0]), "MPI_Op_create", "float16 sum");
-  check_mpi(MPI_Op_create(&reduce_16bit<core::Half, MaxFn>, 1, &float16[1]), "MPI_Op_create", "float16 max");
-  check_mpi(MPI_Op_create(&reduce_16bit<core::Half, MinFn>, 1, &float16[2]), "MPI_Op_create", "float16 min");
+  check_mpi(MPI_Op_create(&reduce_16bit<core::BFloat16, SumFn>, 1, &bfloat16[0]), "MPI_Op_create",
+            "bfloat16 sum");
+  check_mpi(MPI_Op_create(&reduce_16bit<core::BFloat16, MaxFn>, 1, &bfloat16[1]), "MPI_Op_create",
+            "bfloat16 max");
+  check_mpi(MPI_Op_create(&reduce_16bit<core::BFloat16, MinFn>, 1, &bfloat16[2]), "MPI_Op_create",
+            "bfloat16 min");
+  check_mpi(MPI_Op_create(&reduce_16bit<core::Half, SumFn>, 1, &float16[0]), "MPI_Op_create",
+            "float16 sum");
+  check_mpi(MPI_Op_create(&reduce_16bit<core::Half, MaxFn>, 1, &float16[1]), "MPI_Op_create",
+            "float16 max");
+  check_mpi(MPI_Op_create(&reduce_16bit<core::Half, MinFn>, 1, &float16[2]), "MPI_Op_create",
+            "float16 min");
 }
 
 MpiRuntime::ReductionOps::~ReductionOps() {
@@ -111,11 +133,14 @@ MpiRuntime::ReductionOps::~ReductionOps() {
 MPI_Op MpiRuntime::ReductionOps::find(core::DType dtype, ReduceOp op) const {
   int index = op == ReduceOp::Max ? 1 : op == ReduceOp::Min ? 2 : 0;
   switch (dtype) {
-    case core::kBFloat16: return bfloat16[index];
-    case core::kFloat16: return float16[index];
+    case core::kBFloat16:
+      return bfloat16[index];
+    case core::kFloat16:
+      return float16[index];
     case core::kBool:
       core::fail("reduction on a bool tensor is not supported; convert it to uint8");
-    default: break;
+    default:
+      break;
   }
   MPIGRAD_CHECK(!(op == ReduceOp::Avg && !core::is_floating(dtype)), "reduce op avg needs a ",
                 "floating dtype, got ", dtype, "; use sum and divide");

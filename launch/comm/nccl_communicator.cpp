@@ -40,9 +40,9 @@ struct NcclCommunicator::State {
   core::Device device = core::cuda(0);
   CollectiveConfig config;
 
-  cudaStream_t stream = nullptr;  // every NCCL call of this communicator
-  cudaEvent_t ready = nullptr;    // caller's stream -> NCCL stream, re-recorded per call
-  cudaEvent_t done = nullptr;     // NCCL stream -> caller's stream, for the blocking forms
+  cudaStream_t stream = nullptr;    // every NCCL call of this communicator
+  cudaEvent_t ready = nullptr;      // caller's stream -> NCCL stream, re-recorded per call
+  cudaEvent_t done = nullptr;       // NCCL stream -> caller's stream, for the blocking forms
   float* barrier_buffer = nullptr;  // one device float for barrier()
   ncclComm_t nccl = nullptr;
   bool broken = false;  // a NCCL call failed: abort the communicator instead of destroying it
@@ -52,10 +52,10 @@ struct NcclCommunicator::State {
   State& operator=(const State&) = delete;
   ~State() {
     int previous = -1;
-    const bool switched = core::cuda_detail::make_home_device_current(device.index) ==
-                              cudaSuccess &&
-                          cudaGetDevice(&previous) == cudaSuccess && previous != device.index &&
-                          cudaSetDevice(device.index) == cudaSuccess;
+    const bool switched =
+        core::cuda_detail::make_home_device_current(device.index) == cudaSuccess &&
+        cudaGetDevice(&previous) == cudaSuccess && previous != device.index &&
+        cudaSetDevice(device.index) == cudaSuccess;
     if (nccl != nullptr) {
       // ncclCommDestroy waits until every rank's operations have drained; while an exception
       // unwinds, the other ranks may never get there, so abort instead of hanging.
@@ -110,11 +110,13 @@ using State = NcclCommunicator::State;
 }
 
 inline void check_nccl(State& state, ncclResult_t result, const char* call) {
-  if (result != ncclSuccess) [[unlikely]] fail_nccl(state, result, call);
+  if (result != ncclSuccess) [[unlikely]]
+    fail_nccl(state, result, call);
 }
 
 inline void check_cuda(const State& state, cudaError_t status, const char* call) {
-  if (status != cudaSuccess) [[unlikely]] fail_cuda(state, status, call);
+  if (status != cudaSuccess) [[unlikely]]
+    fail_cuda(state, status, call);
 }
 
 // NCCL reports a failed peer, a network error or a mismatch asynchronously; the stream-ordered
@@ -156,14 +158,22 @@ using Kind = CollectiveKind;
 
 ncclDataType_t nccl_type(core::DType dtype) {
   switch (dtype) {
-    case core::DType::Float32: return ncclFloat32;
-    case core::DType::Float64: return ncclFloat64;
-    case core::DType::BFloat16: return ncclBfloat16;
-    case core::DType::Float16: return ncclFloat16;
-    case core::DType::Int32: return ncclInt32;
-    case core::DType::Int64: return ncclInt64;
-    case core::DType::UInt8: return ncclUint8;
-    default: break;
+    case core::DType::Float32:
+      return ncclFloat32;
+    case core::DType::Float64:
+      return ncclFloat64;
+    case core::DType::BFloat16:
+      return ncclBfloat16;
+    case core::DType::Float16:
+      return ncclFloat16;
+    case core::DType::Int32:
+      return ncclInt32;
+    case core::DType::Int64:
+      return ncclInt64;
+    case core::DType::UInt8:
+      return ncclUint8;
+    default:
+      break;
   }
   core::fail("the nccl backend does not move ", core::dtype_name(dtype),
              " tensors (float32, float64, bfloat16, float16, int32, int64, uint8)");
@@ -171,10 +181,14 @@ ncclDataType_t nccl_type(core::DType dtype) {
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return ncclSum;
-    case ReduceOp::Avg: return ncclAvg;
-    case ReduceOp::Max: return ncclMax;
-    case ReduceOp::Min: return ncclMin;
+    case ReduceOp::Sum:
+      return ncclSum;
+    case ReduceOp::Avg:
+      return ncclAvg;
+    case ReduceOp::Max:
+      return ncclMax;
+    case ReduceOp::Min:
+      return ncclMin;
   }
   return ncclSum;
 }
@@ -261,13 +275,15 @@ Call all_gather_v_call(const State& state, const core::Tensor& input, const core
 
 // MPIGRAD_DEBUG_COLLECTIVES: every rank shares what it is about to queue and all compare.
 void check_agreement(const State& state, const Call& call, uint64_t seq) {
-  CollectiveSignature signature{call.kind, call.dtype, int64_t(call.count), int64_t(call.root),
-                                call.reduce, hash_counts(call.counts)};
+  CollectiveSignature signature{call.kind,          call.dtype,  int64_t(call.count),
+                                int64_t(call.root), call.reduce, hash_counts(call.counts)};
   check_collective_agreement(state.control, *state.world, state.where(), state.name, signature,
                              seq);
 }
 
-char* byte_ptr(const core::Tensor& tensor) { return static_cast<char*>(tensor.data_ptr()); }
+char* byte_ptr(const core::Tensor& tensor) {
+  return static_cast<char*>(tensor.data_ptr());
+}
 
 // The NCCL calls of one collective, on the communicator's stream. Zero-element operations queue
 // nothing: every rank passes the same counts, so every rank skips the same calls.
@@ -276,26 +292,30 @@ void issue(State& s, const Call& c) {
   switch (c.kind) {
     case Kind::AllReduce:
       if (c.count == 0) return;
-      check_nccl(s, ncclAllReduce(c.input->data_ptr(), c.output->data_ptr(), c.count, type,
-                                  nccl_op(c.reduce), s.nccl, s.stream),
+      check_nccl(s,
+                 ncclAllReduce(c.input->data_ptr(), c.output->data_ptr(), c.count, type,
+                               nccl_op(c.reduce), s.nccl, s.stream),
                  "ncclAllReduce");
       return;
     case Kind::Broadcast:
       if (c.count == 0) return;
-      check_nccl(s, ncclBroadcast(c.output->data_ptr(), c.output->data_ptr(), c.count, type, c.root,
-                                  s.nccl, s.stream),
+      check_nccl(s,
+                 ncclBroadcast(c.output->data_ptr(), c.output->data_ptr(), c.count, type, c.root,
+                               s.nccl, s.stream),
                  "ncclBroadcast");
       return;
     case Kind::AllGather:
       if (c.count == 0) return;
-      check_nccl(s, ncclAllGather(c.input->data_ptr(), c.output->data_ptr(), c.count, type, s.nccl,
-                                  s.stream),
-                 "ncclAllGather");
+      check_nccl(
+          s,
+          ncclAllGather(c.input->data_ptr(), c.output->data_ptr(), c.count, type, s.nccl, s.stream),
+          "ncclAllGather");
       return;
     case Kind::ReduceScatter:
       if (c.count == 0) return;
-      check_nccl(s, ncclReduceScatter(c.input->data_ptr(), c.output->data_ptr(), c.count, type,
-                                      nccl_op(c.reduce), s.nccl, s.stream),
+      check_nccl(s,
+                 ncclReduceScatter(c.input->data_ptr(), c.output->data_ptr(), c.count, type,
+                                   nccl_op(c.reduce), s.nccl, s.stream),
                  "ncclReduceScatter");
       return;
     case Kind::AllGatherV: {
@@ -324,8 +344,9 @@ void issue(State& s, const Call& c) {
       return;
     }
     case Kind::Barrier:
-      check_nccl(s, ncclAllReduce(s.barrier_buffer, s.barrier_buffer, 1, ncclFloat32, ncclSum,
-                                  s.nccl, s.stream),
+      check_nccl(s,
+                 ncclAllReduce(s.barrier_buffer, s.barrier_buffer, 1, ncclFloat32, ncclSum, s.nccl,
+                               s.stream),
                  "ncclAllReduce (barrier)");
       return;
   }
@@ -367,7 +388,8 @@ void run_blocking(State& s, const Call& call) {
   DeviceScope scope(s);
   Queued queued = enqueue(s, call);
   check_cuda(s, cudaEventRecord(s.done, s.stream), "cudaEventRecord (NCCL stream)");
-  check_cuda(s, cudaStreamWaitEvent(queued.caller, s.done, 0), "cudaStreamWaitEvent (caller's stream)");
+  check_cuda(s, cudaStreamWaitEvent(queued.caller, s.done, 0),
+             "cudaStreamWaitEvent (caller's stream)");
 }
 
 class NcclWork final : public Work {
@@ -393,7 +415,8 @@ class NcclWork final : public Work {
   // NCCL calls were queued, so a failure before this point leaves nothing to clean up.
   void record() {
     State& s = *state_;
-    check_cuda(s, cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    check_cuda(s, cudaEventCreateWithFlags(&event_, cudaEventDisableTiming),
+               "cudaEventCreateWithFlags");
     check_cuda(s, cudaEventRecord(event_, s.stream), "cudaEventRecord (NCCL stream)");
   }
 
@@ -444,7 +467,8 @@ WorkPtr start_async(const std::shared_ptr<State>& state, const Call& call) {
 void ensure_barrier_buffer(State& s) {
   if (s.barrier_buffer != nullptr) return;
   DeviceScope scope(s);
-  check_cuda(s, cudaMalloc(reinterpret_cast<void**>(&s.barrier_buffer), sizeof(float)), "cudaMalloc");
+  check_cuda(s, cudaMalloc(reinterpret_cast<void**>(&s.barrier_buffer), sizeof(float)),
+             "cudaMalloc");
   check_cuda(s, cudaMemsetAsync(s.barrier_buffer, 0, sizeof(float), s.stream), "cudaMemsetAsync");
 }
 
@@ -462,7 +486,8 @@ NcclCommunicator::NcclCommunicator(MpiCommHandle&& comm, std::shared_ptr<MpiRunt
   s.name = std::move(name);
   s.device = device;
   s.config = config;
-  check_mpi(MPI_Comm_set_errhandler(s.comm.comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", s.name);
+  check_mpi(MPI_Comm_set_errhandler(s.comm.comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler",
+            s.name);
   check_mpi(MPI_Comm_rank(s.comm.comm, &s.rank), "MPI_Comm_rank", s.name);
   check_mpi(MPI_Comm_size(s.comm.comm, &s.size), "MPI_Comm_size", s.name);
   s.world = world ? std::move(world) : gather_world_ranks(s.comm.comm, s.name);
@@ -481,7 +506,8 @@ NcclCommunicator::NcclCommunicator(MpiCommHandle&& comm, std::shared_ptr<MpiRunt
   } else if (visible == 0) {
     problem = "no CUDA device is visible";
   } else if (device.index < 0 || device.index >= visible) {
-    problem = device.str() + " is not available (" + std::to_string(visible) + " CUDA device(s) visible)";
+    problem =
+        device.str() + " is not available (" + std::to_string(visible) + " CUDA device(s) visible)";
   }
   int bad = problem.empty() ? 0 : 1, any_bad = 0;
   check_mpi(MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, s.comm.comm), "MPI_Allreduce",
@@ -489,16 +515,19 @@ NcclCommunicator::NcclCommunicator(MpiCommHandle&& comm, std::shared_ptr<MpiRunt
   MPIGRAD_CHECK(bad == 0, s.where(), ": cannot create: ", problem);
   MPIGRAD_CHECK(any_bad == 0, s.where(), ": cannot create: another rank has no usable CUDA device");
 
-  s.control = duplicate_communicator(s.comm.comm, "control communicator of '" + s.name + "'",
-                                     s.label());
-  s.watchdog = std::make_unique<CollectiveWatchdog>(
-      s.control, s.name, s.world, config.timeout_seconds,
-      s.runtime->thread_level() == ThreadLevel::Multiple);
+  s.control =
+      duplicate_communicator(s.comm.comm, "control communicator of '" + s.name + "'", s.label());
+  s.watchdog =
+      std::make_unique<CollectiveWatchdog>(s.control, s.name, s.world, config.timeout_seconds,
+                                           s.runtime->thread_level() == ThreadLevel::Multiple);
 
   DeviceScope scope(s);
-  check_cuda(s, cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-  check_cuda(s, cudaEventCreateWithFlags(&s.ready, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-  check_cuda(s, cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  check_cuda(s, cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking),
+             "cudaStreamCreateWithFlags");
+  check_cuda(s, cudaEventCreateWithFlags(&s.ready, cudaEventDisableTiming),
+             "cudaEventCreateWithFlags");
+  check_cuda(s, cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming),
+             "cudaEventCreateWithFlags");
 
   // Rank 0's unique id, with its status, so that a failure there fails every rank.
   struct Packet {
@@ -511,8 +540,7 @@ NcclCommunicator::NcclCommunicator(MpiCommHandle&& comm, std::shared_ptr<MpiRunt
             "ncclUniqueId of '" + s.name + "'", s.label());
   if (packet.status != ncclSuccess) {
     core::fail(s.where(), ": ncclGetUniqueId failed on rank ", s.world->of_member[0],
-               " (rank 0 of this communicator): ",
-               ncclGetErrorString(ncclResult_t(packet.status)));
+               " (rank 0 of this communicator): ", ncclGetErrorString(ncclResult_t(packet.status)));
   }
   // Initialization is collective: watched like one, so a rank that never arrives ends the job.
   const uint64_t seq = s.watchdog->next_sequence();
@@ -522,15 +550,27 @@ NcclCommunicator::NcclCommunicator(MpiCommHandle&& comm, std::shared_ptr<MpiRunt
 
 NcclCommunicator::~NcclCommunicator() = default;
 
-int NcclCommunicator::rank() const { return state_->rank; }
-int NcclCommunicator::size() const { return state_->size; }
-const std::string& NcclCommunicator::name() const { return state_->name; }
-core::Device NcclCommunicator::device() const { return state_->device; }
+int NcclCommunicator::rank() const {
+  return state_->rank;
+}
+int NcclCommunicator::size() const {
+  return state_->size;
+}
+const std::string& NcclCommunicator::name() const {
+  return state_->name;
+}
+core::Device NcclCommunicator::device() const {
+  return state_->device;
+}
 core::StreamView NcclCommunicator::stream() const {
   return core::StreamView(state_->device, state_->stream);
 }
-void* NcclCommunicator::native_handle() const { return state_->nccl; }
-uint64_t NcclCommunicator::collectives_started() const { return state_->watchdog->started(); }
+void* NcclCommunicator::native_handle() const {
+  return state_->nccl;
+}
+uint64_t NcclCommunicator::collectives_started() const {
+  return state_->watchdog->started();
+}
 
 WorkPtr NcclCommunicator::all_reduce_async_impl(const core::Tensor& input,
                                                 const core::Tensor& output, ReduceOp op) {
@@ -605,8 +645,8 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key, std::s
   if (part == MPI_COMM_NULL) return nullptr;
   MpiCommHandle handle(part);
   auto world = world_ranks_within(part, s.comm.comm, *s.world);
-  return std::make_unique<NcclCommunicator>(std::move(handle), s.runtime, s.device,
-                                            std::move(name), s.config, std::move(world));
+  return std::make_unique<NcclCommunicator>(std::move(handle), s.runtime, s.device, std::move(name),
+                                            s.config, std::move(world));
 }
 
 std::unique_ptr<Communicator> NcclCommunicator::split_node_local(std::string name) {
@@ -617,8 +657,8 @@ std::unique_ptr<Communicator> NcclCommunicator::split_node_local(std::string nam
             s.label());
   MpiCommHandle handle(part);
   auto world = world_ranks_within(part, s.comm.comm, *s.world);
-  return std::make_unique<NcclCommunicator>(std::move(handle), s.runtime, s.device,
-                                            std::move(name), s.config, std::move(world));
+  return std::make_unique<NcclCommunicator>(std::move(handle), s.runtime, s.device, std::move(name),
+                                            s.config, std::move(world));
 }
 
 }  // namespace mpigrad::launch

@@ -29,8 +29,9 @@
 // ncclCommAbort after a failed call or while an exception unwinds, when the other ranks may
 // never drain), then its CUDA events; the stream is synchronized but kept for the life of the
 // process (the caching allocator may still record events on it for gradient buckets that
-// outlive the communicator); then the MPI communicators it used, and the MPI runtime last. Not thread-safe: issue the collectives of
-// one communicator from one thread, in the same order on every rank.
+// outlive the communicator); then the MPI communicators it used, and the MPI runtime last. Not
+// thread-safe: issue the collectives of one communicator from one thread, in the same order on
+// every rank.
 #pragma once
 
 #include <memory>
@@ -81,8 +82,7 @@ class NcclCommunicator final : public Communicator {
  protected:
   WorkPtr all_reduce_async_impl(const core::Tensor& input, const core::Tensor& output,
                                 ReduceOp op) override;
-  void all_reduce_impl(const core::Tensor& input, const core::Tensor& output,
-                       ReduceOp op) override;
+  void all_reduce_impl(const core::Tensor& input, const core::Tensor& output, ReduceOp op) override;
   WorkPtr broadcast_async_impl(const core::Tensor& tensor, int root) override;
   void broadcast_impl(const core::Tensor& tensor, int root) override;
   WorkPtr all_gather_async_impl(const core::Tensor& input, const core::Tensor& output) override;

@@ -5,7 +5,8 @@
 
 namespace mpigrad::launch {
 
-ProcessGroup::ProcessGroup(Communicator& parent, std::unique_ptr<Communicator> communicator, int color)
+ProcessGroup::ProcessGroup(Communicator& parent, std::unique_ptr<Communicator> communicator,
+                           int color)
     : communicator_(std::move(communicator)), color_(color) {
   // Collective over the group: each member's parent rank, in group order.
   core::Tensor mine = core::Tensor::from_vector<int32_t>({parent.rank()}, {1});
@@ -15,11 +16,12 @@ ProcessGroup::ProcessGroup(Communicator& parent, std::unique_ptr<Communicator> c
 }
 
 ProcessGroup ProcessGroup::blocks(Communicator& parent, int block_size) {
-  MPIGRAD_CHECK(block_size >= 1, parent.world_label(), " ProcessGroup::blocks on '",
-                parent.name(), "': block size ", block_size, " must be at least 1");
+  MPIGRAD_CHECK(block_size >= 1, parent.world_label(), " ProcessGroup::blocks on '", parent.name(),
+                "': block size ", block_size, " must be at least 1");
   int color = parent.rank() / block_size;
   int groups = (parent.size() + block_size - 1) / block_size;
-  std::string name = parent.name() + " block " + std::to_string(color) + " of " + std::to_string(groups);
+  std::string name =
+      parent.name() + " block " + std::to_string(color) + " of " + std::to_string(groups);
   return ProcessGroup(parent, parent.split(color, parent.rank(), name), color);
 }
 

@@ -23,8 +23,8 @@ class Work {
   virtual bool test() = 0;
   // Blocks until completion. For NCCL (NcclCommunicator) wait() is stream-ordered instead: the
   // caller's current CUDA stream waits for the collective and the host returns at once; test()
-  // queries the collective's event. Past the communicator's timeout the job is aborted with a report of
-  // which ranks have not arrived; it never hangs.
+  // queries the collective's event. Past the communicator's timeout the job is aborted with a
+  // report of which ranks have not arrived; it never hangs.
   virtual void wait() = 0;
 };
 

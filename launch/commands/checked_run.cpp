@@ -41,16 +41,18 @@ std::shared_ptr<data::Hdf5Dataset> open_dataset(const std::vector<std::string>& 
                                                 int64_t rank, int64_t ranks) {
   auto dataset = std::make_shared<data::Hdf5Dataset>(
       paths, data::Hdf5DatasetOptions{.fields = {config.data.x, config.data.y}});
-  MPIGRAD_CHECK(dataset->size() > 0, key, ": ", dataset->describe(), " has no samples (N = 0 "
-                "in field '", config.data.x, "'); nothing to ",
+  MPIGRAD_CHECK(dataset->size() > 0, key, ": ", dataset->describe(),
+                " has no samples (N = 0 "
+                "in field '",
+                config.data.x, "'); nothing to ",
                 std::string(key) == "[data] test" ? "evaluate on" : "train on");
   // The distributed samplers need one sample per rank; say so now, not in the training phase.
-  MPIGRAD_CHECK(dataset->size() >= ranks, key, ": ", dataset->describe(), " has ",
-                dataset->size(), " sample(s), fewer than the ", ranks,
-                " ranks; every rank needs at least one");
+  MPIGRAD_CHECK(dataset->size() >= ranks, key, ": ", dataset->describe(), " has ", dataset->size(),
+                " sample(s), fewer than the ", ranks, " ranks; every rank needs at least one");
   const data::FieldInfo& labels = dataset->field(config.data.y);
   MPIGRAD_CHECK(!core::is_floating(labels.dtype), key, ": label field '", config.data.y, "' of ",
-                dataset->describe(), " is ", labels.dtype, "; class labels must be integers "
+                dataset->describe(), " is ", labels.dtype,
+                "; class labels must be integers "
                 "(any integer dtype)");
   MPIGRAD_CHECK(labels.sample_shape.numel() == 1, key, ": label field '", config.data.y, "' of ",
                 dataset->describe(), " has per-sample shape ", labels.sample_shape,
@@ -71,9 +73,9 @@ void check_normalization(const TrainConfig& config, const data::FieldInfo& input
   const int64_t channels = input_channels(inputs.sample_shape);
   for (const auto* values : {&config.data.mean, &config.data.std}) {
     const size_t n = values->size();
-    MPIGRAD_CHECK(n <= 1 || int64_t(n) == channels, "[data] ", values == &config.data.mean ?
-                  "mean" : "std", ": ", n, " values, but field '", config.data.x,
-                  "' has per-sample shape ", inputs.sample_shape, ", so ", channels,
+    MPIGRAD_CHECK(n <= 1 || int64_t(n) == channels, "[data] ",
+                  values == &config.data.mean ? "mean" : "std", ": ", n, " values, but field '",
+                  config.data.x, "' has per-sample shape ", inputs.sample_shape, ", so ", channels,
                   " channel(s); give one value, or one per channel");
   }
 }
@@ -86,9 +88,10 @@ void check_batch_memory(const data::Hdf5Dataset& dataset, const TrainConfig& con
   for (const data::FieldInfo& field : dataset.fields()) {
     const std::string what = std::string(key) + ": " + dataset.describe() + " field '" +
                              field.name + "' of per-sample shape " + field.sample_shape.str();
-    bytes = core::checked_add(bytes, core::checked_mul(batch, field.sample_bytes(), what,
-                                                       ": a batch of ", batch, " samples"),
-                              what, ": a batch");
+    bytes = core::checked_add(
+        bytes,
+        core::checked_mul(batch, field.sample_bytes(), what, ": a batch of ", batch, " samples"),
+        what, ": a batch");
     check_fits_in_memory(bytes, what + ": a batch of " + std::to_string(batch) +
                                     " samples ([train] batch_size " +
                                     std::to_string(config.train.batch_size) + ")");
@@ -128,17 +131,18 @@ CheckedRun check_run(const std::vector<std::string>& args, int64_t rank, int64_t
   run.sample_shape = inputs.sample_shape;
   check_normalization(config, inputs);
   // A classifier: the model's outputs are the classes.
-  MPIGRAD_CHECK(config.loss.name == LossKind::CrossEntropy, "[loss] name: mpigrad train trains "
+  MPIGRAD_CHECK(config.loss.name == LossKind::CrossEntropy,
+                "[loss] name: mpigrad train trains "
                 "classifiers (cross_entropy); mse and l1 are for regression through the C API "
                 "(mpigrad/mpigrad_c.h)");
   MPIGRAD_CHECK(config.model.outputs == 0 || config.model.outputs == config.data.num_classes,
                 "[model] outputs: ", config.model.outputs, " differs from [data] num_classes ",
                 config.data.num_classes, "; leave it 0 for a classifier");
   run.outputs = config.data.num_classes;
-  MPIGRAD_CHECK(config.model.input_shape.empty() ||
-                    core::Shape(config.model.input_shape) == run.sample_shape,
-                "[model] input_shape: ", core::Shape(config.model.input_shape), " but field '",
-                config.data.x, "' has per-sample shape ", run.sample_shape);
+  MPIGRAD_CHECK(
+      config.model.input_shape.empty() || core::Shape(config.model.input_shape) == run.sample_shape,
+      "[model] input_shape: ", core::Shape(config.model.input_shape), " but field '", config.data.x,
+      "' has per-sample shape ", run.sample_shape);
   if (run.test_set) {
     const data::FieldInfo& test_x = run.test_set->field(config.data.x);
     MPIGRAD_CHECK(test_x.sample_shape == run.sample_shape, "[data] test: field '", config.data.x,
@@ -152,9 +156,10 @@ CheckedRun check_run(const std::vector<std::string>& args, int64_t rank, int64_t
   run.steps_per_epoch = core::ceil_div(batches, config.train.grad_accum_steps);
   run.total_steps = core::checked_mul(config.train.epochs, run.steps_per_epoch,
                                       "[train] epochs: the run's length in optimizer updates "
-                                      "(epochs x ", run.steps_per_epoch, " per epoch)");
-  check_batch_memory(*run.train_set, config, "[data] train", std::min(config.train.batch_size,
-                                                                      per_rank));
+                                      "(epochs x ",
+                                      run.steps_per_epoch, " per epoch)");
+  check_batch_memory(*run.train_set, config, "[data] train",
+                     std::min(config.train.batch_size, per_rank));
   if (run.test_set) {
     check_batch_memory(*run.test_set, config, "[data] test",
                        std::min(kTestBatchSize, core::ceil_div(run.test_set->size(), ranks)));
@@ -166,7 +171,8 @@ CheckedRun check_run(const std::vector<std::string>& args, int64_t rank, int64_t
   check_schedule(config.sched, run.total_steps);
   MPIGRAD_CHECK(!config.data.augment.geometric() || run.sample_shape.size() == 3,
                 "[data] augment: crop and flip need images of shape [channels, height, width], "
-                "but field '", config.data.x, "' has per-sample shape ", run.sample_shape);
+                "but field '",
+                config.data.x, "' has per-sample shape ", run.sample_shape);
   run.model = make_stage_model(config.model, config.train, run.sample_shape, run.outputs);
   if (config.train.stage == StageKind::Classifier) {
     // Read here, in the checking phase, so a missing or mismatched tensor fails on every rank.

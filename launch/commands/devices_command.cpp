@@ -11,10 +11,11 @@ namespace mpigrad::launch {
 int run_devices_command(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::printf("usage: mpigrad devices\n\n"
-                  "Lists the GPUs this process can use. Exit status: 0 with at least one GPU, 2\n"
-                  "when none is visible (no device, no driver, or CUDA_VISIBLE_DEVICES hides\n"
-                  "them), 1 when CUDA reports any other error (a broken GPU or driver).\n");
+      std::printf(
+          "usage: mpigrad devices\n\n"
+          "Lists the GPUs this process can use. Exit status: 0 with at least one GPU, 2\n"
+          "when none is visible (no device, no driver, or CUDA_VISIBLE_DEVICES hides\n"
+          "them), 1 when CUDA reports any other error (a broken GPU or driver).\n");
       return 0;
     }
     std::fprintf(stderr, "mpigrad devices: unknown argument '%s' (see --help)\n", argv[i]);

@@ -1,7 +1,6 @@
 #include "mpigrad/launch/commands/embed_command.h"
 
 #include <boost/program_options.hpp>
-
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -12,11 +11,11 @@
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/hdf5.h"
 #include "mpigrad/data/hdf5_dataset.h"
-#include "mpigrad/launch/job/distributed_manager.h"
-#include "mpigrad/launch/train/embeddings.h"
 #include "mpigrad/launch/commands/subcommand.h"
 #include "mpigrad/launch/config/train_config.h"
 #include "mpigrad/launch/config/train_setup.h"
+#include "mpigrad/launch/job/distributed_manager.h"
+#include "mpigrad/launch/train/embeddings.h"
 
 namespace po = boost::program_options;
 
@@ -83,13 +82,17 @@ EmbedJob check_embed_job(const std::vector<std::string>& args, int64_t ranks) {
   if (values.count("batch-size")) job.batch_size = values["batch-size"].as<int64_t>();
   MPIGRAD_CHECK(job.batch_size >= 1, "mpigrad embed: --batch-size must be at least 1, got ",
                 job.batch_size);
-  MPIGRAD_CHECK(job.split == "test" || job.split == "train", "mpigrad embed: --split: expected "
-                "test or train, got '", job.split, "'");
+  MPIGRAD_CHECK(job.split == "test" || job.split == "train",
+                "mpigrad embed: --split: expected "
+                "test or train, got '",
+                job.split, "'");
   MPIGRAD_CHECK(std::filesystem::is_regular_file(job.checkpoint), "mpigrad embed: --checkpoint: '",
                 job.checkpoint, "' does not exist");
   const std::filesystem::path parent = std::filesystem::path(job.output).parent_path();
-  MPIGRAD_CHECK(parent.empty() || std::filesystem::is_directory(parent), "mpigrad embed: -o: "
-                "directory '", parent.string(), "' does not exist");
+  MPIGRAD_CHECK(parent.empty() || std::filesystem::is_directory(parent),
+                "mpigrad embed: -o: "
+                "directory '",
+                parent.string(), "' does not exist");
 
   const std::string config_file = values["config"].as<std::string>();
   try {
@@ -109,8 +112,8 @@ EmbedJob check_embed_job(const std::vector<std::string>& args, int64_t ranks) {
                 " has no [data] ", job.split);
   job.dataset = std::make_shared<data::Hdf5Dataset>(
       files, data::Hdf5DatasetOptions{.fields = {config.data.x, config.data.y}});
-  MPIGRAD_CHECK(job.dataset->size() >= ranks, "mpigrad embed: ", job.dataset->describe(),
-                " has ", job.dataset->size(), " sample(s), fewer than the ", ranks, " ranks");
+  MPIGRAD_CHECK(job.dataset->size() >= ranks, "mpigrad embed: ", job.dataset->describe(), " has ",
+                job.dataset->size(), " sample(s), fewer than the ", ranks, " ranks");
   const data::FieldInfo& labels = job.dataset->field(config.data.y);
   MPIGRAD_CHECK(!core::is_floating(labels.dtype) && labels.sample_shape.numel() == 1,
                 "mpigrad embed: label field '", config.data.y, "' of ", job.dataset->describe(),
@@ -118,9 +121,9 @@ EmbedJob check_embed_job(const std::vector<std::string>& args, int64_t ranks) {
   // The model as the config builds it; only its encoder is used, loaded from the checkpoint.
   TrainSection train = config.train;
   train.freeze_encoder = false;
-  job.model = std::dynamic_pointer_cast<nn::EncoderWithHead>(make_stage_model(
-      config.model, train, job.dataset->field(config.data.x).sample_shape,
-      config.data.num_classes));
+  job.model = std::dynamic_pointer_cast<nn::EncoderWithHead>(
+      make_stage_model(config.model, train, job.dataset->field(config.data.x).sample_shape,
+                       config.data.num_classes));
   load_encoder(*job.model, job.checkpoint, "mpigrad embed: --checkpoint");
   return job;
 }
@@ -137,9 +140,8 @@ int embed(EmbedJob& job, DistributedManager& manager) {
   options.transform = input_transform(config, job.dataset->field(config.data.x)).transform;
   options.device = manager.device();
   data::DataLoader loader(job.dataset, options);
-  Embeddings table = gather_embeddings(
-      [&model](const core::Tensor& x) { return model.encode(x); }, loader, config.data.x,
-      config.data.y, manager);
+  Embeddings table = gather_embeddings([&model](const core::Tensor& x) { return model.encode(x); },
+                                       loader, config.data.x, config.data.y, manager);
   std::optional<nn::RetrievalMetrics> metrics;
   if (job.metrics) metrics = distributed_retrieval_metrics(table, manager);
   if (manager.is_main_process()) {
@@ -154,10 +156,10 @@ int embed(EmbedJob& job, DistributedManager& manager) {
                 static_cast<long long>(table.embeddings.size(0)), job.dataset->describe().c_str(),
                 static_cast<long long>(table.embeddings.size(1)), job.output.c_str());
     if (metrics) {
-      std::printf("mpigrad embed: precision@1 %.4f  mAP@R %.4f  (%lld queries with another "
-                  "sample of their class)\n",
-                  metrics->precision_at_1, metrics->map_at_r,
-                  static_cast<long long>(metrics->queries));
+      std::printf(
+          "mpigrad embed: precision@1 %.4f  mAP@R %.4f  (%lld queries with another "
+          "sample of their class)\n",
+          metrics->precision_at_1, metrics->map_at_r, static_cast<long long>(metrics->queries));
     }
     std::fflush(stdout);
   }

@@ -12,10 +12,10 @@
 #include "mpigrad/core/error.h"
 #include "mpigrad/data/data_loader.h"
 #include "mpigrad/launch/commands/checked_run.h"
-#include "mpigrad/launch/job/distributed_manager.h"
-#include "mpigrad/launch/train/lr_finder.h"
 #include "mpigrad/launch/commands/subcommand.h"
 #include "mpigrad/launch/config/train_setup.h"
+#include "mpigrad/launch/job/distributed_manager.h"
+#include "mpigrad/launch/train/lr_finder.h"
 #include "mpigrad/launch/train/training_hooks.h"
 #include "mpigrad/launch/train/training_steps.h"
 
@@ -59,8 +59,10 @@ LRFindJob check_lr_find(std::vector<std::string> args, int64_t rank, int64_t ran
   job.settings.start_lr = number_option(args, "start", job.settings.start_lr);
   job.settings.end_lr = number_option(args, "end", job.settings.end_lr);
   const double steps = number_option(args, "steps", double(job.settings.steps));
-  MPIGRAD_CHECK(steps == std::floor(steps) && steps >= 2 && steps <= 1e9, "--steps: expected "
-                "an integer >= 2, got ", steps);
+  MPIGRAD_CHECK(steps == std::floor(steps) && steps >= 2 && steps <= 1e9,
+                "--steps: expected "
+                "an integer >= 2, got ",
+                steps);
   job.settings.steps = int64_t(steps);
   job.output = take_option(args, "output").value_or(job.output);
   MPIGRAD_CHECK(!job.output.empty(), "--output: the path is empty");
@@ -73,8 +75,8 @@ LRFindJob check_lr_find(std::vector<std::string> args, int64_t rank, int64_t ran
   const TrainConfig& config = job.run.config;
   // The sweep trains the supervised classifier with cross-entropy; another stage's model and
   // loss would be swept as something it is not.
-  MPIGRAD_CHECK(config.train.stage == StageKind::Supervised, "[train] stage = ",
-                core::enum_name(config.train.stage, kStageKindNames),
+  MPIGRAD_CHECK(config.train.stage == StageKind::Supervised,
+                "[train] stage = ", core::enum_name(config.train.stage, kStageKindNames),
                 ": lr-find sweeps stage = supervised only");
   return job;
 }
@@ -128,11 +130,12 @@ int lr_find(LRFindJob& job, DistributedManager& manager) {
   const int64_t steps = job.settings.steps;
   const int64_t epochs = (steps + job.run.steps_per_epoch - 1) / job.run.steps_per_epoch;
   if (manager.is_main_process()) {
-    std::printf("mpigrad lr-find: %lld steps from lr %g to %g (%lld epoch(s) of %lld steps), "
-                "%lld rank(s), batch %lld per rank\n",
-                static_cast<long long>(steps), job.settings.start_lr, job.settings.end_lr,
-                static_cast<long long>(epochs), static_cast<long long>(job.run.steps_per_epoch),
-                static_cast<long long>(ranks), static_cast<long long>(config.train.batch_size));
+    std::printf(
+        "mpigrad lr-find: %lld steps from lr %g to %g (%lld epoch(s) of %lld steps), "
+        "%lld rank(s), batch %lld per rank\n",
+        static_cast<long long>(steps), job.settings.start_lr, job.settings.end_lr,
+        static_cast<long long>(epochs), static_cast<long long>(job.run.steps_per_epoch),
+        static_cast<long long>(ranks), static_cast<long long>(config.train.batch_size));
     std::fflush(stdout);
   }
   TrainingStrategy strategy({&model}, {optimizer.get()},
@@ -148,20 +151,25 @@ int lr_find(LRFindJob& job, DistributedManager& manager) {
     for (size_t i = 0; i < points.size(); ++i) {
       if (points[i].smoothed_loss < points[best].smoothed_loss) best = i;
     }
-    std::printf("mpigrad lr-find: %zu step(s)%s; minimum smoothed loss %.4f at lr %.3g; "
-                "wrote %s\n",
-                points.size(), curve.diverged() ? ", stopped early: the smoothed loss exceeded 4x "
-                "its minimum" : "", points.empty() ? 0.0 : points[best].smoothed_loss,
-                points.empty() ? 0.0 : points[best].lr, job.output.c_str());
+    std::printf(
+        "mpigrad lr-find: %zu step(s)%s; minimum smoothed loss %.4f at lr %.3g; "
+        "wrote %s\n",
+        points.size(),
+        curve.diverged() ? ", stopped early: the smoothed loss exceeded 4x "
+                           "its minimum"
+                         : "",
+        points.empty() ? 0.0 : points[best].smoothed_loss, points.empty() ? 0.0 : points[best].lr,
+        job.output.c_str());
     const LRSuggestion suggestion = suggest_lr(points);
     if (suggestion.found) {
-      std::printf("mpigrad lr-find: suggested lr %.3g (steepest descent of the smoothed loss "
-                  "against log(lr), step %lld; the minimum's lr / 10 is %.3g)\n",
-                  suggestion.lr, static_cast<long long>(suggestion.index),
-                  points[best].lr / 10);
+      std::printf(
+          "mpigrad lr-find: suggested lr %.3g (steepest descent of the smoothed loss "
+          "against log(lr), step %lld; the minimum's lr / 10 is %.3g)\n",
+          suggestion.lr, static_cast<long long>(suggestion.index), points[best].lr / 10);
     } else {
-      std::printf("mpigrad lr-find: too few steps for a suggestion; use more --steps or a "
-                  "smaller --start\n");
+      std::printf(
+          "mpigrad lr-find: too few steps for a suggestion; use more --steps or a "
+          "smaller --start\n");
     }
     std::fflush(stdout);
   }

@@ -63,7 +63,7 @@ int run_subcommand(
 }
 
 std::optional<std::string> take_option(std::vector<std::string>& args, const std::string& name,
-                                        const std::string& short_name) {
+                                       const std::string& short_name) {
   std::optional<std::string> value;
   const std::string flag = "--" + name;
   for (size_t i = 0; i < args.size();) {

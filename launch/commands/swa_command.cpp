@@ -10,10 +10,10 @@
 #include "mpigrad/core/error.h"
 #include "mpigrad/data/data_loader.h"
 #include "mpigrad/launch/commands/checked_run.h"
-#include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/launch/commands/subcommand.h"
-#include "mpigrad/launch/train/swa.h"
 #include "mpigrad/launch/config/train_setup.h"
+#include "mpigrad/launch/job/distributed_manager.h"
+#include "mpigrad/launch/train/swa.h"
 #include "mpigrad/nn/checkpoint.h"
 
 namespace mpigrad::launch {
@@ -52,7 +52,8 @@ SwaJob check_swa(std::vector<std::string> args, int64_t rank, int64_t ranks) {
   std::optional<std::string> output = take_option(args, "output", "-o");
   job.run = check_run(args, rank, ranks);
   const TrainConfig& config = job.run.config;
-  MPIGRAD_CHECK(checkpoints.has_value(), "--checkpoints: required (a comma-separated list of "
+  MPIGRAD_CHECK(checkpoints.has_value(),
+                "--checkpoints: required (a comma-separated list of "
                 "checkpoints to average)");
   job.checkpoints = split_paths(*checkpoints);
   MPIGRAD_CHECK(!job.checkpoints.empty(), "--checkpoints: the list is empty");
@@ -64,7 +65,8 @@ SwaJob check_swa(std::vector<std::string> args, int64_t rank, int64_t ranks) {
   MPIGRAD_CHECK(!job.output.empty(), "-o: the output path is empty");
   // The average is evaluated as a classifier: a supervised model, or a stage-2 encoder + head
   // (whose checkpoints name encoder.* and head.*); a SupCon model has no classes to score.
-  MPIGRAD_CHECK(config.train.stage != StageKind::SupCon, "[train] stage = supcon: swa averages "
+  MPIGRAD_CHECK(config.train.stage != StageKind::SupCon,
+                "[train] stage = supcon: swa averages "
                 "classifiers (stage = supervised or classifier)");
   // Checked here, in the checking phase, so a mismatched checkpoint stops every rank cleanly.
   // Every tensor of check_run's model is replaced (a classifier's init_from encoder too).
@@ -99,9 +101,10 @@ int swa(SwaJob& job, DistributedManager& manager) {
     const std::filesystem::path output(job.output);
     if (output.has_parent_path()) std::filesystem::create_directories(output.parent_path());
     nn::save_checkpoint(job.output, model, nullptr, nullptr, 0, 0, ranks, config.resolved_text());
-    std::printf("mpigrad swa: averaged %zu checkpoint(s); BatchNorm statistics recomputed over "
-                "%lld training batch(es) per rank",
-                job.checkpoints.size(), static_cast<long long>(train_loader.size()));
+    std::printf(
+        "mpigrad swa: averaged %zu checkpoint(s); BatchNorm statistics recomputed over "
+        "%lld training batch(es) per rank",
+        job.checkpoints.size(), static_cast<long long>(train_loader.size()));
     if (!metrics.empty()) {
       std::printf("; test loss %.4f; test accuracy %.4f", metrics["val_loss"],
                   metrics["val_accuracy"]);

@@ -20,11 +20,11 @@
 #include "mpigrad/data/transforms.h"
 #include "mpigrad/launch/commands/checked_run.h"
 #include "mpigrad/launch/commands/subcommand.h"
+#include "mpigrad/launch/config/train_config.h"
+#include "mpigrad/launch/config/train_setup.h"
 #include "mpigrad/launch/ddp/sync_batch_norm.h"
 #include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/launch/observe/timeline.h"
-#include "mpigrad/launch/config/train_config.h"
-#include "mpigrad/launch/config/train_setup.h"
 #include "mpigrad/launch/train/embeddings.h"
 #include "mpigrad/launch/train/swa.h"
 #include "mpigrad/launch/train/training_hooks.h"
@@ -65,11 +65,12 @@ void describe_first_batch(const CheckedRun& run) {
   const double std = std::sqrt(std::max(0.0, squares / double(x.numel()) - mean * mean));
   std::ostringstream shape;
   shape << x.shape();
-  std::printf("mpigrad train: first batch: field '%s' %s after the input transform: mean %.4g, "
-              "std %.4g, min %.4g, max %.4g; field '%s' labels %lld to %lld\n",
-              config.data.x.c_str(), shape.str().c_str(), mean, std, lo, hi,
-              config.data.y.c_str(), static_cast<long long>(*std::min_element(y.begin(), y.end())),
-              static_cast<long long>(*std::max_element(y.begin(), y.end())));
+  std::printf(
+      "mpigrad train: first batch: field '%s' %s after the input transform: mean %.4g, "
+      "std %.4g, min %.4g, max %.4g; field '%s' labels %lld to %lld\n",
+      config.data.x.c_str(), shape.str().c_str(), mean, std, lo, hi, config.data.y.c_str(),
+      static_cast<long long>(*std::min_element(y.begin(), y.end())),
+      static_cast<long long>(*std::max_element(y.begin(), y.end())));
 }
 
 // The end of in-training SWA (launch/train/swa.h): the averaged weights in a second instance of the
@@ -128,7 +129,7 @@ struct Training {
   std::unique_ptr<data::DataLoader> test_loader;  // null without [data] test
   std::unique_ptr<nn::LRScheduler> scheduler;     // null for [sched] name = none
   std::vector<std::shared_ptr<Hook>> hooks;
-  std::shared_ptr<SWAHook> swa;  // also in hooks; null without [train] swa_start
+  std::shared_ptr<SWAHook> swa;          // also in hooks; null without [train] swa_start
   std::shared_ptr<LoggingHook> logging;  // also in hooks
 };
 
@@ -144,8 +145,8 @@ void prepare_model(CheckedRun& run, DistributedManager& manager, Training& train
   collectives.timeout_seconds = config.distributed.timeout_s;
   manager.set_collective_config(collectives);
   if (manager.world_size() > 1) {
-    training.gradient_communicator = create_communicator(manager, config.distributed.backend,
-                                                         manager.device(), "gradients");
+    training.gradient_communicator =
+        create_communicator(manager, config.distributed.backend, manager.device(), "gradients");
   }
   if (config.distributed.sync_bn && manager.world_size() > 1) {
     int64_t converted = convert_sync_batchnorm(model, *training.gradient_communicator);
@@ -231,8 +232,7 @@ void add_hooks(const CheckedRun& run, DistributedManager& manager, Training& tra
     std::shared_ptr<nn::Module> averaged =
         make_stage_model(config.model, config.train, run.sample_shape, run.outputs);
     averaged->to(manager.device());
-    hooks.push_back(
-        std::make_shared<EMAHook>(*training.model, config.train.ema_decay, averaged));
+    hooks.push_back(std::make_shared<EMAHook>(*training.model, config.train.ema_decay, averaged));
   }
   // SupCon's validation: precision@1 and mAP@R of the test set's embeddings, set before
   // LoggingHook runs so they are logged (and reach every metrics consumer) like any test metric.
@@ -261,14 +261,13 @@ void report_start(const CheckedRun& run, const Training& training, DistributedMa
     write_atomically((std::filesystem::path(out_dir) / "config.ini").string(),
                      config.resolved_text());
   }
-  std::printf("mpigrad train: %s, %lld parameters, %lld training samples on %lld rank(s), "
-              "batch %lld per rank, %lld steps per epoch\n",
-              std::string(core::enum_name(config.model.name, kModelKindNames)).c_str(),
-              static_cast<long long>(model.num_parameters()),
-              static_cast<long long>(run.train_set->size()),
-              static_cast<long long>(manager.world_size()),
-              static_cast<long long>(config.train.batch_size),
-              static_cast<long long>(run.steps_per_epoch));
+  std::printf(
+      "mpigrad train: %s, %lld parameters, %lld training samples on %lld rank(s), "
+      "batch %lld per rank, %lld steps per epoch\n",
+      std::string(core::enum_name(config.model.name, kModelKindNames)).c_str(),
+      static_cast<long long>(model.num_parameters()), static_cast<long long>(run.train_set->size()),
+      static_cast<long long>(manager.world_size()), static_cast<long long>(config.train.batch_size),
+      static_cast<long long>(run.steps_per_epoch));
   std::printf("mpigrad train: inputs: %s; labels: field '%s', %lld classes\n",
               run.inputs.description.c_str(), config.data.y.c_str(),
               static_cast<long long>(config.data.num_classes));
@@ -276,8 +275,10 @@ void report_start(const CheckedRun& run, const Training& training, DistributedMa
   if (stage != StageKind::Supervised) {
     std::string detail = ", two views per sample";
     if (stage == StageKind::Classifier) {
-      detail = std::string(config.train.freeze_encoder ? ", encoder frozen" : ", encoder "
-                           "fine-tuned") + " (loaded from " + config.train.init_from + ")";
+      detail = std::string(config.train.freeze_encoder ? ", encoder frozen"
+                                                       : ", encoder "
+                                                         "fine-tuned") +
+               " (loaded from " + config.train.init_from + ")";
     }
     std::printf("mpigrad train: stage %s, %lld trainable parameters%s\n",
                 std::string(core::enum_name(stage, kStageKindNames)).c_str(),
@@ -342,9 +343,11 @@ void run_training(const CheckedRun& run, Training& training, TrainingStrategy& s
   if (timeline) {
     const int64_t spans = write_merged_timeline(*timeline, manager.world(), config.train.trace);
     if (manager.is_main_process()) {
-      std::printf("mpigrad train: timeline of %lld rank(s), %lld spans: %s (open it in "
-                  "ui.perfetto.dev)\n", static_cast<long long>(manager.world_size()),
-                  static_cast<long long>(spans), config.train.trace.c_str());
+      std::printf(
+          "mpigrad train: timeline of %lld rank(s), %lld spans: %s (open it in "
+          "ui.perfetto.dev)\n",
+          static_cast<long long>(manager.world_size()), static_cast<long long>(spans),
+          config.train.trace.c_str());
     }
   }
 }

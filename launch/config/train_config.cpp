@@ -1,8 +1,7 @@
 #include "mpigrad/launch/config/train_config.h"
 
-#include <boost/program_options.hpp>
-
 #include <algorithm>
+#include <boost/program_options.hpp>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -174,8 +173,9 @@ struct IntegerList {
   std::string print(const std::vector<int64_t>& numbers) const {
     return join<int64_t>(numbers, [](const int64_t& n) { return std::to_string(n); });
   }
-  std::string accepted() const { return "a comma-separated list of integers >= " +
-                                        std::to_string(min); }
+  std::string accepted() const {
+    return "a comma-separated list of integers >= " + std::to_string(min);
+  }
 };
 
 struct NumberList {
@@ -275,15 +275,13 @@ std::vector<ConfigKey> make_config_keys() {
           "the loss: cross_entropy for classes (mpigrad train), mse or l1 for regression"),
       key("loss.temperature", &C::loss, &LossSection::temperature, positive,
           "stage supcon: SupConLoss temperature (and base temperature)"),
-      key("optim.name", &C::optim, &OptimSection::name,
-          Choice<OptimizerKind>{kOptimizerKindNames}, "the optimizer"),
+      key("optim.name", &C::optim, &OptimSection::name, Choice<OptimizerKind>{kOptimizerKindNames},
+          "the optimizer"),
       key("optim.lr", &C::optim, &OptimSection::lr, positive, "learning rate"),
-      key("optim.momentum", &C::optim, &OptimSection::momentum, fraction,
-          "SGD momentum in [0, 1)"),
+      key("optim.momentum", &C::optim, &OptimSection::momentum, fraction, "SGD momentum in [0, 1)"),
       key("optim.weight_decay", &C::optim, &OptimSection::weight_decay, non_negative,
           "weight decay"),
-      key("sched.name", &C::sched, &SchedSection::name,
-          Choice<SchedulerKind>{kSchedulerKindNames},
+      key("sched.name", &C::sched, &SchedSection::name, Choice<SchedulerKind>{kSchedulerKindNames},
           "the learning-rate schedule (cosine: linear warmup, then cosine decay)"),
       key("sched.warmup_steps", &C::sched, &SchedSection::warmup_steps, Integer{0},
           "linear warmup steps (cosine)"),
@@ -349,8 +347,7 @@ std::vector<ConfigKey> make_config_keys() {
           &DistributedSection::find_unused_parameters, Boolean{},
           "reduce missing gradients as zeros"),
       key("distributed.compression", &C::distributed, &DistributedSection::compression,
-          Choice<GradCompression>{kGradCompressionNames},
-          "gradient compression"),
+          Choice<GradCompression>{kGradCompressionNames}, "gradient compression"),
       key("distributed.shared_memory", &C::distributed, &DistributedSection::shared_memory,
           Boolean{}, "average host gradients in shared memory when all ranks share a node"),
       key("distributed.transport", &C::distributed, &DistributedSection::transport,
@@ -389,23 +386,23 @@ void apply(const po::variables_map& values, const std::vector<std::string>& from
     if (values.count(key.name) == 0) continue;
     bool on_command_line = std::find(from_command_line.begin(), from_command_line.end(),
                                      key.name) != from_command_line.end();
-    key.parse(config, values[key.name].as<std::string>(),
-              where_of(key, on_command_line, origin));
+    key.parse(config, values[key.name].as<std::string>(), where_of(key, on_command_line, origin));
   }
   // Checks that span two keys.
   const DataSection& data = config.data;
   MPIGRAD_CHECK(data.mean.empty() == data.std.empty(), "[data] mean and std: give both or neither",
                 " (mean has ", data.mean.size(), " value(s), std ", data.std.size(), ")");
   MPIGRAD_CHECK(config.train.swa_start <= config.train.epochs, "[train] swa_start: epoch ",
-                config.train.swa_start, " is after the last of [train] epochs = ",
-                config.train.epochs);
+                config.train.swa_start,
+                " is after the last of [train] epochs = ", config.train.epochs);
   MPIGRAD_CHECK(config.train.swa_start == 0 || config.train.stage != StageKind::SupCon,
                 "[train] swa_start: SWA evaluates a classifier; stage = supcon has no classes to "
                 "score (use it with stage = supervised or classifier)");
 }
 
 void require_files(const std::vector<std::string>& paths, const char* key, bool required) {
-  MPIGRAD_CHECK(!required || !paths.empty(), key, ": required (an HDF5 file or a comma-separated "
+  MPIGRAD_CHECK(!required || !paths.empty(), key,
+                ": required (an HDF5 file or a comma-separated "
                 "list of shards)");
   for (const std::string& path : paths) {
     MPIGRAD_CHECK(std::filesystem::is_regular_file(path), key, ": file '", path,
@@ -422,16 +419,16 @@ void refuse_percent_in_keys(const std::string& text, const std::string& origin) 
   std::string line;
   for (int number = 1; std::getline(lines, line); ++number) {
     std::string name = line.substr(0, std::min(line.find('#'), line.find('=')));
-    MPIGRAD_CHECK(name.find('%') == std::string::npos, origin, ": line ", number, ": '",
-                  trim(name), "' holds '%', which no key or section name has");
+    MPIGRAD_CHECK(name.find('%') == std::string::npos, origin, ": line ", number, ": '", trim(name),
+                  "' holds '%', which no key or section name has");
   }
 }
 
 void refuse_percent_in_flags(const std::vector<std::string>& args) {
   for (const std::string& arg : args) {
     if (arg.rfind("-", 0) != 0) continue;  // a value, not a flag
-    MPIGRAD_CHECK(arg.substr(0, arg.find('=')).find('%') == std::string::npos,
-                  "command line: '", arg, "' holds '%', which no key has");
+    MPIGRAD_CHECK(arg.substr(0, arg.find('=')).find('%') == std::string::npos, "command line: '",
+                  arg, "' holds '%', which no key has");
   }
 }
 
@@ -466,7 +463,8 @@ TrainConfig parse_train_config(const std::vector<std::string>& args) {
     if (values.count("config")) {
       config.config_file = values["config"].as<std::string>();
       std::ifstream file(config.config_file);
-      MPIGRAD_CHECK(file.good(), "mpigrad train: cannot open config file '", config.config_file, "'");
+      MPIGRAD_CHECK(file.good(), "mpigrad train: cannot open config file '", config.config_file,
+                    "'");
       std::stringstream text;
       text << file.rdbuf();
       refuse_percent_in_keys(text.str(), "config file '" + config.config_file + "'");
@@ -494,13 +492,18 @@ TrainConfig parse_train_config(const std::vector<std::string>& args) {
   require_files(config.data.test, "[data] test", false);
   const TrainSection& train = config.train;
   if (train.stage == StageKind::Classifier) {
-    MPIGRAD_CHECK(!train.init_from.empty(), "[train] init_from: stage = classifier needs the "
+    MPIGRAD_CHECK(!train.init_from.empty(),
+                  "[train] init_from: stage = classifier needs the "
                   "checkpoint of a stage = supcon run (its encoder.* tensors)");
-    MPIGRAD_CHECK(std::filesystem::is_regular_file(train.init_from), "[train] init_from: "
-                  "checkpoint '", train.init_from, "' does not exist");
+    MPIGRAD_CHECK(std::filesystem::is_regular_file(train.init_from),
+                  "[train] init_from: "
+                  "checkpoint '",
+                  train.init_from, "' does not exist");
   } else {
-    MPIGRAD_CHECK(train.init_from.empty(), "[train] init_from: only stage = classifier loads an "
-                  "encoder; this run has stage = ", core::enum_name(train.stage, kStageKindNames));
+    MPIGRAD_CHECK(train.init_from.empty(),
+                  "[train] init_from: only stage = classifier loads an "
+                  "encoder; this run has stage = ",
+                  core::enum_name(train.stage, kStageKindNames));
   }
   if (!config.train.resume.empty()) {
     MPIGRAD_CHECK(std::filesystem::is_regular_file(config.train.resume),

@@ -44,12 +44,9 @@ inline constexpr core::EnumName<OptimizerKind> kOptimizerKindNames[] = {
 
 enum class SchedulerKind : uint8_t { None, Cosine, Step, MultiStep, Linear, Polynomial };
 inline constexpr core::EnumName<SchedulerKind> kSchedulerKindNames[] = {
-    {SchedulerKind::None, "none"},
-    {SchedulerKind::Cosine, "cosine"},
-    {SchedulerKind::Step, "step"},
-    {SchedulerKind::MultiStep, "multistep"},
-    {SchedulerKind::Linear, "linear"},
-    {SchedulerKind::Polynomial, "polynomial"}};
+    {SchedulerKind::None, "none"},     {SchedulerKind::Cosine, "cosine"},
+    {SchedulerKind::Step, "step"},     {SchedulerKind::MultiStep, "multistep"},
+    {SchedulerKind::Linear, "linear"}, {SchedulerKind::Polynomial, "polynomial"}};
 
 // What `mpigrad train` trains: today's classifier (supervised), stage 1 of two-stage training
 // (supcon: encoder + projection head on two augmented views, SupConLoss) or stage 2
@@ -63,7 +60,7 @@ inline constexpr core::EnumName<StageKind> kStageKindNames[] = {
 struct DataSection {
   std::vector<std::string> train;  // HDF5 files (shards), joined in order
   std::vector<std::string> test;
-  std::string x = "x";             // field names
+  std::string x = "x";  // field names
   std::string y = "y";
   int64_t num_classes = 10;
   // Per-channel (or one for all channels) normalization: x becomes (x - mean[c]) / std[c],
@@ -82,9 +79,9 @@ struct ModelSection {
   int64_t outputs = 0;               // outputs (classes, values, channels); 0: from the data
   int64_t kernel_size = 3;           // conv
   nn::PaddingMode padding_mode = nn::PaddingMode::Zeros;  // cnn, conv
-  int64_t projection = 128;                 // stage supcon: the projection head's outputs
+  int64_t projection = 128;                  // stage supcon: the projection head's outputs
   nn::HeadKind head = nn::HeadKind::Linear;  // stage classifier: the head on the encoder
-  int64_t depth = 18;  // resnet: 18 or 34
+  int64_t depth = 18;                        // resnet: 18 or 34
   int64_t width = 64;  // resnet: channels of the first stage (then 2w, 4w, 8w)
 };
 
@@ -103,13 +100,13 @@ struct OptimSection {
 struct SchedSection {
   SchedulerKind name = SchedulerKind::None;  // cosine: linear warmup, then cosine to zero
   int64_t warmup_steps = 0;
-  int64_t total_steps = 0;   // cosine, linear, polynomial: the length; 0: the run's steps
-  int64_t step_size = 1000;  // step: lr *= gamma every step_size steps
-  double gamma = 0.1;        // step, multistep
+  int64_t total_steps = 0;          // cosine, linear, polynomial: the length; 0: the run's steps
+  int64_t step_size = 1000;         // step: lr *= gamma every step_size steps
+  double gamma = 0.1;               // step, multistep
   std::vector<int64_t> milestones;  // multistep: lr *= gamma at each of these steps
-  double start_factor = 1.0;  // linear: lr * start_factor at step 0 ...
-  double end_factor = 0.0;    // ... to lr * end_factor at total_steps
-  double power = 1.0;         // polynomial: lr * (1 - step / total_steps)^power
+  double start_factor = 1.0;        // linear: lr * start_factor at step 0 ...
+  double end_factor = 0.0;          // ... to lr * end_factor at total_steps
+  double power = 1.0;               // polynomial: lr * (1 - step / total_steps)^power
 };
 
 struct TrainSection {
@@ -126,12 +123,12 @@ struct TrainSection {
   double clip_grad_norm = 0.0;  // 0: off
   double ema_decay = 0.0;       // 0: no EMA; otherwise evaluation uses the EMA weights
   StageKind stage = StageKind::Supervised;
-  std::string init_from;        // stage classifier: the checkpoint whose encoder.* is loaded
-  bool freeze_encoder = true;   // stage classifier: train the head only
-  int64_t swa_start = 0;        // SWA from this epoch on (1-based); 0: off (launch/train/swa.h)
-  double swa_lr = 0.0;          // constant lr from swa_start; 0: the schedule's lr is kept
-  bool tensorboard = true;      // rank 0 writes TensorBoard event files to out_dir/tb
-  std::string trace;            // the merged timeline of every rank (Chrome trace JSON); empty: off
+  std::string init_from;       // stage classifier: the checkpoint whose encoder.* is loaded
+  bool freeze_encoder = true;  // stage classifier: train the head only
+  int64_t swa_start = 0;       // SWA from this epoch on (1-based); 0: off (launch/train/swa.h)
+  double swa_lr = 0.0;         // constant lr from swa_start; 0: the schedule's lr is kept
+  bool tensorboard = true;     // rank 0 writes TensorBoard event files to out_dir/tb
+  std::string trace;           // the merged timeline of every rank (Chrome trace JSON); empty: off
 };
 
 struct DistributedSection {

@@ -36,9 +36,9 @@ int64_t layer_parameters(int64_t inputs, int64_t outputs, int64_t kernel, const 
   const int64_t taps = core::checked_mul(kernel, kernel, "[model] kernel_size");
   int64_t weights = core::checked_mul(inputs, outputs, "[model] ", key, ": a layer of ", inputs,
                                       " inputs and ", outputs, " outputs");
-  weights = core::checked_mul(weights, taps, "[model] ", key, ": a layer of ", inputs,
-                              " inputs and ", outputs, " outputs with ", kernel, "x", kernel,
-                              " kernels");
+  weights =
+      core::checked_mul(weights, taps, "[model] ", key, ": a layer of ", inputs, " inputs and ",
+                        outputs, " outputs with ", kernel, "x", kernel, " kernels");
   return core::checked_add(weights, outputs, "[model] ", key, ": a layer of ", inputs,
                            " inputs and ", outputs, " outputs");
 }
@@ -46,8 +46,7 @@ int64_t layer_parameters(int64_t inputs, int64_t outputs, int64_t kernel, const 
 // What the model's parameters will take, counted before anything is allocated: a width of 2^62
 // is an error naming its key, not an overflow inside a layer (or a kernel writing past a wrapped
 // size), and a model that cannot fit in memory says so with the key that sized it.
-void check_model_size(const ModelSection& model, const core::Shape& input_shape,
-                      int64_t outputs) {
+void check_model_size(const ModelSection& model, const core::Shape& input_shape, int64_t outputs) {
   int64_t parameters = 0;
   auto add = [&](int64_t count, const char* key) {
     parameters = core::checked_add(parameters, count, "[model] ", key, ": the parameter count");
@@ -75,8 +74,8 @@ void check_model_size(const ModelSection& model, const core::Shape& input_shape,
         height /= 2;
         width /= 2;
       }
-      classifier(core::checked_mul(core::checked_mul(channels, height, "[model] channels"),
-                                   width, "[model] channels"));
+      classifier(core::checked_mul(core::checked_mul(channels, height, "[model] channels"), width,
+                                   "[model] channels"));
       break;
     }
     case ModelKind::ResNet: {
@@ -116,10 +115,14 @@ void check_model_size(const ModelSection& model, const core::Shape& input_shape,
 }
 
 void check_resnet(const ModelSection& model, const core::Shape& input_shape) {
-  MPIGRAD_CHECK(input_shape.size() == 3, "[model] name = resnet needs samples of shape "
-                "[channels, height, width], got ", input_shape);
-  MPIGRAD_CHECK(model.depth == 18 || model.depth == 34, "[model] depth: resnet has depth 18 or "
-                "34 (basic blocks), got ", model.depth);
+  MPIGRAD_CHECK(input_shape.size() == 3,
+                "[model] name = resnet needs samples of shape "
+                "[channels, height, width], got ",
+                input_shape);
+  MPIGRAD_CHECK(model.depth == 18 || model.depth == 34,
+                "[model] depth: resnet has depth 18 or "
+                "34 (basic blocks), got ",
+                model.depth);
 }
 
 std::string numbers(const std::vector<double>& values) {
@@ -176,13 +179,17 @@ std::shared_ptr<nn::Module> make_model(const ModelSection& model, const core::Sh
       case ModelKind::Mlp:
         return nn::make_mlp(input_shape, model.hidden, outputs, model.dropout, generator);
       case ModelKind::Cnn:
-        MPIGRAD_CHECK(images, "[model] name = cnn needs samples of shape [channels, height, "
-                      "width], got ", input_shape);
+        MPIGRAD_CHECK(images,
+                      "[model] name = cnn needs samples of shape [channels, height, "
+                      "width], got ",
+                      input_shape);
         return nn::make_cnn(input_shape, model.channels, model.hidden, outputs, model.dropout,
                             generator, model.padding_mode);
       case ModelKind::Conv:
-        MPIGRAD_CHECK(images, "[model] name = conv needs samples of shape [channels, height, "
-                      "width], got ", input_shape);
+        MPIGRAD_CHECK(images,
+                      "[model] name = conv needs samples of shape [channels, height, "
+                      "width], got ",
+                      input_shape);
         return nn::make_conv_net(input_shape, model.channels, outputs, model.kernel_size,
                                  model.padding_mode, generator);
       case ModelKind::ResNet:
@@ -204,8 +211,10 @@ nn::Encoder make_encoder(const ModelSection& model, const core::Shape& input_sha
       case ModelKind::Mlp:
         return nn::make_mlp_encoder(input_shape, model.hidden, model.dropout, generator);
       case ModelKind::Cnn:
-        MPIGRAD_CHECK(images, "[model] name = cnn needs samples of shape [channels, height, "
-                      "width], got ", input_shape);
+        MPIGRAD_CHECK(images,
+                      "[model] name = cnn needs samples of shape [channels, height, "
+                      "width], got ",
+                      input_shape);
         return nn::make_cnn_encoder(input_shape, model.channels, model.hidden, model.dropout,
                                     generator, model.padding_mode);
       case ModelKind::ResNet: {
@@ -215,8 +224,9 @@ nn::Encoder make_encoder(const ModelSection& model, const core::Shape& input_sha
         return {resnet, core::checked_mul(model.width, 8, "[model] width")};
       }
       case ModelKind::Conv:
-        core::fail("[model] name = conv has no encoder (its output is a grid, not features); "
-                   "two-stage training takes mlp, cnn or resnet");
+        core::fail(
+            "[model] name = conv has no encoder (its output is a grid, not features); "
+            "two-stage training takes mlp, cnn or resnet");
     }
   } catch (const core::Error& error) {
     core::fail("[model]: ", error.what());
@@ -256,7 +266,8 @@ void load_encoder(nn::EncoderWithHead& model, const std::string& path, const std
   for (const auto& [name, tensor] : data.model.tensors()) {
     if (name.starts_with(prefix)) encoder_state.set(name.substr(prefix.size()), tensor);
   }
-  MPIGRAD_CHECK(encoder_state.size() > 0, where, ": checkpoint '", path, "' holds no encoder.* "
+  MPIGRAD_CHECK(encoder_state.size() > 0, where, ": checkpoint '", path,
+                "' holds no encoder.* "
                 "tensors; give the checkpoint of a stage = supcon (or classifier) run");
   const nn::StateDict expected = model.encoder().state_dict();
   for (const auto& [name, tensor] : expected.tensors()) {
@@ -265,12 +276,15 @@ void load_encoder(nn::EncoderWithHead& model, const std::string& path, const std
                   name, "' of this [model]'s encoder (shape ", tensor.shape(),
                   "); was it written with the same [model] keys?");
     MPIGRAD_CHECK(stored->shape() == tensor.shape(), where, ": checkpoint '", path, "' tensor '",
-                  prefix, name, "' has shape ", stored->shape(), " but this [model]'s encoder "
-                  "expects ", tensor.shape(), "; was it written with the same [model] keys?");
+                  prefix, name, "' has shape ", stored->shape(),
+                  " but this [model]'s encoder "
+                  "expects ",
+                  tensor.shape(), "; was it written with the same [model] keys?");
   }
   for (const auto& [name, tensor] : encoder_state.tensors()) {
     MPIGRAD_CHECK(expected.contains(name), where, ": checkpoint '", path, "' tensor '", prefix,
-                  name, "' has no place in this [model]'s encoder; was it written with the same "
+                  name,
+                  "' has no place in this [model]'s encoder; was it written with the same "
                   "[model] keys?");
   }
   try {
@@ -295,8 +309,8 @@ std::unique_ptr<nn::Optimizer> make_optimizer(const OptimSection& optim, nn::Mod
     case OptimizerKind::Sgd:
       return std::make_unique<nn::SGD>(
           trainable_parameters(model),
-          nn::SGDOptions{.lr = optim.lr, .momentum = optim.momentum,
-                         .weight_decay = optim.weight_decay});
+          nn::SGDOptions{
+              .lr = optim.lr, .momentum = optim.momentum, .weight_decay = optim.weight_decay});
     case OptimizerKind::Adam:
     case OptimizerKind::AdamW: {
       nn::AdamOptions options;
@@ -319,13 +333,15 @@ int64_t schedule_length(const SchedSection& sched, int64_t run_steps) {
 
 void check_schedule(const SchedSection& sched, int64_t run_steps) {
   if (sched.name == SchedulerKind::Linear || sched.name == SchedulerKind::Polynomial) {
-    MPIGRAD_CHECK(schedule_length(sched, run_steps) > 0, "[sched] total_steps: ",
-                  core::enum_name(sched.name, kSchedulerKindNames), " needs its length in "
+    MPIGRAD_CHECK(schedule_length(sched, run_steps) > 0,
+                  "[sched] total_steps: ", core::enum_name(sched.name, kSchedulerKindNames),
+                  " needs its length in "
                   "steps (set [sched] total_steps)");
   }
   if (sched.name == SchedulerKind::Cosine) {
     const int64_t total = schedule_length(sched, run_steps);
-    MPIGRAD_CHECK(total > 0, "[sched] total_steps: cosine needs its length in steps (set "
+    MPIGRAD_CHECK(total > 0,
+                  "[sched] total_steps: cosine needs its length in steps (set "
                   "[sched] total_steps)");
     MPIGRAD_CHECK(sched.warmup_steps < total, "[sched] warmup_steps: ", sched.warmup_steps,
                   " must be below the cosine's ", total, " steps");
@@ -335,8 +351,8 @@ void check_schedule(const SchedSection& sched, int64_t run_steps) {
   }
 }
 
-std::unique_ptr<nn::LRScheduler> make_scheduler(const SchedSection& sched,
-                                                nn::Optimizer& optimizer, int64_t run_steps) {
+std::unique_ptr<nn::LRScheduler> make_scheduler(const SchedSection& sched, nn::Optimizer& optimizer,
+                                                int64_t run_steps) {
   check_schedule(sched, run_steps);
   switch (sched.name) {
     case SchedulerKind::None:

@@ -71,8 +71,8 @@ void check_schedule(const SchedSection& sched, int64_t run_steps);
 
 // The [sched] for `optimizer`, or null for none. `run_steps` is the number of optimizer steps
 // when the caller knows it (cosine's length unless [sched] total_steps is set), else 0.
-std::unique_ptr<nn::LRScheduler> make_scheduler(const SchedSection& sched,
-                                                nn::Optimizer& optimizer, int64_t run_steps);
+std::unique_ptr<nn::LRScheduler> make_scheduler(const SchedSection& sched, nn::Optimizer& optimizer,
+                                                int64_t run_steps);
 
 // mse or l1; core::Error for a loss that is not a regression loss.
 RegressionLoss make_regression_loss(LossKind loss);

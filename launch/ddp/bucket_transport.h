@@ -3,8 +3,9 @@
 // (launch/ddp/transport_choice.h), so the bucket logic never asks which one it has:
 //   SharedMemoryAllReduce   host buckets, every rank on one node
 //                           (launch/ddp/transports/shared_memory_all_reduce.h)
-//   HierarchicalAllReduce   host buckets on several nodes (launch/ddp/transports/hierarchical_all_reduce.h)
-//   CommunicatorTransport   the communicator's async all-reduce: NCCL on GPUs, flat MPI otherwise
+//   HierarchicalAllReduce   host buckets on several nodes
+//   (launch/ddp/transports/hierarchical_all_reduce.h) CommunicatorTransport   the communicator's
+//   async all-reduce: NCCL on GPUs, flat MPI otherwise
 //                           (launch/ddp/transports/communicator_transport.h)
 // A transport owns the buckets' memory: DDP's gradients are views of buffer(b), so nothing is
 // copied between the gradients and what gets averaged.

@@ -71,8 +71,10 @@ DistributedDataParallel::DistributedDataParallel(std::vector<NamedTensor> parame
                                                  std::vector<NamedTensor> buffers,
                                                  const std::vector<NamedTensor>& frozen,
                                                  Communicator& communicator, DdpOptions options)
-    : parameters_(std::move(parameters)), buffers_(std::move(buffers)),
-      communicator_(communicator), options_(options) {
+    : parameters_(std::move(parameters)),
+      buffers_(std::move(buffers)),
+      communicator_(communicator),
+      options_(options) {
   MPIGRAD_CHECK(options_.bucket_cap_mb > 0 && options_.first_bucket_cap_mb > 0,
                 "DistributedDataParallel: bucket_cap_mb and first_bucket_cap_mb must be positive");
   for (const auto& [name, tensor] : parameters_) {
@@ -141,8 +143,7 @@ void DistributedDataParallel::verify_same_model_across_ranks(
   int size = communicator_.size();
   // On the communicator's device: NCCL moves only GPU tensors.
   const core::Device device = communicator_.device();
-  core::Tensor length =
-      core::Tensor::from_vector<int64_t>({int64_t(mine.size())}, {1}).to(device);
+  core::Tensor length = core::Tensor::from_vector<int64_t>({int64_t(mine.size())}, {1}).to(device);
   core::Tensor lengths = core::zeros({size}, core::TensorOptions(core::kInt64).device(device));
   communicator_.all_gather(length, lengths);
   std::vector<int64_t> counts = lengths.to_vector<int64_t>();
@@ -173,8 +174,8 @@ void DistributedDataParallel::verify_same_model_across_ranks(
         const bool options_differ = ours.starts_with("options") && theirs.starts_with("options");
         core::fail("DistributedDataParallel: the ",
                    options_differ ? "DDP options differ" : "model differs",
-                   " between ranks (communicator '", communicator_.name(), "'): entry ", i,
-                   " is '", ours, "' on rank 0 but '", theirs, "' on rank ", r,
+                   " between ranks (communicator '", communicator_.name(), "'): entry ", i, " is '",
+                   ours, "' on rank 0 but '", theirs, "' on rank ", r,
                    options_differ ? "; every rank must pass the same DdpOptions"
                                   : "; every rank must build the same model");
       }
@@ -195,8 +196,8 @@ void DistributedDataParallel::broadcast_from_rank0(const std::vector<NamedTensor
 
 // Groups the parameters, taken in `order`, into buckets: one dtype and device per bucket, closed
 // at its size cap (the first bucket's cap is first_bucket_cap_mb).
-std::vector<std::unique_ptr<DistributedDataParallel::Bucket>>
-DistributedDataParallel::plan_buckets(const std::vector<size_t>& order) const {
+std::vector<std::unique_ptr<DistributedDataParallel::Bucket>> DistributedDataParallel::plan_buckets(
+    const std::vector<size_t>& order) const {
   std::vector<std::unique_ptr<Bucket>> buckets;
   for (size_t k : order) {
     const core::Tensor& param = parameters_[k].tensor;
@@ -279,8 +280,12 @@ void DistributedDataParallel::record_bucket_span(size_t bucket) {
   int64_t& started = bucket_started_ns_[bucket];
   if (started < 0) return;  // not in flight: its wait returned at once
   const Bucket& b = *buckets_[bucket];
-  timeline_->record(TimelineEvent{"average bucket", started, Timeline::now_ns() - started,
-                                  int32_t(1 + bucket), 2, {"bucket", "bytes"},
+  timeline_->record(TimelineEvent{"average bucket",
+                                  started,
+                                  Timeline::now_ns() - started,
+                                  int32_t(1 + bucket),
+                                  2,
+                                  {"bucket", "bytes"},
                                   {int64_t(bucket), b.numel * core::element_size(b.dtype)}});
   started = -1;
 }
@@ -294,8 +299,8 @@ void DistributedDataParallel::rebuild_buckets_once() {
   if (ready_order_.size() == count) order.assign(ready_order_.begin(), ready_order_.end());
   ready_order_.clear();
   if (count == 0) return;
-  core::Tensor shared = core::Tensor::from_vector<int64_t>(order, {int64_t(count)})
-                            .to(communicator_.device());
+  core::Tensor shared =
+      core::Tensor::from_vector<int64_t>(order, {int64_t(count)}).to(communicator_.device());
   communicator_.broadcast(shared, 0);
   order = shared.to_vector<int64_t>();
   if (order[0] < 0) return;  // rank 0 had no complete order (it joined): next synced step
@@ -430,7 +435,8 @@ void DistributedDataParallel::wait_for_buckets() {
   // failure, and a bucket stays in flight until its wait succeeds.
   for (size_t b = 0; b < buckets_.size(); ++b) {
     transport_->wait(b);
-    if (timeline_ != nullptr) [[unlikely]] record_bucket_span(b);
+    if (timeline_ != nullptr) [[unlikely]]
+      record_bucket_span(b);
   }
 }
 

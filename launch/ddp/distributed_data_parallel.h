@@ -177,9 +177,9 @@ class DistributedDataParallel {
   TransportKind transport_kind_ = TransportKind::Communicator;
   std::string transport_description_;
   int started_during_backward_ = 0;
-  std::vector<Slot> slot_of_;          // parameter index -> its place in the buckets
-  std::vector<bool> ready_;            // parameter index -> marked ready in this backward
-  std::vector<size_t> ready_order_;    // this synced backward's ready order, until the rebuild
+  std::vector<Slot> slot_of_;        // parameter index -> its place in the buckets
+  std::vector<bool> ready_;          // parameter index -> marked ready in this backward
+  std::vector<size_t> ready_order_;  // this synced backward's ready order, until the rebuild
   bool buckets_rebuilt_ = false;
   std::vector<int> hook_ids_;
   size_t next_bucket_to_launch_ = 0;

@@ -18,7 +18,9 @@ using core::Tensor;
 namespace {
 
 // [C] -> [1, C, 1], to broadcast over a [N, C, inner] view.
-Tensor per_channel(const Tensor& vector) { return vector.reshape({1, vector.numel(), 1}); }
+Tensor per_channel(const Tensor& vector) {
+  return vector.reshape({1, vector.numel(), 1});
+}
 
 // The gradient of the global batch with respect to this rank's input, given the global
 // statistics. With g = dL/dy and xhat = (x - mean) * invstd over the whole batch of `total`
@@ -51,8 +53,8 @@ struct SyncBatchNormBackward final : core::Node {
     Tensor mean_dy = global.narrow(0, 0, channels) / total;
     Tensor mean_dy_xhat = global.narrow(0, channels, channels) / total;
     Tensor scale = has_weight ? invstd.get(*this) * weight.get(*this) : invstd.get(*this);
-    Tensor grad_x = (g - per_channel(mean_dy) - xhat * per_channel(mean_dy_xhat)) *
-                    per_channel(scale);
+    Tensor grad_x =
+        (g - per_channel(mean_dy) - xhat * per_channel(mean_dy_xhat)) * per_channel(scale);
     grads[0] = grad_x.reshape(input_shape);
   }
   void release_saved() override {
@@ -89,8 +91,7 @@ SyncBatchNorm::SyncBatchNorm(const nn::BatchNormConfig& config, Communicator& co
     running_mean_ = &register_buffer("running_mean", take("running_mean", false, core::zeros({c})));
     running_var_ = &register_buffer("running_var", take("running_var", false, core::ones({c})));
     num_batches_tracked_ = &register_buffer(
-        "num_batches_tracked",
-        take("num_batches_tracked", false, core::zeros({}, core::kInt64)));
+        "num_batches_tracked", take("num_batches_tracked", false, core::zeros({}, core::kInt64)));
   } else {
     running_mean_ = running_var_ = num_batches_tracked_ = &none_;
   }
@@ -123,8 +124,8 @@ Tensor SyncBatchNorm::forward(const Tensor& input) {
   if (track) {
     core::NoGradGuard no_grad;
     num_batches_tracked_->add_(1.0);
-    factor = config_.momentum ? *config_.momentum
-                              : 1.0 / double(num_batches_tracked_->item<int64_t>());
+    factor =
+        config_.momentum ? *config_.momentum : 1.0 / double(num_batches_tracked_->item<int64_t>());
   }
   return forward_global_statistics(input, factor);
 }
@@ -156,8 +157,8 @@ Tensor SyncBatchNorm::forward_global_statistics(const Tensor& input, double fact
                   communicator_.size(), " ranks of communicator '", communicator_.name(),
                   "' when training, got ", total, " (local input of shape ", input.shape(), ")");
     Tensor mean64 = statistics.narrow(0, 0, channels) / total;
-    Tensor variance64 = core::clamp(
-        statistics.narrow(0, channels, channels) / total - mean64 * mean64, 0.0, 1e300);
+    Tensor variance64 =
+        core::clamp(statistics.narrow(0, channels, channels) / total - mean64 * mean64, 0.0, 1e300);
     mean = mean64.to(dtype);
     invstd = core::rsqrt(variance64 + config_.eps).to(dtype);
     if (config_.track_running_stats) {
@@ -171,8 +172,7 @@ Tensor SyncBatchNorm::forward_global_statistics(const Tensor& input, double fact
     if (bias_->defined()) output = output + per_channel(bias_->detach().to(dtype));
     output = output.reshape(input.shape());
   }
-  if (auto node =
-          core::detail::record<SyncBatchNormBackward>(output, {&input, weight_, bias_})) {
+  if (auto node = core::detail::record<SyncBatchNormBackward>(output, {&input, weight_, bias_})) {
     node->input = core::SavedTensor(x);
     node->mean = core::SavedTensor(mean);
     node->invstd = core::SavedTensor(invstd);
@@ -185,7 +185,9 @@ Tensor SyncBatchNorm::forward_global_statistics(const Tensor& input, double fact
   return output;
 }
 
-std::string SyncBatchNorm::extra_repr() const { return nn::batch_norm_repr(config_); }
+std::string SyncBatchNorm::extra_repr() const {
+  return nn::batch_norm_repr(config_);
+}
 
 int convert_sync_batchnorm(nn::Module& module, Communicator& communicator) {
   int replaced = 0;

@@ -58,15 +58,13 @@ std::string describe_layout(const NodeLayout& layout) {
   return out.str();
 }
 
-TransportChoice communicator_choice(Communicator& communicator,
-                                    std::span<const BucketSpec> buckets,
+TransportChoice communicator_choice(Communicator& communicator, std::span<const BucketSpec> buckets,
                                     const TransportRequest& request, const std::string& why) {
   TransportChoice choice;
   choice.kind = TransportKind::Communicator;
   choice.transport = std::make_unique<CommunicatorTransport>(communicator, buckets, request.wire);
-  choice.description = "all-reduced over the " +
-                       std::string(backend_name(communicator.backend())) + " communicator '" +
-                       communicator.name() + "' (" + why + ")";
+  choice.description = "all-reduced over the " + std::string(backend_name(communicator.backend())) +
+                       " communicator '" + communicator.name() + "' (" + why + ")";
   return choice;
 }
 
@@ -76,8 +74,8 @@ TransportChoice fall_back(Communicator& communicator, std::span<const BucketSpec
                           const std::string& why) {
   MPIGRAD_CHECK(request.kind == TransportKind::Auto || request.kind == TransportKind::Communicator,
                 "DistributedDataParallel on communicator '", communicator.name(),
-                "': the gradient transport '", transport_kind_name(wanted),
-                "' was asked for, but ", why);
+                "': the gradient transport '", transport_kind_name(wanted), "' was asked for, but ",
+                why);
   return communicator_choice(communicator, buckets, request, why);
 }
 
@@ -129,8 +127,8 @@ TransportChoice choose_bucket_transport(Communicator& communicator,
     choice.transport =
         SharedMemoryAllReduce::create(communicator, specs, request.timeout_seconds, &why);
     if (!choice.transport) return fall_back(communicator, buckets, request, wanted, why);
-    choice.description = "averaged in shared memory (every rank on one node, " +
-                         describe_layout(layout) + ")";
+    choice.description =
+        "averaged in shared memory (every rank on one node, " + describe_layout(layout) + ")";
     return choice;
   }
   if (layout.ranks_per_node == 0) {

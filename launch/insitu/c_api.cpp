@@ -2,8 +2,6 @@
 // which turns any exception into a status code and this thread's last-error message, so no C++
 // exception ever reaches the C (or Fortran) caller. Handles are ids into a registry of live
 // models; an id is never reused, so a destroyed handle is always recognised as such.
-#include "mpigrad/mpigrad_c.h"
-
 #include <atomic>
 #include <cstring>
 #include <memory>
@@ -23,14 +21,15 @@
 #include "mpigrad/launch/insitu/c_api_internal.h"
 #include "mpigrad/launch/insitu/embedded_model.h"
 #include "mpigrad/launch/mpi_interop.h"
+#include "mpigrad/mpigrad_c.h"
 #include "mpigrad/version.h"
 
 namespace {
 
 using mpigrad::launch::ArrayRole;
+using mpigrad::launch::EmbeddedModel;
 using mpigrad::launch::EmbedError;
 using mpigrad::launch::EmbedErrorKind;
-using mpigrad::launch::EmbeddedModel;
 namespace core = mpigrad::core;
 
 static_assert(sizeof(mpigrad_fortran_comm) == sizeof(MPI_Fint),
@@ -67,9 +66,9 @@ class Registry {
     auto found = models_.find(handle.id);
     if (found == models_.end()) {
       throw CallError(MPIGRAD_ERROR_INVALID_HANDLE, "model handle ", handle.id,
-                      handle.id == 0 ? " is the zero handle (no model; was it created?)"
+                      handle.id == 0      ? " is the zero handle (no model; was it created?)"
                       : handle.id < next_ ? " was destroyed"
-                                         : " was never created");
+                                          : " was never created");
     }
     return found->second;
   }
@@ -99,10 +98,14 @@ mpigrad_status failed(const char* function, mpigrad_status status, const char* m
 
 mpigrad_status status_of(EmbedErrorKind kind) {
   switch (kind) {
-    case EmbedErrorKind::Shape: return MPIGRAD_ERROR_SHAPE;
-    case EmbedErrorKind::DType: return MPIGRAD_ERROR_DTYPE;
-    case EmbedErrorKind::Config: return MPIGRAD_ERROR_CONFIG;
-    case EmbedErrorKind::File: return MPIGRAD_ERROR_FILE;
+    case EmbedErrorKind::Shape:
+      return MPIGRAD_ERROR_SHAPE;
+    case EmbedErrorKind::DType:
+      return MPIGRAD_ERROR_DTYPE;
+    case EmbedErrorKind::Config:
+      return MPIGRAD_ERROR_CONFIG;
+    case EmbedErrorKind::File:
+      return MPIGRAD_ERROR_FILE;
   }
   return MPIGRAD_ERROR_RUNTIME;
 }
@@ -142,12 +145,18 @@ int64_t enum_bits(const E& field) {
 
 core::DType dtype_of(int64_t dtype, const char* name) {
   switch (dtype) {
-    case MPIGRAD_F32: return core::kFloat32;
-    case MPIGRAD_F64: return core::kFloat64;
-    case MPIGRAD_BF16: return core::kBFloat16;
-    case MPIGRAD_F16: return core::kFloat16;
-    case MPIGRAD_I32: return core::kInt32;
-    case MPIGRAD_I64: return core::kInt64;
+    case MPIGRAD_F32:
+      return core::kFloat32;
+    case MPIGRAD_F64:
+      return core::kFloat64;
+    case MPIGRAD_BF16:
+      return core::kBFloat16;
+    case MPIGRAD_F16:
+      return core::kFloat16;
+    case MPIGRAD_I32:
+      return core::kInt32;
+    case MPIGRAD_I64:
+      return core::kInt64;
   }
   throw CallError(MPIGRAD_ERROR_DTYPE, name, ": unknown dtype ", int(dtype));
 }
@@ -180,7 +189,8 @@ core::Tensor wrap(const mpigrad_array* array, const char* name) {
   core::Device device = core::kCPU;
   if (memory == MPIGRAD_MEMORY_CUDA) {
     if (!core::cuda_built()) {
-      throw CallError(MPIGRAD_ERROR_UNSUPPORTED, name, " is CUDA memory, but this mpigrad was "
+      throw CallError(MPIGRAD_ERROR_UNSUPPORTED, name,
+                      " is CUDA memory, but this mpigrad was "
                       "built without CUDA");
     }
     device = core::cuda(array->device);
@@ -253,17 +263,19 @@ void check_samples(const EmbeddedModel& model, const core::Tensor& tensor,
   const std::string got = in_caller_order(tensor.shape(), fortran);
   const std::string want = in_caller_order(whole, fortran);
   if (expected.size() == 0) {
-    throw CallError(MPIGRAD_ERROR_SHAPE, name, ": shape ", got, "; cross_entropy needs one "
-                    "class per sample: expected ", want);
+    throw CallError(MPIGRAD_ERROR_SHAPE, name, ": shape ", got,
+                    "; cross_entropy needs one "
+                    "class per sample: expected ",
+                    want);
   }
   std::string owner = role == ArrayRole::Input ? "[model] input_shape " : "the model outputs ";
   owner += core::detail::concat(expected);
   if (fortran) owner += ", a sample " + in_caller_order(expected, true) + ",";
   if (sample.numel() != expected.numel()) {
     throw CallError(MPIGRAD_ERROR_SHAPE, name, ": shape ", got, " holds ", sample.numel(),
-                    " values per sample, but ", owner,
-                    role == ArrayRole::Input ? " needs " : " (", expected.numel(),
-                    role == ArrayRole::Input ? "" : " values)", "; expected ", want);
+                    " values per sample, but ", owner, role == ArrayRole::Input ? " needs " : " (",
+                    expected.numel(), role == ArrayRole::Input ? "" : " values)", "; expected ",
+                    want);
   }
   throw CallError(MPIGRAD_ERROR_SHAPE, name, ": shape ", got, " is ", tensor.size(0),
                   " samples of shape ", in_caller_order(sample, fortran), ", but ", owner,
@@ -288,7 +300,9 @@ void on_stream(const EmbeddedModel& model, void* stream, Body&& body) {
 
 extern "C" {
 
-const char* mpigrad_version(void) { return MPIGRAD_VERSION; }
+const char* mpigrad_version(void) {
+  return MPIGRAD_VERSION;
+}
 
 mpigrad_status mpigrad_record_error(const char* function, mpigrad_status status,
                                     const char* message) {
@@ -296,22 +310,36 @@ mpigrad_status mpigrad_record_error(const char* function, mpigrad_status status,
                 message != nullptr ? message : "(no message)");
 }
 
-const char* mpigrad_last_error(void) { return last_error.c_str(); }
+const char* mpigrad_last_error(void) {
+  return last_error.c_str();
+}
 
 const char* mpigrad_status_name(mpigrad_status status) {
   switch (status) {
-    case MPIGRAD_SUCCESS: return "MPIGRAD_SUCCESS";
-    case MPIGRAD_ERROR_NULL_POINTER: return "MPIGRAD_ERROR_NULL_POINTER";
-    case MPIGRAD_ERROR_INVALID_HANDLE: return "MPIGRAD_ERROR_INVALID_HANDLE";
-    case MPIGRAD_ERROR_INVALID_ARGUMENT: return "MPIGRAD_ERROR_INVALID_ARGUMENT";
-    case MPIGRAD_ERROR_SHAPE: return "MPIGRAD_ERROR_SHAPE";
-    case MPIGRAD_ERROR_DTYPE: return "MPIGRAD_ERROR_DTYPE";
-    case MPIGRAD_ERROR_CONFIG: return "MPIGRAD_ERROR_CONFIG";
-    case MPIGRAD_ERROR_FILE: return "MPIGRAD_ERROR_FILE";
-    case MPIGRAD_ERROR_MPI: return "MPIGRAD_ERROR_MPI";
-    case MPIGRAD_ERROR_UNSUPPORTED: return "MPIGRAD_ERROR_UNSUPPORTED";
-    case MPIGRAD_ERROR_OUT_OF_MEMORY: return "MPIGRAD_ERROR_OUT_OF_MEMORY";
-    case MPIGRAD_ERROR_RUNTIME: return "MPIGRAD_ERROR_RUNTIME";
+    case MPIGRAD_SUCCESS:
+      return "MPIGRAD_SUCCESS";
+    case MPIGRAD_ERROR_NULL_POINTER:
+      return "MPIGRAD_ERROR_NULL_POINTER";
+    case MPIGRAD_ERROR_INVALID_HANDLE:
+      return "MPIGRAD_ERROR_INVALID_HANDLE";
+    case MPIGRAD_ERROR_INVALID_ARGUMENT:
+      return "MPIGRAD_ERROR_INVALID_ARGUMENT";
+    case MPIGRAD_ERROR_SHAPE:
+      return "MPIGRAD_ERROR_SHAPE";
+    case MPIGRAD_ERROR_DTYPE:
+      return "MPIGRAD_ERROR_DTYPE";
+    case MPIGRAD_ERROR_CONFIG:
+      return "MPIGRAD_ERROR_CONFIG";
+    case MPIGRAD_ERROR_FILE:
+      return "MPIGRAD_ERROR_FILE";
+    case MPIGRAD_ERROR_MPI:
+      return "MPIGRAD_ERROR_MPI";
+    case MPIGRAD_ERROR_UNSUPPORTED:
+      return "MPIGRAD_ERROR_UNSUPPORTED";
+    case MPIGRAD_ERROR_OUT_OF_MEMORY:
+      return "MPIGRAD_ERROR_OUT_OF_MEMORY";
+    case MPIGRAD_ERROR_RUNTIME:
+      return "MPIGRAD_ERROR_RUNTIME";
   }
   return "(unknown status)";
 }
@@ -320,8 +348,7 @@ mpigrad_status mpigrad_set_seed(uint64_t seed) {
   return guarded("mpigrad_set_seed", [&] { seed_override = seed; });
 }
 
-mpigrad_status mpigrad_model_create(mpigrad_model* model, const char* config,
-                                    const char* device) {
+mpigrad_status mpigrad_model_create(mpigrad_model* model, const char* config, const char* device) {
   return guarded("mpigrad_model_create", [&] {
     require_pointer(model, "model");
     *model = mpigrad_model{0};
@@ -354,8 +381,8 @@ mpigrad_status mpigrad_model_create_distributed(mpigrad_model* model, const char
     try {
       manager.emplace(mpigrad::launch::adopt_communicator_fortran(MPI_Fint(comm), options));
     } catch (const core::Error& error) {
-      throw CallError(MPIGRAD_ERROR_MPI, "the communicator (Fortran handle ", comm, "): ",
-                      error.what());
+      throw CallError(MPIGRAD_ERROR_MPI, "the communicator (Fortran handle ", comm,
+                      "): ", error.what());
     }
     *model = registry().add(
         std::make_unique<EmbeddedModel>(config, std::move(*manager), place, seed_override));
@@ -388,7 +415,8 @@ mpigrad_status mpigrad_train_step_on_stream(mpigrad_model model, const mpigrad_a
       if (x.size(0) != y.size(0)) {
         throw CallError(MPIGRAD_ERROR_SHAPE, "input ", shape_text(input), " and label ",
                         shape_text(label), " hold different batches (", x.size(0), " and ",
-                        y.size(0), " samples; the batch is the first C-order extent, the last "
+                        y.size(0),
+                        " samples; the batch is the first C-order extent, the last "
                         "Fortran-order one)");
       }
       core::Tensor value;
@@ -447,14 +475,19 @@ mpigrad_status mpigrad_predict_on_stream(mpigrad_model model, const mpigrad_arra
       core::Tensor x = wrap(input, "input");
       core::Tensor out = wrap(output, "output");
       if (!core::is_floating(out.dtype())) {
-        throw CallError(MPIGRAD_ERROR_DTYPE, "output: dtype ", out.dtype(), "; predictions are "
+        throw CallError(MPIGRAD_ERROR_DTYPE, "output: dtype ", out.dtype(),
+                        "; predictions are "
                         "written as float32, float64, bfloat16 or float16");
       }
       const int64_t batch = x.size(0), per_sample = target->output_shape().numel();
       if (out.size(0) != batch) {
-        throw CallError(MPIGRAD_ERROR_SHAPE, "output ", shape_text(output), " must hold the "
-                        "input's batch of ", batch, " samples of ", per_sample, " values (the "
-                        "model outputs ", target->output_shape(), ")");
+        throw CallError(MPIGRAD_ERROR_SHAPE, "output ", shape_text(output),
+                        " must hold the "
+                        "input's batch of ",
+                        batch, " samples of ", per_sample,
+                        " values (the "
+                        "model outputs ",
+                        target->output_shape(), ")");
       }
       check_samples(*target, out, output, ArrayRole::Output, "output");
       core::Tensor prediction;

@@ -9,8 +9,8 @@
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/data/batch.h"
-#include "mpigrad/launch/ddp/distributed_data_parallel.h"
 #include "mpigrad/launch/config/train_setup.h"
+#include "mpigrad/launch/ddp/distributed_data_parallel.h"
 #include "mpigrad/launch/train/training_steps.h"
 #include "mpigrad/nn/checkpoint.h"
 #include "mpigrad/nn/optim/clip_grad.h"
@@ -20,8 +20,13 @@ namespace mpigrad::launch {
 namespace {
 
 // The part of the config table an embedded model reads.
-const std::string kEmbedKeys[] = {"model", "loss", "optim", "sched", "train.seed",
-                                  "train.clip_grad_norm", "train.grad_accum_steps"};
+const std::string kEmbedKeys[] = {"model",
+                                  "loss",
+                                  "optim",
+                                  "sched",
+                                  "train.seed",
+                                  "train.clip_grad_norm",
+                                  "train.grad_accum_steps"};
 
 // INI text as it is, or the contents of the file it names. Text has a '=' or a line break; a
 // bare word is a path, which must exist.
@@ -134,17 +139,21 @@ void EmbeddedModel::build(const std::string& config, std::optional<uint64_t> see
   config_ = parse_config_text(text, origin, kEmbedKeys);
   if (seed) config_.train.seed = *seed;
   const ModelSection& model = config_.model;
-  MPIGRAD_CHECK(!model.input_shape.empty(), origin, ": [model] input_shape is required (one "
+  MPIGRAD_CHECK(!model.input_shape.empty(), origin,
+                ": [model] input_shape is required (one "
                 "sample's shape, e.g. 1,32,32)");
-  MPIGRAD_CHECK(model.outputs >= 1, origin, ": [model] outputs is required (the classes or "
+  MPIGRAD_CHECK(model.outputs >= 1, origin,
+                ": [model] outputs is required (the classes or "
                 "values a sample maps to, or the output channels of a conv model)");
   // mpigrad train's default loss, cross_entropy, is rarely what a simulation wants, and a
   // regression config that left [loss] out would otherwise fail only at its first step.
-  MPIGRAD_CHECK(sets_key(text, "loss.name"), origin, ": [loss] name is required: mse or l1 for "
+  MPIGRAD_CHECK(sets_key(text, "loss.name"), origin,
+                ": [loss] name is required: mse or l1 for "
                 "regression (float labels shaped like the model's output), cross_entropy for "
                 "classes (one integer label per sample)");
   MPIGRAD_CHECK(config_.loss.name != LossKind::CrossEntropy || model.name != ModelKind::Conv,
-                origin, ": [loss] name = cross_entropy needs a classifier (mlp, cnn, resnet); "
+                origin,
+                ": [loss] name = cross_entropy needs a classifier (mlp, cnn, resnet); "
                 "a conv model outputs a grid: use mse or l1");
   input_shape_ = core::Shape(model.input_shape);
   output_shape_ = output_shape_of(model, input_shape_);
@@ -160,8 +169,12 @@ void EmbeddedModel::build(const std::string& config, std::optional<uint64_t> see
   }
 }
 
-int EmbeddedModel::rank() const { return manager_ ? manager_->rank() : 0; }
-int EmbeddedModel::world_size() const { return manager_ ? manager_->world_size() : 1; }
+int EmbeddedModel::rank() const {
+  return manager_ ? manager_->rank() : 0;
+}
+int EmbeddedModel::world_size() const {
+  return manager_ ? manager_->world_size() : 1;
+}
 
 core::Tensor EmbeddedModel::prepare_input(const core::Tensor& input, const char* what) {
   using Kind = EmbedErrorKind;
@@ -232,7 +245,8 @@ void EmbeddedModel::check_samples(const core::Tensor& array, ArrayRole role,
   const core::Shape expected = sample_shape(role);
   if (expected.size() == 0) {
     throw EmbedError(EmbedErrorKind::Shape,
-                     core::detail::concat(what, ": shape ", array.shape(), "; cross_entropy "
+                     core::detail::concat(what, ": shape ", array.shape(),
+                                          "; cross_entropy "
                                           "needs one class per sample, an array [batch]"));
   }
   const char* owner = role == ArrayRole::Input ? "[model] input_shape" : "the model's output";
@@ -297,8 +311,8 @@ double EmbeddedModel::last_loss() const {
 double EmbeddedModel::mean_loss() {
   const double local = last_loss();
   if (manager_ == nullptr || world_size() == 1) return local;
-  core::Tensor sums = core::Tensor::from_vector<double>(
-      {local * double(last_batch_), double(last_batch_)}, {2});
+  core::Tensor sums =
+      core::Tensor::from_vector<double>({local * double(last_batch_), double(last_batch_)}, {2});
   manager_->world().all_reduce(sums, ReduceOp::Sum);
   const std::vector<double> total = sums.to_vector<double>();
   return total[1] > 0 ? total[0] / total[1] : 0.0;
@@ -388,8 +402,12 @@ void EmbeddedModel::load(const char* what, const std::string& path, bool trainin
   if (training_state) steps_ = data.step;
 }
 
-void EmbeddedModel::save_model(const std::string& path) { save("save_model", path, false); }
-void EmbeddedModel::load_model(const std::string& path) { load("load_model", path, false); }
+void EmbeddedModel::save_model(const std::string& path) {
+  save("save_model", path, false);
+}
+void EmbeddedModel::load_model(const std::string& path) {
+  load("load_model", path, false);
+}
 void EmbeddedModel::save_checkpoint(const std::string& path) {
   save("save_checkpoint", path, true);
 }

@@ -6,16 +6,18 @@
 // (launch/config/train_config.h) for [model] [loss] [optim] [sched], plus [train] seed,
 // clip_grad_norm and grad_accum_steps; [model] input_shape and outputs and [loss] name are
 // required, since there is no data file to read them from and a classifier and a regression
-// need different labels. Text with a '=' or a line break is INI text; anything else is a path. The model, optimizer and schedule are built exactly as `mpigrad train` builds
-// them (launch/config/train_setup.h), and a step is the same step function (launch/train/training_steps.h).
+// need different labels. Text with a '=' or a line break is INI text; anything else is a path. The
+// model, optimizer and schedule are built exactly as `mpigrad train` builds them
+// (launch/config/train_setup.h), and a step is the same step function
+// (launch/train/training_steps.h).
 //
 // Distributed: over a DistributedManager that adopted the host's communicator (the host keeps
 // MPI; see launch/mpi_interop.h), every rank of it builds the model from the same config and
 // seed, DDP checks that the models agree and broadcasts rank 0's weights, and each train_step
-// averages the gradients over the ranks (DistributedDataParallel) before the optimizer step. With the loss a mean over each rank's batch, R ranks stepping on
-// R equal parts of a batch give the weights one process gets from the whole batch.
-// Construction, train_step and the save/load calls are then collective: every rank calls them
-// in the same order; predict is local.
+// averages the gradients over the ranks (DistributedDataParallel) before the optimizer step. With
+// the loss a mean over each rank's batch, R ranks stepping on R equal parts of a batch give the
+// weights one process gets from the whole batch. Construction, train_step and the save/load calls
+// are then collective: every rank calls them in the same order; predict is local.
 //
 // Shapes: an array is [batch, sample...], and its sample shape must be the model's, rank and
 // every extent (sample_shape, fits): an input's is [model] input_shape, a regression label's or
@@ -41,8 +43,8 @@
 #include "mpigrad/core/device.h"
 #include "mpigrad/core/shape.h"
 #include "mpigrad/core/tensor.h"
-#include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/launch/config/train_config.h"
+#include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/nn/module.h"
 
 namespace mpigrad::launch {
@@ -52,8 +54,7 @@ enum class EmbedErrorKind : uint8_t { Shape, DType, Config, File };
 
 class EmbedError : public core::Error {
  public:
-  EmbedError(EmbedErrorKind kind, const std::string& message)
-      : core::Error(message), kind_(kind) {}
+  EmbedError(EmbedErrorKind kind, const std::string& message) : core::Error(message), kind_(kind) {}
   EmbedErrorKind kind() const { return kind_; }
 
  private:

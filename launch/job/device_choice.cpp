@@ -51,9 +51,8 @@ void check_one_gpu_per_rank(int local_size, int device_count, const std::string&
   MPIGRAD_CHECK(local_size <= device_count, where, " ", local_size,
                 " ranks run on this node but it has ", device_count, " visible GPU",
                 device_count == 1 ? "" : "s", ": the ", backend,
-                " backend needs one GPU per rank. Start at most ", device_count,
-                " rank", device_count == 1 ? "" : "s",
-                " per node (e.g. mpirun --map-by ppr:", device_count,
+                " backend needs one GPU per rank. Start at most ", device_count, " rank",
+                device_count == 1 ? "" : "s", " per node (e.g. mpirun --map-by ppr:", device_count,
                 ":node), make more GPUs visible, or use the mpi backend");
 }
 

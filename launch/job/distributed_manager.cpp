@@ -7,10 +7,10 @@
 
 #include "mpigrad/core/cuda.h"
 #include "mpigrad/core/error.h"
-#include "mpigrad/launch/job/device_choice.h"
 #include "mpigrad/launch/comm/mpi_communicator.h"
 #include "mpigrad/launch/comm/mpi_handle.h"
 #include "mpigrad/launch/comm/rank_label.h"
+#include "mpigrad/launch/job/device_choice.h"
 #if MPIGRAD_WITH_NCCL
 #include "mpigrad/launch/comm/nccl_communicator.h"
 #endif
@@ -37,14 +37,14 @@ struct DistributedManager::State {
 
 namespace {
 
-// The rank's device (launch/job/device_choice.h), made the process's home GPU once, here, so that no
-// thread of this rank ever creates a context on another GPU.
-core::Device choose_device(const DistributedOptions& options, int rank, int size,
-                           int local_rank, int local_size) {
+// The rank's device (launch/job/device_choice.h), made the process's home GPU once, here, so that
+// no thread of this rank ever creates a context on another GPU.
+core::Device choose_device(const DistributedOptions& options, int rank, int size, int local_rank,
+                           int local_size) {
   const char* environment = std::getenv("MPIGRAD_DEVICE");
-  const bool wants_cpu = (options.device && options.device->is_cpu()) ||
-                         (!options.device && environment != nullptr &&
-                          std::string_view(environment) == "cpu");
+  const bool wants_cpu =
+      (options.device && options.device->is_cpu()) ||
+      (!options.device && environment != nullptr && std::string_view(environment) == "cpu");
   // `cpu` never asks CUDA anything, so it works even where the driver is broken.
   const core::CudaVisibility visibility =
       wants_cpu ? core::CudaVisibility{} : core::cuda_visibility();
@@ -80,7 +80,8 @@ DistributedManager::DistributedManager(std::shared_ptr<MpiRuntime> runtime, MpiC
   }
 }
 
-DistributedManager DistributedManager::initialize(int* argc, char*** argv, DistributedOptions options) {
+DistributedManager DistributedManager::initialize(int* argc, char*** argv,
+                                                  DistributedOptions options) {
   std::shared_ptr<MpiRuntime> runtime = MpiRuntime::start(argc, argv);
   // Only a manager that started MPI may work on MPI_COMM_WORLD; it still works on a duplicate.
   MpiCommHandle world = duplicate_communicator(MPI_COMM_WORLD, "MPI_COMM_WORLD");
@@ -89,7 +90,9 @@ DistributedManager DistributedManager::initialize(int* argc, char*** argv, Distr
 
 DistributedManager::DistributedManager(DistributedManager&&) noexcept = default;
 DistributedManager& DistributedManager::operator=(DistributedManager&&) noexcept = default;
-DistributedManager::~DistributedManager() { finalize(); }
+DistributedManager::~DistributedManager() {
+  finalize();
+}
 
 void DistributedManager::finalize() {
   if (!state_) return;
@@ -99,15 +102,26 @@ void DistributedManager::finalize() {
 }
 
 DistributedManager::State& DistributedManager::state() const {
-  MPIGRAD_CHECK(state_ != nullptr, "DistributedManager: used after finalize() or after being moved from");
+  MPIGRAD_CHECK(state_ != nullptr,
+                "DistributedManager: used after finalize() or after being moved from");
   return *state_;
 }
 
-int DistributedManager::rank() const { return state().world->rank(); }
-int DistributedManager::world_size() const { return state().world->size(); }
-int DistributedManager::local_rank() const { return state().node_local->rank(); }
-int DistributedManager::local_size() const { return state().node_local->size(); }
-int DistributedManager::node_count() const { return state().node_count; }
+int DistributedManager::rank() const {
+  return state().world->rank();
+}
+int DistributedManager::world_size() const {
+  return state().world->size();
+}
+int DistributedManager::local_rank() const {
+  return state().node_local->rank();
+}
+int DistributedManager::local_size() const {
+  return state().node_local->size();
+}
+int DistributedManager::node_count() const {
+  return state().node_count;
+}
 core::Device DistributedManager::device() const {
   MPIGRAD_CHECK(state().device_error.empty(), state().device_error);
   return state().device;
@@ -116,26 +130,37 @@ void DistributedManager::set_device(core::Device device) {
   state().device = device;
   state().device_error.clear();
 }
-Launcher DistributedManager::launcher() const { return state().launcher; }
-bool DistributedManager::owns_mpi() const { return state().runtime->owns_mpi(); }
-ThreadLevel DistributedManager::thread_level() const { return state().runtime->thread_level(); }
-const CollectiveConfig& DistributedManager::collective_config() const { return state().config; }
+Launcher DistributedManager::launcher() const {
+  return state().launcher;
+}
+bool DistributedManager::owns_mpi() const {
+  return state().runtime->owns_mpi();
+}
+ThreadLevel DistributedManager::thread_level() const {
+  return state().runtime->thread_level();
+}
+const CollectiveConfig& DistributedManager::collective_config() const {
+  return state().config;
+}
 void DistributedManager::set_collective_config(const CollectiveConfig& config) {
   state().config = config;
 }
-Communicator& DistributedManager::world() { return *state().world; }
-Communicator& DistributedManager::node_local() { return *state().node_local; }
+Communicator& DistributedManager::world() {
+  return *state().world;
+}
+Communicator& DistributedManager::node_local() {
+  return *state().node_local;
+}
 
 std::string DistributedManager::describe() const {
   std::ostringstream out;
   out << "rank " << rank() << "/" << world_size() << " (local " << local_rank() << "/"
-      << local_size() << ", " << node_count()
-      << (simulated_node_count() > 0 ? " simulated" : "")
+      << local_size() << ", " << node_count() << (simulated_node_count() > 0 ? " simulated" : "")
       << (node_count() == 1 ? " node" : " nodes") << "), device "
       << (state().device_error.empty() ? device().str()
                                        : "unavailable (" + state().device_error + ")")
-      << ", " << launcher_name(launcher()) << ", "
-      << thread_level_name(thread_level()) << ", " << (owns_mpi() ? "owns MPI" : "adopted MPI");
+      << ", " << launcher_name(launcher()) << ", " << thread_level_name(thread_level()) << ", "
+      << (owns_mpi() ? "owns MPI" : "adopted MPI");
   return out.str();
 }
 
@@ -152,9 +177,9 @@ std::unique_ptr<Communicator> create_communicator(DistributedManager& manager, B
                   " but no CUDA device is visible; use --backend mpi with host tensors");
     check_one_gpu_per_rank(manager.local_size(), count, "nccl", world.world_label());
     // A CPU device means "the GPU this rank would use": the manager's, or local_rank % count.
-    core::Device gpu = device.is_cuda()                ? device
-                       : manager.device().is_cuda()    ? manager.device()
-                                                       : core::cuda(manager.local_rank() % count);
+    core::Device gpu = device.is_cuda()             ? device
+                       : manager.device().is_cuda() ? manager.device()
+                                                    : core::cuda(manager.local_rank() % count);
     // A duplicate of the world: its ranks are the world's, numbered the same.
     return std::make_unique<NcclCommunicator>(
         duplicate_communicator(world.handle().comm, name, world.world_label()), world.runtime(),

@@ -22,8 +22,8 @@
 
 #include "mpigrad/core/device.h"
 #include "mpigrad/launch/comm/communicator.h"
-#include "mpigrad/launch/job/launcher.h"
 #include "mpigrad/launch/comm/mpi_runtime.h"
+#include "mpigrad/launch/job/launcher.h"
 
 namespace mpigrad::launch {
 

@@ -10,7 +10,8 @@ Launcher detect_launcher() {
   auto set = [](const char* name) { return std::getenv(name) != nullptr; };
   // Open MPI started without mpirun ("singleton") exports PMIx variables of its own during
   // MPI_Init; it marks itself with OMPI_MCA_ess=singleton.
-  if (const char* ess = std::getenv("OMPI_MCA_ess"); ess != nullptr && std::string_view(ess) == "singleton") {
+  if (const char* ess = std::getenv("OMPI_MCA_ess");
+      ess != nullptr && std::string_view(ess) == "singleton") {
     return Launcher::SingleProcess;
   }
   // Open MPI first: its mpirun also exports PMIX_RANK, and inside a Slurm allocation the batch
@@ -23,10 +24,14 @@ Launcher detect_launcher() {
 
 std::string_view launcher_name(Launcher launcher) {
   switch (launcher) {
-    case Launcher::OpenMpi: return "Open MPI (mpirun)";
-    case Launcher::SlurmPmix: return "Slurm/PMIx (srun)";
-    case Launcher::Hydra: return "Hydra (mpiexec.hydra)";
-    case Launcher::SingleProcess: return "single process";
+    case Launcher::OpenMpi:
+      return "Open MPI (mpirun)";
+    case Launcher::SlurmPmix:
+      return "Slurm/PMIx (srun)";
+    case Launcher::Hydra:
+      return "Hydra (mpiexec.hydra)";
+    case Launcher::SingleProcess:
+      return "single process";
   }
   return "?";
 }

@@ -14,7 +14,9 @@
 
 namespace mpigrad::launch {
 
-constexpr uint64_t rank_seed(uint64_t base_seed, int rank) { return base_seed + uint64_t(rank); }
+constexpr uint64_t rank_seed(uint64_t base_seed, int rank) {
+  return base_seed + uint64_t(rank);
+}
 
 class RankLogger {
  public:

@@ -36,8 +36,12 @@ void append_json_string(std::string& out, const std::string& text) {
 
 // The trace's ids start at 1: Perfetto takes pid 0 and tid 0 for the kernel's swapper (idle)
 // process and thread, so rank 0 and the training loop would not be shown as our own.
-int trace_pid(int rank) { return rank + 1; }
-int trace_tid(int32_t lane) { return int(lane) + 1; }
+int trace_pid(int rank) {
+  return rank + 1;
+}
+int trace_tid(int32_t lane) {
+  return int(lane) + 1;
+}
 
 void append_metadata(std::string& out, int rank, int32_t lane, const char* what, const char* key,
                      const std::string& value, bool quoted) {

@@ -30,9 +30,10 @@ Embeddings gather_embeddings(const EmbedFunction& embed, data::DataLoader& loade
     core::Tensor x = batch[input];
     if (x.device() != manager.device()) x = x.to(manager.device());
     core::Tensor rows = embed(x).detach();
-    MPIGRAD_CHECK(rows.dim() == 2 && rows.size(0) == batch.size(), "gather_embeddings: the "
-                  "embedding of a batch of ", batch.size(), " has shape ", rows.shape(),
-                  "; expected [", batch.size(), ", D]");
+    MPIGRAD_CHECK(rows.dim() == 2 && rows.size(0) == batch.size(),
+                  "gather_embeddings: the "
+                  "embedding of a batch of ",
+                  batch.size(), " has shape ", rows.shape(), "; expected [", batch.size(), ", D]");
     pieces.push_back(rows.to(core::kCPU).to(core::kFloat32).contiguous());
     std::vector<int64_t> y = batch[label].to(core::kCPU).to(core::kInt64).to_vector<int64_t>();
     MPIGRAD_CHECK(int64_t(y.size()) == batch.size(), "gather_embeddings: label field '", label,
@@ -106,9 +107,9 @@ nn::RetrievalMetrics distributed_retrieval_metrics(const Embeddings& table,
       {mine.precision_at_1, mine.average_precision_at_r, double(mine.queries)}, {3});
   manager.world().all_reduce(sums, ReduceOp::Sum);
   std::vector<double> total = sums.to_vector<double>();
-  return nn::RetrievalMetrics::from_sums(
-      {.precision_at_1 = total[0], .average_precision_at_r = total[1],
-       .queries = int64_t(total[2] + 0.5)});
+  return nn::RetrievalMetrics::from_sums({.precision_at_1 = total[0],
+                                          .average_precision_at_r = total[1],
+                                          .queries = int64_t(total[2] + 0.5)});
 }
 
 namespace {

@@ -10,14 +10,18 @@
 namespace mpigrad::launch {
 
 LRFinder::LRFinder(LRFinderSettings settings) : settings_(settings) {
-  MPIGRAD_CHECK(settings.start_lr > 0 && std::isfinite(settings.start_lr), "lr-find: --start "
-                "must be a positive number, got ", settings.start_lr);
+  MPIGRAD_CHECK(settings.start_lr > 0 && std::isfinite(settings.start_lr),
+                "lr-find: --start "
+                "must be a positive number, got ",
+                settings.start_lr);
   MPIGRAD_CHECK(settings.end_lr > settings.start_lr && std::isfinite(settings.end_lr),
-                "lr-find: --end (", settings.end_lr, ") must be above --start (",
-                settings.start_lr, ")");
+                "lr-find: --end (", settings.end_lr, ") must be above --start (", settings.start_lr,
+                ")");
   MPIGRAD_CHECK(settings.steps >= 2, "lr-find: --steps must be at least 2, got ", settings.steps);
-  MPIGRAD_CHECK(settings.beta >= 0 && settings.beta < 1, "lr-find: smoothing beta must be in "
-                "[0, 1), got ", settings.beta);
+  MPIGRAD_CHECK(settings.beta >= 0 && settings.beta < 1,
+                "lr-find: smoothing beta must be in "
+                "[0, 1), got ",
+                settings.beta);
   MPIGRAD_CHECK(settings.divergence > 1, "lr-find: the divergence factor must be above 1, got ",
                 settings.divergence);
 }

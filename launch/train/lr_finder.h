@@ -57,10 +57,10 @@ class LRFinder {
 };
 
 struct LRSuggestion {
-  bool found = false;   // false: fewer than 3 points
-  int64_t index = -1;   // into the points
+  bool found = false;  // false: fewer than 3 points
+  int64_t index = -1;  // into the points
   double lr = 0;
-  double slope = 0;     // d smoothed_loss / d ln(lr) there
+  double slope = 0;  // d smoothed_loss / d ln(lr) there
 };
 LRSuggestion suggest_lr(const std::vector<LRFinderPoint>& points);
 

@@ -43,8 +43,8 @@ void SWAHook::on(HookStage stage, TrainingContext& context) {
   }
 }
 
-void recompute_bn_statistics(nn::Module& model, data::DataLoader& loader,
-                             const std::string& input, DistributedManager& manager) {
+void recompute_bn_statistics(nn::Module& model, data::DataLoader& loader, const std::string& input,
+                             DistributedManager& manager) {
   loader.set_epoch(0);
   loader.start();
   nn::update_bn(model, [&]() -> core::Tensor {

@@ -54,8 +54,8 @@ class SWAHook final : public Hook {
 
 // update_bn over `loader` (batches' field `input`), then the ranks' floating buffers averaged
 // over `manager`'s world. Every rank must call it, with loaders of equal length.
-void recompute_bn_statistics(nn::Module& model, data::DataLoader& loader,
-                             const std::string& input, DistributedManager& manager);
+void recompute_bn_statistics(nn::Module& model, data::DataLoader& loader, const std::string& input,
+                             DistributedManager& manager);
 
 // Reads every checkpoint in `paths` (every rank reads them), checks each one's /model entries
 // against `model` (a missing, extra or differently shaped tensor is a core::Error naming the

@@ -24,7 +24,9 @@ namespace mpigrad::launch {
 
 DDPHook::DDPHook(DdpOptions options, DistributedSamplerSettings sampler,
                  BatchSamplerFactory custom_sampler, Communicator* communicator)
-    : options_(options), sampler_(sampler), custom_sampler_(std::move(custom_sampler)),
+    : options_(options),
+      sampler_(sampler),
+      custom_sampler_(std::move(custom_sampler)),
       communicator_(communicator) {}
 
 DDPHook::~DDPHook() = default;
@@ -73,11 +75,12 @@ void DDPHook::install_sampler(data::DataLoader& loader, int64_t replicas, int64_
     multi_options.rank = rank;
     multi_options.seed = seed;
     multi_options.drop_last = drop_last;
-    loader.set_batch_sampler(std::make_shared<data::MultiDatasetBatchSampler>(*multi, multi_options));
+    loader.set_batch_sampler(
+        std::make_shared<data::MultiDatasetBatchSampler>(*multi, multi_options));
     return;
   }
-  auto sampler = std::make_shared<data::DistributedSampler>(loader.dataset().size(), replicas,
-                                                            rank, shuffle, seed, drop_last);
+  auto sampler = std::make_shared<data::DistributedSampler>(loader.dataset().size(), replicas, rank,
+                                                            shuffle, seed, drop_last);
   loader.set_batch_sampler(
       std::make_shared<data::BatchSampler>(sampler, options.batch_size, drop_last));
 }
@@ -114,8 +117,7 @@ void CheckpointHook::save(TrainingContext& context, const std::string& path) con
 
 // Gives every hook with state its part of the checkpoint. A hook whose state the file lacks
 // (EMA turned on for the resumed run) starts afresh, and rank 0 says so.
-void CheckpointHook::restore_hooks(TrainingContext& context,
-                                   const nn::CheckpointData& data) const {
+void CheckpointHook::restore_hooks(TrainingContext& context, const nn::CheckpointData& data) const {
   for (Hook* hook : context.hooks) {
     if (hook->state_dict().empty()) continue;
     auto stored = data.hooks.find(hook->name());
@@ -127,8 +129,10 @@ void CheckpointHook::restore_hooks(TrainingContext& context,
                    "' does not fit this run: ", error.what());
       }
     } else if (context.manager->is_main_process()) {
-      std::printf("resume: %s holds no state for hook '%s'; it starts from the resumed "
-                  "weights\n", settings_.resume.c_str(), hook->name().c_str());
+      std::printf(
+          "resume: %s holds no state for hook '%s'; it starts from the resumed "
+          "weights\n",
+          settings_.resume.c_str(), hook->name().c_str());
     }
   }
 }
@@ -229,7 +233,9 @@ std::string tensorboard_tag(const std::string& metric) {
 }
 
 LoggingHook::LoggingHook(std::string out_dir, int64_t every, bool tensorboard)
-    : Hook(1), out_dir_(std::move(out_dir)), log_every_(every < 1 ? 1 : every),
+    : Hook(1),
+      out_dir_(std::move(out_dir)),
+      log_every_(every < 1 ? 1 : every),
       tensorboard_wanted_(tensorboard) {}
 
 LoggingHook::~LoggingHook() = default;
@@ -280,12 +286,13 @@ void LoggingHook::on(HookStage stage, TrainingContext& context) {
         std::filesystem::create_directories(out_dir_);
         std::string path = (std::filesystem::path(out_dir_) / "metrics.jsonl").string();
         // A resumed run appends to the metrics of the run it continues.
-        metrics_.open(path, context.step > 0 || context.epoch > 0 ? std::ios::app : std::ios::trunc);
+        metrics_.open(path,
+                      context.step > 0 || context.epoch > 0 ? std::ios::app : std::ios::trunc);
         MPIGRAD_CHECK(metrics_.good(), "LoggingHook: cannot write ", path);
         // A resumed run adds a file of its own; TensorBoard reads every file of the folder.
         if (tensorboard_wanted_) {
-          tensorboard_ = std::make_unique<EventFileWriter>(
-              (std::filesystem::path(out_dir_) / "tb").string());
+          tensorboard_ =
+              std::make_unique<EventFileWriter>((std::filesystem::path(out_dir_) / "tb").string());
         }
       }
       break;
@@ -321,11 +328,12 @@ void LoggingHook::on(HookStage stage, TrainingContext& context) {
         write_record({{"step", context.step}, {"epoch", context.epoch}},
                      {{"loss", loss}, {"lr", lr}, {"samples_per_s", rate}}, context.step);
         int64_t batches = context.train_loader ? context.train_loader->size() : 0;
-        std::printf(tty_ ? "\repoch %lld  step %lld  batch %lld/%lld  loss %.4f  lr %.4g  %.0f samples/s  "
-                         : "epoch %lld  step %lld  batch %lld/%lld  loss %.4f  lr %.4g  %.0f samples/s\n",
-                    static_cast<long long>(context.epoch), static_cast<long long>(context.step),
-                    static_cast<long long>(context.batch_in_epoch + 1),
-                    static_cast<long long>(batches), loss, lr, rate);
+        std::printf(
+            tty_ ? "\repoch %lld  step %lld  batch %lld/%lld  loss %.4f  lr %.4g  %.0f samples/s  "
+                 : "epoch %lld  step %lld  batch %lld/%lld  loss %.4f  lr %.4g  %.0f samples/s\n",
+            static_cast<long long>(context.epoch), static_cast<long long>(context.step),
+            static_cast<long long>(context.batch_in_epoch + 1), static_cast<long long>(batches),
+            loss, lr, rate);
         std::fflush(stdout);
       }
       loss_sum_ = core::Tensor();

@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "mpigrad/launch/ddp/distributed_data_parallel.h"
-#include "mpigrad/nn/checkpoint.h"
 #include "mpigrad/launch/train/training_strategy.h"
+#include "mpigrad/nn/checkpoint.h"
 #include "mpigrad/nn/optim/lr_scheduler.h"
 #include "mpigrad/nn/weight_averaging.h"
 
@@ -71,9 +71,9 @@ class DDPHook final : public Hook {
 
 struct CheckpointSettings {
   std::string out_dir;
-  std::string resume;        // checkpoint to resume from, or empty
+  std::string resume;         // checkpoint to resume from, or empty
   bool save_initial = false;  // ckpt-step0.h5 before the first step
-  std::string config_text;   // stored in every checkpoint
+  std::string config_text;    // stored in every checkpoint
 };
 
 class CheckpointHook final : public Hook {
@@ -172,7 +172,6 @@ class LoggingHook final : public Hook {
                     const std::vector<std::pair<std::string, double>>& scalars, int64_t step);
 
  private:
-
   std::string out_dir_;
   int64_t log_every_;
   bool tensorboard_wanted_;

@@ -11,8 +11,8 @@ namespace {
 // [batch, 1]).
 core::Tensor labels_of(const data::Batch& batch, const std::string& label) {
   const core::Tensor& stored = batch[label];
-  MPIGRAD_CHECK(!core::is_floating(stored.dtype()), "label field '", label, "' is ",
-                stored.dtype(), "; class labels must be integers");
+  MPIGRAD_CHECK(!core::is_floating(stored.dtype()), "label field '", label, "' is ", stored.dtype(),
+                "; class labels must be integers");
   MPIGRAD_CHECK(stored.numel() == batch.size(), "label field '", label, "' has shape ",
                 stored.shape(), "; expected one label per sample");
   return stored.reshape({batch.size()}).to(core::kInt64);
@@ -25,11 +25,10 @@ std::pair<core::Tensor, core::Tensor> flat_pair(const core::Tensor& prediction,
                                                 const std::string& target) {
   const core::Tensor& stored = batch[target];
   const int64_t n = batch.size();
-  MPIGRAD_CHECK(prediction.dim() >= 1 && prediction.size(0) == n &&
-                    stored.numel() == prediction.numel(),
-                "target field '", target, "' has shape ", stored.shape(),
-                " but the model predicts ", prediction.shape(),
-                "; they must hold the same number of values per sample");
+  MPIGRAD_CHECK(
+      prediction.dim() >= 1 && prediction.size(0) == n && stored.numel() == prediction.numel(),
+      "target field '", target, "' has shape ", stored.shape(), " but the model predicts ",
+      prediction.shape(), "; they must hold the same number of values per sample");
   return {prediction.reshape({n, -1}), stored.reshape({n, -1}).to(prediction.dtype())};
 }
 
@@ -85,13 +84,16 @@ StepFunction supcon_step(std::string input, std::string label, nn::SupConOptions
     const core::Tensor& views = batch[input];
     MPIGRAD_CHECK(views.dim() >= 1 && n > 0 && views.size(0) % n == 0 && views.size(0) >= 2 * n,
                   "supcon_step: field '", input, "' has ", views.dim() >= 1 ? views.size(0) : 0,
-                  " rows for a batch of ", n, "; expected at least two views per sample, "
+                  " rows for a batch of ", n,
+                  "; expected at least two views per sample, "
                   "view-major [views * batch, ...]");
     const int64_t view_count = views.size(0) / n;
     core::Tensor projections = model(views);  // [V * batch, P], view-major
-    MPIGRAD_CHECK(projections.dim() == 2 && projections.size(0) == view_count * n, "supcon_step: "
-                  "the model maps ", views.shape(), " to ", projections.shape(),
-                  "; expected [", view_count * n, ", projection]");
+    MPIGRAD_CHECK(projections.dim() == 2 && projections.size(0) == view_count * n,
+                  "supcon_step: "
+                  "the model maps ",
+                  views.shape(), " to ", projections.shape(), "; expected [", view_count * n,
+                  ", projection]");
     core::Tensor features =
         projections.reshape({view_count, n, projections.size(1)}).transpose(0, 1);
     return nn::supcon_loss(features, labels_of(batch, label), core::Tensor(), options);

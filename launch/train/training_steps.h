@@ -28,9 +28,8 @@ StepFunction classification_step(std::string input, std::string label);
 EvalFunction classification_metrics(std::string input, std::string label);
 
 // A regression loss of torch's form: nn::mse_loss or nn::l1_loss.
-using RegressionLoss =
-    std::function<core::Tensor(const core::Tensor& prediction, const core::Tensor& target,
-                               nn::Reduction reduction)>;
+using RegressionLoss = std::function<core::Tensor(
+    const core::Tensor& prediction, const core::Tensor& target, nn::Reduction reduction)>;
 
 // loss = loss(model(batch[input]), batch[target]), both [batch, values per sample].
 StepFunction regression_step(std::string input, std::string target, RegressionLoss loss);

@@ -13,20 +13,34 @@ namespace mpigrad::launch {
 
 const char* hook_stage_name(HookStage stage) {
   switch (stage) {
-    case HookStage::Setup: return "setup";
-    case HookStage::BeforeTraining: return "before_training";
-    case HookStage::BeforeEpoch: return "before_epoch";
-    case HookStage::BeforeBatch: return "before_batch";
-    case HookStage::BeforeForward: return "before_forward";
-    case HookStage::AfterLoss: return "after_loss";
-    case HookStage::BeforeBackward: return "before_backward";
-    case HookStage::AfterBackward: return "after_backward";
-    case HookStage::BeforeOptimizerStep: return "before_optimizer_step";
-    case HookStage::AfterOptimizerStep: return "after_optimizer_step";
-    case HookStage::AfterBatch: return "after_batch";
-    case HookStage::AfterEpoch: return "after_epoch";
-    case HookStage::AfterValidation: return "after_validation";
-    case HookStage::AfterTraining: return "after_training";
+    case HookStage::Setup:
+      return "setup";
+    case HookStage::BeforeTraining:
+      return "before_training";
+    case HookStage::BeforeEpoch:
+      return "before_epoch";
+    case HookStage::BeforeBatch:
+      return "before_batch";
+    case HookStage::BeforeForward:
+      return "before_forward";
+    case HookStage::AfterLoss:
+      return "after_loss";
+    case HookStage::BeforeBackward:
+      return "before_backward";
+    case HookStage::AfterBackward:
+      return "after_backward";
+    case HookStage::BeforeOptimizerStep:
+      return "before_optimizer_step";
+    case HookStage::AfterOptimizerStep:
+      return "after_optimizer_step";
+    case HookStage::AfterBatch:
+      return "after_batch";
+    case HookStage::AfterEpoch:
+      return "after_epoch";
+    case HookStage::AfterValidation:
+      return "after_validation";
+    case HookStage::AfterTraining:
+      return "after_training";
   }
   return "unknown";
 }
@@ -144,7 +158,8 @@ void TrainingStrategy::train_batch(data::Batch& batch) {
     Span forward(ctx.timeline, "forward");
     ctx.loss = step_(ctx.model(), batch);
   }
-  MPIGRAD_CHECK(ctx.loss.defined() && ctx.loss.numel() == 1, "TrainingStrategy: the step "
+  MPIGRAD_CHECK(ctx.loss.defined() && ctx.loss.numel() == 1,
+                "TrainingStrategy: the step "
                 "function must return the loss as one number, got ",
                 ctx.loss.defined() ? ctx.loss.shape() : core::Shape{}, " at step ", ctx.step);
   call(HookStage::AfterLoss);
@@ -186,8 +201,8 @@ std::map<std::string, double> TrainingStrategy::validate(data::DataLoader& loade
   for (Hook* hook : ctx.hooks) {
     nn::Module* offered = hook->evaluation_model(ctx);
     if (offered == nullptr) continue;
-    MPIGRAD_CHECK(offered_by == nullptr, "TrainingStrategy: hooks '", offered_by->name(),
-                  "' and '", hook->name(), "' both offer the model to evaluate; at most one may");
+    MPIGRAD_CHECK(offered_by == nullptr, "TrainingStrategy: hooks '", offered_by->name(), "' and '",
+                  hook->name(), "' both offer the model to evaluate; at most one may");
     offered_by = hook;
     model = offered;
   }

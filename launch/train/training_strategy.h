@@ -52,9 +52,20 @@ class DistributedDataParallel;
 class Timeline;
 
 enum class HookStage : uint8_t {
-  Setup, BeforeTraining, BeforeEpoch, BeforeBatch, BeforeForward, AfterLoss, BeforeBackward,
-  AfterBackward, BeforeOptimizerStep, AfterOptimizerStep, AfterBatch, AfterEpoch,
-  AfterValidation, AfterTraining,
+  Setup,
+  BeforeTraining,
+  BeforeEpoch,
+  BeforeBatch,
+  BeforeForward,
+  AfterLoss,
+  BeforeBackward,
+  AfterBackward,
+  BeforeOptimizerStep,
+  AfterOptimizerStep,
+  AfterBatch,
+  AfterEpoch,
+  AfterValidation,
+  AfterTraining,
 };
 const char* hook_stage_name(HookStage stage);
 
@@ -73,29 +84,29 @@ class Hook;
 // What hooks see and may change.
 struct TrainingContext {
   DistributedManager* manager = nullptr;
-  std::vector<nn::Module*> models;          // models[0] is the one trained
+  std::vector<nn::Module*> models;  // models[0] is the one trained
   std::vector<nn::Optimizer*> optimizers;
   data::DataLoader* train_loader = nullptr;
   data::DataLoader* val_loader = nullptr;
-  DistributedDataParallel* ddp = nullptr;   // set by DDPHook
-  Timeline* timeline = nullptr;             // set before run() to record spans; null: none
-  std::vector<Hook*> hooks;                 // every hook, in call order (CheckpointHook saves
-                                            // the state of those that have one)
+  DistributedDataParallel* ddp = nullptr;  // set by DDPHook
+  Timeline* timeline = nullptr;            // set before run() to record spans; null: none
+  std::vector<Hook*> hooks;                // every hook, in call order (CheckpointHook saves
+                                           // the state of those that have one)
 
-  int64_t epoch = 0;            // current epoch (0-based); a resuming hook sets it in setup
+  int64_t epoch = 0;  // current epoch (0-based); a resuming hook sets it in setup
   int64_t epochs = 1;
-  int64_t step = 0;             // optimizer steps taken so far
-  int64_t max_steps = 0;        // 0: no limit
-  int64_t batch_in_epoch = 0;   // micro-batches done in this epoch
-  int64_t micro_batches = 0;    // micro-batches done overall
+  int64_t step = 0;            // optimizer steps taken so far
+  int64_t max_steps = 0;       // 0: no limit
+  int64_t batch_in_epoch = 0;  // micro-batches done in this epoch
+  int64_t micro_batches = 0;   // micro-batches done overall
   int64_t accumulation_steps = 1;
-  bool sync_step = true;        // this micro-batch ends with an optimizer step
+  bool sync_step = true;  // this micro-batch ends with an optimizer step
 
   data::Batch* batch = nullptr;
-  core::Tensor loss;                      // the step function's result, on the model's device
+  core::Tensor loss;  // the step function's result, on the model's device
   // After validation: val_<metric> for each metric of the evaluation function, and val_samples.
   std::map<std::string, double> metrics;
-  bool stop = false;                      // a hook may end training early
+  bool stop = false;  // a hook may end training early
 
   nn::Module& model() { return *models.at(0); }
   nn::Optimizer& optimizer() { return *optimizers.at(0); }
@@ -135,8 +146,7 @@ class TrainingStrategy {
   // `evaluate` may be null: no validation, or validation by hooks alone (see above).
   TrainingStrategy(std::vector<nn::Module*> models, std::vector<nn::Optimizer*> optimizers,
                    StepFunction step, EvalFunction evaluate, DistributedManager& manager,
-                   std::vector<std::shared_ptr<Hook>> hooks, int64_t epochs,
-                   int64_t max_steps = 0);
+                   std::vector<std::shared_ptr<Hook>> hooks, int64_t epochs, int64_t max_steps = 0);
 
   // Trains for the configured epochs (or max_steps); val_loader may be null.
   void run(data::DataLoader& train_loader, data::DataLoader* val_loader);

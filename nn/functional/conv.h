@@ -19,7 +19,7 @@ struct Conv2dOptions {
 };
 
 // bias may be undefined. Differentiable in input, weight and bias.
-core::Tensor conv2d(const core::Tensor& input, const core::Tensor& weight,
-                    const core::Tensor& bias, const Conv2dOptions& options = {});
+core::Tensor conv2d(const core::Tensor& input, const core::Tensor& weight, const core::Tensor& bias,
+                    const Conv2dOptions& options = {});
 
 }  // namespace mpigrad::nn::functional

@@ -28,9 +28,13 @@ Tensor dense_vector(const char* name, const char* what, const Tensor& t, int64_t
   return t.detach().to(dtype).contiguous().reshape({n});
 }
 
-const void* ptr_or_null(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+const void* ptr_or_null(const Tensor& t) {
+  return t.defined() ? t.data_ptr() : nullptr;
+}
 
-void* out_or_null(Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+void* out_or_null(Tensor& t) {
+  return t.defined() ? t.data_ptr() : nullptr;
+}
 
 struct BatchNormBackward final : core::Node {
   core::SavedTensor input, mean, invstd, weight;
@@ -47,9 +51,9 @@ struct BatchNormBackward final : core::Node {
     Tensor grad_b = next[2] ? core::detail::empty_on({channels}, x.dtype(), x.device()) : Tensor();
     core::backend_for(x.device())
         .batch_norm_backward(x.dtype(), batch, channels, inner, training, eps, x.data_ptr(),
-                             g.data_ptr(), mean.get(*this).data_ptr(),
-                             invstd.get(*this).data_ptr(), ptr_or_null(w), out_or_null(grad_x),
-                             out_or_null(grad_w), out_or_null(grad_b));
+                             g.data_ptr(), mean.get(*this).data_ptr(), invstd.get(*this).data_ptr(),
+                             ptr_or_null(w), out_or_null(grad_x), out_or_null(grad_w),
+                             out_or_null(grad_b));
     grads[0] = grad_x;
     grads[1] = grad_w;
     grads[2] = grad_b;
@@ -77,9 +81,8 @@ struct LayerNormBackward final : core::Node {
     Tensor grad_b = next[2] ? core::detail::empty_on(param_shape, x.dtype(), x.device()) : Tensor();
     core::backend_for(x.device())
         .layer_norm_backward(x.dtype(), rows, cols, x.data_ptr(), g.data_ptr(),
-                             mean.get(*this).data_ptr(), rstd.get(*this).data_ptr(),
-                             ptr_or_null(w), out_or_null(grad_x), out_or_null(grad_w),
-                             out_or_null(grad_b));
+                             mean.get(*this).data_ptr(), rstd.get(*this).data_ptr(), ptr_or_null(w),
+                             out_or_null(grad_x), out_or_null(grad_w), out_or_null(grad_b));
     grads[0] = grad_x;
     grads[1] = grad_w;
     grads[2] = grad_b;
@@ -120,9 +123,8 @@ void batch_norm_training(const Tensor& input, const Tensor& x, const Tensor& w, 
   }
   core::backend_for(input.device())
       .batch_norm_forward_training(dtype, batch, channels, inner, factor, eps, x.data_ptr(),
-                                   ptr_or_null(w), ptr_or_null(b), out_or_null(rm),
-                                   out_or_null(rv), out.data_ptr(), mean.data_ptr(),
-                                   invstd.data_ptr());
+                                   ptr_or_null(w), ptr_or_null(b), out_or_null(rm), out_or_null(rv),
+                                   out.data_ptr(), mean.data_ptr(), invstd.data_ptr());
   if (!have_running) return;
   if (direct) {
     running_mean.storage()->bump_version();
@@ -148,8 +150,10 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
   MPIGRAD_CHECK(training || have_running, name,
                 ": eval mode needs running statistics (track_running_stats)");
   if (training) {
-    MPIGRAD_CHECK(batch * inner > 1, name, ": expected more than 1 value per channel when "
-                  "training, got input of shape ", input.shape());
+    MPIGRAD_CHECK(batch * inner > 1, name,
+                  ": expected more than 1 value per channel when "
+                  "training, got input of shape ",
+                  input.shape());
   }
   const core::DType dtype = input.dtype();
   Tensor x, w, b;

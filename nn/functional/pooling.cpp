@@ -15,9 +15,12 @@ enum class PoolKind { Max, Avg, AdaptiveAvg };
 
 const char* pool_name(PoolKind kind) {
   switch (kind) {
-    case PoolKind::Max: return "max_pool2d";
-    case PoolKind::Avg: return "avg_pool2d";
-    default: return "adaptive_avg_pool2d";
+    case PoolKind::Max:
+      return "max_pool2d";
+    case PoolKind::Avg:
+      return "avg_pool2d";
+    default:
+      return "adaptive_avg_pool2d";
   }
 }
 
@@ -41,7 +44,9 @@ core::Shape output_shape(const Tensor& input, const kernels::Pool2dGeometry& g) 
   return shape;
 }
 
-const void* data_or_null(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+const void* data_or_null(const Tensor& t) {
+  return t.defined() ? t.data_ptr() : nullptr;
+}
 
 struct Pool2dBackward final : core::Node {
   PoolKind kind;
@@ -54,9 +59,12 @@ struct Pool2dBackward final : core::Node {
   explicit Pool2dBackward(PoolKind kind_) : kind(kind_) {}
   const char* name() const override {
     switch (kind) {
-      case PoolKind::Max: return "MaxPool2dBackward";
-      case PoolKind::Avg: return "AvgPool2dBackward";
-      default: return "AdaptiveAvgPool2dBackward";
+      case PoolKind::Max:
+        return "MaxPool2dBackward";
+      case PoolKind::Avg:
+        return "AvgPool2dBackward";
+      default:
+        return "AdaptiveAvgPool2dBackward";
     }
   }
   void apply(const Tensor& grad_output, std::vector<Tensor>& grads) override {
@@ -87,8 +95,7 @@ Tensor run_pool(PoolKind kind, core::Pool2dMode mode, const Tensor& input,
   auto& backend = core::backend_for(input.device());
   Tensor indices;
   if (mode == core::Pool2dMode::Max) {
-    indices = core::detail::empty_on({backend.max_pool2d_indices(g)}, core::kInt64,
-                                     input.device());
+    indices = core::detail::empty_on({backend.max_pool2d_indices(g)}, core::kInt64, input.device());
   }
   backend.pool2d_forward(mode, x.dtype(), g, x.data_ptr(), out.data_ptr(),
                          indices.defined() ? indices.data<int64_t>() : nullptr);
@@ -121,10 +128,10 @@ Tensor windowed_pool(PoolKind kind, const Tensor& input, const Pool2dOptions& o)
   MPIGRAD_CHECK(g.kernel_h >= 1 && g.kernel_w >= 1 && g.stride_h >= 1 && g.stride_w >= 1 &&
                     g.dilation_h >= 1 && g.dilation_w >= 1,
                 name, ": kernel size, stride and dilation must be >= 1");
-  MPIGRAD_CHECK(g.pad_h >= 0 && g.pad_w >= 0 && 2 * g.pad_h <= g.kernel_h &&
-                    2 * g.pad_w <= g.kernel_w,
-                name, ": padding must be >= 0 and at most half the kernel size, got ", g.pad_h,
-                "x", g.pad_w, " for kernel ", g.kernel_h, "x", g.kernel_w);
+  MPIGRAD_CHECK(
+      g.pad_h >= 0 && g.pad_w >= 0 && 2 * g.pad_h <= g.kernel_h && 2 * g.pad_w <= g.kernel_w, name,
+      ": padding must be >= 0 and at most half the kernel size, got ", g.pad_h, "x", g.pad_w,
+      " for kernel ", g.kernel_h, "x", g.kernel_w);
   g.out_h = (g.height + 2 * g.pad_h - g.dilation_h * (g.kernel_h - 1) - 1) / g.stride_h + 1;
   g.out_w = (g.width + 2 * g.pad_w - g.dilation_w * (g.kernel_w - 1) - 1) / g.stride_w + 1;
   MPIGRAD_CHECK(g.out_h > 0 && g.out_w > 0, name, ": input of shape ", input.shape(),

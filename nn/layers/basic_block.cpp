@@ -28,9 +28,10 @@ std::shared_ptr<Conv2d> block_conv(int64_t in_channels, int64_t out_channels, in
 
 BasicBlock::BasicBlock(int64_t in_channels, int64_t out_channels, int64_t stride,
                        core::Generator& generator) {
-  MPIGRAD_CHECK(in_channels >= 1 && out_channels >= 1 && stride >= 1, "BasicBlock: channels and "
-                "stride must be at least 1, got in ", in_channels, ", out ", out_channels,
-                ", stride ", stride);
+  MPIGRAD_CHECK(in_channels >= 1 && out_channels >= 1 && stride >= 1,
+                "BasicBlock: channels and "
+                "stride must be at least 1, got in ",
+                in_channels, ", out ", out_channels, ", stride ", stride);
   register_module("conv1", block_conv(in_channels, out_channels, 3, stride, generator));
   register_module("bn1", std::make_shared<BatchNorm2d>(out_channels));
   register_module("relu", std::make_shared<ReLU>());
@@ -38,10 +39,9 @@ BasicBlock::BasicBlock(int64_t in_channels, int64_t out_channels, int64_t stride
   register_module("bn2", std::make_shared<BatchNorm2d>(out_channels));
   has_downsample_ = stride != 1 || in_channels != out_channels;
   if (has_downsample_) {
-    register_module("downsample",
-                    std::make_shared<Sequential>(std::vector<std::shared_ptr<Module>>{
-                        block_conv(in_channels, out_channels, 1, stride, generator),
-                        std::make_shared<BatchNorm2d>(out_channels)}));
+    register_module("downsample", std::make_shared<Sequential>(std::vector<std::shared_ptr<Module>>{
+                                      block_conv(in_channels, out_channels, 1, stride, generator),
+                                      std::make_shared<BatchNorm2d>(out_channels)}));
   }
 }
 

@@ -20,8 +20,7 @@ namespace mpigrad::nn {
 
 class BasicBlock : public Module {
  public:
-  BasicBlock(int64_t in_channels, int64_t out_channels, int64_t stride,
-             core::Generator& generator);
+  BasicBlock(int64_t in_channels, int64_t out_channels, int64_t stride, core::Generator& generator);
   Tensor forward(const Tensor& input) override;
   std::string type_name() const override { return "BasicBlock"; }
   bool has_downsample() const { return has_downsample_; }

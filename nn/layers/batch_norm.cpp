@@ -37,9 +37,9 @@ void BatchNorm::reset_running_stats() {
 
 Tensor BatchNorm::forward(const Tensor& input) {
   MPIGRAD_CHECK(input.dim() >= min_dims_ && input.dim() <= max_dims_, type_name_, ": expected ",
-                min_dims_ == max_dims_ ? std::to_string(min_dims_)
-                                       : std::to_string(min_dims_) + "-d or " +
-                                             std::to_string(max_dims_),
+                min_dims_ == max_dims_
+                    ? std::to_string(min_dims_)
+                    : std::to_string(min_dims_) + "-d or " + std::to_string(max_dims_),
                 "-d input, got shape ", input.shape());
   MPIGRAD_CHECK(input.shape()[1] == config_.num_features, type_name_, ": input has ",
                 input.shape()[1], " channels, expected ", config_.num_features);
@@ -48,8 +48,8 @@ Tensor BatchNorm::forward(const Tensor& input) {
   if (is_training() && config_.track_running_stats) {
     core::NoGradGuard no_grad;
     num_batches_tracked_->add_(1.0);
-    factor = config_.momentum ? *config_.momentum
-                              : 1.0 / double(num_batches_tracked_->item<int64_t>());
+    factor =
+        config_.momentum ? *config_.momentum : 1.0 / double(num_batches_tracked_->item<int64_t>());
   }
   // Running stats are only read or updated when tracked and (in training) wanted.
   const bool pass_running = config_.track_running_stats;
@@ -71,7 +71,9 @@ std::string batch_norm_repr(const BatchNormConfig& config) {
   return out.str();
 }
 
-std::string BatchNorm::extra_repr() const { return batch_norm_repr(config_); }
+std::string BatchNorm::extra_repr() const {
+  return batch_norm_repr(config_);
+}
 
 namespace {
 BatchNormConfig make_config(int64_t n, double eps, std::optional<double> momentum, bool affine,

@@ -37,9 +37,8 @@ Conv2d::Conv2d(const Conv2dConfig& config, core::Generator& generator) : config_
                 "Conv2d: in_channels ", c.in_channels, " and out_channels ", c.out_channels,
                 " must be divisible by groups ", c.groups);
   MPIGRAD_CHECK(c.kernel_size[0] >= 1 && c.kernel_size[1] >= 1, "Conv2d: kernel size must be >= 1");
-  weight_ = &register_parameter(
-      "weight", core::empty({c.out_channels, c.in_channels / c.groups, c.kernel_size[0],
-                             c.kernel_size[1]}));
+  weight_ = &register_parameter("weight", core::empty({c.out_channels, c.in_channels / c.groups,
+                                                       c.kernel_size[0], c.kernel_size[1]}));
   bias_ = c.bias ? &register_parameter("bias", core::empty({c.out_channels})) : &no_bias_;
   reset_parameters(generator);
 }
@@ -60,8 +59,8 @@ Tensor Conv2d::forward(const Tensor& input) {
     // torch does the same: pad circularly, then convolve without padding.
     options.dilation = config_.dilation;
     options.groups = config_.groups;
-    return functional::conv2d(functional::pad_circular(input, config_.padding), *weight_,
-                              *bias_, options);
+    return functional::conv2d(functional::pad_circular(input, config_.padding), *weight_, *bias_,
+                              options);
   }
   options.padding = config_.padding;
   options.dilation = config_.dilation;

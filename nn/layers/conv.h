@@ -32,8 +32,8 @@ class Conv2d : public Module {
  public:
   Conv2d(const Conv2dConfig& config, core::Generator& generator);
   // The common square case: Conv2d(in, out, kernel, generator, stride, padding).
-  Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
-         core::Generator& generator, int64_t stride = 1, int64_t padding = 0, bool bias = true);
+  Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, core::Generator& generator,
+         int64_t stride = 1, int64_t padding = 0, bool bias = true);
   Tensor forward(const Tensor& input) override;
   std::string type_name() const override { return "Conv2d"; }
   std::string extra_repr() const override;

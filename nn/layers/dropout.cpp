@@ -7,7 +7,8 @@
 namespace mpigrad::nn {
 
 Dropout::Dropout(double p, std::shared_ptr<core::Generator> generator, uint64_t seed)
-    : p_(p), generator_(generator ? std::move(generator) : std::make_shared<core::Generator>(seed)) {
+    : p_(p),
+      generator_(generator ? std::move(generator) : std::make_shared<core::Generator>(seed)) {
   MPIGRAD_CHECK(p >= 0.0 && p <= 1.0, "Dropout: probability must be in [0, 1], got ", p);
   register_generator("generator", generator_);
 }

@@ -25,7 +25,8 @@ std::string LayerNorm::extra_repr() const {
   std::ostringstream out;
   out << "(";
   for (size_t i = 0; i < normalized_shape_.size(); ++i) {
-    out << normalized_shape_[i] << (normalized_shape_.size() == 1 || i + 1 < normalized_shape_.size() ? "," : "");
+    out << normalized_shape_[i]
+        << (normalized_shape_.size() == 1 || i + 1 < normalized_shape_.size() ? "," : "");
     if (i + 1 < normalized_shape_.size()) out << " ";
   }
   out << "), eps=" << eps_ << ", elementwise_affine=" << (weight_->defined() ? "True" : "False");

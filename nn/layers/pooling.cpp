@@ -34,11 +34,13 @@ MaxPool2d::MaxPool2d(int64_t kernel_size, int64_t stride, int64_t padding, int64
   options_.dilation = {dilation, dilation};
 }
 
-Tensor MaxPool2d::forward(const Tensor& input) { return functional::max_pool2d(input, options_); }
+Tensor MaxPool2d::forward(const Tensor& input) {
+  return functional::max_pool2d(input, options_);
+}
 
 std::string MaxPool2d::extra_repr() const {
-  return "kernel_size=" + entry(options_.kernel_size) + ", stride=" +
-         entry(effective_stride(options_)) + ", padding=" + entry(options_.padding) +
+  return "kernel_size=" + entry(options_.kernel_size) +
+         ", stride=" + entry(effective_stride(options_)) + ", padding=" + entry(options_.padding) +
          ", dilation=" + entry(options_.dilation) + ", ceil_mode=False";
 }
 
@@ -47,11 +49,13 @@ AvgPool2d::AvgPool2d(int64_t kernel_size, int64_t stride, int64_t padding, bool 
   options_.count_include_pad = count_include_pad;
 }
 
-Tensor AvgPool2d::forward(const Tensor& input) { return functional::avg_pool2d(input, options_); }
+Tensor AvgPool2d::forward(const Tensor& input) {
+  return functional::avg_pool2d(input, options_);
+}
 
 std::string AvgPool2d::extra_repr() const {
-  return "kernel_size=" + entry(options_.kernel_size) + ", stride=" +
-         entry(effective_stride(options_)) + ", padding=" + entry(options_.padding);
+  return "kernel_size=" + entry(options_.kernel_size) +
+         ", stride=" + entry(effective_stride(options_)) + ", padding=" + entry(options_.padding);
 }
 
 Tensor AdaptiveAvgPool2d::forward(const Tensor& input) {

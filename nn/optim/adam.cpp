@@ -12,7 +12,8 @@ namespace mpigrad::nn {
 Adam::Adam(std::vector<ParamGroupSpec> groups, const AdamOptions& options,
            bool decoupled_weight_decay)
     : Optimizer(std::move(groups), options.lr, options.weight_decay, options.beta1),
-      options_(options), decoupled_(decoupled_weight_decay) {
+      options_(options),
+      decoupled_(decoupled_weight_decay) {
   MPIGRAD_CHECK(options.eps >= 0.0, type_name(), ": invalid epsilon ", options.eps);
   MPIGRAD_CHECK(options.beta2 >= 0.0 && options.beta2 < 1.0, type_name(), ": invalid beta2 ",
                 options.beta2);

@@ -34,8 +34,10 @@ double clip_grad_norm_(const std::vector<core::Tensor>& parameters, double max_n
     }
   }
   if (!infinity) total = norm_type == 2.0 ? std::sqrt(total) : std::pow(total, 1.0 / norm_type);
-  MPIGRAD_CHECK(!error_if_nonfinite || std::isfinite(total), "clip_grad_norm_: the total norm "
-                "of order ", norm_type, " of the gradients is non-finite (", total, ")");
+  MPIGRAD_CHECK(!error_if_nonfinite || std::isfinite(total),
+                "clip_grad_norm_: the total norm "
+                "of order ",
+                norm_type, " of the gradients is non-finite (", total, ")");
   const double coefficient = max_norm / (total + 1e-6);
   if (coefficient < 1.0) {
     for (core::Tensor& g : grads) g.mul_(coefficient);

@@ -18,7 +18,9 @@ void LRScheduler::initialize() {
   apply(0);
 }
 
-void LRScheduler::step() { apply(++last_epoch_); }
+void LRScheduler::step() {
+  apply(++last_epoch_);
+}
 
 void LRScheduler::apply(int64_t epoch) {
   auto& groups = optimizer_.param_groups();
@@ -47,8 +49,8 @@ void LRScheduler::load_state_dict(const StateDict& state) {
     base.push_back(state.scalar("base_lrs/" + std::to_string(g), owner.c_str()));
   }
   MPIGRAD_CHECK(!state.contains_scalar("base_lrs/" + std::to_string(base_lrs_.size())), owner,
-                ": the state dict has more parameter groups than the optimizer (",
-                base_lrs_.size(), ")");
+                ": the state dict has more parameter groups than the optimizer (", base_lrs_.size(),
+                ")");
   base_lrs_ = base;
   last_epoch_ = int64_t(state.scalar("last_epoch", owner.c_str()));
   apply(last_epoch_);
@@ -73,8 +75,8 @@ MultiStepLR::MultiStepLR(Optimizer& optimizer, std::vector<int64_t> milestones, 
 }
 
 double MultiStepLR::lr_at(size_t group, int64_t epoch) const {
-  const auto passed = std::upper_bound(milestones_.begin(), milestones_.end(), epoch) -
-                      milestones_.begin();
+  const auto passed =
+      std::upper_bound(milestones_.begin(), milestones_.end(), epoch) - milestones_.begin();
   return base_lrs_[group] * std::pow(gamma_, double(passed));
 }
 
@@ -91,10 +93,15 @@ double CosineAnnealingLR::lr_at(size_t group, int64_t epoch) const {
 
 WarmupCosineLR::WarmupCosineLR(Optimizer& optimizer, int64_t warmup_steps, int64_t total_steps,
                                double start_factor, double eta_min)
-    : LRScheduler(optimizer), warmup_steps_(warmup_steps), total_steps_(total_steps),
-      start_factor_(start_factor), eta_min_(eta_min) {
-  MPIGRAD_CHECK(warmup_steps >= 0 && total_steps > warmup_steps, "WarmupCosineLR: need 0 <= "
-                "warmup_steps < total_steps, got ", warmup_steps, " and ", total_steps);
+    : LRScheduler(optimizer),
+      warmup_steps_(warmup_steps),
+      total_steps_(total_steps),
+      start_factor_(start_factor),
+      eta_min_(eta_min) {
+  MPIGRAD_CHECK(warmup_steps >= 0 && total_steps > warmup_steps,
+                "WarmupCosineLR: need 0 <= "
+                "warmup_steps < total_steps, got ",
+                warmup_steps, " and ", total_steps);
   MPIGRAD_CHECK(start_factor >= 0.0 && start_factor <= 1.0,
                 "WarmupCosineLR: start_factor must be in [0, 1], got ", start_factor);
   initialize();
@@ -107,16 +114,21 @@ double WarmupCosineLR::lr_at(size_t group, int64_t epoch) const {
   }
   const int64_t into = std::min(epoch, total_steps_) - warmup_steps_;
   const double span = double(total_steps_ - warmup_steps_);
-  return eta_min_ + (base - eta_min_) * (1.0 + std::cos(std::numbers::pi * double(into) / span)) / 2.0;
+  return eta_min_ +
+         (base - eta_min_) * (1.0 + std::cos(std::numbers::pi * double(into) / span)) / 2.0;
 }
 
 LinearLR::LinearLR(Optimizer& optimizer, double start_factor, double end_factor,
                    int64_t total_iters)
-    : LRScheduler(optimizer), start_factor_(start_factor), end_factor_(end_factor),
+    : LRScheduler(optimizer),
+      start_factor_(start_factor),
+      end_factor_(end_factor),
       total_iters_(total_iters) {
   MPIGRAD_CHECK(total_iters >= 1, "LinearLR: total_iters must be >= 1, got ", total_iters);
-  MPIGRAD_CHECK(start_factor >= 0.0 && end_factor >= 0.0, "LinearLR: the factors must be >= 0, "
-                "got ", start_factor, " and ", end_factor);
+  MPIGRAD_CHECK(start_factor >= 0.0 && end_factor >= 0.0,
+                "LinearLR: the factors must be >= 0, "
+                "got ",
+                start_factor, " and ", end_factor);
   initialize();
 }
 
@@ -198,7 +210,8 @@ void OneCycleLR::apply(int64_t epoch) {
 // ---- ReduceLROnPlateau ------------------------------------------------------------------------
 
 ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& optimizer, const PlateauOptions& options)
-    : optimizer_(optimizer), options_(options),
+    : optimizer_(optimizer),
+      options_(options),
       best_(options.maximize ? -std::numeric_limits<double>::infinity()
                              : std::numeric_limits<double>::infinity()) {
   MPIGRAD_CHECK(options.factor < 1.0 && options.factor >= 0.0,

@@ -21,8 +21,8 @@ Optimizer::Optimizer(std::vector<ParamGroupSpec> groups, double lr, double weigh
     MPIGRAD_CHECK(group.weight_decay >= 0.0, "optimizer: invalid weight decay ",
                   group.weight_decay);
     for (const Tensor& p : spec.params) {
-      MPIGRAD_CHECK(p.defined() && p.is_leaf() && p.requires_grad(),
-                    "optimizer: parameter ", total, " is not a leaf tensor that requires grad");
+      MPIGRAD_CHECK(p.defined() && p.is_leaf() && p.requires_grad(), "optimizer: parameter ", total,
+                    " is not a leaf tensor that requires grad");
       MPIGRAD_CHECK(seen.insert(p.impl_ptr()).second, "optimizer: parameter ", total,
                     " appears in more than one place");
       ++total;
@@ -89,10 +89,10 @@ StateDict Optimizer::state_dict() const {
 void Optimizer::load_state_dict(const StateDict& state) {
   const std::string owner = type_name() + ".load_state_dict";
   // Validate first so a failed load changes nothing.
-  MPIGRAD_CHECK(!state.contains_scalar("param_groups/" + std::to_string(groups_.size()) +
-                                       "/num_params"),
-                owner, ": the state dict has more parameter groups than this optimizer (",
-                groups_.size(), ")");
+  MPIGRAD_CHECK(
+      !state.contains_scalar("param_groups/" + std::to_string(groups_.size()) + "/num_params"),
+      owner, ": the state dict has more parameter groups than this optimizer (", groups_.size(),
+      ")");
   size_t index = 0;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const std::string prefix = "param_groups/" + std::to_string(g) + "/";

@@ -24,8 +24,9 @@ namespace {
 void announce_collective_start(const launch::DistributedManager& manager) {
   if (!manager.is_main_process()) return;
   auto now = std::chrono::system_clock::now().time_since_epoch();
-  std::printf("collective starts at %lld\n",
-              static_cast<long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()));
+  std::printf(
+      "collective starts at %lld\n",
+      static_cast<long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()));
   std::fflush(stdout);
 }
 
@@ -95,7 +96,8 @@ int sleep_in_split(int argc, char** argv) {
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "own") return own(argc, argv);
-  if (mode == "sleep" || mode == "throw" || mode == "return") return fail_on_rank_1(argc, argv, mode);
+  if (mode == "sleep" || mode == "throw" || mode == "return")
+    return fail_on_rank_1(argc, argv, mode);
   if (mode == "sleep-split") return sleep_in_split(argc, argv);
   std::fprintf(stderr, "usage: %s own|sleep|sleep-split|throw|return\n", argv[0]);
   return 2;

@@ -20,7 +20,9 @@ const core::DType kDTypes[] = {core::kFloat32, core::kFloat64, core::kBFloat16, 
 const int64_t kSizes[] = {0, 1, 1001, int64_t(1) << 20};
 
 // Rank r's element i.
-double value(int rank, int64_t i) { return double((rank + 1) * (i % 7 + 1)); }
+double value(int rank, int64_t i) {
+  return double((rank + 1) * (i % 7 + 1));
+}
 
 core::Tensor rank_tensor(core::DType dtype, int64_t n, int rank, int64_t first = 0) {
   std::vector<double> values(static_cast<size_t>(n));
@@ -36,17 +38,22 @@ double reduce_expected(ReduceOp op, int size, int64_t i) {
     best_min = std::min(best_min, value(r, i));
   }
   switch (op) {
-    case ReduceOp::Sum: return sum;
-    case ReduceOp::Avg: return sum / size;
-    case ReduceOp::Max: return best_max;
-    case ReduceOp::Min: return best_min;
+    case ReduceOp::Sum:
+      return sum;
+    case ReduceOp::Avg:
+      return sum / size;
+    case ReduceOp::Max:
+      return best_max;
+    case ReduceOp::Min:
+      return best_min;
   }
   return 0;
 }
 
 // Compares all elements and reports only the first mismatch (a 1M-element CHECK loop would
 // print a million lines on failure).
-void check_values(const core::Tensor& tensor, const std::vector<double>& expected, const char* what) {
+void check_values(const core::Tensor& tensor, const std::vector<double>& expected,
+                  const char* what) {
   std::vector<double> got = tensor.to_vector<double>();
   REQUIRE(got.size() == expected.size());
   size_t bad = got.size();
@@ -72,7 +79,8 @@ TEST_CASE("all_reduce: every op, dtype and size, blocking/async, in-place/out-of
         if (op == ReduceOp::Avg && !core::is_floating(dtype)) continue;
         // The full dtype x op matrix at 1M elements would dominate the suite's runtime; at that
         // size we run sum for every dtype and the other ops for float32 and bfloat16.
-        if (n > 4096 && op != ReduceOp::Sum && dtype != core::kFloat32 && dtype != core::kBFloat16) {
+        if (n > 4096 && op != ReduceOp::Sum && dtype != core::kFloat32 &&
+            dtype != core::kBFloat16) {
           continue;
         }
         std::vector<double> expected(static_cast<size_t>(n));
@@ -84,7 +92,8 @@ TEST_CASE("all_reduce: every op, dtype and size, blocking/async, in-place/out-of
         core::Tensor output = core::empty({n}, dtype);
         world.all_reduce(input, output, op);  // out-of-place, blocking
         check_values(output, expected, "all_reduce out-of-place");
-        check_values(input, std::vector<double>(rank_tensor(core::kFloat64, n, rank).to_vector<double>()),
+        check_values(input,
+                     std::vector<double>(rank_tensor(core::kFloat64, n, rank).to_vector<double>()),
                      "all_reduce leaves its input alone");
 
         core::Tensor inplace = rank_tensor(dtype, n, rank);
@@ -98,7 +107,8 @@ TEST_CASE("all_reduce: every op, dtype and size, blocking/async, in-place/out-of
           world.all_reduce(again, op);  // in-place, blocking
           check_values(again, expected, "all_reduce in-place");
           core::Tensor out2 = core::empty({n}, dtype);
-          world.all_reduce_async(rank_tensor(dtype, n, rank), out2, op)->wait();  // out-of-place async
+          world.all_reduce_async(rank_tensor(dtype, n, rank), out2, op)
+              ->wait();  // out-of-place async
           check_values(out2, expected, "all_reduce out-of-place async");
         }
       }
@@ -160,7 +170,8 @@ TEST_CASE("broadcast, all_gather and reduce_scatter: every dtype and size") {
     core::Tensor mine = core::empty({4}, core::kFloat32);
     world.reduce_scatter(input, mine, ReduceOp::Avg);
     std::vector<double> expected(4);
-    for (int64_t i = 0; i < 4; ++i) expected[size_t(i)] = reduce_expected(ReduceOp::Avg, size, rank * 4 + i);
+    for (int64_t i = 0; i < 4; ++i)
+      expected[size_t(i)] = reduce_expected(ReduceOp::Avg, size, rank * 4 + i);
     check_values(mine, expected, "reduce_scatter avg");
   }
 }

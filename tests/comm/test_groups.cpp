@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "mpigrad/core/tensor.h"
-#include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/launch/comm/process_group.h"
+#include "mpigrad/launch/job/distributed_manager.h"
 
 using namespace mpigrad;
 

@@ -7,13 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "../error_message.h"
+#include "../simulated_nodes.h"
 #include "mpigrad/core/tensor.h"
 #include "mpigrad/launch/comm/process_group.h"
 #include "mpigrad/launch/comm/rank_label.h"
 #include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/launch/mpi_interop.h"
-#include "../error_message.h"
-#include "../simulated_nodes.h"
 
 using namespace mpigrad;
 
@@ -115,8 +115,9 @@ TEST_CASE("argument errors on a sub-communicator name this rank in the world") {
   // Checked by Communicator, the same for every backend.
   CHECK(test::error_message([&] { parity->all_reduce(ints, core::ones({5}, core::kInt32)); }) ==
         label + " all_reduce on communicator 'parity': input has 4 elements but output has 5");
-  CHECK(test::error_message([&] { parity->broadcast(ints, parity->size()); })
-            .starts_with(label + " broadcast on communicator 'parity': root "));
+  CHECK(test::error_message([&] {
+          parity->broadcast(ints, parity->size());
+        }).starts_with(label + " broadcast on communicator 'parity': root "));
   CHECK(test::error_message([&] { parity->all_reduce(ints, launch::ReduceOp::Avg); })
             .starts_with(label + " all_reduce on communicator 'parity': reduce op avg needs a "
                                  "floating dtype"));
@@ -146,8 +147,9 @@ TEST_CASE("an adopted communicator is the world: ranks are its own, not MPI_COMM
     REQUIRE(parity != nullptr);
     CHECK(world_ranks_of(*parity) == parity_descending(size, rank % 2));
     CHECK(parity->world_rank() == rank);
-    CHECK(test::error_message([&] { parity->all_gather(core::ones({2}), core::ones({1})); })
-              .starts_with(launch::rank_label(rank, size) + " all_gather on communicator "));
+    CHECK(test::error_message([&] {
+            parity->all_gather(core::ones({2}), core::ones({1}));
+          }).starts_with(launch::rank_label(rank, size) + " all_gather on communicator "));
   }
   MPI_Comm_free(&reversed);
 }

@@ -11,9 +11,9 @@
 #include <functional>
 #include <string>
 
+#include "../error_message.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/launch/config/train_config.h"
-#include "../error_message.h"
 
 using namespace mpigrad;
 
@@ -25,7 +25,8 @@ TEST_CASE("a key holding a Boost placeholder is an error, not a hang") {
         std::string("[%canonical_option%]\nname = x\n"), std::string("[train]\n%option%\n"),
         std::string("[model]\n%original_token% = 3\n")}) {
     CAPTURE(text);
-    const std::string error = error_message([&] { launch::parse_config_text(text, "hostile.ini"); });
+    const std::string error =
+        error_message([&] { launch::parse_config_text(text, "hostile.ini"); });
     CHECK(error.find("hostile.ini") != std::string::npos);
     CHECK(error.find("'%'") != std::string::npos);
   }

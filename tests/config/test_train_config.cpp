@@ -11,9 +11,9 @@
 #include <sstream>
 #include <string>
 
+#include "../error_message.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/launch/config/train_config.h"
-#include "../error_message.h"
 
 using namespace mpigrad;
 using launch::ConfigKey;
@@ -81,8 +81,9 @@ TEST_CASE("bad values name the key and what is accepted") {
   auto parse = [](const std::string& text) {
     return error_message([&] { launch::parse_config_text(text, "run.ini"); });
   };
-  CHECK(contains(parse("[model]\nname = transformer\n"),
-                 "run.ini: [model] name: expected one of mlp | cnn | conv | resnet, got 'transformer'"));
+  CHECK(contains(
+      parse("[model]\nname = transformer\n"),
+      "run.ini: [model] name: expected one of mlp | cnn | conv | resnet, got 'transformer'"));
   CHECK(contains(parse("[distributed]\nbackend = gloo\n"), "expected one of auto | mpi | nccl"));
   CHECK(contains(parse("[train]\nepochs = 0\n"), "[train] epochs: must be at least 1, got 0"));
   CHECK(contains(parse("[optim]\nmomentum = 1\n"), "[optim] momentum: must be in [0, 1), got 1"));
@@ -92,9 +93,8 @@ TEST_CASE("bad values name the key and what is accepted") {
   CHECK(contains(parse("[train]\nepochz = 3\n"), "train.epochz"));
   // A program that reuses only some sections refuses the others.
   const std::string sections[] = {"model", "optim"};
-  std::string error = error_message([&] {
-    launch::parse_config_text("[data]\ntrain = a.h5\n", "embed.ini", sections);
-  });
+  std::string error = error_message(
+      [&] { launch::parse_config_text("[data]\ntrain = a.h5\n", "embed.ini", sections); });
   CHECK(contains(error, "embed.ini"));
   CHECK(contains(error, "data.train"));
 }

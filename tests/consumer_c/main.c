@@ -96,7 +96,8 @@ int main(int argc, char** argv) {
   failures += linear_fit();
 
   check(mpigrad_model_create_distributed(&world, kConfig, MPI_Comm_c2f(MPI_COMM_WORLD), "cpu") ==
-            MPIGRAD_SUCCESS, "create on the world", rank);
+            MPIGRAD_SUCCESS,
+        "create on the world", rank);
   check(mpigrad_model_create(&reference, kConfig, "cpu") == MPIGRAD_SUCCESS, "create", rank);
   train(world, rank * (GLOBAL / size), GLOBAL / size, rank);
   train(reference, 0, GLOBAL, rank);
@@ -106,22 +107,22 @@ int main(int argc, char** argv) {
   check(mpigrad_last_loss(world, &mine) == MPIGRAD_SUCCESS, "last_loss", rank);
   check(mpigrad_mean_loss(world, &mean) == MPIGRAD_SUCCESS, "mean_loss", rank);
   MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  check(fabs(mean - sum / size) < 1e-6 * fabs(mean) + 1e-12, "the mean loss over the ranks",
-        rank);
+  check(fabs(mean - sum / size) < 1e-6 * fabs(mean) + 1e-12, "the mean loss over the ranks", rank);
 
   MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &halves);
   MPI_Comm_rank(halves, &group_rank);
   MPI_Comm_size(halves, &group_size);
   check(mpigrad_model_create_distributed(&half, kConfig, MPI_Comm_c2f(halves), NULL) ==
-            MPIGRAD_SUCCESS, "create on a sub-communicator", rank);
+            MPIGRAD_SUCCESS,
+        "create on a sub-communicator", rank);
   train(half, group_rank * (GLOBAL / group_size), GLOBAL / group_size, rank);
   check(fabsf(predict_one(half, rank) - predict_one(reference, rank)) < 1e-5f,
         "the same on a sub-communicator", rank);
 
   /* Error paths: the same error on every rank, never a hang. */
   check(mpigrad_model_create_distributed(&broken, rank == size - 1 ? "[model]\nname = x" : kConfig,
-                                         MPI_Comm_c2f(MPI_COMM_WORLD), "cpu") ==
-                MPIGRAD_ERROR_CONFIG &&
+                                         MPI_Comm_c2f(MPI_COMM_WORLD),
+                                         "cpu") == MPIGRAD_ERROR_CONFIG &&
             broken.id == 0,
         "a bad config on one rank", rank);
   check(mpigrad_load_checkpoint(world, "no_such_checkpoint.h5") == MPIGRAD_ERROR_FILE,

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "mpigrad/core/error.h"
 #include "mpigrad/core/cuda/algorithm_plan.h"
+#include "mpigrad/core/error.h"
 
 namespace {
 

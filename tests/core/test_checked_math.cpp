@@ -6,11 +6,11 @@
 #include <limits>
 #include <string>
 
+#include "../error_message.h"
 #include "mpigrad/core/checked_math.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/shape.h"
 #include "mpigrad/core/tensor.h"
-#include "../error_message.h"
 
 namespace {
 

@@ -19,7 +19,8 @@ using namespace mpigrad::core;  // NOLINT
 
 TEST_CASE("cross_entropy kernel: loss is -log_softmax at the target, grad is scaled p - onehot") {
   const int64_t rows = 3, cols = 4;
-  const std::vector<double> logits = {0.5, -1.0, 2.0, 0.0, 1.0, 1.0, 1.0, 1.0, -3.0, 0.25, 4.0, -0.5};
+  const std::vector<double> logits = {0.5, -1.0, 2.0,  0.0,  1.0, 1.0,
+                                      1.0, 1.0,  -3.0, 0.25, 4.0, -0.5};
   const std::vector<int64_t> targets = {2, -100, 0};
   for (DType dtype : {kFloat32, kFloat64}) {
     INFO("dtype ", dtype_name(dtype));
@@ -37,7 +38,8 @@ TEST_CASE("cross_entropy kernel: loss is -log_softmax at the target, grad is sca
     for (int64_t r = 0; r < rows; ++r) {
       const bool ignored = targets[size_t(r)] == -100;
       CHECK(loss[size_t(r)] ==
-            doctest::Approx(ignored ? 0.0 : -log_p[size_t(r * cols + targets[size_t(r)])]).epsilon(tol));
+            doctest::Approx(ignored ? 0.0 : -log_p[size_t(r * cols + targets[size_t(r)])])
+                .epsilon(tol));
       for (int64_t j = 0; j < cols; ++j) {
         const double p = std::exp(log_p[size_t(r * cols + j)]);
         const double expected = ignored ? 0.0 : 0.5 * (p - (j == targets[size_t(r)] ? 1.0 : 0.0));
@@ -51,8 +53,8 @@ TEST_CASE("cross_entropy kernel: forward only, bad targets, unsupported dtypes")
   const std::vector<float> logits = {1.0f, 2.0f, 3.0f, 4.0f};
   float losses[2] = {-1.0f, -1.0f};
   const std::vector<int64_t> good = {1, 0};
-  CHECK(mpigrad::kernels::cpu::cross_entropy(kFloat32, 2, 2, logits.data(), good.data(), -100,
-                                             1.0, losses, nullptr) == -1);
+  CHECK(mpigrad::kernels::cpu::cross_entropy(kFloat32, 2, 2, logits.data(), good.data(), -100, 1.0,
+                                             losses, nullptr) == -1);
   CHECK(losses[0] == doctest::Approx(std::log(1.0 + std::exp(-1.0))));
   CHECK(losses[1] == doctest::Approx(std::log(1.0 + std::exp(1.0))));
   const std::vector<int64_t> bad = {1, 2};
@@ -61,7 +63,7 @@ TEST_CASE("cross_entropy kernel: forward only, bad targets, unsupported dtypes")
                                              losses, nullptr) == 1);
   CHECK(losses[0] == -1.0f);  // nothing written
   const std::vector<int32_t> ints = {1, 2, 3, 4};
-  CHECK_THROWS_AS(mpigrad::kernels::cpu::cross_entropy(kInt32, 2, 2, ints.data(), good.data(),
-                                                       -100, 1.0, losses, nullptr),
+  CHECK_THROWS_AS(mpigrad::kernels::cpu::cross_entropy(kInt32, 2, 2, ints.data(), good.data(), -100,
+                                                       1.0, losses, nullptr),
                   std::invalid_argument);
 }

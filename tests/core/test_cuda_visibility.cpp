@@ -31,19 +31,20 @@ TEST_CASE("cudaGetDeviceCount: only no-device and no-driver mean there is no GPU
   CHECK_FALSE(two.broken);
   CHECK(two.describe() == "2 CUDA devices visible");
 
-  const CudaVisibility none = classify_cuda_device_count(
-      mpigrad::core::kCudaErrorNoDevice, 0, "cudaErrorNoDevice",
-      "no CUDA-capable device is detected");
+  const CudaVisibility none =
+      classify_cuda_device_count(mpigrad::core::kCudaErrorNoDevice, 0, "cudaErrorNoDevice",
+                                 "no CUDA-capable device is detected");
   CHECK_FALSE(none.has_gpu());
   CHECK_FALSE(none.broken);
-  CHECK(none.describe() == "no GPU visible: cudaGetDeviceCount failed with cudaErrorNoDevice "
-                           "(no CUDA-capable device is detected)");
+  CHECK(none.describe() ==
+        "no GPU visible: cudaGetDeviceCount failed with cudaErrorNoDevice "
+        "(no CUDA-capable device is detected)");
 
   const CudaVisibility driverless = no_driver();
   CHECK_FALSE(driverless.broken);
-  const CudaVisibility stub = classify_cuda_device_count(
-      mpigrad::core::kCudaErrorStubLibrary, 0, "cudaErrorStubLibrary",
-      "CUDA driver is a stub library");
+  const CudaVisibility stub =
+      classify_cuda_device_count(mpigrad::core::kCudaErrorStubLibrary, 0, "cudaErrorStubLibrary",
+                                 "CUDA driver is a stub library");
   CHECK_FALSE(stub.broken);
   CHECK_FALSE(stub.has_gpu());
   CHECK(driverless.describe().find("no GPU visible") == 0);
@@ -56,8 +57,9 @@ TEST_CASE("cudaGetDeviceCount: only no-device and no-driver mean there is no GPU
         classify_cuda_device_count(code, 1, "cudaErrorSomething", "it went wrong");
     CHECK(broken.broken);
     CHECK_FALSE(broken.has_gpu());
-    CHECK(broken.describe() == "CUDA is broken: cudaGetDeviceCount failed with "
-                               "cudaErrorSomething (it went wrong)");
+    CHECK(broken.describe() ==
+          "CUDA is broken: cudaGetDeviceCount failed with "
+          "cudaErrorSomething (it went wrong)");
   }
 }
 
@@ -79,9 +81,9 @@ TEST_CASE("GPU suite gate: run, skip, or fail, and MPIGRAD_REQUIRE_GPU=1 turns s
   CHECK(required.line.find("MPIGRAD_REQUIRE_GPU=1 makes that a failure") != std::string::npos);
 
   // A broken GPU fails whether or not a GPU is required.
-  const CudaVisibility broken = classify_cuda_device_count(
-      kSystemDriverMismatch, 0, "cudaErrorSystemDriverMismatch",
-      "system has unsupported display driver / cuda driver combination");
+  const CudaVisibility broken =
+      classify_cuda_device_count(kSystemDriverMismatch, 0, "cudaErrorSystemDriverMismatch",
+                                 "system has unsupported display driver / cuda driver combination");
   for (bool require : {false, true}) {
     const auto gate = gate_gpu_suite(broken, require, 3, "nn CUDA");
     CHECK_FALSE(gate.run);
@@ -95,8 +97,9 @@ TEST_CASE("GPU suite gate: run, skip, or fail, and MPIGRAD_REQUIRE_GPU=1 turns s
   CHECK(gate_gpu_suite(two, true, 4, "NCCL", 2).run);
   const auto crowded = gate_gpu_suite(two, false, 4, "NCCL", 4);
   CHECK(crowded.exit_code == mpigrad::test::kGpuSkipCode);
-  CHECK(crowded.line == "4 NCCL test cases skipped: 4 ranks on a node with 2 visible GPU(s); "
-                        "each rank needs its own");
+  CHECK(crowded.line ==
+        "4 NCCL test cases skipped: 4 ranks on a node with 2 visible GPU(s); "
+        "each rank needs its own");
   CHECK(gate_gpu_suite(two, true, 4, "NCCL", 4).exit_code == 1);
 
   CudaVisibility cpu_build;

@@ -1,14 +1,14 @@
 // run_isolated: the child's result and errors come back; its crash, early exit or hang becomes one
 // core::Error naming the context and the last step it reported.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <string>
-#include <unistd.h>
 
+#include "../error_message.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/isolated.h"
-#include "../error_message.h"
 
 using namespace mpigrad;
 using namespace std::chrono_literals;
@@ -26,13 +26,15 @@ TEST_CASE("run_isolated returns the child's result, large ones whole") {
               return big;
             },
             10s, "t") == big);
-  CHECK(core::run_isolated([](core::IsolatedProgress&) { return std::string(); }, 10s, "t").empty());
+  CHECK(
+      core::run_isolated([](core::IsolatedProgress&) { return std::string(); }, 10s, "t").empty());
 }
 
 TEST_CASE("run_isolated re-throws the child's error with its message") {
   CHECK(error_message([] {
-          core::run_isolated([](core::IsolatedProgress&) -> std::string { core::fail("bad field x"); },
-                             10s, "inspect a.h5");
+          core::run_isolated(
+              [](core::IsolatedProgress&) -> std::string { core::fail("bad field x"); }, 10s,
+              "inspect a.h5");
         }) == "bad field x");
   CHECK(error_message([] {
           core::run_isolated(
@@ -70,7 +72,8 @@ TEST_CASE("a child that hangs is killed at the timeout") {
         },
         200ms, "inspect b.h5");
   });
-  CHECK(hung == "inspect b.h5 did not finish within 0.2 s (killed), while decoding the global heap");
+  CHECK(hung ==
+        "inspect b.h5 did not finish within 0.2 s (killed), while decoding the global heap");
 }
 
 TEST_CASE("the child's crash ends it even where the host handles the signal") {

@@ -52,14 +52,16 @@ std::vector<double> fixed_weights(int64_t n, uint64_t seed) {
   return weights;
 }
 
-bool is_float_input(const mpigrad::test::OpInput& in) { return !in.fixed_dtype.has_value(); }
+bool is_float_input(const mpigrad::test::OpInput& in) {
+  return !in.fixed_dtype.has_value();
+}
 
 // sum(build(values) * weights), evaluated without recording a graph.
 double weighted_output(const OpCase& op, const std::vector<std::vector<double>>& values,
                        const std::vector<double>& weights) {
   NoGradGuard no_grad;
-  const std::vector<double> out = op.build(mpigrad::test::make_inputs(op, kFloat64, &values))
-                                      .to_vector<double>();
+  const std::vector<double> out =
+      op.build(mpigrad::test::make_inputs(op, kFloat64, &values)).to_vector<double>();
   double total = 0.0;
   for (size_t i = 0; i < out.size(); ++i) total += out[i] * weights[i];
   return total;
@@ -179,8 +181,8 @@ TEST_CASE("relu, abs and clamp have the documented gradients away from their kin
   Tensor x = Tensor::from_vector<double>({-2.0, -0.5, 0.5, 3.0}, {4}).set_requires_grad(true);
   sum(clamp(x, -1.0, 1.0) + relu(x) + abs(x)).backward();
   // clamp: 1 inside the bounds, 0 where clamped; relu: step; abs: sign.
-  CHECK(x.grad().to_vector<double>() == std::vector<double>{0 + 0 - 1, 1 + 0 - 1, 1 + 1 + 1,
-                                                            0 + 1 + 1});
+  CHECK(x.grad().to_vector<double>() ==
+        std::vector<double>{0 + 0 - 1, 1 + 0 - 1, 1 + 1 + 1, 0 + 1 + 1});
 }
 
 TEST_CASE("binary ops promote dtypes; a scalar takes the tensor's dtype") {

@@ -115,7 +115,7 @@ TEST_CASE("BFloat16 conversion: round to nearest even, inf, NaN, subnormals") {
   CHECK(BFloat16(std::numeric_limits<float>::max()).bits == 0x7f80);  // rounds up to inf
   CHECK(std::isnan(float(BFloat16(std::numeric_limits<float>::quiet_NaN()))));
   CHECK(std::isnan(float(BFloat16(float_from_bits(0x7f800001)))));  // NaN must not become inf
-  CHECK(BFloat16(float_from_bits(0x00020000)).bits == 0x0002);       // a float subnormal
+  CHECK(BFloat16(float_from_bits(0x00020000)).bits == 0x0002);      // a float subnormal
   CHECK(float(BFloat16(float_from_bits(0x00020000))) == float_from_bits(0x00020000));
 
   int mismatches = 0;
@@ -361,8 +361,8 @@ TEST_CASE("errors name what was wrong") {
 }
 
 TEST_CASE("index_select and one_hot on valid and invalid indices") {
-  Tensor out = index_select(arange(0.0, 4.0, 1.0, kFloat32), 0,
-                            Tensor::from_vector<int64_t>({3, 0}, {2}));
+  Tensor out =
+      index_select(arange(0.0, 4.0, 1.0, kFloat32), 0, Tensor::from_vector<int64_t>({3, 0}, {2}));
   CHECK(out.to_vector<float>() == std::vector<float>{3, 0});
   CHECK_THROWS_AS(one_hot(Tensor::from_vector<int64_t>({0, 3}, {2}), 3), Error);
   CHECK(one_hot(Tensor::from_vector<int64_t>({1}, {1}), 2).to_vector<int64_t>() ==

@@ -7,15 +7,14 @@
 
 #include <doctest/doctest.h>
 
-#include "gpu_test_count.h"
-
 #include <cmath>
 #include <sstream>
 #include <string>
 #include <vector>
 
-namespace mpigrad::test {
+#include "gpu_test_count.h"
 
+namespace mpigrad::test {
 
 // The first element that differs by more than atol + rtol * |expected|, or "" when all agree.
 inline std::string first_mismatch(const std::vector<double>& actual,
@@ -39,7 +38,7 @@ inline std::string first_mismatch(const std::vector<double>& actual,
 
 }  // namespace mpigrad::test
 
-#define MPIGRAD_CUDA_TEST_CASE(name)                                                    \
-  static const int DOCTEST_ANONYMOUS(mpigrad_cuda_case_) =                              \
-      ::mpigrad::test::register_gpu_test_case();                                       \
+#define MPIGRAD_CUDA_TEST_CASE(name)                       \
+  static const int DOCTEST_ANONYMOUS(mpigrad_cuda_case_) = \
+      ::mpigrad::test::register_gpu_test_case();           \
   TEST_CASE(name)

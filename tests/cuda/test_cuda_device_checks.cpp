@@ -22,7 +22,9 @@ using mpigrad::test::first_mismatch;
 const Device kGpu = cuda(0);
 const TargetCheck kLabels{"cross_entropy", "label field 'y'"};
 
-std::vector<double> on_cpu(const Tensor& t) { return t.to(kCPU).to_vector<double>(); }
+std::vector<double> on_cpu(const Tensor& t) {
+  return t.to(kCPU).to_vector<double>();
+}
 
 }  // namespace
 

@@ -26,7 +26,9 @@ using mpigrad::test::first_mismatch;
 
 const Device kGpu = cuda(0);
 
-std::vector<double> on_cpu(const Tensor& t) { return t.to(kCPU).to_vector<double>(); }
+std::vector<double> on_cpu(const Tensor& t) {
+  return t.to(kCPU).to_vector<double>();
+}
 
 // Deterministic values in [-2, 2) with a few repeats, from a simple LCG.
 std::vector<double> noise(int64_t n, uint64_t seed) {
@@ -43,7 +45,8 @@ std::vector<double> noise(int64_t n, uint64_t seed) {
 
 MPIGRAD_CUDA_TEST_CASE("reductions take the multi-block paths and agree with the CPU") {
   // Long rows (block per row, split rows), long columns (split extent), many short rows.
-  const std::vector<Shape> shapes = {{3000000}, {3, 700001}, {200000, 3}, {5000, 37}, {2, 9, 70001}};
+  const std::vector<Shape> shapes = {
+      {3000000}, {3, 700001}, {200000, 3}, {5000, 37}, {2, 9, 70001}};
   for (const Shape& shape : shapes) {
     INFO("shape ", shape);
     Tensor x = Tensor::from_vector(noise(shape.numel(), 7), shape, kFloat32);
@@ -84,20 +87,25 @@ MPIGRAD_CUDA_TEST_CASE("elementwise: vectorized body, tail, strided and broadcas
     Tensor a = Tensor::from_vector(noise(n, 1), {n}, kFloat32);
     Tensor b = Tensor::from_vector(noise(n, 2), {n}, kFloat32);
     CHECK(first_mismatch(on_cpu(a.to(kGpu) * b.to(kGpu) + b.to(kGpu)),
-                         (a * b + b).to_vector<double>(), 1e-6, 1e-6).empty());
+                         (a * b + b).to_vector<double>(), 1e-6, 1e-6)
+              .empty());
     // A misaligned start (offset 1) takes the scalar path.
     if (n > 1) {
       Tensor ga = a.to(kGpu).slice(0, 1, n), gb = b.to(kGpu).slice(0, 1, n);
-      CHECK(first_mismatch(on_cpu(exp(ga) - gb), (exp(a.slice(0, 1, n)) - b.slice(0, 1, n)).to_vector<double>(),
-                           1e-6, 1e-6).empty());
+      CHECK(first_mismatch(on_cpu(exp(ga) - gb),
+                           (exp(a.slice(0, 1, n)) - b.slice(0, 1, n)).to_vector<double>(), 1e-6,
+                           1e-6)
+                .empty());
     }
   }
   Tensor m = Tensor::from_vector(noise(64 * 48, 3), {64, 48}, kFloat32);
   Tensor row = Tensor::from_vector(noise(48, 4), {48}, kFloat32);
   CHECK(first_mismatch(on_cpu(m.to(kGpu).t() * row.to(kGpu).unsqueeze(1)),
-                       (m.t() * row.unsqueeze(1)).to_vector<double>(), 1e-6, 1e-6).empty());
+                       (m.t() * row.unsqueeze(1)).to_vector<double>(), 1e-6, 1e-6)
+            .empty());
   CHECK(first_mismatch(on_cpu(m.to(kGpu).t().contiguous()), m.t().contiguous().to_vector<double>(),
-                       0, 0).empty());
+                       0, 0)
+            .empty());
 }
 
 MPIGRAD_CUDA_TEST_CASE("integer, Bool and NaN rules match the CPU kernels") {
@@ -105,11 +113,11 @@ MPIGRAD_CUDA_TEST_CASE("integer, Bool and NaN rules match the CPU kernels") {
     CHECK(gpu_result.dtype() == cpu_result.dtype());
     CHECK(first_mismatch(on_cpu(gpu_result), cpu_result.to_vector<double>(), 0, 0).empty());
   };
-  Tensor i = Tensor::from_vector(std::vector<int32_t>{7, -7, 2147483647, -2147483647 - 1, 0, 5},
-                                 {6});
+  Tensor i =
+      Tensor::from_vector(std::vector<int32_t>{7, -7, 2147483647, -2147483647 - 1, 0, 5}, {6});
   Tensor j = Tensor::from_vector(std::vector<int32_t>{2, 0, 1, -1, 3, -2}, {6});
-  both(i / j, i.to(kGpu) / j.to(kGpu));          // x / 0 is 0, MIN / -1 wraps
-  both(i + i, i.to(kGpu) + i.to(kGpu));          // wraps
+  both(i / j, i.to(kGpu) / j.to(kGpu));  // x / 0 is 0, MIN / -1 wraps
+  both(i + i, i.to(kGpu) + i.to(kGpu));  // wraps
   both(maximum(i, j), maximum(i.to(kGpu), j.to(kGpu)));
   both(abs(i), abs(i.to(kGpu)));
   Tensor p = Tensor::from_vector(std::vector<bool>{true, false, true, false}, {4});
@@ -128,9 +136,24 @@ MPIGRAD_CUDA_TEST_CASE("integer, Bool and NaN rules match the CPU kernels") {
 
 MPIGRAD_CUDA_TEST_CASE("casts between every dtype match the CPU bit for bit") {
   const double inf = std::numeric_limits<double>::infinity();
-  const std::vector<double> values = {0.0, -0.0, 1.0, -1.0, 2.5, -2.5, 65504.0, 70000.0, 1e-8,
-                                      3.0e38, -1e10, 1e10, 255.5, 256.0, inf, -inf,
-                                      std::numeric_limits<double>::quiet_NaN(), 1.00390625};
+  const std::vector<double> values = {0.0,
+                                      -0.0,
+                                      1.0,
+                                      -1.0,
+                                      2.5,
+                                      -2.5,
+                                      65504.0,
+                                      70000.0,
+                                      1e-8,
+                                      3.0e38,
+                                      -1e10,
+                                      1e10,
+                                      255.5,
+                                      256.0,
+                                      inf,
+                                      -inf,
+                                      std::numeric_limits<double>::quiet_NaN(),
+                                      1.00390625};
   const std::vector<DType> dtypes = {kFloat32, kFloat64, kBFloat16, kFloat16,
                                      kInt32,   kInt64,   kUInt8,    kBool};
   for (DType from : dtypes) {
@@ -149,14 +172,17 @@ MPIGRAD_CUDA_TEST_CASE("Philox fills: uniform and bernoulli bitwise, normal to 1
     for (DType dtype : {kFloat32, kFloat64, kBFloat16, kFloat16}) {
       INFO("offset ", offset, ", dtype ", dtype_name(dtype));
       Generator cpu_gen(1234, offset), gpu_gen(1234, offset);
-      Tensor cu = rand({1001}, cpu_gen, dtype), gu = rand({1001}, gpu_gen, TensorOptions(dtype).device(kGpu));
+      Tensor cu = rand({1001}, cpu_gen, dtype),
+             gu = rand({1001}, gpu_gen, TensorOptions(dtype).device(kGpu));
       CHECK(on_cpu(gu) == cu.to_vector<double>());
       CHECK(cpu_gen.offset() == gpu_gen.offset());
-      Tensor cn = randn({1001}, cpu_gen, dtype), gn = randn({1001}, gpu_gen, TensorOptions(dtype).device(kGpu));
+      Tensor cn = randn({1001}, cpu_gen, dtype),
+             gn = randn({1001}, gpu_gen, TensorOptions(dtype).device(kGpu));
       // A last-bit difference in float may still flip a 16-bit rounding: allow one 16-bit ulp.
-      const double tol = dtype == kFloat64 ? 1e-12
+      const double tol = dtype == kFloat64   ? 1e-12
                          : dtype == kFloat32 ? 2e-6
-                         : dtype == kFloat16 ? 2e-3 : 1.6e-2;
+                         : dtype == kFloat16 ? 2e-3
+                                             : 1.6e-2;
       CHECK(first_mismatch(on_cpu(gn), cn.to_vector<double>(), tol, tol).empty());
       Tensor cb = bernoulli({1001}, 0.3, cpu_gen, dtype);
       Tensor gb = bernoulli({1001}, 0.3, gpu_gen, TensorOptions(dtype).device(kGpu));
@@ -173,14 +199,16 @@ MPIGRAD_CUDA_TEST_CASE("index ops name a bad index and leave the output alone") 
   Tensor negative = Tensor::from_vector(std::vector<int64_t>{0, -1, 2, 1, 0, 0}, {2, 3}).to(kGpu);
   CHECK_THROWS_AS(gather(x, 0, negative), Error);
   // Large index_add with many repeats (atomics) matches the CPU.
-  Tensor weight = Tensor::from_vector(noise(1000 * 64, 6), {1000, 64}, kFloat32).set_requires_grad();
+  Tensor weight =
+      Tensor::from_vector(noise(1000 * 64, 6), {1000, 64}, kFloat32).set_requires_grad();
   std::vector<int64_t> ids;
   for (int i = 0; i < 20000; ++i) ids.push_back((i * 37) % 1000 / 3);
   Tensor index = Tensor::from_vector(ids, {20000});
   Tensor gweight = weight.detach().to(kGpu).set_requires_grad();
   sum(embedding(weight, index)).backward();
   sum(embedding(gweight, index.to(kGpu))).backward();
-  CHECK(first_mismatch(on_cpu(gweight.grad()), weight.grad().to_vector<double>(), 1e-4, 1e-6).empty());
+  CHECK(first_mismatch(on_cpu(gweight.grad()), weight.grad().to_vector<double>(), 1e-4, 1e-6)
+            .empty());
 }
 
 #if MPIGRAD_TEST_CUDA_KERNELS
@@ -191,7 +219,8 @@ MPIGRAD_CUDA_TEST_CASE("fused cross-entropy on CUDA matches the CPU kernel") {
       const int64_t rows = 37;
       Tensor logits = Tensor::from_vector(noise(rows * cols, 8), {rows, cols}, dtype);
       std::vector<int64_t> target_values;
-      for (int64_t r = 0; r < rows; ++r) target_values.push_back(r % 5 == 4 ? -100 : (r * 13) % cols);
+      for (int64_t r = 0; r < rows; ++r)
+        target_values.push_back(r % 5 == 4 ? -100 : (r * 13) % cols);
       Tensor targets = Tensor::from_vector(target_values, {rows});
       Tensor cpu_loss = empty({rows}, kFloat32), cpu_grad = empty({rows, cols}, dtype);
       CHECK(mpigrad::kernels::cpu::cross_entropy(dtype, rows, cols, logits.data_ptr(),
@@ -203,10 +232,9 @@ MPIGRAD_CUDA_TEST_CASE("fused cross-entropy on CUDA matches the CPU kernel") {
       // The bad-target code, as int64: -1 has every bit set, which is kNoBadTarget.
       Tensor code = full({1}, -1.0, TensorOptions(kInt64).device(kGpu));
       auto* code_ptr = static_cast<uint64_t*>(code.data_ptr());
-      mpigrad::kernels::cuda::cross_entropy(dtype, rows, cols, g_logits.data_ptr(),
-                                            g_targets.data<int64_t>(), -100, 0.5,
-                                            gpu_loss.data_ptr(), gpu_grad.data_ptr(), code_ptr,
-                                            current_stream(kGpu).handle());
+      mpigrad::kernels::cuda::cross_entropy(
+          dtype, rows, cols, g_logits.data_ptr(), g_targets.data<int64_t>(), -100, 0.5,
+          gpu_loss.data_ptr(), gpu_grad.data_ptr(), code_ptr, current_stream(kGpu).handle());
       CHECK(uint64_t(code.item<int64_t>()) == mpigrad::kernels::cuda::kNoBadTarget);
       const double tol = dtype == kFloat32 ? 1e-5 : 2e-2;
       CHECK(first_mismatch(on_cpu(gpu_loss), cpu_loss.to_vector<double>(), tol, tol).empty());
@@ -216,10 +244,9 @@ MPIGRAD_CUDA_TEST_CASE("fused cross-entropy on CUDA matches the CPU kernel") {
       target_values[3] = cols;
       target_values[20] = -7;
       Tensor bad = Tensor::from_vector(target_values, {rows}).to(kGpu);
-      mpigrad::kernels::cuda::cross_entropy(dtype, rows, cols, g_logits.data_ptr(),
-                                            bad.data<int64_t>(), -100, 0.5, gpu_loss.data_ptr(),
-                                            gpu_grad.data_ptr(), code_ptr,
-                                            current_stream(kGpu).handle());
+      mpigrad::kernels::cuda::cross_entropy(
+          dtype, rows, cols, g_logits.data_ptr(), bad.data<int64_t>(), -100, 0.5,
+          gpu_loss.data_ptr(), gpu_grad.data_ptr(), code_ptr, current_stream(kGpu).handle());
       const auto raised = uint64_t(code.item<int64_t>());
       CHECK(mpigrad::kernels::cuda::bad_target_row(raised) == 3);
       CHECK(mpigrad::kernels::cuda::bad_target_value(raised) == cols);
@@ -236,8 +263,10 @@ MPIGRAD_CUDA_TEST_CASE("softmax rows of every length match the CPU") {
   for (int64_t cols : {int64_t(1), int64_t(33), int64_t(1024), int64_t(1025), int64_t(20000)}) {
     INFO("cols ", cols);
     Tensor x = Tensor::from_vector(noise(9 * cols, 9), {9, cols}, kFloat32);
-    CHECK(first_mismatch(on_cpu(softmax(x.to(kGpu))), softmax(x).to_vector<double>(), 1e-6, 1e-5).empty());
-    CHECK(first_mismatch(on_cpu(log_softmax(x.to(kGpu))), log_softmax(x).to_vector<double>(), 1e-5, 1e-5)
+    CHECK(first_mismatch(on_cpu(softmax(x.to(kGpu))), softmax(x).to_vector<double>(), 1e-6, 1e-5)
+              .empty());
+    CHECK(first_mismatch(on_cpu(log_softmax(x.to(kGpu))), log_softmax(x).to_vector<double>(), 1e-5,
+                         1e-5)
               .empty());
   }
 }
@@ -248,7 +277,8 @@ MPIGRAD_CUDA_TEST_CASE("softmax of masked (-inf) logits matches the CPU") {
     std::vector<double> values = noise(2 * cols, 11);
     for (int64_t j = 0; j < cols; j += 2) values[size_t(j)] = -inf;  // row 0 starts masked
     Tensor x = Tensor::from_vector(values, {2, cols}, kFloat32);
-    CHECK(first_mismatch(on_cpu(softmax(x.to(kGpu))), softmax(x).to_vector<double>(), 1e-6, 1e-5).empty());
+    CHECK(first_mismatch(on_cpu(softmax(x.to(kGpu))), softmax(x).to_vector<double>(), 1e-6, 1e-5)
+              .empty());
   }
 }
 

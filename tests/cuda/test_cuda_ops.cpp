@@ -26,10 +26,14 @@ struct Tolerance {
 
 Tolerance tolerance_for(DType dtype) {
   switch (dtype) {
-    case DType::Float64: return {1e-10, 1e-10};
-    case DType::Float32: return {2e-5, 1e-4};
-    case DType::Float16: return {1e-2, 1e-2};
-    default: return {5e-2, 5e-2};  // BFloat16: 8 significant bits
+    case DType::Float64:
+      return {1e-10, 1e-10};
+    case DType::Float32:
+      return {2e-5, 1e-4};
+    case DType::Float16:
+      return {1e-2, 1e-2};
+    default:
+      return {5e-2, 5e-2};  // BFloat16: 8 significant bits
   }
 }
 
@@ -101,8 +105,8 @@ void check_case(const OpCase& op, DType dtype) {
     CHECK_MESSAGE(forward.empty(), "forward: ", forward);
     REQUIRE(actual.grads.size() == expected.grads.size());
     for (size_t i = 0; i < actual.grads.size(); ++i) {
-      const std::string backward = mpigrad::test::first_mismatch(
-          actual.grads[i], expected.grads[i], 2 * tol.atol, 2 * tol.rtol);
+      const std::string backward = mpigrad::test::first_mismatch(actual.grads[i], expected.grads[i],
+                                                                 2 * tol.atol, 2 * tol.rtol);
       CHECK_MESSAGE(backward.empty(), "gradient of float input ", i, ": ", backward);
     }
   } catch (const std::exception& e) {
@@ -116,7 +120,15 @@ void check_table(DType dtype) {
 
 }  // namespace
 
-MPIGRAD_CUDA_TEST_CASE("op table on CUDA matches the CPU: float32") { check_table(kFloat32); }
-MPIGRAD_CUDA_TEST_CASE("op table on CUDA matches the CPU: float64") { check_table(kFloat64); }
-MPIGRAD_CUDA_TEST_CASE("op table on CUDA matches the CPU: bfloat16") { check_table(kBFloat16); }
-MPIGRAD_CUDA_TEST_CASE("op table on CUDA matches the CPU: float16") { check_table(kFloat16); }
+MPIGRAD_CUDA_TEST_CASE("op table on CUDA matches the CPU: float32") {
+  check_table(kFloat32);
+}
+MPIGRAD_CUDA_TEST_CASE("op table on CUDA matches the CPU: float64") {
+  check_table(kFloat64);
+}
+MPIGRAD_CUDA_TEST_CASE("op table on CUDA matches the CPU: bfloat16") {
+  check_table(kBFloat16);
+}
+MPIGRAD_CUDA_TEST_CASE("op table on CUDA matches the CPU: float16") {
+  check_table(kFloat16);
+}

@@ -18,7 +18,8 @@ namespace mpigrad::data::test {
 class TempDir {
  public:
   TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "mpigrad-data-test-XXXXXX").string();
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "mpigrad-data-test-XXXXXX").string();
     char* made = ::mkdtemp(pattern.data());
     if (made == nullptr) throw std::runtime_error("mkdtemp failed");
     path_ = made;
@@ -40,26 +41,33 @@ class TempDir {
 };
 
 // The x value of element j of global sample g (x is uint8 [N, 2, 3]).
-inline uint8_t pattern(int64_t g, int64_t j) { return uint8_t((g * 7 + j * 13) % 251); }
+inline uint8_t pattern(int64_t g, int64_t j) {
+  return uint8_t((g * 7 + j * 13) % 251);
+}
 constexpr int64_t kSampleElements = 6;
 
 // Writes samples [first, first + n) as uint8 x [n, 2, 3] and int64 y [n] (y = g).
-inline void write_pattern_file(const std::string& path, int64_t first, int64_t n, const std::string& x_name = "x",
-                               const std::string& y_name = "y", core::hdf5::DatasetLayout layout = {}) {
+inline void write_pattern_file(const std::string& path, int64_t first, int64_t n,
+                               const std::string& x_name = "x", const std::string& y_name = "y",
+                               core::hdf5::DatasetLayout layout = {}) {
   core::hdf5::AtomicFileWriter writer(path);
   std::vector<uint8_t> x(static_cast<size_t>(n * kSampleElements));
   std::vector<int64_t> y(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     y[size_t(i)] = first + i;
-    for (int64_t j = 0; j < kSampleElements; ++j) x[size_t(i * kSampleElements + j)] = pattern(first + i, j);
+    for (int64_t j = 0; j < kSampleElements; ++j)
+      x[size_t(i * kSampleElements + j)] = pattern(first + i, j);
   }
-  writer.file().create_dataset(x_name, core::kUInt8, {n, 2, 3}, layout).write(x.data(), core::kUInt8);
+  writer.file()
+      .create_dataset(x_name, core::kUInt8, {n, 2, 3}, layout)
+      .write(x.data(), core::kUInt8);
   writer.file().create_dataset(y_name, core::kInt64, {n}, layout).write(y.data(), core::kInt64);
   writer.commit();
 }
 
 // Writes the samples split into shards of the given sizes; returns the paths.
-inline std::vector<std::string> write_pattern_shards(const TempDir& dir, const std::vector<int64_t>& sizes,
+inline std::vector<std::string> write_pattern_shards(const TempDir& dir,
+                                                     const std::vector<int64_t>& sizes,
                                                      core::hdf5::DatasetLayout layout = {},
                                                      const std::string& stem = "shard") {
   std::vector<std::string> paths;

@@ -5,11 +5,11 @@
 #include <filesystem>
 #include <fstream>
 
+#include "../error_message.h"
 #include "data_test_util.h"
 #include "mpigrad/data/hdf5_dataset.h"
 #include "mpigrad/data/idx.h"
 #include "mpigrad/data/sampler.h"
-#include "../error_message.h"
 
 namespace {
 
@@ -19,7 +19,8 @@ using data::test::TempDir;
 
 using mpigrad::test::error_message;
 
-std::string open_error(const std::vector<std::string>& paths, std::vector<std::string> fields = {"x", "y"}) {
+std::string open_error(const std::vector<std::string>& paths,
+                       std::vector<std::string> fields = {"x", "y"}) {
   return error_message([&] {
     Hdf5DatasetOptions options;
     options.fields = std::move(fields);
@@ -27,7 +28,9 @@ std::string open_error(const std::vector<std::string>& paths, std::vector<std::s
   });
 }
 
-bool mentions(const std::string& message, const std::string& what) { return message.find(what) != std::string::npos; }
+bool mentions(const std::string& message, const std::string& what) {
+  return message.find(what) != std::string::npos;
+}
 
 }  // namespace
 
@@ -88,7 +91,8 @@ TEST_CASE("bad input: an unsupported dtype, a scalar field") {
     core::hdf5::File file = core::hdf5::File::create(big);
     hsize_t dims[1] = {3};
     hid_t space = H5Screate_simple(1, dims, nullptr);
-    hid_t dataset = H5Dcreate2(file.id(), "y", H5T_STD_I64BE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t dataset =
+        H5Dcreate2(file.id(), "y", H5T_STD_I64BE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     int64_t values[3] = {7, -1, 300};
     H5Dwrite(dataset, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, values);
     H5Dclose(dataset);
@@ -97,12 +101,14 @@ TEST_CASE("bad input: an unsupported dtype, a scalar field") {
   Hdf5DatasetOptions options;
   options.fields = {"y"};
   Hdf5Dataset dataset({big}, options);
-  CHECK(dataset.get_batch(std::vector<int64_t>{2, 0, 1})["y"].to_vector<int64_t>() == std::vector<int64_t>{300, 7, -1});
+  CHECK(dataset.get_batch(std::vector<int64_t>{2, 0, 1})["y"].to_vector<int64_t>() ==
+        std::vector<int64_t>{300, 7, -1});
 }
 
 TEST_CASE("bad input: a shard whose per-sample shape or dtype differs") {
   TempDir dir;
-  const std::string first = dir.file("first.h5"), second = dir.file("second.h5"), third = dir.file("third.h5");
+  const std::string first = dir.file("first.h5"), second = dir.file("second.h5"),
+                    third = dir.file("third.h5");
   data::test::write_pattern_file(first, 0, 4);
   {
     core::hdf5::File file = core::hdf5::File::create(second);
@@ -170,7 +176,8 @@ TEST_CASE("bad input: IDX files") {
   const std::string truncated = dir.file("short.idx");
   {
     std::ofstream out(truncated, std::ios::binary);
-    const unsigned char header[] = {0, 0, 8, 1, 0, 0, 0, 10, 1, 2, 3};  // declares 10 bytes, holds 3
+    const unsigned char header[] = {0, 0,  8, 1, 0, 0,
+                                    0, 10, 1, 2, 3};  // declares 10 bytes, holds 3
     out.write(reinterpret_cast<const char*>(header), sizeof(header));
   }
   std::string error = error_message([&] { read_idx(truncated); });
@@ -197,8 +204,8 @@ void write_integers(core::hdf5::File& file, const char* name, hid_t file_type,
                     const std::vector<int64_t>& values) {
   hsize_t dims[1] = {values.size()};
   hid_t space = H5Screate_simple(1, dims, nullptr);
-  hid_t dataset = H5Dcreate2(file.id(), name, file_type, space, H5P_DEFAULT, H5P_DEFAULT,
-                             H5P_DEFAULT);
+  hid_t dataset =
+      H5Dcreate2(file.id(), name, file_type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   REQUIRE(dataset >= 0);
   REQUIRE(H5Dwrite(dataset, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) >= 0);
   H5Dclose(dataset);

@@ -22,7 +22,9 @@ using test::TempDir;
 struct Recorded {
   std::vector<std::vector<int64_t>> indices;
   std::vector<std::vector<uint8_t>> x_bytes;
-  bool operator==(const Recorded& other) const { return indices == other.indices && x_bytes == other.x_bytes; }
+  bool operator==(const Recorded& other) const {
+    return indices == other.indices && x_bytes == other.x_bytes;
+  }
 };
 
 Recorded run_epoch(DataLoader& loader) {
@@ -129,11 +131,13 @@ TEST_CASE("DataLoader: samplers, batch samplers, distribution and option conflic
   DataLoader keeps(dataset, distributed);
   CHECK(run_epoch(keeps).indices == got.indices);
   distributed.sampler = std::make_shared<SequentialSampler>(21);
-  CHECK_THROWS_WITH_AS(DataLoader(dataset, distributed), doctest::Contains("not distributed"), core::Error);
+  CHECK_THROWS_WITH_AS(DataLoader(dataset, distributed), doctest::Contains("not distributed"),
+                       core::Error);
 
   DataLoaderOptions too_many;
   too_many.num_replicas = 30;
-  CHECK_THROWS_WITH_AS(DataLoader(dataset, too_many), doctest::Contains("fewer than the 30 ranks"), core::Error);
+  CHECK_THROWS_WITH_AS(DataLoader(dataset, too_many), doctest::Contains("fewer than the 30 ranks"),
+                       core::Error);
 
   // A GPU target that this machine cannot serve fails when the loader is built, saying why
   // (tests/cuda/test_cuda_data_loader.cpp runs the device option where a GPU is).
@@ -186,8 +190,10 @@ TEST_CASE("DataLoader: transforms run per batch; worker errors reach the trainer
     std::vector<float> values = x.to_vector<float>();
     for (int64_t i = 0; i < 5; ++i) {
       for (int64_t j = 0; j < test::kSampleElements; ++j) {
-        float expected = (float(test::pattern(batch.indices[size_t(i)], j)) / 255.0f - 0.5f) / 0.25f;
-        CHECK(values[size_t(i * test::kSampleElements + j)] == doctest::Approx(expected).epsilon(1e-5));
+        float expected =
+            (float(test::pattern(batch.indices[size_t(i)], j)) / 255.0f - 0.5f) / 0.25f;
+        CHECK(values[size_t(i * test::kSampleElements + j)] ==
+              doctest::Approx(expected).epsilon(1e-5));
       }
     }
   }

@@ -49,8 +49,8 @@ TEST_CASE("data tool: help and usage errors") {
 TEST_CASE("data tool: synth writes shards that inspect and Hdf5Dataset read") {
   TempDir dir;
   const std::string output = dir.file("synth.h5");
-  REQUIRE(run({"synth", "--output", output, "--samples", "100", "--shape", "3,4,4", "--classes", "5", "--shards", "3",
-               "--chunk-rows", "16", "--gzip", "1", "--seed", "7"}) == 0);
+  REQUIRE(run({"synth", "--output", output, "--samples", "100", "--shape", "3,4,4", "--classes",
+               "5", "--shards", "3", "--chunk-rows", "16", "--gzip", "1", "--seed", "7"}) == 0);
   auto paths = shard_paths(output, 3);
   CHECK(run({"inspect", paths[0], paths[1], paths[2]}) == 0);
   Hdf5Dataset dataset(paths);
@@ -62,11 +62,13 @@ TEST_CASE("data tool: synth writes shards that inspect and Hdf5Dataset read") {
   for (int64_t label : batch["y"].to_vector<int64_t>()) CHECK((label >= 0 && label < 5));
   // Same seed, same bytes.
   const std::string again = dir.file("again.h5");
-  REQUIRE(run({"synth", "--output", again, "--samples", "100", "--shape", "3,4,4", "--classes", "5", "--seed", "7",
-               "--dtype", "uint8"}) == 0);
+  REQUIRE(run({"synth", "--output", again, "--samples", "100", "--shape", "3,4,4", "--classes", "5",
+               "--seed", "7", "--dtype", "uint8"}) == 0);
   Hdf5Dataset same({again});
-  CHECK(same.get_batch(std::vector<int64_t>{0, 50, 99})["x"].to_vector<int>() == batch["x"].to_vector<int>());
-  REQUIRE(run({"synth", "--output", dir.file("f32.h5"), "--samples", "8", "--shape", "5", "--dtype", "float32"}) == 0);
+  CHECK(same.get_batch(std::vector<int64_t>{0, 50, 99})["x"].to_vector<int>() ==
+        batch["x"].to_vector<int>());
+  REQUIRE(run({"synth", "--output", dir.file("f32.h5"), "--samples", "8", "--shape", "5", "--dtype",
+               "float32"}) == 0);
   CHECK(Hdf5Dataset({dir.file("f32.h5")}).field("x").dtype == core::kFloat32);
   CHECK(run({"inspect", dir.file("f32.h5"), "--fields", "x,nope"}) == 1);
 }
@@ -76,7 +78,8 @@ TEST_CASE("data tool: a failed conversion leaves no output") {
   const std::string images = dir.file("images.idx");
   {
     std::ofstream out(images, std::ios::binary);
-    const unsigned char header[] = {0, 0, 8, 3, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 2, 1, 2, 3, 4, 5, 6, 7, 8};
+    const unsigned char header[] = {0, 0, 8, 3, 0, 0, 0, 2, 0, 0, 0, 2,
+                                    0, 0, 0, 2, 1, 2, 3, 4, 5, 6, 7, 8};
     out.write(reinterpret_cast<const char*>(header), sizeof(header));
   }
   const std::string labels = dir.file("labels.idx");
@@ -85,11 +88,12 @@ TEST_CASE("data tool: a failed conversion leaves no output") {
     const unsigned char header[] = {0, 0, 8, 1, 0, 0, 0, 3, 1, 2, 3};  // 3 labels for 2 images
     out.write(reinterpret_cast<const char*>(header), sizeof(header));
   }
-  CHECK(run({"convert-idx", "--images", images, "--labels", labels, "--output", dir.file("out.h5")}) == 1);
+  CHECK(run({"convert-idx", "--images", images, "--labels", labels, "--output",
+             dir.file("out.h5")}) == 1);
   CHECK(run({"convert-idx", "--images", images, "--labels", dir.file("missing.idx"), "--output",
              dir.file("out.h5")}) == 1);
-  CHECK(run({"convert-idx", "--images", images, "--labels", labels, "--output", dir.file("out.h5"), "--shards",
-             "5"}) == 1);
+  CHECK(run({"convert-idx", "--images", images, "--labels", labels, "--output", dir.file("out.h5"),
+             "--shards", "5"}) == 1);
   for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
     CHECK(entry.path().extension() != ".h5");
     CHECK(entry.path().string().find(".tmp") == std::string::npos);
@@ -100,11 +104,13 @@ TEST_CASE("data tool: converts the Fashion-MNIST package to HDF5 shards") {
   const std::string images = std::string(kFashionMnist) + "/t10k-images-idx3-ubyte.gz";
   const std::string labels = std::string(kFashionMnist) + "/t10k-labels-idx1-ubyte.gz";
   REQUIRE_MESSAGE(std::filesystem::exists(images),
-                  "the Fashion-MNIST package (dataset-fashion-mnist) is missing; scripts/install-deps.sh installs it");
+                  "the Fashion-MNIST package (dataset-fashion-mnist) is missing; "
+                  "scripts/install-deps.sh installs it");
   REQUIRE(std::filesystem::exists(std::string(kFashionMnist) + "/train-images-idx3-ubyte.gz"));
   TempDir dir;
   const std::string output = dir.file("fashion-test.h5");
-  REQUIRE(run({"convert-idx", "--images", images, "--labels", labels, "--output", output, "--shards", "2"}) == 0);
+  REQUIRE(run({"convert-idx", "--images", images, "--labels", labels, "--output", output,
+               "--shards", "2"}) == 0);
   auto paths = shard_paths(output, 2);
   CHECK(run({"inspect", paths[0], paths[1]}) == 0);
   Hdf5Dataset dataset(paths);

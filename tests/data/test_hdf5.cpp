@@ -41,7 +41,8 @@ TEST_CASE("hdf5: every DType round-trips through a file") {
   hdf5::File file = hdf5::File::open(path);
   for (core::DType dtype : dtypes) {
     CAPTURE(dtype);
-    hdf5::Dataset dataset = file.open_dataset(std::string("/group/") + std::string(core::dtype_name(dtype)));
+    hdf5::Dataset dataset =
+        file.open_dataset(std::string("/group/") + std::string(core::dtype_name(dtype)));
     CHECK(dataset.dtype() == dtype);
     CHECK(dataset.shape() == core::Shape{2, 3});
     core::Tensor back = dataset.read_tensor();
@@ -60,7 +61,8 @@ TEST_CASE("hdf5: every DType round-trips through a file") {
 
 TEST_CASE("hdf5: rows, blocks and unions of hyperslabs, contiguous and chunked+gzip") {
   TempDir dir;
-  for (hdf5::DatasetLayout layout : {hdf5::DatasetLayout{}, hdf5::DatasetLayout{4, 0}, hdf5::DatasetLayout{3, 6}}) {
+  for (hdf5::DatasetLayout layout :
+       {hdf5::DatasetLayout{}, hdf5::DatasetLayout{4, 0}, hdf5::DatasetLayout{3, 6}}) {
     CAPTURE(layout.chunk_rows);
     const std::string path = dir.file("rows" + std::to_string(layout.chunk_rows) + ".h5");
     std::vector<float> data(10 * 4);
@@ -85,7 +87,8 @@ TEST_CASE("hdf5: rows, blocks and unions of hyperslabs, contiguous and chunked+g
     selection.add_rows(0, 1);
     CHECK(selection.selected_elements() == 8);
     std::vector<float> both(8);
-    dataset.read_selection(selection, both.data(), core::kFloat32);  // file order: row 0, then row 8
+    dataset.read_selection(selection, both.data(),
+                           core::kFloat32);  // file order: row 0, then row 8
     CHECK(both == std::vector<float>{0, 1, 2, 3, 32, 33, 34, 35});
   }
 }

@@ -16,7 +16,8 @@ using namespace mpigrad::data;  // NOLINT
 using test::batch_matches;
 using test::TempDir;
 
-std::vector<int64_t> slice_globals(IndexSlice slice, int64_t total, const std::vector<int64_t>& local) {
+std::vector<int64_t> slice_globals(IndexSlice slice, int64_t total,
+                                   const std::vector<int64_t>& local) {
   std::vector<int64_t> globals;
   for (int64_t i : local) globals.push_back((slice.begin + i) % total);
   return globals;
@@ -52,7 +53,8 @@ TEST_CASE("Hdf5Dataset: batches of arbitrary indices across shards, layouts and 
   TempDir dir;
   const std::vector<core::hdf5::DatasetLayout> layouts = {{}, {4, 0}, {3, 4}};
   for (size_t l = 0; l < layouts.size(); ++l) {
-    auto paths = test::write_pattern_shards(dir, {10, 1, 13, 6}, layouts[l], "layout" + std::to_string(l) + "_");
+    auto paths = test::write_pattern_shards(dir, {10, 1, 13, 6}, layouts[l],
+                                            "layout" + std::to_string(l) + "_");
     for (AccessPattern access : {AccessPattern::Random, AccessPattern::Sequential}) {
       CAPTURE(l);
       Hdf5DatasetOptions options;
@@ -60,11 +62,11 @@ TEST_CASE("Hdf5Dataset: batches of arbitrary indices across shards, layouts and 
       Hdf5Dataset dataset(paths, options);
       REQUIRE(dataset.size() == 30);
       const std::vector<std::vector<int64_t>> requests = {
-          {0, 1, 2, 3},                 // one run, in order: read straight into the batch
-          {8, 9, 10, 11, 12},           // a run crossing two shard boundaries
-          {29, 0, 15, 14, 13, 5},       // reversed runs and scattered samples
-          {7, 7, 3, 7, 3},              // duplicates
-          {11},                         // the one-sample shard
+          {0, 1, 2, 3},            // one run, in order: read straight into the batch
+          {8, 9, 10, 11, 12},      // a run crossing two shard boundaries
+          {29, 0, 15, 14, 13, 5},  // reversed runs and scattered samples
+          {7, 7, 3, 7, 3},         // duplicates
+          {11},                    // the one-sample shard
           {}};
       for (const auto& request : requests) {
         CAPTURE(request.size());
@@ -73,8 +75,9 @@ TEST_CASE("Hdf5Dataset: batches of arbitrary indices across shards, layouts and 
       // A whole shuffled epoch in batches of 7.
       std::vector<int64_t> order = random_permutation(30, 3);
       for (size_t start = 0; start < order.size(); start += 7) {
-        std::vector<int64_t> batch(order.begin() + std::ptrdiff_t(start),
-                                   order.begin() + std::ptrdiff_t(std::min(order.size(), start + 7)));
+        std::vector<int64_t> batch(
+            order.begin() + std::ptrdiff_t(start),
+            order.begin() + std::ptrdiff_t(std::min(order.size(), start + 7)));
         CHECK(batch_matches(dataset.get_batch(batch), batch));
       }
     }

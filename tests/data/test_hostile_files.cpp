@@ -14,12 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "../error_message.h"
 #include "data_test_util.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/hdf5.h"
 #include "mpigrad/data/data_tool.h"
 #include "mpigrad/data/hdf5_dataset.h"
-#include "../error_message.h"
 
 namespace {
 

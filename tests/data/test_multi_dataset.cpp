@@ -67,9 +67,12 @@ TEST_CASE("BatchComposition: counts are exact, any float makes ratios, largest r
   CHECK(BatchComposition::parse("2, 1.0").resolve(6, 2) == std::vector<int64_t>{4, 2});  // ratios
   CHECK(BatchComposition::parse("0.5,0.5").resolve(5, 2) == std::vector<int64_t>{3, 2});
   CHECK(BatchComposition::parse("balanced").resolve(8, 3) == std::vector<int64_t>{3, 3, 2});
-  CHECK(BatchComposition::from_values({int64_t(1), 2.0}).resolve(3, 2) == std::vector<int64_t>{1, 2});
-  CHECK_THROWS_WITH_AS(BatchComposition::parse("3,2").resolve(4, 2), doctest::Contains("sum to 5"), core::Error);
-  CHECK_THROWS_WITH_AS(BatchComposition::parse("3,1").resolve(4, 3), doctest::Contains("3 datasets"), core::Error);
+  CHECK(BatchComposition::from_values({int64_t(1), 2.0}).resolve(3, 2) ==
+        std::vector<int64_t>{1, 2});
+  CHECK_THROWS_WITH_AS(BatchComposition::parse("3,2").resolve(4, 2), doctest::Contains("sum to 5"),
+                       core::Error);
+  CHECK_THROWS_WITH_AS(BatchComposition::parse("3,1").resolve(4, 3),
+                       doctest::Contains("3 datasets"), core::Error);
   CHECK_THROWS_AS(BatchComposition::parse("a,b"), core::Error);
   CHECK_THROWS_AS(BatchComposition::parse("0.0,0.0").resolve(4, 2), core::Error);
   CHECK_THROWS_AS(BatchComposition::parse("-1,5").resolve(4, 2), core::Error);
@@ -98,11 +101,13 @@ TEST_CASE("MultiDatasetBatchSampler: composition of every batch") {
 
   auto both = weights;
   both.samples_per_dataset = BatchComposition::balanced();
-  CHECK_THROWS_WITH_AS(MultiDatasetBatchSampler(sizes, both), doctest::Contains("not both"), core::Error);
+  CHECK_THROWS_WITH_AS(MultiDatasetBatchSampler(sizes, both), doctest::Contains("not both"),
+                       core::Error);
   auto balanced = defaults;
   balanced.samples_per_dataset = BatchComposition::balanced();
   balanced.epoch_policy = EpochPolicy::MinSize;
-  CHECK(MultiDatasetBatchSampler(sizes, balanced).samples_per_batch() == std::vector<int64_t>{4, 4});
+  CHECK(MultiDatasetBatchSampler(sizes, balanced).samples_per_batch() ==
+        std::vector<int64_t>{4, 4});
 }
 
 TEST_CASE("MultiDatasetBatchSampler: epoch policies, replacement and their errors") {
@@ -112,11 +117,11 @@ TEST_CASE("MultiDatasetBatchSampler: epoch policies, replacement and their error
   CHECK(MultiDatasetBatchSampler(sizes, options).size() == 2);
 
   options.epoch_policy = EpochPolicy::MaxSize;
-  CHECK_THROWS_WITH_AS(MultiDatasetBatchSampler(sizes, options), doctest::Contains("impossible without replacement"),
-                       core::Error);
+  CHECK_THROWS_WITH_AS(MultiDatasetBatchSampler(sizes, options),
+                       doctest::Contains("impossible without replacement"), core::Error);
   options.epoch_policy = EpochPolicy::DatasetSize;
-  CHECK_THROWS_WITH_AS(MultiDatasetBatchSampler(sizes, options), doctest::Contains("dataset 1 has only 10"),
-                       core::Error);
+  CHECK_THROWS_WITH_AS(MultiDatasetBatchSampler(sizes, options),
+                       doctest::Contains("dataset 1 has only 10"), core::Error);
 
   options.replacement = true;
   options.epoch_policy = EpochPolicy::MaxSize;
@@ -132,8 +137,10 @@ TEST_CASE("MultiDatasetBatchSampler: epoch policies, replacement and their error
   CHECK(MultiDatasetBatchSampler(sizes, options).size() == 11);
 
   CHECK(parse_epoch_policy("max_size") == EpochPolicy::MaxSize);
-  CHECK_THROWS_WITH_AS(parse_epoch_policy("longest"), doctest::Contains("dataset_size"), core::Error);
-  CHECK_THROWS_AS(MultiDatasetBatchSampler({0, 10}, with_counts(4, {2, 2})), core::Error);  // empty child
+  CHECK_THROWS_WITH_AS(parse_epoch_policy("longest"), doctest::Contains("dataset_size"),
+                       core::Error);
+  CHECK_THROWS_AS(MultiDatasetBatchSampler({0, 10}, with_counts(4, {2, 2})),
+                  core::Error);  // empty child
 }
 
 TEST_CASE("MultiDatasetBatchSampler: whole batches split across ranks, padded or truncated") {
@@ -166,7 +173,8 @@ TEST_CASE("MultiDatasetBatchSampler: whole batches split across ranks, padded or
         REQUIRE(int64_t(mine.size()) == per_rank);
         CHECK(sampler.size() == per_rank);
         for (int64_t i = 0; i < per_rank; ++i) {
-          CHECK(mine[size_t(i)] == reference[size_t((r + i * ranks) % global)]);  // r, r+R, ...; pad from start
+          CHECK(mine[size_t(i)] ==
+                reference[size_t((r + i * ranks) % global)]);  // r, r+R, ...; pad from start
         }
       }
     }
@@ -175,8 +183,8 @@ TEST_CASE("MultiDatasetBatchSampler: whole batches split across ranks, padded or
   too_few.epoch_policy = EpochPolicy::MinSize;
   too_few.num_replicas = 16;
   too_few.drop_last = true;
-  CHECK_THROWS_WITH_AS(MultiDatasetBatchSampler(sizes, too_few), doctest::Contains("fewer than the 16 ranks"),
-                       core::Error);
+  CHECK_THROWS_WITH_AS(MultiDatasetBatchSampler(sizes, too_few),
+                       doctest::Contains("fewer than the 16 ranks"), core::Error);
 }
 
 TEST_CASE("MultiDatasetBatchSampler: the order is a function of seed + epoch") {

@@ -15,8 +15,8 @@ namespace {
 
 using namespace mpigrad::data;  // NOLINT
 
-std::vector<std::vector<int64_t>> all_ranks(int64_t n, int64_t ranks, bool shuffle, uint64_t seed, bool drop_last,
-                                            int64_t epoch) {
+std::vector<std::vector<int64_t>> all_ranks(int64_t n, int64_t ranks, bool shuffle, uint64_t seed,
+                                            bool drop_last, int64_t epoch) {
   std::vector<std::vector<int64_t>> result;
   for (int64_t r = 0; r < ranks; ++r) {
     DistributedSampler sampler(n, ranks, r, shuffle, seed, drop_last);
@@ -52,9 +52,12 @@ TEST_CASE("DistributedSampler: padding and truncation are exactly PyTorch's") {
   CHECK(all_ranks(10, 4, false, 0, true, 0) ==
         std::vector<std::vector<int64_t>>{{0, 4}, {1, 5}, {2, 6}, {3, 7}});
   // range(5), 4 replicas: [0..4, 0, 1, 2] split by stride.
-  CHECK(all_ranks(5, 4, false, 0, false, 0) == std::vector<std::vector<int64_t>>{{0, 4}, {1, 0}, {2, 1}, {3, 2}});
-  CHECK(all_ranks(5, 4, false, 0, true, 0) == std::vector<std::vector<int64_t>>{{0}, {1}, {2}, {3}});
-  CHECK(all_ranks(7, 3, false, 0, false, 0) == std::vector<std::vector<int64_t>>{{0, 3, 6}, {1, 4, 0}, {2, 5, 1}});
+  CHECK(all_ranks(5, 4, false, 0, false, 0) ==
+        std::vector<std::vector<int64_t>>{{0, 4}, {1, 0}, {2, 1}, {3, 2}});
+  CHECK(all_ranks(5, 4, false, 0, true, 0) ==
+        std::vector<std::vector<int64_t>>{{0}, {1}, {2}, {3}});
+  CHECK(all_ranks(7, 3, false, 0, false, 0) ==
+        std::vector<std::vector<int64_t>>{{0, 3, 6}, {1, 4, 0}, {2, 5, 1}});
 }
 
 TEST_CASE("DistributedSampler properties over many (N, R, shuffle, drop_last, seed, epoch)") {
@@ -74,8 +77,9 @@ TEST_CASE("DistributedSampler properties over many (N, R, shuffle, drop_last, se
               CAPTURE(epoch);
               ++combinations;
               auto per_rank = all_ranks(n, ranks, shuffle, seed, drop_last, epoch);
-              const int64_t expected_length =
-                  drop_last && n % ranks != 0 ? (n - ranks + ranks - 1) / ranks : (n + ranks - 1) / ranks;
+              const int64_t expected_length = drop_last && n % ranks != 0
+                                                  ? (n - ranks + ranks - 1) / ranks
+                                                  : (n + ranks - 1) / ranks;
               // The global order every rank derives, then indices[r::R].
               std::vector<int64_t> global = shuffle ? random_permutation(n, seed + uint64_t(epoch))
                                                     : random_permutation(0, 0);
@@ -103,7 +107,8 @@ TEST_CASE("DistributedSampler properties over many (N, R, shuffle, drop_last, se
               if (n % ranks == 0) CHECK(int64_t(distinct.size()) == total);  // disjoint ranks
               // Same seed and epoch: the same order again; another epoch: another order.
               CHECK(all_ranks(n, ranks, shuffle, seed, drop_last, epoch) == per_rank);
-              if (shuffle && n >= 8) CHECK(all_ranks(n, ranks, shuffle, seed, drop_last, epoch + 1) != per_rank);
+              if (shuffle && n >= 8)
+                CHECK(all_ranks(n, ranks, shuffle, seed, drop_last, epoch + 1) != per_rank);
             }
           }
         }
@@ -114,7 +119,8 @@ TEST_CASE("DistributedSampler properties over many (N, R, shuffle, drop_last, se
 }
 
 TEST_CASE("DistributedSampler refuses fewer samples than ranks and bad ranks") {
-  CHECK_THROWS_WITH_AS(DistributedSampler(3, 4, 0), doctest::Contains("fewer than the 4 ranks"), mpigrad::core::Error);
+  CHECK_THROWS_WITH_AS(DistributedSampler(3, 4, 0), doctest::Contains("fewer than the 4 ranks"),
+                       mpigrad::core::Error);
   CHECK_THROWS_AS(DistributedSampler(10, 4, 4), mpigrad::core::Error);
   CHECK_THROWS_AS(DistributedSampler(10, 0, 0), mpigrad::core::Error);
   static_assert(DistributedSamplerLike<DistributedSampler>);
@@ -132,7 +138,8 @@ TEST_CASE("SequentialSampler, RandomSampler and BatchSampler") {
   RandomSampler with_replacement(5, 1, true, 100);
   auto draws = with_replacement.indices();
   CHECK(draws.size() == 100);
-  CHECK(std::set<int64_t>(draws.begin(), draws.end()).size() == 5);  // all 5 values appear in 100 draws
+  CHECK(std::set<int64_t>(draws.begin(), draws.end()).size() ==
+        5);  // all 5 values appear in 100 draws
   CHECK_THROWS_AS(RandomSampler(5, 0, false, 6), mpigrad::core::Error);
 
   auto sequential = std::make_shared<SequentialSampler>(10);

@@ -29,7 +29,8 @@ int world_size() {
 }
 
 // Rank 0 makes the directory and the files; every rank learns the path.
-std::string shared_directory(std::unique_ptr<test::TempDir>& owner, const std::vector<int64_t>& shard_sizes,
+std::string shared_directory(std::unique_ptr<test::TempDir>& owner,
+                             const std::vector<int64_t>& shard_sizes,
                              std::vector<std::string>& paths) {
   std::string path;
   if (world_rank() == 0) {
@@ -43,7 +44,8 @@ std::string shared_directory(std::unique_ptr<test::TempDir>& owner, const std::v
   MPI_Bcast(path.data(), length, MPI_CHAR, 0, MPI_COMM_WORLD);
   if (world_rank() != 0) {
     test::TempDir view(path);
-    for (size_t s = 0; s < shard_sizes.size(); ++s) paths.push_back(view.file("shard" + std::to_string(s) + ".h5"));
+    for (size_t s = 0; s < shard_sizes.size(); ++s)
+      paths.push_back(view.file("shard" + std::to_string(s) + ".h5"));
   }
   MPI_Barrier(MPI_COMM_WORLD);
   return path;
@@ -51,12 +53,13 @@ std::string shared_directory(std::unique_ptr<test::TempDir>& owner, const std::v
 
 std::vector<int64_t> gather_all(const std::vector<int64_t>& mine) {
   int count = int(mine.size());
-  std::vector<int> counts(static_cast<size_t>(world_size())), offsets(static_cast<size_t>(world_size()));
+  std::vector<int> counts(static_cast<size_t>(world_size())),
+      offsets(static_cast<size_t>(world_size()));
   MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD);
   std::partial_sum(counts.begin(), counts.end() - 1, offsets.begin() + 1);
   std::vector<int64_t> all(size_t(offsets.back() + counts.back()));
-  MPI_Allgatherv(mine.data(), count, MPI_INT64_T, all.data(), counts.data(), offsets.data(), MPI_INT64_T,
-                 MPI_COMM_WORLD);
+  MPI_Allgatherv(mine.data(), count, MPI_INT64_T, all.data(), counts.data(), offsets.data(),
+                 MPI_INT64_T, MPI_COMM_WORLD);
   return all;
 }
 

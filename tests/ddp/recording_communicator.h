@@ -51,9 +51,7 @@ class RecordingCommunicator final : public launch::Communicator {
   launch::WorkPtr all_gather_async_impl(const Tensor& in, const Tensor& out) override {
     return inner_.all_gather_async(in, out);
   }
-  void all_gather_impl(const Tensor& in, const Tensor& out) override {
-    inner_.all_gather(in, out);
-  }
+  void all_gather_impl(const Tensor& in, const Tensor& out) override { inner_.all_gather(in, out); }
   launch::WorkPtr all_gather_v_async_impl(const Tensor& in, const Tensor& out,
                                           std::span<const int64_t> counts) override {
     return inner_.all_gather_v_async(in, out, counts);

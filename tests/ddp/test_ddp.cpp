@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "../simulated_nodes.h"
+#include "../tensor_difference.h"
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/linalg.h"
@@ -19,8 +21,6 @@
 #include "mpigrad/core/rng.h"
 #include "mpigrad/launch/ddp/distributed_data_parallel.h"
 #include "mpigrad/launch/job/distributed_manager.h"
-#include "../simulated_nodes.h"
-#include "../tensor_difference.h"
 #include "recording_communicator.h"
 #include "transport_expectation.h"
 
@@ -113,7 +113,8 @@ TEST_CASE("DDP over R ranks with batch B equals one process with batch R*B after
   }
 }
 
-TEST_CASE("no_sync over k micro-steps equals one large-batch step, with a parameter unused in some") {
+TEST_CASE(
+    "no_sync over k micro-steps equals one large-batch step, with a parameter unused in some") {
   // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
   auto manager = launch::DistributedManager::initialize();
   auto& world = manager.world();

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "../simulated_nodes.h"
+#include "../tensor_difference.h"
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/reduce.h"
@@ -22,8 +24,6 @@
 #include "mpigrad/nn/layers/linear.h"
 #include "mpigrad/nn/loss.h"
 #include "mpigrad/nn/optim/sgd.h"
-#include "../simulated_nodes.h"
-#include "../tensor_difference.h"
 #include "transport_expectation.h"
 
 using namespace mpigrad;
@@ -43,7 +43,6 @@ std::pair<Tensor, Tensor> global_batch(int step, int64_t n) {
   core::Generator generator(2000 + uint64_t(step));
   return {core::randn({n, 8}, generator), core::randn({n, 4}, generator)};
 }
-
 
 }  // namespace
 

@@ -12,10 +12,10 @@
 #include <thread>
 #include <vector>
 
+#include "../simulated_nodes.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/launch/ddp/transports/hierarchical_all_reduce.h"
 #include "mpigrad/launch/job/distributed_manager.h"
-#include "../simulated_nodes.h"
 
 using namespace mpigrad;
 using core::Tensor;
@@ -26,7 +26,9 @@ namespace {
 
 // Rank r's value at element i in round k: integers, so every partial sum and the average over
 // 1, 2 or 4 ranks are exact even in bfloat16.
-double contribution(int rank, int64_t i, int round) { return double(rank * 2 + round + i % 3); }
+double contribution(int rank, int64_t i, int round) {
+  return double(rank * 2 + round + i % 3);
+}
 double expected(int ranks, int64_t i, int round) {
   return double(ranks - 1) + round + double(i % 3);  // mean over r of 2r + round + i % 3
 }
@@ -52,8 +54,8 @@ std::unique_ptr<HierarchicalAllReduce> make(launch::Communicator& world, int sim
                                             double timeout = 60) {
   test::SimulatedNodes simulated(simulated_nodes);
   std::string why_not;
-  auto hierarchical = HierarchicalAllReduce::create(
-      world, world.split_node_local("node"), specs, timeout, &why_not);
+  auto hierarchical = HierarchicalAllReduce::create(world, world.split_node_local("node"), specs,
+                                                    timeout, &why_not);
   INFO(why_not);
   REQUIRE(hierarchical != nullptr);
   return hierarchical;

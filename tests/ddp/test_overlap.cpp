@@ -72,10 +72,11 @@ TEST_CASE("async all_reduce overlaps with compute and gives the right answer") {
     CHECK(values.back() == expected);
   }
   if (world.rank() == 0) {
-    std::printf("[overlap] np %d, 16 MiB all_reduce: comm %.2f ms, compute %.2f ms, async+compute "
-                "without polling %.2f ms, with polling %.2f ms (sequential would be %.2f ms)\n",
-                world.size(), comm_s * 1e3, compute_s * 1e3, overlapped_s[0] * 1e3,
-                overlapped_s[1] * 1e3, (comm_s + compute_s) * 1e3);
+    std::printf(
+        "[overlap] np %d, 16 MiB all_reduce: comm %.2f ms, compute %.2f ms, async+compute "
+        "without polling %.2f ms, with polling %.2f ms (sequential would be %.2f ms)\n",
+        world.size(), comm_s * 1e3, compute_s * 1e3, overlapped_s[0] * 1e3, overlapped_s[1] * 1e3,
+        (comm_s + compute_s) * 1e3);
     std::fflush(stdout);
   }
 }

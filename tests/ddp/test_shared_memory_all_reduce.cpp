@@ -3,7 +3,6 @@
 // rank; repeated rounds with progress() and waits out of order; buffers that outlive the object;
 // a rank that never starts is named in the timeout error; and argument errors.
 #include <doctest/doctest.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/launch/ddp/transports/shared_memory_all_reduce.h"
+#include "mpigrad/launch/job/distributed_manager.h"
 
 using namespace mpigrad;
 using core::Tensor;

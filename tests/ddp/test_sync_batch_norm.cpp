@@ -12,13 +12,15 @@
 #include <string>
 #include <vector>
 
+#include "../simulated_nodes.h"
+#include "../tensor_difference.h"
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/reduce.h"
 #include "mpigrad/core/rng.h"
 #include "mpigrad/launch/ddp/distributed_data_parallel.h"
-#include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/launch/ddp/sync_batch_norm.h"
+#include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/nn/layers/activation.h"
 #include "mpigrad/nn/layers/batch_norm.h"
 #include "mpigrad/nn/layers/container.h"
@@ -29,8 +31,6 @@
 #include "mpigrad/nn/optim/sgd.h"
 #include "recording_communicator.h"
 #include "transport_expectation.h"
-#include "../simulated_nodes.h"
-#include "../tensor_difference.h"
 
 using namespace mpigrad;
 using core::Tensor;
@@ -58,7 +58,6 @@ std::pair<Tensor, Tensor> global_images(int step, int64_t n) {
   Tensor y = core::randn({n, 3}, generator).to(core::kFloat64);
   return {x, y};
 }
-
 
 }  // namespace
 
@@ -146,7 +145,7 @@ TEST_CASE("SyncBatchNorm backward gives each rank its slice of the global input 
   reference.zero_grad();
 
   Tensor x_local = x.narrow(0, rank * per_rank, per_rank).clone().set_requires_grad();
-  core::sum((*sync)(x_local) * upstream.narrow(0, rank * per_rank, per_rank)).backward();
+  core::sum((*sync)(x_local)*upstream.narrow(0, rank * per_rank, per_rank)).backward();
   CHECK(max_difference(x_local.grad(), x_global.grad().narrow(0, rank * per_rank, per_rank)) <=
         1e-10);
   // Weight and bias gradients are local sums: over ranks they add up to the global ones.
@@ -185,8 +184,7 @@ TEST_CASE("convert_sync_batchnorm swaps every BatchNorm in nested containers, ke
   core::Generator generator(3);
   auto inner = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
       std::make_shared<nn::Linear>(4, 4, generator), std::make_shared<nn::BatchNorm1d>(4)});
-  nn::Sequential model{std::make_shared<nn::BatchNorm1d>(4), inner,
-                       std::make_shared<nn::ReLU>()};
+  nn::Sequential model{std::make_shared<nn::BatchNorm1d>(4), inner, std::make_shared<nn::ReLU>()};
   auto names_before = model.state_dict().size();
   Tensor weight_before = inner->named_parameters()[2].second;  // "1.weight" of the BatchNorm
   model.eval();

@@ -6,8 +6,8 @@
 
 #include <vector>
 
-#include "mpigrad/launch/ddp/transport_choice.h"
 #include "../simulated_nodes.h"
+#include "mpigrad/launch/ddp/transport_choice.h"
 
 namespace mpigrad::test {
 

@@ -4,45 +4,43 @@
 #ifndef MPIGRAD_TEST_C_CHECK_H
 #define MPIGRAD_TEST_C_CHECK_H
 
+#include <mpigrad/mpigrad_c.h>
 #include <stdio.h>
 #include <string.h>
-
-#include <mpigrad/mpigrad_c.h>
 
 static int c_check_failures = 0;
 static int c_check_count = 0;
 
-#define CHECK(condition)                                                             \
-  do {                                                                               \
-    ++c_check_count;                                                                 \
-    if (!(condition)) {                                                              \
-      ++c_check_failures;                                                            \
+#define CHECK(condition)                                                            \
+  do {                                                                              \
+    ++c_check_count;                                                                \
+    if (!(condition)) {                                                             \
+      ++c_check_failures;                                                           \
       fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #condition); \
-    }                                                                                \
+    }                                                                               \
   } while (0)
 
 /* The call returns `expected`; on a mismatch prints both and the last error. */
-#define CHECK_STATUS(call, expected)                                                     \
-  do {                                                                                   \
-    mpigrad_status status_ = (call);                                                     \
-    ++c_check_count;                                                                     \
-    if (status_ != (expected)) {                                                         \
-      ++c_check_failures;                                                                \
-      fprintf(stderr, "%s:%d: %s returned %s, expected %s (last error: %s)\n", __FILE__, \
-              __LINE__, #call, mpigrad_status_name(status_), #expected,                  \
-              mpigrad_last_error());                                                     \
-    }                                                                                    \
+#define CHECK_STATUS(call, expected)                                                               \
+  do {                                                                                             \
+    mpigrad_status status_ = (call);                                                               \
+    ++c_check_count;                                                                               \
+    if (status_ != (expected)) {                                                                   \
+      ++c_check_failures;                                                                          \
+      fprintf(stderr, "%s:%d: %s returned %s, expected %s (last error: %s)\n", __FILE__, __LINE__, \
+              #call, mpigrad_status_name(status_), #expected, mpigrad_last_error());               \
+    }                                                                                              \
   } while (0)
 
 /* The last error mentions `text`. */
-#define CHECK_ERROR_MENTIONS(text)                                                        \
-  do {                                                                                    \
-    ++c_check_count;                                                                      \
-    if (strstr(mpigrad_last_error(), (text)) == NULL) {                                   \
-      ++c_check_failures;                                                                 \
-      fprintf(stderr, "%s:%d: the last error does not mention '%s': %s\n", __FILE__,      \
-              __LINE__, (text), mpigrad_last_error());                                    \
-    }                                                                                     \
+#define CHECK_ERROR_MENTIONS(text)                                                             \
+  do {                                                                                         \
+    ++c_check_count;                                                                           \
+    if (strstr(mpigrad_last_error(), (text)) == NULL) {                                        \
+      ++c_check_failures;                                                                      \
+      fprintf(stderr, "%s:%d: the last error does not mention '%s': %s\n", __FILE__, __LINE__, \
+              (text), mpigrad_last_error());                                                   \
+    }                                                                                          \
   } while (0)
 
 static int c_check_exit_code(const char* name) {

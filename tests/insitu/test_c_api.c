@@ -17,8 +17,8 @@ static const char* kConfig =
 
 /* x[b][i] and the target y = W x of a fixed linear map W. */
 static void make_batch(int step, float x[BATCH][IN], float y[BATCH][OUT]) {
-  static const float w[OUT][IN] = {{0.5f, -1.f, 0.25f, 2.f}, {1.f, 0.f, -0.5f, 0.f},
-                                   {-0.25f, 0.75f, 1.f, -1.f}};
+  static const float w[OUT][IN] = {
+      {0.5f, -1.f, 0.25f, 2.f}, {1.f, 0.f, -0.5f, 0.f}, {-0.25f, 0.75f, 1.f, -1.f}};
   int b, i, o;
   for (b = 0; b < BATCH; ++b) {
     for (i = 0; i < IN; ++i) x[b][i] = (float)sin(0.37 * (step * BATCH + b) + 1.3 * i);

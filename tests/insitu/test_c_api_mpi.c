@@ -76,9 +76,9 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
 
   /* R ranks on R parts of each batch = one process on the whole batch. */
-  CHECK_STATUS(mpigrad_model_create_distributed(&world, kConfig, MPI_Comm_c2f(MPI_COMM_WORLD),
-                                                "cpu"),
-               MPIGRAD_SUCCESS);
+  CHECK_STATUS(
+      mpigrad_model_create_distributed(&world, kConfig, MPI_Comm_c2f(MPI_COMM_WORLD), "cpu"),
+      MPIGRAD_SUCCESS);
   CHECK_STATUS(mpigrad_model_create(&reference, kConfig, "cpu"), MPIGRAD_SUCCESS);
   train(world, 40, rank * (GLOBAL / size), GLOBAL / size);
   train(reference, 40, 0, GLOBAL);
@@ -100,9 +100,9 @@ int main(int argc, char** argv) {
   snprintf(path, sizeof(path), "%s/distributed_checkpoint.h5", dir);
   CHECK_STATUS(mpigrad_save_checkpoint(world, path), MPIGRAD_SUCCESS);
   CHECK(access(path, R_OK) == 0);
-  CHECK_STATUS(mpigrad_model_create_distributed(&resumed, kConfig, MPI_Comm_c2f(MPI_COMM_WORLD),
-                                                "cpu"),
-               MPIGRAD_SUCCESS);
+  CHECK_STATUS(
+      mpigrad_model_create_distributed(&resumed, kConfig, MPI_Comm_c2f(MPI_COMM_WORLD), "cpu"),
+      MPIGRAD_SUCCESS);
   CHECK_STATUS(mpigrad_load_checkpoint(resumed, path), MPIGRAD_SUCCESS);
   {
     int64_t steps = 0;
@@ -140,9 +140,9 @@ int main(int argc, char** argv) {
     char config[1024];
     int part = GLOBAL / size;
     snprintf(config, sizeof(config), "%s[train]\ngrad_accum_steps = 2\n", kConfig);
-    CHECK_STATUS(mpigrad_model_create_distributed(&accumulated, config,
-                                                  MPI_Comm_c2f(MPI_COMM_WORLD), "cpu"),
-                 MPIGRAD_SUCCESS);
+    CHECK_STATUS(
+        mpigrad_model_create_distributed(&accumulated, config, MPI_Comm_c2f(MPI_COMM_WORLD), "cpu"),
+        MPIGRAD_SUCCESS);
     CHECK_STATUS(mpigrad_model_create(&single, kConfig, "cpu"), MPIGRAD_SUCCESS);
     if (part % 2 == 0) {
       int step;

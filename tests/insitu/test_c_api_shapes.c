@@ -10,12 +10,15 @@
 #define B 8
 
 /* input_shape 1,4,4 (16 values) and 3 outputs; the conv keeps the grid. */
-static const char* kMlp = "[model]\nname = mlp\nhidden = 8\ninput_shape = 1,4,4\noutputs = 3\n"
-                          "[loss]\nname = mse\n";
-static const char* kFlatMlp = "[model]\nname = mlp\nhidden = 8\ninput_shape = 16\noutputs = 3\n"
-                              "[loss]\nname = mse\n";
-static const char* kConv = "[model]\nname = conv\nchannels =\ninput_shape = 1,4,4\noutputs = 1\n"
-                           "[loss]\nname = mse\n";
+static const char* kMlp =
+    "[model]\nname = mlp\nhidden = 8\ninput_shape = 1,4,4\noutputs = 3\n"
+    "[loss]\nname = mse\n";
+static const char* kFlatMlp =
+    "[model]\nname = mlp\nhidden = 8\ninput_shape = 16\noutputs = 3\n"
+    "[loss]\nname = mse\n";
+static const char* kConv =
+    "[model]\nname = conv\nchannels =\ninput_shape = 1,4,4\noutputs = 1\n"
+    "[loss]\nname = mse\n";
 static const char* kClassifier =
     "[model]\nname = mlp\nhidden = 8\ninput_shape = 1,4,4\noutputs = 3\n"
     "[loss]\nname = cross_entropy\n";
@@ -50,8 +53,9 @@ static void test_inputs(void) {
   /* The same number of values per sample, in another shape: refused. */
   CHECK_STATUS(step(model, 2, c_flat, MPIGRAD_ORDER_C, 2, labels, MPIGRAD_ORDER_C),
                MPIGRAD_ERROR_SHAPE);
-  CHECK_ERROR_MENTIONS("input: shape [8, 16] is 8 samples of shape [16], but [model] "
-                       "input_shape [1, 4, 4]");
+  CHECK_ERROR_MENTIONS(
+      "input: shape [8, 16] is 8 samples of shape [16], but [model] "
+      "input_shape [1, 4, 4]");
   CHECK_ERROR_MENTIONS("expected [8, 1, 4, 4]");
   CHECK_STATUS(step(model, 2, f_flat, MPIGRAD_ORDER_FORTRAN, 2, labels, MPIGRAD_ORDER_C),
                MPIGRAD_ERROR_SHAPE);
@@ -101,8 +105,9 @@ static void test_labels_and_outputs(void) {
                MPIGRAD_SUCCESS);
   CHECK_STATUS(step(conv, 4, inputs, MPIGRAD_ORDER_C, 2, flat, MPIGRAD_ORDER_C),
                MPIGRAD_ERROR_SHAPE);
-  CHECK_ERROR_MENTIONS("label: shape [8, 16] is 8 samples of shape [16], but the model outputs "
-                       "[1, 4, 4]");
+  CHECK_ERROR_MENTIONS(
+      "label: shape [8, 16] is 8 samples of shape [16], but the model outputs "
+      "[1, 4, 4]");
   CHECK_STATUS(step(conv, 4, inputs, MPIGRAD_ORDER_C, 3, rank3, MPIGRAD_ORDER_C),
                MPIGRAD_ERROR_SHAPE);
   CHECK_ERROR_MENTIONS("expected [8, 1, 4, 4]");
@@ -119,8 +124,9 @@ static void test_labels_and_outputs(void) {
                MPIGRAD_SUCCESS);
   CHECK_STATUS(step(mlp, 4, inputs, MPIGRAD_ORDER_C, 2, wrong, MPIGRAD_ORDER_C),
                MPIGRAD_ERROR_SHAPE);
-  CHECK_ERROR_MENTIONS("label: shape [8, 4] holds 4 values per sample, but the model outputs "
-                       "[3] (3 values); expected [8, 3]");
+  CHECK_ERROR_MENTIONS(
+      "label: shape [8, 4] holds 4 values per sample, but the model outputs "
+      "[3] (3 values); expected [8, 3]");
   {
     /* cross_entropy: one class per sample, an array [batch]. */
     mpigrad_array input = mpigrad_host_array(x, 4, inputs, MPIGRAD_F32, MPIGRAD_ORDER_C);

@@ -53,12 +53,13 @@ static double largest_difference(float a[B][OUT], float b[B][OUT]) {
 
 static void test_loss_is_required(void) {
   mpigrad_model model = {0};
-  CHECK_STATUS(mpigrad_model_create(&model, "[model]\nname = mlp\ninput_shape = 4\noutputs = 1\n",
-                                    "cpu"),
-               MPIGRAD_ERROR_CONFIG);
+  CHECK_STATUS(
+      mpigrad_model_create(&model, "[model]\nname = mlp\ninput_shape = 4\noutputs = 1\n", "cpu"),
+      MPIGRAD_ERROR_CONFIG);
   CHECK_ERROR_MENTIONS("[loss] name is required");
-  CHECK_STATUS(mpigrad_model_create(&model, "[model]\nname = conv\ninput_shape = 1,4,4\n"
-                                            "outputs = 1\n[loss]\nname = cross_entropy\n",
+  CHECK_STATUS(mpigrad_model_create(&model,
+                                    "[model]\nname = conv\ninput_shape = 1,4,4\n"
+                                    "outputs = 1\n[loss]\nname = cross_entropy\n",
                                     "cpu"),
                MPIGRAD_ERROR_CONFIG);
   CHECK_ERROR_MENTIONS("cross_entropy needs a classifier");
@@ -73,9 +74,10 @@ static void test_accumulation_and_clipping(void) {
   double norm = 0;
   int i;
   mpigrad_model one = create(LINEAR_MODEL SGD "[train]\nseed = 5\nclip_grad_norm = 0.5\n");
-  mpigrad_model two = create(LINEAR_MODEL SGD
-                             "[train]\nseed = 5\nclip_grad_norm = 0.5\ngrad_accum_steps = 2\n");
-  mpigrad_model clipped = create(LINEAR_MODEL "[optim]\nname = sgd\nlr = 1\nmomentum = 0\n"
+  mpigrad_model two =
+      create(LINEAR_MODEL SGD "[train]\nseed = 5\nclip_grad_norm = 0.5\ngrad_accum_steps = 2\n");
+  mpigrad_model clipped = create(LINEAR_MODEL
+                                 "[optim]\nname = sgd\nlr = 1\nmomentum = 0\n"
                                  "[train]\nclip_grad_norm = 0.001\n");
   step(one, 0, B);
   step(two, 0, B / 2);
@@ -125,10 +127,10 @@ static void test_schedules_and_callback(void) {
   Seen seen_linear = {0, {0}, {0}}, seen_polynomial = {0, {0}, {0}}, seen_accum = {0, {0}, {0}};
   int i;
   double last = -1, mean = -2;
-  mpigrad_model a = create(LINEAR_MODEL SGD
-                           "[sched]\nname = linear\ntotal_steps = 4\nend_factor = 0.5\n");
-  mpigrad_model b = create(LINEAR_MODEL SGD
-                           "[sched]\nname = polynomial\ntotal_steps = 4\npower = 2\n");
+  mpigrad_model a =
+      create(LINEAR_MODEL SGD "[sched]\nname = linear\ntotal_steps = 4\nend_factor = 0.5\n");
+  mpigrad_model b =
+      create(LINEAR_MODEL SGD "[sched]\nname = polynomial\ntotal_steps = 4\npower = 2\n");
   mpigrad_model c = create(LINEAR_MODEL SGD "[train]\ngrad_accum_steps = 2\n");
   mpigrad_model none = {0};
   CHECK_STATUS(mpigrad_set_step_callback(a, record, &seen_linear), MPIGRAD_SUCCESS);

@@ -1,6 +1,6 @@
-// The device rule of launch/job/device_choice.h with given GPU counts and answers of the CUDA runtime,
-// so it is checked on machines without GPUs: the automatic choice, MPIGRAD_DEVICE, a broken GPU,
-// and NCCL's one GPU per rank.
+// The device rule of launch/job/device_choice.h with given GPU counts and answers of the CUDA
+// runtime, so it is checked on machines without GPUs: the automatic choice, MPIGRAD_DEVICE, a
+// broken GPU, and NCCL's one GPU per rank.
 #include <doctest/doctest.h>
 
 #include <optional>
@@ -23,9 +23,9 @@ CudaVisibility gpus(int count) {
 }
 
 CudaVisibility no_gpu() {
-  return mpigrad::core::classify_cuda_device_count(
-      mpigrad::core::kCudaErrorNoDevice, 0, "cudaErrorNoDevice",
-      "no CUDA-capable device is detected");
+  return mpigrad::core::classify_cuda_device_count(mpigrad::core::kCudaErrorNoDevice, 0,
+                                                   "cudaErrorNoDevice",
+                                                   "no CUDA-capable device is detected");
 }
 
 CudaVisibility broken() {

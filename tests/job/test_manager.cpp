@@ -8,8 +8,8 @@
 
 #include "mpigrad/core/cuda.h"
 #include "mpigrad/core/tensor.h"
-#include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/launch/comm/mpi_communicator.h"
+#include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/launch/mpi_interop.h"
 #include "mpigrad/launch/observe/rank_logging.h"
 
@@ -77,8 +77,9 @@ TEST_CASE("adoption: the host owns MPI, hands over a sub-communicator, and keeps
   {
     launch::DistributedOptions options;
     options.device = core::kCPU;
-    auto manager = rank % 2 == 0 ? launch::adopt_communicator(host_comm, options)
-                                 : launch::adopt_communicator_fortran(MPI_Comm_c2f(host_comm), options);
+    auto manager = rank % 2 == 0
+                       ? launch::adopt_communicator(host_comm, options)
+                       : launch::adopt_communicator_fortran(MPI_Comm_c2f(host_comm), options);
     CHECK_FALSE(manager.owns_mpi());
     CHECK(manager.world_size() == host_size);
     CHECK(manager.rank() == rank / 2);
@@ -143,8 +144,9 @@ TEST_CASE("a device that cannot be had is the error of device(), not of the mana
   ::setenv("MPIGRAD_DEVICE", "cuda:64", 1);
   auto manager = launch::DistributedManager::initialize();
   ::unsetenv("MPIGRAD_DEVICE");
-  CHECK_THROWS_WITH_AS(manager.device(), doctest::Contains("MPIGRAD_DEVICE=cuda:64: cuda:64 is "
-                                                           "not available"),
+  CHECK_THROWS_WITH_AS(manager.device(),
+                       doctest::Contains("MPIGRAD_DEVICE=cuda:64: cuda:64 is "
+                                         "not available"),
                        core::Error);
   CHECK(manager.describe().find("device unavailable (") != std::string::npos);
   manager.set_device(core::kCPU);
@@ -155,8 +157,8 @@ TEST_CASE("bad arguments give one clear error on the calling rank, before any co
   auto manager = launch::DistributedManager::initialize();
   launch::Communicator& world = manager.world();
   core::Tensor ints = core::ones({4}, core::kInt32);
-  CHECK_THROWS_WITH_AS(world.all_reduce(ints, launch::ReduceOp::Avg), doctest::Contains("floating dtype"),
-                       core::Error);
+  CHECK_THROWS_WITH_AS(world.all_reduce(ints, launch::ReduceOp::Avg),
+                       doctest::Contains("floating dtype"), core::Error);
   CHECK_THROWS_WITH_AS(world.all_reduce(ints, core::ones({5}, core::kInt32)),
                        doctest::Contains("output has 5"), core::Error);
   CHECK_THROWS_WITH_AS(world.all_reduce(ints, core::ones({4}, core::kInt64)),
@@ -167,7 +169,8 @@ TEST_CASE("bad arguments give one clear error on the calling rank, before any co
                        doctest::Contains("output must hold"), core::Error);
   CHECK_THROWS_WITH_AS(world.broadcast(ints, world.size()), doctest::Contains("root"), core::Error);
   core::Tensor matrix = core::ones({4, 4}, core::kFloat32);
-  CHECK_THROWS_WITH_AS(world.all_reduce(matrix.t()), doctest::Contains("not contiguous"), core::Error);
+  CHECK_THROWS_WITH_AS(world.all_reduce(matrix.t()), doctest::Contains("not contiguous"),
+                       core::Error);
   std::vector<int64_t> wrong(size_t(world.size() + 1), 1);
   CHECK_THROWS_WITH_AS(world.all_gather_v(ints, ints, wrong), doctest::Contains("one per rank"),
                        core::Error);
@@ -189,8 +192,8 @@ TEST_CASE("MPIGRAD_DEBUG_COLLECTIVES turns mismatched collectives into a clear e
     return;
   }
   // Different counts.
-  CHECK_THROWS_WITH_AS(world.all_reduce(value), doctest::Contains("ranks disagree on collective #0"),
-                       core::Error);
+  CHECK_THROWS_WITH_AS(world.all_reduce(value),
+                       doctest::Contains("ranks disagree on collective #0"), core::Error);
   // Different operations.
   core::Tensor same = core::ones({4}, core::kFloat32);
   try {

@@ -5,11 +5,11 @@
 
 #include <string>
 
+#include "../simulated_nodes.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/launch/comm/communicator.h"
-#include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/launch/comm/process_group.h"
-#include "../simulated_nodes.h"
+#include "mpigrad/launch/job/distributed_manager.h"
 
 using namespace mpigrad;
 
@@ -25,8 +25,7 @@ TEST_CASE("MPIGRAD_SIMULATE_NODES=K cuts the ranks into K equal nodes, in rank o
     CHECK(manager.node_count() == nodes);
     CHECK(manager.local_size() == per_node);
     CHECK(manager.local_rank() == manager.rank() % per_node);
-    CHECK(manager.describe().find(std::to_string(nodes) + " simulated node") !=
-          std::string::npos);
+    CHECK(manager.describe().find(std::to_string(nodes) + " simulated node") != std::string::npos);
     // The node-local communicator holds exactly this rank's block.
     core::Tensor mine = core::Tensor::from_vector<int32_t>({manager.rank()}, {1});
     core::Tensor block = core::zeros({per_node}, core::kInt32);

@@ -29,13 +29,19 @@ namespace {
 // Each folder's rank; a file belongs to the longest folder prefix that matches its path.
 const std::map<std::string, int>& folder_ranks() {
   static const std::map<std::string, int> ranks = {
-      {"kernels", 0},         {"core", 1},
-      {"nn", 2},              {"data", 2},
-      {"launch/comm", 3},     {"launch/job", 4},
+      {"kernels", 0},
+      {"core", 1},
+      {"nn", 2},
+      {"data", 2},
+      {"launch/comm", 3},
+      {"launch/job", 4},
       {"launch/mpi_interop", 5},
-      {"launch/observe", 6},  {"launch/ddp", 7},
-      {"launch/train", 8},    {"launch/config", 9},
-      {"launch/insitu", 10},  {"launch/commands", 10},
+      {"launch/observe", 6},
+      {"launch/ddp", 7},
+      {"launch/train", 8},
+      {"launch/config", 9},
+      {"launch/insitu", 10},
+      {"launch/commands", 10},
   };
   return ranks;
 }
@@ -45,9 +51,9 @@ const std::map<std::string, int>& folder_ranks() {
 std::optional<std::string> folder_of(const std::string& path) {
   std::optional<std::string> best;
   for (const auto& [folder, rank] : folder_ranks()) {
-    const bool matches = path.compare(0, folder.size(), folder) == 0 &&
-                         (path.size() == folder.size() || path[folder.size()] == '/' ||
-                          path[folder.size()] == '.');
+    const bool matches =
+        path.compare(0, folder.size(), folder) == 0 &&
+        (path.size() == folder.size() || path[folder.size()] == '/' || path[folder.size()] == '.');
     if (matches && (!best || folder.size() > best->size())) best = folder;
   }
   return best;

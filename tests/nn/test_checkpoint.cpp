@@ -2,11 +2,11 @@
 // (training resumed from it continues exactly), the atomic write, and the errors for a corrupt
 // or truncated file, a non-checkpoint file and mismatched shapes or dtypes.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <unistd.h>
 
 #include "mpigrad/core/ops/reduce.h"
 #include "mpigrad/nn/checkpoint.h"
@@ -74,8 +74,8 @@ TEST_CASE("checkpoint round trip is bitwise identical and resumes training exact
   }
 
   Trainer resumed(99);  // different init, different dropout seed
-  nn::CheckpointData info = nn::load_checkpoint_into(path.string(), *resumed.model,
-                                                     resumed.optimizer.get(), resumed.scheduler.get());
+  nn::CheckpointData info = nn::load_checkpoint_into(
+      path.string(), *resumed.model, resumed.optimizer.get(), resumed.scheduler.get());
   CHECK(info.epoch == 2);
   CHECK(info.step == 3);
   CHECK(info.world_size == 4);
@@ -89,7 +89,8 @@ TEST_CASE("checkpoint round trip is bitwise identical and resumes training exact
   }
   const nn::StateDict oa = original.optimizer->state_dict(), ob = resumed.optimizer->state_dict();
   CHECK(oa.size() == ob.size());
-  for (const auto& [key, t] : oa.tensors()) CHECK(ob.at(key).to_vector<double>() == t.to_vector<double>());
+  for (const auto& [key, t] : oa.tensors())
+    CHECK(ob.at(key).to_vector<double>() == t.to_vector<double>());
   for (const auto& [key, v] : oa.scalars()) CHECK(ob.scalar(key) == v);
   CHECK(resumed.scheduler->last_epoch() == 3);
   // Same weights, optimizer moments, lr and dropout stream: the next losses agree exactly.
@@ -115,13 +116,15 @@ TEST_CASE("checkpoint errors: corrupt, truncated, foreign, mismatched shape and 
   nn::Sequential other{std::make_shared<nn::Linear>(6, 9, g), std::make_shared<nn::BatchNorm1d>(9),
                        std::make_shared<nn::ReLU>(), std::make_shared<nn::Dropout>(0.3),
                        std::make_shared<nn::Linear>(9, 3, g)};
-  CHECK_THROWS_WITH_AS(nn::load_checkpoint_into(path.string(), other, nullptr, nullptr),
-                       doctest::Contains("'/model/0.weight' has shape [8, 6], the model expects [9, 6]"),
-                       core::Error);
+  CHECK_THROWS_WITH_AS(
+      nn::load_checkpoint_into(path.string(), other, nullptr, nullptr),
+      doctest::Contains("'/model/0.weight' has shape [8, 6], the model expects [9, 6]"),
+      core::Error);
   auto wide = make_mlp(2);
   wide->to(core::kFloat64);
   CHECK_THROWS_WITH_AS(nn::load_checkpoint_into(path.string(), *wide, nullptr, nullptr),
-                       doctest::Contains("has dtype float32, the model expects float64"), core::Error);
+                       doctest::Contains("has dtype float32, the model expects float64"),
+                       core::Error);
 
   // Truncated: half the bytes.
   const fs::path truncated = scratch("truncated.h5");
@@ -132,8 +135,8 @@ TEST_CASE("checkpoint errors: corrupt, truncated, foreign, mismatched shape and 
   // Corrupt: not HDF5 at all.
   const fs::path garbage = scratch("garbage.h5");
   std::ofstream(garbage) << "this is not an HDF5 file";
-  CHECK_THROWS_WITH_AS(nn::load_checkpoint(garbage.string()), doctest::Contains(garbage.string().c_str()),
-                       core::Error);
+  CHECK_THROWS_WITH_AS(nn::load_checkpoint(garbage.string()),
+                       doctest::Contains(garbage.string().c_str()), core::Error);
   CHECK_THROWS_AS(nn::load_checkpoint(scratch("missing.h5").string()), core::Error);
   fs::remove_all(path.parent_path());
 }

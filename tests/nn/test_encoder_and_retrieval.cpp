@@ -138,8 +138,8 @@ TEST_CASE("EncoderWithHead: a frozen encoder gets no gradient and keeps its Batc
   auto head = nn::make_head(nn::HeadKind::Linear, encoder.features, 3, generator);
   nn::EncoderWithHead model(encoder.module, encoder.features, head, {.freeze_encoder = true});
   CHECK(model.num_parameters(/*trainable_only=*/true) == head->num_parameters());
-  const std::vector<float> running_mean = model.state_dict().at("encoder.1.running_mean")
-                                              .to_vector<float>();
+  const std::vector<float> running_mean =
+      model.state_dict().at("encoder.1.running_mean").to_vector<float>();
   model.train();  // what the training loop does every epoch
   core::Generator draws(3);
   Tensor out = model(core::randn({6, 1, 8, 8}, draws));

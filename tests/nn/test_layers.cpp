@@ -84,14 +84,23 @@ TEST_CASE("conv2d matches a direct convolution and finite differences") {
   const std::vector<ConvCase> cases = {
       {"3x3 padding 1", {2, 2, 5, 5}, {3, 2, 3, 3}, conv_options(1, 1, 1, 1, 1, 1, 1), true},
       {"stride 2, padding 1", {1, 2, 6, 5}, {2, 2, 3, 3}, conv_options(2, 2, 1, 1, 1, 1, 1), true},
-      {"asymmetric stride/padding/kernel", {1, 1, 5, 6}, {2, 1, 2, 3},
-       conv_options(1, 2, 0, 1, 1, 1, 1), true},
+      {"asymmetric stride/padding/kernel",
+       {1, 1, 5, 6},
+       {2, 1, 2, 3},
+       conv_options(1, 2, 0, 1, 1, 1, 1),
+       true},
       {"dilation 2", {1, 2, 6, 6}, {2, 2, 3, 3}, conv_options(1, 1, 2, 2, 2, 2, 1), false},
       {"groups 2", {2, 4, 4, 4}, {6, 2, 3, 3}, conv_options(1, 1, 1, 1, 1, 1, 2), true},
-      {"depthwise with stride", {1, 3, 5, 5}, {3, 1, 3, 3}, conv_options(2, 2, 1, 1, 1, 1, 3),
+      {"depthwise with stride",
+       {1, 3, 5, 5},
+       {3, 1, 3, 3},
+       conv_options(2, 2, 1, 1, 1, 1, 3),
        true},
       {"1x1 direct path", {2, 3, 3, 4}, {4, 3, 1, 1}, conv_options(1, 1, 0, 0, 1, 1, 1), true},
-      {"1x1 grouped direct path", {1, 4, 2, 3}, {2, 2, 1, 1}, conv_options(1, 1, 0, 0, 1, 1, 2),
+      {"1x1 grouped direct path",
+       {1, 4, 2, 3},
+       {2, 2, 1, 1},
+       conv_options(1, 1, 0, 0, 1, 1, 2),
        false},
   };
   uint64_t seed = 10;
@@ -101,21 +110,22 @@ TEST_CASE("conv2d matches a direct convolution and finite differences") {
     Tensor w = fd_input(c.weight, ++seed);
     Tensor b = c.bias ? fd_input({c.weight[0]}, ++seed) : Tensor();
     const std::vector<double> expected = naive_conv2d(x, w, b, c.options);
-    const std::vector<double> got =
-        nn::functional::conv2d(x, w, b, c.options).to_vector<double>();
+    const std::vector<double> got = nn::functional::conv2d(x, w, b, c.options).to_vector<double>();
     REQUIRE(got.size() == expected.size());
-    for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(expected[i]).epsilon(1e-12));
+    for (size_t i = 0; i < got.size(); ++i)
+      CHECK(got[i] == doctest::Approx(expected[i]).epsilon(1e-12));
     // float32 agrees too (the training dtype).
     const std::vector<float> got32 =
         nn::functional::conv2d(x.to(core::kFloat32), w.to(core::kFloat32),
                                b.defined() ? b.to(core::kFloat32) : Tensor(), c.options)
             .to_vector<float>();
-    for (size_t i = 0; i < got32.size(); ++i) CHECK(got32[i] == doctest::Approx(expected[i]).epsilon(1e-5));
+    for (size_t i = 0; i < got32.size(); ++i)
+      CHECK(got32[i] == doctest::Approx(expected[i]).epsilon(1e-5));
 
     std::vector<Tensor> leaves{x, w};
     if (b.defined()) leaves.push_back(b);
-    const std::string mismatch =
-        gradient_mismatch(leaves, [&] { return nn::functional::conv2d(x, w, b, c.options); }, seed);
+    const std::string mismatch = gradient_mismatch(
+        leaves, [&] { return nn::functional::conv2d(x, w, b, c.options); }, seed);
     CHECK_MESSAGE(mismatch.empty(), mismatch);
   }
 }
@@ -158,7 +168,8 @@ TEST_CASE("Conv2d with circular padding convolves a periodic domain") {
   }
   CHECK(conv.extra_repr().find("padding_mode=circular") != std::string::npos);
   std::vector<Tensor> leaves{x, conv.weight(), conv.bias()};
-  const std::string mismatch = gradient_mismatch(leaves, [&] { return conv.forward(x); }, 31);
+  const std::string mismatch = gradient_mismatch(
+      leaves, [&] { return conv.forward(x); }, 31);
   CHECK_MESSAGE(mismatch.empty(), mismatch);
   // The same padding as torch's F.pad(mode="circular") refuses more padding than the extent.
   CHECK_THROWS_WITH_AS(nn::functional::pad_circular(x, {6, 1}),
@@ -180,14 +191,17 @@ TEST_CASE("conv2d of an empty batch: empty output, zero weight and bias gradient
 
 TEST_CASE("conv2d reports bad shapes") {
   Tensor x = core::zeros({1, 3, 4, 4}, core::kFloat64);
-  CHECK_THROWS_WITH_AS(nn::functional::conv2d(x, core::zeros({2, 2, 3, 3}, core::kFloat64), Tensor()),
-                       doctest::Contains("expects 2 input channels"), core::Error);
-  CHECK_THROWS_WITH_AS(nn::functional::conv2d(x, core::zeros({2, 3, 5, 5}, core::kFloat64), Tensor()),
-                       doctest::Contains("smaller than the dilated kernel"), core::Error);
+  CHECK_THROWS_WITH_AS(
+      nn::functional::conv2d(x, core::zeros({2, 2, 3, 3}, core::kFloat64), Tensor()),
+      doctest::Contains("expects 2 input channels"), core::Error);
+  CHECK_THROWS_WITH_AS(
+      nn::functional::conv2d(x, core::zeros({2, 3, 5, 5}, core::kFloat64), Tensor()),
+      doctest::Contains("smaller than the dilated kernel"), core::Error);
   nn::functional::Conv2dOptions groups;
   groups.groups = 2;
-  CHECK_THROWS_AS(nn::functional::conv2d(x, core::zeros({2, 1, 3, 3}, core::kFloat64), Tensor(), groups),
-                  core::Error);
+  CHECK_THROWS_AS(
+      nn::functional::conv2d(x, core::zeros({2, 1, 3, 3}, core::kFloat64), Tensor(), groups),
+      core::Error);
 }
 
 TEST_CASE("Linear and Conv2d use PyTorch's default init bounds and names") {
@@ -218,8 +232,8 @@ TEST_CASE("Linear and Embedding gradients match finite differences") {
   nn::Linear linear(3, 2, generator);
   linear.to(core::kFloat64);
   Tensor x = fd_input({4, 3}, 7);
-  std::string mismatch = gradient_mismatch({x, linear.weight(), linear.bias()},
-                                           [&] { return linear(x); });
+  std::string mismatch =
+      gradient_mismatch({x, linear.weight(), linear.bias()}, [&] { return linear(x); });
   CHECK_MESSAGE(mismatch.empty(), mismatch);
 
   nn::Embedding embedding(5, 3, generator);
@@ -279,8 +293,8 @@ TEST_CASE("batch_norm updates running statistics of another dtype and layout in 
   Tensor running_mean = mean_storage.select(1, 0);
   Tensor running_var = var_storage.select(1, 0);
   REQUIRE_FALSE(running_mean.is_contiguous());
-  Tensor y = nn::functional::batch_norm(x, running_mean, running_var, Tensor(), Tensor(), true,
-                                        0.1, 1e-5);
+  Tensor y =
+      nn::functional::batch_norm(x, running_mean, running_var, Tensor(), Tensor(), true, 0.1, 1e-5);
   CHECK(y.dtype() == core::kFloat32);
   const auto means = mean_storage.to_vector<double>();
   const auto vars = var_storage.to_vector<double>();
@@ -306,8 +320,8 @@ TEST_CASE("BatchNorm in eval mode uses running statistics") {
   const auto in = probe.to_vector<double>();
   CHECK(out[5] == doctest::Approx((in[5] - mean) / std::sqrt(var + 1e-5)));
   CHECK(bn.buffer("num_batches_tracked").item<int64_t>() == 2);  // eval does not count
-  const std::string mismatch = gradient_mismatch({probe, bn.parameter("weight"), bn.parameter("bias")},
-                                                 [&] { return bn(probe); });
+  const std::string mismatch = gradient_mismatch(
+      {probe, bn.parameter("weight"), bn.parameter("bias")}, [&] { return bn(probe); });
   CHECK_MESSAGE(mismatch.empty(), mismatch);
 
   // momentum unset: a cumulative average over batches.
@@ -329,8 +343,8 @@ TEST_CASE("LayerNorm values and gradients") {
     ln.parameter("weight").copy_(Tensor::from_vector<double>({0.5, 1.5, -1, 2}, {4}));
     ln.parameter("bias").copy_(Tensor::from_vector<double>({0.1, 0, 0.3, -0.2}, {4}));
   }
-  std::string mismatch = gradient_mismatch({x, ln.parameter("weight"), ln.parameter("bias")},
-                                           [&] { return ln(x); });
+  std::string mismatch =
+      gradient_mismatch({x, ln.parameter("weight"), ln.parameter("bias")}, [&] { return ln(x); });
   CHECK_MESSAGE(mismatch.empty(), mismatch);
   nn::LayerNorm ln2({2, 3});
   ln2.to(core::kFloat64);
@@ -396,9 +410,12 @@ TEST_CASE("max pooling lets NaN win and takes -inf windows, with the matching in
 TEST_CASE("activations, Flatten, Identity and Sequential") {
   Tensor x = fd_input({2, 3}, 61);
   std::vector<std::shared_ptr<nn::Module>> modules = {
-      std::make_shared<nn::ReLU>(), std::make_shared<nn::GELU>(),
-      std::make_shared<nn::GELU>(core::GeluApproximation::Tanh), std::make_shared<nn::SiLU>(),
-      std::make_shared<nn::Tanh>(), std::make_shared<nn::Sigmoid>(),
+      std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::GELU>(),
+      std::make_shared<nn::GELU>(core::GeluApproximation::Tanh),
+      std::make_shared<nn::SiLU>(),
+      std::make_shared<nn::Tanh>(),
+      std::make_shared<nn::Sigmoid>(),
       std::make_shared<nn::Identity>()};
   for (auto& module : modules) {
     INFO("module: ", module->str());
@@ -411,7 +428,8 @@ TEST_CASE("activations, Flatten, Identity and Sequential") {
   core::Generator generator(1);
   nn::Sequential net{std::make_shared<nn::Conv2d>(1, 2, 3, generator, 1, 1),
                      std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
-                     std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(8, 3, generator)};
+                     std::make_shared<nn::Flatten>(),
+                     std::make_shared<nn::Linear>(8, 3, generator)};
   net.to(core::kFloat64);
   Tensor image = fd_input({2, 1, 4, 4}, 62);
   CHECK(net(image).shape() == core::Shape({2, 3}));
@@ -434,8 +452,8 @@ TEST_CASE("Dropout is deterministic, scales survivors and is the identity in eva
   CHECK(zeros > 180);
   CHECK(zeros < 320);
   nn::Dropout same(0.25, nullptr, 7);
-  CHECK(same(x).to_vector<double>() == av);        // same seed, same mask
-  CHECK(drop(x).to_vector<double>() != av);        // the stream moves on
+  CHECK(same(x).to_vector<double>() == av);  // same seed, same mask
+  CHECK(drop(x).to_vector<double>() != av);  // the stream moves on
   drop.eval();
   CHECK(drop(x).is_same(x));
 

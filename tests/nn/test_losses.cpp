@@ -104,9 +104,9 @@ TEST_CASE("cross_entropy: values with smoothing, ignore_index and reductions") {
 
 TEST_CASE("cross_entropy: an out-of-range label names the value and num_classes") {
   Tensor x = core::zeros({2, 4}, core::kFloat32);
-  CHECK_THROWS_WITH_AS(nn::cross_entropy(x, Tensor::from_vector<int64_t>({1, 7}, {2})),
-                       doctest::Contains("label 7 at position 1 is out of range for num_classes = 4"),
-                       core::Error);
+  CHECK_THROWS_WITH_AS(
+      nn::cross_entropy(x, Tensor::from_vector<int64_t>({1, 7}, {2})),
+      doctest::Contains("label 7 at position 1 is out of range for num_classes = 4"), core::Error);
   CHECK_THROWS_WITH_AS(nn::cross_entropy(x, Tensor::from_vector<int64_t>({-1, 0}, {2})),
                        doctest::Contains("label -1"), core::Error);
   CHECK_THROWS_AS(nn::cross_entropy(x, Tensor::from_vector<int64_t>({1, 0, 2}, {3})), core::Error);
@@ -119,8 +119,7 @@ TEST_CASE("cross_entropy: an out-of-range label names the value and num_classes"
                        core::Error);
   named.label_smoothing = 0.1;
   CHECK_THROWS_WITH_AS(nn::cross_entropy(x, Tensor::from_vector<int64_t>({5, 0}, {2}), named),
-                       doctest::Contains("label 5 at position 0 of label field 'y'"),
-                       core::Error);
+                       doctest::Contains("label 5 at position 0 of label field 'y'"), core::Error);
 }
 
 TEST_CASE("losses: gradients match finite differences") {
@@ -150,7 +149,8 @@ TEST_CASE("losses: gradients match finite differences") {
   Tensor a = fd_input({3, 2}, 5), b = fd_input({3, 2}, 6);
   mismatch = gradient_mismatch({a, b}, [&] { return nn::mse_loss(a, b); });
   CHECK_MESSAGE(mismatch.empty(), mismatch);
-  CHECK(nn::mse_loss(Tensor::from_vector<double>({1, 2}, {2}), Tensor::from_vector<double>({0, 4}, {2}))
+  CHECK(nn::mse_loss(Tensor::from_vector<double>({1, 2}, {2}),
+                     Tensor::from_vector<double>({0, 4}, {2}))
             .item<double>() == doctest::Approx(2.5));
   mismatch = gradient_mismatch({a, b}, [&] { return nn::l1_loss(a, b, nn::Reduction::None); });
   CHECK_MESSAGE(mismatch.empty(), mismatch);
@@ -164,9 +164,8 @@ TEST_CASE("losses: gradients match finite differences") {
   Tensor logits = fd_input({3, 2}, 7, -3, 3);
   Tensor target = fd_input({3, 2}, 8, 0, 1);
   Tensor pos_weight = Tensor::from_vector<double>({2.0, 0.5}, {2});
-  mismatch = gradient_mismatch({logits, target}, [&] {
-    return nn::binary_cross_entropy_with_logits(logits, target);
-  });
+  mismatch = gradient_mismatch(
+      {logits, target}, [&] { return nn::binary_cross_entropy_with_logits(logits, target); });
   CHECK_MESSAGE(mismatch.empty(), mismatch);
   mismatch = gradient_mismatch({logits}, [&] {
     return nn::binary_cross_entropy_with_logits(logits, target, nn::Reduction::Sum, pos_weight);
@@ -178,9 +177,10 @@ TEST_CASE("losses: gradients match finite differences") {
                                              Tensor::from_vector<double>({0.25}, {1}))
             .item<double>() == doctest::Approx(-(0.25 * std::log(s) + 0.75 * std::log(1 - s))));
   // Large logits stay finite.
-  CHECK(std::isfinite(nn::binary_cross_entropy_with_logits(Tensor::from_vector<double>({-800, 800}, {2}),
-                                                           Tensor::from_vector<double>({1, 0}, {2}))
-                          .item<double>()));
+  CHECK(std::isfinite(
+      nn::binary_cross_entropy_with_logits(Tensor::from_vector<double>({-800, 800}, {2}),
+                                           Tensor::from_vector<double>({1, 0}, {2}))
+          .item<double>()));
 }
 
 TEST_CASE("SupConLoss matches the reference loops and finite differences") {
@@ -206,9 +206,11 @@ TEST_CASE("SupConLoss matches the reference loops and finite differences") {
   }
   // Three views per sample.
   Tensor three = fd_input({3, 3, 2}, 12);
-  const std::string mismatch = gradient_mismatch(
-      {three}, [&] { return nn::SupConLoss()(three, Tensor::from_vector<int64_t>({1, 1, 0}, {3})); });
+  const std::string mismatch = gradient_mismatch({three}, [&] {
+    return nn::SupConLoss()(three, Tensor::from_vector<int64_t>({1, 1, 0}, {3}));
+  });
   CHECK_MESSAGE(mismatch.empty(), mismatch);
   CHECK(nn::SupConLoss()(three, Tensor::from_vector<int64_t>({1, 1, 0}, {3})).item<double>() ==
-        doctest::Approx(naive_supcon(three.to_vector<double>(), 3, 3, 2, {1, 1, 0}, true, 0.07, 0.07)));
+        doctest::Approx(
+            naive_supcon(three.to_vector<double>(), 3, 3, 2, {1, 1, 0}, true, 0.07, 0.07)));
 }

@@ -22,12 +22,14 @@ using core::Tensor;
 class SmallNet : public nn::Module {
  public:
   explicit SmallNet(core::Generator& g) {
-    features = register_module("features", std::make_shared<nn::Sequential>(
-        std::initializer_list<std::shared_ptr<nn::Module>>{
+    features = register_module(
+        "features",
+        std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
             std::make_shared<nn::Conv2d>(1, 4, 3, g, 1, 1), std::make_shared<nn::BatchNorm2d>(4),
             std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2)}));
-    classifier = register_module("classifier", std::make_shared<nn::Sequential>(
-        std::initializer_list<std::shared_ptr<nn::Module>>{
+    classifier = register_module(
+        "classifier",
+        std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
             std::make_shared<nn::Flatten>(), std::make_shared<nn::Dropout>(0.5),
             std::make_shared<nn::Linear>(16, 3, g)}));
   }
@@ -47,10 +49,15 @@ std::vector<std::string> keys(const nn::StateDict& state) {
 TEST_CASE("module tree: PyTorch names, order, counts and printing") {
   core::Generator g(1);
   SmallNet net(g);
-  const std::vector<std::string> expected = {
-      "features.0.weight", "features.0.bias", "features.1.weight", "features.1.bias",
-      "features.1.running_mean", "features.1.running_var", "features.1.num_batches_tracked",
-      "classifier.2.weight", "classifier.2.bias"};
+  const std::vector<std::string> expected = {"features.0.weight",
+                                             "features.0.bias",
+                                             "features.1.weight",
+                                             "features.1.bias",
+                                             "features.1.running_mean",
+                                             "features.1.running_var",
+                                             "features.1.num_batches_tracked",
+                                             "classifier.2.weight",
+                                             "classifier.2.bias"};
   CHECK(keys(net.state_dict()) == expected);
   std::vector<std::string> params;
   for (auto& [name, p] : net.named_parameters()) params.push_back(name);
@@ -119,7 +126,8 @@ TEST_CASE("load_state_dict: values, strict and non-strict key reports, shape err
   // Loads across dtypes (map_location-like): a float64 state into a float32 model.
   SmallNet c(g2);
   nn::StateDict wide;
-  for (auto& [key, t] : a.state_dict().tensors()) wide.set(key, t.to(core::is_floating(t.dtype()) ? core::kFloat64 : t.dtype()));
+  for (auto& [key, t] : a.state_dict().tensors())
+    wide.set(key, t.to(core::is_floating(t.dtype()) ? core::kFloat64 : t.dtype()));
   c.load_state_dict(wide);
   CHECK(c.parameters()[0].dtype() == core::kFloat32);
   CHECK(c.parameters()[0].to_vector<float>() == a.parameters()[0].to_vector<float>());
@@ -142,8 +150,9 @@ TEST_CASE("load_state_dict: values, strict and non-strict key reports, shape err
   wrong.set("features.0.weight", core::zeros({4, 1, 5, 5}));
   CHECK_THROWS_WITH_AS(
       b.load_state_dict(wrong, false),
-      doctest::Contains("size mismatch for 'features.0.weight': the model expects shape [4, 1, 3, 3], "
-                        "the state dict has [4, 1, 5, 5]"),
+      doctest::Contains(
+          "size mismatch for 'features.0.weight': the model expects shape [4, 1, 3, 3], "
+          "the state dict has [4, 1, 5, 5]"),
       core::Error);
   nn::StateDict wrong_type = a.state_dict();
   wrong_type.set("features.1.num_batches_tracked", core::zeros({}, core::kFloat32));

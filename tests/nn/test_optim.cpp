@@ -87,10 +87,14 @@ TEST_CASE("SGD: three steps equal hand-computed values") {
     CHECK(p.item<double>() == doctest::Approx(e).epsilon(1e-14));
   }
 
-  struct Config { double momentum, dampening, wd; bool nesterov; };
-  for (Config c : {Config{0, 0, 0, false}, Config{0.9, 0, 0.01, false}, Config{0.9, 0.3, 0.0, false},
-                   Config{0.8, 0, 0.05, true}}) {
-    INFO("momentum ", c.momentum, " dampening ", c.dampening, " wd ", c.wd, " nesterov ", c.nesterov);
+  struct Config {
+    double momentum, dampening, wd;
+    bool nesterov;
+  };
+  for (Config c : {Config{0, 0, 0, false}, Config{0.9, 0, 0.01, false},
+                   Config{0.9, 0.3, 0.0, false}, Config{0.8, 0, 0.05, true}}) {
+    INFO("momentum ", c.momentum, " dampening ", c.dampening, " wd ", c.wd, " nesterov ",
+         c.nesterov);
     Tensor q = param({1.0, -2.0});
     nn::SGDOptions so{0.05, c.momentum, c.dampening, c.wd, c.nesterov};
     nn::SGD sgd({q}, so);
@@ -143,7 +147,8 @@ TEST_CASE("parameter groups, skipped parameters and optimizer state_dict round t
   nn::SGDOptions o;
   o.lr = 0.1;
   o.momentum = 0.5;
-  nn::SGD sgd({nn::ParamGroupSpec{{a}, {}, {}, {}}, nn::ParamGroupSpec{{b, unused}, 1.0, 0.5, {}}}, o);
+  nn::SGD sgd({nn::ParamGroupSpec{{a}, {}, {}, {}}, nn::ParamGroupSpec{{b, unused}, 1.0, 0.5, {}}},
+              o);
   CHECK(sgd.param_groups()[1].lr == 1.0);
   set_grad(a, {1.0, 1.0});
   set_grad(b, {1.0});
@@ -157,7 +162,8 @@ TEST_CASE("parameter groups, skipped parameters and optimizer state_dict round t
   CHECK(state.scalar("param_groups/1/lr") == 1.0);
   // A fresh optimizer loading the state continues exactly like the original.
   Tensor a2 = param({0.9, 1.9}), b2 = param({b.item<double>()}), unused2 = param({5.0});
-  nn::SGD resumed({nn::ParamGroupSpec{{a2}, {}, {}, {}}, nn::ParamGroupSpec{{b2, unused2}, 7.0, 0.0, {}}}, o);
+  nn::SGD resumed(
+      {nn::ParamGroupSpec{{a2}, {}, {}, {}}, nn::ParamGroupSpec{{b2, unused2}, 7.0, 0.0, {}}}, o);
   resumed.load_state_dict(state);
   CHECK(resumed.param_groups()[1].lr == 1.0);
   for (auto* t : {&a, &a2}) set_grad(*t, {0.5, -0.5});
@@ -173,7 +179,8 @@ TEST_CASE("parameter groups, skipped parameters and optimizer state_dict round t
   nn::StateDict bad = state;
   bad.set("state/0/momentum_buffer", core::zeros({3}, core::kFloat64));
   CHECK_THROWS_WITH_AS(resumed.load_state_dict(bad),
-                       doctest::Contains("size mismatch for 'state/0/momentum_buffer'"), core::Error);
+                       doctest::Contains("size mismatch for 'state/0/momentum_buffer'"),
+                       core::Error);
 }
 
 TEST_CASE("clip_grad_norm_ clips to the global norm") {
@@ -300,13 +307,12 @@ TEST_CASE("LinearLR and PolynomialLR follow PyTorch's formulas, and restore from
   nn::LinearLR linear(linear_opt, 1.0 / 3.0, 1.0, 4);  // torch's defaults, total_iters 4
   nn::PolynomialLR polynomial(polynomial_opt, 4, 2.0);
   const double third = 0.1 / 3.0;
-  const std::vector<double> linear_lrs = {third, third + 0.1 / 6.0, third + 0.2 / 6.0,
-                                          third + 0.3 / 6.0, 0.1, 0.1};
+  const std::vector<double> linear_lrs = {
+      third, third + 0.1 / 6.0, third + 0.2 / 6.0, third + 0.3 / 6.0, 0.1, 0.1};
   const std::vector<double> polynomial_lrs = {0.1, 0.05625, 0.025, 0.00625, 0.0, 0.0};
   for (size_t e = 0; e < linear_lrs.size(); ++e) {
     CHECK(linear_opt.param_groups()[0].lr == doctest::Approx(linear_lrs[e]).epsilon(1e-12));
-    CHECK(polynomial_opt.param_groups()[0].lr ==
-          doctest::Approx(polynomial_lrs[e]).epsilon(1e-12));
+    CHECK(polynomial_opt.param_groups()[0].lr == doctest::Approx(polynomial_lrs[e]).epsilon(1e-12));
     linear.step();
     polynomial.step();
   }

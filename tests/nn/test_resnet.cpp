@@ -45,8 +45,8 @@ TEST_CASE("BasicBlock: gradients in train and eval mode, identity and downsample
     int64_t in, out, stride;
     bool downsample;
   };
-  for (const Case& c : {Case{2, 2, 1, false}, Case{2, 3, 2, true}, Case{2, 3, 1, true},
-                        Case{3, 3, 2, true}}) {
+  for (const Case& c :
+       {Case{2, 2, 1, false}, Case{2, 3, 2, true}, Case{2, 3, 1, true}, Case{3, 3, 2, true}}) {
     CAPTURE(c.in);
     CAPTURE(c.out);
     CAPTURE(c.stride);
@@ -63,7 +63,8 @@ TEST_CASE("BasicBlock: gradients in train and eval mode, identity and downsample
 
     // Eval mode normalizes with the running statistics the train-mode passes left behind.
     block.eval();
-    mismatch = gradient_mismatch(leaves_of(x, block), [&] { return block(x); }, 2);
+    mismatch = gradient_mismatch(
+        leaves_of(x, block), [&] { return block(x); }, 2);
     CHECK_MESSAGE(mismatch.empty(), "eval mode: " << mismatch);
   }
 }
@@ -91,12 +92,11 @@ TEST_CASE("ResNet-18: torchvision's names, the small stem and the encoder-only f
   auto model = nn::make_resnet({3, 32, 32}, 18, 8, 10, generator);
   CHECK(model->small_stem());
   const std::vector<std::string> names = names_of(*model);
-  for (const char* name : {"conv1.weight", "bn1.weight", "bn1.bias", "bn1.running_mean",
-                           "bn1.running_var", "bn1.num_batches_tracked", "layer1.0.conv1.weight",
-                           "layer1.0.bn1.running_mean", "layer1.1.conv2.weight",
-                           "layer2.0.downsample.0.weight", "layer2.0.downsample.1.weight",
-                           "layer2.0.downsample.1.running_var", "layer4.1.bn2.bias", "fc.weight",
-                           "fc.bias"}) {
+  for (const char* name :
+       {"conv1.weight", "bn1.weight", "bn1.bias", "bn1.running_mean", "bn1.running_var",
+        "bn1.num_batches_tracked", "layer1.0.conv1.weight", "layer1.0.bn1.running_mean",
+        "layer1.1.conv2.weight", "layer2.0.downsample.0.weight", "layer2.0.downsample.1.weight",
+        "layer2.0.downsample.1.running_var", "layer4.1.bn2.bias", "fc.weight", "fc.bias"}) {
     CHECK_MESSAGE(has(names, name), name);
   }
   CHECK_FALSE(has(names, "layer1.0.downsample.0.weight"));  // stage 1 keeps shape: identity
@@ -152,8 +152,8 @@ TEST_CASE("ResNet: the whole model's gradients (depth 18, width 2, 16 pixels)") 
     }
   }
   REQUIRE(leaves.size() == 4);
-  const std::string mismatch = gradient_mismatch(leaves, [&] { return model->forward(x); }, 3,
-                                                 1e-6, 1e-5, 1e-4);
+  const std::string mismatch = gradient_mismatch(
+      leaves, [&] { return model->forward(x); }, 3, 1e-6, 1e-5, 1e-4);
   CHECK_MESSAGE(mismatch.empty(), mismatch);
 }
 

@@ -8,8 +8,6 @@
 
 #include <doctest/doctest.h>
 
-#include "gpu_test_count.h"
-
 #include <cmath>
 #include <functional>
 #include <memory>
@@ -17,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_test_count.h"
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/reduce.h"
@@ -25,7 +24,6 @@
 #include "mpigrad/nn/module.h"
 
 namespace mpigrad::test {
-
 
 using core::Tensor;
 
@@ -61,11 +59,11 @@ inline std::string mismatch(const Tensor& actual, const Tensor& expected, Tolera
   return "";
 }
 
-#define MPIGRAD_CHECK_CLOSE(what, actual, expected, tol)                       \
-  do {                                                                         \
+#define MPIGRAD_CHECK_CLOSE(what, actual, expected, tol)                                    \
+  do {                                                                                      \
     const std::string mpigrad_mismatch_ = ::mpigrad::test::mismatch(actual, expected, tol); \
-    INFO(what);                                                                \
-    CHECK_MESSAGE(mpigrad_mismatch_.empty(), mpigrad_mismatch_);               \
+    INFO(what);                                                                             \
+    CHECK_MESSAGE(mpigrad_mismatch_.empty(), mpigrad_mismatch_);                            \
   } while (0)
 
 // A random input of `shape` drawn on the CPU from `seed`.
@@ -127,7 +125,7 @@ inline void compare_module(const std::string& label,
 
 }  // namespace mpigrad::test
 
-#define MPIGRAD_NN_CUDA_TEST_CASE(name)                                               \
-  static const int DOCTEST_ANONYMOUS(mpigrad_nn_cuda_case_) =                         \
-      ::mpigrad::test::register_gpu_test_case();                                  \
+#define MPIGRAD_NN_CUDA_TEST_CASE(name)                       \
+  static const int DOCTEST_ANONYMOUS(mpigrad_nn_cuda_case_) = \
+      ::mpigrad::test::register_gpu_test_case();              \
   TEST_CASE(name)

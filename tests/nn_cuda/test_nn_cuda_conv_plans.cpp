@@ -40,7 +40,7 @@ MPIGRAD_NN_CUDA_TEST_CASE("cuDNN convolution: one heuristics query per shape and
   CHECK(repeated.plans == first.plans);
   CHECK(repeated.heuristic_queries == first.heuristic_queries);
   CHECK(repeated.fallbacks == first.fallbacks);  // the plans' first choices ran
-  step(6);  // another batch size is another shape
+  step(6);                                       // another batch size is another shape
   CHECK(core::cuda_detail::cudnn_conv_algorithm_stats().heuristic_queries ==
         first.heuristic_queries + 3);
 }

@@ -36,12 +36,13 @@ std::vector<nn::ParamGroupSpec> two_groups(const std::vector<Tensor>& params) {
   return {first, second};
 }
 
-using MakeOptimizer = std::function<std::unique_ptr<nn::Optimizer>(std::vector<nn::ParamGroupSpec>)>;
+using MakeOptimizer =
+    std::function<std::unique_ptr<nn::Optimizer>(std::vector<nn::ParamGroupSpec>)>;
 
 void compare_optimizer(const char* label, const MakeOptimizer& make, core::DType dtype) {
   INFO(label << " " << dtype);
-  const test::Tolerance tol = dtype == core::kFloat64 ? test::Tolerance{1e-12, 1e-12}
-                                                      : test::Tolerance{1e-5, 1e-5};
+  const test::Tolerance tol =
+      dtype == core::kFloat64 ? test::Tolerance{1e-12, 1e-12} : test::Tolerance{1e-5, 1e-5};
   auto cpu_params = make_params(dtype, core::kCPU);
   auto gpu_params = make_params(dtype, core::cuda(0));
   auto cpu = make(two_groups(cpu_params));
@@ -71,42 +72,57 @@ void compare_optimizer(const char* label, const MakeOptimizer& make, core::DType
 
 MPIGRAD_NN_CUDA_TEST_CASE("fused SGD on CUDA matches the CPU over 3 steps") {
   for (core::DType dtype : {core::kFloat32, core::kFloat64}) {
-    compare_optimizer("SGD plain", [](std::vector<nn::ParamGroupSpec> groups) {
-      nn::SGDOptions o;
-      o.lr = 0.1;
-      return std::make_unique<nn::SGD>(std::move(groups), o);
-    }, dtype);
-    compare_optimizer("SGD momentum dampening weight decay", [](std::vector<nn::ParamGroupSpec> groups) {
-      nn::SGDOptions o;
-      o.lr = 0.1;
-      o.momentum = 0.9;
-      o.dampening = 0.2;
-      o.weight_decay = 1e-3;
-      return std::make_unique<nn::SGD>(std::move(groups), o);
-    }, dtype);
-    compare_optimizer("SGD nesterov", [](std::vector<nn::ParamGroupSpec> groups) {
-      nn::SGDOptions o;
-      o.lr = 0.05;
-      o.momentum = 0.8;
-      o.nesterov = true;
-      return std::make_unique<nn::SGD>(std::move(groups), o);
-    }, dtype);
+    compare_optimizer(
+        "SGD plain",
+        [](std::vector<nn::ParamGroupSpec> groups) {
+          nn::SGDOptions o;
+          o.lr = 0.1;
+          return std::make_unique<nn::SGD>(std::move(groups), o);
+        },
+        dtype);
+    compare_optimizer(
+        "SGD momentum dampening weight decay",
+        [](std::vector<nn::ParamGroupSpec> groups) {
+          nn::SGDOptions o;
+          o.lr = 0.1;
+          o.momentum = 0.9;
+          o.dampening = 0.2;
+          o.weight_decay = 1e-3;
+          return std::make_unique<nn::SGD>(std::move(groups), o);
+        },
+        dtype);
+    compare_optimizer(
+        "SGD nesterov",
+        [](std::vector<nn::ParamGroupSpec> groups) {
+          nn::SGDOptions o;
+          o.lr = 0.05;
+          o.momentum = 0.8;
+          o.nesterov = true;
+          return std::make_unique<nn::SGD>(std::move(groups), o);
+        },
+        dtype);
   }
 }
 
 MPIGRAD_NN_CUDA_TEST_CASE("fused Adam and AdamW on CUDA match the CPU over 3 steps") {
   for (core::DType dtype : {core::kFloat32, core::kFloat64}) {
-    compare_optimizer("Adam", [](std::vector<nn::ParamGroupSpec> groups) {
-      nn::AdamOptions o;
-      o.lr = 1e-2;
-      o.weight_decay = 1e-3;
-      return std::make_unique<nn::Adam>(std::move(groups), o);
-    }, dtype);
-    compare_optimizer("AdamW", [](std::vector<nn::ParamGroupSpec> groups) {
-      nn::AdamOptions o = nn::AdamW::default_options();
-      o.lr = 1e-2;
-      return std::make_unique<nn::AdamW>(std::move(groups), o);
-    }, dtype);
+    compare_optimizer(
+        "Adam",
+        [](std::vector<nn::ParamGroupSpec> groups) {
+          nn::AdamOptions o;
+          o.lr = 1e-2;
+          o.weight_decay = 1e-3;
+          return std::make_unique<nn::Adam>(std::move(groups), o);
+        },
+        dtype);
+    compare_optimizer(
+        "AdamW",
+        [](std::vector<nn::ParamGroupSpec> groups) {
+          nn::AdamOptions o = nn::AdamW::default_options();
+          o.lr = 1e-2;
+          return std::make_unique<nn::AdamW>(std::move(groups), o);
+        },
+        dtype);
   }
 }
 

@@ -43,7 +43,8 @@ int main(int argc, char** argv) {
     double worst = 0;
     for (const auto& [key, tensor] : a.tensors()) {
       const mpigrad::core::Tensor* other = b.find(key);
-      if (other == nullptr || !(other->shape() == tensor.shape()) || other->dtype() != tensor.dtype()) {
+      if (other == nullptr || !(other->shape() == tensor.shape()) ||
+          other->dtype() != tensor.dtype()) {
         std::printf("%s: missing or different shape/dtype in %s\n", key.c_str(), argv[2]);
         return 1;
       }

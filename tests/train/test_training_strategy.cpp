@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "mpigrad/core/rng.h"
-#include "mpigrad/data/tensor_dataset.h"
 #include "mpigrad/data/data_loader.h"
 #include "mpigrad/data/sampler.h"
-#include "mpigrad/launch/train/training_steps.h"
+#include "mpigrad/data/tensor_dataset.h"
 #include "mpigrad/launch/train/training_hooks.h"
+#include "mpigrad/launch/train/training_steps.h"
 #include "mpigrad/launch/train/training_strategy.h"
 #include "mpigrad/nn/loss.h"
 #include "mpigrad/nn/models.h"
@@ -29,8 +29,8 @@ std::shared_ptr<data::TensorDataset> test_data(int64_t n) {
   std::vector<int64_t> labels;
   for (int64_t i = 0; i < n; ++i) labels.push_back(i % 3);
   return std::make_shared<data::TensorDataset>(
-      std::vector<std::pair<std::string, Tensor>>{
-          {"x", core::randn({n, 4}, generator)}, {"y", Tensor::from_vector<int64_t>(labels, {n})}},
+      std::vector<std::pair<std::string, Tensor>>{{"x", core::randn({n, 4}, generator)},
+                                                  {"y", Tensor::from_vector<int64_t>(labels, {n})}},
       "in-memory test data");
 }
 
@@ -103,10 +103,18 @@ TEST_CASE("stages run in order, and per-batch stages honour the hook's frequency
   launch::TrainingStrategy strategy({s.model.get()}, {s.optimizer.get()}, s.step, s.evaluate,
                                     s.manager, {every, second}, /*epochs=*/1);
   strategy.run(loader, nullptr);
-  std::vector<std::string> expected_start = {
-      "setup@0",          "before_training@0",   "before_epoch@0",         "before_batch@0",
-      "before_forward@0", "after_loss@0",        "before_backward@0",      "after_backward@0",
-      "before_optimizer_step@0", "after_optimizer_step@0", "after_batch@0", "before_batch@1"};
+  std::vector<std::string> expected_start = {"setup@0",
+                                             "before_training@0",
+                                             "before_epoch@0",
+                                             "before_batch@0",
+                                             "before_forward@0",
+                                             "after_loss@0",
+                                             "before_backward@0",
+                                             "after_backward@0",
+                                             "before_optimizer_step@0",
+                                             "after_optimizer_step@0",
+                                             "after_batch@0",
+                                             "before_batch@1"};
   REQUIRE(every->events.size() > expected_start.size());
   CHECK(std::vector<std::string>(every->events.begin(),
                                  every->events.begin() + std::ptrdiff_t(expected_start.size())) ==

@@ -2,7 +2,6 @@
 // retrieval metrics split over ranks, the SupCon step, loading an encoder by name, and a
 // classifier with a frozen encoder trained through DDP (no hang, encoder untouched).
 #include <doctest/doctest.h>
-
 #include <unistd.h>
 
 #include <filesystem>
@@ -15,8 +14,8 @@
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/rng.h"
 #include "mpigrad/data/tensor_dataset.h"
-#include "mpigrad/launch/train/embeddings.h"
 #include "mpigrad/launch/config/train_setup.h"
+#include "mpigrad/launch/train/embeddings.h"
 #include "mpigrad/launch/train/training_hooks.h"
 #include "mpigrad/launch/train/training_steps.h"
 #include "mpigrad/nn/checkpoint.h"
@@ -64,7 +63,8 @@ std::string shared_path(launch::DistributedManager& manager, const std::string& 
   Tensor pid = Tensor::from_vector<int64_t>({int64_t(::getpid())}, {1});
   manager.world().broadcast(pid, 0);
   return (std::filesystem::temp_directory_path() /
-          ("mpigrad-two-stage-" + std::to_string(pid.item<int64_t>()) + "-" + name)).string();
+          ("mpigrad-two-stage-" + std::to_string(pid.item<int64_t>()) + "-" + name))
+      .string();
 }
 
 }  // namespace
@@ -75,9 +75,8 @@ TEST_CASE("gather_embeddings: every sample once, in dataset order, from uneven s
   auto dataset = feature_data(11);
   data::DataLoader loader(dataset, shard_of(manager, 2));
   // The embedding: 2 * x, so each row is recognisable.
-  launch::Embeddings table = launch::gather_embeddings(
-      [](const Tensor& x) { return x * 2.0; }, loader, "x",
-      "y", manager);
+  launch::Embeddings table =
+      launch::gather_embeddings([](const Tensor& x) { return x * 2.0; }, loader, "x", "y", manager);
   REQUIRE(table.embeddings.shape() == core::Shape({11, 6}));
   const std::vector<float> expected = dataset->tensor("x").to_vector<float>();
   const std::vector<float> got = table.embeddings.to_vector<float>();
@@ -115,8 +114,9 @@ TEST_CASE("supcon_step: the views, view-major, become SupConLoss's [batch, views
       grouped.insert(grouped.end(), row, row + 3);
     }
   }
-  const double expected = nn::supcon_loss(Tensor::from_vector<float>(grouped, {4, 2, 3}),
-                                          batch["y"], Tensor(), options).item<double>();
+  const double expected =
+      nn::supcon_loss(Tensor::from_vector<float>(grouped, {4, 2, 3}), batch["y"], Tensor(), options)
+          .item<double>();
   CHECK(loss == doctest::Approx(expected).epsilon(1e-6));
   // One view only is an error naming the field.
   data::Batch single = batch;

@@ -19,14 +19,16 @@
 
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/error.h"
-#include "mpigrad/launch/ddp/transports/shard_arithmetic.h"
 #include "mpigrad/launch/comm/mpi_communicator.h"
+#include "mpigrad/launch/ddp/transports/shard_arithmetic.h"
 
 namespace mpigrad::launch {
 
 namespace {
 
-int64_t round_up(int64_t value, int64_t to) { return (value + to - 1) / to * to; }
+int64_t round_up(int64_t value, int64_t to) {
+  return (value + to - 1) / to * to;
+}
 
 // The piece of a shard that goes through the three steps at once (see process()): small enough
 // to stay in L2 from the node's sum through MPI's reduction to the node's copies. Measured with
@@ -34,7 +36,9 @@ int64_t round_up(int64_t value, int64_t to) { return (value + to - 1) / to * to;
 // 1 MiB 20-57 ms, 4 MiB 42-46 ms, the whole 18 MiB shard at once 37-68 ms.
 constexpr int64_t kPieceBytes = int64_t(1) << 20;
 
-int64_t piece_elements(core::DType dtype) { return kPieceBytes / core::element_size(dtype); }
+int64_t piece_elements(core::DType dtype) {
+  return kPieceBytes / core::element_size(dtype);
+}
 
 // Elements a buffer of `numel` is padded to: L shards of whole cache lines, all of one length.
 int64_t padded_numel(int64_t numel, core::DType dtype, int ranks_per_node) {
@@ -69,8 +73,8 @@ struct HierarchicalAllReduce::Impl {
   // ---- Fixed at creation -------------------------------------------------------------------
   std::string communicator_name;
   int rank = 0, size = 1;  // in the caller's communicator
-  int world_rank = 0;       // in mpigrad's world: how messages name ranks
-  std::string label;        // "[rank r/w]", this rank's world label
+  int world_rank = 0;      // in mpigrad's world: how messages name ranks
+  std::string label;       // "[rank r/w]", this rank's world label
   int local_rank = 0, local_size = 1, nodes = 1;
   double timeout_seconds = 0;
   std::unique_ptr<Communicator> cross;       // the inter-node step; the thread's alone
@@ -85,13 +89,13 @@ struct HierarchicalAllReduce::Impl {
   // ---- Shared between the main and the communication thread, under `mutex` ----------------
   std::mutex mutex;
   std::condition_variable wake_thread, wake_main;
-  std::deque<size_t> queue;         // started buckets the thread has not taken yet
+  std::deque<size_t> queue;          // started buckets the thread has not taken yet
   std::vector<uint64_t> done_round;  // per bucket: the last round whose own part is done
   std::string failure;               // the first failure; every later call repeats it
   int32_t failed_rank_code = 0;      // 1 + the world rank that failed first, as this rank knows it
   bool poison_pending = false;       // the main thread failed: the thread owes the status words
   bool stop = false;
-  std::atomic<bool> failed{false};   // failure is set: a cheap check for the polling loops
+  std::atomic<bool> failed{false};  // failure is set: a cheap check for the polling loops
 
   // ---- Communication thread only -----------------------------------------------------------
   size_t next_in_pass = 0;  // the bucket whose status word the thread exchanges next
@@ -276,8 +280,10 @@ struct HierarchicalAllReduce::Impl {
       std::lock_guard<std::mutex> lock(mutex);
       record_failure_locked("the nodes are out of step: they started different rounds of bucket " +
                                 std::to_string(index) + " (this rank: round " +
-                                std::to_string(round) + "); did a backward fail on only some "
-                                "ranks?", 1 + world_rank);
+                                std::to_string(round) +
+                                "); did a backward fail on only some "
+                                "ranks?",
+                            1 + world_rank);
       status = failed_rank_code;
     } else if (status != 0 && local_failure.empty()) {
       std::lock_guard<std::mutex> lock(mutex);
@@ -348,8 +354,7 @@ std::unique_ptr<HierarchicalAllReduce> HierarchicalAllReduce::create(
     std::span<const SharedBufferSpec> buffers, double timeout_seconds, std::string* why_not) {
   MPIGRAD_CHECK(node != nullptr && communicator.size() % node->size() == 0,
                 communicator.world_label(), " HierarchicalAllReduce on communicator '",
-                communicator.name(),
-                "': needs this rank's node, every node with as many ranks");
+                communicator.name(), "': needs this rank's node, every node with as many ranks");
   auto* mpi = dynamic_cast<MpiCommunicator*>(&communicator);
   if (mpi == nullptr) {  // every rank holds the same kind of communicator
     if (why_not) *why_not = "the communicator is not an MpiCommunicator";
@@ -400,7 +405,8 @@ std::unique_ptr<HierarchicalAllReduce> HierarchicalAllReduce::create(
   for (const SharedBufferSpec& spec : buffers) {
     MPIGRAD_CHECK(core::is_floating(spec.dtype) && spec.numel >= 0, s.label,
                   " HierarchicalAllReduce: buffers must have a floating dtype and numel >= 0, "
-                  "got ", spec.dtype, " x ", spec.numel);
+                  "got ",
+                  spec.dtype, " x ", spec.numel);
     s.specs.push_back({spec.dtype, padded_numel(spec.numel, spec.dtype, s.local_size)});
   }
   std::string node_why_not;
@@ -426,13 +432,21 @@ std::unique_ptr<HierarchicalAllReduce> HierarchicalAllReduce::create(
   return std::unique_ptr<HierarchicalAllReduce>(new HierarchicalAllReduce(std::move(impl)));
 }
 
-int HierarchicalAllReduce::nodes() const { return impl_->nodes; }
-int HierarchicalAllReduce::ranks_per_node() const { return impl_->local_size; }
-size_t HierarchicalAllReduce::buffer_count() const { return impl_->specs.size(); }
+int HierarchicalAllReduce::nodes() const {
+  return impl_->nodes;
+}
+int HierarchicalAllReduce::ranks_per_node() const {
+  return impl_->local_size;
+}
+size_t HierarchicalAllReduce::buffer_count() const {
+  return impl_->specs.size();
+}
 const core::Tensor& HierarchicalAllReduce::buffer(size_t index) const {
   return impl_->own_buffer(index);
 }
-bool HierarchicalAllReduce::in_flight(size_t index) const { return impl_->in_flight.at(index); }
+bool HierarchicalAllReduce::in_flight(size_t index) const {
+  return impl_->in_flight.at(index);
+}
 
 void HierarchicalAllReduce::start(size_t index) {
   Impl& s = *impl_;
@@ -466,15 +480,16 @@ void HierarchicalAllReduce::wait(size_t index) {
   if (s.segments) {
     SharedSegments& segments = *s.segments;
     bool finished = SharedSegments::poll_until(
-        [&] { return segments.all_finished(index); }, s.timeout_seconds, [&] {
+        [&] { return segments.all_finished(index); }, s.timeout_seconds,
+        [&] {
           if (int q = segments.first_peer_gave_up(); q >= 0) {
             s.fail_from_main("rank ", segments.label(q),
                              " gave up (see its error) while this rank waited for its node");
           }
         });
     if (!finished) {
-      s.fail_from_main("waited more than ", s.timeout_seconds, " s for bucket ", index,
-                       " (round ", round, "): rank(s) ", segments.behind(index, true),
+      s.fail_from_main("waited more than ", s.timeout_seconds, " s for bucket ", index, " (round ",
+                       round, "): rank(s) ", segments.behind(index, true),
                        " of this node have not finished their share");
     }
   }

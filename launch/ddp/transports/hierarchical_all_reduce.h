@@ -31,10 +31,10 @@
 // the step over the serial bound (no-comm step + one blocking all-reduce; <= 1 is the target):
 //   - it blocks inside MPI for the collectives: MPI's blocking algorithms are the fast ones
 //     (MPI_Iallreduce polled with MPI_Test took 2-2.5x MPI_Allreduce for 36 MiB here,
-//     launch/comm/mpi_communicator.h), and a blocking call is what the communicator's watchdog times
-//     (launch/comm/collective_watchdog.h). Waiting for the other nodes by polling a nonblocking
-//     status all-reduce with naps, then blocking for the data, measured 0.96-1.22; blocking
-//     throughout 0.96-1.23;
+//     launch/comm/mpi_communicator.h), and a blocking call is what the communicator's watchdog
+//     times (launch/comm/collective_watchdog.h). Waiting for the other nodes by polling a
+//     nonblocking status all-reduce with naps, then blocking for the data, measured 0.96-1.22;
+//     blocking throughout 0.96-1.23;
 //   - it sleeps on a condition variable while it has nothing to do. Spinning for work measured
 //     1.54-1.79 (three earlier runs, one configuration at a time): it takes backward's core;
 //   - it runs at the lowest priority (nice 19): 0.83-0.86 in five runs of six (one at 1.92

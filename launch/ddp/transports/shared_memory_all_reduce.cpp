@@ -110,8 +110,7 @@ SharedMemoryAllReduce::~SharedMemoryAllReduce() {
 std::unique_ptr<SharedMemoryAllReduce> SharedMemoryAllReduce::create(
     Communicator& communicator, std::span<const SharedBufferSpec> buffers, double timeout_seconds,
     std::string* why_not) {
-  std::unique_ptr<SharedSegments> segments =
-      SharedSegments::create(communicator, buffers, why_not);
+  std::unique_ptr<SharedSegments> segments = SharedSegments::create(communicator, buffers, why_not);
   if (!segments) return nullptr;
   auto impl = std::make_unique<Impl>();
   impl->segments = std::move(segments);
@@ -121,19 +120,27 @@ std::unique_ptr<SharedMemoryAllReduce> SharedMemoryAllReduce::create(
   return std::unique_ptr<SharedMemoryAllReduce>(new SharedMemoryAllReduce(std::move(impl)));
 }
 
-int SharedMemoryAllReduce::rank() const { return impl_->segments->rank(); }
-int SharedMemoryAllReduce::size() const { return impl_->segments->size(); }
-size_t SharedMemoryAllReduce::buffer_count() const { return impl_->segments->buffer_count(); }
+int SharedMemoryAllReduce::rank() const {
+  return impl_->segments->rank();
+}
+int SharedMemoryAllReduce::size() const {
+  return impl_->segments->size();
+}
+size_t SharedMemoryAllReduce::buffer_count() const {
+  return impl_->segments->buffer_count();
+}
 const core::Tensor& SharedMemoryAllReduce::buffer(size_t index) const {
   return impl_->segments->buffer(index);
 }
-bool SharedMemoryAllReduce::in_flight(size_t index) const { return impl_->in_flight.at(index); }
+bool SharedMemoryAllReduce::in_flight(size_t index) const {
+  return impl_->in_flight.at(index);
+}
 
 void SharedMemoryAllReduce::start(size_t index) {
   Impl& s = *impl_;
   s.check_usable();
-  MPIGRAD_CHECK(index < s.in_flight.size() && !s.in_flight[index],
-                s.segments->world_label(), " SharedMemoryAllReduce::start: buffer ", index,
+  MPIGRAD_CHECK(index < s.in_flight.size() && !s.in_flight[index], s.segments->world_label(),
+                " SharedMemoryAllReduce::start: buffer ", index,
                 index < s.in_flight.size() ? " is already in flight" : " does not exist");
   s.in_flight[index] = true;
   s.reduced_here[index] = false;

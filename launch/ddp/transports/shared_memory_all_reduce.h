@@ -1,10 +1,11 @@
 // Averages host buffers across the ranks of one node through memory that every rank maps, with
 // no MPI message: DDP's bucket transport on one node (launch/ddp/bucket_transport.h). Each rank's
 // buffers live in one POSIX shared-memory segment that all ranks of the group map
-// (launch/ddp/transports/shared_segments.h). To average buffer b every rank calls start(b) once its values
-// are final; when all ranks have started b, rank r averages shard r of b (its 1/size slice) over
-// all ranks' copies and writes the result into every copy, then raises its "reduced" flag. Each
-// rank reads and writes about twice the buffer's bytes, at memory speed, whatever the rank count.
+// (launch/ddp/transports/shared_segments.h). To average buffer b every rank calls start(b) once its
+// values are final; when all ranks have started b, rank r averages shard r of b (its 1/size slice)
+// over all ranks' copies and writes the result into every copy, then raises its "reduced" flag.
+// Each rank reads and writes about twice the buffer's bytes, at memory speed, whatever the rank
+// count.
 //
 // Why not MPI_Allreduce: on the 2-core dev VM, averaging 36 MiB of float32 over 2 ranks takes
 // 1.4 ms this way (about 3 ms inside a training step, where the gradients have left the cache)

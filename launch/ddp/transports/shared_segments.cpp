@@ -25,7 +25,9 @@ static_assert(std::atomic_ref<uint64_t>::is_always_lock_free);
 
 constexpr uint64_t kMagic = 0x6d70677261647368;  // "mpgradsh"
 
-size_t round_up(size_t value, size_t to) { return (value + to - 1) / to * to; }
+size_t round_up(size_t value, size_t to) {
+  return (value + to - 1) / to * to;
+}
 
 uint64_t load_acquire(const uint64_t& word) {
   return std::atomic_ref<uint64_t>(const_cast<uint64_t&>(word)).load(std::memory_order_acquire);
@@ -103,7 +105,8 @@ std::string describe_problem(int rank, int32_t code, uint64_t bytes, int ranks) 
       out << " cannot open another rank's shared-memory segment";
       if (error == ENOENT) out << " (are the ranks on different nodes?)";
       break;
-    default: out << " mapped a segment that is not the one announced (ranks on different nodes?)";
+    default:
+      out << " mapped a segment that is not the one announced (ranks on different nodes?)";
   }
   if (error != 0) out << ": " << std::strerror(error);
   return out.str();
@@ -177,9 +180,10 @@ std::unique_ptr<SharedSegments> SharedSegments::create(Communicator& communicato
                                                        std::span<const SharedBufferSpec> buffers,
                                                        std::string* why_not) {
   for (const SharedBufferSpec& spec : buffers) {
-    MPIGRAD_CHECK(core::is_floating(spec.dtype) && spec.numel >= 0,
-                  communicator.world_label(), " SharedMemoryAllReduce: buffers must have a "
-                  "floating dtype and numel >= 0, got ", spec.dtype, " x ", spec.numel);
+    MPIGRAD_CHECK(core::is_floating(spec.dtype) && spec.numel >= 0, communicator.world_label(),
+                  " SharedMemoryAllReduce: buffers must have a "
+                  "floating dtype and numel >= 0, got ",
+                  spec.dtype, " x ", spec.numel);
   }
 #if !defined(__linux__)
   // Not collective here: every rank of a job runs the same operating system.
@@ -250,10 +254,12 @@ std::unique_ptr<SharedSegments> SharedSegments::create(Communicator& communicato
   std::memcpy(records.data(), all_bytes.data_ptr(), sizeof(Record) * size_t(size));
   for (int q = 1; q < size; ++q) {
     // Every rank sees the same records, so every rank raises this error (or none does).
-    MPIGRAD_CHECK(records[size_t(q)].layout == records[0].layout,
-                  s.world_label_, " SharedMemoryAllReduce on communicator '", communicator.name(),
-                  "': rank ", s.label(q), " asked for a different list of buffers (dtypes and "
-                  "sizes) than rank ", s.label(0), "; every rank must pass the same buffers");
+    MPIGRAD_CHECK(records[size_t(q)].layout == records[0].layout, s.world_label_,
+                  " SharedMemoryAllReduce on communicator '", communicator.name(), "': rank ",
+                  s.label(q),
+                  " asked for a different list of buffers (dtypes and "
+                  "sizes) than rank ",
+                  s.label(0), "; every rank must pass the same buffers");
   }
   s.segments_.resize(size_t(size));
   s.segments_[size_t(rank)] = own;

@@ -21,18 +21,28 @@ static mpigrad_status describe(const char* function, const char* name,
     return mpigrad_record_error(function, MPIGRAD_ERROR_NULL_POINTER, message);
   }
   if (descriptor->rank < 1 || descriptor->rank > MPIGRAD_MAX_RANK) {
-    snprintf(message, sizeof(message), "%s has rank %d; arrays of rank 1 to %d are accepted",
-             name, (int)descriptor->rank, MPIGRAD_MAX_RANK);
+    snprintf(message, sizeof(message), "%s has rank %d; arrays of rank 1 to %d are accepted", name,
+             (int)descriptor->rank, MPIGRAD_MAX_RANK);
     return mpigrad_record_error(function, MPIGRAD_ERROR_INVALID_ARGUMENT, message);
   }
   switch (descriptor->type) {
-    case CFI_type_float: array->dtype = MPIGRAD_F32; break;
-    case CFI_type_double: array->dtype = MPIGRAD_F64; break;
-    case CFI_type_int32_t: array->dtype = MPIGRAD_I32; break;
-    case CFI_type_int64_t: array->dtype = MPIGRAD_I64; break;
+    case CFI_type_float:
+      array->dtype = MPIGRAD_F32;
+      break;
+    case CFI_type_double:
+      array->dtype = MPIGRAD_F64;
+      break;
+    case CFI_type_int32_t:
+      array->dtype = MPIGRAD_I32;
+      break;
+    case CFI_type_int64_t:
+      array->dtype = MPIGRAD_I64;
+      break;
     default:
-      snprintf(message, sizeof(message), "%s has Fortran type code %d; accepted are real(4), "
-               "real(8), integer(4) and integer(8)", name, (int)descriptor->type);
+      snprintf(message, sizeof(message),
+               "%s has Fortran type code %d; accepted are real(4), "
+               "real(8), integer(4) and integer(8)",
+               name, (int)descriptor->type);
       return mpigrad_record_error(function, MPIGRAD_ERROR_DTYPE, message);
   }
   array->data = descriptor->base_addr;
@@ -45,8 +55,10 @@ static mpigrad_status describe(const char* function, const char* name,
     const CFI_index_t sm = descriptor->dim[d].sm;
     array->shape[d] = descriptor->dim[d].extent;
     if (sm <= 0 || sm % (CFI_index_t)descriptor->elem_len != 0) {
-      snprintf(message, sizeof(message), "%s: dimension %d has a stride of %ld bytes; only "
-               "positive strides of whole elements are accepted", name, d + 1, (long)sm);
+      snprintf(message, sizeof(message),
+               "%s: dimension %d has a stride of %ld bytes; only "
+               "positive strides of whole elements are accepted",
+               name, d + 1, (long)sm);
       return mpigrad_record_error(function, MPIGRAD_ERROR_INVALID_ARGUMENT, message);
     }
     strides[d] = sm / (CFI_index_t)descriptor->elem_len;

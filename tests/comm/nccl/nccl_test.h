@@ -17,7 +17,7 @@ int nccl_test_case_count();
 
 }  // namespace mpigrad::test
 
-#define MPIGRAD_NCCL_TEST_CASE(name)                                                    \
-  static const int DOCTEST_ANONYMOUS(mpigrad_nccl_case_) =                              \
-      ::mpigrad::test::register_nccl_test_case();                                       \
+#define MPIGRAD_NCCL_TEST_CASE(name)                       \
+  static const int DOCTEST_ANONYMOUS(mpigrad_nccl_case_) = \
+      ::mpigrad::test::register_nccl_test_case();          \
   TEST_CASE(name)

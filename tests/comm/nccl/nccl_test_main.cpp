@@ -25,8 +25,12 @@ int& counter() {
 }
 }  // namespace
 
-int register_nccl_test_case() { return ++counter(); }
-int nccl_test_case_count() { return counter(); }
+int register_nccl_test_case() {
+  return ++counter();
+}
+int nccl_test_case_count() {
+  return counter();
+}
 
 }  // namespace mpigrad::test
 
@@ -55,8 +59,9 @@ int main(int argc, char** argv) {
   if (worst != 0) {
     if (rank == 0) {
       std::printf("%s\n", outcome == worst ? gate.line.c_str()
-                  : worst == 2 ? "FAILED: NCCL test cases not run: another rank cannot use its GPU"
-                               : "NCCL test cases skipped: another node lacks GPUs");
+                          : worst == 2
+                              ? "FAILED: NCCL test cases not run: another rank cannot use its GPU"
+                              : "NCCL test cases skipped: another node lacks GPUs");
       std::fflush(stdout);
     }
     MPI_Finalize();

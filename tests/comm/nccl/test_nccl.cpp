@@ -28,7 +28,9 @@ constexpr ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, Reduce
 
 // Integer values small enough that every dtype (uint8 and bfloat16 included) holds them and
 // their sums exactly, for the few ranks a test job has.
-double element(int rank, int64_t i) { return double((rank + 1) * (i % 5 + 1)); }
+double element(int rank, int64_t i) {
+  return double((rank + 1) * (i % 5 + 1));
+}
 
 core::Device gpu_of(const launch::DistributedManager& manager) {
   return core::cuda(manager.local_rank() % core::cuda_device_count());
@@ -40,7 +42,9 @@ Tensor filled(int rank, int64_t n, core::DType dtype, core::Device device, int64
   return Tensor::from_vector(values, {n}, dtype).to(device);
 }
 
-std::vector<double> host(const Tensor& tensor) { return tensor.to(core::kCPU).to_vector<double>(); }
+std::vector<double> host(const Tensor& tensor) {
+  return tensor.to(core::kCPU).to_vector<double>();
+}
 
 double reduced(ReduceOp op, int size, int64_t i) {
   double sum = 0, hi = element(0, i), lo = element(0, i);
@@ -50,10 +54,14 @@ double reduced(ReduceOp op, int size, int64_t i) {
     lo = std::min(lo, element(r, i));
   }
   switch (op) {
-    case ReduceOp::Sum: return sum;
-    case ReduceOp::Avg: return sum / size;
-    case ReduceOp::Max: return hi;
-    case ReduceOp::Min: return lo;
+    case ReduceOp::Sum:
+      return sum;
+    case ReduceOp::Avg:
+      return sum / size;
+    case ReduceOp::Max:
+      return hi;
+    case ReduceOp::Min:
+      return lo;
   }
   return 0;
 }
@@ -72,7 +80,8 @@ int64_t first_wrong(const std::vector<double>& got, ReduceOp op, int size, core:
 
 std::unique_ptr<launch::Communicator> nccl(launch::DistributedManager& manager,
                                            std::string name = "nccl-test") {
-  return launch::create_communicator(manager, launch::Backend::Nccl, gpu_of(manager), std::move(name));
+  return launch::create_communicator(manager, launch::Backend::Nccl, gpu_of(manager),
+                                     std::move(name));
 }
 
 }  // namespace
@@ -100,7 +109,8 @@ MPIGRAD_NCCL_TEST_CASE("all_reduce: every op x dtype x size, in place and out of
     for (ReduceOp op : kOps) {
       if (op == ReduceOp::Avg && !core::is_floating(dtype)) continue;
       for (int64_t n : {int64_t(0), int64_t(1), int64_t(7), int64_t(1) << 20}) {
-        if (n == (int64_t(1) << 20) && dtype != core::kFloat32 && dtype != core::kBFloat16) continue;
+        if (n == (int64_t(1) << 20) && dtype != core::kFloat32 && dtype != core::kBFloat16)
+          continue;
         CAPTURE(core::dtype_name(dtype));
         CAPTURE(launch::reduce_op_name(op));
         CAPTURE(n);
@@ -179,13 +189,15 @@ MPIGRAD_NCCL_TEST_CASE("all_gather_v with uneven and zero lengths") {
       int64_t total = 0;
       for (int64_t c : counts) total += c;
       Tensor input = filled(rank, counts[size_t(rank)], dtype, gpu);
-      Tensor output = core::zeros({total}, core::TensorOptions(dtype).device(gpu));  // never an element
+      Tensor output =
+          core::zeros({total}, core::TensorOptions(dtype).device(gpu));  // never an element
       comm->all_gather_v(input, output, counts);
       std::vector<double> got = host(output);
       bool ok = true;
       int64_t at = 0;
       for (int r = 0; r < size; ++r) {
-        for (int64_t i = 0; i < counts[size_t(r)]; ++i) ok = ok && got[size_t(at++)] == element(r, i);
+        for (int64_t i = 0; i < counts[size_t(r)]; ++i)
+          ok = ok && got[size_t(at++)] == element(r, i);
       }
       CHECK(ok);
       Tensor again = core::zeros({total}, core::TensorOptions(dtype).device(gpu));
@@ -195,7 +207,8 @@ MPIGRAD_NCCL_TEST_CASE("all_gather_v with uneven and zero lengths") {
   }
 }
 
-MPIGRAD_NCCL_TEST_CASE("stream ordering: a user stream, overlap with compute, buffers dropped early") {
+MPIGRAD_NCCL_TEST_CASE(
+    "stream ordering: a user stream, overlap with compute, buffers dropped early") {
   auto manager = launch::DistributedManager::initialize();
   auto comm = nccl(manager);
   const core::Device gpu = gpu_of(manager);
@@ -281,18 +294,23 @@ MPIGRAD_NCCL_TEST_CASE("argument errors are clear and raised before any communic
   auto comm = nccl(manager);
   const core::Device gpu = gpu_of(manager);
   Tensor on_host = core::ones({4});
-  CHECK_THROWS_WITH_AS(comm->all_reduce(on_host), doctest::Contains("use the mpi backend"), core::Error);
+  CHECK_THROWS_WITH_AS(comm->all_reduce(on_host), doctest::Contains("use the mpi backend"),
+                       core::Error);
   Tensor ints = core::ones({4}, core::TensorOptions(core::kInt32).device(gpu));
   CHECK_THROWS_WITH_AS(comm->all_reduce(ints, ReduceOp::Avg), doctest::Contains("floating dtype"),
                        core::Error);
   Tensor flags = core::ones({4}, core::TensorOptions(core::kBool).device(gpu));
-  CHECK_THROWS_WITH_AS(comm->all_reduce(flags), doctest::Contains("does not move bool"), core::Error);
+  CHECK_THROWS_WITH_AS(comm->all_reduce(flags), doctest::Contains("does not move bool"),
+                       core::Error);
   Tensor five = core::ones({5}, core::TensorOptions(core::kInt32).device(gpu));
-  CHECK_THROWS_WITH_AS(comm->all_reduce(ints, five), doctest::Contains("output has 5"), core::Error);
-  CHECK_THROWS_WITH_AS(comm->broadcast(ints, comm->size()), doctest::Contains("not a rank"), core::Error);
+  CHECK_THROWS_WITH_AS(comm->all_reduce(ints, five), doctest::Contains("output has 5"),
+                       core::Error);
+  CHECK_THROWS_WITH_AS(comm->broadcast(ints, comm->size()), doctest::Contains("not a rank"),
+                       core::Error);
   std::vector<int64_t> counts(size_t(comm->size()), 1);
   counts[0] = -1;
-  CHECK_THROWS_WITH_AS(comm->all_gather_v(ints, ints, counts), doctest::Contains("negative"), core::Error);
+  CHECK_THROWS_WITH_AS(comm->all_gather_v(ints, ints, counts), doctest::Contains("negative"),
+                       core::Error);
   // Errors name the rank and the communicator.
   CHECK_THROWS_WITH_AS(comm->all_reduce(on_host), doctest::Contains("[rank "), core::Error);
   CHECK_THROWS_WITH_AS(comm->all_reduce(on_host), doctest::Contains("'nccl-test'"), core::Error);

@@ -8,20 +8,20 @@
 #include <string>
 #include <vector>
 
+#include "../../tensor_difference.h"
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/cuda.h"
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/rng.h"
 #include "mpigrad/launch/ddp/distributed_data_parallel.h"
-#include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/launch/ddp/sync_batch_norm.h"
+#include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/nn/layers/activation.h"
 #include "mpigrad/nn/layers/batch_norm.h"
 #include "mpigrad/nn/layers/container.h"
 #include "mpigrad/nn/layers/linear.h"
 #include "mpigrad/nn/loss.h"
 #include "nccl_test.h"
-#include "../../tensor_difference.h"
 
 using namespace mpigrad;
 using core::Tensor;
@@ -35,7 +35,6 @@ std::shared_ptr<nn::Sequential> make_model() {
       std::make_shared<nn::Linear>(8, 32, generator), std::make_shared<nn::BatchNorm1d>(32),
       std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(32, 4, generator)});
 }
-
 
 }  // namespace
 
