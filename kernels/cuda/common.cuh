@@ -18,6 +18,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "mpigrad/kernels/dtype.h"
 #include "mpigrad/kernels/elementwise.h"
@@ -81,28 +82,11 @@ inline unsigned grid_for(int64_t work_items, int threads = kThreads) {
   return unsigned(blocks);
 }
 
-// ---- Calls fn(T{}) with the C++ type of dtype (host side), like visit_dtype. ---------------
-
+// Calls fn(T{}) with the C++ type of dtype (host side): kernels/dtype.h's visit_dtype, under the
+// short name the launchers here use.
 template <typename Fn>
 void visit(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::Float32:
-      return fn(float{});
-    case DType::Float64:
-      return fn(double{});
-    case DType::BFloat16:
-      return fn(BFloat16{});
-    case DType::Float16:
-      return fn(Half{});
-    case DType::Int32:
-      return fn(int32_t{});
-    case DType::Int64:
-      return fn(int64_t{});
-    case DType::UInt8:
-      return fn(uint8_t{});
-    case DType::Bool:
-      return fn(bool{});
-  }
+  visit_dtype(dtype, std::forward<Fn>(fn));
 }
 
 template <typename T>
