@@ -17,14 +17,19 @@ namespace {
 bool check_on_every_rank(DistributedManager& manager, const std::string& program,
                          const std::function<void()>& check) {
   const int rank = manager.rank(), ranks = manager.world_size();
+  // Failure is whether the check threw, not whether its message says something.
+  bool failed = false;
   std::string error;
   try {
     check();
   } catch (const std::exception& e) {
+    failed = true;
     error = e.what();
+  } catch (...) {
+    failed = true;
   }
-  core::Tensor first_failure =
-      core::Tensor::from_vector<int64_t>({error.empty() ? ranks : rank}, {1});
+  if (failed && error.empty()) error = "the check failed without a message";
+  core::Tensor first_failure = core::Tensor::from_vector<int64_t>({failed ? rank : ranks}, {1});
   manager.world().all_reduce(first_failure, ReduceOp::Min);
   const int64_t failing = first_failure.item<int64_t>();
   if (failing < ranks && failing == rank) print_rank_error(rank, ranks, program, error);
