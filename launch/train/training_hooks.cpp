@@ -173,27 +173,45 @@ void CheckpointHook::on(HookStage stage, TrainingContext& context) {
     if (context.manager->is_main_process() && !settings_.out_dir.empty()) {
       fs::create_directories(settings_.out_dir);
     }
+    nn::Optimizer* optimizer = context.optimizers.empty() ? nullptr : &context.optimizer();
+    const bool main = context.manager->is_main_process();
+    std::optional<nn::CheckpointData> data;
     if (settings_.resume == "auto") {
-      // Every rank looks: rank 0 wrote the files before this run started, so all see the same.
-      settings_.resume = newest_checkpoint(settings_.out_dir);
-      if (context.manager->is_main_process()) {
+      // Every rank looks and reads: rank 0 wrote the files before this run started, so all see
+      // the same files and skip the same ones.
+      auto found = epoch_checkpoints(settings_.out_dir);
+      settings_.resume.clear();
+      for (auto it = found.rbegin(); it != found.rend() && !data; ++it) {
+        try {
+          data = nn::load_checkpoint(it->second);
+          settings_.resume = it->second;
+        } catch (const core::Error& error) {
+          if (main) {
+            std::fprintf(stderr, "warning: resume = auto: skipping %s: %s\n", it->second.c_str(),
+                         error.what());
+          }
+        }
+      }
+      if (main) {
         if (settings_.resume.empty()) {
-          std::printf("resume = auto: no checkpoint in '%s'; starting fresh\n",
-                      settings_.out_dir.c_str());
+          std::printf("resume = auto: no %scheckpoint in '%s'; starting fresh\n",
+                      found.empty() ? "" : "loadable ", settings_.out_dir.c_str());
         } else {
           std::printf("resume = auto: resuming from %s\n", settings_.resume.c_str());
         }
       }
+      if (!data) return;
+    } else {
+      if (settings_.resume.empty()) return;
+      // Every rank reads the file: the model, optimizer and scheduler come back identical
+      // everywhere.
+      data = nn::load_checkpoint(settings_.resume);
     }
-    if (settings_.resume.empty()) return;
-    // Every rank reads the file: the model, optimizer and scheduler come back identical everywhere.
-    nn::CheckpointData data = nn::load_checkpoint_into(
-        settings_.resume, context.model(),
-        context.optimizers.empty() ? nullptr : &context.optimizer(), scheduler_);
-    restore_hooks(context, data);
+    nn::apply_checkpoint(*data, settings_.resume, context.model(), optimizer, scheduler_);
+    restore_hooks(context, *data);
     // `epoch` counts finished epochs, so it is also the next one to run.
-    context.epoch = data.epoch;
-    context.step = data.step;
+    context.epoch = data->epoch;
+    context.step = data->step;
   } else if (stage == HookStage::BeforeTraining) {
     if (settings_.save_initial && context.step == 0 && !settings_.out_dir.empty()) {
       save(context, (fs::path(settings_.out_dir) / "ckpt-step0.h5").string());

@@ -67,6 +67,16 @@ case "$check" in
     diff <(losses full/metrics.jsonl) <(losses part/metrics.jsonl) || fail "resumed losses differ"
     "$compare" full/last.h5 part/last.h5 0 || fail "resumed final weights differ"
     ;;
+  resume_skips_corrupt)  # resume = auto skips a truncated newest checkpoint, naming it, for the one before
+    run 2 "$mpigrad" train --config base.ini --train.out_dir=full > /dev/null 2>&1 || fail "full run failed"
+    run 2 "$mpigrad" train --config base.ini --train.out_dir=part > /dev/null 2>&1 || fail "first run failed"
+    truncate -s $(( $(stat -c %s part/ckpt-epoch2.h5) / 2 )) part/ckpt-epoch2.h5
+    run 2 "$mpigrad" train --config base.ini --train.out_dir=part --train.resume=auto > again.txt 2>&1 \
+      || { cat again.txt; fail "resumed run failed"; }
+    grep -q "warning: resume = auto: skipping part/ckpt-epoch2.h5" again.txt || { cat again.txt; fail "no warning naming the truncated file"; }
+    grep -q "resume = auto: resuming from part/ckpt-epoch1.h5" again.txt || { cat again.txt; fail "did not fall back to epoch 1"; }
+    "$compare" full/last.h5 part/last.h5 0 || fail "resumed final weights differ"
+    ;;
   keep_checkpoints)  # keep_checkpoints = 2 keeps the newest two epoch checkpoints, and others' files
     mkdir out && echo "mine" > out/ckpt-epoch1-best.h5
     run 2 "$mpigrad" train --config base.ini --train.out_dir=out --train.epochs=3 \
