@@ -7,7 +7,8 @@
 //   /hooks/<hook>/<key>         the state of each training hook that has one (an EMA's averaged
 //                               weights, say), scalars as attributes as for the optimizer
 //   /rng/<name>                 Int64 [2]: a generator's seed and offset (bit patterns)
-//   /  attributes               format, format_version, epoch, step, world_size, config
+//   /  attributes               format, format_version, epoch, step, world_size, config,
+//                               checksum_crc32c (of the tensors; a load checks it when present)
 // The write is atomic (temporary file, then rename): a reader never sees half a checkpoint and a
 // failed save leaves the previous one intact. Loading puts every tensor on the requested device,
 // whatever device it was saved from; shapes and dtypes are verified with errors naming the key,

@@ -215,7 +215,7 @@ void add_hooks(const CheckedRun& run, DistributedManager& manager, Training& tra
   std::vector<std::shared_ptr<Hook>>& hooks = training.hooks;
   hooks.push_back(std::make_shared<CheckpointHook>(
       CheckpointSettings{out_dir, config.train.resume, config.train.save_initial,
-                         config.resolved_text()},
+                         config.resolved_text(), config.train.keep_checkpoints},
       training.scheduler.get()));
   hooks.push_back(std::make_shared<DDPHook>(ddp_options(config.distributed),
                                             DistributedSamplerSettings{}, nullptr,

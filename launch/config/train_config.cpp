@@ -312,7 +312,11 @@ std::vector<ConfigKey> make_config_keys() {
           "log every N optimizer steps"),
       key("train.out_dir", &C::train, &TrainSection::out_dir, Text{},
           "where rank 0 writes metrics, checkpoints and the config"),
-      key("train.resume", &C::train, &TrainSection::resume, Text{}, "checkpoint to resume from"),
+      key("train.resume", &C::train, &TrainSection::resume, Text{},
+          "checkpoint to resume from; auto: the newest ckpt-epoch*.h5 in out_dir, or a fresh "
+          "start if there is none"),
+      key("train.keep_checkpoints", &C::train, &TrainSection::keep_checkpoints, Integer{0},
+          "keep only the newest N ckpt-epoch*.h5 files in out_dir (0: keep all)"),
       key("train.save_initial", &C::train, &TrainSection::save_initial, Boolean{},
           "write ckpt-step0.h5 before the first step"),
       key("train.grad_accum_steps", &C::train, &TrainSection::grad_accum_steps, Integer{1},
@@ -505,7 +509,7 @@ TrainConfig parse_train_config(const std::vector<std::string>& args) {
                   "encoder; this run has stage = ",
                   core::enum_name(train.stage, kStageKindNames));
   }
-  if (!config.train.resume.empty()) {
+  if (!config.train.resume.empty() && config.train.resume != "auto") {
     MPIGRAD_CHECK(std::filesystem::is_regular_file(config.train.resume),
                   "[train] resume: checkpoint '", config.train.resume, "' does not exist");
   }

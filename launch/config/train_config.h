@@ -117,8 +117,9 @@ struct TrainSection {
   bool shuffle = true;
   int64_t log_every = 50;
   std::string out_dir = "runs/mpigrad";
-  std::string resume;  // checkpoint to resume from
+  std::string resume;  // checkpoint to resume from; "auto": the newest in out_dir, if any
   bool save_initial = false;
+  int64_t keep_checkpoints = 0;  // keep the newest N ckpt-epoch*.h5 files; 0: keep all
   int64_t grad_accum_steps = 1;
   double clip_grad_norm = 0.0;  // 0: off
   double ema_decay = 0.0;       // 0: no EMA; otherwise evaluation uses the EMA weights

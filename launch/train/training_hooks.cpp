@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -87,6 +88,35 @@ void DDPHook::install_sampler(data::DataLoader& loader, int64_t replicas, int64_
 
 // ---- CheckpointHook ----------------------------------------------------------------------------
 
+std::vector<std::pair<int64_t, std::string>> epoch_checkpoints(const std::string& out_dir) {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code error;
+  if (out_dir.empty() || !fs::is_directory(out_dir, error)) return found;
+  const std::string prefix = "ckpt-epoch", suffix = ".h5";
+  for (const fs::directory_entry& entry : fs::directory_iterator(out_dir)) {
+    std::string name = entry.path().filename().string();
+    if (name.size() <= prefix.size() + suffix.size() || !name.starts_with(prefix) ||
+        !name.ends_with(suffix) || !entry.is_regular_file(error)) {
+      continue;
+    }
+    std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+    // Only the names CheckpointHook writes: digits alone, so a user's ckpt-epoch2-best.h5 is left
+    // be.
+    if (digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos) {
+      continue;
+    }
+    found.emplace_back(std::stoll(digits), entry.path().string());
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+std::string newest_checkpoint(const std::string& out_dir) {
+  auto found = epoch_checkpoints(out_dir);
+  return found.empty() ? std::string() : found.back().second;
+}
+
 CheckpointHook::CheckpointHook(CheckpointSettings settings, nn::LRScheduler* scheduler)
     : settings_(std::move(settings)), scheduler_(scheduler) {}
 
@@ -143,15 +173,45 @@ void CheckpointHook::on(HookStage stage, TrainingContext& context) {
     if (context.manager->is_main_process() && !settings_.out_dir.empty()) {
       fs::create_directories(settings_.out_dir);
     }
-    if (settings_.resume.empty()) return;
-    // Every rank reads the file: the model, optimizer and scheduler come back identical everywhere.
-    nn::CheckpointData data = nn::load_checkpoint_into(
-        settings_.resume, context.model(),
-        context.optimizers.empty() ? nullptr : &context.optimizer(), scheduler_);
-    restore_hooks(context, data);
+    nn::Optimizer* optimizer = context.optimizers.empty() ? nullptr : &context.optimizer();
+    const bool main = context.manager->is_main_process();
+    std::optional<nn::CheckpointData> data;
+    if (settings_.resume == "auto") {
+      // Every rank looks and reads: rank 0 wrote the files before this run started, so all see
+      // the same files and skip the same ones.
+      auto found = epoch_checkpoints(settings_.out_dir);
+      settings_.resume.clear();
+      for (auto it = found.rbegin(); it != found.rend() && !data; ++it) {
+        try {
+          data = nn::load_checkpoint(it->second);
+          settings_.resume = it->second;
+        } catch (const core::Error& error) {
+          if (main) {
+            std::fprintf(stderr, "warning: resume = auto: skipping %s: %s\n", it->second.c_str(),
+                         error.what());
+          }
+        }
+      }
+      if (main) {
+        if (settings_.resume.empty()) {
+          std::printf("resume = auto: no %scheckpoint in '%s'; starting fresh\n",
+                      found.empty() ? "" : "loadable ", settings_.out_dir.c_str());
+        } else {
+          std::printf("resume = auto: resuming from %s\n", settings_.resume.c_str());
+        }
+      }
+      if (!data) return;
+    } else {
+      if (settings_.resume.empty()) return;
+      // Every rank reads the file: the model, optimizer and scheduler come back identical
+      // everywhere.
+      data = nn::load_checkpoint(settings_.resume);
+    }
+    nn::apply_checkpoint(*data, settings_.resume, context.model(), optimizer, scheduler_);
+    restore_hooks(context, *data);
     // `epoch` counts finished epochs, so it is also the next one to run.
-    context.epoch = data.epoch;
-    context.step = data.step;
+    context.epoch = data->epoch;
+    context.step = data->step;
   } else if (stage == HookStage::BeforeTraining) {
     if (settings_.save_initial && context.step == 0 && !settings_.out_dir.empty()) {
       save(context, (fs::path(settings_.out_dir) / "ckpt-step0.h5").string());
@@ -166,6 +226,19 @@ void CheckpointHook::on(HookStage stage, TrainingContext& context) {
     save(context, path);
     save(context, (fs::path(settings_.out_dir) / "last.h5").string());
     context.epoch = current;
+    // Only after the new checkpoint is complete: a crash here leaves one too many, never none.
+    if (settings_.keep_checkpoints > 0 && context.manager->is_main_process()) {
+      auto found = epoch_checkpoints(settings_.out_dir);
+      auto keep = static_cast<size_t>(settings_.keep_checkpoints);
+      for (size_t i = 0; i + keep < found.size(); ++i) {
+        std::error_code error;
+        fs::remove(found[i].second, error);
+        if (error) {
+          std::fprintf(stderr, "keep_checkpoints: cannot remove %s: %s\n", found[i].second.c_str(),
+                       error.message().c_str());
+        }
+      }
+    }
   }
 }
 

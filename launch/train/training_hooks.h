@@ -71,10 +71,17 @@ class DDPHook final : public Hook {
 
 struct CheckpointSettings {
   std::string out_dir;
-  std::string resume;         // checkpoint to resume from, or empty
-  bool save_initial = false;  // ckpt-step0.h5 before the first step
-  std::string config_text;    // stored in every checkpoint
+  std::string resume;            // checkpoint to resume from, "auto" (newest_checkpoint), or empty
+  bool save_initial = false;     // ckpt-step0.h5 before the first step
+  std::string config_text;       // stored in every checkpoint
+  int64_t keep_checkpoints = 0;  // the newest N ckpt-epoch*.h5 stay; older ones go; 0: all stay
 };
+
+// The ckpt-epochN.h5 files of `out_dir`, oldest (smallest N) first. Files are written to a
+// temporary name and renamed, so every file listed is complete.
+std::vector<std::pair<int64_t, std::string>> epoch_checkpoints(const std::string& out_dir);
+// The newest of them, or empty when there is none: what `[train] resume = auto` loads.
+std::string newest_checkpoint(const std::string& out_dir);
 
 class CheckpointHook final : public Hook {
  public:

@@ -4,9 +4,12 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
+#include <string>
 
 #include "mpigrad/core/ops/reduce.h"
 #include "mpigrad/nn/checkpoint.h"
@@ -138,5 +141,35 @@ TEST_CASE("checkpoint errors: corrupt, truncated, foreign, mismatched shape and 
   CHECK_THROWS_WITH_AS(nn::load_checkpoint(garbage.string()),
                        doctest::Contains(garbage.string().c_str()), core::Error);
   CHECK_THROWS_AS(nn::load_checkpoint(scratch("missing.h5").string()), core::Error);
+  fs::remove_all(path.parent_path());
+}
+
+TEST_CASE("checkpoint checksum: a flipped bit in a tensor's bytes is an error naming the file") {
+  const fs::path path = scratch("flipped.h5");
+  Trainer trainer(4);
+  // A value whose bytes occur once in the file, so the test can find and change them.
+  const float marker = 1234567.125f;
+  static_cast<float*>(trainer.model->parameters()[0].data_ptr())[0] = marker;
+  nn::save_checkpoint(path.string(), *trainer.model, nullptr, nullptr, 0, 0);
+  CHECK_NOTHROW(nn::load_checkpoint(path.string()));
+
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  char pattern[sizeof(float)];
+  std::memcpy(pattern, &marker, sizeof(float));
+  const size_t at = bytes.find(std::string(pattern, sizeof(float)));
+  REQUIRE(at != std::string::npos);
+  bytes[at] = static_cast<char>(bytes[at] ^ 1);  // the lowest mantissa bit: still a valid float
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << bytes;
+  }
+  CHECK_THROWS_WITH_AS(nn::load_checkpoint(path.string()),
+                       doctest::Contains("does not match its checksum"), core::Error);
+  CHECK_THROWS_WITH_AS(nn::load_checkpoint(path.string()), doctest::Contains(path.string().c_str()),
+                       core::Error);
   fs::remove_all(path.parent_path());
 }

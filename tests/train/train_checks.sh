@@ -54,6 +54,37 @@ case "$check" in
     diff <(losses full/metrics.jsonl) <(losses part/metrics.jsonl) || fail "resumed losses differ"
     "$compare" full/last.h5 part/last.h5 0 || fail "resumed final weights differ"
     ;;
+  resume_auto)  # resume = auto starts fresh, then continues from the newest checkpoint, bit for bit
+    run 2 "$mpigrad" train --config base.ini --train.out_dir=full --train.log_every=1 > /dev/null 2>&1 || fail "full run failed"
+    run 2 "$mpigrad" train --config base.ini --train.out_dir=part --train.log_every=1 --train.epochs=1 \
+        --train.resume=auto > first.txt 2>&1 || { cat first.txt; fail "first half failed"; }
+    grep -q "resume = auto: no checkpoint in 'part'; starting fresh" first.txt || { cat first.txt; fail "no fresh start logged"; }
+    # Names CheckpointHook does not write are not checkpoints: loading this one would fail.
+    echo "not a checkpoint" > part/ckpt-epoch7-best.h5
+    run 2 "$mpigrad" train --config base.ini --train.out_dir=part --train.log_every=1 \
+        --train.resume=auto > second.txt 2>&1 || { cat second.txt; fail "resumed run failed"; }
+    grep -q "resume = auto: resuming from part/ckpt-epoch1.h5" second.txt || { cat second.txt; fail "wrong checkpoint chosen"; }
+    diff <(losses full/metrics.jsonl) <(losses part/metrics.jsonl) || fail "resumed losses differ"
+    "$compare" full/last.h5 part/last.h5 0 || fail "resumed final weights differ"
+    ;;
+  resume_skips_corrupt)  # resume = auto skips a truncated newest checkpoint, naming it, for the one before
+    run 2 "$mpigrad" train --config base.ini --train.out_dir=full > /dev/null 2>&1 || fail "full run failed"
+    run 2 "$mpigrad" train --config base.ini --train.out_dir=part > /dev/null 2>&1 || fail "first run failed"
+    truncate -s $(( $(stat -c %s part/ckpt-epoch2.h5) / 2 )) part/ckpt-epoch2.h5
+    run 2 "$mpigrad" train --config base.ini --train.out_dir=part --train.resume=auto > again.txt 2>&1 \
+      || { cat again.txt; fail "resumed run failed"; }
+    grep -q "warning: resume = auto: skipping part/ckpt-epoch2.h5" again.txt || { cat again.txt; fail "no warning naming the truncated file"; }
+    grep -q "resume = auto: resuming from part/ckpt-epoch1.h5" again.txt || { cat again.txt; fail "did not fall back to epoch 1"; }
+    "$compare" full/last.h5 part/last.h5 0 || fail "resumed final weights differ"
+    ;;
+  keep_checkpoints)  # keep_checkpoints = 2 keeps the newest two epoch checkpoints, and others' files
+    mkdir out && echo "mine" > out/ckpt-epoch1-best.h5
+    run 2 "$mpigrad" train --config base.ini --train.out_dir=out --train.epochs=3 \
+        --train.keep_checkpoints=2 > log.txt 2>&1 || { cat log.txt; fail "training failed"; }
+    [ "$(cd out && ls ckpt-*.h5 | tr '\n' ' ')" = "ckpt-epoch1-best.h5 ckpt-epoch2.h5 ckpt-epoch3.h5 " ] \
+      || fail "kept: $(cd out && ls ckpt-*.h5 | tr '\n' ' ')"
+    [ -s out/last.h5 ] || fail "missing out/last.h5"
+    ;;
   same_seed)  # the same seed gives bitwise-identical final weights
     run 2 "$mpigrad" train --config base.ini --train.out_dir=a > /dev/null 2>&1 || fail "run a failed"
     run 2 "$mpigrad" train --config base.ini --train.out_dir=b > /dev/null 2>&1 || fail "run b failed"
