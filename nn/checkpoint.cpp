@@ -1,9 +1,9 @@
 #include "mpigrad/nn/checkpoint.h"
 
 #include <algorithm>
-#include <array>
 #include <cstring>
 
+#include "mpigrad/core/crc32c.h"
 #include "mpigrad/core/hdf5.h"
 
 namespace mpigrad::nn {
@@ -67,24 +67,6 @@ void read_group(const hdf5::File& file, const std::string& root, const std::stri
   }
 }
 
-// CRC-32C (Castagnoli), bytewise with a table: a checkpoint is checksummed once per save and
-// load, so the plain version is fast enough next to the HDF5 I/O itself.
-uint32_t crc32c(uint32_t crc, const void* data, size_t size) {
-  static const std::array<uint32_t, 256> table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) != 0 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  const auto* bytes = static_cast<const unsigned char*>(data);
-  crc = ~crc;
-  for (size_t i = 0; i < size; ++i) crc = table[(crc ^ bytes[i]) & 0xFFu] ^ (crc >> 8);
-  return ~crc;
-}
-
 // Every tensor's key, dtype, shape and bytes, in key order (the file lists members by name, so
 // the order a StateDict was filled in must not matter), and the epoch and step.
 uint32_t add_tensors(uint32_t crc, const std::string& root, const StateDict& state) {
@@ -94,20 +76,21 @@ uint32_t add_tensors(uint32_t crc, const std::string& root, const StateDict& sta
             [](const auto* a, const auto* b) { return a->first < b->first; });
   for (const auto* entry : entries) {
     const std::string key = root + "/" + entry->first;
-    crc = crc32c(crc, key.data(), key.size() + 1);
+    crc = core::crc32c(key.data(), key.size() + 1, crc);
     const core::Tensor cpu = entry->second.to(core::kCPU).contiguous();
     const int64_t dtype = static_cast<int64_t>(cpu.dtype());
-    crc = crc32c(crc, &dtype, sizeof(dtype));
-    for (int64_t extent : cpu.shape()) crc = crc32c(crc, &extent, sizeof(extent));
-    if (cpu.nbytes() > 0) crc = crc32c(crc, cpu.data_ptr(), static_cast<size_t>(cpu.nbytes()));
+    crc = core::crc32c(&dtype, sizeof(dtype), crc);
+    for (int64_t extent : cpu.shape()) crc = core::crc32c(&extent, sizeof(extent), crc);
+    if (cpu.nbytes() > 0)
+      crc = core::crc32c(cpu.data_ptr(), static_cast<size_t>(cpu.nbytes()), crc);
   }
   return crc;
 }
 
 int64_t content_checksum(const CheckpointData& data) {
   uint32_t crc = 0;
-  crc = crc32c(crc, &data.epoch, sizeof(data.epoch));
-  crc = crc32c(crc, &data.step, sizeof(data.step));
+  crc = core::crc32c(&data.epoch, sizeof(data.epoch), crc);
+  crc = core::crc32c(&data.step, sizeof(data.step), crc);
   crc = add_tensors(crc, "/model", data.model);
   crc = add_tensors(crc, "/optimizer", data.optimizer);
   crc = add_tensors(crc, "/scheduler", data.scheduler);

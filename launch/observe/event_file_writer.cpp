@@ -3,20 +3,17 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <boost/crc.hpp>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 
+#include "mpigrad/core/crc32c.h"
 #include "mpigrad/core/error.h"
 
 namespace mpigrad::launch {
 
 namespace {
-
-// Castagnoli polynomial, reflected in and out, initial value and final xor all ones.
-using Crc32c = boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true>;
 
 // Little-endian whatever the host's byte order.
 void append_fixed(std::string& out, uint64_t value, int bytes) {
@@ -89,9 +86,7 @@ std::string host_name() {
 }  // namespace
 
 uint32_t crc32c(std::string_view bytes) {
-  Crc32c crc;
-  crc.process_bytes(bytes.data(), bytes.size());
-  return crc.checksum();
+  return core::crc32c(bytes.data(), bytes.size());
 }
 
 uint32_t masked_crc32c(std::string_view bytes) {

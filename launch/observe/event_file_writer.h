@@ -9,9 +9,8 @@
 // Summary { repeated Value value = 1 } of Value { string tag = 1; float simple_value = 2 }.
 //
 // What is written by hand, and why:
-// - CRC32C is Boost.CRC's (boost/crc.hpp, header-only; Boost is already a dependency through
-//   Boost.Program_options, and Debian has no CRC32C library package), instantiated with the
-//   Castagnoli polynomial; tests check it on the standard check value.
+// - CRC32C is core/crc32c.h's (Boost.CRC's, which checkpoints use too; Debian has no CRC32C
+//   library package); tests check it on the standard check value.
 // - The protobuf wire encoding of those five fields (varints, fixed64, fixed32 and
 //   length-delimited strings) is written here instead of using libprotobuf: libprotobuf would
 //   need protoc code generation in the build, a copy of TensorFlow's event.proto and
