@@ -264,9 +264,7 @@ void check_samples(const EmbeddedModel& model, const core::Tensor& tensor,
   const std::string want = in_caller_order(whole, fortran);
   if (expected.size() == 0) {
     throw CallError(MPIGRAD_ERROR_SHAPE, name, ": shape ", got,
-                    "; cross_entropy needs one "
-                    "class per sample: expected ",
-                    want);
+                    "; cross_entropy needs one class per sample: expected ", want);
   }
   std::string owner = role == ArrayRole::Input ? "[model] input_shape " : "the model outputs ";
   owner += core::detail::concat(expected);
