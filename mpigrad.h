@@ -21,6 +21,8 @@
 #include "mpigrad/core/cuda.h"
 // defines: CudaMemoryStats, cuda_memory_stats, reset_cuda_peak_stats, cuda_empty_cache
 #include "mpigrad/core/cuda_allocator.h"
+// defines: CudaGraph
+#include "mpigrad/core/cuda_graph.h"
 // defines: check_device_errors
 #include "mpigrad/core/device_checks.h"
 // defines: pin_memory, to_async

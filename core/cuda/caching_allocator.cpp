@@ -2,6 +2,7 @@
 #include "mpigrad/core/cuda/caching_allocator.cuh"
 
 #include <algorithm>
+#include <atomic>
 
 #include "mpigrad/core/cuda/cuda_check.cuh"
 #include "mpigrad/core/error.h"
@@ -12,6 +13,21 @@ namespace mpigrad::core::cuda_detail {
 namespace {
 
 constexpr size_t kGranule = 512;
+// Pool ids share the bins' key space with stream ids: Streams count up from 1 and foreign
+// streams set the top bit, so pools set the one below it.
+constexpr uint64_t kPoolBit = uint64_t(1) << 62;
+std::atomic<uint64_t> next_pool{1};
+
+// cudaMalloc during a capture: allowed once this thread relaxes its capture mode (the pattern
+// the CUDA guide gives for allocators), restored right after.
+cudaError_t malloc_while_capturing(void** ptr, size_t size) {
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaError_t status = cudaThreadExchangeStreamCaptureMode(&mode);
+  if (status != cudaSuccess) return status;
+  status = cudaMalloc(ptr, size);
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);
+  return status;
+}
 constexpr size_t kFineBelow = 4096;
 
 void update_peaks(CudaMemoryStats& stats) {
@@ -32,10 +48,14 @@ size_t CudaCachingAllocator::round_size(size_t nbytes) {
 void* CudaCachingAllocator::allocate(size_t nbytes) {
   if (nbytes == 0) return nullptr;
   const size_t size = round_size(nbytes);
-  const uint64_t stream = current_stream(cuda(device_)).id();
+  uint64_t stream = current_stream(cuda(device_)).id();
 
   std::lock_guard<std::mutex> lock(mutex_);
-  move_finished_parked();
+  const auto pool = capture_pools_.find(stream);
+  const bool capturing = pool != capture_pools_.end();
+  if (capturing) stream = pool->second;
+  // Not while capturing: the events it queries may belong to work the capture holds back.
+  if (!capturing) move_finished_parked();
   auto bin = bins_.find({stream, size});
   if (bin != bins_.end() && !bin->second.empty()) {
     void* ptr = bin->second.back();
@@ -49,8 +69,8 @@ void* CudaCachingAllocator::allocate(size_t nbytes) {
 
   DeviceGuard guard(device_);
   void* ptr = nullptr;
-  cudaError_t status = cudaMalloc(&ptr, size);
-  if (status == cudaErrorMemoryAllocation) {
+  cudaError_t status = capturing ? malloc_while_capturing(&ptr, size) : cudaMalloc(&ptr, size);
+  if (status == cudaErrorMemoryAllocation && !capturing) {
     // Give the cached blocks back (cudaFree waits for the device) and try once more.
     (void)cudaGetLastError();
     release_free_blocks();
@@ -80,6 +100,9 @@ void CudaCachingAllocator::deallocate(void* ptr, size_t) {
   live_.erase(it);
   stats_.allocated_bytes -= int64_t(block.size);
   if (block.lost) return;
+  if (const auto pool = capture_pools_.find(block.stream_id); pool != capture_pools_.end()) {
+    block.stream_id = pool->second;  // the captured work may read it on every replay
+  }
   if (block.used_on.empty()) {
     if (!block.orphan) {
       bins_[{block.stream_id, block.size}].push_back(ptr);
@@ -203,6 +226,20 @@ void CudaCachingAllocator::stream_destroyed(uint64_t stream_id, bool drained) {
   for (Parked& parked : parked_) {
     if (parked.block.stream_id == stream_id) parked.block.orphan = true;
   }
+}
+
+uint64_t CudaCachingAllocator::begin_capture_pool(uint64_t stream_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  MPIGRAD_CHECK(!capture_pools_.contains(stream_id),
+                "CUDA graph capture: the stream is being captured already");
+  const uint64_t pool = kPoolBit | next_pool.fetch_add(1);
+  capture_pools_[stream_id] = pool;
+  return pool;
+}
+
+void CudaCachingAllocator::end_capture_pool(uint64_t stream_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  capture_pools_.erase(stream_id);
 }
 
 void CudaCachingAllocator::empty_cache() {

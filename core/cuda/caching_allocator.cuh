@@ -11,6 +11,13 @@
 // those tensors go: nothing can reuse them on a stream that no longer exists.
 // Thread-safe: one mutex guards the bins and the statistics. deallocate never throws (it runs in
 // Storage's destructor); if it cannot record an event, it keeps the block out of reuse.
+//
+// CUDA graphs (core/cuda_graph.h): while a stream is being captured, what is allocated on it comes
+// from a pool of the graph's, filed under the pool's own id instead of the stream's, so a replay
+// finds its blocks where the capture left them and no other work is ever handed one. A block of
+// the stream's that is freed during the capture joins the pool too: the captured work may still
+// read it on every replay. The pool's blocks return to the device when the graph goes (as a
+// destroyed stream's do).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -43,6 +50,14 @@ class CudaCachingAllocator final : public Allocator {
   CudaMemoryStats stats();
   void reset_peak();
 
+  // From now until end_capture_pool, allocations on the stream `stream_id` come from a new pool
+  // (whose id is returned), and its blocks freed meanwhile join that pool.
+  uint64_t begin_capture_pool(uint64_t stream_id);
+  void end_capture_pool(uint64_t stream_id);
+  // The graph that owned the pool is gone and its work drained: the pool's cached blocks are
+  // freed, and its live blocks are freed when their tensors go.
+  void release_pool(uint64_t pool_id) { stream_destroyed(pool_id, true); }
+
   // Sizes are rounded up to 512 bytes; from 4 KiB on, to an eighth of their power of two.
   static size_t round_size(size_t nbytes);
 
@@ -73,6 +88,7 @@ class CudaCachingAllocator final : public Allocator {
 
   const int device_;
   std::mutex mutex_;
+  std::unordered_map<uint64_t, uint64_t> capture_pools_;  // capturing stream id -> pool id
   std::unordered_map<void*, Block> live_;
   std::map<BinKey, std::vector<void*>> bins_;
   std::vector<Parked> parked_;

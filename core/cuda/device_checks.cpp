@@ -59,6 +59,11 @@ std::string DeviceCheckQueue::collect(bool wait) {
 
 void DeviceCheckQueue::push(cudaStream_t stream, const void* device_code, uint64_t passed,
                             Report report) {
+  // A captured copy would land in the slot on every replay, long after the slot went to another
+  // check: checks are not part of CUDA graphs (core/cuda_graph.h says so).
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  MPIGRAD_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone) return;
   std::lock_guard<std::mutex> lock(mutex_);
   const std::string failure = collect(false);
   MPIGRAD_CHECK(failure.empty(), failure);

@@ -6,6 +6,7 @@
 #include "mpigrad/core/backend.h"
 #include "mpigrad/core/cuda.h"
 #include "mpigrad/core/cuda_allocator.h"
+#include "mpigrad/core/cuda_graph.h"
 #include "mpigrad/core/device_checks.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/pinned.h"
@@ -155,6 +156,15 @@ bool is_pinned(const Tensor&) {
 }
 Tensor to_async(const Tensor&, Device) {
   no_cuda("to_async");
+}
+
+CudaGraph::~CudaGraph() = default;
+void CudaGraph::reset() noexcept {}
+bool CudaGraph::capture(StreamView, const std::function<void()>&, std::string*) {
+  no_cuda("CudaGraph::capture");
+}
+void CudaGraph::replay(StreamView) const {
+  no_cuda("CudaGraph::replay");
 }
 
 }  // namespace mpigrad::core
