@@ -123,6 +123,9 @@ CheckedRun check_run(const std::vector<std::string>& args, int64_t rank, int64_t
   run.config = parse_train_config(args);
   if (run.config.help) return run;
   const TrainConfig& config = run.config;
+  MPIGRAD_CHECK(!config.train.cuda_graphs,
+                "[train] cuda_graphs: only embedded models (the C API) replay CUDA graphs; "
+                "mpigrad train does not");
   run.train_set = open_dataset(config.data.train, config, "[data] train", rank, ranks);
   if (!config.data.test.empty()) {
     run.test_set = open_dataset(config.data.test, config, "[data] test", rank, ranks);

@@ -323,6 +323,11 @@ std::vector<ConfigKey> make_config_keys() {
           "micro-steps per optimizer step"),
       key("train.clip_grad_norm", &C::train, &TrainSection::clip_grad_norm, non_negative,
           "clip the global gradient norm (0: off)"),
+      key("train.cuda_graphs", &C::train, &TrainSection::cuda_graphs, Boolean{},
+          "C API on CUDA: capture forward and backward in a CUDA graph after the warm-up and "
+          "replay it while the arrays keep their addresses"),
+      key("train.cuda_graph_warmup", &C::train, &TrainSection::cuda_graph_warmup, Integer{1},
+          "C API with cuda_graphs: ordinary steps before the capture"),
       key("train.ema_decay", &C::train, &TrainSection::ema_decay, fraction,
           "keep an EMA of the weights with this decay and evaluate with it (0: off)"),
       key("train.stage", &C::train, &TrainSection::stage, Choice<StageKind>{kStageKindNames},

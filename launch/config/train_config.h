@@ -122,7 +122,11 @@ struct TrainSection {
   int64_t keep_checkpoints = 0;  // keep the newest N ckpt-epoch*.h5 files; 0: keep all
   int64_t grad_accum_steps = 1;
   double clip_grad_norm = 0.0;  // 0: off
-  double ema_decay = 0.0;       // 0: no EMA; otherwise evaluation uses the EMA weights
+  // Embedded models on CUDA (launch/insitu/captured_step.h): replay forward and backward as a
+  // CUDA graph after this many warm-up steps. mpigrad train refuses it.
+  bool cuda_graphs = false;
+  int64_t cuda_graph_warmup = 3;
+  double ema_decay = 0.0;  // 0: no EMA; otherwise evaluation uses the EMA weights
   StageKind stage = StageKind::Supervised;
   std::string init_from;       // stage classifier: the checkpoint whose encoder.* is loaded
   bool freeze_encoder = true;  // stage classifier: train the head only

@@ -11,6 +11,8 @@
 #include "mpigrad/data/batch.h"
 #include "mpigrad/launch/config/train_setup.h"
 #include "mpigrad/launch/ddp/distributed_data_parallel.h"
+#include "mpigrad/launch/observe/rank_logging.h"
+#include "mpigrad/launch/observe/rank_logging.h"
 #include "mpigrad/launch/train/training_steps.h"
 #include "mpigrad/nn/checkpoint.h"
 #include "mpigrad/nn/optim/clip_grad.h"
@@ -26,7 +28,9 @@ const std::string kEmbedKeys[] = {"model",
                                   "sched",
                                   "train.seed",
                                   "train.clip_grad_norm",
-                                  "train.grad_accum_steps"};
+                                  "train.grad_accum_steps",
+                                  "train.cuda_graphs",
+                                  "train.cuda_graph_warmup"};
 
 // INI text as it is, or the contents of the file it names. Text has a '=' or a line break; a
 // bare word is a path, which must exist.
@@ -167,6 +171,28 @@ void EmbeddedModel::build(const std::string& config, std::optional<uint64_t> see
   } else {
     training_->step = regression_step("input", "label", make_regression_loss(config_.loss.name));
   }
+  if (config_.train.cuda_graphs) {
+    graphs_off_ = graphs_unavailable();
+    if (graphs_off_.empty()) {
+      captured_step_ = std::make_unique<CapturedStep>(device_, config_.train.cuda_graph_warmup);
+    } else {
+      RankLogger(rank(), world_size(), stderr, stderr)
+          .info("mpigrad: [train] cuda_graphs: off, " + graphs_off_);
+    }
+  }
+}
+
+std::string EmbeddedModel::graphs_unavailable() const {
+  if (!device_.is_cuda()) return core::detail::concat("the model is on ", device_);
+  if (world_size() > 1) {
+    return "the model is trained on more than one rank (its all-reduces are not captured yet)";
+  }
+  if (config_.train.grad_accum_steps > 1) {
+    return "grad_accum_steps > 1 (a graph holds one kind of step)";
+  }
+  // A replay would draw the capture's dropout masks again, every step.
+  if (config_.model.dropout > 0) return "the model has dropout";
+  return "";
 }
 
 int EmbeddedModel::rank() const {
@@ -263,6 +289,9 @@ void EmbeddedModel::check_samples(const core::Tensor& array, ArrayRole role,
 }
 
 core::Tensor EmbeddedModel::train_step(const core::Tensor& input, const core::Tensor& label) {
+  std::optional<CapturedStep::Scope> on_step_stream;
+  if (captured_step_) on_step_stream.emplace(*captured_step_);
+  const int64_t copied_before = copied_bytes_;
   data::Batch batch;
   batch.set("input", prepare_input(input, "input"));
   const int64_t n = input.size(0);
@@ -275,20 +304,35 @@ core::Tensor EmbeddedModel::train_step(const core::Tensor& input, const core::Te
   const bool optimizer_step = micro_steps_ + 1 >= accumulate;
   module_->train();
   if (t.ddp) t.ddp->prepare_for_backward();
-  core::Tensor loss = t.step(*module_, batch);
-  // Each micro-step adds loss / k to the gradients; only the last one averages them over the
-  // ranks (the earlier ones run inside DDP's no_sync), so a step waits for one all-reduce.
-  core::Tensor scaled = accumulate > 1 ? loss / double(accumulate) : loss;
-  if (t.ddp && !optimizer_step) {
-    auto local_only = t.ddp->no_sync();
-    scaled.backward();
+  if (captured_step_) {
+    // One micro-step per step and one rank (see build): forward and backward, maybe replayed.
+    last_loss_ = captured_step_->run(
+        {batch["input"], batch["label"]}, copied_bytes_ == copied_before,
+        [&] {
+          core::Tensor loss = t.step(*module_, batch);
+          loss.backward();
+          return loss.detach();
+        },
+        [&](CapturedStep::GradientReset reset) {
+          module_->zero_grad(reset == CapturedStep::GradientReset::Drop);
+        });
   } else {
-    scaled.backward();  // with DDP, every gradient is the average over the ranks on return
+    core::Tensor loss = t.step(*module_, batch);
+    // Each micro-step adds loss / k to the gradients; only the last one averages them over the
+    // ranks (the earlier ones run inside DDP's no_sync), so a step waits for one all-reduce.
+    core::Tensor scaled = accumulate > 1 ? loss / double(accumulate) : loss;
+    if (t.ddp && !optimizer_step) {
+      auto local_only = t.ddp->no_sync();
+      scaled.backward();
+    } else {
+      scaled.backward();  // with DDP, every gradient is the average over the ranks on return
+    }
+    last_loss_ = loss.detach();
   }
-  last_loss_ = loss.detach();
   last_batch_ = n;
   if (!optimizer_step) {
     ++micro_steps_;
+    if (on_step_stream) on_step_stream->finish();
     return last_loss_;
   }
   micro_steps_ = 0;
@@ -297,11 +341,24 @@ core::Tensor EmbeddedModel::train_step(const core::Tensor& input, const core::Te
   }
   const double lr = t.optimizer->param_groups().front().lr;
   t.optimizer->step();
-  t.optimizer->zero_grad();
+  // A graph's gradients are rewritten by every replay; dropping them would orphan its buffers.
+  if (!captured_step_ || !captured_step_->captured()) t.optimizer->zero_grad();
   if (t.scheduler) t.scheduler->step();
   ++steps_;
+  if (on_step_stream) on_step_stream->finish();
   if (step_callback_) step_callback_(steps_, lr);
   return last_loss_;
+}
+
+std::string EmbeddedModel::cuda_graph_status() const {
+  if (!config_.train.cuda_graphs) return "off";
+  if (!captured_step_) return "off: " + graphs_off_;
+  if (!captured_step_->failure().empty())
+    return "off: the capture failed: " + captured_step_->failure();
+  if (captured_step_->captured()) {
+    return core::detail::concat("replaying (", captured_step_->replays(), " replays)");
+  }
+  return "warming up";
 }
 
 double EmbeddedModel::last_loss() const {

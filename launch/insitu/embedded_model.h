@@ -29,6 +29,11 @@
 // whose gradients (of loss / k) are summed, locally (DDP's no_sync) until the k-th, which
 // averages them over the ranks and steps the optimizer; steps() counts optimizer steps.
 //
+// CUDA graphs: with [train] cuda_graphs = true on a CUDA device, one rank, grad_accum_steps = 1
+// and no dropout, the forward and backward are captured after cuda_graph_warmup steps and
+// replayed while the input and label keep their addresses (launch/insitu/captured_step.h);
+// otherwise the model says once why not (cuda_graph_status) and trains as usual.
+//
 // Copies: an input or label is used where it lies when it is float32 (labels: float32, or
 // int64 for cross_entropy), dense, and on the model's device; otherwise it is converted or
 // moved first, and copied_bytes() counts what that cost.
@@ -44,6 +49,7 @@
 #include "mpigrad/core/shape.h"
 #include "mpigrad/core/tensor.h"
 #include "mpigrad/launch/config/train_config.h"
+#include "mpigrad/launch/insitu/captured_step.h"
 #include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/nn/module.h"
 
@@ -120,10 +126,14 @@ class EmbeddedModel {
   int world_size() const;
   // Bytes the inputs and labels had to be converted or moved since construction.
   int64_t copied_bytes() const { return copied_bytes_; }
+  // [train] cuda_graphs: "off", "off: <why>", "warming up" or "replaying (<n> replays)".
+  std::string cuda_graph_status() const;
 
  private:
   struct Training;  // optimizer, scheduler, step function, DDP
   void build(const std::string& config, std::optional<uint64_t> seed);
+  // Why [train] cuda_graphs cannot be honoured for this model, or "".
+  std::string graphs_unavailable() const;
   core::Tensor prepare_input(const core::Tensor& input, const char* what);
   core::Tensor prepare_label(const core::Tensor& label, int64_t batch);
   // Throws EmbedError (Shape) naming `what` unless `array`'s samples fit `role`.
@@ -149,6 +159,8 @@ class EmbeddedModel {
   int64_t micro_steps_ = 0;  // since the last optimizer step
   StepCallback step_callback_;
   int64_t copied_bytes_ = 0;
+  std::unique_ptr<CapturedStep> captured_step_;  // [train] cuda_graphs, when it applies
+  std::string graphs_off_;                       // why it does not, when asked for
 };
 
 }  // namespace mpigrad::launch

@@ -1,7 +1,7 @@
 /* The C API's training options, one process, no MPI: [loss] name is required; gradient
  * accumulation ([train] grad_accum_steps) equals one step on the whole batch; clip_grad_norm
  * bounds a step; the linear and polynomial LR schedules; the step callback; the mean loss; the
- * CUDA stream calls' checks (their GPU behaviour needs a GPU). */
+ * CUDA stream calls' checks (their GPU behaviour needs a GPU); cuda_graphs on the CPU. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -182,6 +182,24 @@ static void test_schedules_and_callback(void) {
   mpigrad_model_destroy(&c);
 }
 
+/* [train] cuda_graphs on a CPU model is accepted and changes nothing (it says why once): the
+ * same config with and without it trains to the same predictions. */
+static void test_cuda_graphs_on_cpu(void) {
+  float with[B][OUT], without[B][OUT];
+  mpigrad_model a = create(LINEAR_MODEL SGD "[train]\ncuda_graphs = true\ncuda_graph_warmup = 1\n");
+  mpigrad_model b = create(LINEAR_MODEL SGD);
+  int s;
+  for (s = 0; s < 4; ++s) {
+    step(a, 0, B);
+    step(b, 0, B);
+  }
+  predict(a, with);
+  predict(b, without);
+  CHECK(largest_difference(with, without) == 0.0);
+  mpigrad_model_destroy(&a);
+  mpigrad_model_destroy(&b);
+}
+
 int main(void) {
   int b, i, o;
   for (b = 0; b < B; ++b) {
@@ -191,5 +209,6 @@ int main(void) {
   test_loss_is_required();
   test_accumulation_and_clipping();
   test_schedules_and_callback();
+  test_cuda_graphs_on_cpu();
   return c_check_exit_code("test_c_api_training");
 }

@@ -110,6 +110,7 @@ case "$check" in
     "$mpigrad" data synth -o one.h5 --samples 1 --shape 1,8,8 > /dev/null
     expect_error "one.h5 has 1 sample(s), fewer than the 2 ranks" --config base.ini --data.test=one.h5
     expect_error "expected one of sgd | adam | adamw, got 'rmsprop'" --config base.ini --optim.name=rmsprop
+    expect_error "\[train\] cuda_graphs: only embedded models" --config base.ini --train.cuda_graphs=true
     expect_error "\[data\] mean and std: give both or neither" --config base.ini --data.mean=0.5
     expect_error "\[data\] std: 3 values, but field 'x' has per-sample shape \[1, 8, 8\], so 1 channel" \
       --config base.ini --data.mean=0.5 --data.std=0.2,0.2,0.2
