@@ -11,7 +11,8 @@
 # With a GPU, each step runs under its own timeout, a failing step never stops the next, and the
 # whole run stays under 8 minutes: the CUDA, nn CUDA and NCCL test suites with
 # MPIGRAD_REQUIRE_GPU=1 (a skip is a failure), the kernel benchmark (bandwidth as a fraction of a
-# device-to-device copy, GEMM against cuBLAS in fp32, bf16 and fp16), the main job's
+# device-to-device copy, GEMM against cuBLAS in fp32, bf16 and fp16), an embedded model's step
+# replayed from a CUDA graph against the same step run as usual (the time ratio), the main job's
 # Fashion-MNIST CNN for 3 epochs on cuda:0 (test accuracy, samples/s), and the same model, batch
 # and optimizer in PyTorch eager and torch.compile. Every step's log and OUTDIR/summary.json
 # (rewritten after each step, so a run cut short still leaves one) end up in OUTDIR.
@@ -96,6 +97,7 @@ write_summary() {
   "setup_problems": [$problems],
   "steps": [$steps],
   "kernels": $(json_file "$out/bench_kernels.json"),
+  "cuda_graphs": $(json_file "$out/bench_cuda_graphs.json"),
   "train": {"test_accuracy": $(json_number "$train_accuracy"),
             "samples_per_s": $(json_number "$train_rate")},
   "torch": $(json_file "$out/torch.json"),
@@ -347,6 +349,8 @@ run_step nccl_tests 30 "$bundle/bin/mpigrad-test-nccl"
 nccl_ranks=$((gpu_count >= 2 ? 2 : 1))
 run_step nccl_tests_mpirun 30 mpirun -np "$nccl_ranks" "$bundle/bin/mpigrad-test-nccl"
 run_step bench_kernels 50 "$bundle/bin/mpigrad-bench-kernels" --json "$out/bench_kernels.json"
+run_step bench_cuda_graphs 30 "$bundle/bin/mpigrad-bench-embed" --cuda-graphs \
+  --json "$out/bench_cuda_graphs.json"
 run_step train 80 env MPIGRAD_DEVICE=cuda:0 mpirun -np 1 "$bundle/bin/mpigrad" train \
   "${train_args[@]}" "--train.out_dir=$out/train"
 train_line=$(grep '^mpigrad train: done' "$out/train.log" 2>/dev/null | tail -1)

@@ -6,8 +6,8 @@
 #   scripts/gpu-check.sh --bundle DIR [--build-dir BUILD] [--no-build]
 #   DIR/run.sh OUTDIR                      # on the GPU machine: logs and summary.json in OUTDIR
 #
-# The folder holds the mpigrad program, the GPU test suites and the kernel benchmark, every
-# shared library they load except glibc, libstdc++/libgcc_s and the CUDA, cuDNN and NCCL
+# The folder holds the mpigrad program, the GPU test suites, the kernel and embedding benchmarks,
+# every shared library they load except glibc, libstdc++/libgcc_s and the CUDA, cuDNN and NCCL
 # libraries (run.sh finds those on the GPU machine), Open MPI's programs, components, help and
 # configuration files and PMIx's (run.sh points OPAL_*/PMIX_* at them, so mpirun needs no Open MPI
 # installed there), the converted Fashion-MNIST HDF5 files, the example config and the PyTorch
@@ -69,6 +69,7 @@ programs=(
   "tests/nn_cuda/mpigrad-test-nn-cuda"
   "tests/comm/nccl/mpigrad-test-nccl"
   "benchmarks/kernels/mpigrad-bench-kernels"
+  "benchmarks/embed/mpigrad-bench-embed"
 )
 for program in "${programs[@]}"; do
   [ -x "$build_dir/$program" ] || fail "$build_dir/$program is missing: build it first"
