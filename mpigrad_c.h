@@ -172,9 +172,11 @@ mpigrad_status mpigrad_train_step(mpigrad_model model, const mpigrad_array* inpu
  * mpigrad_train_step): inputs and labels on the device may still be being written by work
  * queued on that stream before the call, and everything the step does on the model's device
  * is queued on it, after that work; nothing waits for the device, except reading the loss when
- * `loss` is not NULL, and [train] clip_grad_norm, which reads the gradient norm. The stream
- * must stay alive while the model may use it, until the model is destroyed. A stream for a
- * model on the CPU is MPIGRAD_ERROR_INVALID_ARGUMENT. */
+ * `loss` is not NULL, and [train] clip_grad_norm, which reads the gradient norm. With [train]
+ * cuda_graphs the step runs on a stream of the model's instead, after the work queued on
+ * `stream` and before the work queued on it later. The stream must stay alive while the model
+ * may use it, until the model is destroyed. A stream for a model on the CPU is
+ * MPIGRAD_ERROR_INVALID_ARGUMENT. */
 mpigrad_status mpigrad_train_step_on_stream(mpigrad_model model, const mpigrad_array* input,
                                             const mpigrad_array* label, double* loss, void* stream);
 /* This rank's loss of the model's last step (0 before the first). Local. */
