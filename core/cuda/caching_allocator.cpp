@@ -13,6 +13,7 @@ namespace mpigrad::core::cuda_detail {
 namespace {
 
 constexpr size_t kGranule = 512;
+constexpr size_t kFineBelow = 4096;
 // Pool ids share the bins' key space with stream ids: Streams count up from 1 and foreign
 // streams set the top bit, so pools set the one below it.
 constexpr uint64_t kPoolBit = uint64_t(1) << 62;
@@ -28,7 +29,6 @@ cudaError_t malloc_while_capturing(void** ptr, size_t size) {
   (void)cudaThreadExchangeStreamCaptureMode(&mode);
   return status;
 }
-constexpr size_t kFineBelow = 4096;
 
 void update_peaks(CudaMemoryStats& stats) {
   stats.peak_allocated_bytes = std::max(stats.peak_allocated_bytes, stats.allocated_bytes);
