@@ -12,7 +12,6 @@
 #include "mpigrad/launch/config/train_setup.h"
 #include "mpigrad/launch/ddp/distributed_data_parallel.h"
 #include "mpigrad/launch/observe/rank_logging.h"
-#include "mpigrad/launch/observe/rank_logging.h"
 #include "mpigrad/launch/train/training_steps.h"
 #include "mpigrad/nn/checkpoint.h"
 #include "mpigrad/nn/optim/clip_grad.h"
