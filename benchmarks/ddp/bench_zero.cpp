@@ -6,6 +6,10 @@
 // shared machine hits both alike. Reported: the optimizer state each rank holds (the largest
 // over the ranks) and the ratios ZeRO-1 / DDP of the state (target 1 / ranks) and of the step
 // time (target <= 1.05).
+//
+// Peak memory per rank: with --only ddp or --only zero the program builds and trains that one
+// contender alone, so a tool that reads each process's peak (farm-bench does) compares the two:
+//   farm-bench --vs 'mpirun -np 2 mpigrad-bench-zero --only ddp' -- mpirun -np 2 ... --only zero
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -39,6 +43,7 @@ struct Options {
   int rounds = 5;
   int iterations = 5;
   std::string json;
+  std::string only;  // "ddp" or "zero": that contender alone (for peak memory)
 };
 
 Options parse(int argc, char** argv) {
@@ -57,12 +62,15 @@ Options parse(int argc, char** argv) {
       options.rounds = std::stoi(value());
     } else if (arg == "--iterations") {
       options.iterations = std::stoi(value());
+    } else if (arg == "--only" && i + 1 < argc &&
+               (std::string(argv[i + 1]) == "ddp" || std::string(argv[i + 1]) == "zero")) {
+      options.only = value();
     } else if (arg == "--json") {
       options.json = value();
     } else {
       std::printf(
           "usage: mpigrad-bench-zero [--width W] [--batch B] [--rounds R] [--iterations N] "
-          "[--json FILE]\n"
+          "[--only ddp|zero] [--json FILE]\n"
           "  the MLP 1024-W-W-1024-1024 (default W 2048: 9.4M params), batch B per rank (64),\n"
           "  R rounds (5) of N steps (5) of each contender\n");
       std::exit(arg == "--help" ? 0 : 2);
@@ -125,6 +133,16 @@ int run(int argc, char** argv) {
     c->step(x, y);  // the first step makes the state (and rebuilds plain DDP's buckets): untimed
     return c;
   };
+  if (!options.only.empty()) {
+    auto alone = make(options.only == "zero");
+    for (int i = 0; i < options.rounds * options.iterations; ++i) alone->step(x, y);
+    if (manager.is_main_process()) {
+      std::printf("%s alone: %d steps, optimizer state %.2f MiB on rank 0\n", options.only.c_str(),
+                  1 + options.rounds * options.iterations,
+                  double(alone->state_bytes()) / (1 << 20));
+    }
+    return 0;
+  }
   auto plain = make(false);
   auto sharded = make(true);
   Contender* contenders[] = {plain.get(), sharded.get()};

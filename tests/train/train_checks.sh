@@ -228,6 +228,14 @@ case "$check" in
     run 4 "$mpigrad" train "${z[@]}" --train.batch_size=16 --distributed.zero=1 --train.out_dir=p2 \
       --train.resume=p2/ckpt-epoch1.h5 > p2b.txt 2>&1 || { cat p2b.txt; fail "ZeRO-1 resume of a plain checkpoint failed"; }
     "$compare" full/last.h5 p2/last.h5 1e-5 || fail "plain on 2 ranks, then ZeRO-1 on 4: weights differ"
+    # The hierarchical transport (2 simulated nodes x 2 ranks), the whole run under ZeRO-1.
+    MPIGRAD_SIMULATE_NODES=2 run 4 -x MPIGRAD_SIMULATE_NODES "$mpigrad" train "${z[@]}" --train.batch_size=16 \
+      --distributed.zero=1 --train.out_dir=hier > hier.txt 2>&1 || { cat hier.txt; fail "hierarchical ZeRO-1 run failed"; }
+    grep -q "averaged hierarchically over 2 simulated nodes x 2 ranks.*ZeRO-1" hier.txt || { cat hier.txt; fail "not hierarchical"; }
+    "$compare" full/last.h5 hier/last.h5 1e-5 || fail "hierarchical ZeRO-1 on 4 ranks and plain on 2 disagree"
+    # One rank has nothing to shard: zero = 1 trains as without it.
+    run 1 "$mpigrad" train "${z[@]}" --train.batch_size=64 --distributed.zero=1 --train.out_dir=one > one.txt 2>&1 \
+      || { cat one.txt; fail "1-rank run with zero = 1 failed"; }
     expect_error "distributed.zero: must be at most 1, got 2" --config base.ini --distributed.zero=2
     ;;
   partial_files)  # a write that fails leaves no temporary file behind (train and lr-find)
