@@ -451,6 +451,10 @@ int DistributedDataParallel::ranks_with_data(bool has_batch) {
 
 void DistributedDataParallel::join_backward() {
   MPIGRAD_CHECK(sync_enabled_, "DistributedDataParallel::join_backward inside no_sync()");
+  // A joined rank would also have to take part in ZeRO-1's sharded step and its all-gathers.
+  MPIGRAD_CHECK(!options_.zero, communicator_.world_label(),
+                " DistributedDataParallel::join_backward: uneven inputs are not supported with "
+                "zero = 1");
   prepare_for_backward();
   {
     core::NoGradGuard no_grad;

@@ -174,3 +174,13 @@ TEST_CASE("ZeRO-1 refuses a DDP built without zero, on every rank") {
   CHECK_THROWS_WITH_AS(ZeroRedundancyOptimizer(ddp, *optimizer),
                        doctest::Contains("built without DdpOptions::zero"), core::Error);
 }
+
+TEST_CASE("uneven inputs (join_backward) are refused under ZeRO-1, on every rank") {
+  auto manager = launch::DistributedManager::initialize();
+  Net net(3);
+  DdpOptions options;
+  options.zero = true;
+  DistributedDataParallel ddp(net.parameters, {}, manager.world(), options);
+  CHECK_THROWS_WITH_AS(ddp.join_backward(), doctest::Contains("not supported with zero = 1"),
+                       core::Error);
+}

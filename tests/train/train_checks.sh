@@ -236,6 +236,12 @@ case "$check" in
     # One rank has nothing to shard: zero = 1 trains as without it.
     run 1 "$mpigrad" train "${z[@]}" --train.batch_size=64 --distributed.zero=1 --train.out_dir=one > one.txt 2>&1 \
       || { cat one.txt; fail "1-rank run with zero = 1 failed"; }
+    # SWA from epoch 2 (SGD, momentum): the averaged weights are those of a run without ZeRO-1.
+    s=(--config base.ini --train.shuffle=false --train.epochs=3 --train.swa_start=2 --train.swa_lr=0.01)
+    run 2 "$mpigrad" train "${s[@]}" --train.out_dir=swa_plain > /dev/null 2>&1 || fail "plain SWA run failed"
+    run 2 "$mpigrad" train "${s[@]}" --distributed.zero=1 --train.out_dir=swa_zero > swa.txt 2>&1 \
+      || { cat swa.txt; fail "SWA run with ZeRO-1 failed"; }
+    "$compare" swa_plain/swa.h5 swa_zero/swa.h5 1e-6 || fail "SWA weights differ under ZeRO-1"
     expect_error "distributed.zero: must be at most 1, got 2" --config base.ini --distributed.zero=2
     ;;
   partial_files)  # a write that fails leaves no temporary file behind (train and lr-find)
