@@ -212,9 +212,9 @@ nn::StateDict ZeroRedundancyOptimizer::state_dict(bool keep) {
   Communicator& communicator = ddp_.communicator();
   const core::Device device = communicator.device();
   const nn::StateDict inner = inner_->state_dict();
-  // The step of every parameter and which state tensors exist, agreed by every rank.
+  // The step of every parameter and, in the last entry, which state tensors exist (a bit per
+  // kStateNames entry), agreed by every rank in one all-reduce.
   std::vector<double> steps(optimizer_parameters_ + 1, 0.0);
-  std::vector<double>& names = steps;  // the last entry: a bit per kStateNames entry
   int present = 0;
   for (const Piece& piece : pieces_) {
     const std::string key = "state/" + std::to_string(piece.inner_index) + "/";
@@ -225,7 +225,7 @@ nn::StateDict ZeroRedundancyOptimizer::state_dict(bool keep) {
       if (inner.contains(key + kStateNames[n])) present |= 1 << n;
     }
   }
-  names.back() = double(present);
+  steps.back() = double(present);
   core::Tensor agreed =
       core::Tensor::from_vector<double>(steps, {int64_t(steps.size())}).to(device);
   communicator.all_reduce(agreed, ReduceOp::Max);
