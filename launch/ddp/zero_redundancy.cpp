@@ -177,8 +177,9 @@ void ZeroRedundancyOptimizer::step() {
       param.storage()->bump_version();
     }
   }
-  // The buckets hold parameters now, not gradients.
-  optimizer_.zero_grad();
+  // The buckets hold parameters now, not gradients: every gradient DDP keeps is reset (also of
+  // a parameter the optimizer does not hold), and the next backward starts from zeroed buckets.
+  for (NamedTensor p : parameters) p.tensor.set_grad(core::Tensor());
 }
 
 double ZeroRedundancyOptimizer::clip_grad_norm(double max_norm) {

@@ -21,7 +21,7 @@
 // One step, step(): bucket by bucket, in DDP's order, the pieces of that bucket are stepped,
 // this rank's range of every parameter is copied into the bucket buffer and the bucket's
 // all-gather starts at once, so gathers overlap the remaining steps; then every parameter is
-// copied back out of its bucket, and the gradients are reset (zero_grad).
+// copied back out of its bucket, and the gradients are reset.
 //
 // The user's optimizer stays the face of training: its param groups are what schedulers change
 // (copied into the pieces' groups before every step), and what checkpoints see: state_dict()
@@ -57,7 +57,7 @@ class ZeroRedundancyOptimizer {
   ZeroRedundancyOptimizer& operator=(const ZeroRedundancyOptimizer&) = delete;
 
   // Collective: after a synced backward, steps this rank's shard, all-gathers the parameters
-  // and resets the gradients (optimizer().zero_grad()).
+  // and resets the gradients of every parameter DDP averages (as zero_grad(set_to_none)).
   void step();
   // Collective: torch's clip_grad_norm_ (2-norm) over every gradient DDP averages; returns the
   // total norm.
