@@ -1,3 +1,4 @@
+// The bucket transports' ReduceScatter and AllGather (launch/ddp/bucket_transport.h), and
 // ZeRO-1 (launch/ddp/zero_redundancy.h) under mpirun (np 1, 2 and 4) against plain DDP, over
 // every transport: shared memory on one node, the communicator (shared_memory off) and the
 // hierarchical one on simulated nodes (np 4 as 2 x 2 and 4 x 1, np 2 as 2 x 1). Each case takes
@@ -7,8 +8,10 @@
 // ZeRO-1 optimizer and must come back out unchanged.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../tensor_difference.h"
@@ -18,6 +21,7 @@
 #include "mpigrad/core/ops/reduce.h"
 #include "mpigrad/core/rng.h"
 #include "mpigrad/launch/ddp/distributed_data_parallel.h"
+#include "mpigrad/launch/ddp/transport_choice.h"
 #include "mpigrad/launch/ddp/zero_redundancy.h"
 #include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/nn/optim/adam.h"
@@ -183,4 +187,85 @@ TEST_CASE("uneven inputs (join_backward) are refused under ZeRO-1, on every rank
   DistributedDataParallel ddp(net.parameters, {}, manager.world(), options);
   CHECK_THROWS_WITH_AS(ddp.join_backward(), doctest::Contains("not supported with zero = 1"),
                        core::Error);
+}
+
+TEST_CASE("every transport reduce-scatters and all-gathers by the shards it names") {
+  auto manager = launch::DistributedManager::initialize();
+  auto& world = manager.world();
+  const int ranks = world.size(), rank = world.rank();
+  const std::vector<launch::BucketSpec> specs = {{core::kFloat32, core::kCPU, 1000},
+                                                 {core::kFloat32, core::kCPU, 37},
+                                                 {core::kFloat64, core::kCPU, 5}};
+  for (auto [nodes, shared_memory] : test::transport_cases(ranks)) {
+    INFO("simulated nodes " << nodes << ", shared_memory " << shared_memory);
+    test::SimulatedNodes simulated(nodes);
+    launch::TransportRequest request;
+    request.shared_memory = shared_memory;
+    launch::TransportChoice choice = launch::choose_bucket_transport(world, specs, request);
+    CHECK(choice.kind == test::expected_transport(nodes, ranks, shared_memory));
+    launch::BucketTransport& transport = *choice.transport;
+    for (size_t b = 0; b < specs.size(); ++b) {
+      const int64_t numel = specs[b].numel;
+      // The shards cover the bucket once: contiguous, in some order of the ranks.
+      std::vector<std::pair<int64_t, int64_t>> shards;
+      for (int r = 0; r < ranks; ++r) shards.push_back(transport.shard(b, r));
+      std::sort(shards.begin(), shards.end());
+      int64_t covered = 0;
+      for (const auto& [first, last] : shards) {
+        CHECK(first == covered);
+        CHECK(last >= first);
+        covered = last;
+      }
+      CHECK(covered >= numel);
+      CHECK(covered <= transport.buffer(b).numel());
+    }
+    for (int round = 0; round < 2; ++round) {  // twice: the rounds follow each other
+      core::NoGradGuard no_grad;
+      for (size_t b = 0; b < specs.size(); ++b) {
+        std::vector<double> mine(size_t(specs[b].numel));
+        for (size_t i = 0; i < mine.size(); ++i) mine[i] = double((rank + 1) * int(i + 1) + round);
+        transport.buffer(b)
+            .narrow(0, 0, specs[b].numel)
+            .copy_(Tensor::from_vector<double>(mine, {specs[b].numel}));
+      }
+      for (size_t b = 0; b < specs.size(); ++b) {
+        transport.start(b, launch::BucketCollective::ReduceScatter);
+      }
+      for (size_t b = 0; b < specs.size(); ++b) transport.wait(b);
+      for (size_t b = 0; b < specs.size(); ++b) {
+        auto [first, last] = transport.shard(b, rank);
+        last = std::min(last, specs[b].numel);
+        const std::vector<double> got = transport.buffer(b).to(core::kFloat64).to_vector<double>();
+        for (int64_t i = first; i < last; ++i) {
+          const double average = double(ranks + 1) / 2.0 * double(i + 1) + round;
+          CHECK(got[size_t(i)] == doctest::Approx(average).epsilon(1e-12));
+        }
+      }
+      // Each rank writes its own shard; the all-gather brings every shard everywhere.
+      for (size_t b = 0; b < specs.size(); ++b) {
+        auto [first, last] = transport.shard(b, rank);
+        last = std::min(last, specs[b].numel);
+        if (first >= last) continue;
+        std::vector<double> values;
+        for (int64_t i = first; i < last; ++i) values.push_back(1000.0 * rank + double(i));
+        transport.buffer(b)
+            .narrow(0, first, last - first)
+            .copy_(Tensor::from_vector<double>(values, {last - first}));
+      }
+      for (size_t b = 0; b < specs.size(); ++b) {
+        transport.start(b, launch::BucketCollective::AllGather);
+        transport.progress();
+      }
+      for (size_t b = 0; b < specs.size(); ++b) {
+        transport.wait(b);
+        const std::vector<double> got = transport.buffer(b).to(core::kFloat64).to_vector<double>();
+        for (int r = 0; r < ranks; ++r) {
+          auto [first, last] = transport.shard(b, r);
+          for (int64_t i = first; i < std::min(last, specs[b].numel); ++i) {
+            CHECK(got[size_t(i)] == 1000.0 * r + double(i));
+          }
+        }
+      }
+    }
+  }
 }
