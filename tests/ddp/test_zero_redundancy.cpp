@@ -150,6 +150,9 @@ TEST_CASE("ZeRO-1 equals plain DDP after 20 steps with no_sync and clipping, on 
         INFO(plain.parameters[i].name);
         CHECK(test::max_difference(sharded.p(i), plain.p(i)) <= 1e-6);
       }
+      // The reduce-scatters overlap backward as the all-reduces do: the buckets other than the
+      // last (fc1's, which backward reaches last) started before backward's end.
+      CHECK(zero_ddp.buckets_started_during_backward() >= zero_ddp.bucket_count() - 1);
       // The optimizer's own state stays empty; the shards hold it.
       CHECK(inner->state_dict().tensors().empty());
       CHECK(zero.state_bytes() > 0);
