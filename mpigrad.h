@@ -135,6 +135,8 @@
 #include "mpigrad/launch/job/device_choice.h"
 // defines: DistributedDataParallel
 #include "mpigrad/launch/ddp/distributed_data_parallel.h"
+// defines: ZeroRedundancyOptimizer
+#include "mpigrad/launch/ddp/zero_redundancy.h"
 // defines: DistributedManager
 #include "mpigrad/launch/job/distributed_manager.h"
 // defines: gather_embeddings, RetrievalMetricsHook

@@ -55,6 +55,7 @@ std::string join(const std::vector<T>& items, const std::function<std::string(co
 
 struct Integer {
   int64_t min = std::numeric_limits<int64_t>::min();
+  int64_t max = std::numeric_limits<int64_t>::max();
   int64_t parse(const std::string& value, const std::string& where) const {
     std::string text = trim(value);
     int64_t parsed = 0;
@@ -63,10 +64,16 @@ struct Integer {
       bad_value(where, value, "an integer");
     }
     MPIGRAD_CHECK(parsed >= min, where, ": must be at least ", min, ", got ", parsed);
+    MPIGRAD_CHECK(parsed <= max, where, ": must be at most ", max, ", got ", parsed);
     return parsed;
   }
   std::string print(int64_t value) const { return std::to_string(value); }
-  std::string accepted() const { return "an integer >= " + std::to_string(min); }
+  std::string accepted() const {
+    if (max != std::numeric_limits<int64_t>::max()) {
+      return "an integer from " + std::to_string(min) + " to " + std::to_string(max);
+    }
+    return "an integer >= " + std::to_string(min);
+  }
 };
 
 struct Unsigned {
@@ -363,6 +370,9 @@ std::vector<ConfigKey> make_config_keys() {
           Choice<TransportKind>{kTransportKindNames},
           "how gradient buckets are averaged (auto: shared memory on one node, hierarchical "
           "across nodes, else the communicator; a named one that cannot be had is an error)"),
+      key("distributed.zero", &C::distributed, &DistributedSection::zero, Integer{0, 1},
+          "ZeRO stage: 1 shards the optimizer state over the ranks (gradients reduce-scattered, "
+          "parameters all-gathered); 0: every rank holds all of it"),
       key("distributed.timeout_s", &C::distributed, &DistributedSection::timeout_s, positive,
           "collective timeout in seconds"),
   };

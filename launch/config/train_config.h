@@ -145,6 +145,7 @@ struct DistributedSection {
   bool shared_memory = true;  // host gradients averaged in shared memory on one node
   TransportKind transport = TransportKind::Auto;
   double timeout_s = 300.0;
+  int64_t zero = 0;  // ZeRO stage: 0 or 1
 };
 
 struct TrainConfig {

@@ -164,6 +164,7 @@ DdpOptions ddp_options(const DistributedSection& distributed) {
   ddp.shared_memory = distributed.shared_memory;
   ddp.transport = distributed.transport;
   ddp.timeout_seconds = distributed.timeout_s;
+  ddp.zero = distributed.zero == 1;
   return ddp;
 }
 

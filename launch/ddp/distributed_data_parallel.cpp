@@ -137,7 +137,8 @@ void DistributedDataParallel::verify_same_model_across_ranks(
           << " broadcast_buffers=" << options_.broadcast_buffers
           << " compression=" << int(options_.compression)
           << " shared_memory=" << options_.shared_memory
-          << " transport=" << transport_kind_name(options_.transport) << '\n';
+          << " transport=" << transport_kind_name(options_.transport) << " zero=" << options_.zero
+          << '\n';
   std::string mine = describe(parameters_, "parameter") + describe(buffers_, "buffer") +
                      describe(frozen, "frozen parameter") + options.str();
   int size = communicator_.size();
@@ -293,7 +294,7 @@ void DistributedDataParallel::record_bucket_span(size_t bucket) {
 // After the first synced backward: rank 0's ready order, broadcast so every rank lays out (and
 // so issues) its buckets alike. Collective, called at the end of a synced step on every rank.
 void DistributedDataParallel::rebuild_buckets_once() {
-  if (buckets_rebuilt_ || options_.find_unused_parameters) return;
+  if (buckets_rebuilt_ || options_.find_unused_parameters || options_.zero) return;
   const size_t count = parameters_.size();
   std::vector<int64_t> order(count, -1);
   if (ready_order_.size() == count) order.assign(ready_order_.begin(), ready_order_.end());
@@ -397,7 +398,8 @@ void DistributedDataParallel::launch_ready_buckets() {
     if (timeline_ != nullptr) [[unlikely]] {
       bucket_started_ns_[next_bucket_to_launch_] = Timeline::now_ns();
     }
-    transport_->start(next_bucket_to_launch_++);
+    transport_->start(next_bucket_to_launch_++,
+                      options_.zero ? BucketCollective::ReduceScatter : BucketCollective::Average);
   }
 }
 
@@ -449,6 +451,10 @@ int DistributedDataParallel::ranks_with_data(bool has_batch) {
 
 void DistributedDataParallel::join_backward() {
   MPIGRAD_CHECK(sync_enabled_, "DistributedDataParallel::join_backward inside no_sync()");
+  // A joined rank would also have to take part in ZeRO-1's sharded step and its all-gathers.
+  MPIGRAD_CHECK(!options_.zero, communicator_.world_label(),
+                " DistributedDataParallel::join_backward: uneven inputs are not supported with "
+                "zero = 1");
   prepare_for_backward();
   {
     core::NoGradGuard no_grad;
@@ -461,6 +467,16 @@ void DistributedDataParallel::join_backward() {
   launch_ready_buckets();
   wait_for_buckets();
   rebuild_buckets_once();
+}
+
+const std::vector<size_t>& DistributedDataParallel::bucket_parameters(size_t bucket) const {
+  return buckets_.at(bucket)->parameters;
+}
+const std::vector<int64_t>& DistributedDataParallel::bucket_offsets(size_t bucket) const {
+  return buckets_.at(bucket)->offsets;
+}
+const core::Tensor& DistributedDataParallel::bucket_buffer(size_t bucket) const {
+  return buckets_.at(bucket)->flat;
 }
 
 std::vector<std::vector<std::string>> DistributedDataParallel::bucket_layout() const {

@@ -72,6 +72,10 @@ struct DdpOptions {
   // fails naming them (the communicators' watchdogs time everything that goes through MPI);
   // <= 0: no bound. Defaults to MPIGRAD_COLLECTIVE_TIMEOUT, else 300 s, like the communicators.
   double timeout_seconds = CollectiveConfig::from_environment().timeout_seconds;
+  // ZeRO-1 (launch/ddp/zero_redundancy.h): buckets are reduce-scattered instead of averaged, so
+  // after backward each rank holds the average only in its shard of each bucket; the buckets
+  // keep their first layout (no rebuild: the shards, and the optimizer state cut by them, stay).
+  bool zero = false;
 };
 
 struct NamedTensor {
@@ -138,6 +142,14 @@ class DistributedDataParallel {
   // Parameter names per bucket, in launch order (for tests and logs).
   std::vector<std::vector<std::string>> bucket_layout() const;
   const DdpOptions& options() const { return options_; }
+  // The layout ZeRO-1 steps and gathers by: the parameters DDP averages, and per bucket the
+  // indices of its parameters into parameters(), their element offsets in its buffer, and the
+  // buffer (the gradients, back to back).
+  const std::vector<NamedTensor>& parameters() const { return parameters_; }
+  const std::vector<size_t>& bucket_parameters(size_t bucket) const;
+  const std::vector<int64_t>& bucket_offsets(size_t bucket) const;
+  const core::Tensor& bucket_buffer(size_t bucket) const;
+  BucketTransport& transport() { return *transport_; }
   Communicator& communicator() { return communicator_; }
   // Records each bucket's averaging, from its start to the return of its wait, on lane 1 + its
   // index (launch/observe/timeline.h); null stops recording. The timeline must outlive this.

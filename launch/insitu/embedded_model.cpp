@@ -11,6 +11,7 @@
 #include "mpigrad/data/batch.h"
 #include "mpigrad/launch/config/train_setup.h"
 #include "mpigrad/launch/ddp/distributed_data_parallel.h"
+#include "mpigrad/launch/ddp/zero_redundancy.h"
 #include "mpigrad/launch/observe/rank_logging.h"
 #include "mpigrad/launch/train/training_steps.h"
 #include "mpigrad/nn/checkpoint.h"
@@ -29,7 +30,8 @@ const std::string kEmbedKeys[] = {"model",
                                   "train.clip_grad_norm",
                                   "train.grad_accum_steps",
                                   "train.cuda_graphs",
-                                  "train.cuda_graph_warmup"};
+                                  "train.cuda_graph_warmup",
+                                  "distributed.zero"};
 
 // INI text as it is, or the contents of the file it names. Text has a '=' or a line break; a
 // bare word is a path, which must exist.
@@ -87,6 +89,7 @@ struct EmbeddedModel::Training {
   std::unique_ptr<nn::LRScheduler> scheduler;
   StepFunction step;
   std::unique_ptr<DistributedDataParallel> ddp;
+  std::unique_ptr<ZeroRedundancyOptimizer> zero;  // [distributed] zero = 1 on several ranks
 };
 
 EmbeddedModel::EmbeddedModel(const std::string& config, core::Device device,
@@ -127,7 +130,13 @@ EmbeddedModel::EmbeddedModel(const std::string& config, DistributedManager manag
       communicator = gradient_communicator_.get();
     }
     try {
-      training_->ddp = std::make_unique<DistributedDataParallel>(*module_, *communicator);
+      DdpOptions options;
+      options.zero = config_.distributed.zero == 1;
+      training_->ddp = std::make_unique<DistributedDataParallel>(*module_, *communicator, options);
+      if (options.zero) {
+        training_->zero =
+            std::make_unique<ZeroRedundancyOptimizer>(*training_->ddp, *training_->optimizer);
+      }
     } catch (const core::Error& mismatch) {
       // DDP's model check fails on every rank alike: a config that differs between ranks.
       throw EmbedError(EmbedErrorKind::Config, mismatch.what());
@@ -336,12 +345,20 @@ core::Tensor EmbeddedModel::train_step(const core::Tensor& input, const core::Te
   }
   micro_steps_ = 0;
   if (config_.train.clip_grad_norm > 0) {
-    nn::clip_grad_norm_(module_->parameters(), config_.train.clip_grad_norm);
+    if (t.zero) {
+      t.zero->clip_grad_norm(config_.train.clip_grad_norm);  // gradients are sharded
+    } else {
+      nn::clip_grad_norm_(module_->parameters(), config_.train.clip_grad_norm);
+    }
   }
   const double lr = t.optimizer->param_groups().front().lr;
-  t.optimizer->step();
-  // A graph's gradients are rewritten by every replay; dropping them would orphan its buffers.
-  if (!captured_step_ || !captured_step_->captured()) t.optimizer->zero_grad();
+  if (t.zero) {
+    t.zero->step();  // and zero_grad
+  } else {
+    t.optimizer->step();
+    // A graph's gradients are rewritten by every replay; dropping them would orphan its buffers.
+    if (!captured_step_ || !captured_step_->captured()) t.optimizer->zero_grad();
+  }
   if (t.scheduler) t.scheduler->step();
   ++steps_;
   if (on_step_stream) on_step_stream->finish();
@@ -427,11 +444,16 @@ void EmbeddedModel::file_io(const char* what, bool writer_only, const std::funct
 
 // The weights alone (save_model), or everything a restart needs (save_checkpoint).
 void EmbeddedModel::save(const char* what, const std::string& path, bool training_state) {
+  // ZeRO-1's state is gathered by every rank, before only the writer goes on.
+  nn::StateDict zero_state;
+  if (training_state && training_->zero) {
+    zero_state = training_->zero->state_dict(manager_->is_main_process());
+  }
   file_io(what, true, [&] {
     nn::CheckpointData data;
     data.model = module_->state_dict();
     if (training_state) {
-      data.optimizer = training_->optimizer->state_dict();
+      data.optimizer = training_->zero ? std::move(zero_state) : training_->optimizer->state_dict();
       if (training_->scheduler) data.scheduler = training_->scheduler->state_dict();
       for (const auto& [name, generator] : module_->named_generators()) {
         data.rng.emplace_back("model." + name, *generator);
@@ -452,6 +474,10 @@ void EmbeddedModel::load(const char* what, const std::string& path, bool trainin
     nn::apply_checkpoint(data, path, *module_,
                          training_state ? training_->optimizer.get() : nullptr,
                          training_state ? training_->scheduler.get() : nullptr);
+    // Each rank takes its shard of what the optimizer just loaded.
+    if (training_state && training_->zero) {
+      training_->zero->load_state_dict(training_->optimizer->state_dict());
+    }
   } catch (const core::Error& error) {
     throw EmbedError(EmbedErrorKind::File, error.what());
   }

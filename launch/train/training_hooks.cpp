@@ -47,15 +47,49 @@ void DDPHook::on(HookStage stage, TrainingContext& context) {
     ddp_ = std::make_unique<DistributedDataParallel>(model, communicator, options_);
     ddp_->set_timeline(context.timeline);
     context.ddp = ddp_.get();
+    if (options_.zero) {
+      MPIGRAD_CHECK(context.optimizers.size() == 1,
+                    "[distributed] zero = 1 needs exactly one "
+                    "optimizer, got ",
+                    context.optimizers.size());
+      // A checkpoint resumed before this point left its state in the optimizer: taken over here.
+      zero_ = std::make_unique<ZeroRedundancyOptimizer>(*ddp_, context.optimizer());
+      context.zero = zero_.get();
+    }
     if (manager.is_main_process()) {
-      std::printf("gradients: %d bucket(s) %s\n", ddp_->bucket_count(),
-                  ddp_->transport_description().c_str());
+      std::printf("gradients: %d bucket(s) %s%s\n", ddp_->bucket_count(),
+                  ddp_->transport_description().c_str(),
+                  options_.zero ? "; ZeRO-1: reduce-scattered, optimizer state sharded" : "");
     }
     if (context.train_loader != nullptr) {
       install_sampler(*context.train_loader, manager.world_size(), manager.rank());
     }
   } else if (stage == HookStage::BeforeForward) {
     ddp_->prepare_for_backward();
+  } else if (stage == HookStage::AfterOptimizerStep && context.step == 1 &&
+             manager.is_main_process() && !context.optimizers.empty()) {
+    // What ZeRO-1 saves, measured where it lives (the README's figures come from this line).
+    int64_t bytes = 0;
+    if (zero_) {
+      bytes = zero_->state_bytes();
+    } else {
+      for (const auto& entry : context.optimizer().state_dict().tensors()) {
+        bytes += entry.second.numel() * int64_t(entry.second.element_size());
+      }
+    }
+    std::printf("optimizer state: %.2f MiB on rank 0%s\n", double(bytes) / double(1 << 20),
+                zero_ ? " (its ZeRO-1 shard)" : "");
+  }
+}
+
+void DDPHook::optimizer_step(TrainingContext& context) {
+  if (zero_) {
+    zero_->step();
+    return;
+  }
+  for (nn::Optimizer* optimizer : context.optimizers) {
+    optimizer->step();
+    optimizer->zero_grad();
   }
 }
 
@@ -121,12 +155,21 @@ CheckpointHook::CheckpointHook(CheckpointSettings settings, nn::LRScheduler* sch
     : settings_(std::move(settings)), scheduler_(scheduler) {}
 
 void CheckpointHook::save(TrainingContext& context, const std::string& path) const {
+  // ZeRO-1 gathers the sharded optimizer state, every rank taking part, into the plain layout.
+  nn::StateDict zero_state;
+  if (context.zero != nullptr) {
+    zero_state = context.zero->state_dict(context.manager->is_main_process());
+  }
   if (!context.manager->is_main_process()) return;
   Span write(context.timeline, "checkpoint write");
   nn::CheckpointData data;
   nn::Module& model = context.model();
   data.model = model.state_dict();
-  if (!context.optimizers.empty()) data.optimizer = context.optimizer().state_dict();
+  if (context.zero != nullptr) {
+    data.optimizer = std::move(zero_state);
+  } else if (!context.optimizers.empty()) {
+    data.optimizer = context.optimizer().state_dict();
+  }
   if (scheduler_ != nullptr) data.scheduler = scheduler_->state_dict();
   for (Hook* hook : context.hooks) {
     nn::StateDict state = hook->state_dict();
@@ -268,7 +311,10 @@ void GradAccumulationHook::backward(TrainingContext& context) {
 
 void GradClipHook::on(HookStage stage, TrainingContext& context) {
   if (stage == HookStage::BeforeOptimizerStep) {
-    last_norm_ = nn::clip_grad_norm_(context.model().parameters(), max_norm_);
+    // Under ZeRO-1 each rank's gradients are averaged in its shard only.
+    last_norm_ = context.zero != nullptr
+                     ? context.zero->clip_grad_norm(max_norm_)
+                     : nn::clip_grad_norm_(context.model().parameters(), max_norm_);
   }
 }
 

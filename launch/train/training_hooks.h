@@ -1,6 +1,8 @@
 // The built-in hooks of TrainingStrategy. Each does one thing and touches only what it names:
 //   DDPHook               wraps the model in DistributedDataParallel and gives the training
-//                         loader a distributed sampler (nothing at world size 1)
+//                         loader a distributed sampler (nothing at world size 1); with
+//                         DdpOptions::zero it steps the optimizer through ZeRO-1 (claims the
+//                         optimizer step)
 //   CheckpointHook        resumes from a checkpoint; rank 0 writes ckpt-step0.h5 (optional),
 //                         ckpt-epoch<N>.h5 and last.h5, atomically, with the state of every
 //                         hook that has one (Hook::state_dict)
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "mpigrad/launch/ddp/distributed_data_parallel.h"
+#include "mpigrad/launch/ddp/zero_redundancy.h"
 #include "mpigrad/launch/train/training_strategy.h"
 #include "mpigrad/nn/checkpoint.h"
 #include "mpigrad/nn/optim/lr_scheduler.h"
@@ -57,7 +60,11 @@ class DDPHook final : public Hook {
   ~DDPHook() override;
   std::string name() const override { return "ddp"; }
   void on(HookStage stage, TrainingContext& context) override;
+  bool replaces_optimizer_step() const override { return options_.zero; }
+  // ZeRO-1's sharded step; the plain step (and zero_grad) at world size 1.
+  void optimizer_step(TrainingContext& context) override;
   DistributedDataParallel* ddp() { return ddp_.get(); }
+  ZeroRedundancyOptimizer* zero() { return zero_.get(); }
 
  private:
   void install_sampler(data::DataLoader& loader, int64_t replicas, int64_t rank);
@@ -67,6 +74,7 @@ class DDPHook final : public Hook {
   BatchSamplerFactory custom_sampler_;
   Communicator* communicator_;
   std::unique_ptr<DistributedDataParallel> ddp_;
+  std::unique_ptr<ZeroRedundancyOptimizer> zero_;
 };
 
 struct CheckpointSettings {

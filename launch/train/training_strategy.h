@@ -50,6 +50,7 @@ namespace mpigrad::launch {
 
 class DistributedDataParallel;
 class Timeline;
+class ZeroRedundancyOptimizer;
 
 enum class HookStage : uint8_t {
   Setup,
@@ -89,9 +90,12 @@ struct TrainingContext {
   data::DataLoader* train_loader = nullptr;
   data::DataLoader* val_loader = nullptr;
   DistributedDataParallel* ddp = nullptr;  // set by DDPHook
-  Timeline* timeline = nullptr;            // set before run() to record spans; null: none
-  std::vector<Hook*> hooks;                // every hook, in call order (CheckpointHook saves
-                                           // the state of those that have one)
+  // Set by DDPHook under [distributed] zero = 1: it steps the optimizer's shards, and clipping
+  // and checkpoints go through it (launch/ddp/zero_redundancy.h).
+  ZeroRedundancyOptimizer* zero = nullptr;
+  Timeline* timeline = nullptr;  // set before run() to record spans; null: none
+  std::vector<Hook*> hooks;      // every hook, in call order (CheckpointHook saves
+                                 // the state of those that have one)
 
   int64_t epoch = 0;  // current epoch (0-based); a resuming hook sets it in setup
   int64_t epochs = 1;

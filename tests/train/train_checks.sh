@@ -209,6 +209,42 @@ case "$check" in
     expect_error "expected one of auto | communicator | shared_memory | hierarchical" \
       --config base.ini --distributed.transport=ring
     ;;
+  zero)  # [distributed] zero = 1 checkpoints load without ZeRO at another world size, and back
+    # 4 ranks x 16 and 2 ranks x 32 see the same global batches (no shuffle): with AdamW, clipping,
+    # accumulation and EMA, a run switched between them after epoch 1 ends as an unswitched one.
+    z=(--config base.ini --train.shuffle=false --optim.name=adamw --optim.lr=0.003
+       --train.clip_grad_norm=0.5 --train.grad_accum_steps=2 --train.ema_decay=0.9)
+    run 2 "$mpigrad" train "${z[@]}" --train.batch_size=32 --train.out_dir=full > full.txt 2>&1 \
+      || { cat full.txt; fail "plain 2-rank run failed"; }
+    run 4 "$mpigrad" train "${z[@]}" --train.batch_size=16 --distributed.zero=1 --train.epochs=1 \
+      --train.out_dir=z4 > z4.txt 2>&1 || { cat z4.txt; fail "ZeRO-1 4-rank run failed"; }
+    grep -q "ZeRO-1: reduce-scattered, optimizer state sharded" z4.txt || { cat z4.txt; fail "the log does not say ZeRO-1"; }
+    grep -q "optimizer state: .* MiB on rank 0 (its ZeRO-1 shard)" z4.txt || { cat z4.txt; fail "no optimizer state size"; }
+    run 2 "$mpigrad" train "${z[@]}" --train.batch_size=32 --train.out_dir=z4 \
+      --train.resume=z4/ckpt-epoch1.h5 > z4b.txt 2>&1 || { cat z4b.txt; fail "plain resume of a ZeRO-1 checkpoint failed"; }
+    "$compare" full/last.h5 z4/last.h5 1e-5 || fail "ZeRO-1 on 4 ranks, then plain on 2: weights differ"
+    "$compare" full/last.h5 z4/last.h5 1e-5 hooks/ema || fail "ZeRO-1 on 4 ranks, then plain on 2: EMA differs"
+    run 2 "$mpigrad" train "${z[@]}" --train.batch_size=32 --train.epochs=1 --train.out_dir=p2 > /dev/null 2>&1 \
+      || fail "plain first half failed"
+    run 4 "$mpigrad" train "${z[@]}" --train.batch_size=16 --distributed.zero=1 --train.out_dir=p2 \
+      --train.resume=p2/ckpt-epoch1.h5 > p2b.txt 2>&1 || { cat p2b.txt; fail "ZeRO-1 resume of a plain checkpoint failed"; }
+    "$compare" full/last.h5 p2/last.h5 1e-5 || fail "plain on 2 ranks, then ZeRO-1 on 4: weights differ"
+    # The hierarchical transport (2 simulated nodes x 2 ranks), the whole run under ZeRO-1.
+    MPIGRAD_SIMULATE_NODES=2 run 4 -x MPIGRAD_SIMULATE_NODES "$mpigrad" train "${z[@]}" --train.batch_size=16 \
+      --distributed.zero=1 --train.out_dir=hier > hier.txt 2>&1 || { cat hier.txt; fail "hierarchical ZeRO-1 run failed"; }
+    grep -q "averaged hierarchically over 2 simulated nodes x 2 ranks.*ZeRO-1" hier.txt || { cat hier.txt; fail "not hierarchical"; }
+    "$compare" full/last.h5 hier/last.h5 1e-5 || fail "hierarchical ZeRO-1 on 4 ranks and plain on 2 disagree"
+    # One rank has nothing to shard: zero = 1 trains as without it.
+    run 1 "$mpigrad" train "${z[@]}" --train.batch_size=64 --distributed.zero=1 --train.out_dir=one > one.txt 2>&1 \
+      || { cat one.txt; fail "1-rank run with zero = 1 failed"; }
+    # SWA from epoch 2 (SGD, momentum): the averaged weights are those of a run without ZeRO-1.
+    s=(--config base.ini --train.shuffle=false --train.epochs=3 --train.swa_start=2 --train.swa_lr=0.01)
+    run 2 "$mpigrad" train "${s[@]}" --train.out_dir=swa_plain > /dev/null 2>&1 || fail "plain SWA run failed"
+    run 2 "$mpigrad" train "${s[@]}" --distributed.zero=1 --train.out_dir=swa_zero > swa.txt 2>&1 \
+      || { cat swa.txt; fail "SWA run with ZeRO-1 failed"; }
+    "$compare" swa_plain/swa.h5 swa_zero/swa.h5 1e-6 || fail "SWA weights differ under ZeRO-1"
+    expect_error "distributed.zero: must be at most 1, got 2" --config base.ini --distributed.zero=2
+    ;;
   partial_files)  # a write that fails leaves no temporary file behind (train and lr-find)
     # out/config.ini is a non-empty folder, so renaming the written config.ini over it fails.
     mkdir -p out/config.ini/inside

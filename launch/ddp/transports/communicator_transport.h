@@ -3,6 +3,13 @@
 // when neither shared-memory transport applies. With a 16-bit wire dtype (DDP's gradient
 // compression) a bucket is cast for the all-reduce and cast back when it completes.
 //
+// ZeRO-1's collectives map onto the communicator's own: ReduceScatter on its reduce-scatter
+// (average) into a shard-sized tensor copied into the shard on wait, AllGather on its all-gather
+// from a copy of the shard (the communicators take no aliased buffers). Buckets are padded to a
+// multiple of the rank count so every shard has one length, as reduce-scatter wants; shard r is
+// the r-th of those equal ranges. Parameters are never gathered in the wire dtype: compression
+// applies to gradients only.
+//
 // Progress is the communicator's: NCCL runs on its own stream; MPI's nonblocking schedules
 // advance only inside MPI calls, so progress() tests the buckets in flight, in order, and DDP
 // calls it from every gradient hook (launch/comm/mpi_communicator.h has the measurements).
@@ -29,7 +36,9 @@ class CommunicatorTransport final : public BucketTransport {
 
   size_t buffer_count() const override { return slots_.size(); }
   const core::Tensor& buffer(size_t index) const override { return slots_.at(index).buffer; }
-  void start(size_t index) override;
+  using BucketTransport::start;
+  void start(size_t index, BucketCollective collective) override;
+  std::pair<int64_t, int64_t> shard(size_t index, int rank) const override;
   void progress() override;
   void wait(size_t index) override;
   bool in_flight(size_t index) const override { return slots_.at(index).work != nullptr; }
@@ -37,8 +46,10 @@ class CommunicatorTransport final : public BucketTransport {
  private:
   struct Slot {
     core::Tensor buffer;
-    core::Tensor wire;  // what goes over the network: the buffer itself, or its 16-bit copy
-    WorkPtr work;       // until wait() has succeeded
+    core::Tensor wire;   // what goes over the network: the buffer itself, or its 16-bit copy
+    core::Tensor block;  // ReduceScatter's result, AllGather's input: one shard
+    BucketCollective collective = BucketCollective::Average;
+    WorkPtr work;  // until wait() has succeeded
   };
   Communicator& communicator_;
   std::optional<core::DType> wire_;

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "mpigrad/core/autograd.h"
@@ -40,10 +41,11 @@ int64_t piece_elements(core::DType dtype) {
   return kPieceBytes / core::element_size(dtype);
 }
 
-// Elements a buffer of `numel` is padded to: L shards of whole cache lines, all of one length.
-int64_t padded_numel(int64_t numel, core::DType dtype, int ranks_per_node) {
+// Elements a buffer of `numel` is padded to: L shards of whole cache lines, all of one length,
+// each cut into N equal pieces (ZeRO-1's shards); `ranks` = N L.
+int64_t padded_numel(int64_t numel, core::DType dtype, int ranks) {
   const int64_t per_line = int64_t(SharedSegments::kLine) / core::element_size(dtype);
-  return round_up(numel, per_line * ranks_per_node);
+  return round_up(numel, per_line * ranks);
 }
 
 std::string join_ranks(const std::vector<int>& ranks) {
@@ -81,6 +83,8 @@ struct HierarchicalAllReduce::Impl {
   std::unique_ptr<SharedSegments> segments;  // the node's copies, when local_size > 1
   std::vector<core::Tensor> own_buffers;     // when local_size == 1
   std::vector<SharedBufferSpec> specs;       // padded
+  std::vector<int> local_rank_of;            // per rank of the caller's communicator
+  std::vector<int> node_of;                  // per rank: its rank in its inter-node group
 
   // ---- Main thread only --------------------------------------------------------------------
   std::vector<bool> in_flight;
@@ -89,7 +93,8 @@ struct HierarchicalAllReduce::Impl {
   // ---- Shared between the main and the communication thread, under `mutex` ----------------
   std::mutex mutex;
   std::condition_variable wake_thread, wake_main;
-  std::deque<size_t> queue;          // started buckets the thread has not taken yet
+  // Started buckets the thread has not taken yet, with what to do with them.
+  std::deque<std::pair<size_t, BucketCollective>> queue;
   std::vector<uint64_t> done_round;  // per bucket: the last round whose own part is done
   std::string failure;               // the first failure; every later call repeats it
   int32_t failed_rank_code = 0;      // 1 + the world rank that failed first, as this rank knows it
@@ -156,6 +161,7 @@ struct HierarchicalAllReduce::Impl {
     (void)setpriority(PRIO_PROCESS, id_t(syscall(SYS_gettid)), 19);
     while (true) {
       size_t index = 0;
+      BucketCollective collective = BucketCollective::Average;
       int32_t poison_code = 0;
       {
         std::unique_lock<std::mutex> lock(mutex);
@@ -167,7 +173,7 @@ struct HierarchicalAllReduce::Impl {
         } else if (queue.empty()) {
           return;  // stop, and nothing left
         } else {
-          index = queue.front();
+          std::tie(index, collective) = queue.front();
           queue.pop_front();
           if (!failure.empty()) continue;  // failed: the work is dropped
         }
@@ -176,7 +182,7 @@ struct HierarchicalAllReduce::Impl {
         if (poison_code != 0) {
           poison_rest_of_pass(poison_code);
         } else {
-          process(index);
+          process(index, collective);
         }
       } catch (const std::exception& error) {
         // An MPI error (the communicator reports it): the collectives may be out of step, so
@@ -254,12 +260,53 @@ struct HierarchicalAllReduce::Impl {
     return segments ? segments->buffer(index) : own_buffers[index];
   }
 
-  std::pair<int64_t, int64_t> own_shard(size_t index) const {
-    return segments ? segments->shard(index, local_rank)
+  // The node's shard `local` of buffer `index`.
+  std::pair<int64_t, int64_t> node_shard(size_t index, int local) const {
+    return segments ? segments->shard(index, local)
                     : std::pair<int64_t, int64_t>{0, specs[index].numel};
   }
+  std::pair<int64_t, int64_t> own_shard(size_t index) const {
+    return node_shard(index, local_rank);
+  }
+  // ZeRO-1's shard of `rank`: piece `node` of its local rank's node shard.
+  std::pair<int64_t, int64_t> zero_shard(size_t index, int owner) const {
+    const auto [begin, end] = node_shard(index, local_rank_of[size_t(owner)]);
+    const int64_t piece = (end - begin) / nodes;
+    const int64_t first = begin + piece * node_of[size_t(owner)];
+    return {first, first + piece};
+  }
 
-  void process(size_t index) {
+  // ZeRO-1's collectives on this rank's node shard, whole (its pieces per node must be
+  // contiguous): ReduceScatter sums it in the node, reduce-scatters it across the nodes and
+  // keeps this rank's piece, averaged, in its own copy; AllGather all-gathers the pieces across
+  // the nodes into its own copy and copies the node shard into the node's other copies.
+  template <typename T>
+  void process_shard(size_t index, BucketCollective collective, const std::vector<T*>& copies) {
+    using C = kernels::compute_t<T>;
+    const auto [begin, end] = own_shard(index);
+    const auto [first, last] = zero_shard(index, rank);
+    const core::Tensor& buffer = own_buffer(index);
+    T* own = copies[size_t(local_rank)];
+    if (collective == BucketCollective::ReduceScatter) {
+      sum_shard(copies, size_t(local_rank), begin, end);
+      core::Tensor piece = buffer.narrow(0, first, last - first);
+      if (nodes > 1) {
+        piece = core::zeros({last - first}, buffer.dtype());
+        cross->reduce_scatter(buffer.narrow(0, begin, end - begin), piece, ReduceOp::Sum);
+      }
+      const T* sum = static_cast<const T*>(piece.data_ptr());
+      const C scale = C(1.0 / double(size));
+      for (int64_t i = 0; i < last - first; ++i) own[first + i] = T(C(sum[i]) * scale);
+      return;
+    }
+    if (nodes > 1) {
+      core::Tensor piece = buffer.narrow(0, first, last - first).clone();
+      cross->all_gather(piece, buffer.narrow(0, begin, end - begin));
+    }
+    copy_shard(copies, size_t(local_rank), begin, end);
+  }
+
+  void process(size_t index, BucketCollective collective) {
     const uint64_t round = round_of(index);
     if (index == 0) next_in_pass = 0;  // a new pass over the buckets
     if (index != next_in_pass) {
@@ -307,6 +354,10 @@ struct HierarchicalAllReduce::Impl {
     core::NoGradGuard no_grad;
     kernels::visit_floating(dtype, [&](auto zero) {
       const std::vector<decltype(zero)*> copies = node_copies<decltype(zero)>(index);
+      if (collective != BucketCollective::Average) {
+        process_shard(index, collective, copies);
+        return;
+      }
       for (int64_t first = begin; first < end; first += piece) {
         const int64_t last = std::min(end, first + piece);
         sum_shard(copies, size_t(local_rank), first, last);
@@ -391,7 +442,11 @@ std::unique_ptr<HierarchicalAllReduce> HierarchicalAllReduce::create(
   //    ranks, so its watchdog's reports can be told from the other groups'.
   const std::vector<int> local_ranks = gather_ranks(communicator, s.local_rank);
   std::vector<int> cross_ranks;
+  std::vector<int> seen(size_t(s.local_size), 0);
   for (int r = 0; r < s.size; ++r) {
+    // The inter-node groups order their ranks by rank (split's key), so this is r's rank there.
+    s.local_rank_of.push_back(local_ranks[size_t(r)]);
+    s.node_of.push_back(seen[size_t(local_ranks[size_t(r)])]++);
     if (local_ranks[size_t(r)] == s.local_rank) {
       cross_ranks.push_back(communicator.world_rank_of(r));
     }
@@ -407,7 +462,7 @@ std::unique_ptr<HierarchicalAllReduce> HierarchicalAllReduce::create(
                   " HierarchicalAllReduce: buffers must have a floating dtype and numel >= 0, "
                   "got ",
                   spec.dtype, " x ", spec.numel);
-    s.specs.push_back({spec.dtype, padded_numel(spec.numel, spec.dtype, s.local_size)});
+    s.specs.push_back({spec.dtype, padded_numel(spec.numel, spec.dtype, s.size)});
   }
   std::string node_why_not;
   if (s.local_size > 1) {
@@ -448,7 +503,11 @@ bool HierarchicalAllReduce::in_flight(size_t index) const {
   return impl_->in_flight.at(index);
 }
 
-void HierarchicalAllReduce::start(size_t index) {
+std::pair<int64_t, int64_t> HierarchicalAllReduce::shard(size_t index, int rank) const {
+  return impl_->zero_shard(index, rank);
+}
+
+void HierarchicalAllReduce::start(size_t index, BucketCollective collective) {
   Impl& s = *impl_;
   s.check_usable();
   MPIGRAD_CHECK(index < s.specs.size() && !s.in_flight[index], s.label,
@@ -461,7 +520,7 @@ void HierarchicalAllReduce::start(size_t index) {
     ++s.rounds[index];
   }
   std::lock_guard<std::mutex> lock(s.mutex);
-  s.queue.push_back(index);
+  s.queue.emplace_back(index, collective);
   s.wake_thread.notify_one();
 }
 

@@ -18,6 +18,13 @@
 // whole buffer. Buffers are padded so every shard is a whole number of cache lines; the padding
 // stays zero.
 //
+// ZeRO-1 (BucketCollective::ReduceScatter / AllGather): rank (node k, local rank l) owns piece k
+// of node shard l. ReduceScatter is step 1, a reduce-scatter (sum) of shard l across the nodes
+// instead of the all-reduce, and the scaling of piece k into this rank's own copy; AllGather is
+// an all-gather of shard l's pieces across the nodes, then step 3 without the scaling. Each runs
+// on the whole node shard, not in 1 MiB pieces, so every rank's piece stays contiguous; buffers
+// are padded to N L shards of whole cache lines.
+//
 // Progress without the gradient hooks: every step runs on a communication thread this object
 // owns, on its own communicator (the inter-node one, split off the caller's, used by nothing
 // else), so progress() does nothing and backward never has to drive the averaging. start(b)
@@ -93,7 +100,9 @@ class HierarchicalAllReduce final : public BucketTransport {
   size_t buffer_count() const override;
   // This rank's buffer `index` (padded, see above), zero at creation.
   const core::Tensor& buffer(size_t index) const override;
-  void start(size_t index) override;
+  using BucketTransport::start;
+  void start(size_t index, BucketCollective collective) override;
+  std::pair<int64_t, int64_t> shard(size_t index, int rank) const override;
   void progress() override {}  // the communication thread needs no help
   // Throws core::Error, naming the ranks, on a failure of this rank, its node or another node.
   void wait(size_t index) override;

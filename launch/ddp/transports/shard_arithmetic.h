@@ -4,7 +4,9 @@
 // the same on every rank and does not depend on timing.
 //   average_shard  one node: sum over the copies, times `scale`, written into every copy;
 //   sum_shard      the first node step of the hierarchical averaging: the sum, into copies[own];
-//   spread_shard   its last step: copies[own] times `scale`, written into every copy.
+//   spread_shard   its last step: copies[own] times `scale`, written into every copy;
+//   average_shard_into  ZeRO-1's reduce-scatter: average_shard's values, into copies[own] only;
+//   copy_shard     ZeRO-1's all-gather: copies[own] written into every other copy.
 #pragma once
 
 #include <algorithm>
@@ -85,6 +87,36 @@ void spread_shard(const std::vector<T*>& copies, size_t own, int64_t begin, int6
     for (size_t q = 0; q < copies.size(); ++q) {
       if (q != own) std::copy(source + start, source + stop, copies[q] + start);
     }
+  }
+}
+
+// The same arithmetic as average_shard (so ZeRO-1 and plain DDP agree bitwise), written only
+// where the shard's owner reads it.
+template <typename T>
+void average_shard_into(const std::vector<T*>& copies, size_t own, int64_t begin, int64_t end,
+                        double scale_d) {
+  using C = kernels::compute_t<T>;
+  const C scale = C(scale_d);
+  if (copies.size() == 2) {
+    T* __restrict a = copies[0];
+    T* __restrict b = copies[1];
+    T* __restrict target = copies[own];
+    for (int64_t i = begin; i < end; ++i) target[i] = T((C(a[i]) + C(b[i])) * scale);
+    return;
+  }
+  C sum[kShardBlock];
+  for (int64_t start = begin; start < end; start += kShardBlock) {
+    const int64_t length = std::min(kShardBlock, end - start);
+    sum_block(copies, start, length, sum);
+    T* target = copies[own] + start;
+    for (int64_t i = 0; i < length; ++i) target[i] = T(sum[i] * scale);
+  }
+}
+
+template <typename T>
+void copy_shard(const std::vector<T*>& copies, size_t own, int64_t begin, int64_t end) {
+  for (size_t q = 0; q < copies.size(); ++q) {
+    if (q != own) std::copy(copies[own] + begin, copies[own] + end, copies[q] + begin);
   }
 }
 

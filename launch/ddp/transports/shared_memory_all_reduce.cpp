@@ -13,8 +13,9 @@ struct SharedMemoryAllReduce::Impl {
   std::unique_ptr<SharedSegments> segments;
   double timeout_seconds = 0;
   std::vector<bool> in_flight;
-  std::vector<bool> reduced_here;  // this rank's share of the current round is done
-  std::string failure;             // set by the first failure; every later call repeats it
+  std::vector<bool> reduced_here;            // this rank's share of the current round is done
+  std::vector<BucketCollective> collective;  // what the current round of each buffer does
+  std::string failure;  // set by the first failure; every later call repeats it
 
   std::string where() const {
     std::ostringstream out;
@@ -58,11 +59,19 @@ struct SharedMemoryAllReduce::Impl {
     // Not a structured binding: clang before 16 cannot capture one in the lambda below.
     const std::pair<int64_t, int64_t> shard = s.shard(index, s.rank());
     const int64_t begin = shard.first, end = shard.second;
+    const BucketCollective what = collective[index];
     kernels::visit_floating(s.spec(index).dtype, [&](auto zero) {
       using T = decltype(zero);
       std::vector<T*> copies;
       for (int q = 0; q < s.size(); ++q) copies.push_back(reinterpret_cast<T*>(s.copy(q, index)));
-      average_shard(copies, begin, end, 1.0 / double(s.size()));
+      const double scale = 1.0 / double(s.size());
+      if (what == BucketCollective::Average) {
+        average_shard(copies, begin, end, scale);
+      } else if (what == BucketCollective::ReduceScatter) {
+        average_shard_into(copies, size_t(s.rank()), begin, end, scale);
+      } else {
+        copy_shard(copies, size_t(s.rank()), begin, end);
+      }
     });
     reduced_here[index] = true;
     segments->publish_finished(index);
@@ -117,6 +126,7 @@ std::unique_ptr<SharedMemoryAllReduce> SharedMemoryAllReduce::create(
   impl->timeout_seconds = timeout_seconds;
   impl->in_flight.assign(buffers.size(), false);
   impl->reduced_here.assign(buffers.size(), false);
+  impl->collective.assign(buffers.size(), BucketCollective::Average);
   return std::unique_ptr<SharedMemoryAllReduce>(new SharedMemoryAllReduce(std::move(impl)));
 }
 
@@ -136,7 +146,11 @@ bool SharedMemoryAllReduce::in_flight(size_t index) const {
   return impl_->in_flight.at(index);
 }
 
-void SharedMemoryAllReduce::start(size_t index) {
+std::pair<int64_t, int64_t> SharedMemoryAllReduce::shard(size_t index, int rank) const {
+  return impl_->segments->shard(index, rank);
+}
+
+void SharedMemoryAllReduce::start(size_t index, BucketCollective collective) {
   Impl& s = *impl_;
   s.check_usable();
   MPIGRAD_CHECK(index < s.in_flight.size() && !s.in_flight[index], s.segments->world_label(),
@@ -144,6 +158,7 @@ void SharedMemoryAllReduce::start(size_t index) {
                 index < s.in_flight.size() ? " is already in flight" : " does not exist");
   s.in_flight[index] = true;
   s.reduced_here[index] = false;
+  s.collective[index] = collective;
   s.segments->publish_started(index);
 }
 

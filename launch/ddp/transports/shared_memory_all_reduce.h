@@ -23,6 +23,10 @@
 // a failure every call repeats it. Different buffer lists on different ranks are an error from
 // create().
 //
+// ZeRO-1's collectives run through the same rounds, with another share: for ReduceScatter rank r
+// writes the average of shard r into its own copy only; for AllGather it copies shard r of its
+// own copy into every other copy. Shard r is SharedSegments' shard r (cache-line aligned).
+//
 // The result is the same on every rank (each element is summed once, in rank order, then
 // multiplied by 1/size, in float for the 16-bit dtypes), and independent of timing.
 //
@@ -68,8 +72,10 @@ class SharedMemoryAllReduce final : public BucketTransport {
   // stays valid after this object is gone (the tensor keeps the mapping).
   const core::Tensor& buffer(size_t index) const override;
 
-  // This rank's buffer `index` holds its contribution: the averaging may begin.
-  void start(size_t index) override;
+  // This rank's buffer `index` holds its contribution: the collective may begin.
+  using BucketTransport::start;
+  void start(size_t index, BucketCollective collective) override;
+  std::pair<int64_t, int64_t> shard(size_t index, int rank) const override;
   // Does this rank's share of every started buffer that all ranks have started. Never blocks.
   void progress() override;
   // Returns once buffer `index` holds the average on this rank (at once if it is not in flight).
