@@ -297,10 +297,18 @@ void CheckpointHook::on(HookStage stage, TrainingContext& context) {
     resumed_epoch_batches_ = data->epoch_batches;
     resumed_world_size_ = data->world_size;
     if (resumed_batch_ > 0 && context.manager->is_main_process()) {
-      std::printf(
-          "resume: epoch %lld continues at batch %lld of %lld (after step %lld)\n",
-          static_cast<long long>(data->epoch + 1), static_cast<long long>(resumed_batch_ + 1),
-          static_cast<long long>(resumed_epoch_batches_), static_cast<long long>(data->step));
+      const auto epoch = static_cast<long long>(data->epoch + 1);
+      const auto batches = static_cast<long long>(resumed_epoch_batches_);
+      const auto step = static_cast<long long>(data->step);
+      if (resumed_batch_ < resumed_epoch_batches_) {
+        std::printf("resume: epoch %lld continues at batch %lld of %lld (after step %lld)\n", epoch,
+                    static_cast<long long>(resumed_batch_ + 1), batches, step);
+      } else {
+        std::printf(
+            "resume: epoch %lld had all its %lld batches (after step %lld); its end "
+            "(checkpoint, validation) comes next\n",
+            epoch, batches, step);
+      }
     }
   } else if (stage == HookStage::BeforeTraining) {
     check_resumed_position(context);
