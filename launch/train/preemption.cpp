@@ -232,6 +232,10 @@ void PreemptionHook::on(HookStage stage, TrainingContext& context) {
       handlers_ = std::make_unique<StopSignalHandlers>(settings_.signals);
     }
     agreement_ = core::Tensor::from_vector<int64_t>({0, 0, 0}, {3});
+  } else if (stage == HookStage::AfterBackward) {
+    // MPI moves a non-blocking collective on only inside MPI calls: one test here lets the
+    // agreement finish during the step, so the wait at its end finds it done.
+    if (pending_) pending_->test();
   } else if (stage == HookStage::AfterOptimizerStep) {
     at_step_boundary(context);
   } else if (stage == HookStage::AfterTraining) {
