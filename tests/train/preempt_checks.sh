@@ -114,7 +114,8 @@ case "$check" in
     same_as full part
     ;;
   preempt_external)  # a real SIGTERM from outside, to one rank only, at whatever step it lands
-    long=(--train.epochs=12)
+    # 2280 steps, about 3.5 s: the kill after step 20 lands long before the end.
+    long=(--train.epochs=60 --model.hidden=256)
     run 2 "$mpigrad" train --config base.ini "${long[@]}" --train.out_dir=full > /dev/null 2>&1 || fail "full run failed"
     run 2 "$mpigrad" train --config base.ini "${long[@]}" --train.out_dir=part > stop.txt 2>&1 &
     launcher=$!
