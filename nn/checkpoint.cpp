@@ -118,6 +118,7 @@ void save_checkpoint(const std::string& path, const CheckpointData& data) {
   file.write_attribute("/", "batch_in_epoch", data.batch_in_epoch);
   file.write_attribute("/", "micro_batches", data.micro_batches);
   file.write_attribute("/", "epoch_batches", data.epoch_batches);
+  file.write_attribute("/", "epoch_order_crc32c", data.epoch_order_crc32c);
   file.write_attribute("/", kChecksum, content_checksum(data));
   write_flat(file, "/model", data.model);
   write_nested(file, "/optimizer", data.optimizer);
@@ -156,7 +157,8 @@ CheckpointData load_checkpoint(const std::string& path, core::Device device) {
   // Absent from checkpoints written before mid-epoch saving: those are all at an epoch's end.
   for (auto [name, field] : {std::pair{"batch_in_epoch", &data.batch_in_epoch},
                              std::pair{"micro_batches", &data.micro_batches},
-                             std::pair{"epoch_batches", &data.epoch_batches}}) {
+                             std::pair{"epoch_batches", &data.epoch_batches},
+                             std::pair{"epoch_order_crc32c", &data.epoch_order_crc32c}}) {
     if (file.has_attribute("/", name)) *field = file.read_int_attribute("/", name);
   }
   data.config = file.read_string_attribute("/", "config");

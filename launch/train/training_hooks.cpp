@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "mpigrad/core/autograd.h"
+#include "mpigrad/core/crc32c.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/data/multi_dataset.h"
@@ -102,6 +103,17 @@ int64_t name_number(const std::string& digits) {
 std::string checkpoint_path(const std::string& out_dir, const std::string& name) {
   return (std::filesystem::path(out_dir) / name).string();
 }
+
+// The CRC-32C of the sample indices of every batch of the loader's current epoch, in order.
+int64_t epoch_order_crc32c(const data::DataLoader& loader) {
+  uint32_t crc = 0;
+  for (const std::vector<int64_t>& batch : loader.batch_sampler().batches()) {
+    crc = core::crc32c(batch.data(), batch.size() * sizeof(int64_t), crc);
+    const int64_t end = -1;  // so that [1, 2][3] and [1][2, 3] differ
+    crc = core::crc32c(&end, sizeof(end), crc);
+  }
+  return crc;
+}
 }  // namespace
 
 std::vector<CheckpointFile> checkpoint_files(const std::string& out_dir) {
@@ -167,6 +179,9 @@ void CheckpointHook::save(TrainingContext& context, const std::string& path) con
   data.batch_in_epoch = context.preempted ? context.batch_in_epoch : 0;
   data.micro_batches = context.micro_batches;
   data.epoch_batches = context.train_loader ? context.train_loader->size() : 0;
+  if (context.preempted && context.train_loader != nullptr) {
+    data.epoch_order_crc32c = epoch_order_crc32c(*context.train_loader);
+  }
   nn::save_checkpoint(path, data);
 }
 
@@ -239,6 +254,19 @@ void CheckpointHook::check_resumed_position(TrainingContext& context) const {
                 " was taken mid-epoch with ", resumed_epoch_batches_,
                 " batches per epoch per rank; this run has ", batches,
                 " (a different batch size or data?), so its position would not be the same batch");
+  if (resumed_order_ == 0 || context.train_loader == nullptr) return;
+  // The order itself (seed, shuffle, data): rank 0 wrote its own, so rank 0 compares, and every
+  // rank learns the verdict (once, before the first step) so that all fail together.
+  context.train_loader->set_epoch(context.epoch);
+  const bool same = !context.manager->is_main_process() ||
+                    epoch_order_crc32c(*context.train_loader) == resumed_order_;
+  core::Tensor verdict = core::Tensor::from_vector<int64_t>({same ? 1 : 0}, {1});
+  if (ranks > 1) context.manager->world().all_reduce(verdict, ReduceOp::Min);
+  MPIGRAD_CHECK(verdict.item<int64_t>() == 1, "[train] resume: ", settings_.resume,
+                " was taken mid-epoch, but this run's order of batches for epoch ",
+                context.epoch + 1,
+                " differs from the one it stopped in (another seed, shuffle or data?), so it "
+                "would not continue with the batches that were next");
 }
 
 void CheckpointHook::remove_old_checkpoints(TrainingContext& context) const {
@@ -296,6 +324,7 @@ void CheckpointHook::on(HookStage stage, TrainingContext& context) {
     resumed_batch_ = data->batch_in_epoch;
     resumed_epoch_batches_ = data->epoch_batches;
     resumed_world_size_ = data->world_size;
+    resumed_order_ = data->epoch_order_crc32c;
     if (resumed_batch_ > 0 && context.manager->is_main_process()) {
       const auto epoch = static_cast<long long>(data->epoch + 1);
       const auto batches = static_cast<long long>(resumed_epoch_batches_);

@@ -118,6 +118,7 @@ class CheckpointHook final : public Hook {
   nn::LRScheduler* scheduler_;
   // The position a mid-epoch checkpoint was taken at, checked against this run before training.
   int64_t resumed_batch_ = 0, resumed_epoch_batches_ = 0, resumed_world_size_ = 0;
+  int64_t resumed_order_ = 0;
   std::string preempted_path_;
 };
 

@@ -154,6 +154,25 @@ case "$check" in
       --train.out_dir=bad > bad.txt 2>&1 || status=$?
     [ "$status" -ne 0 ] && grep -q "MPIGRAD_TEST_RAISE_SIGNAL: '0:x:TERM'" bad.txt || { cat bad.txt; fail "bad test variable accepted"; }
     ;;
+  preempt_resume_mismatch)  # a mid-epoch position resumed by another run: an error naming the file
+    status=0
+    MPIGRAD_TEST_RAISE_SIGNAL=1:7:USR1 run 2 -x MPIGRAD_TEST_RAISE_SIGNAL "$mpigrad" train --config base.ini \
+      --train.out_dir=part > stop.txt 2>&1 || status=$?
+    [ "$status" -eq 75 ] || { cat stop.txt; fail "the stopped run exited with $status, not 75"; }
+    ckpt=part/ckpt-epoch0-step8.h5
+    mismatch() {  # mismatch PATTERN RANKS FLAGS...
+      local pattern=$1 ranks=$2; shift 2
+      if run "$ranks" "$mpigrad" train --config base.ini --train.out_dir=other --train.resume=$ckpt "$@" > m.txt 2>&1; then
+        cat m.txt; fail "resumed despite: $*"
+      fi
+      grep -q -- "$pattern" m.txt || { cat m.txt; fail "missing '$pattern' for: $*"; }
+      [ ! -e other/ckpt-epoch1.h5 ] || fail "trained despite: $*"
+    }
+    mismatch "$ckpt was taken mid-epoch by 2 rank(s); its data position holds only on as many, and this run has 1" 1
+    mismatch "$ckpt was taken mid-epoch with 38 batches per epoch per rank; this run has 19" 2 --train.batch_size=32
+    mismatch "$ckpt was taken mid-epoch, but this run's order of batches for epoch 1 differs" 2 --train.seed=4
+    mismatch "$ckpt was taken mid-epoch, but this run's order of batches for epoch 1 differs" 2 --train.shuffle=false
+    ;;
   resume_all_unreadable)  # resume = auto with checkpoints of which none loads: an error naming them
     run 2 "$mpigrad" train --config base.ini --train.out_dir=out > /dev/null 2>&1 || fail "first run failed"
     for f in out/ckpt-epoch1.h5 out/ckpt-epoch2.h5; do truncate -s 1000 "$f"; done
