@@ -341,8 +341,8 @@ std::vector<ConfigKey> make_config_keys() {
       key("train.keep_checkpoints", &C::train, &TrainSection::keep_checkpoints, Integer{0},
           "keep only the newest N checkpoints (ckpt-epoch*.h5) in out_dir (0: keep all)"),
       key("train.stop_signals", &C::train, &TrainSection::stop_signals, StopSignals{},
-          "signals that stop training at the next step on every rank, with a mid-epoch "
-          "checkpoint, and exit with status 75"),
+          "signals that stop training on every rank at the same step's end, with a "
+          "mid-epoch checkpoint, and exit with status 75"),
       key("train.time_limit", &C::train, &TrainSection::time_limit_s, Duration{},
           "stop the same way once this much wall time has passed (leave room for a step and a "
           "checkpoint write)"),
