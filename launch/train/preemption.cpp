@@ -265,6 +265,12 @@ void PreemptionHook::at_step_boundary(TrainingContext& context) {
   // Nothing to agree on: no collective either.
   const bool watching = handlers_ || settings_.time_limit_seconds > 0 || !test_signals_.empty();
   if (context.preempted || !watching) return;
+  // The run's last step: it ends now anyway, with its epoch's checkpoint (the same on every
+  // rank: all count the same steps and batches).
+  const bool last_step = (context.max_steps > 0 && context.step >= context.max_steps) ||
+                         (context.epoch + 1 == context.epochs && context.train_loader != nullptr &&
+                          context.batch_in_epoch + 1 >= context.train_loader->size());
+  if (last_step) return;
   raise_test_signals(context, context.step);
   DistributedManager& manager = *context.manager;
   const int signal = handlers_ ? handlers_->received() : 0;

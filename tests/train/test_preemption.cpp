@@ -183,6 +183,24 @@ TEST_CASE("a signal on one rank stops every rank after the same step, a step lat
   CHECK((current_handler(SIGUSR1) == before));
 }
 
+TEST_CASE("a stop that would come at the run's last step lets the run finish") {
+  launch::DistributedManager manager = launch::DistributedManager::initialize();
+  const int64_t ranks = manager.world_size(), total = 2 * 24 / ranks;
+  Run run;
+  data::DataLoader loader(test_data(), shuffled_batches_of_2());
+  auto preemption = std::make_shared<launch::PreemptionHook>(launch::PreemptionSettings{{SIGUSR1}});
+  launch::TrainingStrategy strategy(
+      {run.model.get()}, {run.optimizer.get()}, launch::classification_step("x", "y"), nullptr,
+      manager,
+      {std::make_shared<launch::DDPHook>(),
+       std::make_shared<RaisingHook>(0, ranks == 1 ? total : total - 1, SIGUSR1), preemption},
+      2);
+  strategy.run(loader, nullptr);
+  CHECK_FALSE(strategy.context().preempted);
+  CHECK(strategy.context().step == total);
+  CHECK(preemption->reason().empty());
+}
+
 TEST_CASE("only rank 0's clock counts for the time limit") {
   launch::DistributedManager manager = launch::DistributedManager::initialize();
   const auto now = std::chrono::steady_clock::now();
@@ -250,6 +268,7 @@ TEST_CASE("stopped mid-epoch and resumed from its checkpoint, a run ends as an u
     CHECK(saved.back().step == stop_step);
     CHECK(saved.back().epochs == (stop_step - 1) / epoch_steps);
     auto resumed = train("auto", 0, part_dir);
+    manager.world().barrier();  // rank 0 writes the last epoch's checkpoint on its own
     CHECK(launch::newest_checkpoint(part_dir) == (fs::path(part_dir) / "ckpt-epoch3.h5").string());
     const auto a = full->model->named_parameters(), b = resumed->model->named_parameters();
     REQUIRE(a.size() == b.size());
