@@ -56,12 +56,16 @@ std::string accepted_signals() {
 }
 
 // The handler's whole world: process-wide by necessity (a handler receives only the signal
-// number), written only by the handler and by StopSignalHandlers, read at step boundaries.
-volatile std::sig_atomic_t g_stop_signal = 0;
+// number), written only by the handler and by StopSignalHandlers, read at step boundaries. A
+// lock-free atomic rather than a volatile sig_atomic_t: the kernel may run the handler on any
+// thread (a loader worker, an MPI progress thread), and a lock-free atomic is both safe in a
+// handler and seen by the training thread.
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
 std::atomic<bool> g_installed{false};
 
 extern "C" void set_stop_flag(int signal) {
-  g_stop_signal = signal;
+  g_stop_signal.store(signal);
 }
 
 }  // namespace
@@ -156,7 +160,7 @@ StopSignalHandlers::StopSignalHandlers(const std::vector<int>& signals) {
   MPIGRAD_CHECK(!g_installed.exchange(true),
                 "StopSignalHandlers: stop-signal handlers are already installed in this process; "
                 "one training run at a time can own them");
-  g_stop_signal = 0;
+  g_stop_signal.store(0);
   struct sigaction action {};
   action.sa_handler = set_stop_flag;
   sigemptyset(&action.sa_mask);
@@ -182,7 +186,7 @@ StopSignalHandlers::~StopSignalHandlers() {
 }
 
 int StopSignalHandlers::received() const {
-  return g_stop_signal;
+  return g_stop_signal.load();
 }
 
 // ---- PreemptionHook
