@@ -113,6 +113,16 @@ case "$check" in
     "$compare" part/ckpt-epoch0-step8.h5 part/ckpt-epoch0-step8.h5 0 > /dev/null || fail "the checkpoint does not load"
     same_as full part
     ;;
+  preempt_ema_swa)  # the EMA and SWA states come back too: the resumed run's averages are bitwise equal
+    averages=(--train.ema_decay=0.9 --train.swa_start=1 --train.swa_lr=0.02)
+    run 2 "$mpigrad" train --config base.ini "${averages[@]}" --train.out_dir=full > full.txt 2>&1 || { cat full.txt; fail "full run failed"; }
+    stop_and_resume 2 part 0:44:USR1 "${averages[@]}"
+    grep -q "after step 45; saved part/ckpt-epoch1-step45.h5" part.stop.txt || { cat part.stop.txt; fail "wrong stop"; }
+    grep -q "holds no state for hook" part.resume.txt && fail "the resumed run lost a hook's state"
+    same_as full part
+    "$compare" full/last.h5 part/last.h5 0 hooks/ema > /dev/null || fail "resumed EMA weights differ"
+    "$compare" full/swa.h5 part/swa.h5 0 > /dev/null || fail "resumed SWA weights differ"
+    ;;
   preempt_external)  # a real SIGTERM from outside, to one rank only, at whatever step it lands
     # 2280 steps, about 3.5 s: the kill after step 20 lands long before the end.
     long=(--train.epochs=60 --model.hidden=256)
