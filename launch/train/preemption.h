@@ -9,7 +9,9 @@
 // into a non-blocking all-reduce (MAX) that the next boundary completes. No step waits on it
 // (it finished long before, during the step), and every rank reads the same agreed value at the
 // same boundary: a signal that reaches any one rank during step k stops every rank after step
-// k + 1. On one rank the flag is read at once.
+// k + 1. On one rank the flag is read at once. An accumulating run stops only at an optimizer
+// step (no partial gradient is lost), and a stop due at the run's last step lets it finish.
+// With no signal and no time limit to watch, the hook makes no collective.
 //
 // PreemptionHook only decides: it sets TrainingContext::stop and ::preempted, and CheckpointHook
 // then writes the mid-epoch checkpoint (launch/train/training_hooks.h). The handlers it installs
