@@ -155,6 +155,8 @@
 #include "mpigrad/launch/observe/timeline.h"
 // defines: DDPHook, CheckpointHook, EMAHook
 #include "mpigrad/launch/train/training_hooks.h"
+// defines: PreemptionHook, StopSignalHandlers, kPreemptedExitStatus
+#include "mpigrad/launch/train/preemption.h"
 // defines: TrainingStrategy, Hook
 #include "mpigrad/launch/train/training_strategy.h"
 // defines: Work

@@ -115,6 +115,10 @@ void save_checkpoint(const std::string& path, const CheckpointData& data) {
   file.write_attribute("/", "step", data.step);
   file.write_attribute("/", "world_size", data.world_size);
   file.write_attribute("/", "config", data.config);
+  file.write_attribute("/", "batch_in_epoch", data.batch_in_epoch);
+  file.write_attribute("/", "micro_batches", data.micro_batches);
+  file.write_attribute("/", "epoch_batches", data.epoch_batches);
+  file.write_attribute("/", "epoch_order_crc32c", data.epoch_order_crc32c);
   file.write_attribute("/", kChecksum, content_checksum(data));
   write_flat(file, "/model", data.model);
   write_nested(file, "/optimizer", data.optimizer);
@@ -150,6 +154,13 @@ CheckpointData load_checkpoint(const std::string& path, core::Device device) {
   data.epoch = file.read_int_attribute("/", "epoch");
   data.step = file.read_int_attribute("/", "step");
   data.world_size = file.read_int_attribute("/", "world_size");
+  // Absent from checkpoints written before mid-epoch saving: those are all at an epoch's end.
+  for (auto [name, field] : {std::pair{"batch_in_epoch", &data.batch_in_epoch},
+                             std::pair{"micro_batches", &data.micro_batches},
+                             std::pair{"epoch_batches", &data.epoch_batches},
+                             std::pair{"epoch_order_crc32c", &data.epoch_order_crc32c}}) {
+    if (file.has_attribute("/", name)) *field = file.read_int_attribute("/", name);
+  }
   data.config = file.read_string_attribute("/", "config");
   MPIGRAD_CHECK(file.kind("/model") == hdf5::ObjectKind::Group, "load_checkpoint: ", path,
                 " has no /model group");

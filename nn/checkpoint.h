@@ -8,7 +8,10 @@
 //                               weights, say), scalars as attributes as for the optimizer
 //   /rng/<name>                 Int64 [2]: a generator's seed and offset (bit patterns)
 //   /  attributes               format, format_version, epoch, step, world_size, config,
-//                               checksum_crc32c (of the tensors; a load checks it when present)
+//                               checksum_crc32c (of the tensors; a load checks it when present),
+//                               batch_in_epoch, micro_batches, epoch_batches, epoch_order_crc32c
+//                               (the position of a mid-epoch checkpoint; files without them read
+//                               as 0)
 // The write is atomic (temporary file, then rename): a reader never sees half a checkpoint and a
 // failed save leaves the previous one intact. Loading puts every tensor on the requested device,
 // whatever device it was saved from; shapes and dtypes are verified with errors naming the key,
@@ -37,6 +40,13 @@ struct CheckpointData {
   std::map<std::string, StateDict> hooks;  // hook name -> its state_dict()
   std::vector<std::pair<std::string, core::Generator>> rng;
   int64_t epoch = 0, step = 0, world_size = 1;
+  // epoch: epochs finished. A checkpoint taken mid-epoch (a preempted run) also holds how many
+  // micro-batches of the next epoch were done, out of how many per rank, and the micro-batches
+  // done overall; at an epoch's end batch_in_epoch is 0.
+  int64_t batch_in_epoch = 0, micro_batches = 0, epoch_batches = 0;
+  // A fingerprint of that epoch's order of batches on the rank that wrote it (0: none), so a
+  // resume can tell that it would not continue with the same batches.
+  int64_t epoch_order_crc32c = 0;
   std::string config;
 };
 

@@ -1,6 +1,7 @@
 #include "mpigrad/launch/commands/train_command.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -26,6 +27,7 @@
 #include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/launch/observe/timeline.h"
 #include "mpigrad/launch/train/embeddings.h"
+#include "mpigrad/launch/train/preemption.h"
 #include "mpigrad/launch/train/swa.h"
 #include "mpigrad/launch/train/training_hooks.h"
 #include "mpigrad/launch/train/training_steps.h"
@@ -129,8 +131,11 @@ struct Training {
   std::unique_ptr<data::DataLoader> test_loader;  // null without [data] test
   std::unique_ptr<nn::LRScheduler> scheduler;     // null for [sched] name = none
   std::vector<std::shared_ptr<Hook>> hooks;
-  std::shared_ptr<SWAHook> swa;          // also in hooks; null without [train] swa_start
-  std::shared_ptr<LoggingHook> logging;  // also in hooks
+  std::shared_ptr<SWAHook> swa;                   // also in hooks; null without [train] swa_start
+  std::shared_ptr<LoggingHook> logging;           // also in hooks
+  std::shared_ptr<CheckpointHook> checkpoint;     // also in hooks
+  std::shared_ptr<PreemptionHook> preemption;     // also in hooks; null in a dry run
+  std::chrono::steady_clock::time_point started;  // the program's start: time_limit counts from it
 };
 
 // The model on the run's device, its gradient communicator, SyncBatchNorm, the optimizer.
@@ -213,10 +218,18 @@ void add_hooks(const CheckedRun& run, DistributedManager& manager, Training& tra
   training.scheduler = make_scheduler(config.sched, *training.optimizer, run.total_steps);
   const std::string out_dir = config.dry_run ? "" : config.train.out_dir;
   std::vector<std::shared_ptr<Hook>>& hooks = training.hooks;
-  hooks.push_back(std::make_shared<CheckpointHook>(
+  training.checkpoint = std::make_shared<CheckpointHook>(
       CheckpointSettings{out_dir, config.train.resume, config.train.save_initial,
                          config.resolved_text(), config.train.keep_checkpoints},
-      training.scheduler.get()));
+      training.scheduler.get());
+  hooks.push_back(training.checkpoint);
+  // After CheckpointHook: at the end it restores the signal handlers only once the stop's
+  // checkpoint is written.
+  if (!config.dry_run) {
+    training.preemption = std::make_shared<PreemptionHook>(
+        PreemptionSettings{config.train.stop_signals, config.train.time_limit_s, training.started});
+    hooks.push_back(training.preemption);
+  }
   hooks.push_back(std::make_shared<DDPHook>(ddp_options(config.distributed),
                                             DistributedSamplerSettings{}, nullptr,
                                             training.gradient_communicator.get()));
@@ -337,7 +350,7 @@ void run_training(const CheckedRun& run, Training& training, TrainingStrategy& s
     strategy.context().timeline = timeline.get();
   }
   strategy.run(*training.train_loader, config.dry_run ? nullptr : training.test_loader.get());
-  if (training.swa && !config.dry_run) {
+  if (training.swa && !config.dry_run && !strategy.context().preempted) {
     finish_swa(run, *training.swa, manager, strategy.context());
   }
   if (timeline) {
@@ -375,14 +388,36 @@ void report_end(const CheckedRun& run, const Training& training, const TrainingC
   std::fflush(stdout);
 }
 
+// Rank 0's last line after a stop on a signal or the time limit: where it stopped, why, and
+// what to run next.
+void report_preempted(const Training& training, const TrainingContext& context,
+                      DistributedManager& manager) {
+  if (!manager.is_main_process()) return;
+  const std::string& saved = training.checkpoint->preempted_checkpoint();
+  std::printf(
+      "mpigrad train: preempted (%s) in epoch %lld after step %lld; %s; exit status %d: run "
+      "again with [train] resume = auto to continue\n",
+      training.preemption->reason().c_str(), static_cast<long long>(context.epoch + 1),
+      static_cast<long long>(context.step),
+      saved.empty() ? "no out_dir, so no checkpoint" : ("saved " + saved).c_str(),
+      kPreemptedExitStatus);
+  std::fflush(stdout);
+}
+
 // The training phase; any exception escapes to run_subcommand, which ends the job.
-int train(CheckedRun& run, DistributedManager& manager) {
+int train(CheckedRun& run, DistributedManager& manager,
+          std::chrono::steady_clock::time_point started) {
   Training training = build_model_and_loaders(run, manager);
+  training.started = started;
   add_hooks(run, manager, training);
   report_start(run, training, manager);
   if (run.config.dry_run) read_first_test_batch(run, training);
   TrainingStrategy strategy = make_strategy(run, training, manager);
   run_training(run, training, strategy, manager);
+  if (strategy.context().preempted) {
+    report_preempted(training, strategy.context(), manager);
+    return kPreemptedExitStatus;
+  }
   report_end(run, training, strategy.context(), manager);
   return 0;
 }
@@ -390,6 +425,7 @@ int train(CheckedRun& run, DistributedManager& manager) {
 }  // namespace
 
 int run_train_command(int argc, char** argv) {
+  const auto started = std::chrono::steady_clock::now();
   CheckedRun run;
   return run_subcommand(
       argc, argv, "mpigrad train", train_config_help(),
@@ -402,7 +438,7 @@ int run_train_command(int argc, char** argv) {
           if (manager.is_main_process()) std::printf("%s", train_config_help().c_str());
           return 0;
         }
-        return train(run, manager);
+        return train(run, manager, started);
       });
 }
 

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "mpigrad/core/error.h"
+#include "mpigrad/launch/train/preemption.h"
 
 namespace po = boost::program_options;
 
@@ -208,6 +209,28 @@ struct Choice {
   std::string accepted() const { return core::enum_choices(names); }
 };
 
+struct StopSignals {
+  std::vector<int> parse(const std::string& value, const std::string& where) const {
+    return parse_stop_signals(value, where);
+  }
+  std::string print(const std::vector<int>& signals) const {
+    if (signals.empty()) return "none";
+    return join<int>(signals, [](const int& signal) { return stop_signal_name(signal); });
+  }
+  std::string accepted() const {
+    return "a comma-separated list of TERM, INT, HUP, QUIT, USR1, "
+           "USR2, XCPU, or none";
+  }
+};
+
+struct Duration {
+  int64_t parse(const std::string& value, const std::string& where) const {
+    return parse_duration(value, where);
+  }
+  std::string print(int64_t seconds) const { return format_duration(seconds); }
+  std::string accepted() const { return "a duration such as 3h50m, 90m, 45s; 0: none"; }
+};
+
 struct Augmentations {
   data::AugmentSpec parse(const std::string& value, const std::string& where) const {
     return data::parse_augment(value, where);
@@ -320,10 +343,16 @@ std::vector<ConfigKey> make_config_keys() {
       key("train.out_dir", &C::train, &TrainSection::out_dir, Text{},
           "where rank 0 writes metrics, checkpoints and the config"),
       key("train.resume", &C::train, &TrainSection::resume, Text{},
-          "checkpoint to resume from; auto: the newest ckpt-epoch*.h5 in out_dir, or a fresh "
-          "start if there is none"),
+          "checkpoint to resume from; auto: the newest ckpt-epoch*.h5 in out_dir (mid-epoch "
+          "ones too), or a fresh start if there is none"),
       key("train.keep_checkpoints", &C::train, &TrainSection::keep_checkpoints, Integer{0},
-          "keep only the newest N ckpt-epoch*.h5 files in out_dir (0: keep all)"),
+          "keep only the newest N checkpoints (ckpt-epoch*.h5) in out_dir (0: keep all)"),
+      key("train.stop_signals", &C::train, &TrainSection::stop_signals, StopSignals{},
+          "signals that stop training on every rank at the same step's end, with a "
+          "mid-epoch checkpoint, and exit with status 75"),
+      key("train.time_limit", &C::train, &TrainSection::time_limit_s, Duration{},
+          "stop the same way once this much wall time has passed (leave room for a step and a "
+          "checkpoint write)"),
       key("train.save_initial", &C::train, &TrainSection::save_initial, Boolean{},
           "write ckpt-step0.h5 before the first step"),
       key("train.grad_accum_steps", &C::train, &TrainSection::grad_accum_steps, Integer{1},
@@ -571,7 +600,12 @@ std::string train_config_help() {
       << "Then, with [data] mean and std, x becomes (x - mean[c]) / std[c], c being the channel\n"
       << "(the first per-sample dimension); one value applies to every channel.\n"
       << "Labels ([data] y): one integer per sample, of any integer dtype, in [0, num_classes).\n"
-      << "Float labels and labels outside that range are errors naming the field.\n\n";
+      << "Float labels and labels outside that range are errors naming the field.\n\n"
+      << "Exit status: 0 when training finished; 75 when it was stopped by one of [train]\n"
+      << "stop_signals (default TERM, INT, USR1) or by [train] time_limit, every rank at the same\n"
+      << "step, after rank 0 wrote out_dir/ckpt-epochN-stepS.h5: run the same command with\n"
+      << "[train] resume = auto to continue from that step (a batch script requeues on 75);\n"
+      << "1 on an error.\n\n";
   for (const ConfigKey& key : config_keys()) {
     out << "  --" << key.name << "=VALUE";
     int pad = 38 - int(key.name.size());

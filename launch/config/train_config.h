@@ -13,6 +13,7 @@
 // type or range, or a missing file is one error that names the key (and the config file).
 #pragma once
 
+#include <csignal>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -120,6 +121,10 @@ struct TrainSection {
   std::string resume;  // checkpoint to resume from; "auto": the newest in out_dir, if any
   bool save_initial = false;
   int64_t keep_checkpoints = 0;  // keep the newest N ckpt-epoch*.h5 files; 0: keep all
+  // Signals that stop the run at the next step boundary with a checkpoint, and the wall time
+  // after which it stops so by itself (0: none); launch/train/preemption.h.
+  std::vector<int> stop_signals = {SIGTERM, SIGINT, SIGUSR1};
+  int64_t time_limit_s = 0;
   int64_t grad_accum_steps = 1;
   double clip_grad_norm = 0.0;  // 0: off
   // Embedded models on CUDA (launch/insitu/captured_step.h): replay forward and backward as a

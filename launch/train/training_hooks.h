@@ -3,9 +3,10 @@
 //                         loader a distributed sampler (nothing at world size 1); with
 //                         DdpOptions::zero it steps the optimizer through ZeRO-1 (claims the
 //                         optimizer step)
-//   CheckpointHook        resumes from a checkpoint; rank 0 writes ckpt-step0.h5 (optional),
-//                         ckpt-epoch<N>.h5 and last.h5, atomically, with the state of every
-//                         hook that has one (Hook::state_dict)
+//   CheckpointHook        resumes from a checkpoint, at an epoch's end or mid-epoch; rank 0
+//                         writes ckpt-step0.h5 (optional), ckpt-epoch<N>.h5 and last.h5, and
+//                         ckpt-epoch<N>-step<S>.h5 when preempted, atomically, with the state of
+//                         every hook that has one (Hook::state_dict)
 //   LRSchedulerHook       steps a scheduler after every optimizer step
 //   GradAccumulationHook  k micro-batches per optimizer step, with DDP's no_sync (claims backward)
 //   GradClipHook          clips the global gradient norm before each step
@@ -82,13 +83,25 @@ struct CheckpointSettings {
   std::string resume;            // checkpoint to resume from, "auto" (newest_checkpoint), or empty
   bool save_initial = false;     // ckpt-step0.h5 before the first step
   std::string config_text;       // stored in every checkpoint
-  int64_t keep_checkpoints = 0;  // the newest N ckpt-epoch*.h5 stay; older ones go; 0: all stay
+  int64_t keep_checkpoints = 0;  // the newest N of checkpoint_files stay; older ones go; 0: all
 };
 
-// The ckpt-epochN.h5 files of `out_dir`, oldest (smallest N) first. Files are written to a
-// temporary name and renamed, so every file listed is complete.
-std::vector<std::pair<int64_t, std::string>> epoch_checkpoints(const std::string& out_dir);
-// The newest of them, or empty when there is none: what `[train] resume = auto` loads.
+// A checkpoint CheckpointHook wrote: ckpt-epoch<N>.h5 after N epochs, or ckpt-epoch<N>-step<S>.h5
+// when a run was preempted after N epochs and optimizer step S (launch/train/preemption.h).
+struct CheckpointFile {
+  int64_t epochs = 0;  // epochs finished
+  int64_t step = -1;   // the optimizer step of a mid-epoch checkpoint; -1: an epoch's end
+  std::string path;
+  // Newer is later in training: more epochs, then mid-epoch after the epoch's start.
+  bool operator<(const CheckpointFile& other) const {
+    return epochs != other.epochs ? epochs < other.epochs : step < other.step;
+  }
+};
+// The checkpoints of `out_dir`, oldest first (names CheckpointHook does not write, such as a
+// user's ckpt-epoch2-best.h5, are not listed). Files are written to a temporary name and
+// renamed, so every file listed is complete.
+std::vector<CheckpointFile> checkpoint_files(const std::string& out_dir);
+// The newest of them, or empty when there is none: what `[train] resume = auto` loads first.
 std::string newest_checkpoint(const std::string& out_dir);
 
 class CheckpointHook final : public Hook {
@@ -96,14 +109,25 @@ class CheckpointHook final : public Hook {
   explicit CheckpointHook(CheckpointSettings settings, nn::LRScheduler* scheduler = nullptr);
   std::string name() const override { return "checkpoint"; }
   void on(HookStage stage, TrainingContext& context) override;
-  // Writes a checkpoint of the current state to `path` (rank 0 only; atomic).
+  // Writes a checkpoint of the current state to `path` (rank 0 only; atomic). When
+  // context.preempted, it holds the position in the epoch too.
   void save(TrainingContext& context, const std::string& path) const;
+  // The mid-epoch checkpoint written when the run was preempted, or empty.
+  const std::string& preempted_checkpoint() const { return preempted_path_; }
 
  private:
   void restore_hooks(TrainingContext& context, const nn::CheckpointData& data) const;
+  std::optional<nn::CheckpointData> load_newest(bool main_process);
+  void check_resumed_position(TrainingContext& context) const;
+  void save_preempted(TrainingContext& context);
+  void remove_old_checkpoints(TrainingContext& context) const;
 
   CheckpointSettings settings_;
   nn::LRScheduler* scheduler_;
+  // The position a mid-epoch checkpoint was taken at, checked against this run before training.
+  int64_t resumed_batch_ = 0, resumed_epoch_batches_ = 0, resumed_world_size_ = 0;
+  int64_t resumed_order_ = 0;
+  std::string preempted_path_;
 };
 
 class LRSchedulerHook final : public Hook {

@@ -106,10 +106,14 @@ void TrainingStrategy::run(data::DataLoader& train_loader, data::DataLoader* val
   call(HookStage::Setup);  // a resuming hook sets ctx.epoch and ctx.step here
   call(HookStage::BeforeTraining);
   bool reached_max = ctx.max_steps > 0 && ctx.step >= ctx.max_steps;
+  const int64_t first_epoch = ctx.epoch, resumed_batch = ctx.batch_in_epoch;
   for (int64_t epoch = ctx.epoch; epoch < ctx.epochs && !ctx.stop && !reached_max; ++epoch) {
     ctx.epoch = epoch;
-    ctx.batch_in_epoch = 0;
+    ctx.batch_in_epoch = epoch == first_epoch ? resumed_batch : 0;
     train_loader.set_epoch(epoch);
+    // The order of an epoch depends on its seed and number alone, so skipping the batches done
+    // before a mid-epoch stop gives the resumed run the very batches the stopped one had next.
+    if (ctx.batch_in_epoch > 0) train_loader.set_epoch_step(ctx.batch_in_epoch);
     call(HookStage::BeforeEpoch);
     ctx.model().train();
     int64_t batches = train_loader.size();
@@ -135,6 +139,8 @@ void TrainingStrategy::run(data::DataLoader& train_loader, data::DataLoader* val
     // A bad label found on the GPU surfaces at the next synchronization; make that no later
     // than the end of the epoch, before its checkpoint.
     core::check_device_errors(ctx.manager->device());
+    // Preempted: the epoch ends, with its checkpoint and validation, in the resumed run.
+    if (ctx.preempted) break;
     call(HookStage::AfterEpoch);
     if (val_loader != nullptr) {
       {

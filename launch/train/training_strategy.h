@@ -99,10 +99,12 @@ struct TrainingContext {
 
   int64_t epoch = 0;  // current epoch (0-based); a resuming hook sets it in setup
   int64_t epochs = 1;
-  int64_t step = 0;            // optimizer steps taken so far
-  int64_t max_steps = 0;       // 0: no limit
-  int64_t batch_in_epoch = 0;  // micro-batches done in this epoch
-  int64_t micro_batches = 0;   // micro-batches done overall
+  int64_t step = 0;       // optimizer steps taken so far
+  int64_t max_steps = 0;  // 0: no limit
+  // Micro-batches done in this epoch. A hook resuming mid-epoch sets it in setup, and the first
+  // epoch then starts at that batch of the loader.
+  int64_t batch_in_epoch = 0;
+  int64_t micro_batches = 0;  // micro-batches done overall
   int64_t accumulation_steps = 1;
   bool sync_step = true;  // this micro-batch ends with an optimizer step
 
@@ -111,6 +113,10 @@ struct TrainingContext {
   // After validation: val_<metric> for each metric of the evaluation function, and val_samples.
   std::map<std::string, double> metrics;
   bool stop = false;  // a hook may end training early
+  // Set with `stop` by PreemptionHook (a signal, the time limit): the run ends mid-epoch, to be
+  // resumed. The epoch's end (AfterEpoch, validation) is skipped; CheckpointHook saves the
+  // position instead (launch/train/preemption.h).
+  bool preempted = false;
 
   nn::Module& model() { return *models.at(0); }
   nn::Optimizer& optimizer() { return *optimizers.at(0); }

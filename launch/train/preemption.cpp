@@ -1,0 +1,300 @@
+#include "mpigrad/launch/train/preemption.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+#include "mpigrad/core/error.h"
+#include "mpigrad/launch/job/distributed_manager.h"
+
+namespace mpigrad::launch {
+
+namespace {
+
+struct NamedSignal {
+  const char* name;
+  int number;
+};
+// The signals that mean "end soon": schedulers send TERM (Slurm, PBS, LSF), USR1/USR2 (Slurm's
+// --signal), XCPU (a CPU-time limit), HUP (a lost session); INT and QUIT come from a terminal.
+constexpr NamedSignal kStopSignals[] = {{"TERM", SIGTERM}, {"INT", SIGINT},   {"HUP", SIGHUP},
+                                        {"QUIT", SIGQUIT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2},
+                                        {"XCPU", SIGXCPU}};
+
+std::string upper(std::string text) {
+  for (char& c : text) c = char(std::toupper(static_cast<unsigned char>(c)));
+  return text;
+}
+
+std::string trim(const std::string& text) {
+  const char* space = " \t\r\n";
+  size_t begin = text.find_first_not_of(space), end = text.find_last_not_of(space);
+  return begin == std::string::npos ? "" : text.substr(begin, end - begin + 1);
+}
+
+std::vector<std::string> split(const std::string& text, char separator) {
+  std::vector<std::string> items;
+  size_t begin = 0;
+  while (true) {
+    size_t end = text.find(separator, begin);
+    items.push_back(trim(text.substr(begin, end == std::string::npos ? end : end - begin)));
+    if (end == std::string::npos) break;
+    begin = end + 1;
+  }
+  return items;
+}
+
+std::string accepted_signals() {
+  std::string names;
+  for (const NamedSignal& s : kStopSignals)
+    names += std::string(names.empty() ? "" : ", ") + s.name;
+  return names;
+}
+
+// The handler's whole world: process-wide by necessity (a handler receives only the signal
+// number), written only by the handler and by StopSignalHandlers, read at step boundaries. A
+// lock-free atomic rather than a volatile sig_atomic_t: the kernel may run the handler on any
+// thread (a loader worker, an MPI progress thread), and a lock-free atomic is both safe in a
+// handler and seen by the training thread.
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+std::atomic<bool> g_installed{false};
+
+extern "C" void set_stop_flag(int signal) {
+  g_stop_signal.store(signal);
+}
+
+}  // namespace
+
+std::vector<int> parse_stop_signals(const std::string& text, const std::string& where) {
+  std::vector<int> signals;
+  const std::string trimmed = trim(text);
+  if (trimmed.empty() || upper(trimmed) == "NONE") return signals;
+  for (const std::string& item : split(trimmed, ',')) {
+    std::string name = upper(item);
+    if (name.starts_with("SIG")) name = name.substr(3);
+    const NamedSignal* found = nullptr;
+    for (const NamedSignal& s : kStopSignals) {
+      if (name == s.name) found = &s;
+    }
+    MPIGRAD_CHECK(found != nullptr, where, ": '", item,
+                  "' is not a stop signal; expected a comma-separated list of ", accepted_signals(),
+                  ", or none");
+    MPIGRAD_CHECK(std::find(signals.begin(), signals.end(), found->number) == signals.end(), where,
+                  ": ", found->name, " is listed twice");
+    signals.push_back(found->number);
+  }
+  return signals;
+}
+
+std::string stop_signal_name(int signal) {
+  for (const NamedSignal& s : kStopSignals) {
+    if (s.number == signal) return s.name;
+  }
+  return std::to_string(signal);
+}
+
+int64_t parse_duration(const std::string& text, const std::string& where) {
+  const std::string value = trim(text);
+  if (value.empty() || value == "0" || value == "none") return 0;
+  auto bad = [&](const std::string& why) {
+    core::fail(where, ": '", text, "' is not a duration (", why,
+               "); expected e.g. 3h50m, 90m, 45s or 1h: whole numbers of d, h, m, s in that "
+               "order, or 0 for no limit");
+  };
+  constexpr struct {
+    char unit;
+    int64_t seconds;
+  } kUnits[] = {{'d', 86400}, {'h', 3600}, {'m', 60}, {'s', 1}};
+  int64_t total = 0;
+  size_t next_unit = 0, i = 0;
+  while (i < value.size()) {
+    size_t digits_end = i;
+    while (digits_end < value.size() && std::isdigit(static_cast<unsigned char>(value[digits_end])))
+      ++digits_end;
+    if (digits_end == i) bad("a number must come before each unit");
+    if (digits_end == value.size()) bad("the last number has no unit (d, h, m or s)");
+    if (digits_end - i > 9) bad("a number is too large");
+    const int64_t number = std::stoll(value.substr(i, digits_end - i));
+    const char unit = char(std::tolower(static_cast<unsigned char>(value[digits_end])));
+    size_t u = next_unit;
+    while (u < std::size(kUnits) && kUnits[u].unit != unit) ++u;
+    if (u == std::size(kUnits)) {
+      bool known = unit == 'd' || unit == 'h' || unit == 'm' || unit == 's';
+      bad(known ? "units must come in the order d, h, m, s, each once"
+                : std::string("unknown unit '") + value[digits_end] + "'");
+    }
+    total += number * kUnits[u].seconds;
+    next_unit = u + 1;
+    i = digits_end + 1;
+  }
+  return total;
+}
+
+std::string format_duration(int64_t seconds) {
+  if (seconds <= 0) return "0";
+  std::string text;
+  for (auto [unit, size] : {std::pair{'d', int64_t(86400)}, std::pair{'h', int64_t(3600)},
+                            std::pair{'m', int64_t(60)}, std::pair{'s', int64_t(1)}}) {
+    if (seconds >= size) {
+      text += std::to_string(seconds / size) + unit;
+      seconds %= size;
+    }
+  }
+  return text;
+}
+
+// ---- StopSignalHandlers
+// --------------------------------------------------------------------------
+
+struct StopSignalHandlers::Saved {
+  int signal;
+  struct sigaction previous;
+};
+
+StopSignalHandlers::StopSignalHandlers(const std::vector<int>& signals) {
+  MPIGRAD_CHECK(!g_installed.exchange(true),
+                "StopSignalHandlers: stop-signal handlers are already installed in this process; "
+                "one training run at a time can own them");
+  g_stop_signal.store(0);
+  struct sigaction action {};
+  action.sa_handler = set_stop_flag;
+  sigemptyset(&action.sa_mask);
+  // SA_RESTART: a system call the signal interrupts (a write of the checkpoint, a read of the
+  // data) resumes instead of failing with EINTR.
+  action.sa_flags = SA_RESTART;
+  for (int signal : signals) {
+    Saved saved{signal, {}};
+    if (sigaction(signal, &action, &saved.previous) != 0) {
+      for (const Saved& done : saved_) sigaction(done.signal, &done.previous, nullptr);
+      g_installed = false;
+      core::fail("StopSignalHandlers: cannot install a handler for SIG", stop_signal_name(signal));
+    }
+    saved_.push_back(saved);
+  }
+}
+
+StopSignalHandlers::~StopSignalHandlers() {
+  for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
+    sigaction(it->signal, &it->previous, nullptr);
+  }
+  g_installed = false;
+}
+
+int StopSignalHandlers::received() const {
+  return g_stop_signal.load();
+}
+
+// ---- PreemptionHook
+// ------------------------------------------------------------------------------
+
+PreemptionHook::PreemptionHook(PreemptionSettings settings) : settings_(std::move(settings)) {
+  const char* spec = std::getenv("MPIGRAD_TEST_RAISE_SIGNAL");
+  if (spec == nullptr || *spec == '\0') return;
+  const std::string where = "MPIGRAD_TEST_RAISE_SIGNAL";
+  for (const std::string& item : split(spec, ',')) {
+    std::vector<std::string> parts = split(item, ':');
+    MPIGRAD_CHECK(parts.size() == 3, where, ": '", item, "' is not RANK:STEP:SIGNAL");
+    TestSignal test{};
+    try {
+      test.rank = std::stoi(parts[0]);
+      test.step = parts[1] == "stop" ? -1 : std::stoll(parts[1]);
+    } catch (const std::exception&) {
+      core::fail(where, ": '", item, "': RANK and STEP must be integers (STEP may be 'stop')");
+    }
+    std::vector<int> signal = parse_stop_signals(parts[2], where);
+    MPIGRAD_CHECK(signal.size() == 1, where, ": '", item, "' names no signal");
+    test.signal = signal[0];
+    test_signals_.push_back(test);
+  }
+}
+
+// A pending agreement is completed before the handlers go: its buffer is ours.
+PreemptionHook::~PreemptionHook() {
+  try {
+    if (pending_) pending_->wait();
+  } catch (...) {
+  }
+}
+
+void PreemptionHook::raise_test_signals(TrainingContext& context, int64_t step) {
+  for (const TestSignal& test : test_signals_) {
+    if (test.rank == context.manager->rank() && test.step == step) std::raise(test.signal);
+  }
+}
+
+void PreemptionHook::on(HookStage stage, TrainingContext& context) {
+  if (stage == HookStage::Setup) {
+    if (settings_.start == std::chrono::steady_clock::time_point{}) {
+      settings_.start = std::chrono::steady_clock::now();
+    }
+    if (!settings_.signals.empty()) {
+      handlers_ = std::make_unique<StopSignalHandlers>(settings_.signals);
+    }
+    agreement_ = core::Tensor::from_vector<int64_t>({0, 0, 0}, {3});
+  } else if (stage == HookStage::AfterBackward) {
+    // MPI moves a non-blocking collective on only inside MPI calls: one test here lets the
+    // agreement finish during the step, so the wait at its end finds it done.
+    if (pending_) pending_->test();
+  } else if (stage == HookStage::AfterOptimizerStep) {
+    at_step_boundary(context);
+  } else if (stage == HookStage::AfterTraining) {
+    // Every rank started the same agreements, so every rank completes the last one here.
+    if (pending_) {
+      pending_->wait();
+      pending_.reset();
+    }
+    handlers_.reset();  // after CheckpointHook's write, which runs before this hook
+  }
+}
+
+bool PreemptionHook::decide(TrainingContext& context, const std::vector<int64_t>& agreed) {
+  const int64_t signal = agreed[0], signal_rank = agreed[1] - 1, time_up = agreed[2];
+  if (signal == 0 && time_up == 0) return false;
+  reason_ =
+      signal != 0
+          ? "signal " + stop_signal_name(int(signal)) + " on rank " + std::to_string(signal_rank)
+          : "time_limit " + format_duration(settings_.time_limit_seconds) + " on rank 0's clock";
+  context.stop = true;
+  context.preempted = true;
+  raise_test_signals(context, -1);
+  return true;
+}
+
+void PreemptionHook::at_step_boundary(TrainingContext& context) {
+  // Nothing to agree on: no collective either.
+  const bool watching = handlers_ || settings_.time_limit_seconds > 0 || !test_signals_.empty();
+  if (context.preempted || !watching) return;
+  // The run's last step: it ends now anyway, with its epoch's checkpoint (the same on every
+  // rank: all count the same steps and batches).
+  const bool last_step = (context.max_steps > 0 && context.step >= context.max_steps) ||
+                         (context.epoch + 1 == context.epochs && context.train_loader != nullptr &&
+                          context.batch_in_epoch + 1 >= context.train_loader->size());
+  if (last_step) return;
+  raise_test_signals(context, context.step);
+  DistributedManager& manager = *context.manager;
+  const int signal = handlers_ ? handlers_->received() : 0;
+  bool time_up = false;
+  if (manager.is_main_process() && settings_.time_limit_seconds > 0) {
+    const auto elapsed = std::chrono::steady_clock::now() - settings_.start;
+    time_up = elapsed >= std::chrono::seconds(settings_.time_limit_seconds);
+  }
+  const std::vector<int64_t> mine = {signal, signal != 0 ? manager.rank() + 1 : 0, time_up ? 1 : 0};
+  if (manager.world_size() == 1) {
+    decide(context, mine);
+    return;
+  }
+  if (pending_) {
+    pending_->wait();
+    pending_.reset();
+    if (decide(context, agreement_.to_vector<int64_t>())) return;
+  }
+  agreement_ = core::Tensor::from_vector<int64_t>(mine, {3});
+  pending_ = manager.world().all_reduce_async(agreement_, ReduceOp::Max);
+}
+
+}  // namespace mpigrad::launch
