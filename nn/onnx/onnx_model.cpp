@@ -236,9 +236,59 @@ void OnnxModel::Graph::build(OnnxModel& model, const onnx::ModelProto& proto,
   };
   std::set<int> known;  // values defined so far (inputs, initializers, earlier outputs)
 
+  // Builds the nn::BatchNorm child for an owned node, where its first initializer comes, so
+  // the children keep the exporter's (PyTorch's) order.
+  std::map<const onnx::NodeProto*, std::pair<Module*, std::string>> batch_norm_layers;
+  auto create_batch_norm = [&](const onnx::NodeProto& node) {
+    if (batch_norm_layers.count(&node)) return;
+    const auto owned = owned_batch_norms.find(&node);
+    const std::string where = node_where(node);
+    onnx_ops::NodeView view(node, graph.opset, where);
+    std::vector<std::string> path = split_dotted(owned->second);
+    const std::string leaf = path.back();
+    path.pop_back();
+    Module& parent = scope_for(path, owned->second);
+    const Tensor scale = tensor_from_proto(*initializers[node.input(1)], where + " scale");
+    BatchNormConfig config;
+    MPIGRAD_CHECK(scale.dim() == 1 && scale.numel() >= 1, where, ": scale must be 1-d, got ",
+                  scale.shape());
+    config.num_features = scale.numel();
+    config.eps = view.get_float("epsilon", 1e-5);
+    config.momentum = 1.0 - view.get_float("momentum", 0.9);
+    auto batch_norm = std::make_shared<BatchNorm>(config, "BatchNorm", 2, 8);
+    batch_norm->to(scale.dtype());
+    {
+      core::NoGradGuard no_grad;
+      const char* names[] = {"weight", "bias", "running_mean", "running_var"};
+      for (int i = 0; i < 4; ++i) {
+        const Tensor value = tensor_from_proto(*initializers[node.input(i + 1)], where);
+        Tensor& slot = i < 2 ? batch_norm->parameter(names[i]) : batch_norm->buffer(names[i]);
+        MPIGRAD_CHECK(value.shape() == slot.shape(), where, ": ", node.input(i + 1), " has shape ",
+                      value.shape(), ", expected ", slot.shape());
+        slot.copy_(value);
+      }
+      auto tracked = initializers.find(owned->second + ".num_batches_tracked");
+      if (tracked != initializers.end())
+        batch_norm->buffer("num_batches_tracked")
+            .copy_(tensor_from_proto(*tracked->second, where).reshape({}));
+    }
+    if (&parent == &model) {
+      model.add_child(leaf, batch_norm);
+    } else {
+      dynamic_cast<OnnxScope&>(parent).add_child(leaf, batch_norm);
+    }
+    batch_norm_layers[&node] = {&parent, leaf};
+  };
+  std::map<std::string, const onnx::NodeProto*> owned_by;
+  for (const auto& [node, prefix] : owned_batch_norms)
+    for (int i = 1; i < 5; ++i) owned_by[node->input(i)] = node;
+
   // Initializers: floating ones are parameters (or BN buffers), the rest host constants.
   for (const auto& tensor : g.initializer()) {
-    if (owned_names.count(tensor.name())) continue;
+    if (owned_names.count(tensor.name())) {
+      create_batch_norm(*owned_by.at(tensor.name()));
+      continue;
+    }
     const std::string where = file + ": initializer '" + tensor.name() + "'";
     Tensor value = tensor_from_proto(tensor, where);
     const int id = ids.get(tensor.name());
@@ -262,7 +312,6 @@ void OnnxModel::Graph::build(OnnxModel& model, const onnx::ModelProto& proto,
   for (const auto& output : g.output()) graph.outputs.push_back(value_info(output, file));
 
   // Nodes, in file order (ONNX requires a topological order).
-  int batch_norm_count = 0;
   for (const auto& node : g.node()) {
     const std::string where = node_where(node);
     Node compiled;
@@ -279,43 +328,8 @@ void OnnxModel::Graph::build(OnnxModel& model, const onnx::ModelProto& proto,
                     "(a missing initializer?)");
       compiled.inputs.push_back(id);
     }
-    auto owned = owned_batch_norms.find(&node);
-    if (owned != owned_batch_norms.end()) {
-      onnx_ops::NodeView view(node, graph.opset, where);
-      std::vector<std::string> path = split_dotted(owned->second);
-      const std::string leaf = path.back();
-      path.pop_back();
-      Module& parent = scope_for(path, owned->second);
-      const Tensor scale = tensor_from_proto(*initializers[node.input(1)], where + " scale");
-      BatchNormConfig config;
-      MPIGRAD_CHECK(scale.dim() == 1 && scale.numel() >= 1, where, ": scale must be 1-d, got ",
-                    scale.shape());
-      config.num_features = scale.numel();
-      config.eps = view.get_float("epsilon", 1e-5);
-      config.momentum = 1.0 - view.get_float("momentum", 0.9);
-      auto batch_norm = std::make_shared<BatchNorm>(config, "BatchNorm", 2, 8);
-      batch_norm->to(scale.dtype());
-      {
-        core::NoGradGuard no_grad;
-        const char* names[] = {"weight", "bias", "running_mean", "running_var"};
-        for (int i = 0; i < 4; ++i) {
-          const Tensor value = tensor_from_proto(*initializers[node.input(i + 1)], where);
-          Tensor& slot = i < 2 ? batch_norm->parameter(names[i]) : batch_norm->buffer(names[i]);
-          MPIGRAD_CHECK(value.shape() == slot.shape(), where, ": ", node.input(i + 1),
-                        " has shape ", value.shape(), ", expected ", slot.shape());
-          slot.copy_(value);
-        }
-        auto tracked = initializers.find(owned->second + ".num_batches_tracked");
-        if (tracked != initializers.end())
-          batch_norm->buffer("num_batches_tracked")
-              .copy_(tensor_from_proto(*tracked->second, where).reshape({}));
-      }
-      if (&parent == &model) {
-        model.add_child(leaf, batch_norm);
-      } else {
-        dynamic_cast<OnnxScope&>(parent).add_child(leaf, batch_norm);
-      }
-      Module* owner = &parent;
+    if (batch_norm_layers.count(&node)) {
+      auto [owner, leaf] = batch_norm_layers.at(&node);
       compiled.run = [owner, leaf, where](const std::vector<Tensor>& in, onnx_ops::RunContext&) {
         Module* layer = find_child(*owner, leaf);
         MPIGRAD_CHECK(layer != nullptr, where, ": its layer '", leaf, "' was removed");
@@ -324,7 +338,6 @@ void OnnxModel::Graph::build(OnnxModel& model, const onnx::ModelProto& proto,
         out.push_back(layer->buffer("running_var"));
         return out;
       };
-      ++batch_norm_count;
     } else {
       onnx_ops::NodeView view(node, graph.opset, where);
       compiled.run = table.at(node.op_type())(view);
@@ -341,7 +354,6 @@ void OnnxModel::Graph::build(OnnxModel& model, const onnx::ModelProto& proto,
     }
     graph.nodes.push_back(std::move(compiled));
   }
-  (void)batch_norm_count;
   for (const auto& output : graph.outputs) {
     const auto it = ids.ids.find(output.name);
     MPIGRAD_CHECK(it != ids.ids.end() && known.count(it->second), file, ": graph output '",

@@ -210,6 +210,9 @@ OpFunction pow_op(const NodeView&) {
     const Tensor e = on_device_of(in[1], x);
     if (e.numel() == 1 && !e.requires_grad() && core::is_floating(x.dtype()) && e.dim() <= x.dim())
       return std::vector<Tensor>{core::pow(x, host_doubles(e)[0])};
+    if (!core::is_floating(x.dtype()) && core::is_floating(e.dtype()))  // int base, float power
+      return std::vector<Tensor>{
+          core::pow(x.to(core::kFloat64), e.to(core::kFloat64)).to(x.dtype())};
     return std::vector<Tensor>{core::pow(x, e)};
   };
 }

@@ -399,7 +399,9 @@ OpFunction resize(const NodeView& node) {
   const std::string transform =
       node.get_string("coordinate_transformation_mode",
                       upsample || node.opset() < 11 ? "asymmetric" : "half_pixel");
-  const std::string nearest_mode = node.get_string("nearest_mode", "round_prefer_floor");
+  // Upsample and Resize-10 pick the floor of the source coordinate.
+  const std::string nearest_mode = node.get_string(
+      "nearest_mode", upsample || node.opset() < 11 ? "floor" : "round_prefer_floor");
   const auto scales_attr = node.get_floats("scales");
   const auto axes_attr = node.get_ints("axes");
   const bool scales_only = upsample || node.opset() < 11;
@@ -445,7 +447,9 @@ OpFunction resize(const NodeView& node) {
         } else if (transform == "pytorch_half_pixel") {
           s = out > 1 ? (double(o) + 0.5) / scale - 0.5 : 0.0;
         } else if (transform == "align_corners") {
-          s = out == 1 ? 0.0 : double(o) * double(length - 1) / double(out - 1);
+          // ONNX divides by the unrounded output length, length * scale.
+          const double resized = double(length) * scale;
+          s = out == 1 || resized <= 1.0 ? 0.0 : double(o) * double(length - 1) / (resized - 1.0);
         } else if (transform == "asymmetric") {
           s = double(o) / scale;
         } else if (transform == "tf_half_pixel_for_nn") {
