@@ -96,6 +96,8 @@ struct OnnxModel::Graph {
   std::vector<std::string> value_names;
   std::vector<Tensor> constants;                     // per value id; undefined if not constant
   std::vector<std::pair<int, Tensor*>> slot_values;  // parameters and buffers read by nodes
+  Tensor* first_float_slot = nullptr;  // to see whether to() changed the parameters' dtype
+  core::DType loaded_float_dtype = core::kFloat32;
   std::vector<Node> nodes;
   std::vector<std::vector<int>> release_after;  // per node: values no later node reads
   std::vector<Tensor> device_constants;         // `constants` on device_
@@ -161,9 +163,15 @@ void OnnxModel::Graph::build(OnnxModel& model, const onnx::ModelProto& proto,
     MPIGRAD_CHECK(initializers.emplace(tensor.name(), &tensor).second, file, ": initializer '",
                   tensor.name(), "' is defined twice");
   }
-  std::map<std::string, int> uses;
-  for (const auto& node : g.node())
-    for (const auto& input : node.input()) ++uses[input];
+  // Uses of each value, and those at a differentiable input: a floating initializer read only
+  // as settings (Resize scales, Clip bounds, Dropout ratio) stays a constant, not a parameter.
+  std::map<std::string, int> uses, trainable_uses;
+  for (const auto& node : g.node()) {
+    for (int i = 0; i < node.input_size(); ++i) {
+      ++uses[node.input(i)];
+      if (!onnx_ops::is_setting_input(node.op_type(), i)) ++trainable_uses[node.input(i)];
+    }
+  }
 
   // BatchNormalization nodes an nn::BatchNorm child can own: prefix P with P.weight, P.bias,
   // P.running_mean, P.running_var as initializers that nothing else reads.
@@ -293,10 +301,14 @@ void OnnxModel::Graph::build(OnnxModel& model, const onnx::ModelProto& proto,
     Tensor value = tensor_from_proto(tensor, where);
     const int id = ids.get(tensor.name());
     known.insert(id);
-    if (core::is_floating(value.dtype()) && uses[tensor.name()] > 0) {
+    if (core::is_floating(value.dtype()) && trainable_uses[tensor.name()] > 0) {
       const bool buffer = buffer_names.count(tensor.name()) > 0;
       Tensor& slot = register_slot(tensor.name(), value, buffer);
       graph.slot_values.emplace_back(id, &slot);
+      if (graph.first_float_slot == nullptr) {
+        graph.first_float_slot = &slot;
+        graph.loaded_float_dtype = slot.dtype();
+      }
     } else {
       set_constant(id, value);
     }
@@ -446,13 +458,11 @@ std::vector<Tensor> OnnxModel::forward_all(const std::vector<Tensor>& inputs) {
   Graph& graph = *graph_;
   MPIGRAD_CHECK(inputs.size() == graph.inputs.size(), graph.file, ": the graph takes ",
                 graph.inputs.size(), " input(s), got ", inputs.size());
-  // Floating inputs take the parameters' dtype (the model may have been moved with to()).
+  // Floating inputs take the declared dtype, or the parameters' new one once to() moved them.
   std::optional<core::DType> float_dtype;
-  for (const auto& [id, slot] : graph.slot_values)
-    if (core::is_floating(slot->dtype())) {
-      float_dtype = slot->dtype();
-      break;
-    }
+  if (graph.first_float_slot != nullptr &&
+      graph.first_float_slot->dtype() != graph.loaded_float_dtype)
+    float_dtype = graph.first_float_slot->dtype();
   std::vector<Tensor> values(graph.value_names.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const OnnxValueInfo& info = graph.inputs[i];

@@ -22,6 +22,17 @@ const OpTable& op_table() {
   return table;
 }
 
+bool is_setting_input(const std::string& op_type, int index) {
+  static const std::map<std::string, int> first_setting = {
+      {"Resize", 1},    {"Upsample", 1},  {"Clip", 1},      {"Dropout", 1},
+      {"Pad", 1},       {"Trilu", 1},     {"Range", 0},     {"ConstantOfShape", 0},
+      {"Reshape", 1},   {"Expand", 1},    {"Tile", 1},      {"Slice", 1},
+      {"Squeeze", 1},   {"Unsqueeze", 1}, {"Split", 1},     {"ReduceMean", 1},
+      {"ReduceSum", 1}, {"ReduceMax", 1}, {"ReduceMin", 1}, {"Shape", 0}};
+  const auto it = first_setting.find(op_type);
+  return it != first_setting.end() && index >= it->second;
+}
+
 const onnx::AttributeProto* NodeView::find(const std::string& name) const {
   for (const auto& attribute : node_.attribute())
     if (attribute.name() == name) return &attribute;

@@ -70,6 +70,10 @@ void add_math_ops(OpTable& table);
 void add_nn_ops(OpTable& table);
 void add_shape_ops(OpTable& table);
 
+// Whether input `index` of `op_type` is a setting rather than data a gradient could flow to
+// (Resize's roi and scales, Clip's bounds, Dropout's ratio, Pad's pads and value, ...).
+bool is_setting_input(const std::string& op_type, int index);
+
 // ---- Helpers shared by the op families --------------------------------------------------
 // The values of a (small, integer or floating) tensor on the host, as int64 / double.
 std::vector<int64_t> host_ints(const Tensor& tensor);
