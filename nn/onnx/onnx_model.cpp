@@ -352,7 +352,16 @@ void OnnxModel::Graph::build(OnnxModel& model, const onnx::ModelProto& proto,
       };
     } else {
       onnx_ops::NodeView view(node, graph.opset, where);
-      compiled.run = table.at(node.op_type())(view);
+      MPIGRAD_CHECK(node.input_size() >= onnx_ops::min_inputs(node.op_type()), where, ": has ",
+                    node.input_size(), " inputs, needs at least ",
+                    onnx_ops::min_inputs(node.op_type()));
+      try {
+        compiled.run = table.at(node.op_type())(view);
+      } catch (const core::Error&) {
+        throw;
+      } catch (const std::exception& error) {
+        core::fail(where, ": ", error.what());
+      }
     }
     for (const auto& output : node.output()) {
       if (output.empty()) {
@@ -394,7 +403,14 @@ void OnnxModel::Graph::build(OnnxModel& model, const onnx::ModelProto& proto,
     }
     core::NoGradGuard no_grad;
     onnx_ops::RunContext context;
-    std::vector<Tensor> out = node.run(in, context);
+    std::vector<Tensor> out;
+    try {
+      out = node.run(in, context);
+    } catch (const std::exception& error) {
+      const std::string what = error.what();
+      if (dynamic_cast<const core::Error*>(&error) && what.rfind(file, 0) == 0) throw;
+      core::fail(node.where, ": ", what);
+    }
     for (size_t i = 0; i < node.outputs.size(); ++i) {
       if (node.outputs[i] < 0) continue;
       MPIGRAD_CHECK(i < out.size() && out[i].defined(), node.where, ": output ", i,
@@ -504,9 +520,11 @@ std::vector<Tensor> OnnxModel::forward_all(const std::vector<Tensor>& inputs) {
     std::vector<Tensor> out;
     try {
       out = node.run(in, context);
-    } catch (const core::Error& error) {
+    } catch (const std::exception& error) {
+      // Every failure inside a node (a core op's shape check, an index out of range) becomes
+      // one core::Error that names the node, unless it already names the file.
       const std::string what = error.what();
-      if (what.rfind(graph.file, 0) == 0) throw;
+      if (dynamic_cast<const core::Error*>(&error) && what.rfind(graph.file, 0) == 0) throw;
       core::fail(node.where, ": ", what);
     }
     for (size_t i = 0; i < node.outputs.size(); ++i) {

@@ -33,6 +33,43 @@ bool is_setting_input(const std::string& op_type, int index) {
   return it != first_setting.end() && index >= it->second;
 }
 
+int min_inputs(const std::string& op_type) {
+  static const std::map<std::string, int> arity = {{"Constant", 0},
+                                                   {"Add", 2},
+                                                   {"Sub", 2},
+                                                   {"Mul", 2},
+                                                   {"Div", 2},
+                                                   {"Pow", 2},
+                                                   {"Mod", 2},
+                                                   {"Equal", 2},
+                                                   {"Less", 2},
+                                                   {"LessOrEqual", 2},
+                                                   {"Greater", 2},
+                                                   {"GreaterOrEqual", 2},
+                                                   {"Where", 3},
+                                                   {"PRelu", 2},
+                                                   {"Gemm", 2},
+                                                   {"MatMul", 2},
+                                                   {"Conv", 2},
+                                                   {"ConvTranspose", 2},
+                                                   {"BatchNormalization", 5},
+                                                   {"LayerNormalization", 2},
+                                                   {"InstanceNormalization", 3},
+                                                   {"GroupNormalization", 3},
+                                                   {"Reshape", 2},
+                                                   {"Gather", 2},
+                                                   {"Expand", 2},
+                                                   {"Range", 3},
+                                                   {"Tile", 2},
+                                                   {"CastLike", 2},
+                                                   {"Slice", 1},
+                                                   {"Pad", 1},
+                                                   {"Resize", 1},
+                                                   {"Upsample", 1}};
+  const auto it = arity.find(op_type);
+  return it == arity.end() ? 1 : it->second;
+}
+
 const onnx::AttributeProto* NodeView::find(const std::string& name) const {
   for (const auto& attribute : node_.attribute())
     if (attribute.name() == name) return &attribute;

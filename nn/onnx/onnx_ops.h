@@ -70,6 +70,8 @@ void add_math_ops(OpTable& table);
 void add_nn_ops(OpTable& table);
 void add_shape_ops(OpTable& table);
 
+// The fewest inputs a node of `op_type` must name (optional ones may be "").
+int min_inputs(const std::string& op_type);
 // Whether input `index` of `op_type` is a setting rather than data a gradient could flow to
 // (Resize's roi and scales, Clip's bounds, Dropout's ratio, Pad's pads and value, ...).
 bool is_setting_input(const std::string& op_type, int index);
