@@ -102,6 +102,7 @@ struct OnnxModel::Graph {
   std::vector<std::vector<int>> release_after;  // per node: values no later node reads
   std::vector<Tensor> device_constants;         // `constants` on device_
   core::Device device = core::kCPU;
+  std::shared_ptr<core::Generator> dropout_generator;  // registered as "dropout"
 
   static void build(OnnxModel& model, const onnx::ModelProto& proto, const std::string& file);
 };
@@ -317,11 +318,16 @@ void OnnxModel::Graph::build(OnnxModel& model, const onnx::ModelProto& proto,
   for (const auto& input : g.input()) {
     if (initializers.count(input.name())) continue;
     graph.inputs.push_back(value_info(input, file));
+    // The batch dim is free: the legacy exporter writes the example batch's size there.
+    if (!graph.inputs.back().shape.empty()) graph.inputs.back().shape[0] = -1;
     const int id = ids.get(input.name());
     graph.input_ids.push_back(id);
     known.insert(id);
   }
-  for (const auto& output : g.output()) graph.outputs.push_back(value_info(output, file));
+  for (const auto& output : g.output()) {
+    graph.outputs.push_back(value_info(output, file));
+    if (!graph.outputs.back().shape.empty()) graph.outputs.back().shape[0] = -1;
+  }
 
   // Nodes, in file order (ONNX requires a topological order).
   for (const auto& node : g.node()) {
@@ -432,7 +438,8 @@ void OnnxModel::Graph::build(OnnxModel& model, const onnx::ModelProto& proto,
       graph.release_after[size_t(last_use[id])].push_back(int(id));
   graph.device_constants = graph.constants;
 
-  model.register_generator("dropout", std::make_shared<core::Generator>(0));
+  graph.dropout_generator = std::make_shared<core::Generator>(0);
+  model.register_generator("dropout", graph.dropout_generator);
 }
 
 OnnxModel::OnnxModel() : graph_(std::make_unique<Graph>()) {}
@@ -508,9 +515,7 @@ std::vector<Tensor> OnnxModel::forward_all(const std::vector<Tensor>& inputs) {
 
   onnx_ops::RunContext context;
   context.training = is_training();
-  auto generators = named_generators();
-  for (auto& [name, generator] : generators)
-    if (name == "dropout") context.generator = generator.get();
+  context.generator = graph.dropout_generator.get();
 
   std::vector<Tensor> in;
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
