@@ -23,49 +23,56 @@ const OpTable& op_table() {
 }
 
 bool is_setting_input(const std::string& op_type, int index) {
-  static const std::map<std::string, int> first_setting = {
-      {"Resize", 1},    {"Upsample", 1},  {"Clip", 1},      {"Dropout", 1},
-      {"Pad", 1},       {"Trilu", 1},     {"Range", 0},     {"ConstantOfShape", 0},
-      {"Reshape", 1},   {"Expand", 1},    {"Tile", 1},      {"Slice", 1},
-      {"Squeeze", 1},   {"Unsqueeze", 1}, {"Split", 1},     {"ReduceMean", 1},
-      {"ReduceSum", 1}, {"ReduceMax", 1}, {"ReduceMin", 1}, {"Shape", 0}};
+  // The index of each op's first setting input; ops not listed take data only.
+  static const std::map<std::string, int> first_setting = [] {
+    std::map<std::string, int> m{{"Range", 0}, {"ConstantOfShape", 0}, {"Shape", 0}};
+    for (const char* op :
+         {"Resize",   "Upsample",        "Clip",         "Dropout",        "Pad",       "Trilu",
+          "Reshape",  "Expand",          "Tile",         "Slice",          "Squeeze",   "Unsqueeze",
+          "Split",    "ReduceMean",      "ReduceSum",    "ReduceMax",      "ReduceMin", "ReduceL1",
+          "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"})
+      m[op] = 1;
+    return m;
+  }();
   const auto it = first_setting.find(op_type);
   return it != first_setting.end() && index >= it->second;
 }
 
 int min_inputs(const std::string& op_type) {
-  static const std::map<std::string, int> arity = {{"Constant", 0},
-                                                   {"Add", 2},
-                                                   {"Sub", 2},
-                                                   {"Mul", 2},
-                                                   {"Div", 2},
-                                                   {"Pow", 2},
-                                                   {"Mod", 2},
-                                                   {"Equal", 2},
-                                                   {"Less", 2},
-                                                   {"LessOrEqual", 2},
-                                                   {"Greater", 2},
-                                                   {"GreaterOrEqual", 2},
-                                                   {"Where", 3},
-                                                   {"PRelu", 2},
-                                                   {"Gemm", 2},
-                                                   {"MatMul", 2},
-                                                   {"Conv", 2},
-                                                   {"ConvTranspose", 2},
-                                                   {"BatchNormalization", 5},
-                                                   {"LayerNormalization", 2},
-                                                   {"InstanceNormalization", 3},
-                                                   {"GroupNormalization", 3},
-                                                   {"Reshape", 2},
-                                                   {"Gather", 2},
-                                                   {"Expand", 2},
-                                                   {"Range", 3},
-                                                   {"Tile", 2},
-                                                   {"CastLike", 2},
-                                                   {"Slice", 1},
-                                                   {"Pad", 1},
-                                                   {"Resize", 1},
-                                                   {"Upsample", 1}};
+  // Ops not listed need one input.
+  static const std::map<std::string, int> arity = [] {
+    std::map<std::string, int> m{{"Constant", 0}, {"BatchNormalization", 5}};
+    for (const char* op : {"Add",
+                           "Sub",
+                           "Mul",
+                           "Div",
+                           "Pow",
+                           "Mod",
+                           "Equal",
+                           "Less",
+                           "LessOrEqual",
+                           "Greater",
+                           "GreaterOrEqual",
+                           "PRelu",
+                           "Gemm",
+                           "MatMul",
+                           "Conv",
+                           "ConvTranspose",
+                           "LayerNormalization",
+                           "Reshape",
+                           "Gather",
+                           "GatherElements",
+                           "Expand",
+                           "Tile",
+                           "CastLike",
+                           "And",
+                           "Or",
+                           "Xor"})
+      m[op] = 2;
+    for (const char* op : {"Where", "InstanceNormalization", "GroupNormalization", "Range"})
+      m[op] = 3;
+    return m;
+  }();
   const auto it = arity.find(op_type);
   return it == arity.end() ? 1 : it->second;
 }

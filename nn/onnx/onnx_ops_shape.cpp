@@ -296,6 +296,19 @@ OpFunction gather(const NodeView& node) {
   };
 }
 
+OpFunction gather_elements(const NodeView& node) {
+  const int64_t axis = node.get_int("axis", 0);
+  const std::string where = node.where();
+  return [=](const std::vector<Tensor>& in, RunContext&) {
+    const Tensor& x = in[0];
+    const int64_t a = wrap_axis(axis, x.dim(), where);
+    Tensor index = on_device_of(in[1], x).to(core::kInt64);
+    const Tensor zero = core::scalar_like(0.0, index);
+    index = core::where(core::lt(index, zero), index + double(x.shape()[int(a)]), index);
+    return one(core::gather(x, a, index));
+  };
+}
+
 OpFunction expand(const NodeView& node) {
   const std::string where = node.where();
   return [where](const std::vector<Tensor>& in, RunContext&) {
@@ -556,6 +569,7 @@ void add_shape_ops(OpTable& t) {
   t["Split"] = split;
   t["Slice"] = slice;
   t["Gather"] = gather;
+  t["GatherElements"] = gather_elements;
   t["Expand"] = expand;
   t["Trilu"] = trilu;
   t["Range"] = range;

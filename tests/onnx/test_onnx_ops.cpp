@@ -198,6 +198,30 @@ std::vector<OpCase> op_cases() {
                  set_attribute(n, "axes", {0, 2});
                  set_attribute(n, "keepdims", int64_t(0));
                }});
+  for (const char* op : {"ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp"})
+    c.push_back({op, 13, {{{2, 3, 4}}}, [op](OnnxGraph& g) {
+                   set_attribute(simple(g, op, 1), "axes", {0, 2});
+                 }});
+  c.push_back({"ReduceLogSum (opset 18 axes input)", 18, {{{2, 3, 4}, 0.5, 2.0}}, [](OnnxGraph& g) {
+                 g.initializer("axes", int64s({1}));
+                 simple(g, "ReduceLogSum", 1, {"axes"});
+               }});
+  c.push_back({"Celu", 17, {{{2, 3}, -2, 2}}, [](OnnxGraph& g) {
+                 set_attribute(simple(g, "Celu", 1), "alpha", 0.7);
+               }});
+  c.push_back({"ThresholdedRelu", 17, {{{2, 3}, -2, 2}}, [](OnnxGraph& g) {
+                 set_attribute(simple(g, "ThresholdedRelu", 1), "alpha", 0.3);
+               }});
+  c.push_back({"Shrink", 17, {{{2, 3}, -2, 2}}, [](OnnxGraph& g) {
+                 auto& n = simple(g, "Shrink", 1);
+                 set_attribute(n, "lambd", 0.3);
+                 set_attribute(n, "bias", 0.1);
+               }});
+  c.push_back({"GatherElements (negative indices)", 13, {{{3, 4}}}, [](OnnxGraph& g) {
+                 g.initializer("index", core::Tensor::from_vector(
+                                            std::vector<int64_t>{0, -1, 2, 1, 1, 0}, {3, 2}));
+                 set_attribute(simple(g, "GatherElements", 1, {"index"}), "axis", int64_t(1));
+               }});
   c.push_back({"Reshape (0 and -1)", 17, {{{2, 3, 4}}}, [](OnnxGraph& g) {
                  g.initializer("shape", int64s({0, -1}));
                  simple(g, "Reshape", 1, {"shape"});
