@@ -87,6 +87,7 @@ struct OnnxModel::Graph {
     std::vector<int> inputs;   // value ids; -1 for an empty optional input
     std::vector<int> outputs;  // value ids; -1 for an unused optional output
     onnx_ops::OpFunction run;
+    onnx_ops::SequenceFunction run_sequence;  // set instead of run for sequence ops
   };
 
   std::string file;
@@ -362,7 +363,11 @@ void OnnxModel::Graph::build(OnnxModel& model, const onnx::ModelProto& proto,
                     node.input_size(), " inputs, needs at least ",
                     onnx_ops::min_inputs(node.op_type()));
       try {
-        compiled.run = table.at(node.op_type())(view);
+        if (onnx_ops::is_sequence_op(node.op_type())) {
+          compiled.run_sequence = onnx_ops::sequence_op(view);
+        } else {
+          compiled.run = table.at(node.op_type())(view);
+        }
       } catch (const core::Error&) {
         throw;
       } catch (const std::exception& error) {
@@ -397,7 +402,7 @@ void OnnxModel::Graph::build(OnnxModel& model, const onnx::ModelProto& proto,
   int index = 0;
   for (auto& node : graph.nodes) {
     const auto& proto_node = g.node(index++);
-    bool constant = !kNeverFold.count(proto_node.op_type());
+    bool constant = !kNeverFold.count(proto_node.op_type()) && !node.run_sequence;
     std::vector<Tensor> in;
     for (int id : node.inputs) {
       if (id >= 0 && !graph.constants[size_t(id)].defined()) constant = false;
@@ -517,9 +522,24 @@ std::vector<Tensor> OnnxModel::forward_all(const std::vector<Tensor>& inputs) {
   context.training = is_training();
   context.generator = graph.dropout_generator.get();
 
+  std::vector<std::vector<Tensor>> sequences;
+  std::vector<bool> is_sequence;
   std::vector<Tensor> in;
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     const Graph::Node& node = graph.nodes[n];
+    if (node.run_sequence) {
+      sequences.resize(values.size());
+      is_sequence.resize(values.size());
+      onnx_ops::SequenceState state{values, sequences, is_sequence};
+      try {
+        node.run_sequence(node.inputs, node.outputs, state);
+      } catch (const std::exception& error) {
+        const std::string what = error.what();
+        if (dynamic_cast<const core::Error*>(&error) && what.rfind(graph.file, 0) == 0) throw;
+        core::fail(node.where, ": ", what);
+      }
+      continue;
+    }
     in.clear();
     for (int id : node.inputs) in.push_back(id >= 0 ? values[size_t(id)] : Tensor());
     std::vector<Tensor> out;

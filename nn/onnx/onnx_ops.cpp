@@ -17,6 +17,11 @@ const OpTable& op_table() {
     add_math_ops(t);
     add_nn_ops(t);
     add_shape_ops(t);
+    // Sequence ops are compiled by the model (sequence_op); the table only lists them.
+    for (const char* op :
+         {"SplitToSequence", "SequenceAt", "SequenceConstruct", "ConcatFromSequence",
+          "SequenceLength", "SequenceEmpty", "SequenceInsert"})
+      t[op] = [](const NodeView& node) -> OpFunction { node.fail("a sequence op"); };
     return t;
   }();
   return table;

@@ -222,6 +222,20 @@ std::vector<OpCase> op_cases() {
                                             std::vector<int64_t>{0, -1, 2, 1, 1, 0}, {3, 2}));
                  set_attribute(simple(g, "GatherElements", 1, {"index"}), "axis", int64_t(1));
                }});
+  c.push_back(
+      {"SplitToSequence, SequenceAt, SequenceConstruct, ConcatFromSequence",
+       17,
+       {{{2, 5}}},
+       [](OnnxGraph& g) {
+         g.initializer("two", core::Tensor::from_vector(std::vector<int64_t>{2}, core::Shape{}));
+         g.initializer("first", core::Tensor::from_vector(std::vector<int64_t>{0}, core::Shape{}));
+         g.initializer("last", core::Tensor::from_vector(std::vector<int64_t>{-1}, core::Shape{}));
+         set_attribute(g.node("SplitToSequence", {"x0", "two"}, {"pieces"}), "axis", int64_t(1));
+         g.node("SequenceAt", {"pieces", "first"}, {"a"});
+         g.node("SequenceAt", {"pieces", "last"}, {"b"});
+         g.node("SequenceConstruct", {"b", "a", "b"}, {"list"});
+         set_attribute(g.node("ConcatFromSequence", {"list"}, {"y"}), "axis", int64_t(1));
+       }});
   c.push_back({"Reshape (0 and -1)", 17, {{{2, 3, 4}}}, [](OnnxGraph& g) {
                  g.initializer("shape", int64s({0, -1}));
                  simple(g, "Reshape", 1, {"shape"});
