@@ -4,6 +4,7 @@
 #
 #   scripts/cluster-sim.sh [--nodes K] [--ranks-per-node R] [--rate 2gbit] [--cores-per-node C]
 #                          [--yield on|off] [--partition-after SECONDS] -- [mpirun args] PROGRAM...
+#   scripts/cluster-sim.sh --probe    exit 0 if this machine can build the cluster, else 77
 #
 # Each node is a network namespace plus a UTS and mount namespace (held by one sleeping process)
 # with its own host name (node0, node1, ...), its own /etc/hosts and a private tmpfs on /dev/shm.
@@ -26,8 +27,8 @@
 # Ctrl-C.
 set -uo pipefail
 
-nodes=2 ranks_per_node=2 rate=10gbit cores_per_node=0 yield=on partition_after=0
-usage() { sed -n '4,5p' "$0" >&2; exit 2; }
+nodes=2 ranks_per_node=2 rate=10gbit cores_per_node=0 yield=on partition_after=0 probe=0
+usage() { sed -n '4,6p' "$0" >&2; exit 2; }
 while (($#)); do
   case $1 in
     --nodes) nodes=$2; shift 2 ;;
@@ -36,12 +37,13 @@ while (($#)); do
     --cores-per-node) cores_per_node=$2; shift 2 ;;
     --yield) yield=$2; shift 2 ;;
     --partition-after) partition_after=$2; shift 2 ;;
+    --probe) probe=1; shift ;;
     --) shift; break ;;
     -h | --help) usage ;;
     *) echo "cluster-sim: unknown option '$1'" >&2; usage ;;
   esac
 done
-(($#)) || usage
+((probe || $#)) || usage
 [[ $nodes =~ ^[1-9][0-9]?$ && $ranks_per_node =~ ^[1-9][0-9]*$ ]] ||
   { echo "cluster-sim: --nodes must be 1..99 and --ranks-per-node a positive number" >&2; exit 2; }
 [[ $rate =~ ^[0-9]+(kbit|mbit|gbit)$ ]] ||
@@ -83,6 +85,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 ip netns add "$switch" 2>/dev/null || skip "cannot create a network namespace here ('ip netns add' failed)"
+((probe)) && exit 0
 ip -n "$switch" link add br0 type bridge || exit 1
 ip -n "$switch" link set br0 up || exit 1
 
