@@ -4,9 +4,12 @@
 //   sleep:  rank 1 sleeps past the collective timeout while the others wait in an all-reduce.
 //   throw:  rank 1 throws an uncaught exception while the others wait.
 //   return: rank 1 catches its error, prints it and returns 1 from main while the others wait.
+//   die:    rank 1 is killed (SIGKILL) while the others wait: the report calls it gone, with its
+//           host, and the job ends non-zero, also under mpirun --enable-recovery.
 //   sleep-split: as sleep, but in an all-reduce over the odd ranks (np 4: ranks 1 and 3, which
 //           are ranks 0 and 1 of that communicator): the report must name world ranks.
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -56,7 +59,9 @@ int fail_on_rank_1(int argc, char** argv, const std::string& mode) {
   manager.world().barrier();
   announce_collective_start(manager);
   if (manager.rank() == 1) {
-    if (mode == "sleep") {
+    if (mode == "die") {
+      std::raise(SIGKILL);
+    } else if (mode == "sleep") {
       double timeout = manager.collective_config().timeout_seconds;
       std::this_thread::sleep_for(std::chrono::duration<double>(timeout * 5));
     } else if (mode == "throw") {
@@ -96,9 +101,9 @@ int sleep_in_split(int argc, char** argv) {
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "own") return own(argc, argv);
-  if (mode == "sleep" || mode == "throw" || mode == "return")
+  if (mode == "sleep" || mode == "throw" || mode == "return" || mode == "die")
     return fail_on_rank_1(argc, argv, mode);
   if (mode == "sleep-split") return sleep_in_split(argc, argv);
-  std::fprintf(stderr, "usage: %s own|sleep|sleep-split|throw|return\n", argv[0]);
+  std::fprintf(stderr, "usage: %s own|sleep|sleep-split|throw|return|die\n", argv[0]);
   return 2;
 }
