@@ -167,6 +167,9 @@ nsenter -t "${holders[0]}" --net --uts --mount --wd="$PWD" -- "${pin0[@]}" \
   mpirun -np $((nodes * ranks_per_node)) --hostfile "$work/hostfile" --bind-to none \
   --mca plm rsh --mca plm_rsh_agent "$work/agent" --mca pml ob1 --mca btl tcp,self,vader \
   --mca btl_tcp_if_include "$subnet.0/24" --mca oob_tcp_if_include "$subnet.0/24" \
-  --mca mpi_yield_when_idle "$yield_value" "$@"
-status=$?
-exit $status
+  --mca mpi_yield_when_idle "$yield_value" "$@" &
+# In the background and waited for, so that Ctrl-C or a TERM reaches the trap (and the cleanup)
+# even while mpirun hangs, as it does when a node has dropped off the network.
+launcher=$!
+wait "$launcher"
+exit $?
