@@ -12,6 +12,7 @@ packages=(
   libopenblas-dev
   gfortran
   dataset-fashion-mnist
+  iproute2 procps util-linux  # scripts/cluster-sim.sh and its tests: ip, tc, pgrep, nsenter
 )
 
 missing=()
