@@ -13,6 +13,7 @@ packages=(
   libonnx-dev libprotobuf-dev libonnx-testdata
   gfortran
   dataset-fashion-mnist
+  iproute2 procps util-linux  # scripts/cluster-sim.sh and its tests: ip, tc, pgrep, nsenter
 )
 
 missing=()

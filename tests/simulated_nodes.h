@@ -3,7 +3,8 @@
 // The variable is read when a communicator is split by node (launch/comm/communicator.h), so only
 // what is built inside the scope follows it; the previous value comes back at the end.
 // node_layouts(size) lists the layouts worth testing for a world of `size` ranks: 0 (the real
-// topology, one node here) and every K > 1 that divides size.
+// topology: one node under plain mpirun, K under scripts/cluster-sim.sh --nodes K) and every
+// K > 1 that divides size and keeps each simulated node inside a real one.
 #pragma once
 
 #include <cstdlib>
@@ -37,10 +38,26 @@ class SimulatedNodes {
   std::optional<std::string> previous_;
 };
 
+// The nodes mpirun really placed the ranks on, from Open MPI's environment (ranks in the job
+// over ranks on this node, equal on every node under both launchers we test with), so that it
+// needs no collective; 1 without Open MPI's launcher.
+inline int real_node_count() {
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (size == nullptr || local == nullptr) return 1;
+  const int ranks = std::atoi(size), on_this_node = std::atoi(local);
+  return on_this_node > 0 && ranks % on_this_node == 0 ? ranks / on_this_node : 1;
+}
+
+// The number of nodes a layout of node_layouts() stands for.
+inline int layout_nodes(int simulated_nodes) {
+  return simulated_nodes > 0 ? simulated_nodes : real_node_count();
+}
+
 inline std::vector<int> node_layouts(int size) {
   std::vector<int> layouts{0};
   for (int nodes = 2; nodes <= size; ++nodes) {
-    if (size % nodes == 0) layouts.push_back(nodes);
+    if (size % nodes == 0 && nodes % real_node_count() == 0) layouts.push_back(nodes);
   }
   return layouts;
 }

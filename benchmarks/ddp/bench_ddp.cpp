@@ -12,19 +12,23 @@
 //              bytes move - the baseline "same per-rank work with communication disabled";
 //   ddp        DDP over the world communicator with its default shared-memory buckets, at
 //              bucket_cap_mb 1, 5, 25 (the default) and 100, and at 25 with shared memory off
-//              (each bucket an MPI_Iallreduce, the path DDP takes across nodes);
+//              (each bucket an MPI_Iallreduce, the path DDP takes across nodes), and at 25
+//              with compression = bf16 (the buckets cast to bfloat16 for the all-reduce);
 //   allreduce  one blocking MPI all-reduce of all gradients, and the same average done by
 //              SharedMemoryAllReduce (what communication alone costs either way).
 // The overlap ratio is ddp / no-comm (1.00 = communication fully hidden; the target on the
 // 2-core dev machine is <= 1.10), and exposed = ddp - no-comm is what communication adds to a
 // step. Across nodes the bound is no-comm + one blocking all-reduce (not overlapping at all):
-// "vs_serial" = ddp / that bound must stay <= 1.
+// "vs_serial" = ddp / that bound must stay <= 1, and "hidden" = (bound - ddp) / all-reduce is the
+// fraction of the all-reduce's time that backward covers (bf16 against a bf16 all-reduce).
 //   network    with --network-gbps: DDP over a simulated network, a communicator whose every
 //              all-reduce completes alpha + bytes / beta after the link is free, sleeping (no
 //              CPU), so what is measured is the overlap machinery alone. hidden = 1 - (time
 //              the step slept waiting for the network) / (the network's busy time), at each
 //              bucket cap; the last bucket can only start when backward ends, so hidden can
 //              never pass 1 - (alpha + last bucket / beta) / network time ("hidden_ceiling").
+// Over a real network: scripts/cluster-sim.sh --nodes 2 --ranks-per-node 1 --rate 2gbit --
+// -x MPIGRAD_NUM_THREADS=1 mpigrad-bench-ddp (README, "A cluster on one machine").
 // Every configuration has its own copy of the model, all built first and then timed in turn
 // within each round, so load bursts on a shared machine hit them alike; a configuration's time
 // is its best round, a round's time the slowest rank's.
@@ -277,8 +281,9 @@ int run(int argc, char** argv) {
   std::vector<std::unique_ptr<Contender>> contenders;
   std::vector<std::unique_ptr<SimulatedNetwork>> networks;
   NoCommunication no_communication;
-  auto add_model = [&](launch::Communicator* communicator, double bucket_cap_mb,
-                       bool shared_memory = true) -> Contender& {
+  auto add_model =
+      [&](launch::Communicator* communicator, double bucket_cap_mb, bool shared_memory = true,
+          launch::GradCompression compression = launch::GradCompression::None) -> Contender& {
     auto contender = std::make_unique<Contender>();
     Contender& c = *contender;
     c.model = make_model(options.width);
@@ -287,6 +292,7 @@ int run(int argc, char** argv) {
       launch::DdpOptions ddp_options;
       ddp_options.bucket_cap_mb = bucket_cap_mb;
       ddp_options.shared_memory = shared_memory;
+      ddp_options.compression = compression;
       c.ddp =
           std::make_unique<launch::DistributedDataParallel>(*c.model, *communicator, ddp_options);
     }
@@ -306,6 +312,8 @@ int run(int argc, char** argv) {
   for (double cap : options.bucket_caps) sweep.push_back(&add_model(&world, cap));
   // The default buckets through the communicator's nonblocking all-reduce instead.
   Contender& via_communicator = add_model(&world, 25, false);
+  // The default buckets cast to bfloat16 for the all-reduce ([distributed] compression = bf16).
+  Contender& bf16 = add_model(&world, 25, true, launch::GradCompression::BFloat16);
   // DDP over the simulated network, for each bandwidth and bucket cap.
   std::vector<std::vector<Contender*>> on_network(options.network_gbps.size());
   for (size_t n = 0; n < options.network_gbps.size(); ++n) {
@@ -325,6 +333,11 @@ int run(int argc, char** argv) {
   allreduce->body = [&] { world.all_reduce(flat, launch::ReduceOp::Avg); };
   Contender* allreduce_all = allreduce.get();
   contenders.push_back(std::move(allreduce));
+  Tensor flat_bf16 = core::zeros({parameters}).to(core::kBFloat16);
+  auto allreduce_bf16 = std::make_unique<Contender>();
+  allreduce_bf16->body = [&] { world.all_reduce(flat_bf16, launch::ReduceOp::Avg); };
+  Contender* allreduce_all_bf16 = allreduce_bf16.get();
+  contenders.push_back(std::move(allreduce_bf16));
   const launch::SharedBufferSpec all_grads{core::kFloat32, parameters};
   std::unique_ptr<launch::SharedMemoryAllReduce> shared;
   Contender* shared_average = nullptr;
@@ -401,6 +414,8 @@ int run(int argc, char** argv) {
     results.add("overlap_ratio_" + key, ratio, "x", "ddp / no-comm (target <= 1.10)");
     results.add("exposed_" + key + "_ms", (run.best - no_comm.best) * 1e3, "ms", "ddp - no-comm");
     results.add("vs_serial_" + key, run.best / serial, "x", "ddp / serial bound (<= 1)");
+    results.add("hidden_" + key, (serial - run.best) / allreduce_all->best, "",
+                "of the blocking all-reduce's time, hidden behind backward");
     if (options.bucket_caps[i] == 25) results.add("overlap_ratio", ratio, "x", "default 25 MiB");
     best_ratio = std::min(best_ratio, ratio);
   }
@@ -411,6 +426,16 @@ int run(int argc, char** argv) {
               "shared_memory off");
   results.add("vs_serial_bucket_25mib_mpi", via_communicator.best / serial, "x",
               "shared_memory off, ddp / serial bound");
+  results.add("hidden_bucket_25mib_mpi", (serial - via_communicator.best) / allreduce_all->best, "",
+              "shared_memory off, of the blocking all-reduce's time");
+  const double serial_bf16 = no_comm.best + allreduce_all_bf16->best;
+  results.add("allreduce_all_grads_bf16_ms", allreduce_all_bf16->best * 1e3, "ms",
+              "one blocking MPI all-reduce, bfloat16");
+  results.add("step_ddp_bucket_25mib_bf16_ms", bf16.best * 1e3, "ms", "compression = bf16");
+  results.add("vs_serial_bucket_25mib_bf16", bf16.best / serial_bf16, "x",
+              "bf16, ddp / (no-comm + blocking bf16 all-reduce)");
+  results.add("hidden_bucket_25mib_bf16", (serial_bf16 - bf16.best) / allreduce_all_bf16->best, "",
+              "bf16, of the blocking bf16 all-reduce's time");
   for (size_t n = 0; n < options.network_gbps.size(); ++n) {
     std::ostringstream gbps;
     gbps << options.network_gbps[n];

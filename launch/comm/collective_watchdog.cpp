@@ -124,7 +124,19 @@ struct CollectiveWatchdog::Impl {
       }
     }
 
-    // Ranks by their world rank (rank r here is world rank of_member[r]).
+    // Ranks by their world rank (rank r here is world rank of_member[r]). A rank that does not
+    // answer is "gone": its watchdog thread answers whatever its main thread does, so only a
+    // process that died or exited, or a node that cannot be reached, stays silent. A rank that
+    // answers from inside another collective is alive and waiting, most likely on those.
+    auto named = [&](int r) {
+      const int world_rank = world->of_member[size_t(r)];
+      const std::string host = world->host(world_rank);
+      return "rank " + std::to_string(world_rank) + (host.empty() ? "" : " on " + host);
+    };
+    std::string gone;
+    for (int r = 0; r < size; ++r) {
+      if (!answered[size_t(r)]) gone += (gone.empty() ? "" : ", ") + named(r);
+    }
     std::string missing, arrived, details;
     int missing_count = 0;
     for (int r = 0; r < size; ++r) {
@@ -135,17 +147,18 @@ struct CollectiveWatchdog::Impl {
       list += (list.empty() ? "" : ", ") + std::to_string(world_rank);
       if (has_arrived) continue;
       ++missing_count;
-      const std::string host = world->host(world_rank);
-      details +=
-          "\n  rank " + std::to_string(world_rank) + (host.empty() ? "" : " on " + host) + ": ";
+      details += "\n  " + named(r) + ": ";
       if (!answered[size_t(r)]) {
-        details += can_query_ranks ? "no answer (crashed, exited, or stuck outside MPI progress)"
-                                   : "unknown (MPI thread level below MPI_THREAD_MULTIPLE)";
+        details += can_query_ranks
+                       ? "gone (no answer: the process died or exited, or its node cannot be "
+                         "reached)"
+                       : "unknown (MPI thread level below MPI_THREAD_MULTIPLE)";
       } else if (reply.waiting_seq >= 0) {
-        details += "blocked in collective #" + std::to_string(reply.waiting_seq) + " for " +
-                   std::to_string(reply.waited_ms) + " ms";
+        details += "alive, waiting in collective #" + std::to_string(reply.waiting_seq) + " for " +
+                   std::to_string(reply.waited_ms) + " ms" +
+                   (gone.empty() ? "" : " (on the gone " + gone + ")");
       } else {
-        details += "not in a collective; has started " + std::to_string(reply.started) +
+        details += "alive, not in a collective; has started " + std::to_string(reply.started) +
                    " collectives (needs " + std::to_string(seq + 1) + ")";
       }
     }
@@ -163,8 +176,7 @@ struct CollectiveWatchdog::Impl {
         missing_count ? missing.c_str() : "none (all arrived; MPI made no progress)",
         arrived.empty() ? "none" : arrived.c_str(), details.c_str());
     std::fflush(stderr);
-    MPI_Abort(control, 3);
-    std::_Exit(3);  // MPI_Abort does not return; if it ever does, still end non-zero
+    abort_job(control, 3);
   }
 
   void run() {

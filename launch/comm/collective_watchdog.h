@@ -7,8 +7,11 @@
 // separate control communicator, how many collectives it has started; their watchdog threads
 // answer even while their main thread sleeps, computes, or is stuck elsewhere. The report names
 // the operation, its sequence number and size, and the ranks that have not arrived (with where
-// they are, and their hosts), then MPI_Abort ends the job with a non-zero exit. Ranks that crash
-// or exit never answer and are reported as "no answer". Every rank in the report is a rank of
+// they are, and their hosts), then MPI_Abort ends the job with a non-zero exit (abort_job in
+// mpi_handle.h, which also covers mpirun --enable-recovery). Ranks that answer are "alive": in
+// another collective ("waiting", on the gone ranks if there are any) or not in one. Ranks that
+// died, exited or cannot be reached never answer and are the only ones reported "gone". Every
+// rank in the report is a rank of
 // mpigrad's world (WorldRanks, communicator.h), this one with its host, never a rank of the
 // sub-communicator: an inter-node group of world ranks 1 and 3 reports 1 and 3, not 0 and 1.
 //

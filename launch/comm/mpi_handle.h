@@ -70,6 +70,14 @@ std::shared_ptr<const WorldRanks> gather_world_ranks(MPI_Comm world, std::string
 std::shared_ptr<const WorldRanks> world_ranks_within(MPI_Comm part, MPI_Comm parent,
                                                      const WorldRanks& parent_world);
 
+// Ends the whole job with `exit_code` after a failure on this rank (MPI_Abort on `comm`); never
+// returns. Under Open MPI's `mpirun --enable-recovery` (orte_enable_recovery) mpirun reports
+// exit status 0 whatever its ranks do (a non-zero exit, MPI_Abort, a kill: measured with 4.1.4),
+// so a batch script would take a failed run for a finished one. Its SIGTERM handler does end it
+// non-zero, so a rank whose parent process is that mpirun (the ranks on mpirun's node) sends it
+// one first. Ranks on other nodes cannot reach it (README, "Failures across nodes").
+[[noreturn]] void abort_job(MPI_Comm comm, int exit_code);
+
 // The MPI datatype that moves elements of `dtype`. bfloat16 and float16 travel as MPI_UINT16_T and
 // are reduced only through the runtime's user-defined operators.
 MPI_Datatype mpi_datatype(core::DType dtype);

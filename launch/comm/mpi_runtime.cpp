@@ -1,9 +1,15 @@
 // MPI start-up and attachment, the dtype mapping and the 16-bit float reduction operators.
 #include "mpigrad/launch/comm/mpi_runtime.h"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <fstream>
+#include <string>
 
 #include "mpigrad/core/error.h"
 #include "mpigrad/launch/comm/mpi_handle.h"
@@ -188,9 +194,44 @@ MpiRuntime::~MpiRuntime() {
                  "%s mpigrad: aborting the job because this rank is unwinding an exception\n",
                  mpi_world_label().c_str());
     std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    abort_job(MPI_COMM_WORLD, 1);
   }
   MPI_Finalize();
+}
+
+namespace {
+
+bool launched_with_recovery() {
+  const char* value = std::getenv("OMPI_MCA_orte_enable_recovery");
+  if (value == nullptr) return false;
+  const std::string text = value;
+  return text == "1" || text == "true" || text == "yes";
+}
+
+// This process's parent, if it is Open MPI's launcher itself (not an orted on another node).
+pid_t parent_launcher() {
+  const pid_t parent = getppid();
+  std::ifstream comm_file("/proc/" + std::to_string(parent) + "/comm");
+  std::string name;
+  std::getline(comm_file, name);
+  return name == "mpirun" || name == "mpiexec" || name == "orterun" ? parent : 0;
+}
+
+}  // namespace
+
+void abort_job(MPI_Comm comm, int exit_code) {
+  if (launched_with_recovery()) {
+    if (const pid_t launcher = parent_launcher(); launcher > 0) {
+      std::fprintf(stderr,
+                   "%s mpigrad: mpirun --enable-recovery would report this failed job as a "
+                   "success; stopping mpirun (pid %d) so that it exits non-zero\n",
+                   mpi_world_label().c_str(), int(launcher));
+      std::fflush(stderr);
+      kill(launcher, SIGTERM);
+    }
+  }
+  MPI_Abort(comm, exit_code);
+  std::_Exit(exit_code);  // MPI_Abort does not return; if it ever does, still end non-zero
 }
 
 }  // namespace mpigrad::launch

@@ -4,10 +4,16 @@
 //   sleep:  rank 1 sleeps past the collective timeout while the others wait in an all-reduce.
 //   throw:  rank 1 throws an uncaught exception while the others wait.
 //   return: rank 1 catches its error, prints it and returns 1 from main while the others wait.
+//   die:    rank 1 is killed (SIGKILL) while the others wait: the report calls it gone, with its
+//           host, and the job ends non-zero, also under mpirun --enable-recovery.
+//   loop SECONDS: every rank all-reduces every 10 ms for SECONDS, then exits 0 (run through
+//           scripts/cluster-sim.sh --partition-after, the network goes away meanwhile).
 //   sleep-split: as sleep, but in an all-reduce over the odd ranks (np 4: ranks 1 and 3, which
 //           are ranks 0 and 1 of that communicator): the report must name world ranks.
 #include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -56,7 +62,9 @@ int fail_on_rank_1(int argc, char** argv, const std::string& mode) {
   manager.world().barrier();
   announce_collective_start(manager);
   if (manager.rank() == 1) {
-    if (mode == "sleep") {
+    if (mode == "die") {
+      std::raise(SIGKILL);
+    } else if (mode == "sleep") {
       double timeout = manager.collective_config().timeout_seconds;
       std::this_thread::sleep_for(std::chrono::duration<double>(timeout * 5));
     } else if (mode == "throw") {
@@ -91,14 +99,27 @@ int sleep_in_split(int argc, char** argv) {
   return 0;
 }
 
+int loop(int argc, char** argv, double seconds) {
+  auto manager = launch::DistributedManager::initialize(&argc, &argv);
+  core::Tensor value = core::Tensor::from_vector<float>({1.0f}, {1});
+  announce_collective_start(manager);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    manager.world().all_reduce(value);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "own") return own(argc, argv);
-  if (mode == "sleep" || mode == "throw" || mode == "return")
+  if (mode == "sleep" || mode == "throw" || mode == "return" || mode == "die")
     return fail_on_rank_1(argc, argv, mode);
   if (mode == "sleep-split") return sleep_in_split(argc, argv);
-  std::fprintf(stderr, "usage: %s own|sleep|sleep-split|throw|return\n", argv[0]);
+  if (mode == "loop" && argc > 2) return loop(argc, argv, std::atof(argv[2]));
+  std::fprintf(stderr, "usage: %s own|sleep|sleep-split|throw|return|die|loop SECONDS\n", argv[0]);
   return 2;
 }

@@ -74,8 +74,8 @@ TEST_CASE("hierarchical averaging: every floating dtype and odd sizes, identical
   for (int nodes : test::node_layouts(ranks)) {
     INFO("simulated nodes " << nodes);
     auto hierarchical = make(world, nodes, specs);
-    CHECK(hierarchical->nodes() == std::max(nodes, 1));
-    CHECK(hierarchical->ranks_per_node() == ranks / std::max(nodes, 1));
+    CHECK(hierarchical->nodes() == test::layout_nodes(nodes));
+    CHECK(hierarchical->ranks_per_node() == ranks / test::layout_nodes(nodes));
     REQUIRE(hierarchical->buffer_count() == specs.size());
     for (int round = 1; round <= 2; ++round) {
       for (size_t b = 0; b < specs.size(); ++b) {

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "../simulated_nodes.h"
 #include "mpigrad/launch/ddp/transports/shared_memory_all_reduce.h"
 #include "mpigrad/launch/job/distributed_manager.h"
 
@@ -44,8 +45,21 @@ std::unique_ptr<SharedMemoryAllReduce> make(launch::Communicator& world,
   std::string why_not;
   auto shared = SharedMemoryAllReduce::create(world, specs, timeout, &why_not);
   INFO(why_not);
-  REQUIRE(shared != nullptr);  // mpirun puts every rank of these tests on one node
+  REQUIRE(shared != nullptr);
   return shared;
+}
+
+// Shared memory reaches only the ranks of one node: under scripts/cluster-sim.sh the tests run
+// on each node's ranks (under plain mpirun that is the whole world).
+std::unique_ptr<launch::Communicator> on_this_node(launch::DistributedManager& manager) {
+  test::SimulatedNodes real(0);
+  return manager.world().split_node_local("node");
+}
+
+// The world rank of this node's local rank `local` (cluster-sim.sh places ranks in blocks).
+int world_rank_of(const launch::DistributedManager& manager, const launch::Communicator& node,
+                  int local) {
+  return manager.rank() - node.rank() + local;
 }
 
 }  // namespace
@@ -53,7 +67,8 @@ std::unique_ptr<SharedMemoryAllReduce> make(launch::Communicator& world,
 TEST_CASE("shared-memory averaging: every floating dtype and odd sizes, identical on all ranks") {
   // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
   auto manager = launch::DistributedManager::initialize();
-  auto& world = manager.world();
+  auto node = on_this_node(manager);
+  auto& world = *node;
   const int ranks = world.size(), rank = world.rank();
   const std::vector<SharedBufferSpec> specs{{core::kFloat32, 100003}, {core::kFloat64, 3},
                                             {core::kBFloat16, 77},    {core::kFloat16, 1025},
@@ -92,7 +107,8 @@ TEST_CASE("shared-memory averaging: every floating dtype and odd sizes, identica
 TEST_CASE("shared-memory averaging: rounds repeat, progress() does a share, waits in any order") {
   // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
   auto manager = launch::DistributedManager::initialize();
-  auto& world = manager.world();
+  auto node = on_this_node(manager);
+  auto& world = *node;
   const int ranks = world.size(), rank = world.rank();
   auto shared = make(world, {{core::kFloat32, 4096}, {core::kFloat32, 513}});
   for (int round = 1; round <= 3; ++round) {
@@ -134,7 +150,8 @@ TEST_CASE("shared-memory averaging: many rounds with ranks arriving late and lea
   // average exactly: nothing may write into a buffer after its owner's wait has returned.
   // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
   auto manager = launch::DistributedManager::initialize();
-  auto& world = manager.world();
+  auto node = on_this_node(manager);
+  auto& world = *node;
   const int ranks = world.size(), rank = world.rank();
   auto shared = make(world, {{core::kFloat32, 4096}}, /*timeout=*/60);
   std::mt19937 random(uint32_t(rank) * 7919u + 1u);
@@ -157,7 +174,8 @@ TEST_CASE("shared-memory averaging: many rounds with ranks arriving late and lea
 TEST_CASE("shared-memory averaging: a timeout names the missing rank and the others fail at once") {
   // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
   auto manager = launch::DistributedManager::initialize();
-  auto& world = manager.world();
+  auto node = on_this_node(manager);
+  auto& world = *node;
   if (world.size() == 1) return;
   auto shared = make(world, {{core::kFloat32, 64}}, /*timeout=*/0.3);
   std::string message;
@@ -168,9 +186,12 @@ TEST_CASE("shared-memory averaging: a timeout names the missing rank and the oth
     } catch (const core::Error& error) {
       message = error.what();
     }
-    std::string missing = world.size() == 2 ? "rank(s) 1 have not started it" : "rank(s) 1, 2, 3";
-    CHECK(message.find(missing) != std::string::npos);
-    CHECK(message.find("[rank 0/") != std::string::npos);
+    std::string missing = "rank(s) " + std::to_string(world_rank_of(manager, world, 1));
+    for (int r = 2; r < world.size(); ++r)
+      missing += ", " + std::to_string(world_rank_of(manager, world, r));
+    CHECK(message.find(missing + (world.size() == 2 ? " have not started it" : "")) !=
+          std::string::npos);
+    CHECK(message.find("[rank " + std::to_string(manager.rank()) + "/") != std::string::npos);
     CHECK(message.find("buffer 0") != std::string::npos);
   }
   world.barrier();  // the others arrive only after rank 0 has given up
@@ -181,7 +202,8 @@ TEST_CASE("shared-memory averaging: a timeout names the missing rank and the oth
     } catch (const core::Error& error) {
       message = error.what();
     }
-    CHECK(message.find("rank 0 gave up") != std::string::npos);
+    CHECK(message.find("rank " + std::to_string(world_rank_of(manager, world, 0)) + " gave up") !=
+          std::string::npos);
   }
   // Every later call repeats the failure instead of trying again.
   CHECK_THROWS_WITH_AS(shared->progress(), doctest::Contains("unusable after an earlier failure"),
@@ -191,7 +213,8 @@ TEST_CASE("shared-memory averaging: a timeout names the missing rank and the oth
 TEST_CASE("shared-memory averaging: a rank starting the buffers in another order is out of step") {
   // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
   auto manager = launch::DistributedManager::initialize();
-  auto& world = manager.world();
+  auto node = on_this_node(manager);
+  auto& world = *node;
   if (world.size() == 1) return;
   auto shared = make(world, {{core::kFloat32, 64}, {core::kFloat32, 64}}, /*timeout=*/30);
   // Round 1 as it should be; then rank 1 skips buffer 0, as if its backward had failed halfway.
@@ -213,20 +236,23 @@ TEST_CASE("shared-memory averaging: a rank starting the buffers in another order
 TEST_CASE("shared-memory averaging: different buffer lists on different ranks are an error") {
   // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
   auto manager = launch::DistributedManager::initialize();
-  auto& world = manager.world();
+  auto node = on_this_node(manager);
+  auto& world = *node;
   if (world.size() == 1) return;
   // The same total size in a different order: only a comparison of the layouts can tell.
   std::vector<SharedBufferSpec> specs{{core::kFloat32, 16}, {core::kFloat32, 32}};
   if (world.rank() == 1) std::swap(specs[0], specs[1]);
-  CHECK_THROWS_WITH_AS(SharedMemoryAllReduce::create(world, specs, 10.0),
-                       doctest::Contains("rank 1 asked for a different list of buffers"),
-                       core::Error);
+  const std::string odd_one = "rank " + std::to_string(world_rank_of(manager, world, 1));
+  CHECK_THROWS_WITH_AS(
+      SharedMemoryAllReduce::create(world, specs, 10.0),
+      doctest::Contains((odd_one + " asked for a different list of buffers").c_str()), core::Error);
 }
 
 TEST_CASE("shared-memory averaging: a full /dev/shm falls back with a reason and leaves nothing") {
   // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
   auto manager = launch::DistributedManager::initialize();
-  auto& world = manager.world();
+  auto node = on_this_node(manager);
+  auto& world = *node;
   const std::vector<SharedBufferSpec> huge{{core::kFloat32, int64_t(1) << 42}};  // 16 TiB
   std::string why_not;
   CHECK(SharedMemoryAllReduce::create(world, huge, 10.0, &why_not) == nullptr);
@@ -246,4 +272,15 @@ TEST_CASE("shared-memory averaging rejects non-floating buffers") {
   std::vector<SharedBufferSpec> specs{{core::kInt64, 8}};
   CHECK_THROWS_WITH_AS(SharedMemoryAllReduce::create(manager.world(), specs, 1.0),
                        doctest::Contains("floating dtype"), core::Error);
+}
+
+TEST_CASE("shared-memory averaging refuses ranks on different nodes, saying why") {
+  // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
+  auto manager = launch::DistributedManager::initialize();
+  if (test::real_node_count() == 1) return;  // only under scripts/cluster-sim.sh
+  const std::vector<SharedBufferSpec> specs{{core::kFloat32, 64}};
+  std::string why_not;
+  CHECK(SharedMemoryAllReduce::create(manager.world(), specs, 10.0, &why_not) == nullptr);
+  INFO(why_not);
+  CHECK(!why_not.empty());
 }

@@ -1,7 +1,7 @@
 // What the DDP tests loop over: every node layout of the world (tests/simulated_nodes.h: 0 =
-// the real topology, one node here; K = K simulated nodes) with shared memory on and off, and
-// the bucket transport DDP must pick for each (launch/ddp/transport_choice.h), so every such
-// test also checks the choice.
+// the real topology, one node under plain mpirun; K = K simulated nodes) with shared memory on and
+// off, and the bucket transport DDP must pick for each (launch/ddp/transport_choice.h), so every
+// such test also checks the choice.
 #pragma once
 
 #include <vector>
@@ -28,8 +28,8 @@ inline std::vector<TransportCase> transport_cases(int ranks) {
 inline launch::TransportKind expected_transport(int simulated_nodes, int ranks,
                                                 bool shared_memory = true) {
   if (!shared_memory || ranks == 1) return launch::TransportKind::Communicator;
-  return simulated_nodes > 1 ? launch::TransportKind::Hierarchical
-                             : launch::TransportKind::SharedMemory;
+  return layout_nodes(simulated_nodes) > 1 ? launch::TransportKind::Hierarchical
+                                           : launch::TransportKind::SharedMemory;
 }
 
 }  // namespace mpigrad::test

@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# cluster-sim.sh: a small cluster on one machine, for testing and measuring mpigrad's multi-node
+# paths over a real (rate-limited) network instead of MPIGRAD_SIMULATE_NODES's shared memory.
+#
+#   scripts/cluster-sim.sh [--nodes K] [--ranks-per-node R] [--rate 2gbit] [--cores-per-node C]
+#                          [--yield on|off] [--partition-after SECONDS] -- [mpirun args] PROGRAM...
+#   scripts/cluster-sim.sh --probe    exit 0 if this machine can build the cluster, else 77
+#
+# Each node is a network namespace plus a UTS and mount namespace (held by one sleeping process)
+# with its own host name (node0, node1, ...), its own /etc/hosts and a private tmpfs on /dev/shm.
+# The nodes' veth links meet on a bridge inside a separate "switch" namespace, so nothing is added
+# to the machine's own network namespace and the 10.77.0.0/24 addresses exist only in there.
+# Each node's egress is limited by `tc qdisc ... tbf` to --rate (netem is not in every kernel).
+# mpirun runs on node0 and starts orted on the other nodes through a plm_rsh_agent script that
+# enters that node's namespaces (nsenter) where ssh would log in: TCP between nodes, vader (shared
+# memory) inside each.
+#
+# --cores-per-node C pins each node's processes to C cores of its own (taskset), as on a real node
+# with fewer cores than ranks. --yield: Open MPI's mpi_yield_when_idle; on by default because an
+# oversubscribed node otherwise spends its cores spinning (README, "A cluster on one machine").
+# --partition-after S takes the last node's link down S seconds after the start, to test what the
+# job does when a node drops off the network.
+#
+# Exit status: mpirun's; 77 (with one line) when this machine cannot build namespaces (not root,
+# no ip/unshare/nsenter/tc, or namespaces not allowed), so ctest can skip. Everything it creates
+# (namespaces, links, processes inside them, temporary files) is removed on exit, on error and on
+# Ctrl-C.
+set -uo pipefail
+
+nodes=2 ranks_per_node=2 rate=10gbit cores_per_node=0 yield=on partition_after=0 probe=0
+usage() { sed -n '4,6p' "$0" >&2; exit 2; }
+while (($#)); do
+  case $1 in
+    --nodes) nodes=$2; shift 2 ;;
+    --ranks-per-node) ranks_per_node=$2; shift 2 ;;
+    --rate) rate=$2; shift 2 ;;
+    --cores-per-node) cores_per_node=$2; shift 2 ;;
+    --yield) yield=$2; shift 2 ;;
+    --partition-after) partition_after=$2; shift 2 ;;
+    --probe) probe=1; shift ;;
+    --) shift; break ;;
+    -h | --help) usage ;;
+    *) echo "cluster-sim: unknown option '$1'" >&2; usage ;;
+  esac
+done
+((probe || $#)) || usage
+[[ $nodes =~ ^[1-9][0-9]?$ && $ranks_per_node =~ ^[1-9][0-9]*$ ]] ||
+  { echo "cluster-sim: --nodes must be 1..99 and --ranks-per-node a positive number" >&2; exit 2; }
+[[ $rate =~ ^[0-9]+(kbit|mbit|gbit)$ ]] ||
+  { echo "cluster-sim: --rate '$rate' must look like 500mbit or 2gbit" >&2; exit 2; }
+[[ $yield == on || $yield == off ]] || { echo "cluster-sim: --yield must be on or off" >&2; exit 2; }
+[[ $cores_per_node =~ ^[0-9]+$ && $partition_after =~ ^[0-9]+$ ]] ||
+  { echo "cluster-sim: --cores-per-node and --partition-after take whole numbers" >&2; exit 2; }
+
+skip() { echo "cluster-sim: skipped: $*"; exit 77; }
+((EUID == 0)) || skip "needs root to create network namespaces"
+for tool in ip unshare nsenter tc taskset mpirun; do
+  command -v "$tool" >/dev/null || skip "'$tool' is not installed"
+done
+
+# Names unique to this run, so several runs (parallel ctest) never meet.
+tag="mgc$$"
+switch="${tag}sw"
+work=$(mktemp -d "/tmp/cluster-sim.XXXXXX")
+declare -a holders=()
+
+node_ns() { echo "${tag}n$1"; }
+cleanup() {
+  trap - EXIT INT TERM
+  local ns pids
+  for ((k = 0; k < nodes; k++)); do
+    ns=$(node_ns "$k")
+    # Whatever still runs in the node (orted left behind after a failure, the holder) goes too:
+    # a namespace lives on, unnamed, while a process is inside it.
+    pids=$(ip netns pids "$ns" 2>/dev/null)
+    [[ -n $pids ]] && kill -9 $pids 2>/dev/null
+    ip netns del "$ns" 2>/dev/null
+  done
+  ((${#holders[@]})) && kill -9 "${holders[@]}" 2>/dev/null
+  ip netns del "$switch" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+ip netns add "$switch" 2>/dev/null || skip "cannot create a network namespace here ('ip netns add' failed)"
+((probe)) && exit 0
+ip -n "$switch" link add br0 type bridge || exit 1
+ip -n "$switch" link set br0 up || exit 1
+
+# tbf needs a bucket of at least one timer tick's worth of bytes, and at least a 64 KiB GSO
+# segment, or it drops everything.
+burst=$(awk -v r="$rate" 'BEGIN {
+  n = r + 0; unit = substr(r, length(n "") + 1)
+  bits = n * (unit == "gbit" ? 1e9 : unit == "mbit" ? 1e6 : 1e3)
+  b = bits / 8 / 100; if (b < 131072) b = 131072; printf "%d", b }')
+
+subnet=10.77.0
+for ((k = 0; k < nodes; k++)); do
+  echo "$subnet.$((k + 1)) node$k" >>"$work/hosts"
+  echo "node$k slots=$ranks_per_node" >>"$work/hostfile"
+done
+printf '127.0.0.1 localhost\n' >>"$work/hosts"
+
+for ((k = 0; k < nodes; k++)); do
+  ns=$(node_ns "$k")
+  ip netns add "$ns" || exit 1
+  ip -n "$switch" link add "v$k" type veth peer name eth0 netns "$ns" || exit 1
+  ip -n "$switch" link set "v$k" master br0 up || exit 1
+  ip -n "$ns" addr add "$subnet.$((k + 1))/24" dev eth0 || exit 1
+  ip -n "$ns" link set lo up && ip -n "$ns" link set eth0 up || exit 1
+  ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst "$burst" latency 100ms ||
+    exit 1
+  # The holder keeps the node's UTS and mount namespaces alive for nsenter; "ready" says its
+  # host name and mounts are in place.
+  ip netns exec "$ns" unshare --uts --mount --propagation private -- sh -c "
+    hostname node$k && mount -t tmpfs -o size=4g,mode=1777 shm /dev/shm &&
+    mount --bind '$work/hosts' /etc/hosts && echo ready > '$work/ready$k' && exec sleep infinity" &
+  holders+=($!)
+  disown $!
+  echo "$k $!" >>"$work/holders"
+done
+for ((k = 0; k < nodes; k++)); do
+  tries=0
+  while [[ ! -s $work/ready$k ]] && ((tries++ < 100)); do sleep 0.05; done
+  [[ -s $work/ready$k ]] || { echo "cluster-sim: node$k did not come up" >&2; exit 1; }
+done
+
+# Cores for node k when --cores-per-node is given: C of the machine's cores, wrapping around.
+cpus() {
+  local k=$1 total list="" c
+  total=$(nproc --all)
+  for ((c = 0; c < cores_per_node; c++)); do list+="${list:+,}$(((k * cores_per_node + c) % total))"; done
+  echo "$list"
+}
+{
+  echo '#!/usr/bin/env bash'
+  echo '# plm_rsh_agent for cluster-sim.sh: "agent [ssh options] HOST COMMAND..." runs COMMAND'
+  echo '# on HOST the way ssh would (through a shell), inside that node'"'"'s namespaces.'
+  echo 'while [[ $1 == -* ]]; do shift; done'
+  echo 'host=$1; shift'
+  echo 'k=${host#node}'
+  echo "pid=\$(awk -v k=\"\$k\" '\$1 == k { print \$2 }' '$work/holders')"
+  echo '[[ -n $pid ]] || { echo "cluster-sim agent: no node named $host" >&2; exit 255; }'
+  echo 'pin=()'
+  for ((k = 0; k < nodes; k++)); do
+    ((cores_per_node > 0)) && echo "[[ \$k == $k ]] && pin=(taskset -c $(cpus "$k"))"
+  done
+  echo 'exec nsenter -t "$pid" --net --uts --mount --wd="$PWD" -- "${pin[@]}" /bin/sh -c "$*"'
+} >"$work/agent"
+chmod +x "$work/agent"
+
+if ((partition_after > 0)); then
+  last=$(node_ns $((nodes - 1)))
+  (sleep "$partition_after" && ip -n "$last" link set eth0 down &&
+    echo "cluster-sim: node$((nodes - 1))'s link is down (partition)" >&2) &
+fi
+
+yield_value=0
+[[ $yield == on ]] && yield_value=1
+pin0=()
+((cores_per_node > 0)) && pin0=(taskset -c "$(cpus 0)")
+echo "cluster-sim: $nodes node(s) x $ranks_per_node rank(s), links at $rate (tbf burst $burst B)$(
+  ((cores_per_node)) && echo ", $cores_per_node core(s) per node"), mpi_yield_when_idle=$yield_value" >&2
+nsenter -t "${holders[0]}" --net --uts --mount --wd="$PWD" -- "${pin0[@]}" \
+  mpirun -np $((nodes * ranks_per_node)) --hostfile "$work/hostfile" --bind-to none \
+  --mca plm rsh --mca plm_rsh_agent "$work/agent" --mca pml ob1 --mca btl tcp,self,vader \
+  --mca btl_tcp_if_include "$subnet.0/24" --mca oob_tcp_if_include "$subnet.0/24" \
+  --mca mpi_yield_when_idle "$yield_value" "$@" &
+# In the background and waited for, so that Ctrl-C or a TERM reaches the trap (and the cleanup)
+# even while mpirun hangs, as it does when a node has dropped off the network.
+launcher=$!
+wait "$launcher"
+exit $?
