@@ -10,6 +10,7 @@ packages=(
   libboost-program-options-dev
   doctest-dev
   libopenblas-dev
+  libdnnl-dev
   gfortran
   dataset-fashion-mnist
 )

@@ -14,6 +14,7 @@
 #include "mpigrad/launch/train/training_steps.h"
 #include "mpigrad/nn/checkpoint.h"
 #include "mpigrad/nn/optim/clip_grad.h"
+#include "mpigrad/nn/optim/grad_scaler.h"
 
 namespace mpigrad::launch {
 
@@ -26,7 +27,9 @@ const std::string kEmbedKeys[] = {"model",
                                   "sched",
                                   "train.seed",
                                   "train.clip_grad_norm",
-                                  "train.grad_accum_steps"};
+                                  "train.grad_accum_steps",
+                                  "train.precision",
+                                  "train.loss_scale_growth_interval"};
 
 // INI text as it is, or the contents of the file it names. Text has a '=' or a line break; a
 // bare word is a path, which must exist.
@@ -83,6 +86,7 @@ struct EmbeddedModel::Training {
   std::unique_ptr<nn::Optimizer> optimizer;
   std::unique_ptr<nn::LRScheduler> scheduler;
   StepFunction step;
+  std::unique_ptr<nn::GradScaler> scaler;  // [train] precision = fp16
   std::unique_ptr<DistributedDataParallel> ddp;
 };
 
@@ -166,6 +170,11 @@ void EmbeddedModel::build(const std::string& config, std::optional<uint64_t> see
     training_->step = classification_step("input", "label");
   } else {
     training_->step = regression_step("input", "label", make_regression_loss(config_.loss.name));
+  }
+  training_->step = with_precision(std::move(training_->step), config_.train.precision);
+  if (config_.train.precision == nn::Precision::Float16) {
+    training_->scaler = std::make_unique<nn::GradScaler>(
+        nn::GradScalerOptions{.growth_interval = config_.train.loss_scale_growth_interval});
   }
 }
 
@@ -279,6 +288,7 @@ core::Tensor EmbeddedModel::train_step(const core::Tensor& input, const core::Te
   // Each micro-step adds loss / k to the gradients; only the last one averages them over the
   // ranks (the earlier ones run inside DDP's no_sync), so a step waits for one all-reduce.
   core::Tensor scaled = accumulate > 1 ? loss / double(accumulate) : loss;
+  if (t.scaler) scaled = t.scaler->scale(scaled);
   if (t.ddp && !optimizer_step) {
     auto local_only = t.ddp->no_sync();
     scaled.backward();
@@ -292,11 +302,17 @@ core::Tensor EmbeddedModel::train_step(const core::Tensor& input, const core::Te
     return last_loss_;
   }
   micro_steps_ = 0;
+  if (t.scaler) t.scaler->unscale_(module_->parameters());  // clipping sees true gradients
   if (config_.train.clip_grad_norm > 0) {
     nn::clip_grad_norm_(module_->parameters(), config_.train.clip_grad_norm);
   }
   const double lr = t.optimizer->param_groups().front().lr;
-  t.optimizer->step();
+  if (t.scaler) {
+    t.scaler->step(*t.optimizer);  // skipped, on every rank alike, when the gradients overflowed
+    t.scaler->update();
+  } else {
+    t.optimizer->step();
+  }
   t.optimizer->zero_grad();
   if (t.scheduler) t.scheduler->step();
   ++steps_;
@@ -377,6 +393,7 @@ void EmbeddedModel::save(const char* what, const std::string& path, bool trainin
     if (training_state) {
       data.optimizer = training_->optimizer->state_dict();
       if (training_->scheduler) data.scheduler = training_->scheduler->state_dict();
+      if (training_->scaler) data.hooks.emplace("loss_scaler", training_->scaler->state_dict());
       for (const auto& [name, generator] : module_->named_generators()) {
         data.rng.emplace_back("model." + name, *generator);
       }
@@ -400,6 +417,10 @@ void EmbeddedModel::load(const char* what, const std::string& path, bool trainin
     throw EmbedError(EmbedErrorKind::File, error.what());
   }
   if (training_state) steps_ = data.step;
+  const auto scaler_state = data.hooks.find("loss_scaler");
+  if (training_state && training_->scaler && scaler_state != data.hooks.end()) {
+    training_->scaler->load_state_dict(scaler_state->second);
+  }
 }
 
 void EmbeddedModel::save_model(const std::string& path) {
