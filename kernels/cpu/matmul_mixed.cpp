@@ -8,6 +8,9 @@
 // Float16 (no fp16 dot product on these CPUs), BFloat16 on a CPU without AVX512-BF16, and
 // MPIGRAD_CPU_BF16=convert convert each entry to fp32 and call sgemm: correct, not faster.
 // C is written with `=` when beta == 0, otherwise C = alpha*op(A)op(B) + beta*C.
+#include <omp.h>
+
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <cstring>
@@ -47,22 +50,49 @@ OneDnn& onednn() {
 
 using dnnl::memory;
 
-// Row-major [rows, cols] with leading dimension ld, as a oneDNN descriptor of `batch` entries.
-memory::desc matrix_desc(memory::data_type type, int64_t batch, int64_t batch_stride,
-                         bool transposed, int64_t rows, int64_t cols, int64_t ld) {
+// Row-major [rows, cols] with leading dimension ld, as a oneDNN descriptor: 2-d when the product
+// has one entry, else 3-d with `entries` (1 for an operand oneDNN broadcasts). A zero batch
+// stride sends oneDNN to its reference kernel, so an entry that is never stepped gets its dense
+// size as stride.
+memory::desc matrix_desc(memory::data_type type, int64_t batch, int64_t entries,
+                         int64_t batch_stride, bool transposed, int64_t rows, int64_t cols,
+                         int64_t ld) {
   // op(X) is rows x cols; stored transposed, element (i, j) sits at j * ld + i.
-  const memory::dims strides =
-      transposed ? memory::dims{batch_stride, 1, ld} : memory::dims{batch_stride, ld, 1};
-  return memory::desc({batch, rows, cols}, type, strides);
+  const memory::dims matrix_strides = transposed ? memory::dims{1, ld} : memory::dims{ld, 1};
+  if (batch == 1) return memory::desc({rows, cols}, type, matrix_strides);
+  const int64_t stride = entries == 1 || batch_stride == 0 ? rows * cols : batch_stride;
+  return memory::desc({entries, rows, cols}, type,
+                      {std::max<int64_t>(stride, 1), matrix_strides[0], matrix_strides[1]});
 }
+
+// Products up to this many multiply-adds run on the calling thread, as OpenBLAS runs them: an
+// OpenMP team's start and barrier cost more than they save there, and far more when the cores
+// are shared with other processes (a small bf16 product took 16 ms on a loaded 2-core machine).
+constexpr int64_t kSmallGemmWork = int64_t(1) << 18;
+
+// Sets the OpenMP thread count oneDNN sees for the guard's lifetime (oneDNN reads it when it
+// builds a primitive and when it runs one).
+class ThreadLimit {
+ public:
+  explicit ThreadLimit(int threads) : previous_(omp_get_max_threads()) {
+    omp_set_num_threads(threads);
+  }
+  ~ThreadLimit() { omp_set_num_threads(previous_); }
+  ThreadLimit(const ThreadLimit&) = delete;
+  ThreadLimit& operator=(const ThreadLimit&) = delete;
+
+ private:
+  int previous_;
+};
 
 struct Plan {
   dnnl::matmul primitive;
   memory::desc a, b, c;
+  bool reference = false;  // oneDNN's reference kernel: far slower than converting to fp32
 };
 
-const Plan& plan_for(const GemmShape& s, int64_t batch, float alpha, float beta) {
-  using Key = std::array<int64_t, 14>;
+const Plan& plan_for(const GemmShape& s, int64_t batch, float alpha, float beta, int threads) {
+  using Key = std::array<int64_t, 15>;
   thread_local std::map<Key, Plan> plans;
   int32_t alpha_bits, beta_bits;
   std::memcpy(&alpha_bits, &alpha, 4);
@@ -80,18 +110,20 @@ const Plan& plan_for(const GemmShape& s, int64_t batch, float alpha, float beta)
                 s.batch_stride_b,
                 s.batch_stride_c,
                 alpha_bits,
-                beta_bits};
+                beta_bits,
+                threads};
   auto found = plans.find(key);
   if (found != plans.end()) return found->second;
+  // A broadcast operand (batch stride 0) is one matrix oneDNN broadcasts itself.
   const bool broadcast_a = batch > 1 && s.batch_stride_a == 0;
   const bool broadcast_b = batch > 1 && s.batch_stride_b == 0;
   const auto bf16 = memory::data_type::bf16;
-  const memory::desc a =
-      matrix_desc(bf16, broadcast_a ? 1 : batch, s.batch_stride_a, s.transpose_a, s.m, s.k, s.lda);
-  const memory::desc b =
-      matrix_desc(bf16, broadcast_b ? 1 : batch, s.batch_stride_b, s.transpose_b, s.k, s.n, s.ldb);
+  const memory::desc a = matrix_desc(bf16, batch, broadcast_a ? 1 : batch, s.batch_stride_a,
+                                     s.transpose_a, s.m, s.k, s.lda);
+  const memory::desc b = matrix_desc(bf16, batch, broadcast_b ? 1 : batch, s.batch_stride_b,
+                                     s.transpose_b, s.k, s.n, s.ldb);
   const memory::desc c =
-      matrix_desc(memory::data_type::f32, batch, s.batch_stride_c, false, s.m, s.n, s.ldc);
+      matrix_desc(memory::data_type::f32, batch, batch, s.batch_stride_c, false, s.m, s.n, s.ldc);
   dnnl::primitive_attr attr;
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
   if (beta != 0.0f) {
@@ -100,19 +132,25 @@ const Plan& plan_for(const GemmShape& s, int64_t batch, float alpha, float beta)
     attr.set_post_ops(ops);
   }
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, onednn().engine);
-  return plans.emplace(key, Plan{dnnl::matmul(pd), a, b, c}).first->second;
+  const bool reference = std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
+  return plans.emplace(key, Plan{dnnl::matmul(pd), a, b, c, reference}).first->second;
 }
 
-void gemm_onednn(const GemmShape& s, float alpha, const void* a, const void* b, float beta,
+// False, with nothing computed, when oneDNN offers only its reference kernel for this shape.
+bool gemm_onednn(const GemmShape& s, float alpha, const void* a, const void* b, float beta,
                  float* c) {
   // Entries that share C must accumulate one after another: run them one by one.
   const bool shared_c = s.batch > 1 && s.batch_stride_c == 0;
   const int64_t calls = shared_c ? s.batch : 1;
   const int64_t batch = shared_c ? 1 : s.batch;
   OneDnn& dnn = onednn();
+  const int64_t work = batch * s.m * s.n * s.k;
+  const int threads = work <= kSmallGemmWork ? 1 : omp_get_max_threads();
+  ThreadLimit limit(threads);
   for (int64_t entry = 0; entry < calls; ++entry) {
     const float entry_beta = entry == 0 ? beta : 1.0f;
-    const Plan& plan = plan_for(s, batch, alpha, entry_beta);
+    const Plan& plan = plan_for(s, batch, alpha, entry_beta, threads);
+    if (plan.reference) return false;
     auto* a_entry = static_cast<uint16_t*>(const_cast<void*>(a)) + entry * s.batch_stride_a;
     auto* b_entry = static_cast<uint16_t*>(const_cast<void*>(b)) + entry * s.batch_stride_b;
     dnnl::memory a_mem(plan.a, dnn.engine, a_entry);
@@ -122,6 +160,7 @@ void gemm_onednn(const GemmShape& s, float alpha, const void* a, const void* b, 
         dnn.stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
   }
   dnn.stream.wait();
+  return true;
 }
 
 // One stored matrix (rows x ld, the last row only `cols` long) converted to fp32.
@@ -177,7 +216,7 @@ void gemm_mixed(DType operand, const GemmShape& shape, double alpha, const void*
   }
   if (operand == DType::BFloat16 && native_bf16()) {
     try {
-      return gemm_onednn(shape, float(alpha), a, b, float(beta), c);
+      if (gemm_onednn(shape, float(alpha), a, b, float(beta), c)) return;
     } catch (const dnnl::error& e) {
       throw std::runtime_error(std::string("mpigrad::kernels::cpu::gemm_mixed: oneDNN: ") +
                                e.what());
