@@ -119,9 +119,9 @@ INI
     run 2 "$mpigrad" train --config fp16.ini --train.out_dir=full > full.txt 2>&1 || { cat full.txt; fail "fp16 run failed"; }
     grep -q "fp16 loss scale 65536 (0 clean steps toward growth, 0 skipped)" full.txt || { cat full.txt; fail "no starting scale line"; }
     first=$(losses full/metrics.jsonl | head -1) last=$(losses full/metrics.jsonl | tail -1)
-    awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.7 * a) }' || fail "fp16 loss did not fall: $first -> $last"
+    awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.9 * a) }' || fail "fp16 loss did not fall: $first -> $last"
     accuracy=$(final_accuracy full.txt)
-    at_least "$accuracy" 0.5 || fail "fp16 accuracy $accuracy not above chance"
+    at_least "$accuracy" 0.8 || fail "fp16 accuracy $accuracy not above chance (0.1) by a margin"
     # Epoch 1 is 10 optimizer steps (640 / 2 ranks / 16 / 2 micro-batches): with growth every 3
     # clean steps the scale has grown 3 times (2^19) and 1 step counts toward the next growth.
     run 2 "$mpigrad" train --config fp16.ini --train.out_dir=part --train.epochs=1 > part1.txt 2>&1 || fail "first half failed"
