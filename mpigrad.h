@@ -99,6 +99,8 @@
 #include "mpigrad/nn/optim/adam.h"
 // defines: clip_grad_norm_
 #include "mpigrad/nn/optim/clip_grad.h"
+// defines: GradScaler, GradScalerOptions
+#include "mpigrad/nn/optim/grad_scaler.h"
 // defines: StepLR, CosineAnnealingLR, OneCycleLR, ReduceLROnPlateau
 #include "mpigrad/nn/optim/lr_scheduler.h"
 // defines: SGD
