@@ -4,8 +4,8 @@
  * CUDA stream calls' checks (their GPU behaviour needs a GPU); [train] precision = bf16 and fp16
  * (loss scaling) train like fp32, and a bad precision is refused at create time. */
 #include <math.h>
-#include <stdio.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "c_check.h"
