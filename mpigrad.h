@@ -15,6 +15,8 @@
 #pragma once
 
 // core: tensors, autograd, ops
+// defines: AutocastGuard, autocast_policy, autocast_dtype
+#include "mpigrad/core/autocast.h"
 // defines: backward, NoGradGuard, Node, queue_backward_callback
 #include "mpigrad/core/autograd.h"
 // defines: cuda_visibility, set_cuda_home_device
@@ -89,6 +91,8 @@
 #include "mpigrad/nn/encoder_with_head.h"
 // defines: make_mlp, make_cnn, make_resnet, make_mlp_encoder, make_cnn_encoder
 #include "mpigrad/nn/models.h"
+// defines: Precision, kPrecisionNames, describe_precision
+#include "mpigrad/nn/mixed_precision.h"
 // defines: Module
 #include "mpigrad/nn/module.h"
 // defines: OnnxModel, OnnxValueInfo
@@ -99,6 +103,8 @@
 #include "mpigrad/nn/optim/adam.h"
 // defines: clip_grad_norm_
 #include "mpigrad/nn/optim/clip_grad.h"
+// defines: GradScaler, GradScalerOptions
+#include "mpigrad/nn/optim/grad_scaler.h"
 // defines: StepLR, CosineAnnealingLR, OneCycleLR, ReduceLROnPlateau
 #include "mpigrad/nn/optim/lr_scheduler.h"
 // defines: SGD

@@ -36,11 +36,18 @@ class HostScratch {
   void* ptr_;
 };
 
-// The convolution's loop over images and groups on the CPU.
+// The convolution's loop over images and groups on the CPU. In mixed precision x, w and grad_y
+// (and the columns made from them) are `operand`, 16-bit, and y, grad_x and grad_w `dtype`.
 class CpuConv {
  public:
-  CpuConv(DType dtype, const Conv2dShape& shape)
-      : dtype_(dtype), s_(shape), g_(shape.geometry), element_(size_t(element_size(dtype))) {
+  CpuConv(DType dtype, const Conv2dShape& shape) : CpuConv(dtype, dtype, shape) {}
+  CpuConv(DType dtype, DType operand, const Conv2dShape& shape)
+      : dtype_(dtype),
+        operand_(operand),
+        s_(shape),
+        g_(shape.geometry),
+        element_(size_t(element_size(dtype))),
+        operand_element_(size_t(element_size(operand))) {
     group_in_ = g_.channels / s_.groups;
     group_out_ = s_.out_channels / s_.groups;
     patch_ = group_in_ * g_.kernel_h * g_.kernel_w;
@@ -51,7 +58,7 @@ class CpuConv {
 
   // y[n][g] = W[g] columns[g], one GEMM per image over the groups.
   void forward(const void* x, const void* w, void* y) const {
-    HostScratch columns(column_bytes());
+    HostScratch columns(column_bytes(operand_element_));
     kernels::GemmShape shape;
     shape.m = group_out_;
     shape.n = out_area_;
@@ -65,14 +72,14 @@ class CpuConv {
     shape.batch_stride_c = group_out_ * out_area_;
     for (int64_t n = 0; n < s_.batch; ++n) {
       const void* cols = columns_of(x, n, columns.get());
-      kernels::cpu::gemm(dtype_, shape, 1.0, w, cols, 0.0, output_image(y, n));
+      product(shape, w, cols, 0.0, output_image(y, n, element_));
     }
   }
 
   // columns = W^T g[n], one GEMM per group; then scattered onto the (zeroed) image.
   void backward_data(const void* grad_y, const void* w, void* grad_x) const {
     kernels::cpu::fill(dtype_, s_.batch * g_.channels * g_.height * g_.width, grad_x, 0.0);
-    HostScratch columns(column_bytes());
+    HostScratch columns(column_bytes(element_));
     kernels::GemmShape shape;
     shape.transpose_a = true;
     shape.m = patch_;
@@ -86,9 +93,9 @@ class CpuConv {
     shape.batch_stride_b = group_out_ * out_area_;
     shape.batch_stride_c = patch_ * out_area_;
     for (int64_t n = 0; n < s_.batch; ++n) {
-      void* image = input_image(grad_x, n);
+      void* image = input_image(grad_x, n, element_);
       void* target = direct_ ? image : columns.get();
-      kernels::cpu::gemm(dtype_, shape, 1.0, w, output_image(grad_y, n), 0.0, target);
+      product(shape, w, output_image(grad_y, n, operand_element_), 0.0, target);
       if (!direct_) kernels::cpu::col2im(dtype_, g_, columns.get(), image);
     }
   }
@@ -99,7 +106,7 @@ class CpuConv {
       kernels::cpu::fill(dtype_, s_.out_channels * patch_, grad_w, 0.0);
       return;
     }
-    HostScratch columns(column_bytes());
+    HostScratch columns(column_bytes(operand_element_));
     kernels::GemmShape shape;
     shape.transpose_b = true;
     shape.m = group_out_;
@@ -114,35 +121,40 @@ class CpuConv {
     shape.batch_stride_c = group_out_ * patch_;
     for (int64_t n = 0; n < s_.batch; ++n) {
       const void* cols = columns_of(x, n, columns.get());
-      kernels::cpu::gemm(dtype_, shape, 1.0, output_image(grad_y, n), cols, n == 0 ? 0.0 : 1.0,
-                         grad_w);
+      product(shape, output_image(grad_y, n, operand_element_), cols, n == 0 ? 0.0 : 1.0, grad_w);
     }
   }
 
  private:
-  size_t column_bytes() const {
-    return direct_ ? 0 : size_t(g_.channels * g_.kernel_h * g_.kernel_w * out_area_) * element_;
+  // C (dtype_) = op(A) op(B) + beta C, with A and B of operand_.
+  void product(const kernels::GemmShape& shape, const void* a, const void* b, double beta,
+               void* c) const {
+    if (operand_ == dtype_) return kernels::cpu::gemm(dtype_, shape, 1.0, a, b, beta, c);
+    kernels::cpu::gemm_mixed(operand_, shape, 1.0, a, b, beta, static_cast<float*>(c));
   }
-  void* input_image(const void* base, int64_t n) const {
-    return const_cast<char*>(static_cast<const char*>(base)) +
-           size_t(n * g_.channels * g_.height * g_.width) * element_;
+  size_t column_bytes(size_t element) const {
+    return direct_ ? 0 : size_t(g_.channels * g_.kernel_h * g_.kernel_w * out_area_) * element;
   }
-  void* output_image(const void* base, int64_t n) const {
+  void* input_image(const void* base, int64_t n, size_t element) const {
     return const_cast<char*>(static_cast<const char*>(base)) +
-           size_t(n * s_.out_channels * out_area_) * element_;
+           size_t(n * g_.channels * g_.height * g_.width) * element;
+  }
+  void* output_image(const void* base, int64_t n, size_t element) const {
+    return const_cast<char*>(static_cast<const char*>(base)) +
+           size_t(n * s_.out_channels * out_area_) * element;
   }
   // The column matrix of image n: the image itself (direct) or `columns`, filled by im2col.
   const void* columns_of(const void* x, int64_t n, void* columns) const {
-    const void* image = input_image(x, n);
+    const void* image = input_image(x, n, operand_element_);
     if (direct_) return image;
-    kernels::cpu::im2col(dtype_, g_, image, columns);
+    kernels::cpu::im2col(operand_, g_, image, columns);
     return columns;
   }
 
-  DType dtype_;
+  DType dtype_, operand_;
   const Conv2dShape& s_;
   const kernels::Conv2dGeometry& g_;
-  size_t element_;
+  size_t element_, operand_element_;
   int64_t group_in_ = 0, group_out_ = 0, patch_ = 0, out_area_ = 0;
   bool direct_ = false;
 };
@@ -217,6 +229,10 @@ class CpuBackend final : public Backend {
             double beta, void* c) override {
     kernels::cpu::gemm(dtype, shape, alpha, a, b, beta, c);
   }
+  void gemm_mixed(DType operand, const GemmShape& shape, double alpha, const void* a, const void* b,
+                  double beta, float* c) override {
+    kernels::cpu::gemm_mixed(operand, shape, alpha, a, b, beta, c);
+  }
   void softmax_forward(bool log, DType dtype, int64_t rows, int64_t cols, void* out,
                        const void* in) override {
     kernels::cpu::softmax_forward(log, dtype, rows, cols, out, in);
@@ -272,6 +288,18 @@ class CpuBackend final : public Backend {
   void conv2d_backward_filter(DType dtype, const Conv2dShape& shape, const void* x,
                               const void* grad_y, void* grad_w) override {
     CpuConv(dtype, shape).backward_filter(x, grad_y, grad_w);
+  }
+  void conv2d_forward_mixed(DType operand, const Conv2dShape& shape, const void* x, const void* w,
+                            float* y) override {
+    CpuConv(DType::Float32, operand, shape).forward(x, w, y);
+  }
+  void conv2d_backward_data_mixed(DType operand, const Conv2dShape& shape, const void* grad_y,
+                                  const void* w, float* grad_x) override {
+    CpuConv(DType::Float32, operand, shape).backward_data(grad_y, w, grad_x);
+  }
+  void conv2d_backward_filter_mixed(DType operand, const Conv2dShape& shape, const void* x,
+                                    const void* grad_y, float* grad_w) override {
+    CpuConv(DType::Float32, operand, shape).backward_filter(x, grad_y, grad_w);
   }
 
   int64_t max_pool2d_indices(const Pool2dGeometry& g) override {
@@ -371,6 +399,82 @@ class CpuBackend final : public Backend {
 };
 
 }  // namespace
+
+// ---- The base class's mixed-precision defaults: widen to fp32, then the fp32 kernel ----------
+
+namespace {
+
+// A dense fp32 copy, on the backend's device, of `count` 16-bit elements.
+class Widened {
+ public:
+  Widened(Backend& backend, DType operand, const void* data, int64_t count)
+      : backend_(backend), nbytes_(size_t(count) * sizeof(float)) {
+    if (count == 0) return;
+    ptr_ = backend.allocator().allocate(nbytes_);
+    StridedLoop loop;
+    loop.ndim = 1;
+    loop.size[0] = count;
+    loop.stride[0][0] = loop.stride[1][0] = 1;
+    backend.copy(DType::Float32, operand, loop, ptr_, data);
+  }
+  ~Widened() {
+    if (ptr_ != nullptr) backend_.allocator().deallocate(ptr_, nbytes_);
+  }
+  Widened(const Widened&) = delete;
+  Widened& operator=(const Widened&) = delete;
+  const void* get() const { return ptr_; }
+
+ private:
+  Backend& backend_;
+  size_t nbytes_;
+  void* ptr_ = nullptr;
+};
+
+// Elements spanned by a stored matrix of `rows` rows (leading dimension ld, `cols` used) over
+// `batch` entries `batch_stride` apart.
+int64_t span_of(int64_t batch, int64_t batch_stride, int64_t rows, int64_t cols, int64_t ld) {
+  if (batch == 0 || rows == 0 || cols == 0) return 0;
+  return (batch - 1) * batch_stride + (rows - 1) * ld + cols;
+}
+
+}  // namespace
+
+void Backend::gemm_mixed(DType operand, const GemmShape& s, double alpha, const void* a,
+                         const void* b, double beta, float* c) {
+  const Widened a32(*this, operand, a,
+                    span_of(s.batch, s.batch_stride_a, s.transpose_a ? s.k : s.m,
+                            s.transpose_a ? s.m : s.k, s.lda));
+  const Widened b32(*this, operand, b,
+                    span_of(s.batch, s.batch_stride_b, s.transpose_b ? s.n : s.k,
+                            s.transpose_b ? s.k : s.n, s.ldb));
+  gemm(DType::Float32, s, alpha, a32.get(), b32.get(), beta, c);
+}
+
+void Backend::conv2d_forward_mixed(DType operand, const Conv2dShape& s, const void* x,
+                                   const void* w, float* y) {
+  const auto& g = s.geometry;
+  const Widened x32(*this, operand, x, s.batch * g.channels * g.height * g.width);
+  const Widened w32(*this, operand, w,
+                    s.out_channels * (g.channels / s.groups) * g.kernel_h * g.kernel_w);
+  conv2d_forward(DType::Float32, s, x32.get(), w32.get(), y);
+}
+
+void Backend::conv2d_backward_data_mixed(DType operand, const Conv2dShape& s, const void* grad_y,
+                                         const void* w, float* grad_x) {
+  const auto& g = s.geometry;
+  const Widened gy32(*this, operand, grad_y, s.batch * s.out_channels * g.out_h * g.out_w);
+  const Widened w32(*this, operand, w,
+                    s.out_channels * (g.channels / s.groups) * g.kernel_h * g.kernel_w);
+  conv2d_backward_data(DType::Float32, s, gy32.get(), w32.get(), grad_x);
+}
+
+void Backend::conv2d_backward_filter_mixed(DType operand, const Conv2dShape& s, const void* x,
+                                           const void* grad_y, float* grad_w) {
+  const auto& g = s.geometry;
+  const Widened x32(*this, operand, x, s.batch * g.channels * g.height * g.width);
+  const Widened gy32(*this, operand, grad_y, s.batch * s.out_channels * g.out_h * g.out_w);
+  conv2d_backward_filter(DType::Float32, s, x32.get(), gy32.get(), grad_w);
+}
 
 std::string bad_target_message(const TargetCheck& check, int64_t position, int64_t value,
                                int64_t classes) {

@@ -70,6 +70,11 @@ class Backend {
                       void* out, int64_t* indices, const void* in) = 0;
   virtual void gemm(DType dtype, const GemmShape& shape, double alpha, const void* a, const void* b,
                     double beta, void* c) = 0;
+  // Mixed precision (core/autocast.h): A and B of `operand` (BFloat16 or Float16), C Float32,
+  // fp32 accumulation. The default widens A and B to fp32 and calls gemm: correct everywhere,
+  // fast nowhere; the CPU (oneDNN, AVX512-BF16) and CUDA (cuBLAS tensor cores) backends override.
+  virtual void gemm_mixed(DType operand, const GemmShape& shape, double alpha, const void* a,
+                          const void* b, double beta, float* c);
   virtual void softmax_forward(bool log, DType dtype, int64_t rows, int64_t cols, void* out,
                                const void* in) = 0;
   virtual void softmax_backward(bool log, DType dtype, int64_t rows, int64_t cols, void* grad_in,
@@ -109,6 +114,17 @@ class Backend {
                                     const void* w, void* grad_x) = 0;
   virtual void conv2d_backward_filter(DType dtype, const Conv2dShape& shape, const void* x,
                                       const void* grad_y, void* grad_w) = 0;
+
+  // The same three in mixed precision (core/autocast.h): x, w and grad_y of `operand` (BFloat16
+  // or Float16), y, grad_x and grad_w Float32, accumulated in fp32. The default widens the 16-bit
+  // operands to fp32 and calls the fp32 kernels; the CPU backend overrides it with im2col in
+  // 16 bits and gemm_mixed.
+  virtual void conv2d_forward_mixed(DType operand, const Conv2dShape& shape, const void* x,
+                                    const void* w, float* y);
+  virtual void conv2d_backward_data_mixed(DType operand, const Conv2dShape& shape,
+                                          const void* grad_y, const void* w, float* grad_x);
+  virtual void conv2d_backward_filter_mixed(DType operand, const Conv2dShape& shape, const void* x,
+                                            const void* grad_y, float* grad_w);
 
   // 2-d pooling over [planes, H, W] (kernels/pooling.h). Max pooling records its winners in
   // `indices`, max_pool2d_indices(geometry) Int64 values (one per output on the CPU; none on

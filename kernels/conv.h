@@ -31,7 +31,8 @@ struct Conv2dShape {
 namespace cpu {
 
 // columns[c*kh*kw + i*kw + j, oy*out_w + ox] = image[c, oy*stride-pad+i*dil, ox*stride-pad+j*dil]
-// or 0 outside the image. Writes every element of columns with `=`. Float32 and Float64.
+// or 0 outside the image. Writes every element of columns with `=`. Float32 and Float64, and
+// BFloat16 and Float16 for mixed precision (a copy, no arithmetic).
 void im2col(DType dtype, const Conv2dGeometry& geometry, const void* image, void* columns);
 
 // The adjoint of im2col: image += scatter(columns). Adds with `+=` (zero the image first).

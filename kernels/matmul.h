@@ -24,6 +24,18 @@ namespace cpu {
 void gemm(DType dtype, const GemmShape& shape, double alpha, const void* a, const void* b,
           double beta, void* c);
 
+// Mixed precision: A and B of `operand` (BFloat16 or Float16), C Float32, the products summed
+// in fp32; same layout and beta contract as gemm. BFloat16 runs on oneDNN's AVX512-BF16 kernels
+// where the CPU has them; Float16, and BFloat16 on a CPU without AVX512-BF16, are converted to
+// fp32 and go through sgemm (correct, not faster).
+void gemm_mixed(DType operand, const GemmShape& shape, double alpha, const void* a, const void* b,
+                double beta, float* c);
+
+// Whether gemm_mixed runs BFloat16 natively (AVX512-BF16 through oneDNN) on this CPU, and the
+// kernel oneDNN picked for it ("brg:avx512_core_bf16"), or a line saying why not.
+bool has_native_bf16();
+const char* bf16_gemm_path();
+
 // The BLAS library's name for the CPU kernel it picked ("SkylakeX", "Prescott", ...), or
 // "unknown" when the BLAS in use cannot say.
 const char* blas_core_name();
@@ -40,6 +52,10 @@ namespace cuda {
 
 void gemm(DType dtype, const GemmShape& shape, double alpha, const void* a, const void* b,
           double beta, void* c, void* blas_handle, void* stream);
+
+// A and B of `operand` (BFloat16 or Float16), C Float32, CUBLAS_COMPUTE_32F on the tensor cores.
+void gemm_mixed(DType operand, const GemmShape& shape, double alpha, const void* a, const void* b,
+                double beta, float* c, void* blas_handle, void* stream);
 
 }  // namespace cuda
 }  // namespace mpigrad::kernels

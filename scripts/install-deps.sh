@@ -11,6 +11,7 @@ packages=(
   doctest-dev
   libopenblas-dev
   libonnx-dev libprotobuf-dev libonnx-testdata
+  libdnnl-dev
   gfortran
   dataset-fashion-mnist
   iproute2 procps util-linux  # scripts/cluster-sim.sh and its tests: ip, tc, pgrep, nsenter

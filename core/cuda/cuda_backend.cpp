@@ -144,6 +144,14 @@ void CudaBackend::gemm(DType dtype, const GemmShape& shape, double alpha, const 
   });
 }
 
+void CudaBackend::gemm_mixed(DType operand, const GemmShape& shape, double alpha, const void* a,
+                             const void* b, double beta, float* c) {
+  launch(device_, [&] {
+    std::lock_guard<std::mutex> lock(blas_mutex_);
+    kernels::cuda::gemm_mixed(operand, shape, alpha, a, b, beta, c, blas_handle(), stream());
+  });
+}
+
 void CudaBackend::softmax_forward(bool log, DType dtype, int64_t rows, int64_t cols, void* out,
                                   const void* in) {
   launch(device_,

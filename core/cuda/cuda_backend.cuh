@@ -96,6 +96,10 @@ class CudaBackend : public Backend {
               int64_t* indices, const void* in) override;
   void gemm(DType dtype, const GemmShape& shape, double alpha, const void* a, const void* b,
             double beta, void* c) override;
+  // cuBLAS with 16-bit operands and fp32 output: tensor cores. Convolution keeps the base
+  // class's widening default (cuDNN in fp32).
+  void gemm_mixed(DType operand, const GemmShape& shape, double alpha, const void* a, const void* b,
+                  double beta, float* c) override;
   void softmax_forward(bool log, DType dtype, int64_t rows, int64_t cols, void* out,
                        const void* in) override;
   void softmax_backward(bool log, DType dtype, int64_t rows, int64_t cols, void* grad_in,

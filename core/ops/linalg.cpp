@@ -1,7 +1,10 @@
 // matmul: torch.matmul's shape rules expressed with differentiable views (unsqueeze, expand)
 // around one batched GEMM primitive, so broadcasting gradients fall out of the view backward.
+// Under autocast (core/autocast.h) the same views are taken of 16-bit copies of the operands, and
+// the primitive is the backend's gemm_mixed.
 #include "mpigrad/core/ops/linalg.h"
 
+#include "mpigrad/core/autocast.h"
 #include "mpigrad/core/ops/op_support.h"
 
 namespace mpigrad::core {
@@ -84,13 +87,14 @@ struct BatchedMatmulBackward final : Node {
   }
 };
 
-// [..., m, k] x [..., k, n] -> [..., m, n] with identical batch dims.
-Tensor batched_matmul(const Tensor& a_in, const Tensor& b_in) {
+// [..., m, k] x [..., k, n] -> [..., m, n] with identical batch dims, without autograd. With
+// `mixed`, a and b are 16-bit and the product (fp32 sums) is float32.
+Tensor product(const Tensor& a_in, const Tensor& b_in, bool mixed) {
   int nd = a_in.dim();
   int64_t m = a_in.shape()[nd - 2], k = a_in.shape()[nd - 1], n = b_in.shape()[nd - 1];
   Shape out_shape = a_in.shape();
   out_shape[nd - 1] = n;
-  Tensor out = detail::empty_on(out_shape, a_in.dtype(), a_in.device());
+  Tensor out = detail::empty_on(out_shape, mixed ? kFloat32 : a_in.dtype(), a_in.device());
   Backend& backend = backend_for(a_in.device());
   MatrixLayout la, lb;
   Tensor a = a_in, b = b_in;
@@ -112,13 +116,66 @@ Tensor batched_matmul(const Tensor& a_in, const Tensor& b_in) {
     shape.batch_stride_a = la.batch_stride;
     shape.batch_stride_b = lb.batch_stride;
     shape.batch_stride_c = m * n;
-    backend.gemm(a.dtype(), shape, 1.0, a.data_ptr(), b.data_ptr(), 0.0, out.data_ptr());
+    if (mixed) {
+      backend.gemm_mixed(a.dtype(), shape, 1.0, a.data_ptr(), b.data_ptr(), 0.0, out.data<float>());
+    } else {
+      backend.gemm(a.dtype(), shape, 1.0, a.data_ptr(), b.data_ptr(), 0.0, out.data_ptr());
+    }
   }
+  return out;
+}
+
+Tensor batched_matmul(const Tensor& a_in, const Tensor& b_in) {
+  Tensor out = product(a_in, b_in, false);
   if (auto node = detail::record<BatchedMatmulBackward>(out, {&a_in, &b_in})) {
     node->a = a_in;
     node->b = b_in;
   }
   return out;
+}
+
+// The autocast product's backward: both gradient products in 16 bits as well, from the 16-bit
+// operands the forward kept (half the memory of float32 ones), each gradient in its float32
+// operand's layout as in BatchedMatmulBackward.
+struct MixedMatmulBackward final : Node {
+  Tensor a_low, b_low;
+  bool a_column_major = false, b_column_major = false;
+  const char* name() const override { return "MixedMatmulBackward"; }
+  void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
+    const Tensor g = detail::copy_as(grad, a_low.dtype());
+    if (next[0]) {
+      grads[0] = a_column_major ? product(b_low, g.transpose(-1, -2), true).transpose(-1, -2)
+                                : product(g, b_low.transpose(-1, -2), true);
+    }
+    if (next[1]) {
+      grads[1] = b_column_major ? product(g.transpose(-1, -2), a_low, true).transpose(-1, -2)
+                                : product(a_low.transpose(-1, -2), g, true);
+    }
+  }
+  void release_saved() override {
+    a_low = Tensor();
+    b_low = Tensor();
+  }
+};
+
+Tensor mixed_matmul(const Tensor& a, const Tensor& b, const Tensor& a_low, const Tensor& b_low) {
+  Tensor out = product(a_low, b_low, true);
+  if (auto node = detail::record<MixedMatmulBackward>(out, {&a, &b})) {
+    node->a_low = a_low;
+    node->b_low = b_low;
+    node->a_column_major = column_major(a);
+    node->b_column_major = column_major(b);
+  }
+  return out;
+}
+
+// An autocast operand; a transposed parameter (Linear's W.t()) is cast as W and transposed
+// back, so the cached copy is W's and every use of W shares it.
+Tensor low_operand(const Tensor& t, DType dtype) {
+  if (t.dim() >= 2 && column_major(t)) {
+    return autocast_operand(t.transpose(-1, -2), dtype).transpose(-1, -2);
+  }
+  return autocast_operand(t, dtype);
 }
 
 }  // namespace
@@ -133,12 +190,24 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   DType dtype = promote_types(a_in.dtype(), b_in.dtype());
   MPIGRAD_CHECK(is_floating(dtype), "matmul: expected floating-point operands, got ", a_in.dtype(),
                 " and ", b_in.dtype());
-  MPIGRAD_CHECK(!a_in.device().is_cpu() || dtype == kFloat32 || dtype == kFloat64,
+  const std::optional<DType> low = autocast_dtype_for("matmul", {&a_in, &b_in});
+  MPIGRAD_CHECK(low || !a_in.device().is_cpu() || dtype == kFloat32 || dtype == kFloat64,
                 "matmul: ", dtype,
-                " is not supported on the CPU (BLAS has no 16-bit GEMM); convert to float32");
+                " operands are not supported on the CPU; use float32 operands, with "
+                "[train] precision = bf16 for 16-bit arithmetic");
   Tensor a = a_in.to(dtype), b = b_in.to(dtype);
-  if (a.dim() == 1) a = a.unsqueeze(0);
-  if (b.dim() == 1) b = b.unsqueeze(1);
+  Tensor a_low, b_low;
+  if (low) {
+    a_low = low_operand(a, *low);
+    b_low = low_operand(b, *low);
+  }
+  // The same views on the 16-bit copies as on the float32 operands.
+  auto shaped = [&](Tensor& x, Tensor& x_low, auto&& reshape) {
+    x = reshape(x);
+    if (low) x_low = reshape(x_low);
+  };
+  if (a.dim() == 1) shaped(a, a_low, [](const Tensor& t) { return t.unsqueeze(0); });
+  if (b.dim() == 1) shaped(b, b_low, [](const Tensor& t) { return t.unsqueeze(1); });
   int64_t k_a = a.shape()[a.dim() - 1], k_b = b.shape()[b.dim() - 2];
   MPIGRAD_CHECK(k_a == k_b, "matmul: shapes ", a_in.shape(), " and ", b_in.shape(),
                 " cannot be multiplied (", k_a, " vs ", k_b, " inner elements)");
@@ -149,9 +218,9 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   a_full.push_back(k_a);
   b_full.push_back(k_b);
   b_full.push_back(b.shape()[b.dim() - 1]);
-  if (!(a.shape() == a_full)) a = a.expand(a_full);
-  if (!(b.shape() == b_full)) b = b.expand(b_full);
-  Tensor out = batched_matmul(a, b);
+  if (!(a.shape() == a_full)) shaped(a, a_low, [&](const Tensor& t) { return t.expand(a_full); });
+  if (!(b.shape() == b_full)) shaped(b, b_low, [&](const Tensor& t) { return t.expand(b_full); });
+  Tensor out = low ? mixed_matmul(a, b, a_low, b_low) : batched_matmul(a, b);
   if (a_in.dim() == 1) out = out.squeeze(-2);
   if (b_in.dim() == 1) out = out.squeeze(-1);
   return out;

@@ -100,6 +100,11 @@ void im2col(DType dtype, const Conv2dGeometry& geometry, const void* image, void
     case DType::Float64:
       return im2col_typed(geometry, static_cast<const double*>(image),
                           static_cast<double*>(columns));
+    case DType::BFloat16:  // mixed precision's columns (core/autocast.h)
+      return im2col_typed(geometry, static_cast<const BFloat16*>(image),
+                          static_cast<BFloat16*>(columns));
+    case DType::Float16:
+      return im2col_typed(geometry, static_cast<const Half*>(image), static_cast<Half*>(columns));
     default:
       throw_unsupported("im2col", "", dtype);
   }

@@ -138,9 +138,15 @@ int lr_find(LRFindJob& job, DistributedManager& manager) {
         static_cast<long long>(ranks), static_cast<long long>(config.train.batch_size));
     std::fflush(stdout);
   }
-  TrainingStrategy strategy({&model}, {optimizer.get()},
-                            classification_step(config.data.x, config.data.y), nullptr, manager,
-                            hooks, epochs, steps);
+  // The sweep runs in the run's precision (the best lr may differ in bf16), except fp16: that
+  // needs the loss scaler, whose skipped steps would spoil the sweep, so fp16 sweeps in fp32.
+  const nn::Precision precision = config.train.precision == nn::Precision::Float16
+                                      ? nn::Precision::Float32
+                                      : config.train.precision;
+  TrainingStrategy strategy(
+      {&model}, {optimizer.get()},
+      with_precision(classification_step(config.data.x, config.data.y), precision), nullptr,
+      manager, hooks, epochs, steps);
   strategy.run(train_loader, nullptr);
 
   if (manager.is_main_process()) {

@@ -27,6 +27,7 @@
 #include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/launch/observe/timeline.h"
 #include "mpigrad/launch/train/embeddings.h"
+#include "mpigrad/launch/train/loss_scaling_hook.h"
 #include "mpigrad/launch/train/preemption.h"
 #include "mpigrad/launch/train/swa.h"
 #include "mpigrad/launch/train/training_hooks.h"
@@ -237,6 +238,10 @@ void add_hooks(const CheckedRun& run, DistributedManager& manager, Training& tra
   if (config.train.grad_accum_steps > 1) {
     hooks.push_back(std::make_shared<GradAccumulationHook>(config.train.grad_accum_steps));
   }
+  if (config.train.precision == nn::Precision::Float16) {  // before clipping: it unscales
+    hooks.push_back(std::make_shared<LossScalingHook>(
+        nn::GradScalerOptions{.growth_interval = config.train.loss_scale_growth_interval}));
+  }
   if (config.train.clip_grad_norm > 0) {
     hooks.push_back(std::make_shared<GradClipHook>(config.train.clip_grad_norm));
   }
@@ -302,6 +307,10 @@ void report_start(const CheckedRun& run, const Training& training, DistributedMa
     std::printf("mpigrad train: training augmentations: %s\n",
                 data::augment_text(config.data.augment).c_str());
   }
+  if (config.train.precision != nn::Precision::Float32) {
+    std::printf("mpigrad train: precision %s\n",
+                nn::describe_precision(config.train.precision, manager.device()).c_str());
+  }
   if (config.train.ema_decay > 0) {
     std::printf("mpigrad train: evaluation uses the EMA of the weights (decay %g)\n",
                 config.train.ema_decay);
@@ -323,6 +332,8 @@ TrainingStrategy make_strategy(const CheckedRun& run, Training& training,
                                          .base_temperature = config.loss.temperature});
     evaluate = nullptr;  // RetrievalMetricsHook evaluates
   }
+  step = with_precision(std::move(step), config.train.precision);
+  evaluate = with_precision(std::move(evaluate), config.train.precision);
   return TrainingStrategy({training.model.get()}, {training.optimizer.get()}, step, evaluate,
                           manager, training.hooks, config.dry_run ? 1 : config.train.epochs,
                           config.dry_run ? 1 : config.train.max_steps);

@@ -382,6 +382,14 @@ std::vector<ConfigKey> make_config_keys() {
           "rank 0 writes TensorBoard event files (every logged scalar) to out_dir/tb"),
       key("train.trace", &C::train, &TrainSection::trace, Text{},
           "write a Chrome trace-event timeline of every rank to this file (--trace FILE)"),
+      key("train.precision", &C::train, &TrainSection::precision,
+          Choice<nn::Precision>{nn::kPrecisionNames},
+          "fp32, or bf16 / fp16: matmul, linear and conv2d in 16 bits with fp32 sums; the rest, "
+          "the weights and the optimizer stay fp32"),
+      key("train.loss_scale_growth_interval", &C::train, &TrainSection::loss_scale_growth_interval,
+          Integer{1},
+          "fp16: the loss scale (from 2^16, halved on an overflow, whose step is skipped) doubles "
+          "after this many clean steps"),
       key("distributed.backend", &C::distributed, &DistributedSection::backend,
           Choice<Backend>{kBackendNames}, "the communication library (auto: NCCL on GPUs)"),
       key("distributed.bucket_cap_mb", &C::distributed, &DistributedSection::bucket_cap_mb,
@@ -392,7 +400,12 @@ std::vector<ConfigKey> make_config_keys() {
           &DistributedSection::find_unused_parameters, Boolean{},
           "reduce missing gradients as zeros"),
       key("distributed.compression", &C::distributed, &DistributedSection::compression,
-          Choice<GradCompression>{kGradCompressionNames}, "gradient compression"),
+          Choice<GradCompression>{kGradCompressionNames},
+          "gradient compression (reduce_dtype = bf16 is the same as bf16 here)"),
+      key("distributed.reduce_dtype", &C::distributed, &DistributedSection::reduce_dtype,
+          Choice<ReduceDType>{kReduceDTypeNames},
+          "the dtype gradients are averaged in, independent of [train] precision (bf16: "
+          "buckets cast to bf16 for the reduction, as compression = bf16)"),
       key("distributed.shared_memory", &C::distributed, &DistributedSection::shared_memory,
           Boolean{}, "average host gradients in shared memory when all ranks share a node"),
       key("distributed.transport", &C::distributed, &DistributedSection::transport,
@@ -443,6 +456,14 @@ void apply(const po::variables_map& values, const std::vector<std::string>& from
   MPIGRAD_CHECK(config.train.swa_start <= config.train.epochs, "[train] swa_start: epoch ",
                 config.train.swa_start,
                 " is after the last of [train] epochs = ", config.train.epochs);
+  MPIGRAD_CHECK(config.distributed.reduce_dtype == ReduceDType::Float32 ||
+                    config.distributed.compression != GradCompression::Float16,
+                "[distributed] reduce_dtype = bf16 and compression = fp16 ask for two different "
+                "reduction dtypes; set one of them");
+  MPIGRAD_CHECK(config.distributed.zero == 0 || config.train.precision != nn::Precision::Float16,
+                "[distributed] zero = 1 with [train] precision = fp16: the loss scaler's skipped "
+                "steps are not wired into ZeRO-1's sharded step yet; use precision = bf16 (no "
+                "loss scaling) or zero = 0");
   MPIGRAD_CHECK(config.train.swa_start == 0 || config.train.stage != StageKind::SupCon,
                 "[train] swa_start: SWA evaluates a classifier; stage = supcon has no classes to "
                 "score (use it with stage = supervised or classifier)");

@@ -26,6 +26,7 @@
 #include "mpigrad/launch/ddp/distributed_data_parallel.h"
 #include "mpigrad/nn/encoder_with_head.h"
 #include "mpigrad/nn/layers/conv.h"
+#include "mpigrad/nn/mixed_precision.h"
 
 namespace mpigrad::launch {
 
@@ -139,7 +140,16 @@ struct TrainSection {
   double swa_lr = 0.0;         // constant lr from swa_start; 0: the schedule's lr is kept
   bool tensorboard = true;     // rank 0 writes TensorBoard event files to out_dir/tb
   std::string trace;           // the merged timeline of every rank (Chrome trace JSON); empty: off
+  nn::Precision precision = nn::Precision::Float32;  // autocast (nn/mixed_precision.h)
+  int64_t loss_scale_growth_interval = 2000;         // fp16: clean steps before the scale grows
 };
+
+// [distributed] reduce_dtype: the dtype gradient buckets are averaged in, whatever the compute
+// precision. bf16 is the same as compression = bf16 (one mechanism: DDP's bucket cast); fp32,
+// the default, leaves the older compression key in charge.
+enum class ReduceDType : uint8_t { Float32, BFloat16 };
+inline constexpr core::EnumName<ReduceDType> kReduceDTypeNames[] = {
+    {ReduceDType::Float32, "fp32"}, {ReduceDType::BFloat16, "bf16"}};
 
 struct DistributedSection {
   Backend backend = Backend::Auto;
@@ -147,6 +157,7 @@ struct DistributedSection {
   bool sync_bn = false;
   bool find_unused_parameters = false;
   GradCompression compression = GradCompression::None;
+  ReduceDType reduce_dtype = ReduceDType::Float32;
   bool shared_memory = true;  // host gradients averaged in shared memory on one node
   TransportKind transport = TransportKind::Auto;
   double timeout_s = 300.0;

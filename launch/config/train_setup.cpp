@@ -160,7 +160,8 @@ DdpOptions ddp_options(const DistributedSection& distributed) {
   DdpOptions ddp;
   ddp.bucket_cap_mb = distributed.bucket_cap_mb;
   ddp.find_unused_parameters = distributed.find_unused_parameters;
-  ddp.compression = distributed.compression;
+  ddp.compression = distributed.reduce_dtype == ReduceDType::BFloat16 ? GradCompression::BFloat16
+                                                                      : distributed.compression;
   ddp.shared_memory = distributed.shared_memory;
   ddp.transport = distributed.transport;
   ddp.timeout_seconds = distributed.timeout_s;

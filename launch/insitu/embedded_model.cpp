@@ -16,6 +16,7 @@
 #include "mpigrad/launch/train/training_steps.h"
 #include "mpigrad/nn/checkpoint.h"
 #include "mpigrad/nn/optim/clip_grad.h"
+#include "mpigrad/nn/optim/grad_scaler.h"
 
 namespace mpigrad::launch {
 
@@ -31,6 +32,8 @@ const std::string kEmbedKeys[] = {"model",
                                   "train.grad_accum_steps",
                                   "train.cuda_graphs",
                                   "train.cuda_graph_warmup",
+                                  "train.precision",
+                                  "train.loss_scale_growth_interval",
                                   "distributed.zero"};
 
 // INI text as it is, or the contents of the file it names. Text has a '=' or a line break; a
@@ -88,6 +91,7 @@ struct EmbeddedModel::Training {
   std::unique_ptr<nn::Optimizer> optimizer;
   std::unique_ptr<nn::LRScheduler> scheduler;
   StepFunction step;
+  std::unique_ptr<nn::GradScaler> scaler;  // [train] precision = fp16
   std::unique_ptr<DistributedDataParallel> ddp;
   std::unique_ptr<ZeroRedundancyOptimizer> zero;  // [distributed] zero = 1 on several ranks
 };
@@ -179,6 +183,11 @@ void EmbeddedModel::build(const std::string& config, std::optional<uint64_t> see
   } else {
     training_->step = regression_step("input", "label", make_regression_loss(config_.loss.name));
   }
+  training_->step = with_precision(std::move(training_->step), config_.train.precision);
+  if (config_.train.precision == nn::Precision::Float16) {
+    training_->scaler = std::make_unique<nn::GradScaler>(
+        nn::GradScalerOptions{.growth_interval = config_.train.loss_scale_growth_interval});
+  }
   if (config_.train.cuda_graphs) {
     graphs_off_ = graphs_unavailable();
     if (graphs_off_.empty()) {
@@ -200,6 +209,8 @@ std::string EmbeddedModel::graphs_unavailable() const {
   }
   // A replay would draw the capture's dropout masks again, every step.
   if (config_.model.dropout > 0) return "the model has dropout";
+  // The loss scale is a number the capture would keep, while the scaler changes it.
+  if (config_.train.precision == nn::Precision::Float16) return "precision = fp16 (loss scaling)";
   return "";
 }
 
@@ -313,7 +324,8 @@ core::Tensor EmbeddedModel::train_step(const core::Tensor& input, const core::Te
   module_->train();
   if (t.ddp) t.ddp->prepare_for_backward();
   if (captured_step_) {
-    // One micro-step per step and one rank (see build): forward and backward, maybe replayed.
+    // One micro-step per step and one rank, no loss scaling (see build): forward and backward,
+    // maybe replayed.
     last_loss_ = captured_step_->run(
         {batch["input"], batch["label"]}, copied_bytes_ == copied_before,
         [&] {
@@ -329,6 +341,7 @@ core::Tensor EmbeddedModel::train_step(const core::Tensor& input, const core::Te
     // Each micro-step adds loss / k to the gradients; only the last one averages them over the
     // ranks (the earlier ones run inside DDP's no_sync), so a step waits for one all-reduce.
     core::Tensor scaled = accumulate > 1 ? loss / double(accumulate) : loss;
+    if (t.scaler) scaled = t.scaler->scale(scaled);
     if (t.ddp && !optimizer_step) {
       auto local_only = t.ddp->no_sync();
       scaled.backward();
@@ -344,6 +357,7 @@ core::Tensor EmbeddedModel::train_step(const core::Tensor& input, const core::Te
     return last_loss_;
   }
   micro_steps_ = 0;
+  if (t.scaler) t.scaler->unscale_(module_->parameters());  // clipping sees true gradients
   if (config_.train.clip_grad_norm > 0) {
     if (t.zero) {
       t.zero->clip_grad_norm(config_.train.clip_grad_norm);  // gradients are sharded
@@ -355,7 +369,12 @@ core::Tensor EmbeddedModel::train_step(const core::Tensor& input, const core::Te
   if (t.zero) {
     t.zero->step();  // and zero_grad
   } else {
-    t.optimizer->step();
+    if (t.scaler) {
+      t.scaler->step(*t.optimizer);  // skipped, on every rank alike, when the gradients overflowed
+      t.scaler->update();
+    } else {
+      t.optimizer->step();
+    }
     // A graph's gradients are rewritten by every replay; dropping them would orphan its buffers.
     if (!captured_step_ || !captured_step_->captured()) t.optimizer->zero_grad();
   }
@@ -455,6 +474,7 @@ void EmbeddedModel::save(const char* what, const std::string& path, bool trainin
     if (training_state) {
       data.optimizer = training_->zero ? std::move(zero_state) : training_->optimizer->state_dict();
       if (training_->scheduler) data.scheduler = training_->scheduler->state_dict();
+      if (training_->scaler) data.hooks.emplace("loss_scaler", training_->scaler->state_dict());
       for (const auto& [name, generator] : module_->named_generators()) {
         data.rng.emplace_back("model." + name, *generator);
       }
@@ -482,6 +502,10 @@ void EmbeddedModel::load(const char* what, const std::string& path, bool trainin
     throw EmbedError(EmbedErrorKind::File, error.what());
   }
   if (training_state) steps_ = data.step;
+  const auto scaler_state = data.hooks.find("loss_scaler");
+  if (training_state && training_->scaler && scaler_state != data.hooks.end()) {
+    training_->scaler->load_state_dict(scaler_state->second);
+  }
 }
 
 void EmbeddedModel::save_model(const std::string& path) {

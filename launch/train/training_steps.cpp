@@ -1,5 +1,6 @@
 #include "mpigrad/launch/train/training_steps.h"
 
+#include "mpigrad/core/autocast.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/reduce.h"
@@ -97,6 +98,24 @@ StepFunction supcon_step(std::string input, std::string label, nn::SupConOptions
     core::Tensor features =
         projections.reshape({view_count, n, projections.size(1)}).transpose(0, 1);
     return nn::supcon_loss(features, labels_of(batch, label), core::Tensor(), options);
+  };
+}
+
+StepFunction with_precision(StepFunction step, nn::Precision precision) {
+  const std::optional<core::DType> dtype = nn::autocast_dtype_of(precision);
+  if (!dtype || !step) return step;
+  return [step = std::move(step), dtype](nn::Module& model, const data::Batch& batch) {
+    core::AutocastGuard autocast(dtype);
+    return step(model, batch);
+  };
+}
+
+EvalFunction with_precision(EvalFunction evaluate, nn::Precision precision) {
+  const std::optional<core::DType> dtype = nn::autocast_dtype_of(precision);
+  if (!dtype || !evaluate) return evaluate;
+  return [evaluate = std::move(evaluate), dtype](nn::Module& model, const data::Batch& batch) {
+    core::AutocastGuard autocast(dtype);
+    return evaluate(model, batch);
   };
 }
 

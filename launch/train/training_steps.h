@@ -17,6 +17,7 @@
 
 #include "mpigrad/launch/train/training_strategy.h"
 #include "mpigrad/nn/loss.h"
+#include "mpigrad/nn/mixed_precision.h"
 #include "mpigrad/nn/supcon_loss.h"
 
 namespace mpigrad::launch {
@@ -40,5 +41,10 @@ EvalFunction regression_metrics(std::string input, std::string target, Regressio
 // loss = SupConLoss(features [batch, V, P], labels): the model's projections of the V views
 // regrouped per sample (SupContrast's torch.cat([f1.unsqueeze(1), f2.unsqueeze(1)], 1)).
 StepFunction supcon_step(std::string input, std::string label, nn::SupConOptions options);
+
+// The same functions with each forward under autocast in `precision` (nn/mixed_precision.h);
+// backward needs no guard, the nodes remember their dtype. fp32 returns them unchanged.
+StepFunction with_precision(StepFunction step, nn::Precision precision);
+EvalFunction with_precision(EvalFunction evaluate, nn::Precision precision);
 
 }  // namespace mpigrad::launch

@@ -1,5 +1,6 @@
 #include "mpigrad/nn/functional/conv.h"
 
+#include "mpigrad/core/autocast.h"
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/backend.h"
 #include "mpigrad/core/ops/op_support.h"
@@ -79,6 +80,39 @@ struct Conv2dBackward final : core::Node {
   }
 };
 
+// The autocast convolution's backward (core/autocast.h): both passes from the 16-bit input and
+// weight the forward kept, with the incoming gradient cast to 16 bits too, into float32.
+struct MixedConv2dBackward final : core::Node {
+  core::Conv2dShape shape;
+  Tensor input_low, weight_low;
+  bool has_bias = false;
+  const char* name() const override { return "MixedConv2dBackward"; }
+  void apply(const Tensor& grad_output, std::vector<Tensor>& grads) override {
+    const core::DType low = input_low.dtype();
+    Tensor g = core::detail::copy_as(grad_output, low);
+    auto& backend = core::backend_for(input_low.device());
+    if (next[0]) {
+      Tensor grad_input =
+          core::detail::empty_on(input_low.shape(), core::kFloat32, input_low.device());
+      backend.conv2d_backward_data_mixed(low, shape, g.data_ptr(), weight_low.data_ptr(),
+                                         grad_input.data<float>());
+      grads[0] = grad_input;
+    }
+    if (next[1]) {
+      Tensor grad_weight =
+          core::detail::empty_on(weight_low.shape(), core::kFloat32, weight_low.device());
+      backend.conv2d_backward_filter_mixed(low, shape, input_low.data_ptr(), g.data_ptr(),
+                                           grad_weight.data<float>());
+      grads[1] = grad_weight;
+    }
+    if (has_bias && next[2]) grads[2] = core::sum(grad_output, {0, 2, 3});
+  }
+  void release_saved() override {
+    input_low = Tensor();
+    weight_low = Tensor();
+  }
+};
+
 }  // namespace
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
@@ -96,21 +130,33 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
     MPIGRAD_CHECK(bias.dtype() == input.dtype(), "conv2d: bias dtype ", bias.dtype(),
                   " differs from input dtype ", input.dtype());
   }
+  const std::optional<core::DType> low = core::autocast_dtype_for("conv2d", {&input, &weight});
   Tensor x, w;
   {
     core::NoGradGuard no_grad;
-    x = input.contiguous();
-    w = weight.contiguous();
+    x = low ? core::autocast_operand(input, *low) : input.contiguous();
+    w = low ? core::autocast_operand(weight, *low) : weight.contiguous();
   }
   Tensor out = core::detail::empty_on({p.batch, p.out_channels, p.geometry.out_h, p.geometry.out_w},
                                       input.dtype(), input.device());
-  core::backend_for(input.device())
-      .conv2d_forward(input.dtype(), p, x.data_ptr(), w.data_ptr(), out.data_ptr());
+  auto& backend = core::backend_for(input.device());
+  if (low) {
+    backend.conv2d_forward_mixed(*low, p, x.data_ptr(), w.data_ptr(), out.data<float>());
+  } else {
+    backend.conv2d_forward(input.dtype(), p, x.data_ptr(), w.data_ptr(), out.data_ptr());
+  }
   if (bias.defined()) {
     core::NoGradGuard no_grad;
     out.add_(bias.detach().view({1, p.out_channels, 1, 1}));
   }
-  if (auto node = core::detail::record<Conv2dBackward>(out, {&input, &weight, &bias})) {
+  if (low) {
+    if (auto node = core::detail::record<MixedConv2dBackward>(out, {&input, &weight, &bias})) {
+      node->shape = p;
+      node->input_low = x;
+      node->weight_low = w;
+      node->has_bias = bias.defined();
+    }
+  } else if (auto node = core::detail::record<Conv2dBackward>(out, {&input, &weight, &bias})) {
     node->shape = p;
     node->input = core::SavedTensor(x);
     node->weight = core::SavedTensor(w);

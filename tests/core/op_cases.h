@@ -2,6 +2,9 @@
 // views of core/tensor.h, each with small inputs, the forward values expected for them, and a
 // flag saying whether its gradient can be checked against finite differences.
 //
+// Cases named after an op that core/autocast.h's table runs in 16 bits ("matmul ...") are also
+// checked under autocast in bf16 and fp16 against float32 (test_autocast.cpp).
+//
 // The expected values were computed independently of mpigrad (closed forms evaluated in plain
 // Python) and pasted in, so a wrong kernel cannot also produce its own reference. Inputs avoid
 // the points where an op is not differentiable (0 for relu/abs, the clamp bounds, ties for

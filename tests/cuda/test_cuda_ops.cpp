@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cuda_test.h"
+#include "mpigrad/core/autocast.h"
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/ops/reduce.h"
 #include "op_cases.h"
@@ -114,6 +115,39 @@ void check_case(const OpCase& op, DType dtype) {
   }
 }
 
+// Under autocast (core/autocast.h) in `dtype`: the cases of ops the policy runs in 16 bits, from
+// float32 inputs, CUDA (cuBLAS with 16-bit operands, fp32 output) against the CPU (oneDNN, or
+// its fp32 fallback) under the same autocast. Both sum the same rounded operands in fp32, so
+// only the summation order differs.
+void check_autocast_table(DType dtype) {
+  int checked = 0;
+  for (const OpCase& op : mpigrad::test::op_cases()) {
+    const std::string first_word = op.name.substr(0, op.name.find(' '));
+    bool low = false;
+    for (const AutocastPolicy& entry : autocast_policy()) {
+      low = low || (entry.op == first_word && entry.rule == AutocastRule::LowPrecision);
+    }
+    if (!low) continue;
+    INFO("op case: ", op.name, " under autocast ", dtype_name(dtype));
+    std::vector<std::vector<double>> values;
+    for (const auto& in : op.inputs) values.push_back(in.values);
+    AutocastGuard autocast(dtype);
+    const RunResult expected = run(op, values, kFloat32, kCPU);
+    const RunResult actual = run(op, values, kFloat32, cuda(0));
+    CHECK(actual.dtype == kFloat32);
+    CHECK_MESSAGE(mpigrad::test::first_mismatch(actual.out, expected.out, 1e-4, 1e-4).empty(),
+                  "forward");
+    REQUIRE(actual.grads.size() == expected.grads.size());
+    for (size_t i = 0; i < actual.grads.size(); ++i) {
+      CHECK_MESSAGE(
+          mpigrad::test::first_mismatch(actual.grads[i], expected.grads[i], 1e-4, 1e-4).empty(),
+          "gradient of input ", i);
+    }
+    ++checked;
+  }
+  CHECK(checked >= 10);
+}
+
 void check_table(DType dtype) {
   for (const OpCase& op : mpigrad::test::op_cases()) check_case(op, dtype);
 }
@@ -131,4 +165,8 @@ MPIGRAD_CUDA_TEST_CASE("op table on CUDA matches the CPU: bfloat16") {
 }
 MPIGRAD_CUDA_TEST_CASE("op table on CUDA matches the CPU: float16") {
   check_table(kFloat16);
+}
+MPIGRAD_CUDA_TEST_CASE("autocast on CUDA matches autocast on the CPU: bfloat16 and float16") {
+  check_autocast_table(kBFloat16);
+  check_autocast_table(kFloat16);
 }

@@ -1,9 +1,12 @@
 /* The C API's training options, one process, no MPI: [loss] name is required; gradient
  * accumulation ([train] grad_accum_steps) equals one step on the whole batch; clip_grad_norm
  * bounds a step; the linear and polynomial LR schedules; the step callback; the mean loss; the
- * CUDA stream calls' checks (their GPU behaviour needs a GPU); cuda_graphs on the CPU. */
+ * CUDA stream calls' checks (their GPU behaviour needs a GPU); cuda_graphs on the CPU; [train]
+ * precision = bf16 and fp16 (loss scaling) train like fp32, and a bad precision is refused at
+ * create time. */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "c_check.h"
@@ -100,6 +103,34 @@ static void test_accumulation_and_clipping(void) {
   mpigrad_model_destroy(&one);
   mpigrad_model_destroy(&two);
   mpigrad_model_destroy(&clipped);
+}
+
+/* The same steps in fp32, bf16 and fp16 (with its loss scaler) end near each other: 16-bit
+ * operands round to 8 (bf16) or 11 (fp16) bits, the sums and the weights stay fp32. */
+static void test_precision(void) {
+  float reference[B][OUT], low[B][OUT];
+  const char* precisions[2] = {"[train]\nseed = 5\nprecision = bf16\n",
+                               "[train]\nseed = 5\nprecision = fp16\n"};
+  const double tolerance[2] = {0.05, 0.01};
+  mpigrad_model fp32 = create(LINEAR_MODEL SGD "[train]\nseed = 5\n");
+  mpigrad_model bad = {0};
+  int p, s;
+  for (s = 0; s < 5; ++s) step(fp32, 0, B);
+  predict(fp32, reference);
+  for (p = 0; p < 2; ++p) {
+    char config[512];
+    mpigrad_model model;
+    snprintf(config, sizeof config, "%s%s%s", LINEAR_MODEL, SGD, precisions[p]);
+    model = create(config);
+    for (s = 0; s < 5; ++s) step(model, 0, B);
+    predict(model, low);
+    CHECK(largest_difference(reference, low) > 0); /* it did run in 16 bits */
+    CHECK(largest_difference(reference, low) < tolerance[p]);
+    mpigrad_model_destroy(&model);
+  }
+  CHECK(mpigrad_model_create(&bad, LINEAR_MODEL "[train]\nprecision = fp8\n", "cpu") !=
+        MPIGRAD_SUCCESS);
+  mpigrad_model_destroy(&fp32);
 }
 
 /* What the step callback saw. */
@@ -210,5 +241,6 @@ int main(void) {
   test_accumulation_and_clipping();
   test_schedules_and_callback();
   test_cuda_graphs_on_cpu();
+  test_precision();
   return c_check_exit_code("test_c_api_training");
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gradcheck.h"
+#include "mpigrad/core/autocast.h"
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/reduce.h"
 #include "mpigrad/nn/functional/conv.h"
@@ -80,6 +81,47 @@ nn::functional::Conv2dOptions conv_options(int64_t sh, int64_t sw, int64_t ph, i
 
 }  // namespace
 
+// conv2d under autocast (core/autocast.h) against float32, output and all three gradients. bf16
+// operands carry 8 significant bits and fp16 ones 11, the sums are fp32, and each output adds up
+// to 18 products of O(1) values: within 5e-2 (bf16) and 5e-3 (fp16), absolute and relative.
+void check_autocast_conv(const Tensor& x64, const Tensor& w64, const Tensor& b64,
+                         const nn::functional::Conv2dOptions& options) {
+  auto run = [&](std::optional<core::DType> autocast) {
+    Tensor x = x64.to(core::kFloat32).detach();
+    Tensor w = w64.to(core::kFloat32).detach();
+    Tensor b = b64.defined() ? b64.to(core::kFloat32).detach() : Tensor();
+    x.set_requires_grad(true);
+    w.set_requires_grad(true);
+    if (b.defined()) b.set_requires_grad(true);
+    Tensor y;
+    {
+      core::AutocastGuard guard(autocast);
+      y = nn::functional::conv2d(x, w, b, options);
+    }
+    CHECK(y.dtype() == core::kFloat32);
+    core::sum(y * core::tanh(core::arange(y.numel(), core::kFloat32).view(y.shape()) * 0.37 - 2.0))
+        .backward();
+    std::vector<std::vector<float>> results{y.to_vector<float>(), x.grad().to_vector<float>(),
+                                            w.grad().to_vector<float>()};
+    if (b.defined()) results.push_back(b.grad().to_vector<float>());
+    return results;
+  };
+  const auto reference = run(std::nullopt);
+  for (core::DType dtype : {core::kBFloat16, core::kFloat16}) {
+    INFO("autocast ", core::dtype_name(dtype));
+    const double tolerance = dtype == core::kBFloat16 ? 5e-2 : 5e-3;
+    const auto low = run(dtype);
+    for (size_t r = 0; r < low.size(); ++r) {
+      INFO("result ", r, " (output, grad x, grad w, grad b)");
+      REQUIRE(low[r].size() == reference[r].size());
+      for (size_t i = 0; i < low[r].size(); ++i) {
+        CHECK(std::abs(low[r][i] - reference[r][i]) <=
+              tolerance * (1.0 + std::abs(reference[r][i])));
+      }
+    }
+  }
+}
+
 TEST_CASE("conv2d matches a direct convolution and finite differences") {
   const std::vector<ConvCase> cases = {
       {"3x3 padding 1", {2, 2, 5, 5}, {3, 2, 3, 3}, conv_options(1, 1, 1, 1, 1, 1, 1), true},
@@ -127,6 +169,7 @@ TEST_CASE("conv2d matches a direct convolution and finite differences") {
     const std::string mismatch = gradient_mismatch(
         leaves, [&] { return nn::functional::conv2d(x, w, b, c.options); }, seed);
     CHECK_MESSAGE(mismatch.empty(), mismatch);
+    check_autocast_conv(x, w, b, c.options);
   }
 }
 

@@ -1,0 +1,129 @@
+#include "mpigrad/core/autocast.h"
+
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "mpigrad/core/error.h"
+#include "mpigrad/core/ops/op_support.h"
+#include "mpigrad/kernels/matmul.h"
+
+namespace mpigrad::core {
+namespace {
+
+constexpr AutocastPolicy kAutocastPolicy[] = {
+    // The GEMM-bound ops, where 16-bit operands double the arithmetic rate.
+    {"matmul", AutocastRule::LowPrecision},
+    {"conv2d", AutocastRule::LowPrecision},
+    // Sums over many elements, exponentials and running statistics lose too much in 16 bits.
+    {"batch_norm", AutocastRule::Float32},
+    {"layer_norm", AutocastRule::Float32},
+    {"softmax", AutocastRule::Float32},
+    {"log_softmax", AutocastRule::Float32},
+    {"cross_entropy", AutocastRule::Float32},
+    {"mse_loss", AutocastRule::Float32},
+    {"supcon_loss", AutocastRule::Float32},
+    {"sum", AutocastRule::Float32},
+    {"mean", AutocastRule::Float32},
+    {"norm", AutocastRule::Float32},
+    {"optimizer_step", AutocastRule::Float32},
+};
+
+thread_local std::optional<DType> current_dtype;
+
+struct CacheEntry {
+  std::weak_ptr<Storage> storage;
+  uint32_t version = 0;
+  Shape shape, strides;
+  Tensor copy;
+};
+
+// Keyed by storage address, element offset and target dtype; the entry's weak pointer and
+// version say whether it still describes that memory.
+using CacheKey = std::tuple<const Storage*, int64_t, DType>;
+struct Cache {
+  std::map<CacheKey, CacheEntry> entries;
+  AutocastCacheStats stats;
+};
+thread_local Cache cache;
+
+void drop_dead_entries() {
+  for (auto it = cache.entries.begin(); it != cache.entries.end();) {
+    it = it->second.storage.expired() ? cache.entries.erase(it) : std::next(it);
+  }
+}
+
+}  // namespace
+
+std::span<const AutocastPolicy> autocast_policy() {
+  return kAutocastPolicy;
+}
+
+std::optional<DType> autocast_dtype() {
+  return current_dtype;
+}
+
+AutocastGuard::AutocastGuard(std::optional<DType> dtype) : previous_(current_dtype) {
+  MPIGRAD_CHECK(!dtype || *dtype == kFloat32 || *dtype == kBFloat16 || *dtype == kFloat16,
+                "autocast: the dtype must be float32, bfloat16 or float16, got ", *dtype);
+  current_dtype = dtype && *dtype != kFloat32 ? dtype : std::nullopt;
+}
+
+AutocastGuard::~AutocastGuard() {
+  current_dtype = previous_;
+}
+
+std::optional<DType> autocast_dtype_for(std::string_view op,
+                                        std::initializer_list<const Tensor*> inputs) {
+  if (!current_dtype) return std::nullopt;
+  bool low = false;
+  for (const AutocastPolicy& entry : kAutocastPolicy) {
+    if (entry.op == op) low = entry.rule == AutocastRule::LowPrecision;
+  }
+  if (!low) return std::nullopt;
+  for (const Tensor* t : inputs) {
+    if (t->defined() && t->dtype() != kFloat32) return std::nullopt;
+  }
+  return current_dtype;
+}
+
+Tensor autocast_operand(const Tensor& t, DType dtype) {
+  if (!t.requires_grad()) {
+    ++cache.stats.casts;
+    return detail::copy_as(t.detach(), dtype);
+  }
+  const CacheKey key{t.storage().get(), t.offset(), dtype};
+  auto found = cache.entries.find(key);
+  if (found != cache.entries.end()) {
+    const CacheEntry& entry = found->second;
+    if (entry.storage.lock() == t.storage() && entry.version == t.version() &&
+        entry.shape == t.shape() && entry.strides == t.strides()) {
+      ++cache.stats.hits;
+      return entry.copy;
+    }
+  } else {
+    drop_dead_entries();
+  }
+  ++cache.stats.casts;
+  Tensor copy = detail::copy_as(t.detach(), dtype);
+  cache.entries[key] = CacheEntry{t.storage(), t.version(), t.shape(), t.strides(), copy};
+  return copy;
+}
+
+std::string autocast_kernels(DType dtype, Device device) {
+  if (!device.is_cpu()) {
+    return "cuBLAS with fp32 compute on the tensor cores; convolution widened to float32 for cuDNN";
+  }
+  if (dtype == kFloat16) return "fp32 conversion + sgemm: these CPUs have no fp16 dot product";
+  return kernels::cpu::bf16_gemm_path();
+}
+
+AutocastCacheStats autocast_cache_stats() {
+  return cache.stats;
+}
+
+void clear_autocast_cache() {
+  cache = Cache{};
+}
+
+}  // namespace mpigrad::core

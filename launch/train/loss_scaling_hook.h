@@ -1,0 +1,32 @@
+// LossScalingHook: fp16 training's dynamic loss scaling (nn/optim/grad_scaler.h) in the
+// training loop. It scales the loss just before backward (after LoggingHook has read it, so the
+// log shows the true loss), unscales the averaged gradients before the other BeforeOptimizerStep
+// hooks run (register it before GradClipHook: clipping must see true gradients), and claims the
+// optimizer step to skip it, on every rank alike, when the gradients overflowed. With gradient
+// accumulation the scale stays fixed over a step's micro-batches. Its state (scale, growth
+// tracker, skipped steps) goes into checkpoints under /hooks/loss_scaler.
+#pragma once
+
+#include <string>
+
+#include "mpigrad/launch/train/training_strategy.h"
+#include "mpigrad/nn/optim/grad_scaler.h"
+
+namespace mpigrad::launch {
+
+class LossScalingHook final : public Hook {
+ public:
+  explicit LossScalingHook(nn::GradScalerOptions options = {}) : scaler_(options) {}
+  std::string name() const override { return "loss_scaler"; }
+  void on(HookStage stage, TrainingContext& context) override;
+  bool replaces_optimizer_step() const override { return true; }
+  void optimizer_step(TrainingContext& context) override;
+  nn::StateDict state_dict() const override { return scaler_.state_dict(); }
+  void load_state_dict(const nn::StateDict& state) override { scaler_.load_state_dict(state); }
+  const nn::GradScaler& scaler() const { return scaler_; }
+
+ private:
+  nn::GradScaler scaler_;
+};
+
+}  // namespace mpigrad::launch
