@@ -79,6 +79,7 @@ enum class UnaryOp : uint8_t {
   Sigmoid,
   Tanh,
   Sign,
+  Erf,
 };
 
 enum class BinaryOp : uint8_t {
@@ -131,6 +132,8 @@ constexpr const char* unary_op_name(UnaryOp op) {
       return "tanh";
     case UnaryOp::Sign:
       return "sign";
+    case UnaryOp::Erf:
+      return "erf";
   }
   return "unary";
 }

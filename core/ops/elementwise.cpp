@@ -289,6 +289,9 @@ Tensor silu(const Tensor& x) {
 Tensor sigmoid(const Tensor& x) {
   return unary(UnaryOp::Sigmoid, x);
 }
+Tensor erf(const Tensor& x) {
+  return unary(UnaryOp::Erf, x);
+}
 Tensor tanh(const Tensor& x) {
   return unary(UnaryOp::Tanh, x);
 }
@@ -357,6 +360,40 @@ Tensor pow(const Tensor& x, double exponent) {
   }
   if (auto node = record<PowBackward>(out, {&x}, exponent)) node->input = x;
   return out;
+}
+
+namespace {
+// d(a^b)/da = b * a^(b-1); d(a^b)/db = a^b * log(a), which is only real where a > 0, so the
+// exponent's gradient is left 0 elsewhere (where PyTorch gives NaN), keeping a base <= 0 with a
+// constant exponent harmless.
+struct PowTensorBackward final : Node {
+  SavedTensor a, b;
+  const char* name() const override { return "PowBackward"; }
+  void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
+    const Tensor& x = a.get(*this);
+    const Tensor& e = b.get(*this);
+    if (next[0])
+      grads[0] = sum_to(mul(grad, mul(e, pow(x, sub(e, scalar_like(1.0, e))))), x.shape());
+    if (next[1]) {
+      Tensor positive = gt(x, scalar_like(0.0, x));
+      Tensor safe = where(positive, x, scalar_like(1.0, x));
+      grads[1] = sum_to(mul(grad, mul(pow(safe, e), log(safe))), e.shape());
+    }
+  }
+  void release_saved() override {
+    a.release();
+    b.release();
+  }
+};
+}  // namespace
+
+Tensor pow(const Tensor& x, const Tensor& exponent) {
+  MPIGRAD_CHECK(x.defined() && exponent.defined(), "pow: undefined operand");
+  MPIGRAD_CHECK(is_floating(x.dtype()) || !is_floating(exponent.dtype()),
+                "pow: an integer base needs an integer exponent");
+  // The result has the base's dtype (ONNX Pow, and torch for a float base).
+  Tensor e = exponent.to(x.dtype());
+  return record_saving_operands<PowTensorBackward>(binary_kernel(BinaryOp::Pow, x, e));
 }
 
 Tensor clamp(const Tensor& x, double lo, double hi) {

@@ -27,7 +27,10 @@ Tensor gelu(const Tensor& x, GeluApproximation approximation = GeluApproximation
 Tensor silu(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
+Tensor erf(const Tensor& x);
 Tensor pow(const Tensor& x, double exponent);
+// x ** exponent elementwise (broadcast); the exponent's gradient is out * log(x).
+Tensor pow(const Tensor& x, const Tensor& exponent);
 Tensor clamp(const Tensor& x, double lo, double hi);  // gradient 0 where clamped
 
 // cond (Bool) ? a : b, all three broadcast together.

@@ -135,9 +135,10 @@ void for_each_element(const StridedLoop& loop, Out* out, Fn fn, const In*... in)
 // ---------------------------------------------------------------------------------------------
 // Scalar math, in the compute type C (float for the 16-bit floats)
 
-constexpr double kSqrtHalf = 0.70710678118654752440;     // 1/sqrt(2)
-constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2/pi)
-constexpr double kInvSqrt2Pi = 0.39894228040143267794;   // 1/sqrt(2*pi)
+constexpr double kSqrtHalf = 0.70710678118654752440;       // 1/sqrt(2)
+constexpr double kSqrt2OverPi = 0.79788456080286535588;    // sqrt(2/pi)
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;     // 1/sqrt(2*pi)
+constexpr double kTwoOverSqrtPi = 1.12837916709551257390;  // d/dx erf(x) at 0
 constexpr double kGeluCubic = 0.044715;
 
 template <typename C>
@@ -217,6 +218,8 @@ void unary_typed(UnaryOp op, DType dtype, const StridedLoop& loop, T* out, const
         return run([](C x) { return std::tanh(x); });
       case UnaryOp::Sign:
         return run([](C x) { return sign_of(x); });
+      case UnaryOp::Erf:
+        return run([](C x) { return std::erf(x); });
     }
     throw_unsupported("unary", std::string("op ") + unary_op_name(op), dtype);
   }
@@ -288,6 +291,8 @@ void unary_backward_typed(UnaryOp op, DType dtype, const StridedLoop& loop, T* g
         return run([](C g, C, C y) { return g * (C(1) - y * y); });
       case UnaryOp::Sign:
         return run([](C, C, C) { return C(0); });
+      case UnaryOp::Erf:
+        return run([](C g, C x, C) { return g * C(kTwoOverSqrtPi) * std::exp(-x * x); });
     }
     throw_unsupported("unary_backward", std::string("op ") + unary_op_name(op), dtype);
   }

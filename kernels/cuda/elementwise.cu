@@ -287,6 +287,7 @@ void run_map3(const StridedLoop& loop, void* out, const void* a, const void* b, 
 constexpr double kSqrtHalf = 0.70710678118654752440;     // 1/sqrt(2)
 constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2/pi)
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;   // 1/sqrt(2*pi)
+constexpr double kTwoOverSqrtPi = 1.12837916709551257390;  // d/dx erf(x) at 0
 constexpr double kGeluCubic = 0.044715;
 
 template <typename C>
@@ -396,6 +397,8 @@ struct UnaryFn {
           return T(detail::m_tanh(x));
         case UnaryOp::Sign:
           return T(sign_of(x));
+        case UnaryOp::Erf:
+          return T(detail::m_erf(x));
       }
       return T(C(0));
     }
@@ -459,6 +462,8 @@ struct UnaryBackwardFn {
           return T(g * (C(1) - y * y));
         case UnaryOp::Sign:
           return T(C(0));
+        case UnaryOp::Erf:
+          return T(g * C(kTwoOverSqrtPi) * detail::m_exp(-x * x));
       }
       return T(C(0));
     }

@@ -1,0 +1,360 @@
+// ONNX's elementwise ops, activations, Gemm and MatMul, reductions and softmax, on core ops.
+#include <cmath>
+#include <limits>
+
+#include "mpigrad/core/autograd.h"
+#include "mpigrad/core/error.h"
+#include "mpigrad/core/ops/elementwise.h"
+#include "mpigrad/core/ops/linalg.h"
+#include "mpigrad/core/ops/reduce.h"
+#include "mpigrad/core/ops/softmax.h"
+#include "mpigrad/nn/onnx/onnx_ops.h"
+
+namespace mpigrad::nn::onnx_ops {
+
+namespace {
+
+using core::Tensor;
+
+Tensor scalar(double value, const Tensor& like) {
+  return core::scalar_like(value, like);
+}
+
+template <typename F>
+OpBuilder unary(F f) {
+  return [f](const NodeView&) -> OpFunction {
+    return
+        [f](const std::vector<Tensor>& in, RunContext&) { return std::vector<Tensor>{f(in[0])}; };
+  };
+}
+
+// Integer operands of Div and Mod follow C (truncating) and Python/ONNX rules on the host: they
+// only ever hold small shape arithmetic.
+Tensor integer_binary(const Tensor& a, const Tensor& b, const std::string& op, bool fmod,
+                      const std::string& where) {
+  const core::Shape shape = core::broadcast_shapes(a.shape(), b.shape(), op.c_str());
+  const std::vector<int64_t> x = host_ints(a.expand(shape).contiguous());
+  const std::vector<int64_t> y = host_ints(b.expand(shape).contiguous());
+  std::vector<int64_t> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    MPIGRAD_CHECK(y[i] != 0, where, ": integer ", op, " by zero");
+    if (op == "Div") {
+      out[i] = x[i] / y[i];
+    } else {
+      int64_t r = x[i] % y[i];
+      if (!fmod && r != 0 && ((r < 0) != (y[i] < 0))) r += y[i];
+      out[i] = r;
+    }
+  }
+  return on_device_of(Tensor::from_vector(out, shape).to(core::promote_types(a.dtype(), b.dtype())),
+                      a);
+}
+
+template <typename F>
+OpBuilder binary(F f) {
+  return [f](const NodeView&) -> OpFunction {
+    return [f](const std::vector<Tensor>& in, RunContext&) {
+      return std::vector<Tensor>{f(in[0], on_device_of(in[1], in[0]))};
+    };
+  };
+}
+
+// Sum, Max, Min, Mean: any number of inputs, broadcast.
+template <typename F>
+OpBuilder variadic(F f, bool mean) {
+  return [f, mean](const NodeView&) -> OpFunction {
+    return [f, mean](const std::vector<Tensor>& in, RunContext&) {
+      Tensor out = in[0];
+      for (size_t i = 1; i < in.size(); ++i) out = f(out, on_device_of(in[i], out));
+      if (mean && in.size() > 1) out = out / double(in.size());
+      return std::vector<Tensor>{out};
+    };
+  };
+}
+
+Tensor positive(const Tensor& x) {
+  return core::gt(x, scalar(0.0, x));
+}
+
+// The axes of a reduction: an attribute before `axes_input_opset`, the second input from it.
+struct ReduceSpec {
+  std::optional<std::vector<int64_t>> axes;  // from the attribute
+  bool axes_from_input = false;
+  bool keepdims = true;
+  bool noop_with_empty_axes = false;
+};
+
+ReduceSpec reduce_spec(const NodeView& node, int64_t axes_input_opset) {
+  ReduceSpec spec;
+  spec.keepdims = node.get_int("keepdims", 1) != 0;
+  spec.noop_with_empty_axes = node.get_int("noop_with_empty_axes", 0) != 0;
+  if (node.opset() >= axes_input_opset) {
+    spec.axes_from_input = true;
+  } else {
+    spec.axes = node.get_ints("axes");
+  }
+  return spec;
+}
+
+enum class Reduction { Sum, Mean, Max, Min, Prod };
+
+OpBuilder reduce(Reduction kind, int64_t axes_input_opset) {
+  return [kind, axes_input_opset](const NodeView& node) -> OpFunction {
+    const ReduceSpec spec = reduce_spec(node, axes_input_opset);
+    const std::string where = node.where();
+    return [spec, kind, where](const std::vector<Tensor>& in, RunContext&) {
+      const Tensor& x = in[0];
+      std::vector<int64_t> axes;
+      if (spec.axes_from_input) {
+        if (in.size() > 1 && in[1].defined()) axes = host_ints(in[1]);
+      } else if (spec.axes) {
+        axes = *spec.axes;
+      }
+      if (axes.empty()) {
+        if (spec.noop_with_empty_axes) return std::vector<Tensor>{x};
+        for (int64_t d = 0; d < x.dim(); ++d) axes.push_back(d);
+      }
+      for (auto& axis : axes) axis = wrap_axis(axis, x.dim(), where);
+      std::sort(axes.begin(), axes.end());
+      axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
+      if (x.dim() == 0) return std::vector<Tensor>{x};
+      Tensor out;
+      switch (kind) {
+        case Reduction::Sum:
+          out = core::sum(x, axes, spec.keepdims);
+          break;
+        case Reduction::Mean:
+          out = core::mean(x, axes, spec.keepdims);
+          break;
+        case Reduction::Max:
+        case Reduction::Min: {
+          out = x;
+          for (auto it = axes.rbegin(); it != axes.rend(); ++it)
+            out = kind == Reduction::Max ? core::max(out, *it, true).values
+                                         : core::min(out, *it, true).values;
+          if (!spec.keepdims)
+            for (auto it = axes.rbegin(); it != axes.rend(); ++it) out = out.squeeze(*it);
+          break;
+        }
+        case Reduction::Prod:
+          core::fail(where, ": ReduceProd is not supported");
+      }
+      return std::vector<Tensor>{out};
+    };
+  };
+}
+
+OpBuilder softmax(bool log) {
+  return [log](const NodeView& node) -> OpFunction {
+    const bool legacy = node.opset() < 13;
+    const int64_t axis = node.get_int("axis", legacy ? 1 : -1);
+    const std::string where = node.where();
+    return [log, legacy, axis, where](const std::vector<Tensor>& in, RunContext&) {
+      const Tensor& x = in[0];
+      const int64_t a = wrap_axis(axis, x.dim(), where);
+      if (!legacy || a == x.dim() - 1) {
+        return std::vector<Tensor>{log ? core::log_softmax(x, a) : core::softmax(x, a)};
+      }
+      // Before opset 13 the input is seen as 2-d [prod(shape[:axis]), prod(shape[axis:])].
+      int64_t rows = 1;
+      for (int64_t d = 0; d < a; ++d) rows *= x.shape()[int(d)];
+      Tensor flat = x.reshape({rows, x.numel() / std::max<int64_t>(rows, 1)});
+      Tensor y = log ? core::log_softmax(flat, 1) : core::softmax(flat, 1);
+      return std::vector<Tensor>{y.reshape(x.shape())};
+    };
+  };
+}
+
+OpFunction gemm(const NodeView& node) {
+  const bool trans_a = node.get_int("transA", 0) != 0;
+  const bool trans_b = node.get_int("transB", 0) != 0;
+  const double alpha = node.get_float("alpha", 1.0);
+  const double beta = node.get_float("beta", 1.0);
+  return [=](const std::vector<Tensor>& in, RunContext&) {
+    const Tensor a = trans_a ? in[0].t() : in[0];
+    // transB with a [out, in] weight is nn::Linear's layout: the same matmul of a transposed view.
+    const Tensor b = trans_b ? in[1].t() : in[1];
+    Tensor y = core::matmul(a, b);
+    if (alpha != 1.0) y = y * alpha;
+    if (in.size() > 2 && in[2].defined() && beta != 0.0) {
+      const Tensor c = on_device_of(in[2], y);
+      y = y + (beta == 1.0 ? c : c * beta);
+    }
+    return std::vector<Tensor>{y};
+  };
+}
+
+OpFunction clip(const NodeView& node) {
+  const bool legacy = node.opset() < 11;
+  const double lo_attr = node.get_float("min", -std::numeric_limits<double>::infinity());
+  const double hi_attr = node.get_float("max", std::numeric_limits<double>::infinity());
+  return [=](const std::vector<Tensor>& in, RunContext&) {
+    double lo = lo_attr, hi = hi_attr;
+    if (!legacy) {
+      lo = in.size() > 1 && in[1].defined() ? host_doubles(in[1]).at(0)
+                                            : -std::numeric_limits<double>::infinity();
+      hi = in.size() > 2 && in[2].defined() ? host_doubles(in[2]).at(0)
+                                            : std::numeric_limits<double>::infinity();
+    }
+    if (lo > hi) {  // ONNX: every element becomes max
+      return std::vector<Tensor>{
+          core::full(in[0].shape(), hi, core::TensorOptions(in[0].dtype()).device(in[0].device()))};
+    }
+    return std::vector<Tensor>{core::clamp(in[0], lo, hi)};
+  };
+}
+
+OpFunction pow_op(const NodeView&) {
+  return [](const std::vector<Tensor>& in, RunContext&) {
+    const Tensor& x = in[0];
+    const Tensor e = on_device_of(in[1], x);
+    if (e.numel() == 1 && !e.requires_grad() && core::is_floating(x.dtype()) && e.dim() <= x.dim())
+      return std::vector<Tensor>{core::pow(x, host_doubles(e)[0])};
+    return std::vector<Tensor>{core::pow(x, e)};
+  };
+}
+
+OpFunction div_op(const NodeView& node) {
+  const std::string where = node.where();
+  return [where](const std::vector<Tensor>& in, RunContext&) {
+    if (!core::is_floating(in[0].dtype()) && !core::is_floating(in[1].dtype()))
+      return std::vector<Tensor>{integer_binary(in[0], in[1], "Div", false, where)};
+    return std::vector<Tensor>{core::div(in[0], on_device_of(in[1], in[0]))};
+  };
+}
+
+OpFunction mod_op(const NodeView& node) {
+  const bool fmod = node.get_int("fmod", 0) != 0;
+  const std::string where = node.where();
+  return [fmod, where](const std::vector<Tensor>& in, RunContext&) {
+    const Tensor& a = in[0];
+    const Tensor b = on_device_of(in[1], a);
+    if (!core::is_floating(a.dtype()) && !core::is_floating(b.dtype()))
+      return std::vector<Tensor>{integer_binary(a, b, "Mod", fmod, where)};
+    // a - b * q with q = trunc(a / b) (fmod) or floor(a / b), q computed without a gradient.
+    Tensor q;
+    {
+      core::NoGradGuard no_grad;
+      const core::Shape shape = core::broadcast_shapes(a.shape(), b.shape(), "Mod");
+      std::vector<double> x = host_doubles(a.expand(shape).contiguous());
+      const std::vector<double> y = host_doubles(b.expand(shape).contiguous());
+      for (size_t i = 0; i < x.size(); ++i)
+        x[i] = fmod ? std::trunc(x[i] / y[i]) : std::floor(x[i] / y[i]);
+      q = on_device_of(Tensor::from_vector(x, shape).to(a.dtype()), a);
+    }
+    return std::vector<Tensor>{a - b * q};
+  };
+}
+
+OpFunction gelu_op(const NodeView& node) {
+  const std::string approximate = node.get_string("approximate", "none");
+  if (approximate != "none" && approximate != "tanh")
+    node.fail("approximate must be 'none' or 'tanh', got '" + approximate + "'");
+  const auto mode =
+      approximate == "tanh" ? core::GeluApproximation::Tanh : core::GeluApproximation::None;
+  return [mode](const std::vector<Tensor>& in, RunContext&) {
+    return std::vector<Tensor>{core::gelu(in[0], mode)};
+  };
+}
+
+OpBuilder alpha_activation(double default_alpha, Tensor (*f)(const Tensor&, double)) {
+  return [default_alpha, f](const NodeView& node) -> OpFunction {
+    const double alpha = node.get_float("alpha", default_alpha);
+    return [alpha, f](const std::vector<Tensor>& in, RunContext&) {
+      return std::vector<Tensor>{f(in[0], alpha)};
+    };
+  };
+}
+
+Tensor leaky_relu(const Tensor& x, double alpha) {
+  return core::where(positive(x), x, x * alpha);
+}
+Tensor elu(const Tensor& x, double alpha) {
+  // exp of min(x, 0), so the unused branch cannot overflow into a NaN gradient.
+  const Tensor negative = core::exp(core::minimum(x, scalar(0.0, x))) - 1.0;
+  return core::where(positive(x), x, negative * alpha);
+}
+
+OpFunction selu(const NodeView& node) {
+  const double alpha = node.get_float("alpha", 1.67326319217681884765625);
+  const double gamma = node.get_float("gamma", 1.05070102214813232421875);
+  return [alpha, gamma](const std::vector<Tensor>& in, RunContext&) {
+    return std::vector<Tensor>{elu(in[0], alpha) * gamma};
+  };
+}
+
+OpFunction hard_sigmoid(const NodeView& node) {
+  const double alpha = node.get_float("alpha", 0.2);
+  const double beta = node.get_float("beta", 0.5);
+  return [alpha, beta](const std::vector<Tensor>& in, RunContext&) {
+    return std::vector<Tensor>{core::clamp(in[0] * alpha + beta, 0.0, 1.0)};
+  };
+}
+
+Tensor softplus(const Tensor& x) {
+  // log(1 + exp(x)) = relu(x) + log(1 + exp(-|x|)), which never overflows.
+  return core::relu(x) + core::log(core::exp(-core::abs(x)) + 1.0);
+}
+
+}  // namespace
+
+void add_math_ops(OpTable& t) {
+  t["Add"] = binary([](const Tensor& a, const Tensor& b) { return core::add(a, b); });
+  t["Sub"] = binary([](const Tensor& a, const Tensor& b) { return core::sub(a, b); });
+  t["Mul"] = binary([](const Tensor& a, const Tensor& b) { return core::mul(a, b); });
+  t["Div"] = div_op;
+  t["Pow"] = pow_op;
+  t["Mod"] = mod_op;
+  t["Sum"] = variadic([](const Tensor& a, const Tensor& b) { return core::add(a, b); }, false);
+  t["Mean"] = variadic([](const Tensor& a, const Tensor& b) { return core::add(a, b); }, true);
+  t["Max"] = variadic([](const Tensor& a, const Tensor& b) { return core::maximum(a, b); }, false);
+  t["Min"] = variadic([](const Tensor& a, const Tensor& b) { return core::minimum(a, b); }, false);
+  t["Equal"] = binary([](const Tensor& a, const Tensor& b) { return core::eq(a, b); });
+  t["Less"] = binary([](const Tensor& a, const Tensor& b) { return core::lt(a, b); });
+  t["LessOrEqual"] = binary([](const Tensor& a, const Tensor& b) { return core::le(a, b); });
+  t["Greater"] = binary([](const Tensor& a, const Tensor& b) { return core::gt(a, b); });
+  t["GreaterOrEqual"] = binary([](const Tensor& a, const Tensor& b) { return core::ge(a, b); });
+  t["Where"] = [](const NodeView&) -> OpFunction {
+    return [](const std::vector<Tensor>& in, RunContext&) {
+      const Tensor& like = in[1];
+      return std::vector<Tensor>{
+          core::where(on_device_of(in[0], like), like, on_device_of(in[2], like))};
+    };
+  };
+  t["Neg"] = unary([](const Tensor& x) { return core::neg(x); });
+  t["Abs"] = unary([](const Tensor& x) { return core::abs(x); });
+  t["Sign"] = unary([](const Tensor& x) { return core::sign(x); });
+  t["Sqrt"] = unary([](const Tensor& x) { return core::sqrt(x); });
+  t["Exp"] = unary([](const Tensor& x) { return core::exp(x); });
+  t["Log"] = unary([](const Tensor& x) { return core::log(x); });
+  t["Erf"] = unary([](const Tensor& x) { return core::erf(x); });
+  t["Reciprocal"] = unary([](const Tensor& x) { return 1.0 / x; });
+  t["Relu"] = unary([](const Tensor& x) { return core::relu(x); });
+  t["Sigmoid"] = unary([](const Tensor& x) { return core::sigmoid(x); });
+  t["Tanh"] = unary([](const Tensor& x) { return core::tanh(x); });
+  t["Softplus"] = unary(softplus);
+  t["Softsign"] = unary([](const Tensor& x) { return x / (core::abs(x) + 1.0); });
+  t["HardSwish"] = unary([](const Tensor& x) { return x * core::clamp(x / 6.0 + 0.5, 0.0, 1.0); });
+  t["LeakyRelu"] = alpha_activation(0.01, leaky_relu);
+  t["Elu"] = alpha_activation(1.0, elu);
+  t["Selu"] = selu;
+  t["HardSigmoid"] = hard_sigmoid;
+  t["Gelu"] = gelu_op;
+  t["Clip"] = clip;
+  t["PRelu"] = [](const NodeView&) -> OpFunction {
+    return [](const std::vector<Tensor>& in, RunContext&) {
+      const Tensor& x = in[0];
+      return std::vector<Tensor>{core::where(positive(x), x, x * on_device_of(in[1], x))};
+    };
+  };
+  t["Gemm"] = gemm;
+  t["MatMul"] = binary([](const Tensor& a, const Tensor& b) { return core::matmul(a, b); });
+  t["ReduceSum"] = reduce(Reduction::Sum, 13);
+  t["ReduceMean"] = reduce(Reduction::Mean, 18);
+  t["ReduceMax"] = reduce(Reduction::Max, 18);
+  t["ReduceMin"] = reduce(Reduction::Min, 18);
+  t["Softmax"] = softmax(false);
+  t["LogSoftmax"] = softmax(true);
+}
+
+}  // namespace mpigrad::nn::onnx_ops
