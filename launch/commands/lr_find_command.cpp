@@ -139,8 +139,8 @@ int lr_find(LRFindJob& job, DistributedManager& manager) {
     std::fflush(stdout);
   }
   TrainingStrategy strategy({&model}, {optimizer.get()},
-                            classification_step(config.data.x, config.data.y), nullptr, manager,
-                            hooks, epochs, steps);
+                            make_supervised_step(config.loss.name, config.data.x, config.data.y),
+                            nullptr, manager, hooks, epochs, steps);
   strategy.run(train_loader, nullptr);
 
   if (manager.is_main_process()) {

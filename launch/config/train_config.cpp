@@ -271,6 +271,8 @@ std::vector<ConfigKey> make_config_keys() {
           "resnet: 18 or 34 (basic blocks [2,2,2,2] or [3,4,6,3])"),
       key("model.width", &C::model, &ModelSection::width, Integer{1},
           "resnet: channels of the first stage; the stages have w, 2w, 4w, 8w"),
+      key("model.file", &C::model, &ModelSection::file, Text{},
+          "onnx: the .onnx file exported from PyTorch (relative to the working directory)"),
       key("loss.name", &C::loss, &LossSection::name, Choice<LossKind>{kLossKindNames},
           "the loss: cross_entropy for classes (mpigrad train), mse or l1 for regression"),
       key("loss.temperature", &C::loss, &LossSection::temperature, positive,

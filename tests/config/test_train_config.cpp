@@ -83,7 +83,7 @@ TEST_CASE("bad values name the key and what is accepted") {
   };
   CHECK(contains(
       parse("[model]\nname = transformer\n"),
-      "run.ini: [model] name: expected one of mlp | cnn | conv | resnet, got 'transformer'"));
+      "run.ini: [model] name: expected one of mlp | cnn | conv | resnet | onnx, got 'transformer'"));
   CHECK(contains(parse("[distributed]\nbackend = gloo\n"), "expected one of auto | mpi | nccl"));
   CHECK(contains(parse("[train]\nepochs = 0\n"), "[train] epochs: must be at least 1, got 0"));
   CHECK(contains(parse("[optim]\nmomentum = 1\n"), "[optim] momentum: must be in [0, 1), got 1"));
