@@ -17,7 +17,9 @@ the Fashion-MNIST CNN equivalent to `mpigrad train`'s built-in `cnn`), it
     /work/venv-torch/bin/python benchmarks/onnx/make_parity_data.py --out tests/data/onnx
 
 With --checkpoint CKPT.h5 --model NAME it instead loads an mpigrad checkpoint's /model/<name>
-tensors into the PyTorch module NAME by state_dict name and prints what matched.
+tensors into the PyTorch module NAME by state_dict name and prints what matched; with
+--exported TRAINED.onnx (from `mpigrad onnx export`) too, it runs that file in ONNX Runtime on
+NAME's first batch and compares the output with the module's (needs onnxruntime).
 """
 import argparse
 import math
@@ -242,7 +244,10 @@ def write_all(out_dir, names):
         print(f"{name}: losses {losses[0]:.6f} -> {losses[-1]:.6f}")
 
 
-def check_checkpoint(path, name):
+def check_checkpoint(path, name, exported="", data_dir="tests/data/onnx"):
+    """Loads the checkpoint into the PyTorch module by state_dict name; with `exported` (the
+    output of `mpigrad onnx export`), also runs that file in ONNX Runtime on the first batch of
+    <name>.h5 and compares its output with the module's."""
     model = MODELS[name][0]()
     state = model.state_dict()
     loaded = {}
@@ -256,7 +261,21 @@ def check_checkpoint(path, name):
     extra = sorted(set(loaded) - set(state))
     print(f"{name}: {len(tensors)} tensors loaded into the PyTorch module; missing {missing}; "
           f"not in the module {extra}")
-    return 0 if not missing and not extra else 1
+    failed = bool(missing or extra)
+    if exported:
+        import onnxruntime
+        with h5py.File(os.path.join(data_dir, name + ".h5"), "r") as f:
+            x = f["x"][:BATCH]
+        model.eval()
+        with torch.no_grad():
+            expected = model(torch.from_numpy(x)).numpy()
+        session = onnxruntime.InferenceSession(exported)
+        got = session.run(None, {session.get_inputs()[0].name: x})[0]
+        difference = float(np.max(np.abs(got - expected)))
+        print(f"{name}: {exported} in ONNX Runtime against the module with the checkpoint: "
+              f"largest difference {difference:.3g}")
+        failed = failed or difference > 1e-4
+    return 1 if failed else 0
 
 
 def main():
@@ -267,9 +286,10 @@ def main():
     parser.add_argument("--copy-to", default="", help="also copy the files to this folder")
     parser.add_argument("--checkpoint", default="")
     parser.add_argument("--model", default="")
+    parser.add_argument("--exported", default="", help="with --checkpoint: an exported .onnx")
     args = parser.parse_args()
     if args.checkpoint:
-        return check_checkpoint(args.checkpoint, args.model)
+        return check_checkpoint(args.checkpoint, args.model, args.exported, args.out)
     names = [n for n in args.models.split(",") if n]
     write_all(args.out, names)
     if args.copy_to:

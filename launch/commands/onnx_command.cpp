@@ -32,7 +32,9 @@ constexpr const char* kUsage =
     "         op is supported, 3 when some are not, 1 on a bad file.\n"
     "export   writes the weights of a checkpoint of `mpigrad train` (or of the C API's\n"
     "         save_model) into a copy of MODEL.onnx, matched by name, as one self-contained\n"
-    "         file OUT.onnx (external data inlined), through a temporary file and a rename.\n";
+    "         file OUT.onnx (external data inlined), through a temporary file and a rename.\n"
+    "         The copy is for inference: BatchNormalization and Dropout exported in training\n"
+    "         mode are set to inference mode (BatchNorm on the trained running statistics).\n";
 
 std::string dims_text(const onnx::TensorShapeProto& shape) {
   std::string text = "[";
@@ -142,6 +144,47 @@ int inspect(const std::vector<std::string>& args) {
   return 3;
 }
 
+// The names some node or the graph reads.
+std::set<std::string> consumed_names(const onnx::GraphProto& graph) {
+  std::set<std::string> names;
+  for (const onnx::NodeProto& node : graph.node()) {
+    for (const std::string& input : node.input()) names.insert(input);
+  }
+  for (const onnx::ValueInfoProto& output : graph.output()) names.insert(output.name());
+  return names;
+}
+
+// A graph exported in training mode (the legacy exporter's TrainingMode.TRAINING) runs its
+// BatchNormalization on batch statistics and its Dropout at random in ONNX Runtime too; the
+// trained copy is for inference: BatchNormalization in inference mode (on the trained running
+// statistics; its statistics outputs dropped when nothing reads them) and Dropout without its
+// training_mode input. Returns how many nodes it changed.
+int64_t to_inference_mode(onnx::GraphProto& graph, const std::string& where) {
+  const std::set<std::string> consumed = consumed_names(graph);
+  int64_t changed = 0;
+  for (onnx::NodeProto& node : *graph.mutable_node()) {
+    if (node.op_type() == "BatchNormalization") {
+      auto* attributes = node.mutable_attribute();
+      const auto training = std::find_if(attributes->begin(), attributes->end(),
+                                         [](const auto& a) { return a.name() == "training_mode"; });
+      if (training == attributes->end() || training->i() == 0) continue;
+      for (int output = 1; output < node.output_size(); ++output) {
+        MPIGRAD_CHECK(node.output(output).empty() || !consumed.count(node.output(output)),
+                      "--model: '", where, "' node '", node.name(),
+                      "' (BatchNormalization in training mode) feeds its running statistics '",
+                      node.output(output), "' to the graph; cannot write it for inference");
+      }
+      attributes->erase(training);
+      while (node.output_size() > 1) node.mutable_output()->RemoveLast();
+      ++changed;
+    } else if (node.op_type() == "Dropout" && node.input_size() >= 3 && !node.input(2).empty()) {
+      node.set_input(2, "");  // absent: inference, whatever the file said
+      ++changed;
+    }
+  }
+  return changed;
+}
+
 int export_model(std::vector<std::string> args) {
   const std::optional<std::string> checkpoint = take_option(args, "checkpoint");
   const std::optional<std::string> model_path = take_option(args, "model");
@@ -196,6 +239,7 @@ int export_model(std::vector<std::string> args) {
     core::fail("--checkpoint: '", *checkpoint, "' tensor '", name, "' (shape ", tensor.shape(),
                ") has no initializer in '", *model_path, "'; was it trained from this model?");
   }
+  const int64_t inference_nodes = to_inference_mode(*model.mutable_graph(), *model_path);
   const size_t bytes = model.ByteSizeLong();
   MPIGRAD_CHECK(bytes < size_t(std::numeric_limits<int32_t>::max()), "-o: '", *output,
                 "' would be ", bytes,
@@ -204,8 +248,13 @@ int export_model(std::vector<std::string> args) {
     MPIGRAD_CHECK(model.SerializeToOstream(&out), "-o: cannot serialize the model to '", *output,
                   "'");
   });
-  std::printf("mpigrad onnx export: %lld initializer(s) from %s written into %s (%zu bytes)\n",
+  std::printf("mpigrad onnx export: %lld initializer(s) from %s written into %s (%zu bytes)",
               static_cast<long long>(replaced), checkpoint->c_str(), output->c_str(), bytes);
+  if (inference_nodes > 0) {
+    std::printf("; %lld BatchNormalization/Dropout node(s) set to inference mode",
+                static_cast<long long>(inference_nodes));
+  }
+  std::printf("\n");
   return 0;
 }
 

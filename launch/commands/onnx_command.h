@@ -11,7 +11,9 @@
 //            have its initializer (num_batches_tracked, which ONNX has no use for, excepted).
 //            The output is self-contained (weights inline, whatever the input's external data),
 //            written through a temporary file and a rename; protobuf's 2 GiB limit on one
-//            message is checked first.
+//            message is checked first. It is an inference graph: BatchNormalization and Dropout
+//            that the legacy exporter wrote in training mode are switched to inference mode, so
+//            ONNX Runtime uses the trained running statistics and no dropout.
 // One process, no MPI: neither command trains.
 #pragma once
 

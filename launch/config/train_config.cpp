@@ -551,14 +551,18 @@ std::string train_config_help() {
   std::ostringstream out;
   out << "usage: mpigrad train --config FILE.ini [--dry-run] [--trace FILE] "
          "[--section.key=value ...]\n\n"
-      << "Trains a classifier on HDF5 data under mpirun (or as one process). A --section.key flag\n"
+      << "Trains a model on HDF5 data under mpirun (or as one process). A --section.key flag\n"
       << "overrides the same key of the file.\n\n"
       << "Inputs ([data] x): uint8 inputs are images and are scaled to [0, 1]; every other dtype\n"
       << "(float32, float64, float16, bfloat16, integers) is used as it is, converted to float32.\n"
       << "Then, with [data] mean and std, x becomes (x - mean[c]) / std[c], c being the channel\n"
       << "(the first per-sample dimension); one value applies to every channel.\n"
       << "Labels ([data] y): one integer per sample, of any integer dtype, in [0, num_classes).\n"
-      << "Float labels and labels outside that range are errors naming the field.\n\n";
+      << "Float labels and labels outside that range are errors naming the field.\n"
+      << "[model] name = onnx trains a graph exported from PyTorch ([model] file): its inputs\n"
+      << "are fed in the dtype it declares (int64 token ids stay integers), cross_entropy also\n"
+      << "takes dense logits [N, C, d1, ...] with labels [N, d1, ...], and [loss] name = mse or\n"
+      << "l1 takes float targets of the output's shape.\n\n";
   for (const ConfigKey& key : config_keys()) {
     out << "  --" << key.name << "=VALUE";
     int pad = 38 - int(key.name.size());

@@ -88,6 +88,15 @@ case "$check" in
       -o wrong.onnx > wrong.txt 2>&1; then fail "export of a mismatched checkpoint passed"; fi
     grep -q "has no tensor 'enc.0.weight'" wrong.txt || { cat wrong.txt; fail "unclear mismatch error"; }
     [ ! -e wrong.onnx ] && [ ! -e wrong.onnx.tmp ] || fail "a failed export left a file"
+    # The legacy exporter's training-mode BatchNorm is written for inference (ONNX Runtime then
+    # uses the trained running statistics: benchmarks/onnx/make_parity_data.py --exported).
+    cnn=(--config unet.ini --data.train=$data/cnn_bn.h5 --model.file=$data/cnn_bn.legacy.onnx
+         --loss.name=cross_entropy --data.num_classes=3 --train.out_dir=cnn)
+    run 1 "$mpigrad" train "${cnn[@]}" > cnn.txt 2>&1 || { cat cnn.txt; fail "cnn training failed"; }
+    "$mpigrad" onnx export --checkpoint cnn/last.h5 --model "$data/cnn_bn.legacy.onnx" -o cnn.onnx \
+      > cnn_export.txt 2>&1 || { cat cnn_export.txt; fail "cnn export failed"; }
+    grep -q "2 BatchNormalization/Dropout node(s) set to inference mode" cnn_export.txt ||
+      { cat cnn_export.txt; fail "BatchNorm not set to inference mode"; }
     ;;
   inspect)  # inputs, outputs, parameters and ops of both exporters' files
     for exporter in legacy dynamo; do
