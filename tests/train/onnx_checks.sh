@@ -48,13 +48,16 @@ tensorboard = false
 EOF
 
 case "$check" in
-  ranks)  # 1 rank with batch 2B equals 2 ranks with batch B: token ids, dense labels, and mse
+  ranks)  # 1 rank with batch 4B equals 2 ranks with 2B and 4 with B: token ids, dense labels, mse
     for model in transformer unet; do
       run 1 "$mpigrad" train --config $model.ini --train.out_dir=$model-one > one.txt 2>&1 ||
         { cat one.txt; fail "$model: 1-rank run failed"; }
       run 2 "$mpigrad" train --config $model.ini --train.out_dir=$model-two --train.batch_size=8 \
         > two.txt 2>&1 || { cat two.txt; fail "$model: 2-rank run failed"; }
       "$compare" $model-one/last.h5 $model-two/last.h5 1e-5 || fail "$model: 1 x 2B and 2 x B disagree"
+      run 4 "$mpigrad" train --config $model.ini --train.out_dir=$model-four --train.batch_size=4 \
+        > four.txt 2>&1 || { cat four.txt; fail "$model: 4-rank run failed"; }
+      "$compare" $model-one/last.h5 $model-four/last.h5 1e-5 || fail "$model: 1 x 4B and 4 x B disagree"
     done
     ;;
   sync_bn)  # with SyncBatchNorm, the CNN's BatchNorm layers see the global batch on 2 ranks too

@@ -32,7 +32,8 @@
 ! The calls are those of mpigrad/mpigrad_c.h, whose comments hold the full contract. In short:
 ! `config` is INI text when it holds a '=' or a line break (new_line('a')), else a file's path;
 ! [model] input_shape and outputs and [loss] name are required (no [loss]: an error at create
-! time). mlp and conv models put ReLU between their layers, none after the last. The loss a step
+! time); an ONNX graph ([model] name = onnx, file = model.onnx) brings its own shapes, and its
+! several inputs or outputs go in mpigrad_array_list lists to mpigrad_train_step_multi. mlp and conv models put ReLU between their layers, none after the last. The loss a step
 ! returns is this rank's; mpigrad_mean_loss averages it over the model's ranks (collective).
 ! Creating, training, saving, loading, mpigrad_mean_loss and destroying a distributed model are
 ! collective (every rank, same order; destroy before MPI_Finalize); creation broadcasts rank
