@@ -89,6 +89,8 @@
 #include "mpigrad/nn/models.h"
 // defines: Module
 #include "mpigrad/nn/module.h"
+// defines: OnnxModel, OnnxValueInfo
+#include "mpigrad/nn/onnx/onnx_model.h"
 // defines: ResNet, ResNetConfig, resnet_stages
 #include "mpigrad/nn/resnet.h"
 // defines: Adam, AdamW

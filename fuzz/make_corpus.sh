@@ -9,9 +9,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$root/build-cpu}" && pwd)
 corpus=$root/fuzz/corpus
 rm -rf "$corpus"
-mkdir -p "$corpus/fuzz_hdf5" "$corpus/fuzz_config" "$corpus/fuzz_idx"
+mkdir -p "$corpus/fuzz_hdf5" "$corpus/fuzz_config" "$corpus/fuzz_idx" "$corpus/fuzz_onnx"
 
 "$build/fuzz/fuzz_make_seeds" "$corpus/fuzz_hdf5" "$corpus/fuzz_idx"
+"$build/fuzz/fuzz_make_onnx_seeds" "$corpus/fuzz_onnx"
 mpigrad=$build/bin/mpigrad
 "$mpigrad" data synth -o "$corpus/fuzz_hdf5/synth_uint8.h5" -n 4 --shape 1,2,2 >/dev/null
 "$mpigrad" data synth -o "$corpus/fuzz_hdf5/synth_float32_gzip.h5" -n 6 --shape 3 \

@@ -10,6 +10,7 @@ packages=(
   libboost-program-options-dev
   doctest-dev
   libopenblas-dev
+  libonnx-dev libprotobuf-dev libonnx-testdata
   gfortran
   dataset-fashion-mnist
 )

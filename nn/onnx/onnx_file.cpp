@@ -195,10 +195,11 @@ core::Tensor tensor_from_proto(const onnx::TensorProto& proto, const std::string
   core::Shape shape;
   int64_t numel = 1;
   for (int64_t dim : proto.dims()) {
-    MPIGRAD_CHECK(dim >= 0 && dim <= (int64_t(1) << 40), where, ": bad dimension ", dim);
+    constexpr int64_t kMaxElements = int64_t(1) << 40;
+    MPIGRAD_CHECK(dim >= 0 && dim <= kMaxElements, where, ": bad dimension ", dim);
+    MPIGRAD_CHECK(dim == 0 || numel <= kMaxElements / dim, where, ": too many elements");
     shape.push_back(dim);
     numel *= dim;
-    MPIGRAD_CHECK(numel <= (int64_t(1) << 40), where, ": too many elements");
   }
   const int32_t type = proto.data_type();
   // Widened types are read element by element; the rest copy straight from raw_data.

@@ -87,6 +87,7 @@ struct OnnxModel::Graph {
     std::vector<int> inputs;   // value ids; -1 for an empty optional input
     std::vector<int> outputs;  // value ids; -1 for an unused optional output
     onnx_ops::OpFunction run;
+    onnx_ops::SequenceFunction run_sequence;  // set instead of run for sequence ops
   };
 
   std::string file;
@@ -96,10 +97,13 @@ struct OnnxModel::Graph {
   std::vector<std::string> value_names;
   std::vector<Tensor> constants;                     // per value id; undefined if not constant
   std::vector<std::pair<int, Tensor*>> slot_values;  // parameters and buffers read by nodes
+  Tensor* first_float_slot = nullptr;  // to see whether to() changed the parameters' dtype
+  core::DType loaded_float_dtype = core::kFloat32;
   std::vector<Node> nodes;
   std::vector<std::vector<int>> release_after;  // per node: values no later node reads
   std::vector<Tensor> device_constants;         // `constants` on device_
   core::Device device = core::kCPU;
+  std::shared_ptr<core::Generator> dropout_generator;  // registered as "dropout"
 
   static void build(OnnxModel& model, const onnx::ModelProto& proto, const std::string& file);
 };
@@ -161,9 +165,15 @@ void OnnxModel::Graph::build(OnnxModel& model, const onnx::ModelProto& proto,
     MPIGRAD_CHECK(initializers.emplace(tensor.name(), &tensor).second, file, ": initializer '",
                   tensor.name(), "' is defined twice");
   }
-  std::map<std::string, int> uses;
-  for (const auto& node : g.node())
-    for (const auto& input : node.input()) ++uses[input];
+  // Uses of each value, and those at a differentiable input: a floating initializer read only
+  // as settings (Resize scales, Clip bounds, Dropout ratio) stays a constant, not a parameter.
+  std::map<std::string, int> uses, trainable_uses;
+  for (const auto& node : g.node()) {
+    for (int i = 0; i < node.input_size(); ++i) {
+      ++uses[node.input(i)];
+      if (!onnx_ops::is_setting_input(node.op_type(), i)) ++trainable_uses[node.input(i)];
+    }
+  }
 
   // BatchNormalization nodes an nn::BatchNorm child can own: prefix P with P.weight, P.bias,
   // P.running_mean, P.running_var as initializers that nothing else reads.
@@ -236,17 +246,71 @@ void OnnxModel::Graph::build(OnnxModel& model, const onnx::ModelProto& proto,
   };
   std::set<int> known;  // values defined so far (inputs, initializers, earlier outputs)
 
+  // Builds the nn::BatchNorm child for an owned node, where its first initializer comes, so
+  // the children keep the exporter's (PyTorch's) order.
+  std::map<const onnx::NodeProto*, std::pair<Module*, std::string>> batch_norm_layers;
+  auto create_batch_norm = [&](const onnx::NodeProto& node) {
+    if (batch_norm_layers.count(&node)) return;
+    const auto owned = owned_batch_norms.find(&node);
+    const std::string where = node_where(node);
+    onnx_ops::NodeView view(node, graph.opset, where);
+    std::vector<std::string> path = split_dotted(owned->second);
+    const std::string leaf = path.back();
+    path.pop_back();
+    Module& parent = scope_for(path, owned->second);
+    const Tensor scale = tensor_from_proto(*initializers[node.input(1)], where + " scale");
+    BatchNormConfig config;
+    MPIGRAD_CHECK(scale.dim() == 1 && scale.numel() >= 1, where, ": scale must be 1-d, got ",
+                  scale.shape());
+    config.num_features = scale.numel();
+    config.eps = view.get_float("epsilon", 1e-5);
+    config.momentum = 1.0 - view.get_float("momentum", 0.9);
+    auto batch_norm = std::make_shared<BatchNorm>(config, "BatchNorm", 2, 8);
+    batch_norm->to(scale.dtype());
+    {
+      core::NoGradGuard no_grad;
+      const char* names[] = {"weight", "bias", "running_mean", "running_var"};
+      for (int i = 0; i < 4; ++i) {
+        const Tensor value = tensor_from_proto(*initializers[node.input(i + 1)], where);
+        Tensor& slot = i < 2 ? batch_norm->parameter(names[i]) : batch_norm->buffer(names[i]);
+        MPIGRAD_CHECK(value.shape() == slot.shape(), where, ": ", node.input(i + 1), " has shape ",
+                      value.shape(), ", expected ", slot.shape());
+        slot.copy_(value);
+      }
+      auto tracked = initializers.find(owned->second + ".num_batches_tracked");
+      if (tracked != initializers.end())
+        batch_norm->buffer("num_batches_tracked")
+            .copy_(tensor_from_proto(*tracked->second, where).reshape({}));
+    }
+    if (&parent == &model) {
+      model.add_child(leaf, batch_norm);
+    } else {
+      dynamic_cast<OnnxScope&>(parent).add_child(leaf, batch_norm);
+    }
+    batch_norm_layers[&node] = {&parent, leaf};
+  };
+  std::map<std::string, const onnx::NodeProto*> owned_by;
+  for (const auto& [node, prefix] : owned_batch_norms)
+    for (int i = 1; i < 5; ++i) owned_by[node->input(i)] = node;
+
   // Initializers: floating ones are parameters (or BN buffers), the rest host constants.
   for (const auto& tensor : g.initializer()) {
-    if (owned_names.count(tensor.name())) continue;
+    if (owned_names.count(tensor.name())) {
+      create_batch_norm(*owned_by.at(tensor.name()));
+      continue;
+    }
     const std::string where = file + ": initializer '" + tensor.name() + "'";
     Tensor value = tensor_from_proto(tensor, where);
     const int id = ids.get(tensor.name());
     known.insert(id);
-    if (core::is_floating(value.dtype()) && uses[tensor.name()] > 0) {
+    if (core::is_floating(value.dtype()) && trainable_uses[tensor.name()] > 0) {
       const bool buffer = buffer_names.count(tensor.name()) > 0;
       Tensor& slot = register_slot(tensor.name(), value, buffer);
       graph.slot_values.emplace_back(id, &slot);
+      if (graph.first_float_slot == nullptr) {
+        graph.first_float_slot = &slot;
+        graph.loaded_float_dtype = slot.dtype();
+      }
     } else {
       set_constant(id, value);
     }
@@ -255,14 +319,18 @@ void OnnxModel::Graph::build(OnnxModel& model, const onnx::ModelProto& proto,
   for (const auto& input : g.input()) {
     if (initializers.count(input.name())) continue;
     graph.inputs.push_back(value_info(input, file));
+    // The batch dim is free: the legacy exporter writes the example batch's size there.
+    if (!graph.inputs.back().shape.empty()) graph.inputs.back().shape[0] = -1;
     const int id = ids.get(input.name());
     graph.input_ids.push_back(id);
     known.insert(id);
   }
-  for (const auto& output : g.output()) graph.outputs.push_back(value_info(output, file));
+  for (const auto& output : g.output()) {
+    graph.outputs.push_back(value_info(output, file));
+    if (!graph.outputs.back().shape.empty()) graph.outputs.back().shape[0] = -1;
+  }
 
   // Nodes, in file order (ONNX requires a topological order).
-  int batch_norm_count = 0;
   for (const auto& node : g.node()) {
     const std::string where = node_where(node);
     Node compiled;
@@ -279,43 +347,8 @@ void OnnxModel::Graph::build(OnnxModel& model, const onnx::ModelProto& proto,
                     "(a missing initializer?)");
       compiled.inputs.push_back(id);
     }
-    auto owned = owned_batch_norms.find(&node);
-    if (owned != owned_batch_norms.end()) {
-      onnx_ops::NodeView view(node, graph.opset, where);
-      std::vector<std::string> path = split_dotted(owned->second);
-      const std::string leaf = path.back();
-      path.pop_back();
-      Module& parent = scope_for(path, owned->second);
-      const Tensor scale = tensor_from_proto(*initializers[node.input(1)], where + " scale");
-      BatchNormConfig config;
-      MPIGRAD_CHECK(scale.dim() == 1 && scale.numel() >= 1, where, ": scale must be 1-d, got ",
-                    scale.shape());
-      config.num_features = scale.numel();
-      config.eps = view.get_float("epsilon", 1e-5);
-      config.momentum = 1.0 - view.get_float("momentum", 0.9);
-      auto batch_norm = std::make_shared<BatchNorm>(config, "BatchNorm", 2, 8);
-      batch_norm->to(scale.dtype());
-      {
-        core::NoGradGuard no_grad;
-        const char* names[] = {"weight", "bias", "running_mean", "running_var"};
-        for (int i = 0; i < 4; ++i) {
-          const Tensor value = tensor_from_proto(*initializers[node.input(i + 1)], where);
-          Tensor& slot = i < 2 ? batch_norm->parameter(names[i]) : batch_norm->buffer(names[i]);
-          MPIGRAD_CHECK(value.shape() == slot.shape(), where, ": ", node.input(i + 1),
-                        " has shape ", value.shape(), ", expected ", slot.shape());
-          slot.copy_(value);
-        }
-        auto tracked = initializers.find(owned->second + ".num_batches_tracked");
-        if (tracked != initializers.end())
-          batch_norm->buffer("num_batches_tracked")
-              .copy_(tensor_from_proto(*tracked->second, where).reshape({}));
-      }
-      if (&parent == &model) {
-        model.add_child(leaf, batch_norm);
-      } else {
-        dynamic_cast<OnnxScope&>(parent).add_child(leaf, batch_norm);
-      }
-      Module* owner = &parent;
+    if (batch_norm_layers.count(&node)) {
+      auto [owner, leaf] = batch_norm_layers.at(&node);
       compiled.run = [owner, leaf, where](const std::vector<Tensor>& in, onnx_ops::RunContext&) {
         Module* layer = find_child(*owner, leaf);
         MPIGRAD_CHECK(layer != nullptr, where, ": its layer '", leaf, "' was removed");
@@ -324,10 +357,22 @@ void OnnxModel::Graph::build(OnnxModel& model, const onnx::ModelProto& proto,
         out.push_back(layer->buffer("running_var"));
         return out;
       };
-      ++batch_norm_count;
     } else {
       onnx_ops::NodeView view(node, graph.opset, where);
-      compiled.run = table.at(node.op_type())(view);
+      MPIGRAD_CHECK(node.input_size() >= onnx_ops::min_inputs(node.op_type()), where, ": has ",
+                    node.input_size(), " inputs, needs at least ",
+                    onnx_ops::min_inputs(node.op_type()));
+      try {
+        if (onnx_ops::is_sequence_op(node.op_type())) {
+          compiled.run_sequence = onnx_ops::sequence_op(view);
+        } else {
+          compiled.run = table.at(node.op_type())(view);
+        }
+      } catch (const core::Error&) {
+        throw;
+      } catch (const std::exception& error) {
+        core::fail(where, ": ", error.what());
+      }
     }
     for (const auto& output : node.output()) {
       if (output.empty()) {
@@ -341,7 +386,6 @@ void OnnxModel::Graph::build(OnnxModel& model, const onnx::ModelProto& proto,
     }
     graph.nodes.push_back(std::move(compiled));
   }
-  (void)batch_norm_count;
   for (const auto& output : graph.outputs) {
     const auto it = ids.ids.find(output.name);
     MPIGRAD_CHECK(it != ids.ids.end() && known.count(it->second), file, ": graph output '",
@@ -358,7 +402,7 @@ void OnnxModel::Graph::build(OnnxModel& model, const onnx::ModelProto& proto,
   int index = 0;
   for (auto& node : graph.nodes) {
     const auto& proto_node = g.node(index++);
-    bool constant = !kNeverFold.count(proto_node.op_type());
+    bool constant = !kNeverFold.count(proto_node.op_type()) && !node.run_sequence;
     std::vector<Tensor> in;
     for (int id : node.inputs) {
       if (id >= 0 && !graph.constants[size_t(id)].defined()) constant = false;
@@ -370,7 +414,14 @@ void OnnxModel::Graph::build(OnnxModel& model, const onnx::ModelProto& proto,
     }
     core::NoGradGuard no_grad;
     onnx_ops::RunContext context;
-    std::vector<Tensor> out = node.run(in, context);
+    std::vector<Tensor> out;
+    try {
+      out = node.run(in, context);
+    } catch (const std::exception& error) {
+      const std::string what = error.what();
+      if (dynamic_cast<const core::Error*>(&error) && what.rfind(file, 0) == 0) throw;
+      core::fail(node.where, ": ", what);
+    }
     for (size_t i = 0; i < node.outputs.size(); ++i) {
       if (node.outputs[i] < 0) continue;
       MPIGRAD_CHECK(i < out.size() && out[i].defined(), node.where, ": output ", i,
@@ -392,7 +443,8 @@ void OnnxModel::Graph::build(OnnxModel& model, const onnx::ModelProto& proto,
       graph.release_after[size_t(last_use[id])].push_back(int(id));
   graph.device_constants = graph.constants;
 
-  model.register_generator("dropout", std::make_shared<core::Generator>(0));
+  graph.dropout_generator = std::make_shared<core::Generator>(0);
+  model.register_generator("dropout", graph.dropout_generator);
 }
 
 OnnxModel::OnnxModel() : graph_(std::make_unique<Graph>()) {}
@@ -434,13 +486,11 @@ std::vector<Tensor> OnnxModel::forward_all(const std::vector<Tensor>& inputs) {
   Graph& graph = *graph_;
   MPIGRAD_CHECK(inputs.size() == graph.inputs.size(), graph.file, ": the graph takes ",
                 graph.inputs.size(), " input(s), got ", inputs.size());
-  // Floating inputs take the parameters' dtype (the model may have been moved with to()).
+  // Floating inputs take the declared dtype, or the parameters' new one once to() moved them.
   std::optional<core::DType> float_dtype;
-  for (const auto& [id, slot] : graph.slot_values)
-    if (core::is_floating(slot->dtype())) {
-      float_dtype = slot->dtype();
-      break;
-    }
+  if (graph.first_float_slot != nullptr &&
+      graph.first_float_slot->dtype() != graph.loaded_float_dtype)
+    float_dtype = graph.first_float_slot->dtype();
   std::vector<Tensor> values(graph.value_names.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const OnnxValueInfo& info = graph.inputs[i];
@@ -470,21 +520,36 @@ std::vector<Tensor> OnnxModel::forward_all(const std::vector<Tensor>& inputs) {
 
   onnx_ops::RunContext context;
   context.training = is_training();
-  auto generators = named_generators();
-  for (auto& [name, generator] : generators)
-    if (name == "dropout") context.generator = generator.get();
+  context.generator = graph.dropout_generator.get();
 
+  std::vector<std::vector<Tensor>> sequences;
+  std::vector<bool> is_sequence;
   std::vector<Tensor> in;
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     const Graph::Node& node = graph.nodes[n];
+    if (node.run_sequence) {
+      sequences.resize(values.size());
+      is_sequence.resize(values.size());
+      onnx_ops::SequenceState state{values, sequences, is_sequence};
+      try {
+        node.run_sequence(node.inputs, node.outputs, state);
+      } catch (const std::exception& error) {
+        const std::string what = error.what();
+        if (dynamic_cast<const core::Error*>(&error) && what.rfind(graph.file, 0) == 0) throw;
+        core::fail(node.where, ": ", what);
+      }
+      continue;
+    }
     in.clear();
     for (int id : node.inputs) in.push_back(id >= 0 ? values[size_t(id)] : Tensor());
     std::vector<Tensor> out;
     try {
       out = node.run(in, context);
-    } catch (const core::Error& error) {
+    } catch (const std::exception& error) {
+      // Every failure inside a node (a core op's shape check, an index out of range) becomes
+      // one core::Error that names the node, unless it already names the file.
       const std::string what = error.what();
-      if (what.rfind(graph.file, 0) == 0) throw;
+      if (dynamic_cast<const core::Error*>(&error) && what.rfind(graph.file, 0) == 0) throw;
       core::fail(node.where, ": ", what);
     }
     for (size_t i = 0; i < node.outputs.size(); ++i) {

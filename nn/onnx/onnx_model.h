@@ -28,6 +28,7 @@
 namespace mpigrad::nn {
 
 // A graph input or output as the file declares it; -1 marks a free (symbolic or unknown) dim.
+// The batch dim (the first) is always free, whatever the exporter wrote there.
 struct OnnxValueInfo {
   std::string name;
   core::DType dtype = core::kFloat32;

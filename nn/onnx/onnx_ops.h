@@ -63,12 +63,39 @@ class NodeView {
 };
 
 using OpBuilder = std::function<OpFunction(const NodeView& node)>;
+
+// Sequence ops (nn/onnx/onnx_ops_sequence.cpp) read and write the graph's state directly: a
+// sequence value is a std::vector<Tensor> beside the tensors.
+struct SequenceState {
+  std::vector<Tensor>& values;
+  std::vector<std::vector<Tensor>>& sequences;
+  std::vector<bool>& is_sequence;
+  // Writing to id -1 (an output the graph leaves unnamed) does nothing.
+  void set(int id, std::vector<Tensor> items) {
+    if (id < 0) return;
+    sequences[size_t(id)] = std::move(items);
+    is_sequence[size_t(id)] = true;
+  }
+  void set_tensor(int id, Tensor tensor) {
+    if (id >= 0) values[size_t(id)] = std::move(tensor);
+  }
+};
+using SequenceFunction = std::function<void(const std::vector<int>& inputs,
+                                            const std::vector<int>& outputs, SequenceState& state)>;
+bool is_sequence_op(const std::string& op_type);
+SequenceFunction sequence_op(const NodeView& node);
 using OpTable = std::map<std::string, OpBuilder>;
 
 const OpTable& op_table();
 void add_math_ops(OpTable& table);
 void add_nn_ops(OpTable& table);
 void add_shape_ops(OpTable& table);
+
+// The fewest inputs a node of `op_type` must name (optional ones may be "").
+int min_inputs(const std::string& op_type);
+// Whether input `index` of `op_type` is a setting rather than data a gradient could flow to
+// (Resize's roi and scales, Clip's bounds, Dropout's ratio, Pad's pads and value, ...).
+bool is_setting_input(const std::string& op_type, int index);
 
 // ---- Helpers shared by the op families --------------------------------------------------
 // The values of a (small, integer or floating) tensor on the host, as int64 / double.

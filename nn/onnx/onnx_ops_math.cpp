@@ -5,6 +5,7 @@
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/ops/elementwise.h"
+#include "mpigrad/core/ops/indexing.h"
 #include "mpigrad/core/ops/linalg.h"
 #include "mpigrad/core/ops/reduce.h"
 #include "mpigrad/core/ops/softmax.h"
@@ -96,7 +97,7 @@ ReduceSpec reduce_spec(const NodeView& node, int64_t axes_input_opset) {
   return spec;
 }
 
-enum class Reduction { Sum, Mean, Max, Min, Prod };
+enum class Reduction { Sum, Mean, Max, Min, L1, L2, SumSquare, LogSum, LogSumExp };
 
 OpBuilder reduce(Reduction kind, int64_t axes_input_opset) {
   return [kind, axes_input_opset](const NodeView& node) -> OpFunction {
@@ -136,8 +137,29 @@ OpBuilder reduce(Reduction kind, int64_t axes_input_opset) {
             for (auto it = axes.rbegin(); it != axes.rend(); ++it) out = out.squeeze(*it);
           break;
         }
-        case Reduction::Prod:
-          core::fail(where, ": ReduceProd is not supported");
+        case Reduction::L1:
+          out = core::sum(core::abs(x), axes, spec.keepdims);
+          break;
+        case Reduction::L2:
+          out = core::sqrt(core::sum(x * x, axes, spec.keepdims));
+          break;
+        case Reduction::SumSquare:
+          out = core::sum(x * x, axes, spec.keepdims);
+          break;
+        case Reduction::LogSum:
+          out = core::log(core::sum(x, axes, spec.keepdims));
+          break;
+        case Reduction::LogSumExp: {
+          // max + log(sum(exp(x - max))), with the max held constant: it cancels in the value
+          // and in the gradient.
+          Tensor peak = x.detach();
+          for (auto it = axes.rbegin(); it != axes.rend(); ++it)
+            peak = core::max(peak, *it, true).values;
+          out = core::log(core::sum(core::exp(x - peak), axes, true)) + peak;
+          if (!spec.keepdims)
+            for (auto it = axes.rbegin(); it != axes.rend(); ++it) out = out.squeeze(*it);
+          break;
+        }
       }
       return std::vector<Tensor>{out};
     };
@@ -210,6 +232,9 @@ OpFunction pow_op(const NodeView&) {
     const Tensor e = on_device_of(in[1], x);
     if (e.numel() == 1 && !e.requires_grad() && core::is_floating(x.dtype()) && e.dim() <= x.dim())
       return std::vector<Tensor>{core::pow(x, host_doubles(e)[0])};
+    if (!core::is_floating(x.dtype()) && core::is_floating(e.dtype()))  // int base, float power
+      return std::vector<Tensor>{
+          core::pow(x.to(core::kFloat64), e.to(core::kFloat64)).to(x.dtype())};
     return std::vector<Tensor>{core::pow(x, e)};
   };
 }
@@ -296,9 +321,101 @@ Tensor softplus(const Tensor& x) {
   return core::relu(x) + core::log(core::exp(-core::abs(x)) + 1.0);
 }
 
+OpBuilder arg_extremum(bool max) {
+  return [max](const NodeView& node) -> OpFunction {
+    const int64_t axis = node.get_int("axis", 0);
+    const bool keepdims = node.get_int("keepdims", 1) != 0;
+    const bool last = node.get_int("select_last_index", 0) != 0;
+    const std::string where = node.where();
+    return [=](const std::vector<Tensor>& in, RunContext&) {
+      const Tensor& x = in[0];
+      const int64_t a = wrap_axis(axis, x.dim(), where);
+      const Tensor signed_x = max ? x : -x;
+      if (!last) return std::vector<Tensor>{core::argmax(signed_x, a, keepdims)};
+      // The last extremum is the first one along the reversed axis.
+      const int64_t length = x.shape()[int(a)];
+      std::vector<int64_t> reversed(static_cast<size_t>(length));
+      for (int64_t i = 0; i < length; ++i) reversed[size_t(i)] = length - 1 - i;
+      const Tensor flipped =
+          core::index_select(signed_x, a, on_device_of(int64_vector(reversed), x));
+      const Tensor first = core::argmax(flipped, a, keepdims);
+      return std::vector<Tensor>{core::scalar_like(double(length - 1), first) - first};
+    };
+  };
+}
+
+// Floor, Ceil, Round: no gradient (zero almost everywhere), computed on the host.
+template <typename F>
+OpBuilder rounding(F f) {
+  return [f](const NodeView&) -> OpFunction {
+    return [f](const std::vector<Tensor>& in, RunContext&) {
+      const Tensor& x = in[0];
+      if (!core::is_floating(x.dtype())) return std::vector<Tensor>{x};
+      std::vector<double> values = host_doubles(x);
+      for (double& v : values) v = f(v);
+      return std::vector<Tensor>{
+          on_device_of(Tensor::from_vector(values, x.shape()).to(x.dtype()), x)};
+    };
+  };
+}
+
+OpBuilder logical(int kind) {  // 0 and, 1 or, 2 xor
+  return [kind](const NodeView&) -> OpFunction {
+    return [kind](const std::vector<Tensor>& in, RunContext&) {
+      const Tensor a = in[0].to(core::kUInt8), b = on_device_of(in[1], in[0]).to(core::kUInt8);
+      Tensor out = kind == 0   ? core::minimum(a, b)
+                   : kind == 1 ? core::maximum(a, b)
+                               : core::ne(a, b);
+      return std::vector<Tensor>{out.to(core::kBool)};
+    };
+  };
+}
+
 }  // namespace
 
 void add_math_ops(OpTable& t) {
+  t["ReduceL1"] = reduce(Reduction::L1, 18);
+  t["ReduceL2"] = reduce(Reduction::L2, 18);
+  t["ReduceSumSquare"] = reduce(Reduction::SumSquare, 18);
+  t["ReduceLogSum"] = reduce(Reduction::LogSum, 18);
+  t["ReduceLogSumExp"] = reduce(Reduction::LogSumExp, 18);
+  t["ArgMax"] = arg_extremum(true);
+  t["ArgMin"] = arg_extremum(false);
+  t["Floor"] = rounding([](double v) { return std::floor(v); });
+  t["Ceil"] = rounding([](double v) { return std::ceil(v); });
+  t["Round"] = rounding([](double v) { return std::nearbyint(v); });  // halves to even
+  t["And"] = logical(0);
+  t["Or"] = logical(1);
+  t["Xor"] = logical(2);
+  t["Not"] = unary([](const Tensor& x) {
+    return core::eq(x.to(core::kUInt8), core::scalar_like(0.0, x.to(core::kUInt8)));
+  });
+  t["IsNaN"] = unary([](const Tensor& x) { return core::ne(x, x); });
+  t["Celu"] = [](const NodeView& node) -> OpFunction {
+    const double alpha = node.get_float("alpha", 1.0);
+    return [alpha](const std::vector<Tensor>& in, RunContext&) {
+      const Tensor& x = in[0];
+      const Tensor negative = (core::exp(core::minimum(x, scalar(0.0, x)) / alpha) - 1.0) * alpha;
+      return std::vector<Tensor>{core::where(positive(x), x, negative)};
+    };
+  };
+  t["ThresholdedRelu"] = [](const NodeView& node) -> OpFunction {
+    const double alpha = node.get_float("alpha", 1.0);
+    return [alpha](const std::vector<Tensor>& in, RunContext&) {
+      const Tensor& x = in[0];
+      return std::vector<Tensor>{core::where(core::gt(x, scalar(alpha, x)), x, scalar(0.0, x))};
+    };
+  };
+  t["Shrink"] = [](const NodeView& node) -> OpFunction {
+    const double lambd = node.get_float("lambd", 0.5), bias = node.get_float("bias", 0.0);
+    return [=](const std::vector<Tensor>& in, RunContext&) {
+      const Tensor& x = in[0];
+      const Tensor zero = scalar(0.0, x);
+      return std::vector<Tensor>{
+          core::where(core::lt(x, scalar(-lambd, x)), x + bias,
+                      core::where(core::gt(x, scalar(lambd, x)), x - bias, zero))};
+    };
+  };
   t["Add"] = binary([](const Tensor& a, const Tensor& b) { return core::add(a, b); });
   t["Sub"] = binary([](const Tensor& a, const Tensor& b) { return core::sub(a, b); });
   t["Mul"] = binary([](const Tensor& a, const Tensor& b) { return core::mul(a, b); });

@@ -240,16 +240,21 @@ OpBuilder pool(bool max) {
       options.stride = pair_of(s, 1);
       options.dilation = pair_of(d, 1);
       options.count_include_pad = include_pad;
-      const bool symmetric = begin == end && !w.ceil_mode;
+      bool symmetric = begin == end && !w.ceil_mode;
+      // The 2-d kernels take at most half the window as padding.
+      for (size_t i = 0; i < n && symmetric; ++i) symmetric = 2 * begin[i] <= w.kernel[i];
       Tensor y;
       if (max) {
-        Tensor input = x;
+        // Integer input pools exactly in float64 (the kernels are floating only).
+        const bool integer = !core::is_floating(x.dtype());
+        Tensor input = integer ? x.to(core::kFloat64) : x;
         if (symmetric) {
           options.padding = pair_of(begin, 0);
         } else {
-          input = pad_spatial(x, begin, end, -std::numeric_limits<double>::infinity(), where);
+          input = pad_spatial(input, begin, end, -std::numeric_limits<double>::infinity(), where);
         }
         y = functional::max_pool2d(as_2d(input), options);
+        if (integer) y = y.to(x.dtype());
       } else if (symmetric) {
         options.padding = pair_of(begin, 0);
         y = functional::avg_pool2d(as_2d(x), options);
@@ -303,9 +308,7 @@ OpFunction layer_norm(const NodeView& node) {
   const int64_t axis = node.get_int("axis", -1);
   const double eps = node.get_float("epsilon", 1e-5);
   const std::string where = node.where();
-  for (int i = 1; i < node.num_outputs(); ++i)
-    if (!node.proto().output(i).empty())
-      node.fail("the Mean and InvStdDev outputs are not supported");
+  const bool wants_statistics = node.num_outputs() > 1;
   return [=](const std::vector<Tensor>& in, RunContext&) {
     const Tensor& x = in[0];
     const int64_t a = wrap_axis(axis, x.dim(), where);
@@ -315,12 +318,16 @@ OpFunction layer_norm(const NodeView& node) {
     const bool fused = scale.shape().vec() == normalized &&
                        (!bias.defined() || bias.shape().vec() == normalized) &&
                        (x.dtype() == core::kFloat32 || x.dtype() == core::kFloat64);
-    if (fused) return std::vector<Tensor>{functional::layer_norm(x, normalized, scale, bias, eps)};
+    if (fused && !wants_statistics)
+      return std::vector<Tensor>{functional::layer_norm(x, normalized, scale, bias, eps)};
     std::vector<int64_t> dims;
     for (int64_t d = a; d < x.dim(); ++d) dims.push_back(d);
-    Tensor y = normalize(x, dims, eps) * scale;
+    const Tensor mean = core::mean(x, dims, true);
+    const Tensor centered = x - mean;
+    const Tensor inv_std = core::rsqrt(core::mean(centered * centered, dims, true) + eps);
+    Tensor y = centered * inv_std * scale;
     if (bias.defined()) y = y + bias;
-    return std::vector<Tensor>{y};
+    return std::vector<Tensor>{y, mean, inv_std};
   };
 }
 

@@ -296,6 +296,19 @@ OpFunction gather(const NodeView& node) {
   };
 }
 
+OpFunction gather_elements(const NodeView& node) {
+  const int64_t axis = node.get_int("axis", 0);
+  const std::string where = node.where();
+  return [=](const std::vector<Tensor>& in, RunContext&) {
+    const Tensor& x = in[0];
+    const int64_t a = wrap_axis(axis, x.dim(), where);
+    Tensor index = on_device_of(in[1], x).to(core::kInt64);
+    const Tensor zero = core::scalar_like(0.0, index);
+    index = core::where(core::lt(index, zero), index + double(x.shape()[int(a)]), index);
+    return one(core::gather(x, a, index));
+  };
+}
+
 OpFunction expand(const NodeView& node) {
   const std::string where = node.where();
   return [where](const std::vector<Tensor>& in, RunContext&) {
@@ -399,7 +412,9 @@ OpFunction resize(const NodeView& node) {
   const std::string transform =
       node.get_string("coordinate_transformation_mode",
                       upsample || node.opset() < 11 ? "asymmetric" : "half_pixel");
-  const std::string nearest_mode = node.get_string("nearest_mode", "round_prefer_floor");
+  // Upsample and Resize-10 pick the floor of the source coordinate.
+  const std::string nearest_mode = node.get_string(
+      "nearest_mode", upsample || node.opset() < 11 ? "floor" : "round_prefer_floor");
   const auto scales_attr = node.get_floats("scales");
   const auto axes_attr = node.get_ints("axes");
   const bool scales_only = upsample || node.opset() < 11;
@@ -445,7 +460,9 @@ OpFunction resize(const NodeView& node) {
         } else if (transform == "pytorch_half_pixel") {
           s = out > 1 ? (double(o) + 0.5) / scale - 0.5 : 0.0;
         } else if (transform == "align_corners") {
-          s = out == 1 ? 0.0 : double(o) * double(length - 1) / double(out - 1);
+          // ONNX divides by the unrounded output length, length * scale.
+          const double resized = double(length) * scale;
+          s = out == 1 || resized <= 1.0 ? 0.0 : double(o) * double(length - 1) / (resized - 1.0);
         } else if (transform == "asymmetric") {
           s = double(o) / scale;
         } else if (transform == "tf_half_pixel_for_nn") {
@@ -552,6 +569,7 @@ void add_shape_ops(OpTable& t) {
   t["Split"] = split;
   t["Slice"] = slice;
   t["Gather"] = gather;
+  t["GatherElements"] = gather_elements;
   t["Expand"] = expand;
   t["Trilu"] = trilu;
   t["Range"] = range;
