@@ -79,7 +79,8 @@ class Attention(nn.Module):
         super().__init__()
         self.heads = heads
         # Three projections, not one split in three: the dynamo exporter writes a split as
-        # SplitToSequence, a sequence op mpigrad does not run.
+        # SplitToSequence, and the parity data predates OnnxModel's sequence ops (it runs them
+        # now; tests/onnx covers them).
         self.q = nn.Linear(dim, dim)
         self.k = nn.Linear(dim, dim)
         self.v = nn.Linear(dim, dim)
