@@ -76,5 +76,16 @@ int main(int argc, char** argv) {
     g.node("MatMul", {"x", "fc.weight"}, {"y"});
     g.write(dir, "external_data.onnx");
   }
+  {
+    OnnxGraph g(18, 10);
+    g.input("x", {-1, 4}, onnx::TensorProto::FLOAT).output("y", onnx::TensorProto::FLOAT);
+    g.initializer("two", core::Tensor::from_vector(std::vector<int64_t>{2}, core::Shape{}));
+    g.initializer("last", core::Tensor::from_vector(std::vector<int64_t>{-1}, core::Shape{}));
+    set_attribute(g.node("SplitToSequence", {"x", "two"}, {"pieces"}), "axis", int64_t(1));
+    g.node("SequenceAt", {"pieces", "last"}, {"b"});
+    g.node("SequenceInsert", {"pieces", "b"}, {"more"});
+    set_attribute(g.node("ConcatFromSequence", {"more"}, {"y"}), "axis", int64_t(1));
+    g.write(dir, "sequences.onnx");
+  }
   return 0;
 }

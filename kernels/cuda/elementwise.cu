@@ -284,9 +284,9 @@ void run_map3(const StridedLoop& loop, void* out, const void* a, const void* b, 
 
 // ---- Scalar math in the compute type C (float for the 16-bit floats) -----------------------
 
-constexpr double kSqrtHalf = 0.70710678118654752440;     // 1/sqrt(2)
-constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2/pi)
-constexpr double kInvSqrt2Pi = 0.39894228040143267794;   // 1/sqrt(2*pi)
+constexpr double kSqrtHalf = 0.70710678118654752440;       // 1/sqrt(2)
+constexpr double kSqrt2OverPi = 0.79788456080286535588;    // sqrt(2/pi)
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;     // 1/sqrt(2*pi)
 constexpr double kTwoOverSqrtPi = 1.12837916709551257390;  // d/dx erf(x) at 0
 constexpr double kGeluCubic = 0.044715;
 
