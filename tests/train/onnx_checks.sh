@@ -69,6 +69,19 @@ case "$check" in
     grep -q "2 BatchNorm layer(s) synchronized" two.txt || { cat two.txt; fail "no SyncBatchNorm"; }
     "$compare" one/last.h5 two/last.h5 1e-5 || fail "1 x 2B and 2 x B disagree with sync_bn"
     ;;
+  resume)  # a CNN graph (BatchNorm buffers, momentum) resumed from epoch 1 ends bit for bit as
+    # an uninterrupted run; with an EMA of the weights too
+    cnn=(--config unet.ini --data.train=$data/cnn_bn.h5 --model.file=$data/cnn_bn.dynamo.onnx
+         --loss.name=cross_entropy --data.num_classes=3 --train.ema_decay=0.9)
+    run 1 "$mpigrad" train "${cnn[@]}" --train.epochs=2 --train.out_dir=full > full.txt 2>&1 ||
+      { cat full.txt; fail "full run failed"; }
+    run 1 "$mpigrad" train "${cnn[@]}" --train.epochs=1 --train.out_dir=part > part.txt 2>&1 ||
+      { cat part.txt; fail "first half failed"; }
+    run 1 "$mpigrad" train "${cnn[@]}" --train.epochs=2 --train.out_dir=part \
+      --train.resume=auto > resumed.txt 2>&1 || { cat resumed.txt; fail "resumed run failed"; }
+    "$compare" full/last.h5 part/last.h5 0 || fail "resumed final weights differ"
+    "$compare" full/last.h5 part/last.h5 0 hooks/ema || fail "resumed EMA weights differ"
+    ;;
   inputs)  # the log says what the model is fed: int64 token ids stay int64
     run 1 "$mpigrad" train --config transformer.ini --dry-run > dry.txt 2>&1 || { cat dry.txt; fail "dry run failed"; }
     grep -q "field 'x' int64 \[6\], used as int64 (the graph's input dtype)" dry.txt ||
