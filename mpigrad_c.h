@@ -20,7 +20,9 @@
  * an INI file. The keys are those of `mpigrad train` for [model] [loss] [optim] [sched] and
  * [train] seed, clip_grad_norm and grad_accum_steps; [model] input_shape and outputs, and
  * [loss] name (mse or l1 for regression, cross_entropy for classes), are required: a config
- * without them fails at create time (see the README's embedding section). The models: mlp
+ * without them fails at create time (see the README's embedding section); an ONNX model
+ * ([model] name = onnx, file = model.onnx) takes its shapes from the graph and needs only
+ * [loss] name (input_shape when the graph leaves a sample dimension free). The models: mlp
  * (Linear layers with ReLU between them, none after the last), cnn (3x3 Conv2d, BatchNorm2d,
  * ReLU, MaxPool2d blocks, then such an mlp), conv (kxk Conv2d layers with ReLU between them,
  * the output on the input's grid), resnet (ReLU).
@@ -203,6 +205,25 @@ mpigrad_status mpigrad_predict(mpigrad_model model, const mpigrad_array* input,
 mpigrad_status mpigrad_predict_on_stream(mpigrad_model model, const mpigrad_array* input,
                                          const mpigrad_array* output, void* stream);
 
+/* Models of several inputs or outputs, as TorchFort's train_multiarg: an ONNX graph
+ * ([model] name = onnx, file = ...). `inputs` holds n_inputs arrays, one per graph input in the
+ * graph's order; `labels` n_labels arrays, one per graph output. Each array is checked as the
+ * one-array calls check theirs (its sample shape the graph input's, or the output's; every
+ * input the same batch), and a message names it as inputs[i] or labels[i], in the caller's
+ * order. An integer graph input (token ids) takes an int32 or int64 array. The loss is the sum
+ * over the outputs of [loss] name against their labels. A count that differs from the graph's,
+ * or a built-in model, is an error. Collective for a distributed model. */
+mpigrad_status mpigrad_train_step_multi(mpigrad_model model, int32_t n_inputs,
+                                        const mpigrad_array* inputs, int32_t n_labels,
+                                        const mpigrad_array* labels, double* loss);
+/* The model's outputs for `inputs` in evaluation mode, written into `outputs` (n_outputs arrays,
+ * one per graph output, each the inputs' batch of the output's sample shape). Local. */
+mpigrad_status mpigrad_predict_multi(mpigrad_model model, int32_t n_inputs,
+                                     const mpigrad_array* inputs, int32_t n_outputs,
+                                     const mpigrad_array* outputs);
+/* How many arrays the model takes and gives: its graph's inputs and outputs (1 and 1 for the
+ * built-in models). Either pointer may be NULL. */
+mpigrad_status mpigrad_model_arrays(mpigrad_model model, int32_t* n_inputs, int32_t* n_outputs);
 /* The weights, as an HDF5 checkpoint torch can load (/model/<name>). */
 mpigrad_status mpigrad_save_model(mpigrad_model model, const char* path);
 mpigrad_status mpigrad_load_model(mpigrad_model model, const char* path);

@@ -9,6 +9,7 @@
 #include "mpigrad/core/checked_math.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/nn/encoder_with_head.h"
+#include "mpigrad/nn/onnx/onnx_model.h"
 
 namespace mpigrad::launch {
 
@@ -23,14 +24,17 @@ void check_labels(const data::Hdf5Dataset& dataset, const TrainConfig& config, c
   const int64_t size = dataset.total_size();
   const int64_t begin = size * rank / ranks, end = size * (rank + 1) / ranks;
   constexpr int64_t kPiece = int64_t(1) << 20;  // labels per read: 8 MiB as int64
-  for (int64_t first = begin; first < end; first += kPiece) {
-    const int64_t count = std::min(kPiece, end - first);
-    core::Tensor labels = dataset.read_field(y, first, count).to(core::kInt64);
+  // Dense labels (an ONNX model's [N, d1, ...] targets) hold several per sample.
+  const int64_t per_sample = std::max<int64_t>(1, dataset.field(y).sample_shape.numel());
+  const int64_t piece = std::max<int64_t>(1, kPiece / per_sample);
+  for (int64_t first = begin; first < end; first += piece) {
+    const int64_t count = std::min(piece, end - first);
+    core::Tensor labels = dataset.read_field(y, first, count).to(core::kInt64).contiguous();
     const int64_t* values = labels.data<int64_t>();
-    for (int64_t i = 0; i < count; ++i) {
+    for (int64_t i = 0; i < labels.numel(); ++i) {
       MPIGRAD_CHECK(values[i] >= 0 && values[i] < config.data.num_classes, key, ": ",
                     dataset.describe(), " field '", y, "' holds label ", values[i], " at sample ",
-                    first + i, ", outside [0, ", config.data.num_classes,
+                    first + i / per_sample, ", outside [0, ", config.data.num_classes,
                     ") of [data] num_classes");
     }
   }
@@ -50,16 +54,26 @@ std::shared_ptr<data::Hdf5Dataset> open_dataset(const std::vector<std::string>& 
   MPIGRAD_CHECK(dataset->size() >= ranks, key, ": ", dataset->describe(), " has ", dataset->size(),
                 " sample(s), fewer than the ", ranks, " ranks; every rank needs at least one");
   const data::FieldInfo& labels = dataset->field(config.data.y);
-  MPIGRAD_CHECK(!core::is_floating(labels.dtype), key, ": label field '", config.data.y, "' of ",
-                dataset->describe(), " is ", labels.dtype,
-                "; class labels must be integers "
-                "(any integer dtype)");
-  MPIGRAD_CHECK(labels.sample_shape.numel() == 1, key, ": label field '", config.data.y, "' of ",
-                dataset->describe(), " has per-sample shape ", labels.sample_shape,
-                "; expected one label per sample");
   const data::FieldInfo& inputs = dataset->field(config.data.x);
   MPIGRAD_CHECK(inputs.dtype != core::kBool, key, ": input field '", config.data.x, "' of ",
                 dataset->describe(), " is bool; inputs must be numbers");
+  if (config.loss.name != LossKind::CrossEntropy) {
+    // Regression targets: the model's output's shape, checked against the model (check_run).
+    MPIGRAD_CHECK(labels.dtype != core::kBool, key, ": target field '", config.data.y, "' of ",
+                  dataset->describe(), " is bool; regression targets must be numbers");
+    return dataset;
+  }
+  MPIGRAD_CHECK(!core::is_floating(labels.dtype), key, ": label field '", config.data.y, "' of ",
+                dataset->describe(), " is ", labels.dtype,
+                "; class labels must be integers "
+                "(any integer dtype)",
+                config.model.name == ModelKind::Onnx ? "; with [loss] name = mse or l1 it is a "
+                                                       "regression target"
+                                                     : "");
+  // Dense predictions ([N, C, d1, ...] logits) take [N, d1, ...] labels: ONNX models only.
+  MPIGRAD_CHECK(labels.sample_shape.numel() == 1 || config.model.name == ModelKind::Onnx, key,
+                ": label field '", config.data.y, "' of ", dataset->describe(),
+                " has per-sample shape ", labels.sample_shape, "; expected one label per sample");
   check_labels(*dataset, config, key, rank, ranks);
   return dataset;
 }
@@ -116,6 +130,52 @@ void check_writable(const std::string& path, const char* key) {
   fs::remove(probe, error);
 }
 
+std::string dims_text(const std::vector<int64_t>& dims) {
+  std::string text = "[";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    text += (i ? ", " : "") + (dims[i] < 0 ? std::string("?") : std::to_string(dims[i]));
+  }
+  return text + "]";
+}
+
+// The graph's first output against [data] y, as far as the file fixes its shape: for
+// cross_entropy, logits [batch, num_classes, d1, ...] against labels [d1, ...] per sample; for mse
+// and l1, the target's per-sample shape. Dimensions exported as dynamic are checked at the step.
+void check_onnx_outputs(const CheckedRun& run) {
+  const TrainConfig& config = run.config;
+  const auto& onnx = dynamic_cast<const nn::OnnxModel&>(*run.model);
+  const std::vector<nn::OnnxValueInfo>& outputs = onnx.graph_outputs();
+  MPIGRAD_CHECK(!outputs.empty(), "[model] file: '", config.model.file,
+                "' declares no graph output");
+  MPIGRAD_CHECK(onnx.graph_inputs().size() == 1, "[model] file: '", config.model.file, "' has ",
+                onnx.graph_inputs().size(),
+                " graph inputs; mpigrad train feeds one, [data] x (the C API's "
+                "mpigrad_train_multi takes several)");
+  const nn::OnnxValueInfo& output = outputs.front();
+  const std::vector<int64_t> dims(output.shape.begin(), output.shape.end());
+  const core::Shape& label_shape = run.train_set->field(config.data.y).sample_shape;
+  std::vector<int64_t> expected{-1};
+  if (config.loss.name == LossKind::CrossEntropy) {
+    expected.push_back(config.data.num_classes);
+    // One label per sample may be stored as [N] or [N, 1]; logits are then [N, C].
+    if (label_shape.numel() != 1 || label_shape.size() > 1 || dims.size() > 2) {
+      for (int64_t d = 0; d < label_shape.size(); ++d) expected.push_back(label_shape[d]);
+    }
+  } else {
+    for (int64_t d = 0; d < label_shape.size(); ++d) expected.push_back(label_shape[d]);
+  }
+  bool fits = dims.empty() || dims.size() == expected.size();  // no shape declared: the step checks
+  for (size_t d = 1; fits && d < dims.size(); ++d) {
+    fits = dims[d] < 0 || dims[d] == expected[d];
+  }
+  MPIGRAD_CHECK(fits, "[model] file: '", config.model.file, "' output '", output.name,
+                "' has shape ", dims_text(dims),
+                " (? free), but [loss] name = ", core::enum_name(config.loss.name, kLossKindNames),
+                " with field '", config.data.y, "' of per-sample shape ", label_shape,
+                config.loss.name == LossKind::CrossEntropy ? " and [data] num_classes" : "",
+                " needs ", dims_text(expected));
+}
+
 }  // namespace
 
 CheckedRun check_run(const std::vector<std::string>& args, int64_t rank, int64_t ranks) {
@@ -133,11 +193,18 @@ CheckedRun check_run(const std::vector<std::string>& args, int64_t rank, int64_t
   const data::FieldInfo& inputs = run.train_set->field(config.data.x);
   run.sample_shape = inputs.sample_shape;
   check_normalization(config, inputs);
-  // A classifier: the model's outputs are the classes.
-  MPIGRAD_CHECK(config.loss.name == LossKind::CrossEntropy,
-                "[loss] name: mpigrad train trains "
-                "classifiers (cross_entropy); mse and l1 are for regression through the C API "
-                "(mpigrad/mpigrad_c.h)");
+  // A classifier: the model's outputs are the classes. An ONNX model may be a regression too.
+  MPIGRAD_CHECK(config.loss.name == LossKind::CrossEntropy || config.model.name == ModelKind::Onnx,
+                "[loss] name: mpigrad train trains the built-in models as classifiers "
+                "(cross_entropy); mse and l1 are for [model] name = onnx, and for regression "
+                "through the C API (mpigrad/mpigrad_c.h)");
+  MPIGRAD_CHECK(
+      config.loss.name == LossKind::CrossEntropy || config.train.stage == StageKind::Supervised,
+      "[loss] name: stage = ", core::enum_name(config.train.stage, kStageKindNames),
+      " trains classifiers; mse and l1 need stage = supervised");
+  MPIGRAD_CHECK(config.loss.name == LossKind::CrossEntropy || config.train.swa_start == 0,
+                "[train] swa_start: SWA evaluates a classifier; [loss] name = ",
+                core::enum_name(config.loss.name, kLossKindNames), " is a regression");
   MPIGRAD_CHECK(config.model.outputs == 0 || config.model.outputs == config.data.num_classes,
                 "[model] outputs: ", config.model.outputs, " differs from [data] num_classes ",
                 config.data.num_classes, "; leave it 0 for a classifier");
@@ -185,7 +252,9 @@ CheckedRun check_run(const std::vector<std::string>& args, int64_t rank, int64_t
   if (rank == 0 && !config.train.trace.empty() && !config.dry_run) {
     check_writable(config.train.trace, "[train] trace");
   }
-  run.inputs = input_transform(config, run.train_set->field(config.data.x));
+  if (config.model.name == ModelKind::Onnx) check_onnx_outputs(run);
+  run.inputs =
+      input_transform(config, run.train_set->field(config.data.x), model_input_dtype(*run.model));
   return run;
 }
 

@@ -145,8 +145,9 @@ int lr_find(LRFindJob& job, DistributedManager& manager) {
                                       : config.train.precision;
   TrainingStrategy strategy(
       {&model}, {optimizer.get()},
-      with_precision(classification_step(config.data.x, config.data.y), precision), nullptr,
-      manager, hooks, epochs, steps);
+      with_precision(make_supervised_step(config.loss.name, config.data.x, config.data.y),
+                     precision),
+      nullptr, manager, hooks, epochs, steps);
   strategy.run(train_loader, nullptr);
 
   if (manager.is_main_process()) {

@@ -8,6 +8,7 @@
 #include "mpigrad/data/data_tool.h"
 #include "mpigrad/launch/commands/embed_command.h"
 #include "mpigrad/launch/commands/lr_find_command.h"
+#include "mpigrad/launch/commands/onnx_command.h"
 #include "mpigrad/launch/commands/swa_command.h"
 #include "mpigrad/launch/commands/train_command.h"
 #include "mpigrad/version.h"
@@ -21,7 +22,7 @@ struct Command {
 };
 
 constexpr Command kCommands[] = {
-    {"train", mpigrad::launch::run_train_command, "train a classifier on HDF5 data"},
+    {"train", mpigrad::launch::run_train_command, "train a model on HDF5 data"},
     {"embed", mpigrad::launch::run_embed_command,
      "embeddings of a dataset under a two-stage model's encoder"},
     {"data", mpigrad::data::run_data_command, "convert, inspect or synthesize HDF5 datasets"},
@@ -29,6 +30,8 @@ constexpr Command kCommands[] = {
      "list the GPUs this process can use, or say why there are none"},
     {"lr-find", mpigrad::launch::run_lr_find_command, "run the learning-rate range test"},
     {"swa", mpigrad::launch::run_swa_command, "average checkpoints' weights, recompute BatchNorm"},
+    {"onnx", mpigrad::launch::run_onnx_command,
+     "inspect an ONNX model, or export trained weights into one"},
 };
 
 void usage(std::FILE* out) {

@@ -65,6 +65,9 @@ SwaJob check_swa(std::vector<std::string> args, int64_t rank, int64_t ranks) {
   MPIGRAD_CHECK(!job.output.empty(), "-o: the output path is empty");
   // The average is evaluated as a classifier: a supervised model, or a stage-2 encoder + head
   // (whose checkpoints name encoder.* and head.*); a SupCon model has no classes to score.
+  MPIGRAD_CHECK(config.loss.name == LossKind::CrossEntropy,
+                "[loss] name = ", core::enum_name(config.loss.name, kLossKindNames),
+                ": swa evaluates classifiers (cross_entropy)");
   MPIGRAD_CHECK(config.train.stage != StageKind::SupCon,
                 "[train] stage = supcon: swa averages "
                 "classifiers (stage = supervised or classifier)");

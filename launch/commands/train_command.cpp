@@ -55,7 +55,7 @@ void describe_first_batch(const CheckedRun& run) {
   data::Batch batch = run.train_set->get_batch(indices);
   if (run.inputs.transform) batch = run.inputs.transform(std::move(batch));
   const core::Tensor x = batch[config.data.x].to(core::kFloat64).contiguous();
-  const std::vector<int64_t> y = batch[config.data.y].to(core::kInt64).to_vector<int64_t>();
+  const std::vector<double> y = batch[config.data.y].to(core::kFloat64).to_vector<double>();
   const double* values = x.data<double>();
   double sum = 0, squares = 0, lo = values[0], hi = values[0];
   for (int64_t i = 0; i < x.numel(); ++i) {
@@ -70,10 +70,10 @@ void describe_first_batch(const CheckedRun& run) {
   shape << x.shape();
   std::printf(
       "mpigrad train: first batch: field '%s' %s after the input transform: mean %.4g, "
-      "std %.4g, min %.4g, max %.4g; field '%s' labels %lld to %lld\n",
+      "std %.4g, min %.4g, max %.4g; field '%s' %s %g to %g\n",
       config.data.x.c_str(), shape.str().c_str(), mean, std, lo, hi, config.data.y.c_str(),
-      static_cast<long long>(*std::min_element(y.begin(), y.end())),
-      static_cast<long long>(*std::max_element(y.begin(), y.end())));
+      config.loss.name == LossKind::CrossEntropy ? "labels" : "targets",
+      *std::min_element(y.begin(), y.end()), *std::max_element(y.begin(), y.end()));
 }
 
 // The end of in-training SWA (launch/train/swa.h): the averaged weights in a second instance of the
@@ -286,9 +286,15 @@ void report_start(const CheckedRun& run, const Training& training, DistributedMa
       static_cast<long long>(model.num_parameters()), static_cast<long long>(run.train_set->size()),
       static_cast<long long>(manager.world_size()), static_cast<long long>(config.train.batch_size),
       static_cast<long long>(run.steps_per_epoch));
-  std::printf("mpigrad train: inputs: %s; labels: field '%s', %lld classes\n",
-              run.inputs.description.c_str(), config.data.y.c_str(),
-              static_cast<long long>(config.data.num_classes));
+  if (config.loss.name == LossKind::CrossEntropy) {
+    std::printf("mpigrad train: inputs: %s; labels: field '%s', %lld classes\n",
+                run.inputs.description.c_str(), config.data.y.c_str(),
+                static_cast<long long>(config.data.num_classes));
+  } else {
+    std::printf("mpigrad train: inputs: %s; targets: field '%s', %s loss\n",
+                run.inputs.description.c_str(), config.data.y.c_str(),
+                std::string(core::enum_name(config.loss.name, kLossKindNames)).c_str());
+  }
   const StageKind stage = config.train.stage;
   if (stage != StageKind::Supervised) {
     std::string detail = ", two views per sample";
@@ -323,8 +329,13 @@ void report_start(const CheckedRun& run, const Training& training, DistributedMa
 TrainingStrategy make_strategy(const CheckedRun& run, Training& training,
                                DistributedManager& manager) {
   const TrainConfig& config = run.config;
-  StepFunction step = classification_step(config.data.x, config.data.y);
+  StepFunction step = make_supervised_step(config.loss.name, config.data.x, config.data.y);
   EvalFunction evaluate = classification_metrics(config.data.x, config.data.y);
+  if (config.loss.name != LossKind::CrossEntropy) {
+    // A regression ([model] name = onnx): the target field holds the output's values.
+    evaluate =
+        regression_metrics(config.data.x, config.data.y, make_regression_loss(config.loss.name));
+  }
   if (config.train.stage == StageKind::SupCon) {
     // base_temperature = temperature, as BioEncoder sets it.
     step = supcon_step(config.data.x, config.data.y,

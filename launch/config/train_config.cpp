@@ -301,6 +301,8 @@ std::vector<ConfigKey> make_config_keys() {
           "resnet: 18 or 34 (basic blocks [2,2,2,2] or [3,4,6,3])"),
       key("model.width", &C::model, &ModelSection::width, Integer{1},
           "resnet: channels of the first stage; the stages have w, 2w, 4w, 8w"),
+      key("model.file", &C::model, &ModelSection::file, Text{},
+          "onnx: the .onnx file exported from PyTorch (relative to the working directory)"),
       key("loss.name", &C::loss, &LossSection::name, Choice<LossKind>{kLossKindNames},
           "the loss: cross_entropy for classes (mpigrad train), mse or l1 for regression"),
       key("loss.temperature", &C::loss, &LossSection::temperature, positive,
@@ -614,14 +616,18 @@ std::string train_config_help() {
   std::ostringstream out;
   out << "usage: mpigrad train --config FILE.ini [--dry-run] [--trace FILE] "
          "[--section.key=value ...]\n\n"
-      << "Trains a classifier on HDF5 data under mpirun (or as one process). A --section.key flag\n"
+      << "Trains a model on HDF5 data under mpirun (or as one process). A --section.key flag\n"
       << "overrides the same key of the file.\n\n"
       << "Inputs ([data] x): uint8 inputs are images and are scaled to [0, 1]; every other dtype\n"
       << "(float32, float64, float16, bfloat16, integers) is used as it is, converted to float32.\n"
       << "Then, with [data] mean and std, x becomes (x - mean[c]) / std[c], c being the channel\n"
       << "(the first per-sample dimension); one value applies to every channel.\n"
       << "Labels ([data] y): one integer per sample, of any integer dtype, in [0, num_classes).\n"
-      << "Float labels and labels outside that range are errors naming the field.\n\n"
+      << "Float labels and labels outside that range are errors naming the field.\n"
+      << "[model] name = onnx trains a graph exported from PyTorch ([model] file): its inputs\n"
+      << "are fed in the dtype it declares (int64 token ids stay integers), cross_entropy also\n"
+      << "takes dense logits [N, C, d1, ...] with labels [N, d1, ...], and [loss] name = mse or\n"
+      << "l1 takes float targets of the output's shape.\n\n"
       << "Exit status: 0 when training finished; 75 when it was stopped by one of [train]\n"
       << "stop_signals (default TERM, INT, USR1) or by [train] time_limit, every rank at the same\n"
       << "step, after rank 0 wrote out_dir/ckpt-epochN-stepS.h5: run the same command with\n"

@@ -30,11 +30,14 @@
 
 namespace mpigrad::launch {
 
-enum class ModelKind : uint8_t { Mlp, Cnn, Conv, ResNet };
+// Onnx: a graph exported from PyTorch ([model] file), trained as nn::OnnxModel; its weights and
+// shapes come from the file, so the other [model] keys do not apply to it.
+enum class ModelKind : uint8_t { Mlp, Cnn, Conv, ResNet, Onnx };
 inline constexpr core::EnumName<ModelKind> kModelKindNames[] = {{ModelKind::Mlp, "mlp"},
                                                                 {ModelKind::Cnn, "cnn"},
                                                                 {ModelKind::Conv, "conv"},
-                                                                {ModelKind::ResNet, "resnet"}};
+                                                                {ModelKind::ResNet, "resnet"},
+                                                                {ModelKind::Onnx, "onnx"}};
 
 enum class LossKind : uint8_t { CrossEntropy, Mse, L1 };
 inline constexpr core::EnumName<LossKind> kLossKindNames[] = {
@@ -85,6 +88,9 @@ struct ModelSection {
   nn::HeadKind head = nn::HeadKind::Linear;  // stage classifier: the head on the encoder
   int64_t depth = 18;                        // resnet: 18 or 34
   int64_t width = 64;  // resnet: channels of the first stage (then 2w, 4w, 8w)
+  // onnx: the .onnx file; a relative path is taken from the working directory, like [data]
+  // train's files (and the C API's, whose config text has no folder of its own).
+  std::string file;
 };
 
 struct LossSection {

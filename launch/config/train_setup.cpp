@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 
 #include "mpigrad/core/checked_math.h"
@@ -11,6 +12,7 @@
 #include "mpigrad/data/transforms.h"
 #include "mpigrad/nn/checkpoint.h"
 #include "mpigrad/nn/models.h"
+#include "mpigrad/nn/onnx/onnx_model.h"
 #include "mpigrad/nn/optim/adam.h"
 #include "mpigrad/nn/optim/sgd.h"
 
@@ -100,6 +102,8 @@ void check_model_size(const ModelSection& model, const core::Shape& input_shape,
       }
       break;
     }
+    case ModelKind::Onnx:
+      return;  // the file's weights are its own; reading them checked their sizes
     case ModelKind::Conv: {
       if (input_shape.size() != 3) return;
       int64_t channels = input_shape[0];
@@ -125,6 +129,41 @@ void check_resnet(const ModelSection& model, const core::Shape& input_shape) {
                 model.depth);
 }
 
+std::string dims_text(const std::vector<int64_t>& dims) {
+  std::string text = "[";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    text += (i ? ", " : "") + (dims[i] < 0 ? std::string("?") : std::to_string(dims[i]));
+  }
+  return text + "]";
+}
+
+// The graph's first input must take [batch, input_shape...]: its rank, and every extent the file
+// fixes (the batch and any dimension exported as dynamic are free).
+void check_onnx_input(const nn::OnnxModel& onnx, const std::string& file,
+                      const core::Shape& input_shape) {
+  const std::vector<nn::OnnxValueInfo>& inputs = onnx.graph_inputs();
+  MPIGRAD_CHECK(!inputs.empty(), "[model] file: '", file, "' declares no graph input");
+  const nn::OnnxValueInfo& input = inputs.front();
+  const std::vector<int64_t> declared(input.shape.begin(), input.shape.end());
+  bool fits = int64_t(declared.size()) == input_shape.size() + 1;
+  for (size_t d = 1; fits && d < declared.size(); ++d) {
+    fits = declared[d] < 0 || declared[d] == input_shape[int64_t(d - 1)];
+  }
+  MPIGRAD_CHECK(fits, "[model] file: '", file, "' input '", input.name, "' has shape ",
+                dims_text(declared), " (? free), which does not take samples of shape ",
+                input_shape, " (the data's, or [model] input_shape)");
+}
+
+std::shared_ptr<nn::Module> make_onnx_model(const ModelSection& model,
+                                            const core::Shape& input_shape) {
+  MPIGRAD_CHECK(!model.file.empty(), "[model] file: name = onnx needs the .onnx file to train");
+  MPIGRAD_CHECK(std::filesystem::is_regular_file(model.file), "[model] file: '", model.file,
+                "' does not exist");
+  std::shared_ptr<nn::OnnxModel> onnx = nn::OnnxModel::load(model.file);
+  check_onnx_input(*onnx, model.file, input_shape);
+  return onnx;
+}
+
 std::string numbers(const std::vector<double>& values) {
   std::string text;
   for (double value : values) {
@@ -138,7 +177,32 @@ std::string numbers(const std::vector<double>& values) {
 
 }  // namespace
 
-InputTransform input_transform(const TrainConfig& config, const data::FieldInfo& inputs) {
+core::DType model_input_dtype(const nn::Module& model) {
+  const auto* onnx = dynamic_cast<const nn::OnnxModel*>(&model);
+  if (onnx == nullptr || onnx->graph_inputs().empty()) return core::kFloat32;
+  return onnx->graph_inputs().front().dtype;
+}
+
+InputTransform input_transform(const TrainConfig& config, const data::FieldInfo& inputs,
+                               core::DType model_dtype) {
+  if (!core::is_floating(model_dtype)) {
+    // Token ids and other indices: kept as integers, in the graph's dtype.
+    MPIGRAD_CHECK(!core::is_floating(inputs.dtype), "[data] x: field '", config.data.x, "' is ",
+                  inputs.dtype, " but the model's input is ", model_dtype,
+                  " (indices); store it as integers");
+    MPIGRAD_CHECK(config.data.mean.empty(), "[data] mean: the model's input is ", model_dtype,
+                  " (indices), which cannot be normalized; leave [data] mean and std unset");
+    std::ostringstream text;
+    text << "field '" << config.data.x << "' " << inputs.dtype << " " << inputs.sample_shape
+         << ", used as " << model_dtype << " (the graph's input dtype)";
+    if (inputs.dtype == model_dtype) return {nullptr, text.str()};
+    const std::string field = config.data.x;
+    return {[field, model_dtype](data::Batch batch) {
+              batch.set(field, batch[field].to(model_dtype));
+              return batch;
+            },
+            text.str()};
+  }
   const bool image = inputs.dtype == core::kUInt8;
   const bool normalized = !config.data.mean.empty();
   std::ostringstream text;
@@ -173,7 +237,11 @@ std::shared_ptr<nn::Module> make_model(const ModelSection& model, const core::Sh
                                        int64_t outputs, uint64_t seed) {
   core::Generator generator(seed);
   MPIGRAD_CHECK(input_shape.numel() >= 1, "[model] input_shape: empty input ", input_shape);
-  MPIGRAD_CHECK(outputs >= 1, "[model] outputs: must be at least 1, got ", outputs);
+  // An onnx model's outputs are the file's; the caller checks them against the labels.
+  MPIGRAD_CHECK(outputs >= 1 || model.name == ModelKind::Onnx,
+                "[model] outputs: must be at least 1, got ", outputs);
+  // The loader's errors name the file and the node; no "[model]: " prefix is needed.
+  if (model.name == ModelKind::Onnx) return make_onnx_model(model, input_shape);
   const bool images = input_shape.size() == 3;
   check_model_size(model, input_shape, outputs);
   try {
@@ -197,6 +265,8 @@ std::shared_ptr<nn::Module> make_model(const ModelSection& model, const core::Sh
       case ModelKind::ResNet:
         check_resnet(model, input_shape);
         return nn::make_resnet(input_shape, model.depth, model.width, outputs, generator);
+      case ModelKind::Onnx:
+        break;  // above
     }
   } catch (const core::Error& error) {
     core::fail("[model]: ", error.what());
@@ -228,6 +298,10 @@ nn::Encoder make_encoder(const ModelSection& model, const core::Shape& input_sha
       case ModelKind::Conv:
         core::fail(
             "[model] name = conv has no encoder (its output is a grid, not features); "
+            "two-stage training takes mlp, cnn or resnet");
+      case ModelKind::Onnx:
+        core::fail(
+            "[model] name = onnx has no encoder to split off (the graph is one piece); "
             "two-stage training takes mlp, cnn or resnet");
     }
   } catch (const core::Error& error) {
@@ -390,6 +464,12 @@ RegressionLoss make_regression_loss(LossKind loss) {
       break;
   }
   core::fail("[loss] name: ", core::enum_name(loss, kLossKindNames), " is not a regression loss");
+}
+
+StepFunction make_supervised_step(LossKind loss, const std::string& input,
+                                  const std::string& label) {
+  if (loss == LossKind::CrossEntropy) return classification_step(input, label);
+  return regression_step(input, label, make_regression_loss(loss));
 }
 
 }  // namespace mpigrad::launch

@@ -22,11 +22,17 @@ namespace mpigrad::launch {
 // What the model sees of [data] x: uint8 inputs are images, scaled to [0, 1]; every other dtype
 // keeps its values (converted to float32, the model's dtype); then the optional per-channel
 // [data] mean/std normalization. The same for training, testing and `mpigrad embed`.
+// A model whose input is integer (an ONNX graph that declares int64 token ids) gets the stored
+// integers in that dtype instead, unscaled; normalizing them is an error naming [data] mean.
 struct InputTransform {
   data::BatchTransform transform;  // null: the batch is used as it is
   std::string description;         // for the log
 };
-InputTransform input_transform(const TrainConfig& config, const data::FieldInfo& inputs);
+InputTransform input_transform(const TrainConfig& config, const data::FieldInfo& inputs,
+                               core::DType model_dtype = core::kFloat32);
+
+// The dtype `model` takes its input in: the graph's declared one for an ONNX model, else float32.
+core::DType model_input_dtype(const nn::Module& model);
 
 // The [model] for samples of `input_shape` with `outputs` outputs (classes or values for mlp and
 // cnn, channels for conv), initialized from `seed`: every rank that passes the same arguments
@@ -76,5 +82,10 @@ std::unique_ptr<nn::LRScheduler> make_scheduler(const SchedSection& sched, nn::O
 
 // mse or l1; core::Error for a loss that is not a regression loss.
 RegressionLoss make_regression_loss(LossKind loss);
+
+// The supervised step of [loss] name on fields `input` and `label`: classification_step for
+// cross_entropy, regression_step for mse and l1 (launch/train/training_steps.h).
+StepFunction make_supervised_step(LossKind loss, const std::string& input,
+                                  const std::string& label);
 
 }  // namespace mpigrad::launch

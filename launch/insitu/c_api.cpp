@@ -252,12 +252,12 @@ std::string in_caller_order(const core::Shape& shape, bool fortran) {
 // `array`) have the model's sample shape for `role`, rank and every extent, or the flattening
 // EmbeddedModel::fits allows. The message gives both shapes in the caller's order.
 void check_samples(const EmbeddedModel& model, const core::Tensor& tensor,
-                   const mpigrad_array* array, ArrayRole role, const char* name) {
+                   const mpigrad_array* array, ArrayRole role, const char* name, size_t index = 0) {
   core::Shape sample = tensor.shape();
   sample.erase(0);
-  if (model.fits(sample, role)) return;
+  if (model.fits(sample, role, index)) return;
   const bool fortran = array->order == MPIGRAD_ORDER_FORTRAN;
-  const core::Shape expected = model.sample_shape(role);
+  const core::Shape expected = model.sample_shape(role, index);
   core::Shape whole = expected;
   whole.insert(0, tensor.size(0));
   const std::string got = in_caller_order(tensor.shape(), fortran);
@@ -266,7 +266,9 @@ void check_samples(const EmbeddedModel& model, const core::Tensor& tensor,
     throw CallError(MPIGRAD_ERROR_SHAPE, name, ": shape ", got,
                     "; cross_entropy needs one class per sample: expected ", want);
   }
-  std::string owner = role == ArrayRole::Input ? "[model] input_shape " : "the model outputs ";
+  std::string owner = role == ArrayRole::Input
+                          ? (index == 0 ? "[model] input_shape " : "the graph's input ")
+                          : "the model outputs ";
   owner += core::detail::concat(expected);
   if (fortran) owner += ", a sample " + in_caller_order(expected, true) + ",";
   if (sample.numel() != expected.numel()) {
@@ -500,6 +502,101 @@ mpigrad_status mpigrad_predict_on_stream(mpigrad_model model, const mpigrad_arra
       core::NoGradGuard no_grad;
       out.copy_(prediction.reshape(out.shape()));
     });
+  });
+}
+
+}  // extern "C"
+
+namespace {
+
+// The caller's `count` arrays, each wrapped as wrap() does and named "<name>[i]".
+std::vector<core::Tensor> wrap_all(int32_t count, const mpigrad_array* arrays, const char* name,
+                                   size_t expected) {
+  if (count < 0 || size_t(count) != expected) {
+    throw CallError(MPIGRAD_ERROR_SHAPE, "n_", name, " is ", count, "; the model has ", expected,
+                    std::string(name) == "inputs" ? " graph input(s)" : " graph output(s)");
+  }
+  require_pointer(arrays, name);
+  std::vector<core::Tensor> tensors;
+  for (int32_t i = 0; i < count; ++i) {
+    const std::string what = std::string(name) + "[" + std::to_string(i) + "]";
+    tensors.push_back(wrap(&arrays[i], what.c_str()));
+  }
+  return tensors;
+}
+
+// After an EmbedError (Shape) from the model, the same check again in the caller's order.
+void recheck_shapes(const EmbeddedModel& model, const std::vector<core::Tensor>& tensors,
+                    const mpigrad_array* arrays, ArrayRole role, const char* name) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const std::string what = std::string(name) + "[" + std::to_string(i) + "]";
+    check_samples(model, tensors[i], &arrays[i], role, what.c_str(), i);
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+mpigrad_status mpigrad_train_step_multi(mpigrad_model model, int32_t n_inputs,
+                                        const mpigrad_array* inputs, int32_t n_labels,
+                                        const mpigrad_array* labels, double* loss) {
+  return guarded("mpigrad_train_step_multi", [&] {
+    std::shared_ptr<EmbeddedModel> target = registry().find(model);
+    std::vector<core::Tensor> x = wrap_all(n_inputs, inputs, "inputs", target->input_count());
+    std::vector<core::Tensor> y = wrap_all(n_labels, labels, "labels", target->output_count());
+    core::Tensor value;
+    try {
+      value = target->train_step_multi(x, y);
+    } catch (const EmbedError& error) {
+      if (error.kind() == EmbedErrorKind::Shape) {
+        recheck_shapes(*target, x, inputs, ArrayRole::Input, "inputs");
+        recheck_shapes(*target, y, labels, ArrayRole::Label, "labels");
+      }
+      throw;
+    }
+    if (loss != nullptr) *loss = value.item<double>();
+  });
+}
+
+mpigrad_status mpigrad_predict_multi(mpigrad_model model, int32_t n_inputs,
+                                     const mpigrad_array* inputs, int32_t n_outputs,
+                                     const mpigrad_array* outputs) {
+  return guarded("mpigrad_predict_multi", [&] {
+    std::shared_ptr<EmbeddedModel> target = registry().find(model);
+    std::vector<core::Tensor> x = wrap_all(n_inputs, inputs, "inputs", target->input_count());
+    std::vector<core::Tensor> out = wrap_all(n_outputs, outputs, "outputs", target->output_count());
+    for (size_t i = 0; i < out.size(); ++i) {
+      const std::string what = "outputs[" + std::to_string(i) + "]";
+      if (!core::is_floating(out[i].dtype())) {
+        throw CallError(MPIGRAD_ERROR_DTYPE, what, ": dtype ", out[i].dtype(),
+                        "; predictions are written as float32, float64, bfloat16 or float16");
+      }
+      if (out[i].size(0) != x.front().size(0)) {
+        throw CallError(MPIGRAD_ERROR_SHAPE, what, " ", shape_text(&outputs[i]),
+                        " must hold the inputs' batch of ", x.front().size(0), " samples");
+      }
+      check_samples(*target, out[i], &outputs[i], ArrayRole::Output, what.c_str(), i);
+    }
+    std::vector<core::Tensor> predictions;
+    try {
+      predictions = target->predict_multi(x);
+    } catch (const EmbedError& error) {
+      if (error.kind() == EmbedErrorKind::Shape) {
+        recheck_shapes(*target, x, inputs, ArrayRole::Input, "inputs");
+      }
+      throw;
+    }
+    core::NoGradGuard no_grad;
+    for (size_t i = 0; i < out.size(); ++i) out[i].copy_(predictions[i].reshape(out[i].shape()));
+  });
+}
+
+mpigrad_status mpigrad_model_arrays(mpigrad_model model, int32_t* n_inputs, int32_t* n_outputs) {
+  return guarded("mpigrad_model_arrays", [&] {
+    std::shared_ptr<EmbeddedModel> target = registry().find(model);
+    if (n_inputs != nullptr) *n_inputs = int32_t(target->input_count());
+    if (n_outputs != nullptr) *n_outputs = int32_t(target->output_count());
   });
 }
 

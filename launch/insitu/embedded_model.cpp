@@ -5,6 +5,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "mpigrad/core/autocast.h"
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/ops/elementwise.h"
@@ -15,6 +16,8 @@
 #include "mpigrad/launch/observe/rank_logging.h"
 #include "mpigrad/launch/train/training_steps.h"
 #include "mpigrad/nn/checkpoint.h"
+#include "mpigrad/nn/loss.h"
+#include "mpigrad/nn/onnx/onnx_model.h"
 #include "mpigrad/nn/optim/clip_grad.h"
 #include "mpigrad/nn/optim/grad_scaler.h"
 
@@ -155,10 +158,12 @@ void EmbeddedModel::build(const std::string& config, std::optional<uint64_t> see
   config_ = parse_config_text(text, origin, kEmbedKeys);
   if (seed) config_.train.seed = *seed;
   const ModelSection& model = config_.model;
-  MPIGRAD_CHECK(!model.input_shape.empty(), origin,
+  const bool onnx = model.name == ModelKind::Onnx;
+  // An ONNX graph declares its input and output shapes; the built-in models need them given.
+  MPIGRAD_CHECK(onnx || !model.input_shape.empty(), origin,
                 ": [model] input_shape is required (one "
                 "sample's shape, e.g. 1,32,32)");
-  MPIGRAD_CHECK(model.outputs >= 1, origin,
+  MPIGRAD_CHECK(onnx || model.outputs >= 1, origin,
                 ": [model] outputs is required (the classes or "
                 "values a sample maps to, or the output channels of a conv model)");
   // mpigrad train's default loss, cross_entropy, is rarely what a simulation wants, and a
@@ -171,19 +176,26 @@ void EmbeddedModel::build(const std::string& config, std::optional<uint64_t> see
                 origin,
                 ": [loss] name = cross_entropy needs a classifier (mlp, cnn, resnet); "
                 "a conv model outputs a grid: use mse or l1");
-  input_shape_ = core::Shape(model.input_shape);
-  output_shape_ = output_shape_of(model, input_shape_);
-  module_ = make_model(model, input_shape_, model.outputs, config_.train.seed);
+  if (onnx) {
+    build_onnx(origin);
+  } else {
+    input_shape_ = core::Shape(model.input_shape);
+    output_shape_ = output_shape_of(model, input_shape_);
+    module_ = make_model(model, input_shape_, model.outputs, config_.train.seed);
+    input_shapes_ = {input_shape_};
+    output_shapes_ = {output_shape_};
+    input_dtypes_ = {core::kFloat32};
+  }
   module_->to(device_);
   training_ = std::make_unique<Training>();
   training_->optimizer = make_optimizer(config_.optim, *module_);
   training_->scheduler = make_scheduler(config_.sched, *training_->optimizer, 0);
   if (config_.loss.name == LossKind::CrossEntropy) {
+    // Dense logits [batch, classes, d1, ...] take labels [batch, d1, ...] (an ONNX model's).
     training_->step = classification_step("input", "label");
   } else {
     training_->step = regression_step("input", "label", make_regression_loss(config_.loss.name));
   }
-  training_->step = with_precision(std::move(training_->step), config_.train.precision);
   if (config_.train.precision == nn::Precision::Float16) {
     training_->scaler = std::make_unique<nn::GradScaler>(
         nn::GradScalerOptions{.growth_interval = config_.train.loss_scale_growth_interval});
@@ -207,11 +219,69 @@ std::string EmbeddedModel::graphs_unavailable() const {
   if (config_.train.grad_accum_steps > 1) {
     return "grad_accum_steps > 1 (a graph holds one kind of step)";
   }
-  // A replay would draw the capture's dropout masks again, every step.
-  if (config_.model.dropout > 0) return "the model has dropout";
+  // A replay would draw the capture's dropout masks again, every step (a built-in model's
+  // dropout, or an ONNX graph's Dropout nodes: whatever owns a generator).
+  if (!module_->named_generators().empty()) return "the model has dropout";
   // The loss scale is a number the capture would keep, while the scaler changes it.
   if (config_.train.precision == nn::Precision::Float16) return "precision = fp16 (loss scaling)";
   return "";
+}
+
+// The graph's inputs, as [model] input_shape (the first) or the file declares them (every
+// dimension but the batch fixed), and its outputs' shapes from one forward of a zero sample in
+// evaluation mode: exact, whatever the file declares about them.
+void EmbeddedModel::build_onnx(const std::string& origin) {
+  const ModelSection& model = config_.model;
+  MPIGRAD_CHECK(!model.file.empty(), origin, ": [model] file: name = onnx needs the .onnx file");
+  MPIGRAD_CHECK(std::filesystem::is_regular_file(model.file), origin, ": [model] file: '",
+                model.file, "' does not exist");
+  std::shared_ptr<nn::OnnxModel> graph = nn::OnnxModel::load(model.file);
+  const std::vector<nn::OnnxValueInfo>& inputs = graph->graph_inputs();
+  MPIGRAD_CHECK(!inputs.empty(), origin, ": [model] file: '", model.file,
+                "' declares no graph input");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    std::vector<int64_t> dims(inputs[i].shape.begin(), inputs[i].shape.end());
+    if (i == 0 && !model.input_shape.empty()) {
+      input_shapes_.push_back(core::Shape(model.input_shape));  // make_model checks it
+      input_dtypes_.push_back(inputs[i].dtype);
+      continue;
+    }
+    bool fixed = !dims.empty();
+    for (size_t d = 1; d < dims.size(); ++d) fixed = fixed && dims[d] >= 1;
+    MPIGRAD_CHECK(fixed, origin, ": [model] file: '", model.file, "' input '", inputs[i].name,
+                  "' has free dimensions besides the batch",
+                  i == 0 ? "; give one sample's shape as [model] input_shape" : "");
+    input_shapes_.push_back(core::Shape(std::vector<int64_t>(dims.begin() + 1, dims.end())));
+    input_dtypes_.push_back(inputs[i].dtype);
+  }
+  input_shape_ = input_shapes_.front();
+  module_ = make_model(model, input_shape_, 0, config_.train.seed);
+  auto& onnx = dynamic_cast<nn::OnnxModel&>(*module_);
+  std::vector<core::Tensor> probe;
+  for (size_t i = 0; i < input_shapes_.size(); ++i) {
+    core::Shape shape = input_shapes_[i];
+    shape.insert(0, 1);
+    probe.push_back(core::zeros(shape, input_dtypes_[i]));
+  }
+  std::vector<core::Tensor> outputs;
+  {
+    core::NoGradGuard no_grad;
+    onnx.eval();
+    outputs = onnx.forward_all(probe);
+    onnx.train();
+  }
+  for (const core::Tensor& output : outputs) {
+    MPIGRAD_CHECK(output.dim() >= 1 && output.size(0) == 1, origin, ": [model] file: '", model.file,
+                  "' maps one sample to an output of shape ", output.shape(),
+                  "; outputs must keep the batch as their first dimension");
+    core::Shape shape = output.shape();
+    shape.erase(0);
+    output_shapes_.push_back(shape);
+  }
+  output_shape_ = output_shapes_.front();
+  MPIGRAD_CHECK(config_.loss.name != LossKind::CrossEntropy || output_shape_.size() >= 1, origin,
+                ": [loss] name = cross_entropy needs logits [batch, classes, ...], but '",
+                model.file, "' outputs one value per sample");
 }
 
 int EmbeddedModel::rank() const {
@@ -221,42 +291,52 @@ int EmbeddedModel::world_size() const {
   return manager_ ? manager_->world_size() : 1;
 }
 
-core::Tensor EmbeddedModel::prepare_input(const core::Tensor& input, const char* what) {
+core::Tensor EmbeddedModel::prepare_input(const core::Tensor& input, const char* what,
+                                          size_t index) {
   using Kind = EmbedErrorKind;
   require(input.defined() && input.dim() >= 1, Kind::Shape, what,
           ": expected an array [batch, ...], got a scalar");
   const int64_t batch = input.size(0);
   require(batch >= 1, Kind::Shape, what, ": an empty batch (shape ", input.shape(), ")");
-  require(core::is_floating(input.dtype()), Kind::DType, what, ": dtype ", input.dtype(),
-          "; inputs must be float32, float64, bfloat16 or float16");
-  check_samples(input, ArrayRole::Input, what);
-  core::Tensor x = input.to(device_, core::kFloat32);
+  // Float inputs become float32; an ONNX graph's integer input (token ids) takes integers, in
+  // the dtype it declares.
+  const core::DType dtype = input_dtypes_[index];
+  if (core::is_floating(dtype)) {
+    require(core::is_floating(input.dtype()), Kind::DType, what, ": dtype ", input.dtype(),
+            "; inputs must be float32, float64, bfloat16 or float16");
+  } else {
+    require(!core::is_floating(input.dtype()), Kind::DType, what, ": dtype ", input.dtype(),
+            "; the model's input is ", dtype, " (indices): pass int32 or int64");
+  }
+  check_samples(input, ArrayRole::Input, what, index);
+  core::Tensor x = input.to(device_, core::is_floating(dtype) ? core::kFloat32 : dtype);
   if (!x.is_same(input)) copied_bytes_ += x.nbytes();
   if (!x.is_contiguous()) {
     x = x.contiguous();
     copied_bytes_ += x.nbytes();
   }
-  core::Shape shape = input_shape_;
+  core::Shape shape = input_shapes_[index];
   shape.insert(0, batch);
   return x.view(shape);
 }
 
-core::Tensor EmbeddedModel::prepare_label(const core::Tensor& label, int64_t batch) {
+core::Tensor EmbeddedModel::prepare_label(const core::Tensor& label, int64_t batch,
+                                          const char* what, size_t index) {
   using Kind = EmbedErrorKind;
-  require(label.defined() && label.dim() >= 1 && label.size(0) == batch, Kind::Shape,
-          "label: shape ", label.defined() ? label.shape() : core::Shape{},
+  require(label.defined() && label.dim() >= 1 && label.size(0) == batch, Kind::Shape, what,
+          ": shape ", label.defined() ? label.shape() : core::Shape{},
           " must start with the input's batch of ", batch);
   core::Tensor y;
   if (config_.loss.name == LossKind::CrossEntropy) {
-    require(!core::is_floating(label.dtype()), Kind::DType, "label: dtype ", label.dtype(),
+    require(!core::is_floating(label.dtype()), Kind::DType, what, ": dtype ", label.dtype(),
             "; cross_entropy labels are integer classes (int32 or int64)");
-    check_samples(label, ArrayRole::Label, "label");
+    check_samples(label, ArrayRole::Label, what, index);
     y = label.to(device_, core::kInt64);
   } else {
-    require(core::is_floating(label.dtype()), Kind::DType, "label: dtype ", label.dtype(), "; ",
+    require(core::is_floating(label.dtype()), Kind::DType, what, ": dtype ", label.dtype(), "; ",
             core::enum_name(config_.loss.name, kLossKindNames),
             " labels must be float32, float64, bfloat16 or float16");
-    check_samples(label, ArrayRole::Label, "label");
+    check_samples(label, ArrayRole::Label, what, index);
     y = label.to(device_, core::kFloat32);
   }
   if (!y.is_same(label)) copied_bytes_ += y.nbytes();
@@ -267,14 +347,16 @@ core::Tensor EmbeddedModel::prepare_label(const core::Tensor& label, int64_t bat
   return y;
 }
 
-core::Shape EmbeddedModel::sample_shape(ArrayRole role) const {
-  if (role == ArrayRole::Input) return input_shape_;
-  if (role == ArrayRole::Label && config_.loss.name == LossKind::CrossEntropy) return {};
-  return output_shape_;
+core::Shape EmbeddedModel::sample_shape(ArrayRole role, size_t index) const {
+  if (role == ArrayRole::Input) return input_shapes_.at(index);
+  core::Shape output = output_shapes_.at(index);
+  // Class labels: the logits' shape without the class dimension ([] for [classes]).
+  if (role == ArrayRole::Label && config_.loss.name == LossKind::CrossEntropy) output.erase(0);
+  return output;
 }
 
-bool EmbeddedModel::fits(const core::Shape& shape, ArrayRole role) const {
-  const core::Shape expected = sample_shape(role);
+bool EmbeddedModel::fits(const core::Shape& shape, ArrayRole role, size_t index) const {
+  const core::Shape expected = sample_shape(role, index);
   if (shape == expected) return true;
   // An mlp flattens every sample: a one-number input_shape (or outputs) takes any shape of
   // that many values, e.g. [1, 32, 32] for input_shape = 1024.
@@ -282,12 +364,12 @@ bool EmbeddedModel::fits(const core::Shape& shape, ArrayRole role) const {
          shape.numel() == expected[0];
 }
 
-void EmbeddedModel::check_samples(const core::Tensor& array, ArrayRole role,
-                                  const char* what) const {
+void EmbeddedModel::check_samples(const core::Tensor& array, ArrayRole role, const char* what,
+                                  size_t index) const {
   core::Shape sample = array.shape();
   sample.erase(0);
-  if (fits(sample, role)) return;
-  const core::Shape expected = sample_shape(role);
+  if (fits(sample, role, index)) return;
+  const core::Shape expected = sample_shape(role, index);
   if (expected.size() == 0) {
     throw EmbedError(EmbedErrorKind::Shape,
                      core::detail::concat(what, ": shape ", array.shape(),
@@ -308,28 +390,116 @@ void EmbeddedModel::check_samples(const core::Tensor& array, ArrayRole role,
 }
 
 core::Tensor EmbeddedModel::train_step(const core::Tensor& input, const core::Tensor& label) {
+  // With cuda_graphs, the arrays are converted (if they must be) on the step's stream too.
   std::optional<CapturedStep::Scope> on_step_stream;
   if (captured_step_) on_step_stream.emplace(*captured_step_);
   const int64_t copied_before = copied_bytes_;
   data::Batch batch;
-  batch.set("input", prepare_input(input, "input"));
+  batch.set("input", prepare_input(input, "input", 0));
   const int64_t n = input.size(0);
-  batch.set("label", prepare_label(label, n));
+  batch.set("label", prepare_label(label, n, "label", 0));
   batch.indices.resize(size_t(n));
   std::iota(batch.indices.begin(), batch.indices.end(), int64_t(0));
+  core::Tensor loss = run_step([&] { return training_->step(*module_, batch); }, n,
+                               {batch["input"], batch["label"]}, copied_bytes_ == copied_before);
+  if (on_step_stream) on_step_stream->finish();
+  return loss;
+}
 
+nn::OnnxModel& EmbeddedModel::graph(const char* call) {
+  auto* onnx = dynamic_cast<nn::OnnxModel*>(module_.get());
+  require(onnx != nullptr, EmbedErrorKind::Config, call,
+          ": several inputs or outputs need [model] name = onnx; this model is ",
+          core::enum_name(config_.model.name, kModelKindNames), " (use the one-array call)");
+  return *onnx;
+}
+
+std::vector<core::Tensor> EmbeddedModel::prepare_inputs(const std::vector<core::Tensor>& inputs,
+                                                        const char* call) {
+  require(inputs.size() == input_shapes_.size(), EmbedErrorKind::Shape, call, ": ", inputs.size(),
+          " input array(s), but the model takes ", input_shapes_.size());
+  std::vector<core::Tensor> prepared;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::string what = "inputs[" + std::to_string(i) + "]";
+    prepared.push_back(prepare_input(inputs[i], what.c_str(), i));
+    require(prepared[i].size(0) == prepared[0].size(0), EmbedErrorKind::Shape, what,
+            ": a batch of ", prepared[i].size(0), " samples, but inputs[0] holds ",
+            prepared[0].size(0));
+  }
+  return prepared;
+}
+
+core::Tensor EmbeddedModel::train_step_multi(const std::vector<core::Tensor>& inputs,
+                                             const std::vector<core::Tensor>& labels) {
+  nn::OnnxModel& onnx = graph("train_step_multi");
+  std::optional<CapturedStep::Scope> on_step_stream;
+  if (captured_step_) on_step_stream.emplace(*captured_step_);
+  const int64_t copied_before = copied_bytes_;
+  std::vector<core::Tensor> x = prepare_inputs(inputs, "train_step_multi");
+  const int64_t n = x.front().size(0);
+  require(labels.size() == output_shapes_.size(), EmbedErrorKind::Shape,
+          "train_step_multi: ", labels.size(), " label array(s), but the model has ",
+          output_shapes_.size(), " output(s), one label array each");
+  std::vector<core::Tensor> y;
+  for (size_t i = 0; i < labels.size(); ++i) {
+    const std::string what = "labels[" + std::to_string(i) + "]";
+    y.push_back(prepare_label(labels[i], n, what.c_str(), i));
+  }
+  std::vector<core::Tensor> arrays = x;
+  arrays.insert(arrays.end(), y.begin(), y.end());
+  // The loss is the sum of [loss] name over the outputs, each against its label array.
+  core::Tensor total_loss = run_step(
+      [&] {
+        std::vector<core::Tensor> outputs = onnx.forward_all(x);
+        core::Tensor total;
+        for (size_t i = 0; i < outputs.size(); ++i) {
+          core::Tensor loss;
+          if (config_.loss.name == LossKind::CrossEntropy) {
+            loss = nn::cross_entropy(outputs[i], y[i]);
+          } else {
+            loss = make_regression_loss(config_.loss.name)(
+                outputs[i].reshape({n, -1}), y[i].reshape({n, -1}), nn::Reduction::Mean);
+          }
+          total = total.defined() ? total + loss : loss;
+        }
+        return total;
+      },
+      n, arrays, copied_bytes_ == copied_before);
+  if (on_step_stream) on_step_stream->finish();
+  return total_loss;
+}
+
+std::vector<core::Tensor> EmbeddedModel::predict_multi(const std::vector<core::Tensor>& inputs) {
+  nn::OnnxModel& onnx = graph("predict_multi");
+  std::vector<core::Tensor> x = prepare_inputs(inputs, "predict_multi");
+  core::NoGradGuard no_grad;
+  const bool was_training = module_->is_training();
+  module_->eval();
+  std::vector<core::Tensor> outputs = onnx.forward_all(x);
+  module_->train(was_training);
+  return outputs;
+}
+
+core::Tensor EmbeddedModel::run_step(const std::function<core::Tensor()>& forward_loss, int64_t n,
+                                     const std::vector<core::Tensor>& arrays,
+                                     bool arrays_in_place) {
   Training& t = *training_;
   const int64_t accumulate = config_.train.grad_accum_steps;
   const bool optimizer_step = micro_steps_ + 1 >= accumulate;
   module_->train();
   if (t.ddp) t.ddp->prepare_for_backward();
+  // [train] precision: the forward's matmuls and convolutions in 16 bits (core/autocast.h).
+  const auto forward = [&] {
+    core::AutocastGuard autocast(nn::autocast_dtype_of(config_.train.precision));
+    return forward_loss();
+  };
   if (captured_step_) {
     // One micro-step per step and one rank, no loss scaling (see build): forward and backward,
     // maybe replayed.
     last_loss_ = captured_step_->run(
-        {batch["input"], batch["label"]}, copied_bytes_ == copied_before,
+        arrays, arrays_in_place,
         [&] {
-          core::Tensor loss = t.step(*module_, batch);
+          core::Tensor loss = forward();
           loss.backward();
           return loss.detach();
         },
@@ -337,7 +507,7 @@ core::Tensor EmbeddedModel::train_step(const core::Tensor& input, const core::Te
           module_->zero_grad(reset == CapturedStep::GradientReset::Drop);
         });
   } else {
-    core::Tensor loss = t.step(*module_, batch);
+    core::Tensor loss = forward();
     // Each micro-step adds loss / k to the gradients; only the last one averages them over the
     // ranks (the earlier ones run inside DDP's no_sync), so a step waits for one all-reduce.
     core::Tensor scaled = accumulate > 1 ? loss / double(accumulate) : loss;
@@ -353,7 +523,6 @@ core::Tensor EmbeddedModel::train_step(const core::Tensor& input, const core::Te
   last_batch_ = n;
   if (!optimizer_step) {
     ++micro_steps_;
-    if (on_step_stream) on_step_stream->finish();
     return last_loss_;
   }
   micro_steps_ = 0;
@@ -380,7 +549,6 @@ core::Tensor EmbeddedModel::train_step(const core::Tensor& input, const core::Te
   }
   if (t.scheduler) t.scheduler->step();
   ++steps_;
-  if (on_step_stream) on_step_stream->finish();
   if (step_callback_) step_callback_(steps_, lr);
   return last_loss_;
 }
@@ -411,7 +579,7 @@ double EmbeddedModel::mean_loss() {
 }
 
 core::Tensor EmbeddedModel::predict(const core::Tensor& input) {
-  core::Tensor x = prepare_input(input, "input");
+  core::Tensor x = prepare_input(input, "input", 0);
   core::NoGradGuard no_grad;
   const bool was_training = module_->is_training();
   module_->eval();

@@ -21,8 +21,11 @@
 //
 // Shapes: an array is [batch, sample...], and its sample shape must be the model's, rank and
 // every extent (sample_shape, fits): an input's is [model] input_shape, a regression label's or
-// a prediction's is the model's output shape, a cross_entropy label is [batch]. The one
-// flattening allowed is an mlp's, which flattens every sample anyway: with a one-number
+// a prediction's is the model's output shape, a cross_entropy label is [batch] (for dense
+// logits [batch, classes, d1, ...], [batch, d1, ...]). An ONNX model ([model] name = onnx,
+// file) takes its shapes from the graph: input_shape from the file when not given, the outputs
+// from one forward of a zero sample; its integer inputs (token ids) take int32 or int64 arrays. The
+// one flattening allowed is an mlp's, which flattens every sample anyway: with a one-number
 // input_shape (or outputs) it takes samples of any shape with that many values.
 //
 // Gradient accumulation: with [train] grad_accum_steps = k, each train_step is a micro-step
@@ -44,6 +47,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "mpigrad/core/device.h"
 #include "mpigrad/core/shape.h"
@@ -52,6 +56,10 @@
 #include "mpigrad/launch/insitu/captured_step.h"
 #include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/nn/module.h"
+
+namespace mpigrad::nn {
+class OnnxModel;
+}
 
 namespace mpigrad::launch {
 
@@ -102,6 +110,17 @@ class EmbeddedModel {
   // The model's output for `input` in evaluation mode, [batch, output_shape...] on the device.
   core::Tensor predict(const core::Tensor& input);
 
+  // Models of several inputs or outputs ([model] name = onnx; TorchFort's train_multiarg):
+  // one array per graph input, in the graph's order, and one label array per graph output.
+  // The loss is the sum over the outputs of [loss] name against their labels. An array count,
+  // dtype or shape that does not fit is an EmbedError naming "inputs[i]" or "labels[i]"; a
+  // built-in model is an EmbedError (Config).
+  core::Tensor train_step_multi(const std::vector<core::Tensor>& inputs,
+                                const std::vector<core::Tensor>& labels);
+  std::vector<core::Tensor> predict_multi(const std::vector<core::Tensor>& inputs);
+  size_t input_count() const { return input_shapes_.size(); }
+  size_t output_count() const { return output_shapes_.size(); }
+
   // The weights alone, as a checkpoint torch can load (/model/<name>); written by rank 0. A file
   // that cannot be written or read is an EmbedError (File), raised on every rank.
   void save_model(const std::string& path);
@@ -116,11 +135,12 @@ class EmbeddedModel {
   core::Device device() const { return device_; }
   const core::Shape& input_shape() const { return input_shape_; }    // one sample's
   const core::Shape& output_shape() const { return output_shape_; }  // one sample's
-  // One sample's shape of an array of `role` ([] for a cross_entropy label).
-  core::Shape sample_shape(ArrayRole role) const;
+  // One sample's shape of an array of `role` for the model's input or output `index`: a
+  // cross_entropy label's is the output's without its class dimension ([] for [classes]).
+  core::Shape sample_shape(ArrayRole role, size_t index = 0) const;
   // Whether one sample of `shape` (C order) fits `role`: sample_shape(role), or, for an mlp's
   // one-number input_shape or outputs, any shape of that many values.
-  bool fits(const core::Shape& shape, ArrayRole role) const;
+  bool fits(const core::Shape& shape, ArrayRole role, size_t index = 0) const;
   bool distributed() const { return manager_ != nullptr; }
   int rank() const;
   int world_size() const;
@@ -134,10 +154,22 @@ class EmbeddedModel {
   void build(const std::string& config, std::optional<uint64_t> seed);
   // Why [train] cuda_graphs cannot be honoured for this model, or "".
   std::string graphs_unavailable() const;
-  core::Tensor prepare_input(const core::Tensor& input, const char* what);
-  core::Tensor prepare_label(const core::Tensor& label, int64_t batch);
+  void build_onnx(const std::string& origin);
+  nn::OnnxModel& graph(const char* call);
+  core::Tensor prepare_input(const core::Tensor& input, const char* what, size_t index);
+  std::vector<core::Tensor> prepare_inputs(const std::vector<core::Tensor>& inputs,
+                                           const char* call);
+  core::Tensor prepare_label(const core::Tensor& label, int64_t batch, const char* what,
+                             size_t index);
+  // One step: the loss `forward_loss` computes on this rank's `n` samples (under [train]
+  // precision's autocast), backward (averaged over the ranks by DDP), and the optimizer every
+  // grad_accum_steps calls. `arrays` are the step's prepared inputs and labels, all used where
+  // the caller put them when `arrays_in_place` (what a CUDA graph replay needs).
+  core::Tensor run_step(const std::function<core::Tensor()>& forward_loss, int64_t n,
+                        const std::vector<core::Tensor>& arrays, bool arrays_in_place);
   // Throws EmbedError (Shape) naming `what` unless `array`'s samples fit `role`.
-  void check_samples(const core::Tensor& array, ArrayRole role, const char* what) const;
+  void check_samples(const core::Tensor& array, ArrayRole role, const char* what,
+                     size_t index) const;
   // Runs `io` on the ranks `writer_only` allows, then fails on every rank if it failed on one.
   void collectively(const char* what, bool writer_only, const std::function<void()>& io);
   void file_io(const char* what, bool writer_only, const std::function<void()>& io);
@@ -150,7 +182,9 @@ class EmbeddedModel {
   std::unique_ptr<Communicator> gradient_communicator_;
   TrainConfig config_;
   core::Device device_;
-  core::Shape input_shape_, output_shape_;
+  core::Shape input_shape_, output_shape_;  // the first input's and output's
+  std::vector<core::Shape> input_shapes_, output_shapes_;
+  std::vector<core::DType> input_dtypes_;  // float32, or an ONNX graph's integer input
   std::shared_ptr<nn::Module> module_;
   std::unique_ptr<Training> training_;
   core::Tensor last_loss_;

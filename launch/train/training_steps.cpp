@@ -19,6 +19,22 @@ core::Tensor labels_of(const data::Batch& batch, const std::string& label) {
   return stored.reshape({batch.size()}).to(core::kInt64);
 }
 
+// The labels for `logits`: [batch] for [batch, C]; for dense predictions [batch, C, d1, ...],
+// int64 [batch, d1, ...] (a segmentation map, a sequence's next tokens).
+core::Tensor labels_for(const data::Batch& batch, const std::string& label,
+                        const core::Tensor& logits) {
+  if (logits.dim() <= 2) return labels_of(batch, label);
+  const core::Tensor& stored = batch[label];
+  MPIGRAD_CHECK(!core::is_floating(stored.dtype()), "label field '", label, "' is ", stored.dtype(),
+                "; class labels must be integers");
+  core::Shape expected = logits.shape();
+  expected.erase(1);
+  MPIGRAD_CHECK(stored.numel() == expected.numel(), "label field '", label, "' has shape ",
+                stored.shape(), " but the model's logits ", logits.shape(), " need labels ",
+                expected, " (logits [batch, classes, d1, ...], labels [batch, d1, ...])");
+  return stored.reshape(expected).to(core::kInt64);
+}
+
 // The prediction and the target, both [batch, values per sample], the target in the
 // prediction's dtype.
 std::pair<core::Tensor, core::Tensor> flat_pair(const core::Tensor& prediction,
@@ -45,7 +61,7 @@ nn::CrossEntropyOptions options_for(const std::string& label, nn::Reduction redu
 StepFunction classification_step(std::string input, std::string label) {
   return [input, label](nn::Module& model, const data::Batch& batch) {
     core::Tensor logits = model(batch[input]);
-    return nn::cross_entropy(logits, labels_of(batch, label),
+    return nn::cross_entropy(logits, labels_for(batch, label, logits),
                              options_for(label, nn::Reduction::Mean));
   };
 }
@@ -53,10 +69,16 @@ StepFunction classification_step(std::string input, std::string label) {
 EvalFunction classification_metrics(std::string input, std::string label) {
   return [input, label](nn::Module& model, const data::Batch& batch) {
     core::Tensor logits = model(batch[input]);
-    core::Tensor labels = labels_of(batch, label);
+    core::Tensor labels = labels_for(batch, label, logits);
     std::map<std::string, core::Tensor> metrics;
     metrics["loss"] = nn::cross_entropy(logits, labels, options_for(label, nn::Reduction::None));
     metrics["accuracy"] = core::eq(core::argmax(logits, 1), labels).to(core::kFloat64);
+    if (logits.dim() > 2) {
+      // Dense predictions: each sample's mean over its positions.
+      const int64_t n = logits.size(0);
+      metrics["loss"] = core::mean(metrics["loss"].reshape({n, -1}), {1});
+      metrics["accuracy"] = core::mean(metrics["accuracy"].reshape({n, -1}), {1});
+    }
     return metrics;
   };
 }

@@ -2,7 +2,9 @@
 // which trains through the same step). The field names come from the caller (`mpigrad train`
 // takes them from [data] x and y), so the same code trains on any file.
 //   classification: the model maps batch[input] to logits [batch, classes]; batch[label] holds
-//                   one integer class per sample.
+//                   one integer class per sample. Dense predictions, logits [batch, classes,
+//                   d1, ...], take labels [batch, d1, ...], as torch's cross_entropy does; their
+//                   metrics are each sample's means over its positions.
 //   regression:     the model maps batch[input] to a prediction with as many values per sample
 //                   as batch[target] holds (the shapes may differ, [batch, 1024] against
 //                   [batch, 1, 32, 32] say: both are compared flattened per sample).

@@ -81,9 +81,9 @@ TEST_CASE("bad values name the key and what is accepted") {
   auto parse = [](const std::string& text) {
     return error_message([&] { launch::parse_config_text(text, "run.ini"); });
   };
-  CHECK(contains(
-      parse("[model]\nname = transformer\n"),
-      "run.ini: [model] name: expected one of mlp | cnn | conv | resnet, got 'transformer'"));
+  CHECK(contains(parse("[model]\nname = transformer\n"),
+                 "run.ini: [model] name: expected one of mlp | cnn | conv | resnet | onnx, got "
+                 "'transformer'"));
   CHECK(contains(parse("[distributed]\nbackend = gloo\n"), "expected one of auto | mpi | nccl"));
   CHECK(contains(parse("[train]\nepochs = 0\n"), "[train] epochs: must be at least 1, got 0"));
   CHECK(contains(parse("[optim]\nmomentum = 1\n"), "[optim] momentum: must be in [0, 1), got 1"));

@@ -4,7 +4,8 @@
  * with the weights one process gets from the whole batch, on the world and on a
  * sub-communicator; that checkpoints are written once and restore training exactly; and that a
  * failure on one rank (a bad config, a missing file) is the same error on every rank, not a
- * hang. Argument: a scratch directory shared by the ranks. */
+ * hang; and an ONNX graph through the multi-array call (with tests/data/onnx as the second
+ * argument). Arguments: a scratch directory shared by the ranks, [the ONNX data folder]. */
 #include <math.h>
 #include <mpi.h>
 #include <stdint.h>
@@ -65,6 +66,57 @@ static double difference(mpigrad_model a, mpigrad_model b) {
   return worst;
 }
 
+/* An ONNX U-Net (tests/data/onnx) trained through the multi-array call on R parts of each
+ * global batch ends where one process on the whole batch with the one-array call does. */
+static void check_onnx_ranks(const char* data, int rank, int size) {
+  static float x[GLOBAL][64], y[GLOBAL][64], pa[GLOBAL][64], pb[GLOBAL][64];
+  char config[4096];
+  mpigrad_model spread = {0}, whole = {0};
+  int64_t part[4] = {GLOBAL / 4, 1, 8, 8}, all[4] = {GLOBAL, 1, 8, 8};
+  double worst = 0;
+  int step, s, i;
+  part[0] = GLOBAL / size;
+  snprintf(config, sizeof(config),
+           "[model]\nname = onnx\nfile = %s/unet.legacy.onnx\n[loss]\nname = mse\n"
+           "[optim]\nlr = 0.05\nmomentum = 0.9\n",
+           data);
+  CHECK_STATUS(
+      mpigrad_model_create_distributed(&spread, config, MPI_Comm_c2f(MPI_COMM_WORLD), "cpu"),
+      MPIGRAD_SUCCESS);
+  CHECK_STATUS(mpigrad_model_create(&whole, config, "cpu"), MPIGRAD_SUCCESS);
+  for (step = 0; step < 10; ++step) {
+    mpigrad_array mine_x, mine_y, all_x, all_y;
+    for (s = 0; s < GLOBAL; ++s) {
+      for (i = 0; i < 64; ++i) {
+        x[s][i] = (float)sin(0.13 * (step * GLOBAL * 64 + s * 64 + i));
+        y[s][i] = 0.5f * x[s][i];
+      }
+    }
+    mine_x = mpigrad_host_array(x[rank * (GLOBAL / size)], 4, part, MPIGRAD_F32, MPIGRAD_ORDER_C);
+    mine_y = mpigrad_host_array(y[rank * (GLOBAL / size)], 4, part, MPIGRAD_F32, MPIGRAD_ORDER_C);
+    all_x = mpigrad_host_array(x, 4, all, MPIGRAD_F32, MPIGRAD_ORDER_C);
+    all_y = mpigrad_host_array(y, 4, all, MPIGRAD_F32, MPIGRAD_ORDER_C);
+    CHECK_STATUS(mpigrad_train_step_multi(spread, 1, &mine_x, 1, &mine_y, NULL), MPIGRAD_SUCCESS);
+    CHECK_STATUS(mpigrad_train_step(whole, &all_x, &all_y, NULL), MPIGRAD_SUCCESS);
+  }
+  {
+    mpigrad_array in = mpigrad_host_array(x, 4, all, MPIGRAD_F32, MPIGRAD_ORDER_C);
+    mpigrad_array oa = mpigrad_host_array(pa, 4, all, MPIGRAD_F32, MPIGRAD_ORDER_C);
+    mpigrad_array ob = mpigrad_host_array(pb, 4, all, MPIGRAD_F32, MPIGRAD_ORDER_C);
+    CHECK_STATUS(mpigrad_predict_multi(spread, 1, &in, 1, &oa), MPIGRAD_SUCCESS);
+    CHECK_STATUS(mpigrad_predict(whole, &in, &ob), MPIGRAD_SUCCESS);
+    for (s = 0; s < GLOBAL; ++s) {
+      for (i = 0; i < 64; ++i) {
+        const double d = fabs((double)pa[s][i] - (double)pb[s][i]);
+        if (d > worst) worst = d;
+      }
+    }
+  }
+  CHECK(worst < 1e-5);
+  CHECK_STATUS(mpigrad_model_destroy(&spread), MPIGRAD_SUCCESS);
+  CHECK_STATUS(mpigrad_model_destroy(&whole), MPIGRAD_SUCCESS);
+}
+
 int main(int argc, char** argv) {
   const char* dir = argc > 1 ? argv[1] : ".";
   int rank, size, failures = 0, total = 0;
@@ -83,6 +135,7 @@ int main(int argc, char** argv) {
   train(world, 40, rank * (GLOBAL / size), GLOBAL / size);
   train(reference, 40, 0, GLOBAL);
   CHECK(difference(world, reference) < 1e-5);
+  if (argc > 2) check_onnx_ranks(argv[2], rank, size);
 
   /* The same on a sub-communicator: the even and the odd ranks, each a data-parallel group. */
   MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &halves);
@@ -146,7 +199,7 @@ int main(int argc, char** argv) {
                    &broken, rank == size - 1 ? "[model]\nname = bogus\n" : kConfig,
                    MPI_Comm_c2f(MPI_COMM_WORLD), "cpu"),
                MPIGRAD_ERROR_CONFIG);
-  CHECK_ERROR_MENTIONS("expected one of mlp | cnn | conv | resnet, got 'bogus'");
+  CHECK_ERROR_MENTIONS("expected one of mlp | cnn | conv | resnet | onnx, got 'bogus'");
   CHECK(broken.id == 0);
   /* Models that differ between ranks are refused on every rank. */
   CHECK_STATUS(mpigrad_model_create_distributed(

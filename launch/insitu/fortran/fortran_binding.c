@@ -5,6 +5,7 @@
  * copied here: the descriptor's address, extents and byte strides are described as they are. */
 #include <ISO_Fortran_binding.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "mpigrad/launch/insitu/c_api_internal.h"
 #include "mpigrad/mpigrad_c.h"
@@ -101,4 +102,96 @@ mpigrad_status mpigrad_fortran_predict_on_stream(mpigrad_model model, const CFI_
 mpigrad_status mpigrad_fortran_predict(mpigrad_model model, const CFI_cdesc_t* input,
                                        const CFI_cdesc_t* output) {
   return mpigrad_fortran_predict_on_stream(model, input, output, NULL);
+}
+
+/* A list of Fortran arrays for the multi-array calls (TorchFort's torchfort_tensor_list): each
+ * mpigrad_array_list_add describes one array in place, so the arrays must stay allocated (and
+ * unmoved) until the call that uses the list. The list itself is malloc'd; mpigrad_array_list_
+ * destroy frees it and clears the handle, so destroying twice is a no-op. */
+typedef struct mpigrad_fortran_array_list {
+  int32_t count, capacity;
+  mpigrad_array* arrays;
+  int64_t (*strides)[MPIGRAD_MAX_RANK];
+} mpigrad_fortran_array_list;
+
+mpigrad_status mpigrad_fortran_array_list_create(void** list) {
+  mpigrad_fortran_array_list* created;
+  if (list == NULL) {
+    return mpigrad_record_error("mpigrad_array_list_create", MPIGRAD_ERROR_NULL_POINTER,
+                                "list is NULL");
+  }
+  created = (mpigrad_fortran_array_list*)calloc(1, sizeof(mpigrad_fortran_array_list));
+  if (created == NULL) {
+    return mpigrad_record_error("mpigrad_array_list_create", MPIGRAD_ERROR_OUT_OF_MEMORY,
+                                "cannot allocate a list");
+  }
+  *list = created;
+  return MPIGRAD_SUCCESS;
+}
+
+mpigrad_status mpigrad_fortran_array_list_destroy(void** list) {
+  mpigrad_fortran_array_list* owned;
+  if (list == NULL || *list == NULL) return MPIGRAD_SUCCESS;
+  owned = (mpigrad_fortran_array_list*)*list;
+  free(owned->arrays);
+  free(owned->strides);
+  free(owned);
+  *list = NULL;
+  return MPIGRAD_SUCCESS;
+}
+
+mpigrad_status mpigrad_fortran_array_list_add(void* list, const CFI_cdesc_t* array) {
+  static const char* function = "mpigrad_array_list_add";
+  mpigrad_fortran_array_list* target = (mpigrad_fortran_array_list*)list;
+  char name[32];
+  int32_t i;
+  if (target == NULL) {
+    return mpigrad_record_error(function, MPIGRAD_ERROR_NULL_POINTER,
+                                "the list was not created (mpigrad_array_list_create)");
+  }
+  if (target->count == target->capacity) {
+    const int32_t capacity = target->capacity ? 2 * target->capacity : 4;
+    mpigrad_array* arrays =
+        (mpigrad_array*)realloc(target->arrays, (size_t)capacity * sizeof(mpigrad_array));
+    int64_t(*strides)[MPIGRAD_MAX_RANK];
+    if (arrays == NULL) {
+      return mpigrad_record_error(function, MPIGRAD_ERROR_OUT_OF_MEMORY, "cannot grow the list");
+    }
+    target->arrays = arrays;
+    strides = realloc(target->strides, (size_t)capacity * sizeof(*strides));
+    if (strides == NULL) {
+      return mpigrad_record_error(function, MPIGRAD_ERROR_OUT_OF_MEMORY, "cannot grow the list");
+    }
+    target->strides = strides;
+    target->capacity = capacity;
+    /* The strides moved: point every array described so far at its row again. */
+    for (i = 0; i < target->count; ++i) target->arrays[i].strides = target->strides[i];
+  }
+  snprintf(name, sizeof(name), "array %d of the list", (int)target->count + 1);
+  {
+    const mpigrad_status status = describe(function, name, array, &target->arrays[target->count],
+                                           target->strides[target->count]);
+    if (status != MPIGRAD_SUCCESS) return status;
+  }
+  ++target->count;
+  return MPIGRAD_SUCCESS;
+}
+
+static const mpigrad_fortran_array_list* list_or_empty(const void* list) {
+  static const mpigrad_fortran_array_list empty = {0, 0, NULL, NULL};
+  return list ? (const mpigrad_fortran_array_list*)list : &empty;
+}
+
+mpigrad_status mpigrad_fortran_train_step_multi(mpigrad_model model, const void* inputs,
+                                                const void* labels, double* loss) {
+  const mpigrad_fortran_array_list* x = list_or_empty(inputs);
+  const mpigrad_fortran_array_list* y = list_or_empty(labels);
+  return mpigrad_train_step_multi(model, x->count, x->arrays, y->count, y->arrays, loss);
+}
+
+mpigrad_status mpigrad_fortran_predict_multi(mpigrad_model model, const void* inputs,
+                                             const void* outputs) {
+  const mpigrad_fortran_array_list* x = list_or_empty(inputs);
+  const mpigrad_fortran_array_list* y = list_or_empty(outputs);
+  return mpigrad_predict_multi(model, x->count, x->arrays, y->count, y->arrays);
 }

@@ -32,7 +32,8 @@
 ! The calls are those of mpigrad/mpigrad_c.h, whose comments hold the full contract. In short:
 ! `config` is INI text when it holds a '=' or a line break (new_line('a')), else a file's path;
 ! [model] input_shape and outputs and [loss] name are required (no [loss]: an error at create
-! time). mlp and conv models put ReLU between their layers, none after the last. The loss a step
+! time); an ONNX graph ([model] name = onnx, file = model.onnx) brings its own shapes, and its
+! several inputs or outputs go in mpigrad_array_list lists to mpigrad_train_step_multi. mlp and conv models put ReLU between their layers, none after the last. The loss a step
 ! returns is this rank's; mpigrad_mean_loss averages it over the model's ranks (collective).
 ! Creating, training, saving, loading, mpigrad_mean_loss and destroying a distributed model are
 ! collective (every rank, same order; destroy before MPI_Finalize); creation broadcasts rank
@@ -51,6 +52,13 @@ module mpigrad
   type, bind(c), public :: mpigrad_model
     integer(c_int64_t) :: id = 0_c_int64_t
   end type mpigrad_model
+
+  ! A list of arrays for the calls of models with several inputs or outputs (an ONNX graph):
+  ! TorchFort's tensor list. Each mpigrad_array_list_add describes an array where it lies, so it
+  ! must stay allocated until the call that uses the list; destroy the list when done.
+  type, bind(c), public :: mpigrad_array_list
+    type(c_ptr) :: handle = c_null_ptr
+  end type mpigrad_array_list
 
   integer(c_int), parameter, public :: MPIGRAD_SUCCESS = 0
   integer(c_int), parameter, public :: MPIGRAD_ERROR_NULL_POINTER = 1
@@ -71,6 +79,8 @@ module mpigrad
   public :: mpigrad_load_checkpoint, mpigrad_set_seed, mpigrad_version, mpigrad_last_error
   public :: mpigrad_copied_bytes, mpigrad_status_name, mpigrad_mean_loss
   public :: mpigrad_set_step_callback, mpigrad_train_step_on_stream, mpigrad_predict_on_stream
+  public :: mpigrad_array_list_create, mpigrad_array_list_add, mpigrad_array_list_destroy
+  public :: mpigrad_train_step_multi, mpigrad_predict_multi
 
   ! The communicator as `use mpi`'s integer or as `use mpi_f08`'s type(MPI_Comm).
   interface mpigrad_model_create_distributed
@@ -113,6 +123,49 @@ module mpigrad
   end interface mpigrad_copied_bytes
 
   interface
+    function mpigrad_array_list_create(list) result(status) &
+        bind(c, name="mpigrad_fortran_array_list_create")
+      import :: mpigrad_array_list, c_int
+      type(mpigrad_array_list), intent(inout) :: list
+      integer(c_int) :: status
+    end function mpigrad_array_list_create
+
+    ! Appends `array` (any rank; real(4), real(8), integer(4) or integer(8)) to the list.
+    function mpigrad_array_list_add(list, array) result(status) &
+        bind(c, name="mpigrad_fortran_array_list_add")
+      import :: mpigrad_array_list, c_int
+      type(mpigrad_array_list), value :: list
+      type(*), dimension(..), intent(in) :: array
+      integer(c_int) :: status
+    end function mpigrad_array_list_add
+
+    function mpigrad_array_list_destroy(list) result(status) &
+        bind(c, name="mpigrad_fortran_array_list_destroy")
+      import :: mpigrad_array_list, c_int
+      type(mpigrad_array_list), intent(inout) :: list
+      integer(c_int) :: status
+    end function mpigrad_array_list_destroy
+
+    ! mpigrad_train_step_multi of mpigrad_c.h: one array per graph input in `inputs`, one label
+    ! array per graph output in `labels`; the loss is the sum over the outputs.
+    function mpigrad_train_step_multi(model, inputs, labels, loss) result(status) &
+        bind(c, name="mpigrad_fortran_train_step_multi")
+      import :: mpigrad_model, mpigrad_array_list, c_int, c_double
+      type(mpigrad_model), value :: model
+      type(mpigrad_array_list), value :: inputs, labels
+      real(c_double), intent(out), optional :: loss
+      integer(c_int) :: status
+    end function mpigrad_train_step_multi
+
+    ! The outputs for `inputs` in evaluation mode, one array of `outputs` per graph output.
+    function mpigrad_predict_multi(model, inputs, outputs) result(status) &
+        bind(c, name="mpigrad_fortran_predict_multi")
+      import :: mpigrad_model, mpigrad_array_list, c_int
+      type(mpigrad_model), value :: model
+      type(mpigrad_array_list), value :: inputs, outputs
+      integer(c_int) :: status
+    end function mpigrad_predict_multi
+
     ! One optimizer step on this rank's batch; `loss` may be left out (the step then does not
     ! wait for it; mpigrad_last_loss reads it later).
     function mpigrad_train_step(model, input, label, loss) result(status) &
