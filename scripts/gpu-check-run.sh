@@ -13,6 +13,7 @@
 # MPIGRAD_REQUIRE_GPU=1 (a skip is a failure), the kernel benchmark (bandwidth as a fraction of a
 # device-to-device copy, GEMM against cuBLAS in fp32, bf16 and fp16), an embedded model's step
 # replayed from a CUDA graph against the same step run as usual (the time ratio), the main job's
+# CNN loaded from ONNX for one epoch on cuda:0, the main job's
 # Fashion-MNIST CNN for 3 epochs on cuda:0 (test accuracy, samples/s), and the same model, batch
 # and optimizer in PyTorch eager and torch.compile. Every step's log and OUTDIR/summary.json
 # (rewritten after each step, so a run cut short still leaves one) end up in OUTDIR.
@@ -353,6 +354,11 @@ run_step bench_cuda_graphs 30 "$bundle/bin/mpigrad-bench-embed" --cuda-graphs \
   --json "$out/bench_cuda_graphs.json"
 run_step train 80 env MPIGRAD_DEVICE=cuda:0 mpirun -np 1 "$bundle/bin/mpigrad" train \
   "${train_args[@]}" "--train.out_dir=$out/train"
+# The same network defined in PyTorch and loaded from ONNX (issue 23), one epoch.
+run_step train_onnx 60 env MPIGRAD_DEVICE=cuda:0 mpirun -np 1 "$bundle/bin/mpigrad" train \
+  --config "$bundle/examples/fashion_mnist_onnx.ini" "${train_args[@]:2}" \
+  "--model.file=$bundle/examples/fashion_cnn.legacy.onnx" --train.epochs=1 \
+  "--train.out_dir=$out/train_onnx"
 train_line=$(grep '^mpigrad train: done' "$out/train.log" 2>/dev/null | tail -1)
 train_rate=$(printf '%s' "$train_line" | sed -n 's/.*throughput \([0-9.]*\) samples\/s.*/\1/p')
 train_accuracy=$(printf '%s' "$train_line" | sed -n 's/.*test accuracy \([0-9.]*\).*/\1/p')

@@ -97,6 +97,8 @@ mkdir -p "$bundle"/{bin,lib/openmpi,lib/pmix,share,etc,data/fashion-mnist,exampl
 for program in "${programs[@]}"; do cp -L "$build_dir/$program" "$bundle/bin/"; done
 for file in "${data_files[@]}"; do cp "$data_dir/$file" "$bundle/data/fashion-mnist/"; done
 cp "$repo/examples/fashion_mnist_cnn.ini" "$bundle/examples/"
+cp "$repo/examples/fashion_mnist_onnx.ini" "$repo/tests/data/onnx/fashion_cnn.legacy.onnx" \
+  "$bundle/examples/"
 cp "$repo/benchmarks/gpu_check/torch_fashion_mnist.py" "$bundle/benchmarks/"
 cp "$repo/scripts/gpu-check-run.sh" "$bundle/run.sh"
 chmod +x "$bundle/run.sh"
