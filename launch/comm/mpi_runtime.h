@@ -7,12 +7,18 @@
 // communicator still exists: the order "communicators, then MPI" is enforced by ownership, not
 // by a comment. The runtime also owns the user-defined MPI reduction operators for bfloat16 and
 // float16, which must be freed before MPI_Finalize.
+//
+// A runtime that started MPI waits for every rank in an MPI barrier of its own before calling
+// MPI_Finalize, so that no rank sits in Open MPI's finalize (a fence in the launcher) while the
+// job may still end in MPI_Abort (mpi_runtime.cpp says why).
 #pragma once
 
 #include <memory>
 #include <string_view>
 
 namespace mpigrad::launch {
+
+struct MpiCommHandle;  // launch/comm/mpi_handle.h
 
 enum class ThreadLevel { Single, Funneled, Serialized, Multiple };
 std::string_view thread_level_name(ThreadLevel level);
@@ -43,6 +49,9 @@ class MpiRuntime {
   bool owns_mpi_;
   ThreadLevel thread_level_;
   std::unique_ptr<ReductionOps> ops_;
+  // A duplicate of MPI_COMM_WORLD used by nothing but the barrier before MPI_Finalize (so it
+  // cannot be mismatched with a collective another rank is stuck in); when owns_mpi_ only.
+  std::unique_ptr<MpiCommHandle> farewell_;
 };
 
 }  // namespace mpigrad::launch

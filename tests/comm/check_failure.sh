@@ -18,6 +18,12 @@ end=$(date +%s%N)
 cat "$log"
 echo "---- check_failure.sh: exit status $status"
 failed=0
+# mpirun's own crash (its signal handler's backtrace names mpirun): Open MPI 4.1's mpirun can
+# die in its PMIx server after an MPI_Abort (launch/comm/mpi_runtime.cpp), and its exit status
+# is then non-zero like the failure these jobs expect.
+if grep -Eq -- '^\[[^]]+\] \[ *[0-9]+\] mpirun\(' "$log"; then
+  echo "FAIL: mpirun itself crashed"; failed=1
+fi
 if [[ $expect == fail ]]; then
   if [[ $status -eq 0 ]]; then echo "FAIL: expected a non-zero exit"; failed=1; fi
   start=$(grep -o 'collective starts at [0-9]*' "$log" | head -1 | awk '{print $4}')

@@ -32,6 +32,12 @@ fi
 if [[ $expect == fail && $status -eq 0 ]]; then echo "FAIL: expected a non-zero exit"; failed=1; fi
 if [[ $expect == ok && $status -ne 0 ]]; then echo "FAIL: expected exit status 0"; failed=1; fi
 if [[ $status -eq 124 ]]; then echo "FAIL: the job hung (killed after 120 s)"; failed=1; fi
+# mpirun's own crash (its signal handler's backtrace names mpirun): Open MPI 4.1's mpirun can
+# die in its PMIx server after an MPI_Abort (launch/comm/mpi_runtime.cpp), and its exit status
+# is then non-zero like the failure these jobs expect.
+if grep -Eq -- '^\[[^]]+\] \[ *[0-9]+\] mpirun\(' "$log"; then
+  echo "FAIL: mpirun itself crashed"; failed=1
+fi
 if [[ -n $pattern ]]; then
   for (( r = 0; r < nprocs; r++ )); do
     if ! grep -E -- "^\[rank $r/$nprocs\] .*$pattern" "$log" >/dev/null; then

@@ -98,7 +98,8 @@ class SharedSegments {
 
   // Polls `ready` until it holds (true) or `timeout_seconds` pass (false; <= 0: no bound):
   // spins briefly, then yields, then naps 20 us, calling `between` every 64 polls, so a node
-  // with more ranks than cores still moves on. `between` may throw to stop waiting.
+  // with more ranks than cores still moves on; the timeout is checked after every yield or nap.
+  // `between` may throw to stop waiting.
   template <typename Ready, typename Between>
   static bool poll_until(Ready&& ready, double timeout_seconds, Between&& between);
 
@@ -148,7 +149,11 @@ bool SharedSegments::poll_until(Ready&& ready, double timeout_seconds, Between&&
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
-    if (timeout_seconds <= 0 || spins % 64 != 0) continue;
+    // The clock is read after every yield or nap, not every 64th: on a starved core (this runs on
+    // the communication thread at the lowest priority) one yield can last tens of ms, and 64 of
+    // them stretched the DDP timeout past the collective timeout (ddp_hierarchical_hang_np4 with
+    // six busy loops beside it: rank 0 never timed out before rank 2's watchdog aborted, 5 of 5).
+    if (timeout_seconds <= 0) continue;
     if (since == Clock::time_point{}) since = Clock::now();
     if (std::chrono::duration<double>(Clock::now() - since).count() > timeout_seconds) {
       return ready();
