@@ -2,6 +2,7 @@
 // which turns any exception into a status code and this thread's last-error message, so no C++
 // exception ever reaches the C (or Fortran) caller. Handles are ids into a registry of live
 // models; an id is never reused, so a destroyed handle is always recognised as such.
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <memory>
@@ -11,6 +12,7 @@
 #include <string>
 #include <type_traits>
 #include <unordered_map>
+#include <vector>
 
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/cuda.h"
@@ -230,14 +232,6 @@ core::Tensor wrap(const mpigrad_array* array, const char* name) {
                                                          core::Shape(strides), 0, dtype));
 }
 
-std::string shape_text(const mpigrad_array* array) {
-  std::string text = "(";
-  for (int d = 0; d < array->rank; ++d) {
-    text += (d ? ", " : "") + std::to_string(array->shape[d]);
-  }
-  return text + (array->order == MPIGRAD_ORDER_FORTRAN ? ") in Fortran order" : ") in C order");
-}
-
 // A C-order shape as the caller writes it: [16, 1, 32, 32] in C, (32, 32, 1, 16) in Fortran.
 std::string in_caller_order(const core::Shape& shape, bool fortran) {
   if (!fortran) return core::detail::concat(shape);
@@ -246,6 +240,14 @@ std::string in_caller_order(const core::Shape& shape, bool fortran) {
     text += std::to_string(shape[d]) + (d ? ", " : "");
   }
   return text + ") in Fortran order";
+}
+
+// `array`'s shape as its caller wrote it, in the same words as in_caller_order.
+std::string shape_text(const mpigrad_array* array) {
+  const bool fortran = array->order == MPIGRAD_ORDER_FORTRAN;
+  std::vector<int64_t> c_order(array->shape, array->shape + array->rank);
+  if (fortran) std::reverse(c_order.begin(), c_order.end());
+  return in_caller_order(core::Shape(c_order), fortran);
 }
 
 // Throws CallError (MPIGRAD_ERROR_SHAPE) unless the samples of `tensor` (wrap()'s view of
