@@ -83,10 +83,9 @@ void print_values(const char* title,
 }
 
 int inspect(const std::vector<std::string>& args) {
-  MPIGRAD_CHECK(args.size() == 1, "mpigrad onnx inspect: expected one MODEL.onnx (see --help)");
+  MPIGRAD_CHECK(args.size() == 1, "expected one MODEL.onnx (see --help)");
   const std::string& path = args.front();
-  MPIGRAD_CHECK(std::filesystem::is_regular_file(path), "mpigrad onnx inspect: file '", path,
-                "' does not exist");
+  MPIGRAD_CHECK(std::filesystem::is_regular_file(path), "file '", path, "' does not exist");
   const onnx::ModelProto model = nn::read_onnx_model(path);
   const int64_t opset = nn::onnx_default_opset(model);
   const onnx::GraphProto& graph = model.graph();
@@ -189,13 +188,11 @@ int export_model(std::vector<std::string> args) {
   const std::optional<std::string> checkpoint = take_option(args, "checkpoint");
   const std::optional<std::string> model_path = take_option(args, "model");
   const std::optional<std::string> output = take_option(args, "output", "-o");
-  MPIGRAD_CHECK(args.empty(), "mpigrad onnx export: unexpected argument '",
-                args.empty() ? "" : args.front(), "' (see --help)");
-  MPIGRAD_CHECK(checkpoint && !checkpoint->empty(),
-                "mpigrad onnx export: --checkpoint CKPT.h5 is required");
-  MPIGRAD_CHECK(model_path && !model_path->empty(),
-                "mpigrad onnx export: --model MODEL.onnx is required");
-  MPIGRAD_CHECK(output && !output->empty(), "mpigrad onnx export: -o OUT.onnx is required");
+  MPIGRAD_CHECK(args.empty(), "unexpected argument '", args.empty() ? "" : args.front(),
+                "' (see --help)");
+  MPIGRAD_CHECK(checkpoint && !checkpoint->empty(), "--checkpoint CKPT.h5 is required");
+  MPIGRAD_CHECK(model_path && !model_path->empty(), "--model MODEL.onnx is required");
+  MPIGRAD_CHECK(output && !output->empty(), "-o OUT.onnx is required");
   namespace fs = std::filesystem;
   MPIGRAD_CHECK(fs::is_regular_file(*checkpoint), "--checkpoint: file '", *checkpoint,
                 "' does not exist");
