@@ -15,6 +15,7 @@ packages=(
   gfortran
   dataset-fashion-mnist
   iproute2 procps util-linux  # scripts/cluster-sim.sh and its tests: ip, tc, pgrep, nsenter
+  xz-utils  # scripts/gpu-check.sh packs the bundle with xz
 )
 
 missing=()
