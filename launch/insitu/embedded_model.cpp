@@ -390,7 +390,8 @@ void EmbeddedModel::check_samples(const core::Tensor& array, ArrayRole role, con
 }
 
 core::Tensor EmbeddedModel::train_step(const core::Tensor& input, const core::Tensor& label) {
-  // With cuda_graphs, the arrays are converted (if they must be) on the step's stream too.
+  // With cuda_graphs, the arrays are converted (if they must be) on the step's stream too: a copy
+  // made on the caller's stream would go back to that stream's cache while the step still reads it.
   std::optional<CapturedStep::Scope> on_step_stream;
   if (captured_step_) on_step_stream.emplace(*captured_step_);
   const int64_t copied_before = copied_bytes_;
