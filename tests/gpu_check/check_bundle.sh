@@ -57,12 +57,14 @@ allowed+='(ld-linux-x86-64|libc|libm|libmvec|libpthread|libdl|librt|libresolv|li
 allowed+='|libstdc\+\+|libgcc_s)\.so|^/usr/local/cuda[^/]*/|^/etc/ld\.so\.cache$'
 strays=""
 for log in "$work"/ld.*; do
-  program=$(sed -n 's/.*initialize program: \(.*\)$/\1/p' "$log" | head -1)
-  [ -z "$program" ] && program=$(sed -n 's/.*needed by \([^ ]*\) .*/\1/p' "$log" | head -1)
+  # sed quits at its first match: `sed | head -1` under pipefail ends this script silently when
+  # sed is still writing as head exits (SIGPIPE), which a busy CI machine made happen.
+  program=$(sed -n 's/.*initialize program: \(.*\)$/\1/;T;p;q' "$log")
+  [ -z "$program" ] && program=$(sed -n 's/.*needed by \([^ ]*\) .*/\1/;T;p;q' "$log")
   case "$program" in "$bundle"/* | *mpigrad* | orted | orterun | mpirun) ;; *) continue ;; esac
   while read -r path; do
     case "$path" in "$bundle"/*) continue ;; esac
-    printf '%s\n' "$path" | grep -Eq "$allowed" && continue
+    grep -Eq "$allowed" <<<"$path" && continue
     strays+="$program loaded $path"$'\n'
   done < <(sed -n 's/.*file=\([^ ]*\) .*/\1/p; s/.*calling init: \(.*\)$/\1/p' "$log" |
     grep '^/' | sort -u)

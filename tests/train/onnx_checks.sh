@@ -123,7 +123,7 @@ case "$check" in
       grep -qE "LayerNormalization +3 +supported" inspect.txt || { cat inspect.txt; fail "no op line"; }
       grep -q "every op is supported" inspect.txt || { cat inspect.txt; fail "not all supported"; }
     done
-    "$mpigrad" onnx --help | grep -q "mpigrad onnx export --checkpoint" || fail "no --help"
+    grep -q "mpigrad onnx export --checkpoint" <<<"$("$mpigrad" onnx --help)" || fail "no --help"
     if "$mpigrad" onnx inspect missing.onnx > missing.txt 2>&1; then fail "missing file passed"; fi
     grep -q "file 'missing.onnx' does not exist" missing.txt || { cat missing.txt; fail "unclear missing-file error"; }
     ;;

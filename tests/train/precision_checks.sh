@@ -87,7 +87,7 @@ INI
     run 2 "$mpigrad" train --config supcon.ini > stage1.txt 2>&1 || { cat stage1.txt; fail "supcon in bf16 failed"; }
     grep -q "stage supcon" stage1.txt || fail "no stage line"
     grep -q "precision bf16" stage1.txt || fail "no precision line"
-    first=$(losses stage1/metrics.jsonl | head -1) last=$(losses stage1/metrics.jsonl | tail -1)
+    first=$(losses stage1/metrics.jsonl | sed -n 1p) last=$(losses stage1/metrics.jsonl | tail -1)
     awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.9 * a) }' || fail "SupCon loss did not fall in bf16: $first -> $last"
     p1=$(grep '"test_precision_at_1"' stage1/metrics.jsonl | tail -1 | sed -E 's/.*"test_precision_at_1": ([-0-9.e]+).*/\1/')
     at_least "$p1" 0.8 || fail "precision@1 $p1 not above chance (0.1) by a margin"
@@ -118,7 +118,7 @@ log_every = 1
 INI
     run 2 "$mpigrad" train --config fp16.ini --train.out_dir=full > full.txt 2>&1 || { cat full.txt; fail "fp16 run failed"; }
     grep -q "fp16 loss scale 65536 (0 clean steps toward growth, 0 skipped)" full.txt || { cat full.txt; fail "no starting scale line"; }
-    first=$(losses full/metrics.jsonl | head -1) last=$(losses full/metrics.jsonl | tail -1)
+    first=$(losses full/metrics.jsonl | sed -n 1p) last=$(losses full/metrics.jsonl | tail -1)
     awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.9 * a) }' || fail "fp16 loss did not fall: $first -> $last"
     accuracy=$(final_accuracy full.txt)
     at_least "$accuracy" 0.8 || fail "fp16 accuracy $accuracy not above chance (0.1) by a margin"

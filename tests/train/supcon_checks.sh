@@ -53,7 +53,7 @@ case "$check" in
     run 2 "$mpigrad" train --config supcon.ini > stage1.txt 2>&1 || { cat stage1.txt; fail "supcon failed"; }
     grep -q "stage supcon" stage1.txt || fail "no stage line"
     grep -q "training augmentations: crop:2,flip,noise:0.05" stage1.txt || fail "augmentations not reported"
-    first=$(losses stage1/metrics.jsonl | head -1) last=$(losses stage1/metrics.jsonl | tail -1)
+    first=$(losses stage1/metrics.jsonl | sed -n 1p) last=$(losses stage1/metrics.jsonl | tail -1)
     awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.9 * a) }' || fail "SupCon loss did not fall: $first -> $last"
     [ "$(grep -c '"test_precision_at_1"' stage1/metrics.jsonl)" -eq 3 ] || fail "expected 3 retrieval evaluations"
     p1=$(last_metric stage1/metrics.jsonl test_precision_at_1) map=$(last_metric stage1/metrics.jsonl test_map_at_r)

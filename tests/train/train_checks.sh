@@ -40,7 +40,7 @@ case "$check" in
       [[ $line =~ $step_line || $line =~ $eval_line ]] || fail "malformed metrics line: $line"
     done < out/metrics.jsonl
     [ "$(grep -c '"test_accuracy"' out/metrics.jsonl)" -eq 2 ] || fail "expected 2 evaluations"
-    first=$(losses out/metrics.jsonl | head -1) last=$(losses out/metrics.jsonl | tail -1)
+    first=$(losses out/metrics.jsonl | sed -n 1p) last=$(losses out/metrics.jsonl | tail -1)
     awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.5 * a) }' || fail "loss did not fall: $first -> $last"
     for f in config.ini ckpt-epoch1.h5 ckpt-epoch2.h5 last.h5; do [ -s "out/$f" ] || fail "missing out/$f"; done
     ls out | grep -q '\.tmp' && fail "temporary file left in out/"
