@@ -400,7 +400,11 @@ std::string CudnnBackend::mixed_precision_kernels(DType operand) {
     });
     probe = mixed_probes_.emplace(operand, verdict).first;
   }
-  const std::string version = std::to_string(cudnnGetVersion());
+  // cuDNN 9 numbers its versions major * 10000 + minor * 100 + patch.
+  const size_t number = cudnnGetVersion();
+  const std::string version = std::to_string(number / 10000) + "." +
+                              std::to_string(number / 100 % 100) + "." +
+                              std::to_string(number % 100);
   if (!probe->second.empty()) {
     return text + "; convolution widened to float32: cuDNN " + version +
            " cannot run it in 16 bits here (" + probe->second + ")";
