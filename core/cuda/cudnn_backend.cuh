@@ -186,10 +186,16 @@ class CudnnBackend final : public CudaBackend {
   std::mutex handle_mutex_;
   cudnnHandle_t handle_ = nullptr;
   std::map<std::tuple<int, std::array<int64_t, 16>>, std::unique_ptr<ConvPlan>> conv_plans_;
-  // Per 16-bit dtype: the probe's verdict ("" = cuDNN ran it) and the first reason any shape was
-  // widened; under mixed_mutex_, which may be held while taking the handle's, never the reverse.
+  // Per 16-bit dtype: the probe's verdict (`error` "" when cuDNN ran all three directions, and
+  // how many of those took a tensor-op math type) and the first reason any shape was widened;
+  // under mixed_mutex_, which may be held while taking the handle's, never the reverse.
+  struct MixedProbe {
+    std::string error;
+    int64_t tensor_op_calls = 0;
+  };
   std::mutex mixed_mutex_;
-  std::map<DType, std::string> mixed_probes_, mixed_widened_;
+  std::map<DType, MixedProbe> mixed_probes_;
+  std::map<DType, std::string> mixed_widened_;
 };
 
 }  // namespace mpigrad::core::cuda_detail

@@ -382,6 +382,7 @@ std::string CudnnBackend::mixed_precision_kernels(DType operand) {
     g.stride_h = g.stride_w = g.dilation_h = g.dilation_w = 1;
     g.pad_h = g.pad_w = 1;
     const int64_t elements = 2 * 16 * 8 * 8, weights = 16 * 16 * 3 * 3;
+    const int64_t tensor_op_before = mixed_tensor_op_calls.load();
     std::string verdict = launch(device(), [&] {
       const size_t half = element_size(operand);
       Scratch x(caching_allocator(), size_t(elements) * half);
@@ -398,19 +399,24 @@ std::string CudnnBackend::mixed_precision_kernels(DType operand) {
       }
       return error;
     });
-    probe = mixed_probes_.emplace(operand, verdict).first;
+    probe =
+        mixed_probes_
+            .emplace(operand, MixedProbe{verdict, mixed_tensor_op_calls.load() - tensor_op_before})
+            .first;
   }
   // cuDNN 9 numbers its versions major * 10000 + minor * 100 + patch.
   const size_t number = cudnnGetVersion();
   const std::string version = std::to_string(number / 10000) + "." +
                               std::to_string(number / 100 % 100) + "." +
                               std::to_string(number % 100);
-  if (!probe->second.empty()) {
+  if (!probe->second.error.empty()) {
     return text + "; convolution widened to float32: cuDNN " + version +
-           " cannot run it in 16 bits here (" + probe->second + ")";
+           " cannot run it in 16 bits here (" + probe->second.error + ")";
   }
   text += "; convolution on cuDNN " + version + " in " + std::string(dtype_name(operand)) +
-          " with fp32 compute and tensor-op math, its 16-bit result widened to float32";
+          " with fp32 compute and tensor-op math allowed (" +
+          std::to_string(probe->second.tensor_op_calls) +
+          " of a probe's 3 calls took it), its 16-bit result widened to float32";
   const auto widened = mixed_widened_.find(operand);
   if (widened != mixed_widened_.end()) {
     text += " (some shapes widened to float32 first: " + widened->second + ")";
