@@ -22,7 +22,6 @@
 // fp32 result. That rounds each result once to 16 bits, as torch's autocast convolution (whose
 // output is 16-bit) does too. A shape for which cuDNN runs nothing (an older GPU or cuDNN without
 // that configuration) is widened to fp32 instead, with one warning per dtype and process.
-#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdio>
