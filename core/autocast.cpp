@@ -4,9 +4,9 @@
 #include <memory>
 #include <tuple>
 
+#include "mpigrad/core/backend.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/ops/op_support.h"
-#include "mpigrad/kernels/matmul.h"
 
 namespace mpigrad::core {
 namespace {
@@ -111,11 +111,7 @@ Tensor autocast_operand(const Tensor& t, DType dtype) {
 }
 
 std::string autocast_kernels(DType dtype, Device device) {
-  if (!device.is_cpu()) {
-    return "cuBLAS with fp32 compute on the tensor cores; convolution widened to float32 for cuDNN";
-  }
-  if (dtype == kFloat16) return "fp32 conversion + sgemm: these CPUs have no fp16 dot product";
-  return kernels::cpu::bf16_gemm_path();
+  return backend_for(device).mixed_precision_kernels(dtype);
 }
 
 AutocastCacheStats autocast_cache_stats() {

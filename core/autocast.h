@@ -5,9 +5,9 @@
 // marks LowPrecision (matmul, and so Linear; conv2d) consult autocast_dtype_for() themselves, so
 // every caller - layers, the ONNX importer's graphs - follows it without knowing about it. Such an
 // op reads its float32 operands as BFloat16 or Float16, multiplies on the backend's 16-bit path
-// (oneDNN's AVX512-BF16 kernels, cuBLAS tensor cores) summing in fp32, and returns float32; its
-// backward does the same for both products. Everything else (normalization, softmax, losses,
-// reductions, the optimizer) therefore sees float32 and stays float32. Master weights stay
+// (oneDNN's AVX512-BF16 kernels, cuBLAS and cuDNN on the tensor cores) summing in fp32, and returns
+// float32; its backward does the same for both products. Everything else (normalization, softmax,
+// losses, reductions, the optimizer) therefore sees float32 and stays float32. Master weights stay
 // float32: autocast_operand() caches the 16-bit copy of a parameter per version of its storage,
 // and since an optimizer step bumps that version, a parameter is cast once per step however
 // many times (micro-batches, shared layers) it is used.
@@ -65,8 +65,10 @@ std::optional<DType> autocast_dtype_for(std::string_view op,
 // the copy kept; others are cast every time.
 Tensor autocast_operand(const Tensor& t, DType dtype);
 
-// Which kernels run the 16-bit products in `dtype` on `device`, for the run's log (the CPU says
-// whether it found AVX512-BF16).
+// Which kernels run the 16-bit products in `dtype` on `device`, for the run's log: the device's
+// backend says (Backend::mixed_precision_kernels). The CPU says whether it found AVX512-BF16;
+// CUDA with cuDNN tries a small convolution in `dtype` once and says whether cuDNN ran it or the
+// convolutions will be widened to float32. Throws, as backend_for does, for a device not visible.
 std::string autocast_kernels(DType dtype, Device device);
 
 // Casts made and cache hits since the last reset, for tests and logs.

@@ -233,6 +233,12 @@ class CpuBackend final : public Backend {
                   double beta, float* c) override {
     kernels::cpu::gemm_mixed(operand, shape, alpha, a, b, beta, c);
   }
+  std::string mixed_precision_kernels(DType operand) override {
+    if (operand == DType::Float16) {
+      return "fp32 conversion + sgemm: these CPUs have no fp16 dot product";
+    }
+    return kernels::cpu::bf16_gemm_path();
+  }
   void softmax_forward(bool log, DType dtype, int64_t rows, int64_t cols, void* out,
                        const void* in) override {
     kernels::cpu::softmax_forward(log, dtype, rows, cols, out, in);
@@ -448,6 +454,11 @@ void Backend::gemm_mixed(DType operand, const GemmShape& s, double alpha, const 
                     span_of(s.batch, s.batch_stride_b, s.transpose_b ? s.n : s.k,
                             s.transpose_b ? s.k : s.n, s.ldb));
   gemm(DType::Float32, s, alpha, a32.get(), b32.get(), beta, c);
+}
+
+std::string Backend::mixed_precision_kernels(DType operand) {
+  return std::string("16-bit ") + dtype_name(operand) +
+         " operands widened to float32 for this backend's fp32 kernels";
 }
 
 void Backend::conv2d_forward_mixed(DType operand, const Conv2dShape& s, const void* x,

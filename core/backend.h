@@ -75,6 +75,9 @@ class Backend {
   // fast nowhere; the CPU (oneDNN, AVX512-BF16) and CUDA (cuBLAS tensor cores) backends override.
   virtual void gemm_mixed(DType operand, const GemmShape& shape, double alpha, const void* a,
                           const void* b, double beta, float* c);
+  // Which kernels the *_mixed calls run on for `operand`, in words, for the run's log
+  // (core/autocast.h autocast_kernels); a backend that would widen says so.
+  virtual std::string mixed_precision_kernels(DType operand);
   virtual void softmax_forward(bool log, DType dtype, int64_t rows, int64_t cols, void* out,
                                const void* in) = 0;
   virtual void softmax_backward(bool log, DType dtype, int64_t rows, int64_t cols, void* grad_in,
@@ -118,7 +121,8 @@ class Backend {
   // The same three in mixed precision (core/autocast.h): x, w and grad_y of `operand` (BFloat16
   // or Float16), y, grad_x and grad_w Float32, accumulated in fp32. The default widens the 16-bit
   // operands to fp32 and calls the fp32 kernels; the CPU backend overrides it with im2col in
-  // 16 bits and gemm_mixed.
+  // 16 bits and gemm_mixed, the cuDNN one with cuDNN's 16-bit convolutions (whose result is
+  // rounded to `operand` before it is widened: cuDNN writes y in the dtype of x and w).
   virtual void conv2d_forward_mixed(DType operand, const Conv2dShape& shape, const void* x,
                                     const void* w, float* y);
   virtual void conv2d_backward_data_mixed(DType operand, const Conv2dShape& shape,

@@ -76,17 +76,20 @@ std::string blas_core_warning() {
          " in the environment before starting the program.";
 }
 
+bool launcher_rank_zero() {
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (rank == nullptr) rank = std::getenv("PMI_RANK");
+  if (rank == nullptr) rank = std::getenv("SLURM_PROCID");
+  return rank == nullptr || std::strcmp(rank, "0") == 0;
+}
+
 void initialize_cpu_runtime() {
   static std::once_flag once;
   std::call_once(once, [] {
     set_num_threads(default_num_threads());
-    // Once per job, not once per rank: only the launcher's rank 0 (or a lone process) speaks.
-    const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
-    if (rank == nullptr) rank = std::getenv("PMI_RANK");
-    if (rank == nullptr) rank = std::getenv("SLURM_PROCID");
-    bool main_process = rank == nullptr || std::strcmp(rank, "0") == 0;
+    // Once per job, not once per rank.
     std::string warning = blas_core_warning();
-    if (main_process && !warning.empty()) std::fprintf(stderr, "%s\n", warning.c_str());
+    if (launcher_rank_zero() && !warning.empty()) std::fprintf(stderr, "%s\n", warning.c_str());
   });
 }
 

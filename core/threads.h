@@ -21,6 +21,11 @@ std::string blas_core_name();
 // The warning text when BLAS runs a generic kernel on a CPU with AVX-512 or AVX2, else "".
 std::string blas_core_warning();
 
+// True in the launcher's rank 0 (Open MPI, MPICH/Hydra, Slurm), or in a process started without
+// a launcher: the one process of a job that prints the once-per-job warnings of core, which runs
+// before (or without) any communicator.
+bool launcher_rank_zero();
+
 // Applies the thread count and prints the BLAS warning once per process; idempotent. Called by
 // the CPU backend on first use, so programs need not call it.
 void initialize_cpu_runtime();

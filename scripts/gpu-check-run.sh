@@ -14,15 +14,17 @@
 # device-to-device copy, GEMM against cuBLAS in fp32, bf16 and fp16), an embedded model's step
 # replayed from a CUDA graph against the same step run as usual (the time ratio), the main job's
 # CNN loaded from ONNX for one epoch on cuda:0, the main job's
-# Fashion-MNIST CNN for 3 epochs on cuda:0 (test accuracy, samples/s), and the same model, batch
-# and optimizer in PyTorch eager and torch.compile. Every step's log and OUTDIR/summary.json
+# Fashion-MNIST CNN for 3 epochs on cuda:0 (test accuracy, samples/s), the same CNN for one epoch
+# each in fp32, bf16 and fp16 (autocast: cuBLAS and cuDNN in 16 bits; samples/s against fp32),
+# and the same model, batch and optimizer in PyTorch eager, eager under torch.autocast in bf16
+# and fp16 (GradScaler for fp16), and torch.compile. Every step's log and OUTDIR/summary.json
 # (rewritten after each step, so a run cut short still leaves one) end up in OUTDIR.
 # Exit status: 0 all passed, 1 something failed, 2 no GPU visible.
 set -uo pipefail
 
 bundle=$(cd "$(dirname "$(readlink -f "$0")")" && pwd)
 if [ $# -ne 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
-  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 fi
 mkdir -p "$1" || exit 1
@@ -67,6 +69,8 @@ devices_text=""
 lib_dirs_text=""
 train_accuracy=""
 train_rate=""
+# Autocast: one epoch per precision, "samples/s accuracy" each (amp_rate fp32 etc.).
+declare -A amp_rate=() amp_accuracy=()
 write_summary() {
   local steps="" step problems="" problem
   for step in "${steps_json[@]}"; do steps+="${steps:+,}$step"; done
@@ -84,6 +88,22 @@ write_summary() {
   local eager_ratio compile_ratio
   eager_ratio=$(ratio "$train_rate" "$torch_eager")
   compile_ratio=$(ratio "$train_rate" "$torch_compile")
+  # Autocast: each precision's samples/s over fp32's (same length of run), and over torch's
+  # eager run in the same precision (fp32: plain eager; bf16, fp16: eager under torch.autocast).
+  local amp="" precision torch_rate torch_key
+  for precision in fp32 bf16 fp16; do
+    torch_key=amp_${precision}_samples_per_s
+    [ "$precision" = fp32 ] && torch_key=eager_samples_per_s
+    torch_rate=$(sed -n "s/.*\"$torch_key\": *\([0-9.eE+-]*\).*/\1/;T;p;q" "$out/torch.json" \
+      2>/dev/null)
+    amp+="${amp:+,
+          }\"$precision\": {\"samples_per_s\": $(json_number "${amp_rate[$precision]:-}"),"
+    amp+=" \"test_accuracy\": $(json_number "${amp_accuracy[$precision]:-}"),"
+    local rate=${amp_rate[$precision]:-}
+    amp+=" \"vs_fp32\": $(json_number "$(ratio "$rate" "${amp_rate[fp32]:-}")"),"
+    amp+=" \"torch_samples_per_s\": $(json_number "$torch_rate"),"
+    amp+=" \"mpigrad_vs_torch\": $(json_number "$(ratio "$rate" "$torch_rate")")}"
+  done
   cat >"$out/summary.json.tmp" <<EOF
 {
   "status": $(json_string "$status"),
@@ -101,6 +121,7 @@ write_summary() {
   "cuda_graphs": $(json_file "$out/bench_cuda_graphs.json"),
   "train": {"test_accuracy": $(json_number "$train_accuracy"),
             "samples_per_s": $(json_number "$train_rate")},
+  "amp": {$amp},
   "torch": $(json_file "$out/torch.json"),
   "ratios": {"mpigrad_vs_torch_eager_samples_per_s": $(json_number "$eager_ratio"),
              "mpigrad_vs_torch_compile_samples_per_s": $(json_number "$compile_ratio")}
@@ -330,7 +351,8 @@ run_step() {
   local outcome='^\[doctest\] test cases:|test cases (skipped|not run|cannot run)|cannot run'
   outcome+='|mpigrad train: (done|error)'
   detail=$(grep -E "$outcome" "$out/$name.log" | tail -1)
-  [ "$name" != torch ] || detail=$(grep -E '^torch (eager|compile)' "$out/$name.log" | tr '\n' ';')
+  [ "$name" != torch ] ||
+    detail=$(grep -E '^torch (eager|amp_bf16|amp_fp16|compile)' "$out/$name.log" | tr '\n' ';')
   [ -n "$detail" ] || detail=$(grep -v '^[[:space:]]*$' "$out/$name.log" | tail -1)
   detail=${detail:0:400}
   local seconds
@@ -363,6 +385,18 @@ train_line=$(grep '^mpigrad train: done' "$out/train.log" 2>/dev/null | tail -1)
 train_rate=$(printf '%s' "$train_line" | sed -n 's/.*throughput \([0-9.]*\) samples\/s.*/\1/p')
 train_accuracy=$(printf '%s' "$train_line" | sed -n 's/.*test accuracy \([0-9.]*\).*/\1/p')
 write_summary
+# Autocast (issue 24): the same CNN for one epoch in each precision, fp32 first as the baseline.
+for precision in fp32 bf16 fp16; do
+  run_step "amp_$precision" 40 env MPIGRAD_DEVICE=cuda:0 mpirun -np 1 "$bundle/bin/mpigrad" train \
+    "${train_args[@]}" "--train.precision=$precision" --train.epochs=1 \
+    "--train.out_dir=$out/amp_$precision"
+  amp_line=$(grep '^mpigrad train: done' "$out/amp_$precision.log" 2>/dev/null | tail -1)
+  amp_rate[$precision]=$(printf '%s' "$amp_line" |
+    sed -n 's/.*throughput \([0-9.]*\) samples\/s.*/\1/p')
+  amp_accuracy[$precision]=$(printf '%s' "$amp_line" |
+    sed -n 's/.*test accuracy \([0-9.]*\).*/\1/p')
+  write_summary
+done
 
 # PyTorch: the python that has torch and h5py, without the bundle's libraries in its way.
 torch_python=""
@@ -375,10 +409,11 @@ done
 if [ -n "$torch_python" ]; then
   # The script's own limit leaves the step's timeout room for importing torch.
   left=$((budget - $(elapsed) - 30))
-  run_step torch 110 env -u LD_LIBRARY_PATH "$torch_python" \
+  run_step torch 130 env -u LD_LIBRARY_PATH "$torch_python" \
     "$bundle/benchmarks/torch_fashion_mnist.py" \
     --train "$data/train-00000-of-00002.h5,$data/train-00001-of-00002.h5" --test "$data/test.h5" \
-    --epochs 3 --json "$out/torch.json" --time-limit "$((left < 80 ? left : 80))"
+    --epochs 3 --amp-epochs 1 --modes eager,amp_bf16,amp_fp16,compile \
+    --json "$out/torch.json" --time-limit "$((left < 100 ? left : 100))"
 else
   steps_json+=("{\"name\": \"torch\", \"status\": \"not run\", \"detail\":\
  $(json_string "no python3 with torch and h5py (tried ${pythons[*]-none})")}")

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The main job's Fashion-MNIST CNN in PyTorch on one GPU, eager and torch.compile (optional).
+"""The main job's Fashion-MNIST CNN in PyTorch on one GPU: eager, eager under torch.autocast in
+bf16 and fp16, and torch.compile (optional).
 
 The same model as examples/fashion_mnist_cnn.ini builds in mpigrad (nn/models.cpp make_cnn: two
 blocks of conv 3x3 pad 1, BatchNorm, ReLU, max-pool 2, then Linear 1568-128, ReLU, Linear 128-10),
@@ -8,19 +9,29 @@ warmup for 100 steps, then cosine to 0) and input normalization, trained for the
 epochs on the same HDF5 files (read with h5py), reshuffled every epoch (whole batches only: 937
 steps per epoch where mpigrad takes 938). The data are put on the GPU
 once, as uint8, and each batch is normalized there: PyTorch at its best, not a copy of mpigrad's
-host pipeline. Prints one line per mode and, with --json, writes
+host pipeline. The modes (--modes, in order):
 
-    {"device": ..., "torch": ..., "eager": {...}, "compile": {...},
-     "eager_samples_per_s": ..., "compile_samples_per_s": ...}
+    eager      fp32
+    amp_bf16   eager, forward and loss under torch.autocast("cuda", torch.bfloat16)
+    amp_fp16   eager, under torch.autocast("cuda", torch.float16), with torch.amp.GradScaler
+    compile    fp32, the step under torch.compile
+
+The amp modes train for --amp-epochs (mpigrad's autocast runs in the GPU check are one epoch
+each), against which mpigrad's bf16 and fp16 runs are set. Prints one line per mode and, with
+--json, writes
+
+    {"device": ..., "torch": ..., "eager": {...}, "amp_bf16": {...}, "amp_fp16": {...},
+     "compile": {...}, "eager_samples_per_s": ..., "amp_bf16_samples_per_s": ..., ...}
 
 where each mode has samples_per_s (over the timed epochs, after a warm-up that for compile
 includes the compilation), test_accuracy, epochs and steps, and compile has compile_seconds. A
-mode that fails records its error instead and the other still runs. Used by scripts/gpu-check.sh's
+mode that fails records its error instead and the others still run. Used by scripts/gpu-check.sh's
 run.sh; needs torch, h5py and numpy.
 
     python3 torch_fashion_mnist.py --train a.h5,b.h5 --test test.h5 [--epochs 3] [--json out.json]
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -73,18 +84,44 @@ def normalize(x_uint8):
     return (x_uint8.float() / 255.0 - MEAN) / STD
 
 
+AUTOCAST_DTYPES = {"amp_bf16": torch.bfloat16, "amp_fp16": torch.float16}
+
+
 def run_mode(mode, train, test, epochs, device, time_limit, seed):
     torch.manual_seed(seed)
     model = build_model().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM,
                                 weight_decay=WEIGHT_DECAY)
     loss_fn = nn.CrossEntropyLoss()
+    autocast_dtype = AUTOCAST_DTYPES.get(mode)
+
+    def autocast():
+        if autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device.type, dtype=autocast_dtype)
+
+    # fp16 needs loss scaling, as mpigrad's precision = fp16 does (both start at 2^16).
+    scaler = None
+    if mode == "amp_fp16":
+        scaler = (torch.amp.GradScaler(device.type) if hasattr(torch.amp, "GradScaler")
+                  else torch.cuda.amp.GradScaler())
 
     def step(x, y):
         optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(normalize(x)), y)
-        loss.backward()
+        with autocast():
+            loss = loss_fn(model(normalize(x)), y)
+        if scaler is None:
+            loss.backward()
+        else:
+            scaler.scale(loss).backward()
         return loss
+
+    def optimizer_step():
+        if scaler is None:
+            optimizer.step()
+        else:
+            scaler.step(optimizer)
+            scaler.update()
 
     step_fn = torch.compile(step) if mode == "compile" else step
     x_train, y_train = train
@@ -104,7 +141,7 @@ def run_mode(mode, train, test, epochs, device, time_limit, seed):
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(steps, total)
             step_fn(x_train[index], y_train[index])
-            optimizer.step()
+            optimizer_step()
             steps += 1
             if steps == 1 and mode == "compile":
                 synchronize(device)
@@ -124,7 +161,7 @@ def run_mode(mode, train, test, epochs, device, time_limit, seed):
     model.eval()
     correct = 0
     x_test, y_test = test
-    with torch.no_grad():
+    with torch.no_grad(), autocast():
         for first in range(0, x_test.shape[0], 1000):
             logits = model(normalize(x_test[first:first + 1000]))
             correct += int((logits.argmax(1) == y_test[first:first + 1000]).sum())
@@ -145,7 +182,9 @@ def main():
     parser.add_argument("--test", required=True)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--device", default="cuda:0")
-    parser.add_argument("--modes", default="eager,compile")
+    parser.add_argument("--amp-epochs", type=int, default=1,
+                        help="epochs of the amp_bf16 and amp_fp16 modes")
+    parser.add_argument("--modes", default="eager,amp_bf16,amp_fp16,compile")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--time-limit", type=float, default=100.0,
                         help="seconds for everything after the imports (loading the data, all "
@@ -160,15 +199,21 @@ def main():
     train = load(args.train.split(","), device)
     test = load([args.test], device)
     modes = [m for m in args.modes.split(",") if m]
+    unknown = [m for m in modes if m not in ("eager", "compile", *AUTOCAST_DTYPES)]
+    if unknown:
+        parser.error(f"unknown mode(s) {','.join(unknown)}: choose from eager, amp_bf16, "
+                     "amp_fp16, compile")
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     report = {"device": name, "torch": torch.__version__}
     failed = False
     for i, mode in enumerate(modes):
-        # Eager needs little; compile gets what is left, less a margin for the test pass.
+        # The eager modes need little; compile (or the last mode) gets what is left, less a
+        # margin for the test pass.
         left = args.time_limit - (time.perf_counter() - STARTED)
-        share = left * 0.3 if (mode == "eager" and i + 1 < len(modes)) else left - 5
+        share = left * 0.3 if (mode != "compile" and i + 1 < len(modes)) else left - 5
+        epochs = args.amp_epochs if mode in AUTOCAST_DTYPES else args.epochs
         try:
-            result = run_mode(mode, train, test, args.epochs, device, share, args.seed)
+            result = run_mode(mode, train, test, epochs, device, share, args.seed)
             rate = result["samples_per_s"]
             print(f"torch {mode}: {rate:.0f} samples/s, test accuracy "
                   f"{result['test_accuracy']:.4f} after {result['steps']} of "

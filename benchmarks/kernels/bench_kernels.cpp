@@ -5,7 +5,9 @@
 // read and write, divided by the time) is reported beside the device-to-device cudaMemcpy
 // bandwidth measured the same way in the same run, and as a fraction of it. matmul reports
 // TFLOP/s through mpigrad against cuBLAS called directly with the same settings, in fp32 (no
-// TF32), bf16 and fp16, each accumulating in fp32.
+// TF32), bf16 and fp16, each accumulating in fp32. conv2d (forward and both backward products of
+// one 3x3 layer) reports TFLOP/s in fp32 (cuDNN, FMA math, no TF32) and under autocast in bf16 and
+// fp16 (cuDNN's 16-bit configurations, tensor-op math), each as a ratio to fp32 in this run.
 //
 //   mpigrad-bench-kernels [--json FILE] [--iterations N]
 //
@@ -18,10 +20,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/bench_util.h"
+#include "mpigrad/core/autocast.h"
 #include "mpigrad/core/cuda.h"
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/linalg.h"
@@ -30,6 +34,7 @@
 #include "mpigrad/core/rng.h"
 #include "mpigrad/core/stream.h"
 #include "mpigrad/kernels/cross_entropy.h"
+#include "mpigrad/nn/functional/conv.h"
 
 namespace {
 
@@ -236,6 +241,45 @@ int main(int argc, char** argv) {
       }
     }
     check(cublasDestroy(handle), "cublasDestroy");
+
+    {  // conv2d, 3x3 with padding 1, 256 -> 256 channels on 64 x 28 x 28 (a ResNet stage's
+       // shape): forward, backward data and backward filter through autograd, the 16-bit runs
+       // including autocast's casts of x and of the gradient (the weight's is cached per step).
+      Tensor x = randn({64, 256, 28, 28}, generator, TensorOptions().device(kGpu));
+      Tensor w = randn({256, 256, 3, 3}, generator, TensorOptions().device(kGpu)) * (1.0 / 48.0);
+      x.set_requires_grad(true);
+      w.set_requires_grad(true);
+      Tensor grad_y = randn({64, 256, 28, 28}, generator, TensorOptions().device(kGpu));
+      mpigrad::nn::functional::Conv2dOptions options;
+      options.padding = {1, 1};
+      const double flops = 3.0 * 2.0 * 64 * 256 * 256 * 9 * 28 * 28;
+      double fp32_ms = 0;
+      for (const std::optional<DType> low :
+           {std::optional<DType>(), std::optional<DType>(kBFloat16),
+            std::optional<DType>(kFloat16)}) {
+        const double ms = time_ms(
+            [&] {
+              x.set_grad(Tensor());
+              w.set_grad(Tensor());
+              Tensor y;
+              {
+                AutocastGuard autocast(low);
+                y = mpigrad::nn::functional::conv2d(x, w, Tensor(), options);
+              }
+              y.backward(grad_y);
+            },
+            10);
+        const std::string tag = !low ? "f32" : *low == kBFloat16 ? "bf16" : "f16";
+        results.add("conv2d_" + tag + "_tflops", flops / (ms * 1e-3) / 1e12, "TFLOP/s",
+                    "3x3, 64x256x28x28, forward + both backward");
+        if (!low) {
+          fp32_ms = ms;
+        } else {
+          results.add("conv2d_" + tag + "_over_f32", fp32_ms / ms, "ratio",
+                      "speed-up of autocast over fp32 (cuDNN)");
+        }
+      }
+    }
 
     results.print();
     if (!json_path.empty() && !results.write_json(json_path)) {

@@ -66,16 +66,24 @@ class AlgorithmPlan {
   // listing each failure.
   template <typename What, typename Attempt>
   const AlgorithmChoice& run(const What& what, Attempt&& attempt) {
-    while (!exhausted()) {
-      const std::string error = attempt(current());
-      if (error.empty()) return current();
-      fall_back(error);
-    }
+    if (const AlgorithmChoice* ran = try_run(attempt)) return *ran;
     if constexpr (std::is_invocable_v<const What&>) {
       core::fail(what(), ": no algorithm could run (", describe(), ")");
     } else {
       core::fail(what, ": no algorithm could run (", describe(), ")");
     }
+  }
+
+  // As run(), but when every one fails returns null instead of throwing (describe() says why):
+  // for a caller that has another way to compute, as the 16-bit convolutions do.
+  template <typename Attempt>
+  const AlgorithmChoice* try_run(Attempt&& attempt) {
+    while (!exhausted()) {
+      const std::string error = attempt(current());
+      if (error.empty()) return &current();
+      fall_back(error);
+    }
+    return nullptr;
   }
 
   // What was dropped or failed so far, "; "-separated; "no algorithm suggested" when empty.
@@ -105,6 +113,11 @@ struct ConvAlgorithmStats {
   int64_t plans = 0;
   int64_t heuristic_queries = 0;
   int64_t fallbacks = 0;
+  // The 16-bit (autocast) convolutions: calls cuDNN ran, how many of those on an algorithm whose
+  // math type lets it use the tensor cores, and calls widened to fp32 because cuDNN could not.
+  int64_t mixed_calls = 0;
+  int64_t mixed_tensor_op_calls = 0;
+  int64_t mixed_widened_calls = 0;
 };
 ConvAlgorithmStats cudnn_conv_algorithm_stats();
 

@@ -152,6 +152,11 @@ void CudaBackend::gemm_mixed(DType operand, const GemmShape& shape, double alpha
   });
 }
 
+std::string CudaBackend::mixed_precision_kernels(DType operand) {
+  return std::string("cuBLAS with ") + dtype_name(operand) +
+         " operands and fp32 compute on the tensor cores";
+}
+
 void CudaBackend::softmax_forward(bool log, DType dtype, int64_t rows, int64_t cols, void* out,
                                   const void* in) {
   launch(device_,

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <exception>
 #include <mutex>
+#include <string>
 #include <utility>
 
 #include "mpigrad/core/backend.h"
@@ -96,10 +97,11 @@ class CudaBackend : public Backend {
               int64_t* indices, const void* in) override;
   void gemm(DType dtype, const GemmShape& shape, double alpha, const void* a, const void* b,
             double beta, void* c) override;
-  // cuBLAS with 16-bit operands and fp32 output: tensor cores. Convolution keeps the base
-  // class's widening default (cuDNN in fp32).
+  // cuBLAS with 16-bit operands and fp32 output: tensor cores. (CudnnBackend runs the 16-bit
+  // convolutions.)
   void gemm_mixed(DType operand, const GemmShape& shape, double alpha, const void* a, const void* b,
                   double beta, float* c) override;
+  std::string mixed_precision_kernels(DType operand) override;
   void softmax_forward(bool log, DType dtype, int64_t rows, int64_t cols, void* out,
                        const void* in) override;
   void softmax_backward(bool log, DType dtype, int64_t rows, int64_t cols, void* grad_in,

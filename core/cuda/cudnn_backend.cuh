@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <tuple>
 
 #include "mpigrad/core/cuda/algorithm_plan.h"
@@ -91,18 +92,22 @@ inline Scale scale(double value) {
 }
 
 // A dense NCHW descriptor.
-inline void set_nchw(const TensorDescriptor& desc, DType dtype, int64_t n, int64_t c, int64_t h,
-                     int64_t w, const char* op, int device) {
+inline void set_nchw(const TensorDescriptor& desc, cudnnDataType_t type, int64_t n, int64_t c,
+                     int64_t h, int64_t w, const char* op, int device) {
   MPIGRAD_CHECK(n <= INT32_MAX && c <= INT32_MAX && h <= INT32_MAX && w <= INT32_MAX, op,
                 ": tensor dims exceed cuDNN's int range");
-  MPIGRAD_CUDNN_CHECK(
-      cudnnSetTensor4dDescriptor(desc.get(), CUDNN_TENSOR_NCHW, cudnn_dtype(dtype, op), int(n),
-                                 int(c), int(h), int(w)),
-      device);
+  MPIGRAD_CUDNN_CHECK(cudnnSetTensor4dDescriptor(desc.get(), CUDNN_TENSOR_NCHW, type, int(n),
+                                                 int(c), int(h), int(w)),
+                      device);
+}
+inline void set_nchw(const TensorDescriptor& desc, DType dtype, int64_t n, int64_t c, int64_t h,
+                     int64_t w, const char* op, int device) {
+  set_nchw(desc, cudnn_dtype(dtype, op), n, c, h, w, op, device);
 }
 
 // The descriptors of one convolution, and per direction (forward, backward data, backward
-// filter) the algorithm plan built on its first call (core/cuda/cudnn_conv.cpp).
+// filter) the algorithm plan built on its first call (core/cuda/cudnn_conv.cpp). A BFloat16 or
+// Float16 plan is autocast's: 16-bit x, w and y, computed in float32.
 struct ConvPlan {
   TensorDescriptor x, y;
   FilterDescriptor w;
@@ -122,6 +127,19 @@ class CudnnBackend final : public CudaBackend {
                             const void* w, void* grad_x) override;
   void conv2d_backward_filter(DType dtype, const Conv2dShape& shape, const void* x,
                               const void* grad_y, void* grad_w) override;
+  // Autocast's convolutions on cuDNN's 16-bit configurations (PSEUDO_BFLOAT16, PSEUDO_HALF:
+  // fp32 compute, tensor-op math), then the 16-bit result widened into the fp32 output. Where
+  // cuDNN can run no algorithm for a shape, that shape takes the base class's widening path and
+  // the job's log says so once per dtype.
+  void conv2d_forward_mixed(DType operand, const Conv2dShape& shape, const void* x, const void* w,
+                            float* y) override;
+  void conv2d_backward_data_mixed(DType operand, const Conv2dShape& shape, const void* grad_y,
+                                  const void* w, float* grad_x) override;
+  void conv2d_backward_filter_mixed(DType operand, const Conv2dShape& shape, const void* x,
+                                    const void* grad_y, float* grad_w) override;
+  // cuBLAS's part, and whether a small probe convolution in `operand` ran on cuDNN (once per
+  // dtype) or anything so far fell back to widening.
+  std::string mixed_precision_kernels(DType operand) override;
   void pool2d_forward(Pool2dMode mode, DType dtype, const Pool2dGeometry& geometry, const void* x,
                       void* y, int64_t* indices) override;
   void pool2d_backward(Pool2dMode mode, DType dtype, const Pool2dGeometry& geometry, const void* x,
@@ -155,14 +173,29 @@ class CudnnBackend final : public CudaBackend {
 
   // Runs one direction of `shape` (0 forward, 1 backward data, 2 backward filter): `a` and `b`
   // are its inputs and `out` its output, in the order the cuDNN call of that direction takes
-  // them.
-  void conv_run(int direction, DType dtype, const Conv2dShape& shape, const void* a, const void* b,
-                void* out);
+  // them. Returns "" once an algorithm ran. When none can, throws, or with `may_fail` returns
+  // why (the plan remembers, so later calls of that shape return at once).
+  std::string conv_run(int direction, DType dtype, const Conv2dShape& shape, const void* a,
+                       const void* b, void* out, bool may_fail = false);
+  // The same in 16 bits into a scratch y, widened into `out` (`out_count` floats); false, after
+  // the once-per-dtype warning, when cuDNN could not run it and the caller should widen instead.
+  bool conv_run_mixed(int direction, DType operand, const Conv2dShape& shape, const void* a,
+                      const void* b, float* out, int64_t out_count);
   ConvPlan& conv_plan(const Conv2dShape& shape, DType dtype);  // under the lease
 
   std::mutex handle_mutex_;
   cudnnHandle_t handle_ = nullptr;
   std::map<std::tuple<int, std::array<int64_t, 16>>, std::unique_ptr<ConvPlan>> conv_plans_;
+  // Per 16-bit dtype: the probe's verdict (`error` "" when cuDNN ran all three directions, and
+  // how many of those took a tensor-op math type) and the first reason any shape was widened;
+  // under mixed_mutex_, which may be held while taking the handle's, never the reverse.
+  struct MixedProbe {
+    std::string error;
+    int64_t tensor_op_calls = 0;
+  };
+  std::mutex mixed_mutex_;
+  std::map<DType, MixedProbe> mixed_probes_;
+  std::map<DType, std::string> mixed_widened_;
 };
 
 }  // namespace mpigrad::core::cuda_detail

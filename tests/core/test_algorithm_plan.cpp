@@ -54,3 +54,24 @@ TEST_CASE("algorithm plan: when every algorithm fails, one error lists them all"
   CHECK_THROWS_WITH_AS(none.run("conv2d forward", always),
                        doctest::Contains("no algorithm suggested"), mpigrad::core::Error);
 }
+
+TEST_CASE("algorithm plan: try_run returns null where run throws, and tries nothing twice") {
+  AlgorithmPlan plan({{1, 1, 0}, {0, 3, 0}}, 1 << 20);
+  int calls = 0;
+  auto always = [&](const AlgorithmChoice& choice) {
+    ++calls;
+    return "CUDNN_STATUS_NOT_SUPPORTED for " + std::to_string(choice.algorithm);
+  };
+  CHECK(plan.try_run(always) == nullptr);
+  CHECK(calls == 2);
+  CHECK(plan.exhausted());
+  CHECK(plan.try_run(always) == nullptr);  // a 16-bit convolution's later calls widen at once
+  CHECK(calls == 2);
+  CHECK(
+      plan.describe().find("algorithm 1 (math type 1) failed: CUDNN_STATUS_NOT_SUPPORTED for 1") !=
+      std::string::npos);
+  AlgorithmPlan good({{7, 1, 0}}, 1 << 20);
+  const AlgorithmChoice* ran = good.try_run([](const AlgorithmChoice&) { return std::string(); });
+  REQUIRE(ran != nullptr);
+  CHECK(ran->algorithm == 7);
+}

@@ -95,13 +95,13 @@ rc=$?
 set -e
 summary=$work/pretend-out/summary.json
 [ "$rc" -eq 1 ] || fail "pretend GPU: exit status $rc, expected 1; output: $output"
-printf '%s\n' "$output" | tail -1 | grep -q '^gpu-check: 9 step(s) failed or did not run' ||
+printf '%s\n' "$output" | tail -1 | grep -q '^gpu-check: 12 step(s) failed or did not run' ||
   fail "pretend GPU: unexpected last line: $output"
 if command -v python3 >/dev/null; then
   python3 -m json.tool "$summary" >/dev/null || fail "pretend GPU: summary.json is not JSON"
 fi
 for step in cuda_tests nn_cuda_tests nccl_tests nccl_tests_mpirun bench_kernels bench_cuda_graphs \
-  train_onnx train torch; do
+  train_onnx train amp_fp32 amp_bf16 amp_fp16 torch; do
   grep -q "\"name\": \"$step\"" "$summary" || fail "pretend GPU: no step $step in summary.json"
 done
 if grep -qE '"exit_code": (134|139|124|137)' "$summary"; then
@@ -109,7 +109,12 @@ if grep -qE '"exit_code": (134|139|124|137)' "$summary"; then
 fi
 grep -q '"name": "train", "status": "failed".*MPIGRAD_DEVICE=cuda:0: cuda:0 is not available' \
   "$summary" || fail "pretend GPU: the training step does not report the missing GPU"
-echo "pretend GPU: all 9 steps ran and failed cleanly; summary.json records each"
+# The autocast runs' figures: one entry per precision, null where nothing was measured.
+for precision in fp32 bf16 fp16; do
+  grep -q "\"$precision\": {\"samples_per_s\": null, \"test_accuracy\": null, \"vs_fp32\": null" \
+    "$summary" || fail "pretend GPU: summary.json has no amp entry for $precision"
+done
+echo "pretend GPU: all 12 steps ran and failed cleanly; summary.json records each"
 
 # ---- The chroot, where allowed ----------------------------------------------------------------
 if [ "$(id -u)" -ne 0 ] || ! command -v chroot >/dev/null; then
