@@ -4,22 +4,34 @@
 //
 // A background thread per communicator wakes every few tens of milliseconds. If this rank has
 // been blocked in one collective for longer than the timeout, it asks every other rank, over a
-// separate control communicator, how many collectives it has started; their watchdog threads
-// answer even while their main thread sleeps, computes, or is stuck elsewhere. The report names
-// the operation, its sequence number and size, and the ranks that have not arrived (with where
-// they are, and their hosts), then MPI_Abort ends the job with a non-zero exit (abort_job in
-// mpi_handle.h, which also covers mpirun --enable-recovery). Ranks that answer are "alive": in
-// another collective ("waiting", on the gone ranks if there are any) or not in one. Ranks that
-// died, exited or cannot be reached never answer and are the only ones reported "gone". Every
-// rank in the report is a rank of
-// mpigrad's world (WorldRanks, communicator.h), this one with its host, never a rank of the
-// sub-communicator: an inter-node group of world ranks 1 and 3 reports 1 and 3, not 0 and 1.
+// separate control communicator, where it is; their watchdog threads answer even while their
+// main thread sleeps, computes, or is stuck elsewhere. The report names the operation, its
+// sequence number and size, and the ranks that have not arrived (with where they are, and their
+// hosts), then MPI_Abort ends the job with a non-zero exit (abort_job in mpi_handle.h, which also
+// covers mpirun --enable-recovery).
+//
+// What a rank that has not arrived is reported as:
+// - "gone (no answer ...)": it did not answer; only a process that died or exited, or a node
+//   that cannot be reached, stays silent.
+// - "alive, waiting in OP #k on communicator 'NAME' for N ms, on rank R on HOST (gone), ...":
+//   one such clause per collective the process is blocked in, on any of its communicators (a
+//   rank asked over the world may be blocked in the inter-node group, or in DDP's communication
+//   thread's communicator), because every watchdog of a process answers for all of them from one
+//   process-wide registry. Whom it waits for is known on the asking communicator from the
+//   answers themselves; on another one, from a probe: a watchdog whose rank has waited a quarter
+//   of the timeout asks its own communicator's ranks once which of them have not started that
+//   collective, and keeps the answer for such reports (the clause has no "on ..." before that).
+// - "alive, not in a collective; has started n collectives (needs k)".
+// Every rank in the report is a rank of mpigrad's world (WorldRanks, communicator.h), this one
+// with its host, never a rank of the sub-communicator: an inter-node group of world ranks 1 and
+// 3 reports 1 and 3, not 0 and 1.
 //
 // Asking other ranks while the main thread is inside MPI needs MPI_THREAD_MULTIPLE. With less,
 // the watchdog still aborts on timeout but reports only what this rank knows.
 //
 // Cost on the hot path: next_sequence() is one atomic increment, begin_wait()/end_wait() a few
-// relaxed atomic stores; no MPI call, no lock, no clock read.
+// relaxed atomic stores; no MPI call, no lock, no clock read. The registry is locked only when a
+// watchdog is created or destroyed and when one answers a query.
 #pragma once
 
 #include <cstdint>
