@@ -38,10 +38,12 @@ struct WaitRecord {
   int64_t waited_ms = -1;  // -1: its watchdog has not seen it yet
   int64_t bytes = 0;
   int32_t on_asked_communicator = 0;
+  int32_t on_gpu = 0;            // queued on a GPU stream, not a host wait
   int32_t waited_for_known = 0;  // its watchdog asked that communicator's ranks (a probe)
   int32_t waited_for_count = 0;  // how many ranks it waits for; the first kMaxWaitedFor follow
   int32_t gone_mask = 0;         // bit i: waited_for[i] did not answer the probe
   int32_t waited_for[kMaxWaitedFor] = {};  // world ranks
+  int32_t unused = 0;
   char op[kOpBytes] = {};
   char communicator[kNameBytes] = {};
 };
@@ -98,6 +100,14 @@ struct CollectiveWatchdog::Impl {
   uint64_t probed_token = 0;
   std::vector<WaitedFor> waited_for;
 
+  // The oldest collective queued on the GPU and not complete (QueuedCollectives): written by
+  // this watchdog's thread, which times it, and read by the others' when they answer.
+  QueuedCollectives* queued = nullptr;  // guarded by `mutex`
+  std::atomic<uint64_t> gpu_token{0};   // its sequence + 1, or 0
+  std::atomic<int64_t> gpu_since_ns{0};
+  std::atomic<const char*> gpu_op{""};
+  std::atomic<int64_t> gpu_bytes{0};
+
   // Watchdog-thread only: the nonce of the last query, and the payloads of sends that may never
   // complete (to a dead rank); a pending send's buffer must stay untouched.
   int64_t last_nonce = 0;
@@ -126,10 +136,11 @@ struct CollectiveWatchdog::Impl {
     return (now_ns() - seen_since_ns.load(std::memory_order_relaxed)) / 1000000;
   }
 
-  // This wait of this communicator as a record, or false when it is not blocked.
+  // This wait of this communicator as a record, or false when it is not blocked (a host wait, or
+  // else a collective pending on the GPU).
   bool describe_wait(WaitRecord& record, bool asked) {
     const uint64_t token = wait_token.load(std::memory_order_acquire);
-    if (token == 0) return false;
+    if (token == 0) return describe_gpu_wait(record, asked);
     record.seq = int64_t(token - 1);
     record.waited_ms = waited_ms(token);
     record.bytes = wait_bytes.load(std::memory_order_relaxed);
@@ -145,6 +156,19 @@ struct CollectiveWatchdog::Impl {
         if (waited_for[i].gone) record.gone_mask |= int32_t(1u << i);
       }
     }
+    return true;
+  }
+
+  bool describe_gpu_wait(WaitRecord& record, bool asked) const {
+    const uint64_t token = gpu_token.load(std::memory_order_acquire);
+    if (token == 0) return false;
+    record.seq = int64_t(token - 1);
+    record.waited_ms = (now_ns() - gpu_since_ns.load(std::memory_order_relaxed)) / 1000000;
+    record.bytes = gpu_bytes.load(std::memory_order_relaxed);
+    record.on_asked_communicator = asked ? 1 : 0;
+    record.on_gpu = 1;
+    copy_text(record.op, gpu_op.load(std::memory_order_relaxed));
+    copy_text(record.communicator, name.c_str());
     return true;
   }
 
@@ -272,7 +296,8 @@ struct CollectiveWatchdog::Impl {
   // communicator's probe, if it has run (after a quarter of the timeout).
   std::string waiting_text(const WaitRecord& record, const Gathered& gathered, int member) const {
     std::string text = std::string("waiting in ") + record.op + " #" + std::to_string(record.seq) +
-                       " on communicator '" + record.communicator + "'";
+                       " on communicator '" + record.communicator + "'" +
+                       (record.on_gpu ? " (queued on the GPU)" : "");
     if (record.waited_ms >= 0) text += " for " + std::to_string(record.waited_ms) + " ms";
     if (record.on_asked_communicator) {
       std::vector<WaitedFor> ranks = not_arrived(gathered, uint64_t(record.seq), member);
@@ -288,7 +313,10 @@ struct CollectiveWatchdog::Impl {
     return text;
   }
 
-  [[noreturn]] void report_and_abort(uint64_t seq, const char* op, int64_t bytes, double waited) {
+  // `gpu_error`: null for a host wait; for a collective pending on the GPU, what the library
+  // reports for it ("" if nothing).
+  [[noreturn]] void report_and_abort(uint64_t seq, const char* op, int64_t bytes, double waited,
+                                     const std::string* gpu_error = nullptr) {
     const Gathered gathered = gather();
 
     // Ranks by their world rank (rank r here is world rank of_member[r]). A rank that does not
@@ -324,19 +352,67 @@ struct CollectiveWatchdog::Impl {
     }
     // The host too: a timeout may involve several nodes.
     const std::string label = rank_label_on_host(world->of_member[size_t(rank)], world->size);
+    std::string where = gpu_error == nullptr ? "" : " on the GPU";
+    if (gpu_error != nullptr && !gpu_error->empty()) where += " (" + *gpu_error + ")";
+    const std::string aborting = queued == nullptr ? std::string("the job")
+                                                   : std::string("its GPU collectives (") +
+                                                         queued->abort_call() + ") and the job";
     std::fprintf(
         stderr,
         "%s mpigrad: collective timeout on communicator '%s': %s #%llu "
-        "(%lld bytes) waited %.1f s (timeout %.1f s).\n"
+        "(%lld bytes) waited %.1f s%s (timeout %.1f s).\n"
         "  ranks not arrived: %s\n  ranks arrived: %s%s\n"
-        "  aborting the job (MPI_Abort, exit code 3); raise MPIGRAD_COLLECTIVE_TIMEOUT if this "
+        "  aborting %s (MPI_Abort, exit code 3); raise MPIGRAD_COLLECTIVE_TIMEOUT if this "
         "collective is legitimately slow.\n",
         label.c_str(), name.c_str(), op, static_cast<unsigned long long>(seq),
-        static_cast<long long>(bytes), waited, timeout_seconds,
-        missing_count ? missing.c_str() : "none (all arrived; MPI made no progress)",
-        arrived.empty() ? "none" : arrived.c_str(), details.c_str());
+        static_cast<long long>(bytes), waited, where.c_str(), timeout_seconds,
+        missing_count ? missing.c_str() : "none (all arrived; the library made no progress)",
+        arrived.empty() ? "none" : arrived.c_str(), details.c_str(), aborting.c_str());
     std::fflush(stderr);
+    if (queued != nullptr) abort_queued();
     abort_job(control, 3);
+  }
+
+  // Stops the GPU collectives before the job is ended, but never waits on that for long: an abort
+  // that hangs (a library bug) must not keep the job from ending.
+  void abort_queued() {
+    std::atomic<bool> finished{false};
+    std::thread aborter([this, &finished] {
+      queued->abort();
+      finished.store(true, std::memory_order_release);
+    });
+    const int64_t deadline = now_ns() + int64_t(10e9);
+    while (!finished.load(std::memory_order_acquire) && now_ns() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (finished.load(std::memory_order_acquire)) {
+      aborter.join();
+    } else {
+      std::fprintf(stderr, "  %s did not return within 10 s; ending the job regardless\n",
+                   queued->abort_call());
+      aborter.detach();  // this thread never returns (abort_job), so `finished` outlives it
+    }
+  }
+
+  // Times the oldest collective queued on the GPU; reports it past the timeout.
+  void check_queued() {
+    QueuedCollectives::Pending pending;
+    if (!queued->oldest_pending(pending)) {
+      gpu_token.store(0, std::memory_order_release);
+      return;
+    }
+    const uint64_t token = pending.sequence + 1;
+    if (token != gpu_token.load(std::memory_order_relaxed)) {  // a new one: start its clock
+      gpu_op.store(pending.op, std::memory_order_relaxed);
+      gpu_bytes.store(pending.bytes, std::memory_order_relaxed);
+      gpu_since_ns.store(now_ns(), std::memory_order_relaxed);
+      gpu_token.store(token, std::memory_order_release);
+      return;
+    }
+    const double waited = double(now_ns() - gpu_since_ns.load(std::memory_order_relaxed)) * 1e-9;
+    if (waited > timeout_seconds) {
+      report_and_abort(pending.sequence, pending.op, pending.bytes, waited, &pending.error);
+    }
   }
 
   void run() {
@@ -348,6 +424,7 @@ struct CollectiveWatchdog::Impl {
       wake.wait_for(lock, interval);
       if (stop) break;
       if (can_query_ranks) answer_queries();
+      if (queued != nullptr) check_queued();
       const uint64_t token = wait_token.load(std::memory_order_acquire);
       if (token == 0) continue;
       if (token != seen_token.load(std::memory_order_relaxed)) {  // a new wait: start its clock
@@ -411,6 +488,12 @@ uint64_t CollectiveWatchdog::next_sequence() {
   uint64_t sequence = impl_->started.load(std::memory_order_relaxed);
   impl_->started.store(sequence + 1, std::memory_order_relaxed);
   return sequence;
+}
+
+void CollectiveWatchdog::watch_queued(QueuedCollectives* queued) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->queued = queued;
+  if (queued == nullptr) impl_->gpu_token.store(0, std::memory_order_release);
 }
 
 uint64_t CollectiveWatchdog::started() const {

@@ -43,6 +43,28 @@ namespace mpigrad::launch {
 struct MpiCommHandle;
 struct WorldRanks;
 
+// Collectives queued on a GPU stream, which the host may never wait for (NCCL's are stream-ordered,
+// nccl_communicator.h): a rank whose peer never arrives then hangs in whatever synchronizes the
+// device next, outside any WaitScope. The watchdog thread asks, every poll, for the oldest one not
+// complete, and times it from when it first sees it pending, like a host wait. After the report
+// of any timeout on a communicator that has them, abort() stops them (ncclCommAbort), so that no
+// GPU kernel keeps waiting for the missing ranks while the job is ended.
+class QueuedCollectives {
+ public:
+  struct Pending {
+    uint64_t sequence = 0;
+    const char* op = "";  // a string literal
+    int64_t bytes = 0;
+    std::string error;  // what the library reports for it, if anything (ncclCommGetAsyncError)
+  };
+  virtual ~QueuedCollectives() = default;
+  // From the watchdog thread: the oldest queued collective not yet complete; false if none.
+  virtual bool oldest_pending(Pending& pending) = 0;
+  // From the watchdog thread, after the report; the call it makes, for the report's last line.
+  virtual void abort() = 0;
+  virtual const char* abort_call() const = 0;
+};
+
 class CollectiveWatchdog {
  public:
   // `control` must be a communicator over the same ranks used for nothing but the watchdog (and
@@ -57,6 +79,11 @@ class CollectiveWatchdog {
   // Called when this rank starts a collective; returns its sequence number (0, 1, 2, ...).
   uint64_t next_sequence();
   uint64_t started() const;
+
+  // Watches `queued` (null: stop watching) from now on; it must stay valid until replaced. Waits
+  // for the watchdog thread to finish its current poll, so that once this returns with null the
+  // thread no longer touches the old one.
+  void watch_queued(QueuedCollectives* queued);
 
   // Brackets the time this rank blocks for collective `sequence`; `op` must be a string literal.
   void begin_wait(uint64_t sequence, const char* op, int64_t bytes);

@@ -109,7 +109,11 @@ if grep -qE '"exit_code": (134|139|124|137)' "$summary"; then
 fi
 grep -q '"name": "train", "status": "failed".*MPIGRAD_DEVICE=cuda:0: cuda:0 is not available' \
   "$summary" || fail "pretend GPU: the training step does not report the missing GPU"
-echo "pretend GPU: all 9 steps ran and failed cleanly; summary.json records each"
+# NCCL's timeout job needs 2 GPUs; with the one pretend GPU it is recorded as skipped, not failed.
+grep -q '"name": "nccl_timeout", "status": "skipped", "detail": "needs 2 GPUs (1 visible)"' \
+  "$summary" || fail "pretend GPU: nccl_timeout is not recorded as skipped for want of 2 GPUs"
+echo "pretend GPU: all 9 steps ran and failed cleanly, nccl_timeout skipped (needs 2 GPUs);" \
+  "summary.json records each"
 
 # ---- The chroot, where allowed ----------------------------------------------------------------
 if [ "$(id -u)" -ne 0 ] || ! command -v chroot >/dev/null; then
