@@ -352,20 +352,22 @@ struct CollectiveWatchdog::Impl {
     }
     // The host too: a timeout may involve several nodes.
     const std::string label = rank_label_on_host(world->of_member[size_t(rank)], world->size);
-    std::string where = gpu_error == nullptr ? "" : " on the GPU";
-    if (gpu_error != nullptr && !gpu_error->empty()) where += " (" + *gpu_error + ")";
+    const std::string where = gpu_error == nullptr ? "" : " on the GPU";
+    const std::string library_error =
+        gpu_error == nullptr || gpu_error->empty() ? "" : "; " + *gpu_error;
     const std::string aborting = queued == nullptr ? std::string("the job")
                                                    : std::string("its GPU collectives (") +
                                                          queued->abort_call() + ") and the job";
     std::fprintf(
         stderr,
         "%s mpigrad: collective timeout on communicator '%s': %s #%llu "
-        "(%lld bytes) waited %.1f s%s (timeout %.1f s).\n"
+        "(%lld bytes) waited %.1f s%s (timeout %.1f s%s).\n"
         "  ranks not arrived: %s\n  ranks arrived: %s%s\n"
         "  aborting %s (MPI_Abort, exit code 3); raise MPIGRAD_COLLECTIVE_TIMEOUT if this "
         "collective is legitimately slow.\n",
         label.c_str(), name.c_str(), op, static_cast<unsigned long long>(seq),
         static_cast<long long>(bytes), waited, where.c_str(), timeout_seconds,
+        library_error.c_str(),
         missing_count ? missing.c_str() : "none (all arrived; the library made no progress)",
         arrived.empty() ? "none" : arrived.c_str(), details.c_str(), aborting.c_str());
     std::fflush(stderr);
