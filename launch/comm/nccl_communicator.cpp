@@ -45,7 +45,6 @@ struct NcclCommunicator::State {
 
   cudaStream_t stream = nullptr;    // every NCCL call of this communicator
   cudaEvent_t ready = nullptr;      // caller's stream -> NCCL stream, re-recorded per call
-  cudaEvent_t done = nullptr;       // NCCL stream -> caller's stream, for the blocking forms
   float* barrier_buffer = nullptr;  // one device float for barrier()
   ncclComm_t nccl = nullptr;
   bool broken = false;  // a NCCL call failed: abort the communicator instead of destroying it
@@ -100,7 +99,6 @@ struct NcclCommunicator::State {
       nccl = nullptr;
     }
     if (barrier_buffer != nullptr) (void)cudaFree(barrier_buffer);
-    if (done != nullptr) (void)cudaEventDestroy(done);
     for (TrackedCollective& slot : tracked) {
       if (slot.done != nullptr) (void)cudaEventDestroy(slot.done);
     }
@@ -444,8 +442,10 @@ void announce(const State& s, const core::Tensor* tensor) {
   }
 }
 
-// Marks the end of collective `seq` on the NCCL stream for the watchdog: one event record.
-void track(State& s, uint64_t seq, const char* op, int64_t bytes) {
+// Marks the end of collective `seq` on the NCCL stream for the watchdog (one event record), and
+// returns that event, which the blocking forms make the caller's stream wait for (a wait takes
+// the event's record at the time of the call, so refilling the slot later changes nothing).
+cudaEvent_t track(State& s, uint64_t seq, const char* op, int64_t bytes) {
   const uint64_t n = s.tracked_count.load(std::memory_order_relaxed);
   State::TrackedCollective& slot = s.tracked[n % State::kTracked];
   slot.seq.store(seq, std::memory_order_relaxed);
@@ -453,6 +453,7 @@ void track(State& s, uint64_t seq, const char* op, int64_t bytes) {
   slot.bytes.store(bytes, std::memory_order_relaxed);
   check_cuda(s, cudaEventRecord(slot.done, s.stream), "cudaEventRecord (collective timeout)");
   s.tracked_count.store(n + 1, std::memory_order_release);
+  return slot.done;
 }
 
 // What the watchdog sees of the collectives queued on the GPU.
@@ -517,10 +518,11 @@ class NcclQueuedCollectives final : public QueuedCollectives {
 };
 
 // Numbers the collective, orders it after the caller's stream, announces its buffers to the
-// allocator, and queues it. Returns the caller's stream and the sequence number.
+// allocator, queues it, and marks its end for the watchdog.
 struct Queued {
   cudaStream_t caller = nullptr;
   uint64_t seq = 0;
+  cudaEvent_t done = nullptr;  // recorded after it on the NCCL stream
 };
 
 Queued enqueue(State& s, const Call& call) {
@@ -536,7 +538,7 @@ Queued enqueue(State& s, const Call& call) {
     auto lock = lock_calls(s);
     issue(s, call, queued.seq, lock);
   }
-  track(s, queued.seq, collective_kind_name(call.kind), call.bytes);
+  queued.done = track(s, queued.seq, collective_kind_name(call.kind), call.bytes);
   return queued;
 }
 
@@ -544,8 +546,7 @@ Queued enqueue(State& s, const Call& call) {
 void run_blocking(State& s, const Call& call) {
   DeviceScope scope(s);
   Queued queued = enqueue(s, call);
-  check_cuda(s, cudaEventRecord(s.done, s.stream), "cudaEventRecord (NCCL stream)");
-  check_cuda(s, cudaStreamWaitEvent(queued.caller, s.done, 0),
+  check_cuda(s, cudaStreamWaitEvent(queued.caller, queued.done, 0),
              "cudaStreamWaitEvent (caller's stream)");
 }
 
@@ -682,8 +683,6 @@ NcclCommunicator::NcclCommunicator(MpiCommHandle&& comm, std::shared_ptr<MpiRunt
   check_cuda(s, cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking),
              "cudaStreamCreateWithFlags");
   check_cuda(s, cudaEventCreateWithFlags(&s.ready, cudaEventDisableTiming),
-             "cudaEventCreateWithFlags");
-  check_cuda(s, cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming),
              "cudaEventCreateWithFlags");
 
   // Rank 0's unique id, with its status, so that a failure there fails every rank.

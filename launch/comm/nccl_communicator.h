@@ -31,7 +31,8 @@
 // 3). A safe abort from the watchdog's thread is why the communicator is non-blocking
 // (ncclConfig_t.blocking = 0: calls may answer ncclInProgress, and the main thread polls
 // ncclCommGetAsyncError until they finish) and why every NCCL call holds a lock that the abort
-// takes too. Cost per collective: one cudaEventRecord and an uncontended lock.
+// takes too. Cost per collective: an uncontended lock, and for the async forms one more
+// cudaEventRecord (the blocking forms' stream wait uses the watchdog's event).
 //
 // Group calls: every operation that touches several buffers (all_gather_v, which is one
 // ncclBroadcast per contributing rank) is issued inside ncclGroupStart/ncclGroupEnd.
