@@ -21,6 +21,8 @@
 //   answers themselves; on another one, from a probe: a watchdog whose rank has waited a quarter
 //   of the timeout asks its own communicator's ranks once which of them have not started that
 //   collective, and keeps the answer for such reports (the clause has no "on ..." before that).
+//   A collective of that process pending on a GPU stream (QueuedCollectives below) reads
+//   "waiting in OP #k on communicator 'NAME' (queued on the GPU) for N ms".
 // - "alive, not in a collective; has started n collectives (needs k)".
 // Every rank in the report is a rank of mpigrad's world (WorldRanks, communicator.h), this one
 // with its host, never a rank of the sub-communicator: an inter-node group of world ranks 1 and
