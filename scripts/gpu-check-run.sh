@@ -371,6 +371,27 @@ run_step nccl_tests 30 "$bundle/bin/mpigrad-test-nccl"
 # Under the bundle's mpirun, with as many ranks as GPUs (NCCL needs one each), at most 2.
 nccl_ranks=$((gpu_count >= 2 ? 2 : 1))
 run_step nccl_tests_mpirun 30 mpirun -np "$nccl_ranks" "$bundle/bin/mpigrad-test-nccl"
+# NCCL's collective timeout: rank 1 withholds its part of an all-reduce; rank 0's report must name
+# it, abort the NCCL communicator and end the job non-zero. NCCL refuses two ranks on one GPU.
+nccl_timeout_check='
+MPIGRAD_COLLECTIVE_TIMEOUT=5 mpirun -np 2 "$1" withhold-rank-1 >"$2" 2>&1
+rc=$?
+cat "$2"
+[ "$rc" -ne 0 ] || { echo "nccl_timeout: FAILED: the job exited 0"; exit 1; }
+for pattern in "collective timeout on communicator .nccl world.: all_reduce #[0-9]+ .* on the GPU" \
+  "^  ranks not arrived: 1$" "aborting its GPU collectives \(ncclCommAbort\) and the job"; do
+  grep -Eq -- "$pattern" "$2" || { echo "nccl_timeout: FAILED: the report lacks /$pattern/"; exit 1; }
+done
+echo "nccl_timeout: passed: rank 0 reported rank 1 missing, aborted NCCL, job exit status $rc"'
+if [ "$gpu_count" -ge 2 ]; then
+  run_step nccl_timeout 40 bash -c "$nccl_timeout_check" nccl_timeout \
+    "$bundle/bin/mpigrad-test-nccl" "$out/nccl_timeout.job.log"
+else
+  steps_json+=("{\"name\": \"nccl_timeout\", \"status\": \"skipped\",\
+ \"detail\": \"needs 2 GPUs ($gpu_count visible)\"}")
+  printf 'gpu-check: %-16s skipped: needs 2 GPUs (%s visible)\n' nccl_timeout "$gpu_count"
+  write_summary
+fi
 run_step bench_kernels 50 "$bundle/bin/mpigrad-bench-kernels" --json "$out/bench_kernels.json"
 run_step bench_cuda_graphs 30 "$bundle/bin/mpigrad-bench-embed" --cuda-graphs \
   --json "$out/bench_cuda_graphs.json"

@@ -6,10 +6,13 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -42,21 +45,48 @@ struct NcclCommunicator::State {
 
   cudaStream_t stream = nullptr;    // every NCCL call of this communicator
   cudaEvent_t ready = nullptr;      // caller's stream -> NCCL stream, re-recorded per call
-  cudaEvent_t done = nullptr;       // NCCL stream -> caller's stream, for the blocking forms
   float* barrier_buffer = nullptr;  // one device float for barrier()
   ncclComm_t nccl = nullptr;
   bool broken = false;  // a NCCL call failed: abort the communicator instead of destroying it
+
+  // The communicator is non-blocking (ncclConfig_t.blocking = 0): every call returns at once, and
+  // the watchdog thread can abort it while this rank's main thread waits on the GPU. `calls` is
+  // held around every NCCL call of the main thread and around that abort, so the abort never
+  // frees the communicator under a call; once `aborted`, the main thread makes no NCCL call
+  // again and waits for the watchdog to end the job.
+  std::mutex calls;
+  std::atomic<bool> aborted{false};
+
+  // The last kTracked collectives queued, each with an event recorded after it on `stream`, for
+  // the watchdog (QueuedCollectives, collective_watchdog.h). The main thread fills slot
+  // n % kTracked, records its event, then counts it in `tracked_count`; the watchdog thread
+  // queries them oldest first. Atomics, since a slot can be refilled while the watchdog reads it
+  // (after kTracked more collectives, when it reads an older one that has completed anyway).
+  struct TrackedCollective {
+    cudaEvent_t done = nullptr;
+    std::atomic<uint64_t> seq{0};
+    std::atomic<const char*> op{""};
+    std::atomic<int64_t> bytes{0};
+  };
+  static constexpr uint64_t kTracked = 64;
+  std::array<TrackedCollective, kTracked> tracked;
+  std::atomic<uint64_t> tracked_count{0};
+  uint64_t tracked_complete = 0;  // watchdog thread only: how many it has seen complete
+  std::unique_ptr<QueuedCollectives> queued_view;  // what the watchdog watches
 
   State() = default;
   State(const State&) = delete;
   State& operator=(const State&) = delete;
   ~State() {
+    // The watchdog stops looking at the tracked events before they go.
+    if (watchdog) watchdog->watch_queued(nullptr);
     int previous = -1;
     const bool switched =
         core::cuda_detail::make_home_device_current(device.index) == cudaSuccess &&
         cudaGetDevice(&previous) == cudaSuccess && previous != device.index &&
         cudaSetDevice(device.index) == cudaSuccess;
-    if (nccl != nullptr) {
+    if (nccl != nullptr && !aborted.load()) {
+      std::lock_guard<std::mutex> lock(calls);
       // ncclCommDestroy waits until every rank's operations have drained; while an exception
       // unwinds, the other ranks may never get there, so abort instead of hanging.
       const bool abort = broken || std::uncaught_exceptions() > 0;
@@ -69,7 +99,9 @@ struct NcclCommunicator::State {
       nccl = nullptr;
     }
     if (barrier_buffer != nullptr) (void)cudaFree(barrier_buffer);
-    if (done != nullptr) (void)cudaEventDestroy(done);
+    for (TrackedCollective& slot : tracked) {
+      if (slot.done != nullptr) (void)cudaEventDestroy(slot.done);
+    }
     if (ready != nullptr) (void)cudaEventDestroy(ready);
     // The stream is synchronized but never destroyed: the caching allocator may still hold
     // blocks used on it (gradient buckets live as long as the model, which can outlive this
@@ -119,9 +151,55 @@ inline void check_cuda(const State& state, cudaError_t status, const char* call)
     fail_cuda(state, status, call);
 }
 
+// The watchdog aborted the communicator after its report (collective_watchdog.h) and is ending
+// the job; one report is the whole story, so the main thread adds no error of its own.
+[[noreturn]] void wait_for_the_job_to_end() {
+  while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
+// Takes the call lock; returns only while the communicator has not been aborted.
+std::unique_lock<std::mutex> lock_calls(State& state) {
+  std::unique_lock<std::mutex> lock(state.calls);
+  if (state.aborted.load(std::memory_order_acquire)) [[unlikely]]
+    wait_for_the_job_to_end();
+  return lock;
+}
+
+// The collective a call belongs to, for the watchdog.
+struct Watched {
+  uint64_t seq = 0;
+  const char* op = "";
+  int64_t bytes = 0;
+};
+
+// A non-blocking communicator may answer ncclInProgress: the call (initialization, or queuing a
+// collective, whose first use connects to the peers) has not finished yet, and
+// ncclCommGetAsyncError says when it has. Polls until then, releasing the lock in between so
+// that the watchdog can abort a hung one. The host waits for the peers here, so the wait is
+// watched as collective `watched` (null: the caller watches it already).
+void complete_nccl(State& state, std::unique_lock<std::mutex>& lock, ncclResult_t result,
+                   const char* call, const Watched* watched) {
+  if (result == ncclInProgress && watched != nullptr) {
+    CollectiveWatchdog::WaitScope wait(*state.watchdog, watched->seq, watched->op, watched->bytes);
+    complete_nccl(state, lock, result, call, nullptr);
+    return;
+  }
+  while (result == ncclInProgress) {
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    lock.lock();
+    if (state.aborted.load(std::memory_order_acquire)) wait_for_the_job_to_end();
+    ncclResult_t status = ncclSuccess;
+    const ncclResult_t query = ncclCommGetAsyncError(state.nccl, &status);
+    result = query != ncclSuccess ? query : status;
+  }
+  check_nccl(state, result, call);
+}
+
 // NCCL reports a failed peer, a network error or a mismatch asynchronously; the stream-ordered
 // Work would otherwise never notice and a later host sync would hang.
 void check_async_error(State& state) {
+  auto lock = lock_calls(state);
   ncclResult_t async_error = ncclSuccess;
   check_nccl(state, ncclCommGetAsyncError(state.nccl, &async_error), "ncclCommGetAsyncError");
   if (async_error != ncclSuccess && async_error != ncclInProgress) {
@@ -287,36 +365,37 @@ char* byte_ptr(const core::Tensor& tensor) {
 
 // The NCCL calls of one collective, on the communicator's stream. Zero-element operations queue
 // nothing: every rank passes the same counts, so every rank skips the same calls.
-void issue(State& s, const Call& c) {
+void issue(State& s, const Call& c, uint64_t seq, std::unique_lock<std::mutex>& lock) {
   const ncclDataType_t type = nccl_type(c.dtype);
+  const Watched watched{seq, collective_kind_name(c.kind), c.bytes};
   switch (c.kind) {
     case Kind::AllReduce:
       if (c.count == 0) return;
-      check_nccl(s,
-                 ncclAllReduce(c.input->data_ptr(), c.output->data_ptr(), c.count, type,
-                               nccl_op(c.reduce), s.nccl, s.stream),
-                 "ncclAllReduce");
+      complete_nccl(s, lock,
+                    ncclAllReduce(c.input->data_ptr(), c.output->data_ptr(), c.count, type,
+                                  nccl_op(c.reduce), s.nccl, s.stream),
+                    "ncclAllReduce", &watched);
       return;
     case Kind::Broadcast:
       if (c.count == 0) return;
-      check_nccl(s,
-                 ncclBroadcast(c.output->data_ptr(), c.output->data_ptr(), c.count, type, c.root,
-                               s.nccl, s.stream),
-                 "ncclBroadcast");
+      complete_nccl(s, lock,
+                    ncclBroadcast(c.output->data_ptr(), c.output->data_ptr(), c.count, type, c.root,
+                                  s.nccl, s.stream),
+                    "ncclBroadcast", &watched);
       return;
     case Kind::AllGather:
       if (c.count == 0) return;
-      check_nccl(
-          s,
+      complete_nccl(
+          s, lock,
           ncclAllGather(c.input->data_ptr(), c.output->data_ptr(), c.count, type, s.nccl, s.stream),
-          "ncclAllGather");
+          "ncclAllGather", &watched);
       return;
     case Kind::ReduceScatter:
       if (c.count == 0) return;
-      check_nccl(s,
-                 ncclReduceScatter(c.input->data_ptr(), c.output->data_ptr(), c.count, type,
-                                   nccl_op(c.reduce), s.nccl, s.stream),
-                 "ncclReduceScatter");
+      complete_nccl(s, lock,
+                    ncclReduceScatter(c.input->data_ptr(), c.output->data_ptr(), c.count, type,
+                                      nccl_op(c.reduce), s.nccl, s.stream),
+                    "ncclReduceScatter", &watched);
       return;
     case Kind::AllGatherV: {
       // One broadcast per contributing rank into its slice of the output, grouped so NCCL
@@ -340,14 +419,14 @@ void issue(State& s, const Call& c) {
       // Close the group even after a failed call, so the communicator is left consistent.
       ncclResult_t end = ncclGroupEnd();
       if (first_error != ncclSuccess) fail_nccl(s, first_error, failed_call);
-      check_nccl(s, end, "ncclGroupEnd");
+      complete_nccl(s, lock, end, "ncclGroupEnd", &watched);
       return;
     }
     case Kind::Barrier:
-      check_nccl(s,
-                 ncclAllReduce(s.barrier_buffer, s.barrier_buffer, 1, ncclFloat32, ncclSum, s.nccl,
-                               s.stream),
-                 "ncclAllReduce (barrier)");
+      complete_nccl(s, lock,
+                    ncclAllReduce(s.barrier_buffer, s.barrier_buffer, 1, ncclFloat32, ncclSum,
+                                  s.nccl, s.stream),
+                    "ncclAllReduce (barrier)", &watched);
       return;
   }
 }
@@ -363,11 +442,87 @@ void announce(const State& s, const core::Tensor* tensor) {
   }
 }
 
+// Marks the end of collective `seq` on the NCCL stream for the watchdog (one event record), and
+// returns that event, which the blocking forms make the caller's stream wait for (a wait takes
+// the event's record at the time of the call, so refilling the slot later changes nothing).
+cudaEvent_t track(State& s, uint64_t seq, const char* op, int64_t bytes) {
+  const uint64_t n = s.tracked_count.load(std::memory_order_relaxed);
+  State::TrackedCollective& slot = s.tracked[n % State::kTracked];
+  slot.seq.store(seq, std::memory_order_relaxed);
+  slot.op.store(op, std::memory_order_relaxed);
+  slot.bytes.store(bytes, std::memory_order_relaxed);
+  check_cuda(s, cudaEventRecord(slot.done, s.stream), "cudaEventRecord (collective timeout)");
+  s.tracked_count.store(n + 1, std::memory_order_release);
+  return slot.done;
+}
+
+// What the watchdog sees of the collectives queued on the GPU.
+class NcclQueuedCollectives final : public QueuedCollectives {
+ public:
+  explicit NcclQueuedCollectives(State& state) : state_(state) {}
+
+  bool oldest_pending(Pending& pending) override {
+    State& s = state_;
+    // The watchdog's thread makes no other CUDA call: home device first, then this one's.
+    if (!device_set_) {
+      device_set_ = core::cuda_detail::make_home_device_current(s.device.index) == cudaSuccess &&
+                    cudaSetDevice(s.device.index) == cudaSuccess;
+      if (!device_set_) return false;
+    }
+    const uint64_t count = s.tracked_count.load(std::memory_order_acquire);
+    if (count - s.tracked_complete > State::kTracked) s.tracked_complete = count - State::kTracked;
+    for (; s.tracked_complete < count; ++s.tracked_complete) {
+      State::TrackedCollective& slot = s.tracked[s.tracked_complete % State::kTracked];
+      const cudaError_t status = cudaEventQuery(slot.done);
+      if (status == cudaErrorNotReady) {
+        pending.sequence = slot.seq.load(std::memory_order_relaxed);
+        pending.op = slot.op.load(std::memory_order_relaxed);
+        pending.bytes = slot.bytes.load(std::memory_order_relaxed);
+        pending.error = async_error();
+        return true;
+      }
+      // Complete, or failed: a CUDA error there is the main thread's to raise.
+      if (status != cudaSuccess) (void)cudaGetLastError();
+    }
+    return false;
+  }
+
+  void abort() override {
+    State& s = state_;
+    std::lock_guard<std::mutex> lock(s.calls);
+    if (s.aborted.load() || s.nccl == nullptr) return;
+    s.aborted.store(true, std::memory_order_release);
+    const ncclResult_t result = ncclCommAbort(s.nccl);
+    if (result != ncclSuccess) {
+      std::fprintf(stderr, "%s ncclCommAbort failed: %s\n", s.where(true).c_str(),
+                   ncclGetErrorString(result));
+    }
+  }
+
+  const char* abort_call() const override { return "ncclCommAbort"; }
+
+ private:
+  // NCCL's asynchronous error, if any, in words; never waits for the main thread's call lock.
+  std::string async_error() {
+    State& s = state_;
+    std::unique_lock<std::mutex> lock(s.calls, std::try_to_lock);
+    if (!lock.owns_lock() || s.aborted.load() || s.nccl == nullptr) return "";
+    ncclResult_t status = ncclSuccess;
+    if (ncclCommGetAsyncError(s.nccl, &status) != ncclSuccess) return "";
+    if (status == ncclSuccess || status == ncclInProgress) return "";
+    return std::string("NCCL reports ") + ncclGetErrorString(status);
+  }
+
+  State& state_;
+  bool device_set_ = false;
+};
+
 // Numbers the collective, orders it after the caller's stream, announces its buffers to the
-// allocator, and queues it. Returns the caller's stream and the sequence number.
+// allocator, queues it, and marks its end for the watchdog.
 struct Queued {
   cudaStream_t caller = nullptr;
   uint64_t seq = 0;
+  cudaEvent_t done = nullptr;  // recorded after it on the NCCL stream
 };
 
 Queued enqueue(State& s, const Call& call) {
@@ -379,7 +534,11 @@ Queued enqueue(State& s, const Call& call) {
   check_cuda(s, cudaStreamWaitEvent(s.stream, s.ready, 0), "cudaStreamWaitEvent (NCCL stream)");
   announce(s, call.input);
   announce(s, call.output);
-  issue(s, call);
+  {
+    auto lock = lock_calls(s);
+    issue(s, call, queued.seq, lock);
+  }
+  queued.done = track(s, queued.seq, collective_kind_name(call.kind), call.bytes);
   return queued;
 }
 
@@ -387,8 +546,7 @@ Queued enqueue(State& s, const Call& call) {
 void run_blocking(State& s, const Call& call) {
   DeviceScope scope(s);
   Queued queued = enqueue(s, call);
-  check_cuda(s, cudaEventRecord(s.done, s.stream), "cudaEventRecord (NCCL stream)");
-  check_cuda(s, cudaStreamWaitEvent(queued.caller, s.done, 0),
+  check_cuda(s, cudaStreamWaitEvent(queued.caller, queued.done, 0),
              "cudaStreamWaitEvent (caller's stream)");
 }
 
@@ -526,8 +684,6 @@ NcclCommunicator::NcclCommunicator(MpiCommHandle&& comm, std::shared_ptr<MpiRunt
              "cudaStreamCreateWithFlags");
   check_cuda(s, cudaEventCreateWithFlags(&s.ready, cudaEventDisableTiming),
              "cudaEventCreateWithFlags");
-  check_cuda(s, cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming),
-             "cudaEventCreateWithFlags");
 
   // Rank 0's unique id, with its status, so that a failure there fails every rank.
   struct Packet {
@@ -544,8 +700,20 @@ NcclCommunicator::NcclCommunicator(MpiCommHandle&& comm, std::shared_ptr<MpiRunt
   }
   // Initialization is collective: watched like one, so a rank that never arrives ends the job.
   const uint64_t seq = s.watchdog->next_sequence();
-  CollectiveWatchdog::WaitScope wait(*s.watchdog, seq, "ncclCommInitRank", 0);
-  check_nccl(s, ncclCommInitRank(&s.nccl, s.size, packet.id, s.rank), "ncclCommInitRank");
+  {
+    CollectiveWatchdog::WaitScope wait(*s.watchdog, seq, "ncclCommInitRank", 0);
+    ncclConfig_t nccl_config = NCCL_CONFIG_INITIALIZER;
+    nccl_config.blocking = 0;  // see State::calls
+    auto lock = lock_calls(s);
+    complete_nccl(s, lock, ncclCommInitRankConfig(&s.nccl, s.size, packet.id, s.rank, &nccl_config),
+                  "ncclCommInitRankConfig", nullptr);
+  }
+  for (State::TrackedCollective& slot : s.tracked) {
+    check_cuda(s, cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming),
+               "cudaEventCreateWithFlags");
+  }
+  s.queued_view = std::make_unique<NcclQueuedCollectives>(s);
+  s.watchdog->watch_queued(s.queued_view.get());
 }
 
 NcclCommunicator::~NcclCommunicator() = default;

@@ -18,8 +18,21 @@
 //   freeing a tensor while NCCL still uses it never lets another kernel reuse its memory early.
 // - barrier() is a one-element all-reduce followed by synchronizing the NCCL stream (host
 //   blocks), watched by the collective timeout. Work::test() and wait() raise NCCL's
-//   asynchronous errors (a failed peer or network); a collective that merely never completes
-//   is not timed out on the GPU: only the host's next sync would notice (left for later).
+//   asynchronous errors (a failed peer or network).
+//
+// The collective timeout (MPIGRAD_COLLECTIVE_TIMEOUT) on the GPU: an event recorded after each
+// collective on the NCCL stream lets the communicator's watchdog (launch/comm/
+// collective_watchdog.h) see the oldest one not complete, whether or not the host waits for it
+// (a stream-ordered wait returns at once; the host then blocks in whatever synchronizes the
+// device next). One pending past the timeout is reported like a host wait, "OP #k (n bytes)
+// waited t s on the GPU", with NCCL's asynchronous error if it has one, the ranks not arrived
+// (asked over the MPI control communicator) and where they are; then the watchdog aborts the NCCL
+// communicator (ncclCommAbort, so no kernel keeps waiting) and ends the job (MPI_Abort, exit code
+// 3). A safe abort from the watchdog's thread is why the communicator is non-blocking
+// (ncclConfig_t.blocking = 0: calls may answer ncclInProgress, and the main thread polls
+// ncclCommGetAsyncError until they finish) and why every NCCL call holds a lock that the abort
+// takes too. Cost per collective: an uncontended lock, and for the async forms one more
+// cudaEventRecord (the blocking forms' stream wait uses the watchdog's event).
 //
 // Group calls: every operation that touches several buffers (all_gather_v, which is one
 // ncclBroadcast per contributing rank) is issued inside ncclGroupStart/ncclGroupEnd.

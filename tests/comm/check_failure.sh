@@ -6,6 +6,8 @@
 #       CHECK_TEARDOWN_MS adds that much for the launcher's own teardown (Open MPI takes 3-4 s to
 #       end a job across the nodes of scripts/cluster-sim.sh, against ~1 s on one node).
 # ok:   the exit status must be zero.
+# skip: a program that exits 77 on every rank (a GPU job without its GPUs) is passed through as
+#       a skip: its one line is printed and this script exits 77.
 # Each PATTERN (an extended regex, matched per line) must appear in the combined output.
 set -u
 mpirun=$1 nprocs=$2 program=$3 mode=$4 expect=$5
@@ -15,6 +17,10 @@ trap 'rm -f "$log"' EXIT
 "$mpirun" -np "$nprocs" --oversubscribe "$program" "$mode" >"$log" 2>&1
 status=$?
 end=$(date +%s%N)
+if [[ $status -eq 77 ]]; then
+  grep -m1 'skipped' "$log" || true
+  exit 77
+fi
 cat "$log"
 echo "---- check_failure.sh: exit status $status"
 failed=0

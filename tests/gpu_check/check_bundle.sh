@@ -114,7 +114,11 @@ for precision in fp32 bf16 fp16; do
   grep -q "\"$precision\": {\"samples_per_s\": null, \"test_accuracy\": null, \"vs_fp32\": null" \
     "$summary" || fail "pretend GPU: summary.json has no amp entry for $precision"
 done
-echo "pretend GPU: all 12 steps ran and failed cleanly; summary.json records each"
+# NCCL's timeout job needs 2 GPUs; with the one pretend GPU it is recorded as skipped, not failed.
+grep -q '"name": "nccl_timeout", "status": "skipped", "detail": "needs 2 GPUs (1 visible)"' \
+  "$summary" || fail "pretend GPU: nccl_timeout is not recorded as skipped for want of 2 GPUs"
+echo "pretend GPU: all 12 steps ran and failed cleanly, nccl_timeout skipped (needs 2 GPUs);" \
+  "summary.json records each"
 
 # ---- The chroot, where allowed ----------------------------------------------------------------
 if [ "$(id -u)" -ne 0 ] || ! command -v chroot >/dev/null; then

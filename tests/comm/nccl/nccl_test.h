@@ -15,6 +15,10 @@ namespace mpigrad::test {
 int register_nccl_test_case();
 int nccl_test_case_count();
 
+// `mpigrad-test-nccl withhold-rank-1` (nccl_withheld_rank.cpp): the collective timeout's job,
+// run instead of the cases; returns the exit code.
+int withhold_rank_1();
+
 }  // namespace mpigrad::test
 
 #define MPIGRAD_NCCL_TEST_CASE(name)                       \

@@ -2,7 +2,8 @@
 // decides on every rank together whether GPUs are there to run on (tests/gpu_suite_gate.h), and
 // then either runs the doctest cases on every rank and reports failures from any rank (like
 // tests/doctest_mpi_main.cpp), or prints one line on rank 0 and exits on every rank with the
-// skip code (no GPU) or 1 (a broken GPU, or any skip under MPIGRAD_REQUIRE_GPU=1).
+// skip code (no GPU) or 1 (a broken GPU, or any skip under MPIGRAD_REQUIRE_GPU=1). With the
+// argument withhold-rank-1 it runs the collective timeout's job instead of the cases.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 #include <mpi.h>
@@ -48,11 +49,14 @@ int main(int argc, char** argv) {
   MPI_Comm_size(node, &local_size);
   MPI_Comm_free(&node);
 
+  // `withhold-rank-1`: the collective timeout's job (nccl_withheld_rank.cpp) instead of the cases.
+  const bool withhold = argc > 1 && std::string(argv[1]) == "withhold-rank-1";
   // Every rank runs, or none does (one node without enough GPUs stops the whole job); the worst
   // outcome of any rank (a failure over a skip) decides, and rank 0 prints it.
   const mpigrad::test::GpuSuiteGate gate = mpigrad::test::gate_gpu_suite(
       mpigrad::core::cuda_visibility(), mpigrad::test::gpu_required_by_environment(),
-      mpigrad::test::nccl_test_case_count(), "NCCL", local_size);
+      withhold ? 1 : mpigrad::test::nccl_test_case_count(), withhold ? "NCCL timeout" : "NCCL",
+      local_size);
   const int outcome = gate.run ? 0 : gate.exit_code == 1 ? 2 : 1;  // 0 run, 1 skip, 2 fail
   int worst = 0;
   MPI_Allreduce(&outcome, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
@@ -66,6 +70,12 @@ int main(int argc, char** argv) {
     }
     MPI_Finalize();
     return worst == 2 ? 1 : mpigrad::test::kGpuSkipCode;
+  }
+
+  if (withhold) {
+    const int rc = mpigrad::test::withhold_rank_1();
+    MPI_Finalize();
+    return rc;
   }
 
   doctest::Context context(argc, argv);
