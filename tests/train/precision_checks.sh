@@ -8,7 +8,8 @@
 #   fp16_resume  fp16 with loss scaling and grad_accum_steps + clip_grad_norm trains; a resumed
 #                run continues from the checkpoint's loss scale, not from 2^16
 #   reduce_dtype reduce_dtype = bf16 trains on 2 ranks; with compression = fp16 it is an error
-#   fp16_zero    fp16 under [distributed] zero = 1 on 2 ranks: steps overflow and are skipped, and
+#   fp16_zero    fp16 under [distributed] zero = 1 on 2 ranks, with grad_accum_steps and
+#                clip_grad_norm: steps overflow and are skipped, and
 #                the losses are plain DDP + fp16's; a resumed run continues from the saved scale,
 #                the one plain DDP reaches too
 set -euo pipefail
@@ -164,8 +165,9 @@ lr = 0.01
 precision = fp16
 loss_scale_growth_interval = 1
 clip_grad_norm = 5
+grad_accum_steps = 2
 epochs = 2
-batch_size = 16
+batch_size = 8
 shuffle = false
 seed = 3
 log_every = 1
