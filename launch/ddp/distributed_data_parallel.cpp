@@ -432,8 +432,17 @@ void DistributedDataParallel::launch_ready_buckets() {
 void DistributedDataParallel::carry_found_inf(size_t bucket) {
   core::NoGradGuard no_grad;
   const core::Tensor& flat = buckets_[bucket]->flat;
-  // The sum accumulates in double; times 0 it is 0, or NaN for an inf or NaN anywhere in it.
-  core::Tensor flag = (core::sum(flat) * 0.0).reshape({1});
+  // Each value as the wire carries it (16 bits under compression), times the rank count, times
+  // 0: 0, or NaN where a value is inf or NaN, or where a sum of that size over the ranks would
+  // overflow in the reduce-scatter (it would be inf in the owner's shard only). Summed (in
+  // double, so finite zeros stay 0) into one number.
+  const core::Tensor values =
+      options_.compression == GradCompression::None
+          ? flat
+          : flat.to(options_.compression == GradCompression::Float16 ? core::kFloat16
+                                                                     : core::kBFloat16);
+  core::Tensor flag = core::sum((values * double(communicator_.size())) * 0.0);
+  flag = flag.to(flat.dtype()).reshape({1});
   found_inf_ = bucket == 0 ? flag : found_inf_ + flag;
   if (bucket + 1 < buckets_.size()) return;
   for (int q = 0; q < communicator_.size(); ++q) {

@@ -23,7 +23,11 @@
 // the overflow by itself (inf and NaN survive a sum), but a reduce-scatter leaves each rank its
 // shard only: an inf that rank 0 contributes to rank 1's shard is invisible to rank 0, which
 // would step while rank 1 skips. So before each bucket starts, each rank folds it into a running
-// local flag, sum(bucket) * 0: 0, or NaN once any element so far was inf or NaN. Before the last
+// local flag, sum(bucket * ranks * 0): 0, or NaN once any element so far was inf or NaN, or so
+// large that a sum over the ranks could overflow in the reduce-scatter (which no rank but the
+// owner would see either). Under compression the elements are taken as the wire carries them, so
+// a gradient beyond fp16's 65504 (or a sum over the ranks beyond it) counts: a little stricter
+// than plain DDP, which skips only when the sum it gets did overflow. Before the last
 // bucket starts, the flag is added to the first element of every rank's shard of it (adding 0
 // changes nothing; NaN poisons a step that is lost anyway). The reduce-scatter sums those
 // elements over the ranks, so every rank's shard holds a NaN exactly when some rank's gradients
@@ -95,7 +99,7 @@ struct DdpOptions {
   bool zero = false;
   // ZeRO-1 with fp16 loss scaling: a non-finite gradient on any rank reaches every rank's shard
   // (see "The found-inf flag under ZeRO-1" above), so every rank's ZeroRedundancyOptimizer sees
-  // the same overflow after the reduce-scatter. Costs one read of each bucket per synced step.
+  // the same overflow after the reduce-scatter. Costs two passes over each bucket per synced step.
   bool carry_found_inf = false;
 };
 
