@@ -7,6 +7,12 @@
 // over the ranks) and the ratios ZeRO-1 / DDP of the state (target 1 / ranks) and of the step
 // time (target <= 1.05).
 //
+// --loss-scaling adds the two again with fp16's dynamic loss scaling (nn/optim/grad_scaler.h):
+// DDP unscales the parameters' gradients, ZeRO-1 carries the found-inf flag through its buckets
+// (DdpOptions::carry_found_inf) and unscales its shards. Reported as ZeRO-1 / DDP under loss
+// scaling, and as the cost of the scaler on each (scaled / unscaled). The MLP computes in fp32:
+// what is timed is the scaler's bookkeeping, not fp16 arithmetic.
+//
 // Peak memory per rank: with --only ddp or --only zero the program builds and trains that one
 // contender alone, so a tool that reads each process's peak (farm-bench does) compares the two:
 //   farm-bench --vs 'mpirun -np 2 mpigrad-bench-zero --only ddp' -- mpirun -np 2 ... --only zero
@@ -31,6 +37,7 @@
 #include "mpigrad/nn/layers/linear.h"
 #include "mpigrad/nn/loss.h"
 #include "mpigrad/nn/optim/adam.h"
+#include "mpigrad/nn/optim/grad_scaler.h"
 
 using namespace mpigrad;
 using core::Tensor;
@@ -44,6 +51,7 @@ struct Options {
   int iterations = 5;
   std::string json;
   std::string only;  // "ddp" or "zero": that contender alone (for peak memory)
+  bool loss_scaling = false;
 };
 
 Options parse(int argc, char** argv) {
@@ -65,12 +73,14 @@ Options parse(int argc, char** argv) {
     } else if (arg == "--only" && i + 1 < argc &&
                (std::string(argv[i + 1]) == "ddp" || std::string(argv[i + 1]) == "zero")) {
       options.only = value();
+    } else if (arg == "--loss-scaling") {
+      options.loss_scaling = true;
     } else if (arg == "--json") {
       options.json = value();
     } else {
       std::printf(
           "usage: mpigrad-bench-zero [--width W] [--batch B] [--rounds R] [--iterations N] "
-          "[--only ddp|zero] [--json FILE]\n"
+          "[--only ddp|zero] [--loss-scaling] [--json FILE]\n"
           "  the MLP 1024-W-W-1024-1024 (default W 2048: 9.4M params), batch B per rank (64),\n"
           "  R rounds (5) of N steps (5) of each contender\n");
       std::exit(arg == "--help" ? 0 : 2);
@@ -93,17 +103,28 @@ struct Contender {
   std::unique_ptr<nn::AdamW> optimizer;
   std::unique_ptr<launch::DistributedDataParallel> ddp;
   std::unique_ptr<launch::ZeroRedundancyOptimizer> zero;
+  std::unique_ptr<nn::GradScaler> scaler;  // --loss-scaling
   double best = 1e30;
 
   void step(const Tensor& x, const Tensor& y) {
     Tensor out = ddp->forward(x);
-    nn::mse_loss(out, y).backward();
+    Tensor loss = nn::mse_loss(out, y);
+    (scaler ? scaler->scale(loss) : loss).backward();
     if (zero) {
-      zero->step();
+      if (scaler && zero->unscale_(*scaler)) {
+        zero->skip_step();
+      } else {
+        zero->step();
+      }
     } else {
-      optimizer->step();
+      if (scaler) {
+        scaler->step(*optimizer);
+      } else {
+        optimizer->step();
+      }
       optimizer->zero_grad();
     }
+    if (scaler) scaler->update();
   }
   int64_t state_bytes() const {
     if (zero) return zero->state_bytes();
@@ -122,12 +143,14 @@ int run(int argc, char** argv) {
   Tensor x = core::randn({options.batch, 1024}, data);
   Tensor y = core::randn({options.batch, 1024}, data);
 
-  auto make = [&](bool zero) {
+  auto make = [&](bool zero, bool loss_scaling = false) {
     auto c = std::make_unique<Contender>();
     c->model = make_model(options.width);
     c->optimizer = std::make_unique<nn::AdamW>(c->model->parameters());
+    if (loss_scaling) c->scaler = std::make_unique<nn::GradScaler>();
     launch::DdpOptions ddp_options;
     ddp_options.zero = zero;
+    ddp_options.carry_found_inf = zero && loss_scaling;
     c->ddp = std::make_unique<launch::DistributedDataParallel>(*c->model, world, ddp_options);
     if (zero) c->zero = std::make_unique<launch::ZeroRedundancyOptimizer>(*c->ddp, *c->optimizer);
     c->step(x, y);  // the first step makes the state (and rebuilds plain DDP's buckets): untimed
@@ -145,7 +168,14 @@ int run(int argc, char** argv) {
   }
   auto plain = make(false);
   auto sharded = make(true);
-  Contender* contenders[] = {plain.get(), sharded.get()};
+  std::vector<Contender*> contenders = {plain.get(), sharded.get()};
+  std::unique_ptr<Contender> plain_scaled, sharded_scaled;
+  if (options.loss_scaling) {
+    plain_scaled = make(false, true);
+    sharded_scaled = make(true, true);
+    contenders.push_back(plain_scaled.get());
+    contenders.push_back(sharded_scaled.get());
+  }
   for (int round = 0; round < options.rounds; ++round) {
     for (Contender* c : contenders) {
       world.barrier();
@@ -173,6 +203,17 @@ int run(int argc, char** argv) {
   results.add("step_ddp_ms", plain->best * 1e3, "ms", "forward, backward, AdamW step");
   results.add("step_zero_ms", sharded->best * 1e3, "ms", "the same with ZeRO-1");
   results.add("step_ratio", sharded->best / plain->best, "x", "ZeRO-1 / DDP (target <= 1.05)");
+  if (options.loss_scaling) {
+    results.add("step_ddp_scaled_ms", plain_scaled->best * 1e3, "ms", "DDP with loss scaling");
+    results.add("step_zero_scaled_ms", sharded_scaled->best * 1e3, "ms",
+                "ZeRO-1 with loss scaling (found-inf flag carried)");
+    results.add("step_ratio_scaled", sharded_scaled->best / plain_scaled->best, "x",
+                "ZeRO-1 / DDP, both with loss scaling");
+    results.add("scaling_cost_ddp", plain_scaled->best / plain->best, "x",
+                "DDP with / without loss scaling");
+    results.add("scaling_cost_zero", sharded_scaled->best / sharded->best, "x",
+                "ZeRO-1 with / without loss scaling");
+  }
   if (manager.is_main_process()) results.print();
   if (manager.is_main_process() && !options.json.empty() && !results.write_json(options.json)) {
     log.error("could not write " + options.json);

@@ -114,7 +114,8 @@ int lr_find(LRFindJob& job, DistributedManager& manager) {
   train_options.device = manager.device();
   data::DataLoader train_loader(job.run.train_set, train_options);
 
-  const DdpOptions ddp = ddp_options(config.distributed);
+  const DdpOptions ddp =
+      ddp_options(config.distributed, /*loss_scaling=*/false);  // fp16 sweeps in fp32
   std::vector<std::shared_ptr<Hook>> hooks;
   hooks.push_back(std::make_shared<DDPHook>(ddp, DistributedSamplerSettings{}, nullptr,
                                             gradient_communicator.get()));

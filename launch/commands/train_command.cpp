@@ -231,14 +231,15 @@ void add_hooks(const CheckedRun& run, DistributedManager& manager, Training& tra
         PreemptionSettings{config.train.stop_signals, config.train.time_limit_s, training.started});
     hooks.push_back(training.preemption);
   }
-  hooks.push_back(std::make_shared<DDPHook>(ddp_options(config.distributed),
+  const bool loss_scaling = config.train.precision == nn::Precision::Float16;
+  hooks.push_back(std::make_shared<DDPHook>(ddp_options(config.distributed, loss_scaling),
                                             DistributedSamplerSettings{}, nullptr,
                                             training.gradient_communicator.get()));
   if (training.scheduler) hooks.push_back(std::make_shared<LRSchedulerHook>(*training.scheduler));
   if (config.train.grad_accum_steps > 1) {
     hooks.push_back(std::make_shared<GradAccumulationHook>(config.train.grad_accum_steps));
   }
-  if (config.train.precision == nn::Precision::Float16) {  // before clipping: it unscales
+  if (loss_scaling) {  // before clipping: it unscales
     hooks.push_back(std::make_shared<LossScalingHook>(
         nn::GradScalerOptions{.growth_interval = config.train.loss_scale_growth_interval}));
   }

@@ -462,10 +462,6 @@ void apply(const po::variables_map& values, const std::vector<std::string>& from
                     config.distributed.compression != GradCompression::Float16,
                 "[distributed] reduce_dtype = bf16 and compression = fp16 ask for two different "
                 "reduction dtypes; set one of them");
-  MPIGRAD_CHECK(config.distributed.zero == 0 || config.train.precision != nn::Precision::Float16,
-                "[distributed] zero = 1 with [train] precision = fp16: the loss scaler's skipped "
-                "steps are not wired into ZeRO-1's sharded step yet; use precision = bf16 (no "
-                "loss scaling) or zero = 0");
   MPIGRAD_CHECK(config.train.swa_start == 0 || config.train.stage != StageKind::SupCon,
                 "[train] swa_start: SWA evaluates a classifier; stage = supcon has no classes to "
                 "score (use it with stage = supervised or classifier)");

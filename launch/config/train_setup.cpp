@@ -220,7 +220,7 @@ InputTransform input_transform(const TrainConfig& config, const data::FieldInfo&
           text.str()};
 }
 
-DdpOptions ddp_options(const DistributedSection& distributed) {
+DdpOptions ddp_options(const DistributedSection& distributed, bool loss_scaling) {
   DdpOptions ddp;
   ddp.bucket_cap_mb = distributed.bucket_cap_mb;
   ddp.find_unused_parameters = distributed.find_unused_parameters;
@@ -230,6 +230,7 @@ DdpOptions ddp_options(const DistributedSection& distributed) {
   ddp.transport = distributed.transport;
   ddp.timeout_seconds = distributed.timeout_s;
   ddp.zero = distributed.zero == 1;
+  ddp.carry_found_inf = ddp.zero && loss_scaling;
   return ddp;
 }
 

@@ -40,8 +40,9 @@ core::DType model_input_dtype(const nn::Module& model);
 std::shared_ptr<nn::Module> make_model(const ModelSection& model, const core::Shape& input_shape,
                                        int64_t outputs, uint64_t seed);
 
-// The DDP settings of [distributed].
-DdpOptions ddp_options(const DistributedSection& distributed);
+// The DDP settings of [distributed]; `loss_scaling` (fp16's loss scaler will skip overflowed
+// steps) makes ZeRO-1 carry the found-inf flag to every rank's shard.
+DdpOptions ddp_options(const DistributedSection& distributed, bool loss_scaling);
 
 // Throws core::Error "<what>: needs N bytes (X GiB), more than half of this machine's Y GiB of
 // memory" when `bytes` would not fit; checked before allocating what a config or a file sized

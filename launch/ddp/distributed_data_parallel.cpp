@@ -5,6 +5,8 @@
 
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/error.h"
+#include "mpigrad/core/ops/elementwise.h"
+#include "mpigrad/core/ops/reduce.h"
 #include "mpigrad/launch/observe/timeline.h"
 #include "mpigrad/nn/module.h"
 
@@ -28,6 +30,9 @@ struct DistributedDataParallel::Bucket {
 namespace {
 
 constexpr int64_t kMiB = int64_t(1) << 20;
+// Elements per rank the last bucket is padded to a multiple of under carry_found_inf: a cache
+// line holds 8 to 32 elements of the float dtypes, so every transport's shards stay non-empty.
+constexpr int64_t kFoundInfGranule = 32;
 
 // One line per tensor: "name dtype [shape]", the model's signature compared across ranks.
 std::string describe(const std::vector<NamedTensor>& tensors, const char* kind) {
@@ -138,7 +143,7 @@ void DistributedDataParallel::verify_same_model_across_ranks(
           << " compression=" << int(options_.compression)
           << " shared_memory=" << options_.shared_memory
           << " transport=" << transport_kind_name(options_.transport) << " zero=" << options_.zero
-          << '\n';
+          << " carry_found_inf=" << options_.carry_found_inf << '\n';
   std::string mine = describe(parameters_, "parameter") + describe(buffers_, "buffer") +
                      describe(frozen, "frozen parameter") + options.str();
   int size = communicator_.size();
@@ -220,6 +225,13 @@ std::vector<std::unique_ptr<DistributedDataParallel::Bucket>> DistributedDataPar
     bucket.offsets.push_back(bucket.numel);
     bucket.numel += param.numel();
   }
+  if (options_.zero && options_.carry_found_inf && !buckets.empty()) {
+    // A zero tail so that every transport gives every rank a non-empty shard of the last bucket
+    // (whole cache lines per rank of at most 32 elements each; see the header).
+    const int64_t granule = int64_t(communicator_.size()) * kFoundInfGranule;
+    Bucket& last = *buckets.back();
+    last.numel = (last.numel + granule - 1) / granule * granule;
+  }
   return buckets;
 }
 
@@ -260,6 +272,17 @@ void DistributedDataParallel::install_buckets(std::vector<std::unique_ptr<Bucket
   buckets_ = std::move(buckets);
   slot_of_ = std::move(slots);
   transport_ = std::move(choice.transport);
+  if (options_.zero && options_.carry_found_inf && !buckets_.empty()) {
+    const size_t last = buckets_.size() - 1;
+    for (int q = 0; q < communicator_.size(); ++q) {
+      const auto [first, end] = transport_->shard(last, q);
+      MPIGRAD_CHECK(first < end && first < buckets_[last]->numel, communicator_.world_label(),
+                    " DistributedDataParallel: carry_found_inf needs every rank's shard of the "
+                    "last bucket non-empty, but rank ",
+                    q, "'s is [", first, ", ", end, ") of ", buckets_[last]->numel,
+                    " elements (a transport with coarser shards than DDP pads for)");
+    }
+  }
   transport_kind_ = choice.kind;
   transport_description_ = std::move(choice.description);
   if (timeline_ != nullptr) name_timeline_lanes();
@@ -398,8 +421,32 @@ void DistributedDataParallel::launch_ready_buckets() {
     if (timeline_ != nullptr) [[unlikely]] {
       bucket_started_ns_[next_bucket_to_launch_] = Timeline::now_ns();
     }
+    if (options_.zero && options_.carry_found_inf) carry_found_inf(next_bucket_to_launch_);
     transport_->start(next_bucket_to_launch_++,
                       options_.zero ? BucketCollective::ReduceScatter : BucketCollective::Average);
+  }
+}
+
+// See "The found-inf flag under ZeRO-1" in the header. Runs just before `bucket` starts, when
+// its local gradients are final.
+void DistributedDataParallel::carry_found_inf(size_t bucket) {
+  core::NoGradGuard no_grad;
+  const core::Tensor& flat = buckets_[bucket]->flat;
+  // Each value as the wire carries it (16 bits under compression), times the rank count, times
+  // 0: 0, or NaN where a value is inf or NaN, or where a sum of that size over the ranks would
+  // overflow in the reduce-scatter (it would be inf in the owner's shard only). Summed (in
+  // double, so finite zeros stay 0) into one number.
+  const core::Tensor values =
+      options_.compression == GradCompression::None
+          ? flat
+          : flat.to(options_.compression == GradCompression::Float16 ? core::kFloat16
+                                                                     : core::kBFloat16);
+  core::Tensor flag = core::sum((values * double(communicator_.size())) * 0.0);
+  flag = flag.to(flat.dtype()).reshape({1});
+  found_inf_ = bucket == 0 ? flag : found_inf_ + flag;
+  if (bucket + 1 < buckets_.size()) return;
+  for (int q = 0; q < communicator_.size(); ++q) {
+    flat.narrow(0, transport_->shard(bucket, q).first, 1).add_(found_inf_);
   }
 }
 

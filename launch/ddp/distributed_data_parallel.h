@@ -18,6 +18,27 @@
 // that got no gradient, then waits for the buckets, so when backward() returns every .grad holds
 // the average over ranks.
 //
+// The found-inf flag under ZeRO-1 (DdpOptions::carry_found_inf). fp16 loss scaling skips a step
+// whose gradients overflowed, and every rank must skip the same steps. Plain averaging carries
+// the overflow by itself (inf and NaN survive a sum), but a reduce-scatter leaves each rank its
+// shard only: an inf that rank 0 contributes to rank 1's shard is invisible to rank 0, which
+// would step while rank 1 skips. So before each bucket starts, each rank folds it into a running
+// local flag, sum(bucket * ranks * 0): 0, or NaN once any element so far was inf or NaN, or so
+// large that a sum over the ranks could overflow in the reduce-scatter (which no rank but the
+// owner would see either). Under compression the elements are taken as the wire carries them, so
+// a gradient beyond fp16's 65504 (or a sum over the ranks beyond it) counts: a little stricter
+// than plain DDP, which skips only when the sum it gets did overflow. Before the last
+// bucket starts, the flag is added to the first element of every rank's shard of it (adding 0
+// changes nothing; NaN poisons a step that is lost anyway). The reduce-scatter sums those
+// elements over the ranks, so every rank's shard holds a NaN exactly when some rank's gradients
+// were not finite, and its own shard's check (ZeroRedundancyOptimizer::unscale_) agrees with
+// every other rank's. No collective is added and nothing waits on the host: the flag is a
+// device scalar, and the shards' sums are read after the wait that ZeRO-1 has anyway. The last
+// bucket is padded (a zero tail no parameter uses) so that every rank's shard of it is
+// non-empty on every transport. Rejected: one extra element per shard in every bucket (it would
+// split the parameters' contiguous gradient views at shard boundaries that only the transport
+// knows), and a separate flag bucket (one more collective per step, with its latency).
+//
 // Invariants:
 // - .grad of every parameter is a view into its bucket, kept by DDP across steps; zero_grad may
 //   zero it in place or reset it (set_to_none): prepare_for_backward then zeroes each bucket
@@ -76,6 +97,10 @@ struct DdpOptions {
   // after backward each rank holds the average only in its shard of each bucket; the buckets
   // keep their first layout (no rebuild: the shards, and the optimizer state cut by them, stay).
   bool zero = false;
+  // ZeRO-1 with fp16 loss scaling: a non-finite gradient on any rank reaches every rank's shard
+  // (see "The found-inf flag under ZeRO-1" above), so every rank's ZeroRedundancyOptimizer sees
+  // the same overflow after the reduce-scatter. Costs two passes over each bucket per synced step.
+  bool carry_found_inf = false;
 };
 
 struct NamedTensor {
@@ -174,6 +199,7 @@ class DistributedDataParallel {
   void attach_gradient(size_t index);
   void mark_ready(size_t index);
   void launch_ready_buckets();
+  void carry_found_inf(size_t bucket);
   void finish_backward();
   void wait_for_buckets();
   void name_timeline_lanes();
@@ -199,6 +225,7 @@ class DistributedDataParallel {
   bool backward_in_progress_ = false;
   Timeline* timeline_ = nullptr;
   std::vector<int64_t> bucket_started_ns_;  // with a timeline: when each bucket started, or -1
+  core::Tensor found_inf_;  // carry_found_inf: this synced backward's running flag (0 or NaN)
 };
 
 }  // namespace mpigrad::launch

@@ -177,25 +177,49 @@ void ZeroRedundancyOptimizer::step() {
       param.storage()->bump_version();
     }
   }
-  // The buckets hold parameters now, not gradients: every gradient DDP keeps is reset (also of
-  // a parameter the optimizer does not hold), and the next backward starts from zeroed buckets.
-  for (NamedTensor p : parameters) p.tensor.set_grad(core::Tensor());
+  // The buckets hold parameters now, not gradients.
+  reset_gradients();
 }
 
-double ZeroRedundancyOptimizer::clip_grad_norm(double max_norm) {
-  core::NoGradGuard no_grad;
+void ZeroRedundancyOptimizer::reset_gradients() {
+  // Every gradient DDP keeps is reset (also of a parameter the optimizer does not hold), and the
+  // next backward starts from zeroed buckets.
+  for (NamedTensor p : ddp_.parameters()) p.tensor.set_grad(core::Tensor());
+}
+
+void ZeroRedundancyOptimizer::skip_step() {
+  reset_gradients();
+}
+
+std::vector<core::Tensor> ZeroRedundancyOptimizer::gradient_shards() const {
   const int rank = ddp_.communicator().rank();
   std::vector<core::Tensor> shards;
-  double local = 0.0;
   for (size_t b = 0; b < segments_.size(); ++b) {
     const core::Tensor& flat = ddp_.bucket_buffer(b);
     auto [first, last] = ddp_.transport().shard(b, rank);
     first = std::min(first, flat.numel());
     last = std::min(last, flat.numel());
-    if (first >= last) continue;
-    shards.push_back(flat.narrow(0, first, last - first));
+    if (first < last) shards.push_back(flat.narrow(0, first, last - first));
+  }
+  return shards;
+}
+
+bool ZeroRedundancyOptimizer::unscale_(nn::GradScaler& scaler) {
+  MPIGRAD_CHECK(ddp_.options().carry_found_inf, ddp_.communicator().world_label(),
+                " ZeroRedundancyOptimizer::unscale_: DDP was built without "
+                "DdpOptions::carry_found_inf, so an overflow in another rank's shard would not "
+                "reach this one and the ranks could disagree on skipping the step");
+  // Whole shards, with the last bucket's padding: that is where the other ranks' flag lands.
+  return scaler.unscale_gradients_(gradient_shards());
+}
+
+double ZeroRedundancyOptimizer::clip_grad_norm(double max_norm) {
+  core::NoGradGuard no_grad;
+  std::vector<core::Tensor> shards = gradient_shards();
+  double local = 0.0;
+  for (const core::Tensor& shard : shards) {
     // In float64, as clip_grad_norm_ does, so many small terms are not lost.
-    core::Tensor g = shards.back().to(core::kFloat64);
+    core::Tensor g = shard.to(core::kFloat64);
     local += core::sum(g * g).item<double>();
   }
   core::Tensor total =

@@ -32,6 +32,14 @@
 //
 // Gradient clipping must go through clip_grad_norm(): outside its shard a rank's gradients are
 // not averaged. The global norm is one all-reduce of the shards' squared norms.
+//
+// fp16 loss scaling goes through unscale_() and skip_step(), for the same reason: the scaler
+// (nn/optim/grad_scaler.h) must read and unscale the shards, not the parameters' gradients.
+// Every rank reaches the same verdict without a collective of its own, because DDP built with
+// DdpOptions::carry_found_inf poisons every rank's shard when any rank's gradients overflowed
+// (launch/ddp/distributed_data_parallel.h). A skipped step changes nothing anywhere: no piece is
+// stepped, no all-gather runs (every rank still holds the same parameters), and the gradients
+// are reset as after a step.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +47,7 @@
 #include <vector>
 
 #include "mpigrad/core/tensor.h"
+#include "mpigrad/nn/optim/grad_scaler.h"
 #include "mpigrad/nn/optim/optimizer.h"
 #include "mpigrad/nn/state_dict.h"
 
@@ -62,6 +71,13 @@ class ZeroRedundancyOptimizer {
   // Collective: torch's clip_grad_norm_ (2-norm) over every gradient DDP averages; returns the
   // total norm.
   double clip_grad_norm(double max_norm);
+  // Not collective: divides this rank's shard of every bucket by `scaler`'s scale (once per
+  // step) and returns whether it overflowed; the same answer on every rank when DDP carries the
+  // found-inf flag (DdpOptions::carry_found_inf).
+  bool unscale_(nn::GradScaler& scaler);
+  // Not collective: the step every rank skips after an overflow; resets the gradients as step()
+  // does, and leaves the parameters and the optimizer state as they are.
+  void skip_step();
 
   // Collective: the full state in the user's optimizer's layout; ranks other than those with
   // `keep` get an empty StateDict back (they still take part).
@@ -91,6 +107,9 @@ class ZeroRedundancyOptimizer {
     size_t inner_index = 0;  // its index in inner_
   };
   void copy_hyperparameters();
+  // This rank's shard of every bucket with one: the averaged gradients after a synced backward.
+  std::vector<core::Tensor> gradient_shards() const;
+  void reset_gradients();
 
   DistributedDataParallel& ddp_;
   nn::Optimizer& optimizer_;

@@ -139,6 +139,8 @@ EmbeddedModel::EmbeddedModel(const std::string& config, DistributedManager manag
     try {
       DdpOptions options;
       options.zero = config_.distributed.zero == 1;
+      // fp16's skipped steps: every rank's shard learns of an overflow on any rank.
+      options.carry_found_inf = options.zero && config_.train.precision == nn::Precision::Float16;
       training_->ddp = std::make_unique<DistributedDataParallel>(*module_, *communicator, options);
       if (options.zero) {
         training_->zero =
@@ -527,7 +529,12 @@ core::Tensor EmbeddedModel::run_step(const std::function<core::Tensor()>& forwar
     return last_loss_;
   }
   micro_steps_ = 0;
-  if (t.scaler) t.scaler->unscale_(module_->parameters());  // clipping sees true gradients
+  // Clipping sees true gradients. Under ZeRO-1 a rank's averaged gradients are its shards, and
+  // every rank reaches the same verdict (launch/ddp/zero_redundancy.h).
+  bool overflow = false;
+  if (t.scaler) {
+    overflow = t.zero ? t.zero->unscale_(*t.scaler) : t.scaler->unscale_(module_->parameters());
+  }
   if (config_.train.clip_grad_norm > 0) {
     if (t.zero) {
       t.zero->clip_grad_norm(config_.train.clip_grad_norm);  // gradients are sharded
@@ -537,7 +544,12 @@ core::Tensor EmbeddedModel::run_step(const std::function<core::Tensor()>& forwar
   }
   const double lr = t.optimizer->param_groups().front().lr;
   if (t.zero) {
-    t.zero->step();  // and zero_grad
+    if (overflow) {
+      t.zero->skip_step();  // on every rank alike; resets the gradients as step() does
+    } else {
+      t.zero->step();  // and zero_grad
+    }
+    if (t.scaler) t.scaler->update();
   } else {
     if (t.scaler) {
       t.scaler->step(*t.optimizer);  // skipped, on every rank alike, when the gradients overflowed

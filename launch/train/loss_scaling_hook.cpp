@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "mpigrad/launch/ddp/zero_redundancy.h"
 #include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/nn/optim/optimizer.h"
 
@@ -31,14 +32,29 @@ void LossScalingHook::on(HookStage stage, TrainingContext& context) {
   } else if (stage == HookStage::BeforeBackward) {
     context.loss = scaler_.scale(context.loss);
   } else if (stage == HookStage::BeforeOptimizerStep) {
-    scaler_.unscale_(parameters_of(context));
+    unscale(context);
   }
 }
 
+bool LossScalingHook::unscale(TrainingContext& context) {
+  // Under ZeRO-1 a rank's averaged gradients are its shards; the verdict is the same on every
+  // rank (launch/ddp/zero_redundancy.h). Once per step: a second call returns the first's.
+  if (context.zero != nullptr) return context.zero->unscale_(scaler_);
+  return scaler_.unscale_(parameters_of(context));
+}
+
 void LossScalingHook::optimizer_step(TrainingContext& context) {
-  for (nn::Optimizer* optimizer : context.optimizers) {
-    scaler_.step(*optimizer);
-    optimizer->zero_grad();
+  if (context.zero != nullptr) {
+    if (unscale(context)) {
+      context.zero->skip_step();
+    } else {
+      context.zero->step();
+    }
+  } else {
+    for (nn::Optimizer* optimizer : context.optimizers) {
+      scaler_.step(*optimizer);
+      optimizer->zero_grad();
+    }
   }
   scaler_.update();
 }

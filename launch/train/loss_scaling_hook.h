@@ -4,7 +4,8 @@
 // hooks run (register it before GradClipHook: clipping must see true gradients), and claims the
 // optimizer step to skip it, on every rank alike, when the gradients overflowed. With gradient
 // accumulation the scale stays fixed over a step's micro-batches. Its state (scale, growth
-// tracker, skipped steps) goes into checkpoints under /hooks/loss_scaler.
+// tracker, skipped steps) goes into checkpoints under /hooks/loss_scaler. Under ZeRO-1
+// (context.zero) it unscales and checks the rank's gradient shards and skips the sharded step.
 #pragma once
 
 #include <string>
@@ -26,6 +27,9 @@ class LossScalingHook final : public Hook {
   const nn::GradScaler& scaler() const { return scaler_; }
 
  private:
+  // Unscales this step's gradients (once) and returns whether they overflowed.
+  bool unscale(TrainingContext& context);
+
   nn::GradScaler scaler_;
 };
 

@@ -83,17 +83,6 @@ void DDPHook::on(HookStage stage, TrainingContext& context) {
   }
 }
 
-void DDPHook::optimizer_step(TrainingContext& context) {
-  if (zero_) {
-    zero_->step();
-    return;
-  }
-  for (nn::Optimizer* optimizer : context.optimizers) {
-    optimizer->step();
-    optimizer->zero_grad();
-  }
-}
-
 void DDPHook::install_sampler(data::DataLoader& loader, int64_t replicas, int64_t rank) {
   if (loader.batch_sampler().is_distributed()) return;  // the user's own: kept
   const data::DataLoaderOptions& options = loader.options();

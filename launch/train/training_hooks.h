@@ -61,9 +61,6 @@ class DDPHook final : public Hook {
   ~DDPHook() override;
   std::string name() const override { return "ddp"; }
   void on(HookStage stage, TrainingContext& context) override;
-  bool replaces_optimizer_step() const override { return options_.zero; }
-  // ZeRO-1's sharded step; the plain step (and zero_grad) at world size 1.
-  void optimizer_step(TrainingContext& context) override;
   DistributedDataParallel* ddp() { return ddp_.get(); }
   ZeroRedundancyOptimizer* zero() { return zero_.get(); }
 

@@ -7,6 +7,7 @@
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/reduce.h"
+#include "mpigrad/launch/ddp/zero_redundancy.h"
 #include "mpigrad/launch/observe/timeline.h"
 
 namespace mpigrad::launch {
@@ -185,6 +186,8 @@ void TrainingStrategy::train_batch(data::Batch& batch) {
       Span step(ctx.timeline, "optimizer step");
       if (step_owner_ != nullptr) {
         step_owner_->optimizer_step(ctx);
+      } else if (ctx.zero != nullptr) {
+        ctx.zero->step();  // ZeRO-1's sharded step, which also resets the gradients
       } else {
         for (nn::Optimizer* optimizer : ctx.optimizers) {
           optimizer->step();

@@ -10,7 +10,8 @@
 // One optimizer step:
 //   before_batch, before_forward, [step function: forward and loss], after_loss,
 //   before_backward, backward, after_backward,
-//   [when ctx.sync_step:] before_optimizer_step, step + zero_grad, after_optimizer_step,
+//   [when ctx.sync_step:] before_optimizer_step, step + zero_grad (ctx.zero's sharded step
+//   when set), after_optimizer_step,
 //   after_batch
 // around which run setup, before/after_training, before/after_epoch and after_validation.
 // A hook may replace backward or the optimizer step (at most one hook may claim each).
@@ -90,8 +91,9 @@ struct TrainingContext {
   data::DataLoader* train_loader = nullptr;
   data::DataLoader* val_loader = nullptr;
   DistributedDataParallel* ddp = nullptr;  // set by DDPHook
-  // Set by DDPHook under [distributed] zero = 1: it steps the optimizer's shards, and clipping
-  // and checkpoints go through it (launch/ddp/zero_redundancy.h).
+  // Set by DDPHook under [distributed] zero = 1: the optimizer step (the strategy's own, or a
+  // hook's that claims it), clipping, loss scaling and checkpoints go through it
+  // (launch/ddp/zero_redundancy.h).
   ZeroRedundancyOptimizer* zero = nullptr;
   Timeline* timeline = nullptr;  // set before run() to record spans; null: none
   std::vector<Hook*> hooks;      // every hook, in call order (CheckpointHook saves

@@ -25,15 +25,22 @@ core::Tensor GradScaler::scale(const core::Tensor& loss) const {
 }
 
 bool GradScaler::unscale_(const std::vector<core::Tensor>& parameters) {
+  std::vector<core::Tensor> gradients;
+  for (const core::Tensor& p : parameters) {
+    core::Tensor grad = p.grad();
+    if (grad.defined()) gradients.push_back(std::move(grad));
+  }
+  return unscale_gradients_(gradients);
+}
+
+bool GradScaler::unscale_gradients_(const std::vector<core::Tensor>& gradients) {
   if (unscaled_) return found_inf_;
   core::NoGradGuard no_grad;
   const double inverse = 1.0 / scale_;
   // One sum per gradient, added up on the device and read once: non-finite iff some element is
   // (float32 sums accumulate in double, so finite gradients cannot overflow it).
   core::Tensor total;
-  for (const core::Tensor& p : parameters) {
-    core::Tensor grad = p.grad();
-    if (!grad.defined()) continue;
+  for (core::Tensor grad : gradients) {
     grad.mul_(inverse);
     core::Tensor partial = core::sum(grad.to(core::kFloat64));
     total = total.defined() ? total + partial : partial;

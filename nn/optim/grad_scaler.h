@@ -9,7 +9,9 @@
 // Under DDP no extra collective is needed to agree on an overflow: the averaged gradients carry
 // it. IEEE sums propagate inf and NaN (inf + x = inf, inf - inf = NaN, NaN + x = NaN), in fp32
 // and through bf16/fp16 compression alike, so once any rank's gradient is non-finite, every
-// rank's averaged gradient is, and every rank skips the same step.
+// rank's averaged gradient is, and every rank skips the same step. ZeRO-1's reduce-scatter
+// leaves each rank one shard of the average, so there DDP carries a found-inf flag into every
+// shard (launch/ddp/distributed_data_parallel.h) and the scaler reads the shards.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +39,9 @@ class GradScaler {
   // Divides every gradient of `parameters` by the scale (once per step) and returns whether one
   // of them holds inf or NaN.
   bool unscale_(const std::vector<core::Tensor>& parameters);
+  // The same on the gradients themselves, for a caller whose gradients are not the parameters'
+  // .grad (ZeRO-1's shards, launch/ddp/zero_redundancy.h).
+  bool unscale_gradients_(const std::vector<core::Tensor>& gradients);
   // Steps `optimizer` unless the unscaled gradients overflowed (unscaling them first if
   // unscale_ was not called); returns whether it stepped.
   bool step(Optimizer& optimizer);

@@ -408,7 +408,8 @@ TEST_CASE("DDP options that differ between ranks are a clear error on every rank
     message = error.what();
   }
   CHECK(message.find("the DDP options differ between ranks") != std::string::npos);
-  CHECK(message.find("shared_memory=0 transport=auto zero=0' on rank 1") != std::string::npos);
+  CHECK(message.find("shared_memory=0 transport=auto zero=0 carry_found_inf=0' on rank 1") !=
+        std::string::npos);
 }
 
 TEST_CASE("bf16 gradient compression stays close to the uncompressed average") {

@@ -8,6 +8,10 @@
 #   fp16_resume  fp16 with loss scaling and grad_accum_steps + clip_grad_norm trains; a resumed
 #                run continues from the checkpoint's loss scale, not from 2^16
 #   reduce_dtype reduce_dtype = bf16 trains on 2 ranks; with compression = fp16 it is an error
+#   fp16_zero    fp16 under [distributed] zero = 1 on 2 ranks, with grad_accum_steps and
+#                clip_grad_norm: steps overflow and are skipped, and
+#                the losses are plain DDP + fp16's; a resumed run continues from the saved scale,
+#                the one plain DDP reaches too
 set -euo pipefail
 check=$1 mpigrad=$2 mpiexec=$3 work=$4
 source "$(dirname "$0")/check_lib.sh"
@@ -139,6 +143,56 @@ INI
         --distributed.reduce_dtype=bf16 --distributed.compression=fp16
     expect_error "reduce_dtype" --config base.ini --distributed.reduce_dtype=fp16
     expect_error "precision" --config base.ini --train.precision=int8
+    ;;
+  fp16_zero)
+    "$mpigrad" data synth -o train.h5 --samples 640 --shape 1,8,8 --seed 1 > /dev/null
+    "$mpigrad" data synth -o test.h5 --samples 200 --shape 1,8,8 --seed 1 > /dev/null
+    # Growth after every clean step drives the scale into fp16's range limit within a few steps,
+    # so some steps overflow (8 of epoch 1's 20 here) and must be skipped on both ranks alike.
+    # Small buckets: the MLP's gradients span several, each reduce-scattered.
+    cat > zero.ini <<INI
+[data]
+train = train.h5
+test = test.h5
+num_classes = 10
+[model]
+name = mlp
+hidden = 32
+[optim]
+name = adamw
+lr = 0.01
+[train]
+precision = fp16
+loss_scale_growth_interval = 1
+clip_grad_norm = 5
+grad_accum_steps = 2
+epochs = 2
+batch_size = 8
+shuffle = false
+seed = 3
+log_every = 1
+[distributed]
+bucket_cap_mb = 0.002
+INI
+    run 2 "$mpigrad" train --config zero.ini --train.out_dir=plain > plain.txt 2>&1 || { cat plain.txt; fail "plain fp16 run failed"; }
+    run 2 "$mpigrad" train --config zero.ini --distributed.zero=1 --train.out_dir=zero > zero.txt 2>&1 || { cat zero.txt; fail "ZeRO-1 fp16 run failed"; }
+    grep -q "ZeRO-1: reduce-scattered, optimizer state sharded" zero.txt || { cat zero.txt; fail "the log does not say ZeRO-1"; }
+    paste <(losses plain/metrics.jsonl) <(losses zero/metrics.jsonl) > pairs.txt
+    [ "$(grep -c . pairs.txt)" = 40 ] || fail "expected 40 steps, got $(grep -c . pairs.txt)"
+    awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * ($1 < 0 ? -$1 : $1)) exit 1 }' pairs.txt ||
+      fail "ZeRO-1 + fp16 losses differ from plain DDP + fp16's: $(awk '$1 != $2' pairs.txt | sed -n 1p)"
+    # Epoch 1, then a resumed epoch 2, under ZeRO-1; and epoch 1 without it, resumed likewise.
+    run 2 "$mpigrad" train --config zero.ini --distributed.zero=1 --train.out_dir=part --train.epochs=1 > part1.txt 2>&1 || { cat part1.txt; fail "first half failed"; }
+    run 2 "$mpigrad" train --config zero.ini --distributed.zero=1 --train.out_dir=part --train.resume=part/ckpt-epoch1.h5 > part2.txt 2>&1 || { cat part2.txt; fail "resumed ZeRO-1 run failed"; }
+    run 2 "$mpigrad" train --config zero.ini --train.out_dir=ppart --train.epochs=1 > /dev/null 2>&1 || fail "plain first half failed"
+    run 2 "$mpigrad" train --config zero.ini --train.out_dir=ppart --train.resume=ppart/ckpt-epoch1.h5 > ppart2.txt 2>&1 || { cat ppart2.txt; fail "resumed plain run failed"; }
+    resumed=$(grep -m1 "fp16 loss scale" part2.txt) || { cat part2.txt; fail "no loss scale line"; }
+    expected=$(grep -m1 "fp16 loss scale" ppart2.txt) || fail "no loss scale line in the plain run"
+    echo "resumed under ZeRO-1: $resumed"
+    [ "$resumed" = "$expected" ] || fail "ZeRO-1 resumed with '$resumed', plain DDP with '$expected'"
+    grep -q "fp16 loss scale 65536 " part2.txt && fail "the resumed run started from 2^16, not the saved scale"
+    grep -qE "[1-9][0-9]* skipped\)" <<< "$resumed" || fail "no step was skipped in epoch 1: $resumed"
+    diff <(losses zero/metrics.jsonl) <(losses part/metrics.jsonl) || fail "resumed ZeRO-1 fp16 losses differ"
     ;;
   *) fail "unknown check" ;;
 esac
