@@ -259,9 +259,10 @@ void DistributedDataParallel::install_buckets(std::vector<std::unique_ptr<Bucket
   }
   buckets_ = std::move(buckets);
   slot_of_ = std::move(slots);
+  // The rebuild asks for the kind the setup chose by name, so only the setup's line says why.
+  if (!transport_) transport_description_ = std::move(choice.description);
   transport_ = std::move(choice.transport);
   transport_kind_ = choice.kind;
-  transport_description_ = std::move(choice.description);
   if (timeline_ != nullptr) name_timeline_lanes();
 }
 

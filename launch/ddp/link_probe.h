@@ -1,0 +1,36 @@
+// measure_links: the figures `transport = auto` decides by across nodes
+// (launch/ddp/transport_cost_model.h), measured at DDP's start-up in a bounded fraction of a
+// second and the same on every rank:
+//   shared memory  every rank copies 16 MiB at once, its best of 3; the node's slowest rank
+//                  counts, since the hierarchical transport's node steps wait for all of them;
+//   link           the node leaders (local rank 0) all-reduce among themselves, as the
+//                  transports do: the latency from the best of 10 all-reduces of 8 bytes (over
+//                  the ring's 2 (N - 1) steps), the bandwidth from all-reduces of 256 KiB,
+//                  doubling until one takes 20 ms or reaches 64 MiB (the bytes sent on the way
+//                  drain a rate limiter's initial burst: a token bucket lets its first bytes
+//                  through at line rate), then that size again until its two best times agree
+//                  within a factor of 2 (at most 10 tries): the choice turns on factors, not
+//                  percent, and a 2-core machine under load varies more than 50%. Load on the
+//                  machine only adds time, so the best is the link's.
+// Each leader's step uses the slowest leader's time, so all leaders take the same steps and
+// reach the same figures, which every rank then gets (one small all-reduce). Never more than
+// kProbeBudgetSeconds of all-reduces: when the bandwidth has not settled by then the result is
+// empty, with the two best figures in `*why_not`, and auto keeps the layout rule.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "mpigrad/launch/comm/communicator.h"
+#include "mpigrad/launch/ddp/transport_cost_model.h"
+
+namespace mpigrad::launch {
+
+inline constexpr double kProbeBudgetSeconds = 0.5;
+
+// Collective over `communicator` (MPI, host tensors); `node` is this rank's node (its ranks in
+// `communicator`, split_node_local), spanning `nodes` nodes in all (>= 2).
+std::optional<LinkFigures> measure_links(Communicator& communicator, Communicator& node, int nodes,
+                                         std::string* why_not);
+
+}  // namespace mpigrad::launch
