@@ -29,11 +29,11 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// One rank's copy bandwidth in bytes/s, its best of 3 (the pages are touched first).
+// One rank's copy bandwidth in bytes/s, its best of 5 (the pages are touched first).
 double copy_bandwidth() {
   std::vector<char> from(size_t(kCopyBytes), 1), to(size_t(kCopyBytes), 0);
   double best = std::numeric_limits<double>::infinity();
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 5; ++i) {
     from[size_t(i)] = char(i);  // a different copy each time, which the compiler must make
     const auto start = Clock::now();
     std::memcpy(to.data(), from.data(), from.size());
@@ -119,13 +119,13 @@ std::optional<LinkFigures> measure_links(Communicator& communicator, Communicato
   LinkProbe probe;
   if (leader) probe = probe_link(*leaders);
   leaders.reset();
-  // The leaders agree on everything they measured; the other ranks contribute zeros, and the
-  // slowest copy (the largest negated bandwidth) is every rank's.
+  // The leaders agree on everything they measured and the other ranks contribute zeros; the
+  // copy bandwidth is the best rank's.
   core::Tensor shared = core::Tensor::from_vector<double>(
-      {probe.bandwidth, probe.latency, probe.previous, probe.settled ? 1.0 : 0.0, -copy}, {5});
+      {probe.bandwidth, probe.latency, probe.previous, probe.settled ? 1.0 : 0.0, copy}, {5});
   communicator.all_reduce(shared, ReduceOp::Max);
   const std::vector<double> values = shared.to_vector<double>();
-  LinkFigures figures{values[0], values[1], -values[4]};
+  LinkFigures figures{values[0], values[1], values[4]};
   if (values[3] == 0) {
     if (why_not != nullptr) {
       char text[160];

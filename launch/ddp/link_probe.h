@@ -1,8 +1,10 @@
 // measure_links: the figures `transport = auto` decides by across nodes
 // (launch/ddp/transport_cost_model.h), measured at DDP's start-up in a bounded fraction of a
 // second and the same on every rank:
-//   shared memory  every rank copies 16 MiB at once, its best of 3; the node's slowest rank
-//                  counts, since the hierarchical transport's node steps wait for all of them;
+//   shared memory  every rank of a node copies 16 MiB at once (the transport's node steps
+//                  share the memory bandwidth so too), its best of 5, and the best rank's
+//                  figure counts: on a machine shared with other work (2 cores, load 10-17 here)
+//                  the slowest rank's best of 3 ranged 0.67-8 GB/s from one DDP to the next;
 //   link           the node leaders (local rank 0) all-reduce among themselves, as the
 //                  transports do: the latency from the best of 10 all-reduces of 8 bytes (over
 //                  the ring's 2 (N - 1) steps), the bandwidth from all-reduces of 256 KiB,
