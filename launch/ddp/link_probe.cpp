@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -21,9 +20,9 @@ using Clock = std::chrono::steady_clock;
 constexpr int64_t kCopyBytes = int64_t(16) << 20;
 constexpr int64_t kFirstProbeBytes = int64_t(256) << 10;
 constexpr int64_t kMostProbeBytes = int64_t(64) << 20;
-constexpr double kLongEnoughSeconds = 0.020;
+constexpr double kLongEnoughSeconds = 0.010;
 constexpr double kAgreement = 1.0;  // the two best times within a factor of 2
-constexpr size_t kMostTries = 10;
+constexpr size_t kMostTries = 6;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -70,34 +69,38 @@ LinkProbe probe_link(Communicator& leaders) {
   core::Tensor small = core::zeros({2});
   leaders.all_reduce(small);
   double best = std::numeric_limits<double>::infinity();
-  for (int i = 0; i < 10; ++i) best = std::min(best, timed_all_reduce(leaders, small));
-  probe.latency = best / steps;
+  for (int i = 0; i < 5; ++i) {
+    const auto start = Clock::now();
+    leaders.all_reduce(small);
+    best = std::min(best, seconds_since(start));
+  }
+  probe.latency = slowest(leaders, best) / steps;
 
   core::Tensor data;
   double spent = 0;
   int64_t bytes = kFirstProbeBytes / 2;
-  double seconds = 0;
-  // Doubling until one all-reduce is long enough to time (or the largest size): the bytes sent
-  // on the way also drain a rate limiter's burst.
+  std::vector<double> times;
+  // Doubling, two all-reduces a size, until the better one is long enough to time (or the size
+  // the largest): one slow all-reduce (a load spike, a connection being set up) does not end the
+  // growth, and the bytes sent on the way drain a rate limiter's burst.
   do {
     bytes *= 2;
     if (!data.defined() || data.numel() < bytes / 4) data = core::zeros({bytes / 4});
-    seconds = timed_all_reduce(leaders, data.narrow(0, 0, bytes / 4));
-    spent += seconds;
-  } while (seconds < kLongEnoughSeconds && bytes < kMostProbeBytes && spent < kProbeBudgetSeconds);
+    times = {timed_all_reduce(leaders, data.narrow(0, 0, bytes / 4)),
+             timed_all_reduce(leaders, data.narrow(0, 0, bytes / 4))};
+    spent += times[0] + times[1];
+    std::sort(times.begin(), times.end());
+  } while (times[0] < kLongEnoughSeconds && bytes < kMostProbeBytes && spent < kProbeBudgetSeconds);
+  const bool long_enough = times[0] >= kLongEnoughSeconds || bytes >= kMostProbeBytes;
   // Then that size again until its two best times agree: load on the machine only ever adds
   // time, so the best is the link's.
-  std::vector<double> times{seconds};
-  while (spent < kProbeBudgetSeconds && times.size() < kMostTries) {
-    seconds = timed_all_reduce(leaders, data.narrow(0, 0, bytes / 4));
-    spent += seconds;
-    times.push_back(seconds);
+  auto agree = [&] { return times[1] <= (1 + kAgreement) * times[0]; };
+  while (long_enough && !agree() && spent < kProbeBudgetSeconds && times.size() < kMostTries) {
+    times.push_back(timed_all_reduce(leaders, data.narrow(0, 0, bytes / 4)));
+    spent += times.back();
     std::sort(times.begin(), times.end());
-    if (times.size() >= 3 && times[1] <= (1 + kAgreement) * times[0]) {
-      probe.settled = true;
-      break;
-    }
   }
+  probe.settled = long_enough && agree();
   std::sort(times.begin(), times.end());
   auto bandwidth = [&](double t) {
     return steps / nodes * double(bytes) / std::max(t - steps * probe.latency, 1e-9);

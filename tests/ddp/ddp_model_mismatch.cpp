@@ -13,9 +13,11 @@
 //                                  in an error of the hierarchical averaging (a short stop), or
 //                                  the job in the inter-node watchdog's report (a long one);
 //                                  SECONDS < 0: rank 1 dies there instead (_exit, no MPI_Finalize)
-//   ddp_model_mismatch auto-choice  transport = auto: every rank's transport line must be rank
-//                                  0's (the choice, and the figures it was made by), and rank 0
-//                                  logs it; run on real or simulated nodes
+//   ddp_model_mismatch auto-choice [TRANSPORT]
+//                                  transport = auto (or TRANSPORT): every rank's transport line
+//                                  must be rank 0's (the choice, and the figures it was made
+//                                  by), and rank 0 logs it and how long DDP took to set up; run
+//                                  on real or simulated nodes
 //   ddp_model_mismatch serialized  MPI initialized with MPI_THREAD_SERIALIZED by the program and
 //                                  handed over: on simulated nodes DDP must fall back from the
 //                                  hierarchical transport with the reason, and refuse it when
@@ -80,9 +82,17 @@ int serialized(int argc, char** argv) {
 
 // transport = auto decides the same on every rank: each compares its transport line with rank 0's,
 // and the job fails, naming the rank, when any differs.
-int auto_choice(launch::DistributedManager& manager, launch::RankLogger& log) {
+// With a transport name, builds with that transport instead, to compare the time DDP takes to
+// set up (printed, never checked).
+int auto_choice(launch::DistributedManager& manager, launch::RankLogger& log,
+                const std::string& transport) {
   auto model = make_model(256);
-  launch::DistributedDataParallel ddp(*model, manager.world());
+  launch::DdpOptions options;
+  if (!transport.empty()) options.transport = launch::parse_transport_kind(transport);
+  manager.world().barrier();
+  const auto start = std::chrono::steady_clock::now();
+  launch::DistributedDataParallel ddp(*model, manager.world(), options);
+  const std::chrono::duration<double> setup = std::chrono::steady_clock::now() - start;
   const std::string& line = ddp.transport_description();
   launch::Communicator& world = manager.world();
   core::Tensor length = core::Tensor::from_vector<int64_t>({int64_t(line.size())}, {1});
@@ -101,6 +111,7 @@ int auto_choice(launch::DistributedManager& manager, launch::RankLogger& log) {
   if (differing.item<int32_t>() >= 0) return 1;
   log.info("gradients " + line + " (the same on all " + std::to_string(manager.world_size()) +
            " ranks)");
+  log.info("DDP set up in " + std::to_string(int(setup.count() * 1e3)) + " ms on rank 0");
   return 0;
 }
 
@@ -112,7 +123,8 @@ int main(int argc, char** argv) {
   if (mode != "differ" && mode != "same" && mode != "stall" && mode != "stall-mid-backward" &&
       mode != "auto-choice") {
     std::fprintf(stderr,
-                 "usage: %s differ|same|stall|stall-mid-backward SECONDS|auto-choice|serialized\n",
+                 "usage: %s differ|same|stall|stall-mid-backward SECONDS|auto-choice "
+                 "[TRANSPORT]|serialized\n",
                  argv[0]);
     return 2;
   }
@@ -120,7 +132,7 @@ int main(int argc, char** argv) {
   auto manager = launch::DistributedManager::initialize(&argc, &argv);
   launch::RankLogger log(manager.rank(), manager.world_size());
   try {
-    if (mode == "auto-choice") return auto_choice(manager, log);
+    if (mode == "auto-choice") return auto_choice(manager, log, argc > 2 ? argv[2] : "");
     core::Generator generator(1);
     auto model = make_model(mode == "differ" && manager.rank() == 1 ? 12 : 16);
     launch::DdpOptions options;
