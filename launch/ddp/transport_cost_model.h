@@ -8,11 +8,11 @@
 // node), with the link's bandwidth beta and latency alpha (one stream between two node leaders,
 // and the latency of one step of an all-reduce between them) and sigma, one rank's copy
 // bandwidth while every rank of its node copies at once:
-//   communicator  MPI's all-reduce of a large buffer: recursive halving, then doubling
-//                 (Rabenseifner's, which Open MPI and MPICH take for large buffers). Its first
-//                 log2 N exchanges cross the links, all L ranks of a node at once, so each link
-//                 carries 2 L (N - 1) / N n bytes; the rest moves 2 (L - 1) / P n bytes a rank
-//                 inside the node:
+//   communicator  the flat all-reduce over all P ranks, which does not know the nodes, as
+//                 recursive halving then doubling in rank order: its first log2 N exchanges
+//                 cross the links, all L ranks of a node at once, so each link carries
+//                 2 L (N - 1) / N n bytes; the rest moves 2 (L - 1) / P n bytes a rank inside
+//                 the node:
 //                   t = 2 ceil(log2 P) alpha + 2 L (N - 1) / N * n / beta
 //                       + 2 (L - 1) / P * n / sigma;
 //   hierarchical  a reduce-scatter and an all-gather in shared memory, which together read and
@@ -24,11 +24,13 @@
 // Per step is the sum over the buckets (they share the link one after another). So on 2 x 2 the
 // communicator wins only where the link is faster than a rank's copy, and with one rank a node
 // the two send the same bytes. A prediction within 10% of the other's is a tie, and a tie goes to
-// the hierarchical transport: its communication thread hides about twice as much behind
-// backward as the communicator's MPI_Iallreduce on the simulated cluster (README, "Slow links"),
-// which this model leaves out. There, on 2 x 2 at 1 and 10 Gbit/s, a blocking flat all-reduce
-// of 36 MiB took 1.8-2.0x the hierarchical averaging; this model says 1.4-1.8x for the links
-// and copies measured there.
+// the hierarchical transport: its communication thread hides more behind backward than the
+// communicator's MPI_Iallreduce, which this model leaves out (on 2 x 1, where both send the same
+// bytes, the communicator's step measured 0.96-1.61x the hierarchical one's on the simulated
+// cluster; README, "Slow links"). Measured there on 2 x 2 at 1 Gbit/s, where the link limits:
+// the communicator's step 1.40-2.08x the hierarchical one's, and a blocking MPI_Allreduce of
+// 36 MiB 1.5-1.8x the hierarchical averaging (Open MPI 4.1's default, ring and Rabenseifner
+// algorithms alike); this model says 2.0x, a ring formula 1.5x.
 #pragma once
 
 #include <cstdint>
