@@ -10,10 +10,11 @@
 //   local      the model alone, no DDP at all;
 //   no-comm    DDP whose communicator does nothing: the same buckets, hooks and copies, but no
 //              bytes move - the baseline "same per-rank work with communication disabled";
-//   ddp        DDP over the world communicator with its default shared-memory buckets, at
+//   ddp        DDP over the world communicator with its default transport (auto), at
 //              bucket_cap_mb 1, 5, 25 (the default) and 100, and at 25 with shared memory off
-//              (each bucket an MPI_Iallreduce, the path DDP takes across nodes), and at 25
-//              with compression = bf16 (the buckets cast to bfloat16 for the all-reduce);
+//              (each bucket an MPI_Iallreduce: the communicator transport), at 25 with
+//              compression = bf16 (the buckets cast to bfloat16 for the all-reduce), and across
+//              nodes at 25 with transport = hierarchical, beside what auto chose;
 //   allreduce  one blocking MPI all-reduce of all gradients, and the same average done by
 //              SharedMemoryAllReduce (what communication alone costs either way).
 // The overlap ratio is ddp / no-comm (1.00 = communication fully hidden; the target on the
@@ -277,13 +278,15 @@ int run(int argc, char** argv) {
     std::function<void()> body;  // what one timed call does (a step, or an all-reduce)
     SimulatedNetwork* network = nullptr;
     double best = 1e30;
+    double setup_seconds = 0;  // building the DDP: under auto across nodes, the link probe too
   };
   std::vector<std::unique_ptr<Contender>> contenders;
   std::vector<std::unique_ptr<SimulatedNetwork>> networks;
   NoCommunication no_communication;
   auto add_model =
       [&](launch::Communicator* communicator, double bucket_cap_mb, bool shared_memory = true,
-          launch::GradCompression compression = launch::GradCompression::None) -> Contender& {
+          launch::GradCompression compression = launch::GradCompression::None,
+          launch::TransportKind transport = launch::TransportKind::Auto) -> Contender& {
     auto contender = std::make_unique<Contender>();
     Contender& c = *contender;
     c.model = make_model(options.width);
@@ -293,8 +296,12 @@ int run(int argc, char** argv) {
       ddp_options.bucket_cap_mb = bucket_cap_mb;
       ddp_options.shared_memory = shared_memory;
       ddp_options.compression = compression;
+      ddp_options.transport = transport;
+      const auto begin = std::chrono::steady_clock::now();
       c.ddp =
           std::make_unique<launch::DistributedDataParallel>(*c.model, *communicator, ddp_options);
+      c.setup_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     }
     c.body = [&c, &x, &y] {
       c.model->zero_grad(/*set_to_none=*/false);
@@ -314,6 +321,13 @@ int run(int argc, char** argv) {
   Contender& via_communicator = add_model(&world, 25, false);
   // The default buckets cast to bfloat16 for the all-reduce ([distributed] compression = bf16).
   Contender& bf16 = add_model(&world, 25, true, launch::GradCompression::BFloat16);
+  // Across nodes, the hierarchical transport asked for by name, beside whatever auto chose for
+  // the sweep (the communicator above is the other candidate).
+  Contender* hierarchical = nullptr;
+  if (manager.node_count() > 1) {
+    hierarchical = &add_model(&world, 25, true, launch::GradCompression::None,
+                              launch::TransportKind::Hierarchical);
+  }
   // DDP over the simulated network, for each bandwidth and bucket cap.
   std::vector<std::vector<Contender*>> on_network(options.network_gbps.size());
   for (size_t n = 0; n < options.network_gbps.size(); ++n) {
@@ -409,6 +423,7 @@ int run(int argc, char** argv) {
     cap << options.bucket_caps[i];
     std::string key = "bucket_" + cap.str() + "mib";
     double ratio = run.best / no_comm.best;
+    results.add_text("transport_" + key, run.ddp->transport_description());
     results.add("step_ddp_" + key + "_ms", run.best * 1e3, "ms",
                 std::to_string(run.ddp->bucket_count()) + " buckets");
     results.add("overlap_ratio_" + key, ratio, "x", "ddp / no-comm (target <= 1.10)");
@@ -428,6 +443,19 @@ int run(int argc, char** argv) {
               "shared_memory off, ddp / serial bound");
   results.add("hidden_bucket_25mib_mpi", (serial - via_communicator.best) / allreduce_all->best, "",
               "shared_memory off, of the blocking all-reduce's time");
+  if (hierarchical != nullptr) {
+    results.add("ddp_setup_auto_ms", sweep[0]->setup_seconds * 1e3, "ms",
+                "building the sweep's first DDP under auto (rank 0), the link probe included");
+    results.add("ddp_setup_hierarchical_ms", hierarchical->setup_seconds * 1e3, "ms",
+                "building DDP with transport = hierarchical (rank 0)");
+    results.add("step_ddp_bucket_25mib_hierarchical_ms", hierarchical->best * 1e3, "ms",
+                "transport = hierarchical");
+    results.add("vs_serial_bucket_25mib_hierarchical", hierarchical->best / serial, "x",
+                "hierarchical, ddp / serial bound");
+    results.add("hidden_bucket_25mib_hierarchical",
+                (serial - hierarchical->best) / allreduce_all->best, "",
+                "hierarchical, of the blocking all-reduce's time");
+  }
   const double serial_bf16 = no_comm.best + allreduce_all_bf16->best;
   results.add("allreduce_all_grads_bf16_ms", allreduce_all_bf16->best * 1e3, "ms",
               "one blocking MPI all-reduce, bfloat16");

@@ -271,6 +271,8 @@ void DistributedDataParallel::install_buckets(std::vector<std::unique_ptr<Bucket
   }
   buckets_ = std::move(buckets);
   slot_of_ = std::move(slots);
+  // The rebuild asks for the kind the setup chose by name, so only the setup's line says why.
+  if (!transport_) transport_description_ = std::move(choice.description);
   transport_ = std::move(choice.transport);
   if (options_.zero && options_.carry_found_inf && !buckets_.empty()) {
     const size_t last = buckets_.size() - 1;
@@ -284,7 +286,6 @@ void DistributedDataParallel::install_buckets(std::vector<std::unique_ptr<Bucket
     }
   }
   transport_kind_ = choice.kind;
-  transport_description_ = std::move(choice.description);
   if (timeline_ != nullptr) name_timeline_lanes();
 }
 

@@ -2,10 +2,13 @@
 #include "mpigrad/launch/ddp/transport_choice.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <sstream>
 #include <vector>
 
 #include "mpigrad/core/error.h"
+#include "mpigrad/launch/ddp/link_probe.h"
+#include "mpigrad/launch/ddp/transport_cost_model.h"
 #include "mpigrad/launch/ddp/transports/communicator_transport.h"
 #include "mpigrad/launch/ddp/transports/hierarchical_all_reduce.h"
 #include "mpigrad/launch/ddp/transports/shared_memory_all_reduce.h"
@@ -79,6 +82,34 @@ TransportChoice fall_back(Communicator& communicator, std::span<const BucketSpec
   return communicator_choice(communicator, buckets, request, why);
 }
 
+// Simulated nodes share memory, so what the probe would call their link is not a network: auto
+// keeps the layout rule there unless a test asks for the measurement anyway.
+bool probe_simulated_links() {
+  const char* value = std::getenv("MPIGRAD_PROBE_SIMULATED_LINKS");
+  return value != nullptr && std::string_view(value) == "1";
+}
+
+// Auto across nodes with as many ranks each: hierarchical or communicator, whichever the cost
+// model predicts faster from the links measured now (launch/ddp/transport_cost_model.h).
+AutoTransportDecision decide_across_nodes(Communicator& communicator, NodeLayout& layout,
+                                          std::span<const BucketSpec> buckets) {
+  std::vector<int64_t> bucket_bytes;
+  for (const BucketSpec& spec : buckets) {
+    bucket_bytes.push_back(spec.numel * int64_t(core::element_size(spec.dtype)));
+  }
+  std::optional<LinkFigures> figures;
+  std::string unmeasured;
+  if (simulated_node_count() > 0 && !probe_simulated_links()) {
+    unmeasured =
+        "the nodes are simulated (MPIGRAD_SIMULATE_NODES), so there is no network between them to "
+        "measure";
+  } else {
+    figures = measure_links(communicator, *layout.node, layout.nodes, &unmeasured);
+  }
+  return decide_auto_transport(layout.nodes, layout.ranks_per_node, figures, unmeasured,
+                               bucket_bytes);
+}
+
 }  // namespace
 
 TransportChoice choose_bucket_transport(Communicator& communicator,
@@ -111,8 +142,16 @@ TransportChoice choose_bucket_transport(Communicator& communicator,
   std::vector<SharedBufferSpec> specs;
   for (const BucketSpec& spec : buckets) specs.push_back({spec.dtype, spec.numel});
   TransportKind wanted = request.kind;
+  std::string auto_reason;  // the measured decision's log line, under Auto across nodes
   if (wanted == TransportKind::Auto) {
     wanted = layout.nodes == 1 ? TransportKind::SharedMemory : TransportKind::Hierarchical;
+    if (layout.nodes > 1 && layout.ranks_per_node > 0) {
+      AutoTransportDecision decision = decide_across_nodes(communicator, layout, buckets);
+      if (decision.kind == TransportKind::Communicator) {
+        return communicator_choice(communicator, buckets, request, decision.reason);
+      }
+      auto_reason = std::move(decision.reason);
+    }
   }
   TransportChoice choice;
   choice.kind = wanted;
@@ -147,7 +186,8 @@ TransportChoice choose_bucket_transport(Communicator& communicator,
       (layout.ranks_per_node > 1
            ? ": reduce-scatter in shared memory, each shard all-reduced across the nodes on a "
              "communication thread, all-gather in shared memory"
-           : ": each bucket all-reduced across the nodes on a communication thread");
+           : ": each bucket all-reduced across the nodes on a communication thread") +
+      (auto_reason.empty() ? "" : "; " + auto_reason);
   return choice;
 }
 

@@ -6,6 +6,12 @@
 //   shared_memory  host gradients and every rank on one node;
 //   hierarchical   host gradients on several nodes with as many ranks each (one rank a node
 //                  included: then there is no shared-memory step, only the communication thread).
+// On several nodes with as many ranks each, Auto measures the links at start-up
+// (launch/ddp/link_probe.h) and takes the communicator instead when the cost model predicts it
+// faster for these buckets (launch/ddp/transport_cost_model.h); the description then ends with
+// the figures, the predictions and the choice ("transport auto: ..."). Without a usable
+// measurement (simulated nodes, a bandwidth that does not settle) the layout rule above stands,
+// and the line says why.
 // Asking for a transport by name (TransportKind other than Auto) makes it a requirement: when it
 // cannot be had, every rank raises one core::Error saying why. Under Auto a transport that cannot
 // be set up (no room in /dev/shm, MPI below MPI_THREAD_MULTIPLE) gives way to the next one, and

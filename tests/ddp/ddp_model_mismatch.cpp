@@ -13,6 +13,11 @@
 //                                  in an error of the hierarchical averaging (a short stop), or
 //                                  the job in the inter-node watchdog's report (a long one);
 //                                  SECONDS < 0: rank 1 dies there instead (_exit, no MPI_Finalize)
+//   ddp_model_mismatch auto-choice [TRANSPORT]
+//                                  transport = auto (or TRANSPORT): every rank's transport line
+//                                  must be rank 0's (the choice, and the figures it was made
+//                                  by), and rank 0 logs it and how long DDP took to set up; run
+//                                  on real or simulated nodes
 //   ddp_model_mismatch serialized  MPI initialized with MPI_THREAD_SERIALIZED by the program and
 //                                  handed over: on simulated nodes DDP must fall back from the
 //                                  hierarchical transport with the reason, and refuse it when
@@ -25,6 +30,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/error.h"
@@ -74,13 +80,51 @@ int serialized(int argc, char** argv) {
   return status;
 }
 
+// transport = auto decides the same on every rank: each compares its transport line with rank 0's,
+// and the job fails, naming the rank, when any differs.
+// With a transport name, builds with that transport instead, to compare the time DDP takes to
+// set up (printed, never checked).
+int auto_choice(launch::DistributedManager& manager, launch::RankLogger& log,
+                const std::string& transport) {
+  auto model = make_model(256);
+  launch::DdpOptions options;
+  if (!transport.empty()) options.transport = launch::parse_transport_kind(transport);
+  manager.world().barrier();
+  const auto start = std::chrono::steady_clock::now();
+  launch::DistributedDataParallel ddp(*model, manager.world(), options);
+  const std::chrono::duration<double> setup = std::chrono::steady_clock::now() - start;
+  const std::string& line = ddp.transport_description();
+  launch::Communicator& world = manager.world();
+  core::Tensor length = core::Tensor::from_vector<int64_t>({int64_t(line.size())}, {1});
+  world.broadcast(length, 0);
+  core::Tensor text = core::zeros({length.item<int64_t>()}, core::kUInt8);
+  if (manager.rank() == 0) {
+    text = core::Tensor::from_vector<uint8_t>(std::vector<uint8_t>(line.begin(), line.end()),
+                                              {int64_t(line.size())});
+  }
+  world.broadcast(text, 0);
+  const std::vector<uint8_t> bytes = text.to_vector<uint8_t>();
+  const bool same = std::string(bytes.begin(), bytes.end()) == line;
+  core::Tensor differing = core::full({1}, same ? -1 : manager.rank(), core::kInt32);
+  world.all_reduce(differing, launch::ReduceOp::Max);
+  if (!same) log.error("transport line '" + line + "' differs from rank 0's");
+  if (differing.item<int32_t>() >= 0) return 1;
+  log.info("gradients " + line + " (the same on all " + std::to_string(manager.world_size()) +
+           " ranks)");
+  log.info("DDP set up in " + std::to_string(int(setup.count() * 1e3)) + " ms on rank 0");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "serialized") return serialized(argc, argv);
-  if (mode != "differ" && mode != "same" && mode != "stall" && mode != "stall-mid-backward") {
-    std::fprintf(stderr, "usage: %s differ|same|stall|stall-mid-backward SECONDS|serialized\n",
+  if (mode != "differ" && mode != "same" && mode != "stall" && mode != "stall-mid-backward" &&
+      mode != "auto-choice") {
+    std::fprintf(stderr,
+                 "usage: %s differ|same|stall|stall-mid-backward SECONDS|auto-choice "
+                 "[TRANSPORT]|serialized\n",
                  argv[0]);
     return 2;
   }
@@ -88,6 +132,7 @@ int main(int argc, char** argv) {
   auto manager = launch::DistributedManager::initialize(&argc, &argv);
   launch::RankLogger log(manager.rank(), manager.world_size());
   try {
+    if (mode == "auto-choice") return auto_choice(manager, log, argc > 2 ? argv[2] : "");
     core::Generator generator(1);
     auto model = make_model(mode == "differ" && manager.rank() == 1 ? 12 : 16);
     launch::DdpOptions options;

@@ -1,7 +1,9 @@
 // What the DDP tests loop over: every node layout of the world (tests/simulated_nodes.h: 0 =
 // the real topology, one node under plain mpirun; K = K simulated nodes) with shared memory on and
 // off, and the bucket transport DDP must pick for each (launch/ddp/transport_choice.h), so every
-// such test also checks the choice.
+// such test also checks the choice. On real nodes auto measures the links
+// (launch/ddp/transport_cost_model.h): scripts/cluster-sim.sh's links (CPU-bound below 1.3 GB/s
+// here) are slower than a rank's copy, where the model picks hierarchical too.
 #pragma once
 
 #include <vector>
