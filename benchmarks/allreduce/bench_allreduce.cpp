@@ -357,6 +357,13 @@ int run(launch::DistributedManager& manager, int argc, char** argv) {
     if (use_nccl) {
       ncclResult_t result = ncclAllReduce(send.data_ptr(), recv.data_ptr(), size_t(count),
                                           nccl_type, nccl_op, nccl_comm, nccl_stream);
+      // The communicator is non-blocking (nccl_communicator.h): the call may answer
+      // ncclInProgress, and none may follow on it until ncclCommGetAsyncError says it finished.
+      while (result == ncclInProgress) {
+        ncclResult_t state = ncclSuccess;
+        const ncclResult_t query = ncclCommGetAsyncError(nccl_comm, &state);
+        result = query != ncclSuccess ? query : state;
+      }
       MPIGRAD_CHECK(result == ncclSuccess,
                     "raw ncclAllReduce failed: ", ncclGetErrorString(result));
       return;

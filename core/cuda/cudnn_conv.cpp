@@ -54,6 +54,12 @@ bool is_16_bit(DType dtype) {
   return dtype == kBFloat16 || dtype == kFloat16;
 }
 
+// The math type a plan starts from: what the heuristics are asked with, and the descriptor's
+// setting before any algorithm has set its own.
+cudnnMathType_t starting_math(DType dtype) {
+  return is_16_bit(dtype) ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+}
+
 bool math_allowed(DType dtype, cudnnMathType_t math) {
   if (dtype == kFloat32) return math == CUDNN_FMA_MATH;
   return math != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
@@ -94,6 +100,13 @@ struct DirectionCalls {
         }
       }
     };
+    // The three directions share one descriptor, and the previous direction's workspace queries
+    // left it at the math type of its last candidate (FMA): cuDNN's legacy API offers tensor-op
+    // algorithms only for a descriptor set to a tensor-op math type, so set it back first.
+    if (!check(cudnnSetConvolutionMathType(d.conv.get(), starting_math(dtype)),
+               "cudnnSetConvolutionMathType")) {
+      return out;
+    }
     int returned = 0;
     if (direction == kForward) {
       cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
@@ -192,9 +205,7 @@ ConvPlan::ConvPlan(const Conv2dShape& s, DType dtype, int device)
                                       CUDNN_CROSS_CORRELATION, types.compute),
       device);
   MPIGRAD_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv.get(), int(s.groups)), device);
-  MPIGRAD_CUDNN_CHECK(cudnnSetConvolutionMathType(
-                          conv.get(), is_16_bit(dtype) ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
-                      device);
+  MPIGRAD_CUDNN_CHECK(cudnnSetConvolutionMathType(conv.get(), starting_math(dtype)), device);
 }
 
 ConvPlan& CudnnBackend::conv_plan(const Conv2dShape& s, DType dtype) {

@@ -89,7 +89,16 @@ struct NcclCommunicator::State {
       std::lock_guard<std::mutex> lock(calls);
       // ncclCommDestroy waits until every rank's operations have drained; while an exception
       // unwinds, the other ranks may never get there, so abort instead of hanging.
-      const bool abort = broken || std::uncaught_exceptions() > 0;
+      bool abort = broken || std::uncaught_exceptions() > 0;
+      // Nor can it destroy a communicator with an asynchronous error no call has raised yet (a
+      // peer lost after the last check): NCCL's ncclCommDestroy then returns that error from
+      // inside the group it opened (init.cc, ncclCommEnsureReady), leaking the communicator and
+      // leaving this thread's later NCCL calls in an unclosed group. Abort that one too.
+      ncclResult_t pending = ncclSuccess;
+      if (!abort &&
+          (ncclCommGetAsyncError(nccl, &pending) != ncclSuccess || pending != ncclSuccess)) {
+        abort = true;
+      }
       ncclResult_t result = abort ? ncclCommAbort(nccl) : ncclCommDestroy(nccl);
       if (result != ncclSuccess) {
         std::fprintf(stderr, "%s mpigrad: %s on NCCL communicator '%s' failed: %s\n",

@@ -31,7 +31,9 @@
 // 3). A safe abort from the watchdog's thread is why the communicator is non-blocking
 // (ncclConfig_t.blocking = 0: calls may answer ncclInProgress, and the main thread polls
 // ncclCommGetAsyncError until they finish) and why every NCCL call holds a lock that the abort
-// takes too. Cost per collective: an uncontended lock, and for the async forms one more
+// takes too. Cost per collective: on a non-blocking communicator NCCL queues each collective
+// from a thread it starts for that call and answers ncclInProgress (its group.cc), so the host
+// polls for it (complete_nccl); then an uncontended lock, and for the async forms one more
 // cudaEventRecord (the blocking forms' stream wait uses the watchdog's event).
 //
 // Group calls: every operation that touches several buffers (all_gather_v, which is one
