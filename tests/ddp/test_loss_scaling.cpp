@@ -86,6 +86,24 @@ Tensor overflow_at(const Tensor& parameter, int64_t element) {
   return core::sum(parameter.reshape({parameter.numel()}).narrow(0, element, 1)) * 1e36;
 }
 
+// After one step: an overflowed step moved no weight and a clean one moved them to finite
+// values, and every rank holds the same weights, bit for bit.
+void check_step_outcome(launch::Communicator& world, const std::vector<float>& before,
+                        const std::vector<float>& after, bool overflow) {
+  if (overflow) {
+    CHECK(after == before);  // not one weight moved, on any rank
+  } else {
+    CHECK(after != before);
+    for (float w : after) CHECK(std::isfinite(w));
+  }
+  const Tensor mine = Tensor::from_vector(after, {int64_t(after.size())});
+  Tensor max = mine.clone(), min = mine.clone();
+  world.all_reduce(max, launch::ReduceOp::Max);
+  world.all_reduce(min, launch::ReduceOp::Min);
+  CHECK(max.to_vector<float>() == after);
+  CHECK(min.to_vector<float>() == after);
+}
+
 }  // namespace
 
 TEST_CASE("an overflow on one rank skips the step on every rank and halves the scale") {
@@ -124,19 +142,7 @@ TEST_CASE("an overflow on one rank skips the step on every rank and halves the s
         scaler.update();
         CHECK(scaler.get_scale() == scale_after[step]);
         const std::vector<float> after = flat_weights(*model);
-        if (overflow[step]) {
-          CHECK(after == before);  // not one weight moved, on any rank
-        } else {
-          CHECK(after != before);
-          for (float w : after) CHECK(std::isfinite(w));
-        }
-        // Every rank holds the same weights, bit for bit, at every step.
-        const Tensor mine = Tensor::from_vector(after, {int64_t(after.size())});
-        Tensor max = mine.clone(), min = mine.clone();
-        world.all_reduce(max, launch::ReduceOp::Max);
-        world.all_reduce(min, launch::ReduceOp::Min);
-        CHECK(max.to_vector<float>() == after);
-        CHECK(min.to_vector<float>() == after);
+        check_step_outcome(world, before, after, overflow[step]);
         before = after;
       }
       CHECK(scaler.skipped_steps() == 2);
@@ -191,19 +197,7 @@ TEST_CASE("ZeRO-1: an overflow in a shard the rank does not own skips the step o
       scaler.update();
       CHECK(scaler.get_scale() == scale_after[step]);
       const std::vector<float> after = flat_weights(*model);
-      if (overflow[step]) {
-        CHECK(after == before);  // not one weight moved, on any rank
-      } else {
-        CHECK(after != before);
-        for (float w : after) CHECK(std::isfinite(w));
-      }
-      // Every rank holds the same weights, bit for bit, at every step.
-      const Tensor mine = Tensor::from_vector(after, {int64_t(after.size())});
-      Tensor max = mine.clone(), min = mine.clone();
-      world.all_reduce(max, launch::ReduceOp::Max);
-      world.all_reduce(min, launch::ReduceOp::Min);
-      CHECK(max.to_vector<float>() == after);
-      CHECK(min.to_vector<float>() == after);
+      check_step_outcome(world, before, after, overflow[step]);
       before = after;
     }
     CHECK(scaler.skipped_steps() == 2);
@@ -256,13 +250,7 @@ TEST_CASE("ZeRO-1 with fp16 compression: an overflow on the fp16 wire skips on e
     }
     scaler.update();
     const std::vector<float> after = flat_weights(*model);
-    CHECK((after == before) == overflow);
-    const Tensor mine = Tensor::from_vector(after, {int64_t(after.size())});
-    Tensor max = mine.clone(), min = mine.clone();
-    world.all_reduce(max, launch::ReduceOp::Max);
-    world.all_reduce(min, launch::ReduceOp::Min);
-    CHECK(max.to_vector<float>() == after);
-    CHECK(min.to_vector<float>() == after);
+    check_step_outcome(world, before, after, overflow);
     before = after;
   }
   CHECK(scaler.skipped_steps() == 2);
