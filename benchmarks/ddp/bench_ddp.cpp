@@ -13,8 +13,10 @@
 //   ddp        DDP over the world communicator with its default transport (auto), at
 //              bucket_cap_mb 1, 5, 25 (the default) and 100, and at 25 with shared memory off
 //              (each bucket an MPI_Iallreduce: the communicator transport), at 25 with
-//              compression = bf16 (the buckets cast to bfloat16 for the all-reduce), and across
-//              nodes at 25 with transport = hierarchical, beside what auto chose;
+//              compression = bf16 (under auto: across nodes the hierarchical transport with a
+//              bf16 inter-node step, on one node the communicator's all-reduce in bf16), and
+//              across nodes at 25 with transport = hierarchical, and with compression = bf16
+//              and transport = communicator, beside what auto chose;
 //   allreduce  one blocking MPI all-reduce of all gradients, and the same average done by
 //              SharedMemoryAllReduce (what communication alone costs either way).
 // The overlap ratio is ddp / no-comm (1.00 = communication fully hidden; the target on the
@@ -324,9 +326,12 @@ int run(int argc, char** argv) {
   // Across nodes, the hierarchical transport asked for by name, beside whatever auto chose for
   // the sweep (the communicator above is the other candidate).
   Contender* hierarchical = nullptr;
+  Contender* bf16_communicator = nullptr;
   if (manager.node_count() > 1) {
     hierarchical = &add_model(&world, 25, true, launch::GradCompression::None,
                               launch::TransportKind::Hierarchical);
+    bf16_communicator = &add_model(&world, 25, true, launch::GradCompression::BFloat16,
+                                   launch::TransportKind::Communicator);
   }
   // DDP over the simulated network, for each bandwidth and bucket cap.
   std::vector<std::vector<Contender*>> on_network(options.network_gbps.size());
@@ -459,11 +464,20 @@ int run(int argc, char** argv) {
   const double serial_bf16 = no_comm.best + allreduce_all_bf16->best;
   results.add("allreduce_all_grads_bf16_ms", allreduce_all_bf16->best * 1e3, "ms",
               "one blocking MPI all-reduce, bfloat16");
-  results.add("step_ddp_bucket_25mib_bf16_ms", bf16.best * 1e3, "ms", "compression = bf16");
-  results.add("vs_serial_bucket_25mib_bf16", bf16.best / serial_bf16, "x",
-              "bf16, ddp / (no-comm + blocking bf16 all-reduce)");
-  results.add("hidden_bucket_25mib_bf16", (serial_bf16 - bf16.best) / allreduce_all_bf16->best, "",
-              "bf16, of the blocking bf16 all-reduce's time");
+  auto add_bf16 = [&](const Contender& run, const std::string& key, const std::string& what) {
+    results.add_text("transport_bucket_25mib_" + key, run.ddp->transport_description());
+    results.add("step_ddp_bucket_25mib_" + key + "_ms", run.best * 1e3, "ms", what);
+    results.add("vs_serial_bucket_25mib_" + key, run.best / serial_bf16, "x",
+                what + ", ddp / (no-comm + blocking bf16 all-reduce)");
+    results.add("vs_serial_fp32_bucket_25mib_" + key, run.best / serial, "x",
+                what + ", ddp / the fp32 serial bound");
+    results.add("hidden_bucket_25mib_" + key, (serial_bf16 - run.best) / allreduce_all_bf16->best,
+                "", what + ", of the blocking bf16 all-reduce's time");
+  };
+  add_bf16(bf16, "bf16", "compression = bf16, transport auto");
+  if (bf16_communicator != nullptr) {
+    add_bf16(*bf16_communicator, "bf16_communicator", "compression = bf16, communicator");
+  }
   for (size_t n = 0; n < options.network_gbps.size(); ++n) {
     std::ostringstream gbps;
     gbps << options.network_gbps[n];

@@ -66,7 +66,9 @@ namespace mpigrad::launch {
 
 class Timeline;
 
-// Gradient compression: the bucket is cast to a 16-bit float for the all-reduce and back after.
+// Gradient compression: what crosses the network is rounded to a 16-bit float. The communicator
+// transport casts the whole bucket for its all-reduce and back after; across nodes the
+// hierarchical transport rounds only its inter-node step (launch/ddp/transport_choice.h).
 enum class GradCompression : uint8_t { None, BFloat16, Float16 };
 inline constexpr core::EnumName<GradCompression> kGradCompressionNames[] = {
     {GradCompression::None, "none"},

@@ -92,10 +92,15 @@ bool probe_simulated_links() {
 // Auto across nodes with as many ranks each: hierarchical or communicator, whichever the cost
 // model predicts faster from the links measured now (launch/ddp/transport_cost_model.h).
 AutoTransportDecision decide_across_nodes(Communicator& communicator, NodeLayout& layout,
-                                          std::span<const BucketSpec> buckets) {
+                                          std::span<const BucketSpec> buckets,
+                                          const TransportRequest& request) {
   std::vector<int64_t> bucket_bytes;
+  double wire_ratio = 1;  // the wire's bytes per bucket byte: every bucket has one dtype here
   for (const BucketSpec& spec : buckets) {
     bucket_bytes.push_back(spec.numel * int64_t(core::element_size(spec.dtype)));
+    if (request.wire) {
+      wire_ratio = double(core::element_size(*request.wire)) / core::element_size(spec.dtype);
+    }
   }
   std::optional<LinkFigures> figures;
   std::string unmeasured;
@@ -107,7 +112,7 @@ AutoTransportDecision decide_across_nodes(Communicator& communicator, NodeLayout
     figures = measure_links(communicator, *layout.node, layout.nodes, &unmeasured);
   }
   return decide_auto_transport(layout.nodes, layout.ranks_per_node, figures, unmeasured,
-                               bucket_bytes);
+                               bucket_bytes, wire_ratio);
 }
 
 }  // namespace
@@ -129,8 +134,6 @@ TransportChoice choose_bucket_transport(Communicator& communicator,
     why_not = "the gradients are on a GPU";
   } else if (communicator.backend() != Backend::Mpi) {
     why_not = "the communicator is not an MPI one";
-  } else if (request.wire) {
-    why_not = "gradient compression goes through the communicator";
   }
   if (!why_not.empty()) {
     const TransportKind wanted =
@@ -146,7 +149,7 @@ TransportChoice choose_bucket_transport(Communicator& communicator,
   if (wanted == TransportKind::Auto) {
     wanted = layout.nodes == 1 ? TransportKind::SharedMemory : TransportKind::Hierarchical;
     if (layout.nodes > 1 && layout.ranks_per_node > 0) {
-      AutoTransportDecision decision = decide_across_nodes(communicator, layout, buckets);
+      AutoTransportDecision decision = decide_across_nodes(communicator, layout, buckets, request);
       if (decision.kind == TransportKind::Communicator) {
         return communicator_choice(communicator, buckets, request, decision.reason);
       }
@@ -160,6 +163,12 @@ TransportChoice choose_bucket_transport(Communicator& communicator,
       std::ostringstream why;
       why << "the ranks span " << layout.nodes << " nodes";
       return fall_back(communicator, buckets, request, wanted, why.str());
+    }
+    if (request.wire) {
+      // Kept as before the hierarchical transport compressed: on one node nothing crosses a
+      // link, and the shared-memory average has no wire to round on.
+      return fall_back(communicator, buckets, request, wanted,
+                       "gradient compression on one node goes through the communicator");
     }
     layout.node.reset();
     std::string why;
@@ -177,16 +186,19 @@ TransportChoice choose_bucket_transport(Communicator& communicator,
     return fall_back(communicator, buckets, request, wanted, why.str());
   }
   const std::string layout_text = describe_layout(layout);
+  const std::string wire_text =
+      request.wire ? " in " + std::string(core::dtype_name(*request.wire)) + " (compression)" : "";
   std::string why;
   choice.transport = HierarchicalAllReduce::create(communicator, std::move(layout.node), specs,
-                                                   request.timeout_seconds, &why);
+                                                   request.timeout_seconds, &why, request.wire);
   if (!choice.transport) return fall_back(communicator, buckets, request, wanted, why);
   choice.description =
       "averaged hierarchically over " + layout_text +
       (layout.ranks_per_node > 1
            ? ": reduce-scatter in shared memory, each shard all-reduced across the nodes on a "
-             "communication thread, all-gather in shared memory"
-           : ": each bucket all-reduced across the nodes on a communication thread") +
+             "communication thread" +
+                 wire_text + ", all-gather in shared memory"
+           : ": each bucket all-reduced across the nodes on a communication thread" + wire_text) +
       (auto_reason.empty() ? "" : "; " + auto_reason);
   return choice;
 }

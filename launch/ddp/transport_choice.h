@@ -1,11 +1,12 @@
 // Which bucket transport (launch/ddp/bucket_transport.h) a DistributedDataParallel uses, decided
 // in this one place from the gradients' device, the communicator, the options and the node
 // layout, and the same on every rank:
-//   communicator   a single rank, GPU gradients, a non-MPI communicator, gradient compression,
-//                  shared_memory off, or nodes holding different numbers of ranks;
-//   shared_memory  host gradients and every rank on one node;
+//   communicator   a single rank, GPU gradients, a non-MPI communicator, shared_memory off,
+//                  gradient compression on one node, or nodes holding different numbers of ranks;
+//   shared_memory  host gradients and every rank on one node, without compression;
 //   hierarchical   host gradients on several nodes with as many ranks each (one rank a node
-//                  included: then there is no shared-memory step, only the communication thread).
+//                  included: then there is no shared-memory step, only the communication thread),
+//                  with or without compression (then only the inter-node step is 16-bit).
 // On several nodes with as many ranks each, Auto measures the links at start-up
 // (launch/ddp/link_probe.h) and takes the communicator instead when the cost model predicts it
 // faster for these buckets (launch/ddp/transport_cost_model.h); the description then ends with
@@ -45,7 +46,8 @@ struct TransportRequest {
   TransportKind kind = TransportKind::Auto;
   // false rules out both shared-memory transports (DdpOptions::shared_memory).
   bool shared_memory = true;
-  // A 16-bit dtype to communicate in (gradient compression): only the communicator does that.
+  // A 16-bit dtype to communicate in (gradient compression): the communicator sends the whole
+  // bucket in it, the hierarchical transport its inter-node step; shared memory does not.
   std::optional<core::DType> wire;
   // Bounds each wait on the other ranks of a node (the shared-memory transports).
   double timeout_seconds = 300;

@@ -42,12 +42,12 @@ bool usable(const LinkFigures& f) {
 }  // namespace
 
 double predict_communicator_seconds(int nodes, int ranks_per_node, const LinkFigures& figures,
-                                    std::span<const int64_t> bucket_bytes) {
+                                    std::span<const int64_t> bucket_bytes, double wire_ratio) {
   const double n_nodes = nodes, local = ranks_per_node, ranks = n_nodes * local;
   const double steps = std::ceil(std::log2(ranks));
   double seconds = 0;
   for (int64_t bytes : bucket_bytes) {
-    const double n = double(bytes);
+    const double n = double(bytes) * wire_ratio;  // it casts the whole bucket
     seconds += 2 * steps * figures.link_latency_seconds +
                2 * local * (n_nodes - 1) / n_nodes * n / figures.link_bytes_per_second +
                2 * (local - 1) / ranks * n / figures.shared_memory_bytes_per_second;
@@ -56,7 +56,7 @@ double predict_communicator_seconds(int nodes, int ranks_per_node, const LinkFig
 }
 
 double predict_hierarchical_seconds(int nodes, int ranks_per_node, const LinkFigures& figures,
-                                    std::span<const int64_t> bucket_bytes) {
+                                    std::span<const int64_t> bucket_bytes, double wire_ratio) {
   const double n_nodes = nodes, local = ranks_per_node;
   double seconds = 0;
   for (int64_t bytes : bucket_bytes) {
@@ -64,7 +64,7 @@ double predict_hierarchical_seconds(int nodes, int ranks_per_node, const LinkFig
     if (ranks_per_node > 1) seconds += (1 + 1 / local) * n / figures.shared_memory_bytes_per_second;
     const double pieces = std::max(1.0, std::ceil(n / local / kPieceBytes));
     seconds += pieces * 2 * (n_nodes - 1) * figures.link_latency_seconds +
-               2 * (n_nodes - 1) / n_nodes * n / figures.link_bytes_per_second;
+               2 * (n_nodes - 1) / n_nodes * n * wire_ratio / figures.link_bytes_per_second;
   }
   return seconds;
 }
@@ -72,7 +72,8 @@ double predict_hierarchical_seconds(int nodes, int ranks_per_node, const LinkFig
 AutoTransportDecision decide_auto_transport(int nodes, int ranks_per_node,
                                             const std::optional<LinkFigures>& figures,
                                             std::string_view unmeasured,
-                                            std::span<const int64_t> bucket_bytes) {
+                                            std::span<const int64_t> bucket_bytes,
+                                            double wire_ratio) {
   AutoTransportDecision decision;
   if (nodes <= 1) {
     decision.kind = TransportKind::SharedMemory;
@@ -104,9 +105,9 @@ AutoTransportDecision decide_auto_transport(int nodes, int ranks_per_node,
   }
   decision.by_measurement = true;
   decision.hierarchical_seconds =
-      predict_hierarchical_seconds(nodes, ranks_per_node, *figures, bucket_bytes);
+      predict_hierarchical_seconds(nodes, ranks_per_node, *figures, bucket_bytes, wire_ratio);
   decision.communicator_seconds =
-      predict_communicator_seconds(nodes, ranks_per_node, *figures, bucket_bytes);
+      predict_communicator_seconds(nodes, ranks_per_node, *figures, bucket_bytes, wire_ratio);
   const bool communicator =
       decision.communicator_seconds < (1 - kTie) * decision.hierarchical_seconds;
   decision.kind = communicator ? TransportKind::Communicator : TransportKind::Hierarchical;
@@ -118,6 +119,7 @@ AutoTransportDecision decide_auto_transport(int nodes, int ranks_per_node,
                     figures_text(*figures) + "; predicted " + seconds_text(chosen) + " vs " +
                     (communicator ? "hierarchical " : "communicator ") + seconds_text(other) +
                     " per step for " + figure(total / 1e6) + " MB of buckets" +
+                    (wire_ratio != 1 ? ", sent at " + figure(wire_ratio) + "x (compression)" : "") +
                     (tie ? ", a tie within 10%, which goes to hierarchical" : "") + ")";
   return decision;
 }

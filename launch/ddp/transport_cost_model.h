@@ -21,6 +21,10 @@
 //                 link, in pieces of 1 MiB (launch/ddp/transports/hierarchical_all_reduce.h),
 //                 each a ring:
 //                   t = (1 + 1/L) n / sigma + pieces * 2 (N - 1) alpha + 2 (N - 1) / N * n / beta.
+// Under gradient compression (a 16-bit wire, wire_ratio = 1/2 of fp32) the communicator sends
+// its whole bucket in the wire dtype, so every n above is n wire_ratio; the hierarchical transport
+// rounds only its inter-node step (the shared-memory steps stay in the bucket's dtype), so only
+// its link term shrinks, and its 1 MiB pieces stay as many.
 // Per step is the sum over the buckets (they share the link one after another). So on 2 x 2 the
 // communicator wins only where the link is faster than a rank's copy, and with one rank a node
 // the two send the same bytes. A prediction within 10% of the other's is a tie, and a tie goes to
@@ -50,11 +54,11 @@ struct LinkFigures {
 };
 
 // The predicted seconds per step for the buckets' sizes in bytes (nodes >= 2, ranks_per_node
-// >= 1, figures positive).
+// >= 1, figures positive), sending `wire_ratio` bytes on the wire per bucket byte.
 double predict_communicator_seconds(int nodes, int ranks_per_node, const LinkFigures& figures,
-                                    std::span<const int64_t> bucket_bytes);
+                                    std::span<const int64_t> bucket_bytes, double wire_ratio = 1);
 double predict_hierarchical_seconds(int nodes, int ranks_per_node, const LinkFigures& figures,
-                                    std::span<const int64_t> bucket_bytes);
+                                    std::span<const int64_t> bucket_bytes, double wire_ratio = 1);
 
 struct AutoTransportDecision {
   TransportKind kind = TransportKind::Hierarchical;
@@ -75,6 +79,7 @@ struct AutoTransportDecision {
 AutoTransportDecision decide_auto_transport(int nodes, int ranks_per_node,
                                             const std::optional<LinkFigures>& figures,
                                             std::string_view unmeasured,
-                                            std::span<const int64_t> bucket_bytes);
+                                            std::span<const int64_t> bucket_bytes,
+                                            double wire_ratio = 1);
 
 }  // namespace mpigrad::launch

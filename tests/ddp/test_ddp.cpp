@@ -434,6 +434,62 @@ TEST_CASE("bf16 gradient compression stays close to the uncompressed average") {
   }
 }
 
+TEST_CASE(
+    "compression across nodes: hierarchical equals the communicator within the wire's rounding") {
+  auto manager = launch::DistributedManager::initialize();
+  auto& world = manager.world();
+  const int ranks = world.size();
+  for (int nodes : test::node_layouts(ranks)) {
+    if (test::layout_nodes(nodes) < 2) continue;
+    const bool one_rank_a_node = test::layout_nodes(nodes) == ranks;
+    for (auto compression : {launch::GradCompression::BFloat16, launch::GradCompression::Float16}) {
+      INFO("simulated nodes " << nodes << ", compression " << int(compression));
+      test::SimulatedNodes simulated(nodes);
+      Mlp exact(21, 64), hierarchical(21, 64), flat(21, 64), local(21, 64);
+      DdpOptions options;
+      options.compression = compression;
+      DdpOptions flat_options = options;
+      flat_options.transport = launch::TransportKind::Communicator;
+      DistributedDataParallel ddp_exact(exact.parameters, {}, world);
+      DistributedDataParallel ddp_hierarchical(hierarchical.parameters, {}, world, options);
+      DistributedDataParallel ddp_flat(flat.parameters, {}, world, flat_options);
+      INFO(ddp_hierarchical.transport_description());
+      CHECK(ddp_hierarchical.transport_kind() == launch::TransportKind::Hierarchical);
+      const std::string wire =
+          compression == launch::GradCompression::BFloat16 ? "bfloat16" : "float16";
+      CHECK(ddp_hierarchical.transport_description().find(" in " + wire + " (compression)") !=
+            std::string::npos);
+      CHECK(ddp_flat.transport_kind() == launch::TransportKind::Communicator);
+      auto [x, y] = global_batch(world.rank(), 8);
+      for (auto [model, ddp] :
+           {std::pair{&exact, &ddp_exact}, std::pair{&hierarchical, &ddp_hierarchical},
+            std::pair{&flat, &ddp_flat}}) {
+        ddp->prepare_for_backward();
+        mse(model->forward(x), y).backward();
+      }
+      mse(local.forward(x), y).backward();
+      // Either path rounds each gradient, or a node's sum, and each partial sum over the nodes
+      // once to the wire: at most `ranks` roundings of relative size u (bf16 2^-8, fp16 2^-11)
+      // of values no larger than the largest gradient of any rank.
+      const double u = compression == launch::GradCompression::BFloat16 ? 0x1p-8 : 0x1p-11;
+      for (size_t i = 0; i < exact.parameters.size(); ++i) {
+        INFO(exact.parameters[i].name);
+        Tensor largest = core::max(core::abs(local.p(i).grad())).reshape({1});
+        world.all_reduce(largest, launch::ReduceOp::Max);
+        const double tolerance = (ranks + 1) * u * largest.item<float>() + 1e-7;
+        check_close(hierarchical.p(i).grad(), exact.p(i).grad(), tolerance);
+        check_close(flat.p(i).grad(), exact.p(i).grad(), tolerance);
+        if (one_rank_a_node) {
+          // The same 16-bit values summed by the same MPI algorithm, scaled by a power of two.
+          CHECK(hierarchical.p(i).grad().to_vector<float>() == flat.p(i).grad().to_vector<float>());
+        } else {
+          check_close(hierarchical.p(i).grad(), flat.p(i).grad(), 2 * tolerance);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("uneven inputs: ranks with fewer batches join until everyone is done") {
   // The MPI runner owns MPI; each test's manager attaches to it and is gone before MPI_Finalize.
   auto manager = launch::DistributedManager::initialize();

@@ -1,6 +1,7 @@
 // fp16 loss scaling under DDP (np 1, 2, 4): an overflow on one rank skips the step on every rank
 // and halves the scale everywhere, with no collective beyond the gradients' own averaging, on
-// every transport and through bf16 compression; clean steps then train alike on every rank.
+// every transport and through bf16 compression (the communicator's on one node, the hierarchical
+// one's inter-node step across simulated nodes); clean steps then train alike on every rank.
 // Under ZeRO-1 the same holds with the overflow placed in a shard the overflowing rank does not
 // own (the case a reduce-scatter hides from it), and ZeRO-1 + fp16 follows DDP + fp16 step for
 // step: the same skipped steps, the same scales, the same weights.
@@ -208,53 +209,63 @@ TEST_CASE("ZeRO-1 with fp16 compression: an overflow on the fp16 wire skips on e
   auto manager = launch::DistributedManager::initialize();
   auto& world = manager.world();
   const int ranks = world.size(), rank = world.rank();
-  auto model = small_mlp();
-  launch::DdpOptions options = zero_options(true);
-  options.compression = launch::GradCompression::Float16;
-  launch::DistributedDataParallel ddp(*model, world, options);
-  nn::SGD optimizer(model->parameters(), nn::SGDOptions{.lr = 0.1});
-  launch::ZeroRedundancyOptimizer zero(ddp, optimizer);
-  // A small scale keeps the clean gradients inside fp16's range on the wire.
-  nn::GradScaler scaler(nn::GradScalerOptions{.init_scale = 256.0});
-  const int overflowing_rank = ranks - 1, owner = (overflowing_rank + 1) % ranks;
-  const auto [parameter, element] =
-      parameter_element(ddp, 0, ddp.transport().shard(0, owner).first);
-  const Tensor target = ddp.parameters()[parameter].tensor;
-  std::vector<float> before = flat_weights(*model);
-  const Tensor fc2_weight = model->parameters()[2];
-  // Step 1 overflows on the wire of one rank, step 2 in the fp16 sum over the ranks.
-  const std::vector<bool> overflows = {false, true, true, false};
-  for (size_t step = 0; step < overflows.size(); ++step) {
-    INFO("step ", step);
-    const bool overflow = overflows[step];
-    core::Generator data(300 + step * 10 + uint64_t(rank));
-    Tensor x = core::randn({4, 6}, data), y = core::randn({4, 3}, data);
-    Tensor loss = nn::mse_loss(ddp.forward(x), y);
-    // 1e4 x 256: finite in float32, beyond fp16's 65504 once cast for the reduce-scatter.
-    if (step == 1 && rank == overflowing_rank) {
-      loss = loss + core::sum(target.reshape({target.numel()}).narrow(0, element, 1)) * 1e4;
+  // On one node through the communicator; across simulated nodes the hierarchical transport
+  // reduce-scatters its node sums in fp16 between the nodes.
+  for (int nodes : test::node_layouts(ranks)) {
+    INFO("simulated nodes ", nodes);
+    test::SimulatedNodes simulated(nodes);
+    auto model = small_mlp();
+    launch::DdpOptions options = zero_options(true);
+    options.compression = launch::GradCompression::Float16;
+    launch::DistributedDataParallel ddp(*model, world, options);
+    INFO(ddp.transport_description());
+    CHECK(ddp.transport_kind() == (test::layout_nodes(nodes) > 1 && ranks > 1
+                                       ? launch::TransportKind::Hierarchical
+                                       : launch::TransportKind::Communicator));
+    nn::SGD optimizer(model->parameters(), nn::SGDOptions{.lr = 0.1});
+    launch::ZeroRedundancyOptimizer zero(ddp, optimizer);
+    // A small scale keeps the clean gradients inside fp16's range on the wire.
+    nn::GradScaler scaler(nn::GradScalerOptions{.init_scale = 256.0});
+    const int overflowing_rank = ranks - 1, owner = (overflowing_rank + 1) % ranks;
+    const auto [parameter, element] =
+        parameter_element(ddp, 0, ddp.transport().shard(0, owner).first);
+    const Tensor target = ddp.parameters()[parameter].tensor;
+    std::vector<float> before = flat_weights(*model);
+    const Tensor fc2_weight = model->parameters()[2];
+    // Step 1 overflows on the wire of one rank, step 2 in the fp16 sum over the ranks.
+    const std::vector<bool> overflows = {false, true, true, false};
+    for (size_t step = 0; step < overflows.size(); ++step) {
+      INFO("step ", step);
+      const bool overflow = overflows[step];
+      core::Generator data(300 + step * 10 + uint64_t(rank));
+      Tensor x = core::randn({4, 6}, data), y = core::randn({4, 3}, data);
+      Tensor loss = nn::mse_loss(ddp.forward(x), y);
+      // 1e4 x 256: finite in float32, beyond fp16's 65504 once cast for the reduce-scatter.
+      if (step == 1 && rank == overflowing_rank) {
+        loss = loss + core::sum(target.reshape({target.numel()}).narrow(0, element, 1)) * 1e4;
+      }
+      // Gradients of 76800 / ranks each at scale 128 (after step 1), so their sum over the ranks
+      // in the fp16 reduce-scatter is beyond 65504: inf in the owner's shard alone.
+      if (step == 2) loss = loss + core::sum(target) * (600.0 / ranks);
+      // At scale 64, 36 gradients of 12800 that fit in fp16 even summed over 4 ranks, but add up
+      // to more than 65504: not an overflow, however a check adds them.
+      if (step == 3) loss = loss + core::sum(fc2_weight) * 200.0;
+      scaler.scale(loss).backward();
+      const bool overflowed = zero.unscale_(scaler);
+      CHECK(overflowed == overflow);
+      if (overflowed) {
+        zero.skip_step();
+      } else {
+        zero.step();
+      }
+      scaler.update();
+      const std::vector<float> after = flat_weights(*model);
+      check_step_outcome(world, before, after, overflow);
+      before = after;
     }
-    // Gradients of 76800 / ranks each at scale 128 (after step 1), so their sum over the ranks
-    // in the fp16 reduce-scatter is beyond 65504: inf in the owner's shard alone.
-    if (step == 2) loss = loss + core::sum(target) * (600.0 / ranks);
-    // At scale 64, 36 gradients of 12800 that fit in fp16 even summed over 4 ranks, but add up
-    // to more than 65504: not an overflow, however a check adds them.
-    if (step == 3) loss = loss + core::sum(fc2_weight) * 200.0;
-    scaler.scale(loss).backward();
-    const bool overflowed = zero.unscale_(scaler);
-    CHECK(overflowed == overflow);
-    if (overflowed) {
-      zero.skip_step();
-    } else {
-      zero.step();
-    }
-    scaler.update();
-    const std::vector<float> after = flat_weights(*model);
-    check_step_outcome(world, before, after, overflow);
-    before = after;
+    CHECK(scaler.skipped_steps() == 2);
+    CHECK(scaler.get_scale() == 64.0);
   }
-  CHECK(scaler.skipped_steps() == 2);
-  CHECK(scaler.get_scale() == 64.0);
 }
 
 TEST_CASE("ZeRO-1 refuses to unscale when DDP does not carry the found-inf flag") {

@@ -47,6 +47,27 @@ TEST_CASE("transport cost model: the predictions follow the stated formulas") {
         doctest::Approx(launch::predict_communicator_seconds(2, 2, slow, kBuckets) + 4 * 50e-6));
 }
 
+TEST_CASE(
+    "transport cost model: compression halves the communicator's bytes, hierarchical's link") {
+  const LinkFigures slow{0.025e9, 50e-6, 5e9};
+  // The communicator casts the whole bucket: every byte term of its formula at n / 2.
+  CHECK(launch::predict_communicator_seconds(2, 2, slow, kBuckets, 0.5) ==
+        doctest::Approx(4 * 50e-6 + 2 * 4.7e6 / 0.025e9 + 0.5 * 4.7e6 / 5e9));
+  // The hierarchical transport rounds only the inter-node step: shared memory at n, link at n / 2,
+  // as many 1 MiB pieces as without compression.
+  CHECK(launch::predict_hierarchical_seconds(2, 2, slow, kBuckets, 0.5) ==
+        doctest::Approx(1.5 * 9.4e6 / 5e9 + 5 * 2 * 50e-6 + 4.7e6 / 0.025e9));
+  // A slow link still picks hierarchical under compression, and the line says the wire's ratio.
+  const auto decision = launch::decide_auto_transport(2, 2, slow, "", kBuckets, 0.5);
+  CHECK(decision.kind == TransportKind::Hierarchical);
+  INFO(decision.reason);
+  CHECK(decision.reason.ends_with(" per step for 9.4 MB of buckets, sent at 0.5x (compression))"));
+  // A fast link: the communicator's shared-memory-free flat all-reduce wins as without it.
+  const LinkFigures fast{25e9, 2e-6, 5e9};
+  CHECK(launch::decide_auto_transport(2, 2, fast, "", kBuckets, 0.5).kind ==
+        TransportKind::Communicator);
+}
+
 TEST_CASE("transport cost model: a slow link picks hierarchical, and the line says why") {
   const LinkFigures slow{0.25e9, 45e-6, 9.8e9};
   const auto decision = launch::decide_auto_transport(2, 2, slow, "", kBuckets);

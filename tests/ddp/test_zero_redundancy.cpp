@@ -172,6 +172,55 @@ TEST_CASE("ZeRO-1 equals plain DDP after 20 steps with no_sync and clipping, on 
   }
 }
 
+TEST_CASE("ZeRO-1 with compression across nodes: each rank's shard is DDP's compressed average") {
+  auto manager = launch::DistributedManager::initialize();
+  auto& world = manager.world();
+  const int ranks = world.size(), rank = world.rank();
+  for (int nodes : test::node_layouts(ranks)) {
+    if (test::layout_nodes(nodes) < 2) continue;
+    for (auto compression : {launch::GradCompression::BFloat16, launch::GradCompression::Float16}) {
+      INFO("simulated nodes " << nodes << ", compression " << int(compression));
+      test::SimulatedNodes simulated(nodes);
+      Net plain(7), sharded(7);
+      DdpOptions options;
+      options.compression = compression;
+      options.first_bucket_cap_mb = 0.0002;
+      options.bucket_cap_mb = 0.001;
+      DistributedDataParallel plain_ddp(plain.parameters, {}, world, options);
+      options.zero = true;
+      DistributedDataParallel zero_ddp(sharded.parameters, {}, world, options);
+      INFO(zero_ddp.transport_description());
+      CHECK(zero_ddp.transport_kind() == launch::TransportKind::Hierarchical);
+      CHECK(plain_ddp.transport_kind() == launch::TransportKind::Hierarchical);
+      REQUIRE(zero_ddp.bucket_count() == plain_ddp.bucket_count());
+      core::Generator generator(900 + uint64_t(rank));
+      Tensor x = core::randn({3, 9}, generator), y = core::randn({3, 5}, generator);
+      plain_ddp.prepare_for_backward();
+      zero_ddp.prepare_for_backward();
+      mse(plain.forward(x), y).backward();
+      mse(sharded.forward(x), y).backward();
+      const double u = compression == launch::GradCompression::BFloat16 ? 0x1p-8 : 0x1p-11;
+      for (int b = 0; b < zero_ddp.bucket_count(); ++b) {
+        INFO("bucket " << b);
+        const Tensor& averaged = plain_ddp.bucket_buffer(size_t(b));
+        const auto [first, last] = zero_ddp.transport().shard(size_t(b), rank);
+        const int64_t end = std::min(last, averaged.numel());
+        if (first >= end) continue;
+        const Tensor mine = zero_ddp.bucket_buffer(size_t(b)).narrow(0, first, end - first);
+        const Tensor expected = averaged.narrow(0, first, end - first);
+        if (test::layout_nodes(nodes) == 2) {
+          // Two nodes: the same node sums, rounded alike, added once in 16 bits either way.
+          CHECK(mine.to_vector<float>() == expected.to_vector<float>());
+        } else {
+          // More nodes: MPI's reduce-scatter may add in another order than its all-reduce.
+          const double scale = core::max(core::abs(averaged)).item<double>();
+          CHECK(test::max_difference(mine, expected) <= 2 * (ranks + 1) * u * scale + 1e-7);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("ZeRO-1 refuses a DDP built without zero, on every rank") {
   auto manager = launch::DistributedManager::initialize();
   Net net(3);

@@ -63,6 +63,23 @@ std::vector<int> gather_ranks(Communicator& group, int mine) {
   return {ranks.begin(), ranks.end()};
 }
 
+// target = source, element by element, rounded to target's dtype (both floating, same numel).
+// A plain loop into a reused buffer, not Tensor::copy_ (which allocates a converted tensor per
+// call): with copy_ here the bf16 step of mpigrad-bench-ddp on 2 x 1 simulated-cluster nodes at
+// 2 Gbit/s took 760 ms (about 15 ms more per 1 MiB piece), with this loop 134 ms; alone, both
+// convert 36 pieces both ways in 7 ms. Why copy_ stalls on this thread was not pinned down.
+void convert_elements(const core::Tensor& source, const core::Tensor& target) {
+  kernels::visit_floating(source.dtype(), [&](auto from) {
+    kernels::visit_floating(target.dtype(), [&](auto to) {
+      using From = decltype(from);
+      using To = decltype(to);
+      const From* in = static_cast<const From*>(source.data_ptr());
+      To* out = static_cast<To*>(target.data_ptr());
+      for (int64_t i = 0, n = source.numel(); i < n; ++i) out[i] = To(float(in[i]));
+    });
+  });
+}
+
 int all_reduce_min(Communicator& communicator, int value) {
   core::Tensor flag = core::Tensor::from_vector<int32_t>({value}, {1});
   communicator.all_reduce(flag, ReduceOp::Min);
@@ -85,6 +102,7 @@ struct HierarchicalAllReduce::Impl {
   std::vector<SharedBufferSpec> specs;       // padded
   std::vector<int> local_rank_of;            // per rank of the caller's communicator
   std::vector<int> node_of;                  // per rank: its rank in its inter-node group
+  std::optional<core::DType> wire;           // the inter-node step's dtype, when compressing
 
   // ---- Main thread only --------------------------------------------------------------------
   std::vector<bool> in_flight;
@@ -104,6 +122,7 @@ struct HierarchicalAllReduce::Impl {
 
   // ---- Communication thread only -----------------------------------------------------------
   size_t next_in_pass = 0;  // the bucket whose status word the thread exchanges next
+  core::Tensor wire_piece;  // one piece in the wire dtype, reused (compression only)
   std::thread thread;
 
   std::string where() const {
@@ -276,6 +295,26 @@ struct HierarchicalAllReduce::Impl {
     return {first, first + piece};
   }
 
+  // `values` (this rank's node sum) as the link carries it: itself, or rounded to the wire dtype
+  // into a reused scratch tensor.
+  core::Tensor on_the_wire(const core::Tensor& values) {
+    if (!wire || *wire == values.dtype()) return values;
+    if (!wire_piece.defined() || wire_piece.numel() < values.numel()) {
+      wire_piece = core::empty({values.numel()}, *wire);
+    }
+    core::Tensor rounded = wire_piece.narrow(0, 0, values.numel());
+    convert_elements(values, rounded);
+    return rounded;
+  }
+
+  // Step 2 on one piece: the sum of `values` over the nodes, in place, in the wire dtype when
+  // compressing (see the header).
+  void all_reduce_across_nodes(const core::Tensor& values) {
+    const core::Tensor sent = on_the_wire(values);
+    cross->all_reduce(sent, ReduceOp::Sum);
+    if (!sent.is_same(values)) convert_elements(sent, values);
+  }
+
   // ZeRO-1's collectives on this rank's node shard, whole (its pieces per node must be
   // contiguous): ReduceScatter sums it in the node, reduce-scatters it across the nodes and
   // keeps this rank's piece, averaged, in its own copy; AllGather all-gathers the pieces across
@@ -291,8 +330,14 @@ struct HierarchicalAllReduce::Impl {
       sum_shard(copies, size_t(local_rank), begin, end);
       core::Tensor piece = buffer.narrow(0, first, last - first);
       if (nodes > 1) {
-        piece = core::zeros({last - first}, buffer.dtype());
-        cross->reduce_scatter(buffer.narrow(0, begin, end - begin), piece, ReduceOp::Sum);
+        const core::Tensor sent = on_the_wire(buffer.narrow(0, begin, end - begin));
+        piece = core::zeros({last - first}, sent.dtype());
+        cross->reduce_scatter(sent, piece, ReduceOp::Sum);
+        if (piece.dtype() != buffer.dtype()) {
+          core::Tensor widened = core::empty({last - first}, buffer.dtype());
+          convert_elements(piece, widened);
+          piece = widened;
+        }
       }
       const T* sum = static_cast<const T*>(piece.data_ptr());
       const C scale = C(1.0 / double(size));
@@ -361,9 +406,7 @@ struct HierarchicalAllReduce::Impl {
       for (int64_t first = begin; first < end; first += piece) {
         const int64_t last = std::min(end, first + piece);
         sum_shard(copies, size_t(local_rank), first, last);
-        if (nodes > 1) {
-          cross->all_reduce(own_buffer(index).narrow(0, first, last - first), ReduceOp::Sum);
-        }
+        if (nodes > 1) all_reduce_across_nodes(own_buffer(index).narrow(0, first, last - first));
         spread_shard(copies, size_t(local_rank), first, last, 1.0 / double(size));
       }
     });
@@ -402,7 +445,8 @@ HierarchicalAllReduce::~HierarchicalAllReduce() {
 
 std::unique_ptr<HierarchicalAllReduce> HierarchicalAllReduce::create(
     Communicator& communicator, std::unique_ptr<Communicator> node,
-    std::span<const SharedBufferSpec> buffers, double timeout_seconds, std::string* why_not) {
+    std::span<const SharedBufferSpec> buffers, double timeout_seconds, std::string* why_not,
+    std::optional<core::DType> wire) {
   MPIGRAD_CHECK(node != nullptr && communicator.size() % node->size() == 0,
                 communicator.world_label(), " HierarchicalAllReduce on communicator '",
                 communicator.name(), "': needs this rank's node, every node with as many ranks");
@@ -437,6 +481,9 @@ std::unique_ptr<HierarchicalAllReduce> HierarchicalAllReduce::create(
   s.local_size = node->size();
   s.nodes = s.size / s.local_size;
   s.timeout_seconds = timeout_seconds;
+  MPIGRAD_CHECK(!wire || *wire == core::kBFloat16 || *wire == core::kFloat16, s.label,
+                " HierarchicalAllReduce: the wire dtype must be bfloat16 or float16, got ", *wire);
+  s.wire = wire;
 
   // 2. The inter-node group of this local rank, ordered by rank. Its name lists its (world)
   //    ranks, so its watchdog's reports can be told from the other groups'.

@@ -18,6 +18,17 @@
 // whole buffer. Buffers are padded so every shard is a whole number of cache lines; the padding
 // stays zero.
 //
+// Gradient compression (a 16-bit `wire` dtype, DDP's compression = bf16 | fp16): only step 2,
+// the bytes that cross the link, goes in the wire dtype. Each piece of the node's fp32 sum is
+// rounded to the wire dtype, all-reduced (or, under ZeRO-1, reduce-scattered) across the nodes
+// with MPI's 16-bit sum, and widened back before the scaling; the node-local sum and copies, and
+// ZeRO-1's parameter all-gather, stay in the buffer's dtype. So with one rank a node the result
+// is bitwise the communicator transport's with the same compression (the same 16-bit values
+// summed by the same MPI algorithm, then scaled by a power of two); with L > 1 it is closer to
+// fp32 than that (the node's L gradients are summed before one rounding, not rounded each).
+// Inf and NaN survive the rounding, so fp16's overflow reaches every rank as on the
+// communicator, and DDP's found-inf flag (taken "as the wire carries" the values) still holds.
+//
 // ZeRO-1 (BucketCollective::ReduceScatter / AllGather): rank (node k, local rank l) owns piece k
 // of node shard l. ReduceScatter is step 1, a reduce-scatter (sum) of shard l across the nodes
 // instead of the all-reduce, and the scaling of piece k into this rank's own copy; AllGather is
@@ -72,6 +83,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -87,12 +99,12 @@ class HierarchicalAllReduce final : public BucketTransport {
   // `communicator` that share its memory (split_node_local), every node as many. Returns null
   // on every rank, with the reason in `*why_not`, when a rank's MPI is below
   // MPI_THREAD_MULTIPLE or a node cannot share memory. `timeout_seconds` bounds each wait for
-  // the other ranks of the node (<= 0: no bound).
-  static std::unique_ptr<HierarchicalAllReduce> create(Communicator& communicator,
-                                                       std::unique_ptr<Communicator> node,
-                                                       std::span<const SharedBufferSpec> buffers,
-                                                       double timeout_seconds,
-                                                       std::string* why_not = nullptr);
+  // the other ranks of the node (<= 0: no bound). `wire`, a 16-bit float dtype, is what the
+  // inter-node step sends, when not the buffers' own (see "Gradient compression" above).
+  static std::unique_ptr<HierarchicalAllReduce> create(
+      Communicator& communicator, std::unique_ptr<Communicator> node,
+      std::span<const SharedBufferSpec> buffers, double timeout_seconds,
+      std::string* why_not = nullptr, std::optional<core::DType> wire = std::nullopt);
   ~HierarchicalAllReduce() override;
 
   int nodes() const;
