@@ -458,7 +458,10 @@ core::Tensor EmbeddedModel::train_step_multi(const std::vector<core::Tensor>& in
         for (size_t i = 0; i < outputs.size(); ++i) {
           core::Tensor loss;
           if (config_.loss.name == LossKind::CrossEntropy) {
-            loss = nn::cross_entropy(outputs[i], y[i]);
+            // Names the array in the error about a bad label (checked on the device on a GPU).
+            nn::CrossEntropyOptions options;
+            options.labels_name = "labels[" + std::to_string(i) + "]";
+            loss = nn::cross_entropy(outputs[i], y[i], options);
           } else {
             loss = make_regression_loss(config_.loss.name)(
                 outputs[i].reshape({n, -1}), y[i].reshape({n, -1}), nn::Reduction::Mean);
