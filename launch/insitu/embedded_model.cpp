@@ -451,6 +451,9 @@ core::Tensor EmbeddedModel::train_step_multi(const std::vector<core::Tensor>& in
   std::vector<core::Tensor> arrays = x;
   arrays.insert(arrays.end(), y.begin(), y.end());
   // The loss is the sum of [loss] name over the outputs, each against its label array.
+  const RegressionLoss regression = config_.loss.name == LossKind::CrossEntropy
+                                        ? RegressionLoss()
+                                        : make_regression_loss(config_.loss.name);
   core::Tensor total_loss = run_step(
       [&] {
         std::vector<core::Tensor> outputs = onnx.forward_all(x);
@@ -463,8 +466,8 @@ core::Tensor EmbeddedModel::train_step_multi(const std::vector<core::Tensor>& in
             options.labels_name = "labels[" + std::to_string(i) + "]";
             loss = nn::cross_entropy(outputs[i], y[i], options);
           } else {
-            loss = make_regression_loss(config_.loss.name)(
-                outputs[i].reshape({n, -1}), y[i].reshape({n, -1}), nn::Reduction::Mean);
+            loss =
+                regression(outputs[i].reshape({n, -1}), y[i].reshape({n, -1}), nn::Reduction::Mean);
           }
           total = total.defined() ? total + loss : loss;
         }
