@@ -280,8 +280,10 @@ void PreemptionHook::at_step_boundary(TrainingContext& context) {
   const int signal = handlers_ ? handlers_->received() : 0;
   bool time_up = false;
   if (manager.is_main_process() && settings_.time_limit_seconds > 0) {
-    const auto elapsed = std::chrono::steady_clock::now() - settings_.start;
-    time_up = elapsed >= std::chrono::seconds(settings_.time_limit_seconds);
+    // Compared in seconds: a limit of centuries would overflow int64 nanoseconds.
+    const auto elapsed = std::chrono::duration_cast<std::chrono::seconds>(
+        std::chrono::steady_clock::now() - settings_.start);
+    time_up = elapsed.count() >= settings_.time_limit_seconds;
   }
   const std::vector<int64_t> mine = {signal, signal != 0 ? manager.rank() + 1 : 0, time_up ? 1 : 0};
   if (manager.world_size() == 1) {

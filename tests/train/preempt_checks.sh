@@ -105,6 +105,9 @@ case "$check" in
     run 2 "$mpigrad" train --config base.ini "${long[@]}" --train.out_dir=part --train.resume=auto > resume.txt 2>&1 \
       || { cat resume.txt; fail "resumed run failed"; }
     same_as full part
+    # A limit far beyond any job (over int64 nanoseconds) never stops it.
+    run 2 "$mpigrad" train --config base.ini --train.out_dir=far --train.time_limit=200000d > far.txt 2>&1 \
+      || { cat far.txt; fail "a 200000d time_limit stopped the run"; }
     ;;
   preempt_second_signal)  # more signals while the stop is being saved change nothing
     run 2 "$mpigrad" train --config base.ini --train.out_dir=full > /dev/null 2>&1 || fail "full run failed"
