@@ -437,12 +437,15 @@ void DistributedDataParallel::carry_found_inf(size_t bucket) {
   // 0: 0, or NaN where a value is inf or NaN, or where a sum of that size over the ranks would
   // overflow in the reduce-scatter (it would be inf in the owner's shard only). Summed (in
   // double, so finite zeros stay 0) into one number.
-  const core::Tensor values =
+  // One temporary, scaled and zeroed in place: this runs in backward, before the bucket starts.
+  const double ranks = double(communicator_.size());
+  core::Tensor scaled =
       options_.compression == GradCompression::None
-          ? flat
+          ? flat * ranks
           : flat.to(options_.compression == GradCompression::Float16 ? core::kFloat16
-                                                                     : core::kBFloat16);
-  core::Tensor flag = core::sum((values * double(communicator_.size())) * 0.0);
+                                                                     : core::kBFloat16)
+                .mul_(ranks);
+  core::Tensor flag = core::sum(scaled.mul_(0.0));
   flag = flag.to(flat.dtype()).reshape({1});
   found_inf_ = bucket == 0 ? flag : found_inf_ + flag;
   if (bucket + 1 < buckets_.size()) return;

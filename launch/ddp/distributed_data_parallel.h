@@ -101,7 +101,8 @@ struct DdpOptions {
   bool zero = false;
   // ZeRO-1 with fp16 loss scaling: a non-finite gradient on any rank reaches every rank's shard
   // (see "The found-inf flag under ZeRO-1" above), so every rank's ZeroRedundancyOptimizer sees
-  // the same overflow after the reduce-scatter. Costs two passes over each bucket per synced step.
+  // the same overflow after the reduce-scatter. Costs one bucket-sized temporary and three passes
+  // over each bucket per synced step (four under compression: the cast first).
   bool carry_found_inf = false;
 };
 
