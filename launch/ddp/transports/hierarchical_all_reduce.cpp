@@ -331,7 +331,9 @@ struct HierarchicalAllReduce::Impl {
       core::Tensor piece = buffer.narrow(0, first, last - first);
       if (nodes > 1) {
         const core::Tensor sent = on_the_wire(buffer.narrow(0, begin, end - begin));
-        piece = core::zeros({last - first}, sent.dtype());
+        // No zero fill: the reduce-scatter writes every element (and a fill here would be a
+        // core op on this thread, see convert_elements).
+        piece = core::empty({last - first}, sent.dtype());
         cross->reduce_scatter(sent, piece, ReduceOp::Sum);
         if (piece.dtype() != buffer.dtype()) {
           core::Tensor widened = core::empty({last - first}, buffer.dtype());
