@@ -37,12 +37,12 @@ bool GradScaler::unscale_gradients_(const std::vector<core::Tensor>& gradients) 
   if (unscaled_) return found_inf_;
   core::NoGradGuard no_grad;
   const double inverse = 1.0 / scale_;
-  // One sum per gradient, added up on the device and read once: non-finite iff some element is
-  // (float32 sums accumulate in double, so finite gradients cannot overflow it).
+  // One sum of grad * 0 per gradient, added up on the device and read once: 0, or NaN iff some
+  // element is inf or NaN (zeros cannot overflow, so no wider copy of the gradient is needed).
   core::Tensor total;
   for (core::Tensor grad : gradients) {
     grad.mul_(inverse);
-    core::Tensor partial = core::sum(grad.to(core::kFloat64));
+    core::Tensor partial = core::sum(grad * 0.0);
     total = total.defined() ? total + partial : partial;
   }
   found_inf_ = total.defined() && !std::isfinite(total.item<double>());
