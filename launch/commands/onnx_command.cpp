@@ -223,13 +223,9 @@ int export_model(std::vector<std::string> args) {
                     " has ", dims_text(initializer.dims()));
       const core::DType dtype = nn::dtype_from_onnx(initializer.data_type(), where);
       nn::tensor_to_proto(trained->to(dtype).contiguous(), initializer);
-      initializer.set_name(name);
       used.insert(name);
       ++replaced;
     }
-    // Inline whatever came from external data: the copy is one self-contained file.
-    initializer.clear_external_data();
-    initializer.set_data_location(onnx::TensorProto::DEFAULT);
   }
   for (const auto& [name, tensor] : data.model.tensors()) {
     if (used.count(name) || name.ends_with("num_batches_tracked")) continue;
