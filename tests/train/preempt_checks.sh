@@ -179,6 +179,7 @@ case "$check" in
         cat m.txt; fail "resumed despite: $*"
       fi
       grep -q -- "$pattern" m.txt || { cat m.txt; fail "missing '$pattern' for: $*"; }
+      grep -q "^\[rank [0-9]/$ranks\]" m.txt || { cat m.txt; fail "error does not name the rank: $*"; }
       [ ! -e other/ckpt-epoch1.h5 ] || fail "trained despite: $*"
     }
     mismatch "$ckpt was taken mid-epoch by 2 rank(s); its data position holds only on as many, and this run has 1" 1
