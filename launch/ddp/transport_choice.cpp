@@ -85,8 +85,11 @@ TransportChoice fall_back(Communicator& communicator, std::span<const BucketSpec
 // Simulated nodes share memory, so what the probe would call their link is not a network: auto
 // keeps the layout rule there unless a test asks for the measurement anyway.
 bool probe_simulated_links() {
-  const char* value = std::getenv("MPIGRAD_PROBE_SIMULATED_LINKS");
-  return value != nullptr && std::string_view(value) == "1";
+  const char* text = std::getenv("MPIGRAD_PROBE_SIMULATED_LINKS");
+  const std::string_view value = text == nullptr ? "" : text;
+  MPIGRAD_CHECK(value.empty() || value == "0" || value == "1", "MPIGRAD_PROBE_SIMULATED_LINKS='",
+                value, "' must be 0 or 1");
+  return value == "1";
 }
 
 // Auto across nodes with as many ranks each: hierarchical or communicator, whichever the cost
