@@ -218,8 +218,7 @@ struct StopSignals {
     return join<int>(signals, [](const int& signal) { return stop_signal_name(signal); });
   }
   std::string accepted() const {
-    return "a comma-separated list of TERM, INT, HUP, QUIT, USR1, "
-           "USR2, XCPU, or none";
+    return "a comma-separated list of " + stop_signal_names() + ", or none";
   }
 };
 

@@ -48,13 +48,6 @@ std::vector<std::string> split(const std::string& text, char separator) {
   return items;
 }
 
-std::string accepted_signals() {
-  std::string names;
-  for (const NamedSignal& s : kStopSignals)
-    names += std::string(names.empty() ? "" : ", ") + s.name;
-  return names;
-}
-
 // The handler's whole world: process-wide by necessity (a handler receives only the signal
 // number), written only by the handler and by StopSignalHandlers, read at step boundaries. A
 // lock-free atomic rather than a volatile sig_atomic_t: the kernel may run the handler on any
@@ -70,6 +63,13 @@ extern "C" void set_stop_flag(int signal) {
 
 }  // namespace
 
+std::string stop_signal_names() {
+  std::string names;
+  for (const NamedSignal& s : kStopSignals)
+    names += std::string(names.empty() ? "" : ", ") + s.name;
+  return names;
+}
+
 std::vector<int> parse_stop_signals(const std::string& text, const std::string& where) {
   std::vector<int> signals;
   const std::string trimmed = trim(text);
@@ -82,8 +82,8 @@ std::vector<int> parse_stop_signals(const std::string& text, const std::string& 
       if (name == s.name) found = &s;
     }
     MPIGRAD_CHECK(found != nullptr, where, ": '", item,
-                  "' is not a stop signal; expected a comma-separated list of ", accepted_signals(),
-                  ", or none");
+                  "' is not a stop signal; expected a comma-separated list of ",
+                  stop_signal_names(), ", or none");
     MPIGRAD_CHECK(std::find(signals.begin(), signals.end(), found->number) == signals.end(), where,
                   ": ", found->name, " is listed twice");
     signals.push_back(found->number);

@@ -41,6 +41,8 @@ inline constexpr int kPreemptedExitStatus = 75;
 std::vector<int> parse_stop_signals(const std::string& text, const std::string& where);
 // "USR1" for SIGUSR1 (the form parse_stop_signals reads), or the number.
 std::string stop_signal_name(int signal);
+// The names parse_stop_signals accepts, "TERM, INT, ...", for messages.
+std::string stop_signal_names();
 
 // Seconds of "3h50m", "90m", "45s", "1h", "1h30m15s" or "2d" (d, h, m, s in that order, each at
 // most once, whole numbers); "", "0" or "none" is 0 (no limit). Anything else is a core::Error
