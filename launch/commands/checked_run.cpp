@@ -130,14 +130,6 @@ void check_writable(const std::string& path, const char* key) {
   fs::remove(probe, error);
 }
 
-std::string dims_text(const std::vector<int64_t>& dims) {
-  std::string text = "[";
-  for (size_t i = 0; i < dims.size(); ++i) {
-    text += (i ? ", " : "") + (dims[i] < 0 ? std::string("?") : std::to_string(dims[i]));
-  }
-  return text + "]";
-}
-
 // The graph's first output against [data] y, as far as the file fixes its shape: for
 // cross_entropy, logits [batch, num_classes, d1, ...] against labels [d1, ...] per sample; for mse
 // and l1, the target's per-sample shape. Dimensions exported as dynamic are checked at the step.
@@ -169,11 +161,11 @@ void check_onnx_outputs(const CheckedRun& run) {
     fits = dims[d] < 0 || dims[d] == expected[d];
   }
   MPIGRAD_CHECK(fits, "[model] file: '", config.model.file, "' output '", output.name,
-                "' has shape ", dims_text(dims),
+                "' has shape ", nn::onnx_shape_text(dims),
                 " (? free), but [loss] name = ", core::enum_name(config.loss.name, kLossKindNames),
                 " with field '", config.data.y, "' of per-sample shape ", label_shape,
                 config.loss.name == LossKind::CrossEntropy ? " and [data] num_classes" : "",
-                " needs ", dims_text(expected));
+                " needs ", nn::onnx_shape_text(expected));
 }
 
 }  // namespace

@@ -129,14 +129,6 @@ void check_resnet(const ModelSection& model, const core::Shape& input_shape) {
                 model.depth);
 }
 
-std::string dims_text(const std::vector<int64_t>& dims) {
-  std::string text = "[";
-  for (size_t i = 0; i < dims.size(); ++i) {
-    text += (i ? ", " : "") + (dims[i] < 0 ? std::string("?") : std::to_string(dims[i]));
-  }
-  return text + "]";
-}
-
 // The graph's first input must take [batch, input_shape...]: its rank, and every extent the file
 // fixes (the batch and any dimension exported as dynamic are free).
 void check_onnx_input(const nn::OnnxModel& onnx, const std::string& file,
@@ -150,7 +142,7 @@ void check_onnx_input(const nn::OnnxModel& onnx, const std::string& file,
     fits = declared[d] < 0 || declared[d] == input_shape[int64_t(d - 1)];
   }
   MPIGRAD_CHECK(fits, "[model] file: '", file, "' input '", input.name, "' has shape ",
-                dims_text(declared), " (? free), which does not take samples of shape ",
+                nn::onnx_shape_text(declared), " (? free), which does not take samples of shape ",
                 input_shape, " (the data's, or [model] input_shape)");
 }
 

@@ -70,15 +70,6 @@ OnnxValueInfo value_info(const onnx::ValueInfoProto& info, const std::string& fi
   return out;
 }
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::ostringstream out;
-  out << "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    out << (i ? ", " : "") << (shape[i] < 0 ? std::string("?") : std::to_string(shape[i]));
-  out << "]";
-  return out.str();
-}
-
 }  // namespace
 
 struct OnnxModel::Graph {
@@ -501,7 +492,7 @@ std::vector<Tensor> OnnxModel::forward_all(const std::vector<Tensor>& inputs) {
       for (size_t d = 0; fits && d < info.shape.size(); ++d)
         fits = info.shape[d] < 0 || info.shape[d] == x.shape()[int(d)];
       MPIGRAD_CHECK(fits, graph.file, ": input '", info.name, "' has shape ", x.shape(),
-                    ", the graph declares ", shape_text(info.shape));
+                    ", the graph declares ", onnx_shape_text(info.shape));
     }
     core::DType want = info.dtype;
     if (core::is_floating(want) && float_dtype) want = *float_dtype;
@@ -569,6 +560,14 @@ Tensor OnnxModel::forward(const Tensor& input) {
   MPIGRAD_CHECK(graph_->inputs.size() == 1, graph_->file, ": the graph takes ",
                 graph_->inputs.size(), " inputs; call forward_all");
   return forward_all({input}).front();
+}
+
+std::string onnx_shape_text(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    text += (i ? ", " : "") + (shape[i] < 0 ? std::string("?") : std::to_string(shape[i]));
+  }
+  return text + "]";
 }
 
 }  // namespace mpigrad::nn

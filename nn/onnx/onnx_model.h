@@ -35,6 +35,9 @@ struct OnnxValueInfo {
   std::vector<int64_t> shape;
 };
 
+// "[?, 1, 28, 28]": an OnnxValueInfo shape as messages print it, "?" for a free extent.
+std::string onnx_shape_text(const std::vector<int64_t>& shape);
+
 class OnnxModel : public Module {
  public:
   // Reads and checks `path` (external weights beside it). core::Error naming the file and the
