@@ -181,11 +181,9 @@ void EmbeddedModel::build(const std::string& config, std::optional<uint64_t> see
   if (onnx) {
     build_onnx(origin);
   } else {
-    input_shape_ = core::Shape(model.input_shape);
-    output_shape_ = output_shape_of(model, input_shape_);
-    module_ = make_model(model, input_shape_, model.outputs, config_.train.seed);
-    input_shapes_ = {input_shape_};
-    output_shapes_ = {output_shape_};
+    input_shapes_ = {core::Shape(model.input_shape)};
+    output_shapes_ = {output_shape_of(model, input_shape())};
+    module_ = make_model(model, input_shape(), model.outputs, config_.train.seed);
     input_dtypes_ = {core::kFloat32};
   }
   module_->to(device_);
@@ -256,8 +254,7 @@ void EmbeddedModel::build_onnx(const std::string& origin) {
     input_shapes_.push_back(core::Shape(std::vector<int64_t>(dims.begin() + 1, dims.end())));
     input_dtypes_.push_back(inputs[i].dtype);
   }
-  input_shape_ = input_shapes_.front();
-  module_ = make_model(model, input_shape_, 0, config_.train.seed);
+  module_ = make_model(model, input_shape(), 0, config_.train.seed);
   auto& onnx = dynamic_cast<nn::OnnxModel&>(*module_);
   std::vector<core::Tensor> probe;
   for (size_t i = 0; i < input_shapes_.size(); ++i) {
@@ -280,8 +277,7 @@ void EmbeddedModel::build_onnx(const std::string& origin) {
     shape.erase(0);
     output_shapes_.push_back(shape);
   }
-  output_shape_ = output_shapes_.front();
-  MPIGRAD_CHECK(config_.loss.name != LossKind::CrossEntropy || output_shape_.size() >= 1, origin,
+  MPIGRAD_CHECK(config_.loss.name != LossKind::CrossEntropy || output_shape().size() >= 1, origin,
                 ": [loss] name = cross_entropy needs logits [batch, classes, ...], but '",
                 model.file, "' outputs one value per sample");
 }
@@ -604,7 +600,7 @@ core::Tensor EmbeddedModel::predict(const core::Tensor& input) {
   module_->eval();
   core::Tensor output = (*module_)(x);
   module_->train(was_training);
-  core::Shape shape = output_shape_;
+  core::Shape shape = output_shape();
   shape.insert(0, x.size(0));
   return output.reshape(shape);
 }

@@ -133,8 +133,9 @@ class EmbeddedModel {
   const TrainConfig& config() const { return config_; }
   nn::Module& module() { return *module_; }
   core::Device device() const { return device_; }
-  const core::Shape& input_shape() const { return input_shape_; }    // one sample's
-  const core::Shape& output_shape() const { return output_shape_; }  // one sample's
+  // One sample's shape of the first input and the first output.
+  const core::Shape& input_shape() const { return input_shapes_.front(); }
+  const core::Shape& output_shape() const { return output_shapes_.front(); }
   // One sample's shape of an array of `role` for the model's input or output `index`: a
   // cross_entropy label's is the output's without its class dimension ([] for [classes]).
   core::Shape sample_shape(ArrayRole role, size_t index = 0) const;
@@ -182,7 +183,6 @@ class EmbeddedModel {
   std::unique_ptr<Communicator> gradient_communicator_;
   TrainConfig config_;
   core::Device device_;
-  core::Shape input_shape_, output_shape_;  // the first input's and output's
   std::vector<core::Shape> input_shapes_, output_shapes_;
   std::vector<core::DType> input_dtypes_;  // float32, or an ONNX graph's integer input
   std::shared_ptr<nn::Module> module_;
