@@ -26,6 +26,11 @@ class Work {
   // queries the collective's event. Past the communicator's timeout the job is aborted with a
   // report of which ranks have not arrived; it never hangs.
   virtual void wait() = 0;
+  // wait() for a thread that must not spin a core the computation needs: polls test() with
+  // short naps instead of blocking inside the communication library, which busy-polls (Open
+  // MPI's MPI_Wait does). Same timeout and report as wait(). HierarchicalAllReduce's
+  // communication thread waits this way (measured there). By default the same as wait().
+  virtual void wait_sleeping() { wait(); }
 };
 
 using WorkPtr = std::shared_ptr<Work>;
