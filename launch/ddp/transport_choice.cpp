@@ -25,6 +25,9 @@ std::string_view transport_kind_name(TransportKind kind) {
 
 namespace {
 
+// Below this measured link bandwidth the hierarchical transport's thread waits Sleeping.
+constexpr double kSlowLinkBytes = 0.5e9;
+
 // Which ranks share a node, as seen by every rank alike.
 struct NodeLayout {
   std::unique_ptr<Communicator> node;  // this rank's node
@@ -148,7 +151,8 @@ TransportChoice choose_bucket_transport(Communicator& communicator,
   std::vector<SharedBufferSpec> specs;
   for (const BucketSpec& spec : buckets) specs.push_back({spec.dtype, spec.numel});
   TransportKind wanted = request.kind;
-  std::string auto_reason;  // the measured decision's log line, under Auto across nodes
+  std::string auto_reason;           // the measured decision's log line, under Auto across nodes
+  double link_bytes_per_second = 0;  // the link that decided it, when measured
   if (wanted == TransportKind::Auto) {
     wanted = layout.nodes == 1 ? TransportKind::SharedMemory : TransportKind::Hierarchical;
     if (layout.nodes > 1 && layout.ranks_per_node > 0) {
@@ -157,6 +161,7 @@ TransportChoice choose_bucket_transport(Communicator& communicator,
         return communicator_choice(communicator, buckets, request, decision.reason);
       }
       auto_reason = std::move(decision.reason);
+      link_bytes_per_second = decision.link_bytes_per_second;
     }
   }
   TransportChoice choice;
@@ -191,17 +196,34 @@ TransportChoice choose_bucket_transport(Communicator& communicator,
   const std::string layout_text = describe_layout(layout);
   const std::string wire_text =
       request.wire ? " in " + std::string(core::dtype_name(*request.wire)) + " (compression)" : "";
+  // A slow link, as auto measured it, is waited for sleeping at a raised priority, so it moves
+  // data while backward runs; anything else blocking in MPI (hierarchical_all_reduce.h, "How the
+  // thread waits"). Measured at 2 Gbit/s (0.25 GB/s) sleeping made the step 0.90-0.94x, at
+  // 10 Gbit/s (1.15 GB/s) 1.3-1.6x; the threshold lies between.
+  const LinkWait link_wait = link_bytes_per_second > 0 && link_bytes_per_second < kSlowLinkBytes
+                                 ? LinkWait::Sleeping
+                                 : LinkWait::Blocking;
   std::string why;
-  choice.transport = HierarchicalAllReduce::create(communicator, std::move(layout.node), specs,
-                                                   request.timeout_seconds, &why, request.wire);
-  if (!choice.transport) return fall_back(communicator, buckets, request, wanted, why);
+  std::unique_ptr<HierarchicalAllReduce> hierarchical =
+      HierarchicalAllReduce::create(communicator, std::move(layout.node), specs,
+                                    request.timeout_seconds, &why, request.wire, link_wait);
+  if (!hierarchical) return fall_back(communicator, buckets, request, wanted, why);
+  const int nice = hierarchical->thread_nice();
+  const std::string thread_text =
+      "a communication thread" +
+      (link_wait == LinkWait::Blocking
+           ? std::string(" blocking in MPI at nice ") + std::to_string(nice)
+           : " that sleeps while the link is busy, at nice " + std::to_string(nice) +
+                 (nice < 0 ? std::string()
+                           : " (the process may not raise its priority, so where every core "
+                             "computes the link mostly waits for backward; README, Slow links)"));
+  choice.transport = std::move(hierarchical);
   choice.description =
       "averaged hierarchically over " + layout_text +
       (layout.ranks_per_node > 1
-           ? ": reduce-scatter in shared memory, each shard all-reduced across the nodes on a "
-             "communication thread" +
-                 wire_text + ", all-gather in shared memory"
-           : ": each bucket all-reduced across the nodes on a communication thread" + wire_text) +
+           ? ": reduce-scatter in shared memory, each shard all-reduced across the nodes on " +
+                 thread_text + wire_text + ", all-gather in shared memory"
+           : ": each bucket all-reduced across the nodes on " + thread_text + wire_text) +
       (auto_reason.empty() ? "" : "; " + auto_reason);
   return choice;
 }

@@ -104,6 +104,7 @@ AutoTransportDecision decide_auto_transport(int nodes, int ranks_per_node,
     return decision;
   }
   decision.by_measurement = true;
+  decision.link_bytes_per_second = figures->link_bytes_per_second;
   decision.hierarchical_seconds =
       predict_hierarchical_seconds(nodes, ranks_per_node, *figures, bucket_bytes, wire_ratio);
   decision.communicator_seconds =

@@ -66,6 +66,7 @@ struct AutoTransportDecision {
   bool by_measurement = false;
   double hierarchical_seconds = 0;  // the predictions, 0 when not made
   double communicator_seconds = 0;
+  double link_bytes_per_second = 0;  // the measured link, when the figures decided
   // One line for the log, "transport auto: hierarchical (link 0.25 GB/s, 45 us; shm 9.8 GB/s;
   // predicted 18 ms vs communicator 31 ms per step for 9.4 MB of buckets)", or the layout rule
   // and why the figures did not decide.

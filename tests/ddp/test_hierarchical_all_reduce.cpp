@@ -5,8 +5,13 @@
 // error on every rank (its node by the shared memory, the other node by the status word) with no
 // collective left pending.
 #include <doctest/doctest.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -20,6 +25,7 @@
 using namespace mpigrad;
 using core::Tensor;
 using launch::HierarchicalAllReduce;
+using launch::LinkWait;
 using launch::SharedBufferSpec;
 
 namespace {
@@ -51,11 +57,12 @@ int wrong_elements(const Tensor& buffer, int64_t numel, int ranks, int round) {
 
 std::unique_ptr<HierarchicalAllReduce> make(launch::Communicator& world, int simulated_nodes,
                                             const std::vector<SharedBufferSpec>& specs,
-                                            double timeout = 60) {
+                                            double timeout = 60,
+                                            LinkWait link_wait = LinkWait::Blocking) {
   test::SimulatedNodes simulated(simulated_nodes);
   std::string why_not;
   auto hierarchical = HierarchicalAllReduce::create(world, world.split_node_local("node"), specs,
-                                                    timeout, &why_not);
+                                                    timeout, &why_not, std::nullopt, link_wait);
   INFO(why_not);
   REQUIRE(hierarchical != nullptr);
   return hierarchical;
@@ -72,32 +79,67 @@ TEST_CASE("hierarchical averaging: every floating dtype and odd sizes, identical
                                             {core::kBFloat16, 77},    {core::kFloat16, 1025},
                                             {core::kFloat32, 0},      {core::kFloat32, 1}};
   for (int nodes : test::node_layouts(ranks)) {
-    INFO("simulated nodes " << nodes);
-    auto hierarchical = make(world, nodes, specs);
-    CHECK(hierarchical->nodes() == test::layout_nodes(nodes));
-    CHECK(hierarchical->ranks_per_node() == ranks / test::layout_nodes(nodes));
-    REQUIRE(hierarchical->buffer_count() == specs.size());
-    for (int round = 1; round <= 2; ++round) {
-      for (size_t b = 0; b < specs.size(); ++b) {
-        const Tensor& buffer = hierarchical->buffer(b);
-        CHECK(buffer.dtype() == specs[b].dtype);
-        CHECK(buffer.numel() >= specs[b].numel);
-        CHECK(buffer.is_contiguous());
-        fill(buffer, specs[b].numel, rank, round);
-        hierarchical->start(b);
-        CHECK(hierarchical->in_flight(b));
-      }
-      for (size_t b = 0; b < specs.size(); ++b) {
-        hierarchical->wait(b);
-        CHECK_FALSE(hierarchical->in_flight(b));
-        INFO("buffer " << b << " dtype " << specs[b].dtype << " round " << round);
-        CHECK(wrong_elements(hierarchical->buffer(b), specs[b].numel, ranks, round) == 0);
-        // Bitwise the same on every rank: compare with rank 0's copy.
-        Tensor reference = hierarchical->buffer(b).clone();
-        world.broadcast(reference, 0);
-        CHECK(reference.to_vector<double>() == hierarchical->buffer(b).to_vector<double>());
+    for (LinkWait link_wait : {LinkWait::Blocking, LinkWait::Sleeping}) {
+      INFO("simulated nodes " << nodes << (link_wait == LinkWait::Sleeping ? ", sleeping" : ""));
+      auto hierarchical = make(world, nodes, specs, 60, link_wait);
+      CHECK(hierarchical->nodes() == test::layout_nodes(nodes));
+      CHECK(hierarchical->ranks_per_node() == ranks / test::layout_nodes(nodes));
+      REQUIRE(hierarchical->buffer_count() == specs.size());
+      for (int round = 1; round <= 2; ++round) {
+        for (size_t b = 0; b < specs.size(); ++b) {
+          const Tensor& buffer = hierarchical->buffer(b);
+          CHECK(buffer.dtype() == specs[b].dtype);
+          CHECK(buffer.numel() >= specs[b].numel);
+          CHECK(buffer.is_contiguous());
+          fill(buffer, specs[b].numel, rank, round);
+          hierarchical->start(b);
+          CHECK(hierarchical->in_flight(b));
+        }
+        for (size_t b = 0; b < specs.size(); ++b) {
+          hierarchical->wait(b);
+          CHECK_FALSE(hierarchical->in_flight(b));
+          INFO("buffer " << b << " dtype " << specs[b].dtype << " round " << round);
+          CHECK(wrong_elements(hierarchical->buffer(b), specs[b].numel, ranks, round) == 0);
+          // Bitwise the same on every rank: compare with rank 0's copy.
+          Tensor reference = hierarchical->buffer(b).clone();
+          world.broadcast(reference, 0);
+          CHECK(reference.to_vector<double>() == hierarchical->buffer(b).to_vector<double>());
+        }
       }
     }
+  }
+}
+
+TEST_CASE("hierarchical averaging: the communication thread's priority follows its wait") {
+  // Sleeping: where this process may give a thread nice -20 (root with CAP_SYS_NICE, or
+  // RLIMIT_NICE 40), the communication thread has it; elsewhere it is never below the process's
+  // priority. Blocking: nice 19.
+  auto manager = launch::DistributedManager::initialize();
+  auto& world = manager.world();
+  errno = 0;
+  const int process_nice = getpriority(PRIO_PROCESS, 0);
+  REQUIRE(errno == 0);
+  bool may_raise = false;
+  std::thread probe(
+      [&] { may_raise = setpriority(PRIO_PROCESS, id_t(syscall(SYS_gettid)), -20) == 0; });
+  probe.join();
+  const int nodes = test::node_layouts(world.size()).back();  // the most nodes the world allows
+  auto sleeping = make(world, nodes, {{core::kFloat32, 1000}}, 60, LinkWait::Sleeping);
+  if (may_raise) {
+    CHECK(sleeping->thread_nice() == -20);
+  } else {
+    CHECK(sleeping->thread_nice() <= process_nice);
+    CHECK(sleeping->thread_nice() >= -20);
+  }
+  // Blocking spins in MPI, so it yields to everything else.
+  auto blocking = make(world, nodes, {{core::kFloat32, 1000}}, 60, LinkWait::Blocking);
+  CHECK(blocking->thread_nice() == 19);
+  // Both still average, from their threads.
+  for (HierarchicalAllReduce* hierarchical : {sleeping.get(), blocking.get()}) {
+    fill(hierarchical->buffer(0), 1000, world.rank(), 1);
+    hierarchical->start(0);
+    hierarchical->wait(0);
+    CHECK(wrong_elements(hierarchical->buffer(0), 1000, world.size(), 1) == 0);
   }
 }
 
@@ -145,31 +187,34 @@ TEST_CASE("hierarchical averaging: a rank that does not start fails every rank, 
   if (world.size() != 4) return;
   const int rank = world.rank();
   const std::vector<SharedBufferSpec> specs{{core::kFloat32, 256}, {core::kFloat32, 64}};
-  auto hierarchical = make(world, 2, specs, /*timeout=*/0.5);
-  for (size_t b = 0; b < specs.size(); ++b) hierarchical->start(b);
-  for (size_t b = 0; b < specs.size(); ++b) hierarchical->wait(b);  // round 1 is fine
-  std::string message;
-  try {
-    if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  for (LinkWait link_wait : {LinkWait::Blocking, LinkWait::Sleeping}) {
+    INFO((link_wait == LinkWait::Sleeping ? "sleeping" : "blocking"));
+    auto hierarchical = make(world, 2, specs, /*timeout=*/0.5, link_wait);
     for (size_t b = 0; b < specs.size(); ++b) hierarchical->start(b);
-    for (size_t b = 0; b < specs.size(); ++b) hierarchical->wait(b);
-  } catch (const core::Error& error) {
-    message = error.what();
+    for (size_t b = 0; b < specs.size(); ++b) hierarchical->wait(b);  // round 1 is fine
+    std::string message;
+    try {
+      if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      for (size_t b = 0; b < specs.size(); ++b) hierarchical->start(b);
+      for (size_t b = 0; b < specs.size(); ++b) hierarchical->wait(b);
+    } catch (const core::Error& error) {
+      message = error.what();
+    }
+    INFO(message);
+    CHECK(message.find("hierarchical all-reduce on communicator 'world' [rank " +
+                       std::to_string(rank) + "/4]") != std::string::npos);
+    if (rank == 0) {
+      CHECK(message.find("waited more than 0.5 s for bucket 0 (round 2): rank(s) 1 of this node "
+                         "have not started it") != std::string::npos);
+    }
+    if (rank == 1 || rank == 2) CHECK(message.find("rank 0 gave up") != std::string::npos);
+    if (rank == 3) CHECK(message.find(" gave up") != std::string::npos);
+    // Every later call repeats the failure.
+    CHECK_THROWS_WITH_AS(hierarchical->wait(0),
+                         doctest::Contains("unusable after an earlier failure"), core::Error);
+    hierarchical.reset();  // joins the communication thread: nothing of it is left waiting
+    world.barrier();
   }
-  INFO(message);
-  CHECK(message.find("hierarchical all-reduce on communicator 'world' [rank " +
-                     std::to_string(rank) + "/4]") != std::string::npos);
-  if (rank == 0) {
-    CHECK(message.find("waited more than 0.5 s for bucket 0 (round 2): rank(s) 1 of this node "
-                       "have not started it") != std::string::npos);
-  }
-  if (rank == 1 || rank == 2) CHECK(message.find("rank 0 gave up") != std::string::npos);
-  if (rank == 3) CHECK(message.find(" gave up") != std::string::npos);
-  // Every later call repeats the failure.
-  CHECK_THROWS_WITH_AS(hierarchical->wait(0),
-                       doctest::Contains("unusable after an earlier failure"), core::Error);
-  hierarchical.reset();  // joins the communication thread: nothing of it is left waiting
-  world.barrier();
 }
 
 TEST_CASE("hierarchical averaging rejects non-floating buffers") {

@@ -9,8 +9,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <deque>
+#include <future>
 #include <limits>
 #include <mutex>
 #include <sstream>
@@ -36,6 +38,31 @@ int64_t round_up(int64_t value, int64_t to) {
 // mpigrad-bench-allreduce --hierarchical 36M on np 4 as 2 x 2 (loaded VM): 256 KiB 23-43 ms,
 // 1 MiB 20-57 ms, 4 MiB 42-46 ms, the whole 18 MiB shard at once 37-68 ms.
 constexpr int64_t kPieceBytes = int64_t(1) << 20;
+
+// The communication thread's nice value for each way of waiting (see the header).
+constexpr int kBlockingNice = 19;
+constexpr int kSleepingNice = -20;
+
+// Gives thread `tid` the nice value for `wait`: kBlockingNice, or kSleepingNice or as near as
+// RLIMIT_NICE allows (root and CAP_SYS_NICE may take any value). Returns the nice value it has
+// then. Not getting it is no error: the thread keeps the process's priority, and the
+// transport's description says so.
+int set_thread_priority(id_t tid, LinkWait wait) {
+  if (wait == LinkWait::Blocking) {
+    (void)setpriority(PRIO_PROCESS, tid, kBlockingNice);
+  } else if (setpriority(PRIO_PROCESS, tid, kSleepingNice) != 0) {
+    // RLIMIT_NICE n lets an unprivileged process go down to nice 20 - n.
+    rlimit limit{};
+    if (getrlimit(RLIMIT_NICE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY &&
+        limit.rlim_cur > 0) {
+      const int floor = 20 - int(std::min<rlim_t>(limit.rlim_cur, 40));
+      (void)setpriority(PRIO_PROCESS, tid, std::max(kSleepingNice, floor));
+    }
+  }
+  errno = 0;
+  const int nice = getpriority(PRIO_PROCESS, tid);
+  return errno == 0 ? nice : 0;
+}
 
 int64_t piece_elements(core::DType dtype) {
   return kPieceBytes / core::element_size(dtype);
@@ -103,6 +130,7 @@ struct HierarchicalAllReduce::Impl {
   std::vector<int> local_rank_of;            // per rank of the caller's communicator
   std::vector<int> node_of;                  // per rank: its rank in its inter-node group
   std::optional<core::DType> wire;           // the inter-node step's dtype, when compressing
+  LinkWait link_wait = LinkWait::Blocking;
 
   // ---- Main thread only --------------------------------------------------------------------
   std::vector<bool> in_flight;
@@ -124,6 +152,8 @@ struct HierarchicalAllReduce::Impl {
   size_t next_in_pass = 0;  // the bucket whose status word the thread exchanges next
   core::Tensor wire_piece;  // one piece in the wire dtype, reused (compression only)
   std::thread thread;
+  std::promise<int> thread_nice;  // what raise_thread_priority gave the thread
+  int nice = 0;                   // the same, once the thread has started
 
   std::string where() const {
     std::ostringstream out;
@@ -175,9 +205,7 @@ struct HierarchicalAllReduce::Impl {
 
   void run() {
     pthread_setname_np(pthread_self(), "mpigrad-comm");
-    // The lowest priority (Linux: per thread): see the header. Failing to get it only costs
-    // speed on a rank whose cores are all busy, so the error is not worth a report.
-    (void)setpriority(PRIO_PROCESS, id_t(syscall(SYS_gettid)), 19);
+    thread_nice.set_value(set_thread_priority(id_t(syscall(SYS_gettid)), link_wait));
     while (true) {
       size_t index = 0;
       BucketCollective collective = BucketCollective::Average;
@@ -212,6 +240,30 @@ struct HierarchicalAllReduce::Impl {
     }
   }
 
+  // The inter-node collectives (sums), waited for as `link_wait` says (see the header): MPI's
+  // blocking ones are its fast algorithms, the sleeping wait leaves the core to backward.
+  void all_reduce_across(const core::Tensor& values, ReduceOp op) {
+    if (link_wait == LinkWait::Sleeping) {
+      cross->all_reduce_async(values, op)->wait_sleeping();
+    } else {
+      cross->all_reduce(values, op);
+    }
+  }
+  void reduce_scatter_across(const core::Tensor& input, const core::Tensor& output) {
+    if (link_wait == LinkWait::Sleeping) {
+      cross->reduce_scatter_async(input, output, ReduceOp::Sum)->wait_sleeping();
+    } else {
+      cross->reduce_scatter(input, output, ReduceOp::Sum);
+    }
+  }
+  void all_gather_across(const core::Tensor& input, const core::Tensor& output) {
+    if (link_wait == LinkWait::Sleeping) {
+      cross->all_gather_async(input, output)->wait_sleeping();
+    } else {
+      cross->all_gather(input, output);
+    }
+  }
+
   // The status when the nodes exchanged different rounds of one bucket.
   static constexpr int32_t kRoundsDiffer = std::numeric_limits<int32_t>::max();
 
@@ -225,7 +277,7 @@ struct HierarchicalAllReduce::Impl {
     if (nodes == 1) return code;
     const int64_t r = int64_t(round);
     core::Tensor status = core::Tensor::from_vector<int64_t>({code, r, -r}, {3});
-    cross->all_reduce(status, ReduceOp::Max);
+    all_reduce_across(status, ReduceOp::Max);
     const std::vector<int64_t> all = status.to_vector<int64_t>();
     if (all[0] != 0) return int32_t(all[0]);
     return all[1] == -all[2] ? 0 : kRoundsDiffer;
@@ -311,7 +363,7 @@ struct HierarchicalAllReduce::Impl {
   // compressing (see the header).
   void all_reduce_across_nodes(const core::Tensor& values) {
     const core::Tensor sent = on_the_wire(values);
-    cross->all_reduce(sent, ReduceOp::Sum);
+    all_reduce_across(sent, ReduceOp::Sum);
     if (!sent.is_same(values)) convert_elements(sent, values);
   }
 
@@ -334,7 +386,7 @@ struct HierarchicalAllReduce::Impl {
         // No zero fill: the reduce-scatter writes every element (and a fill here would be a
         // core op on this thread, see convert_elements).
         piece = core::empty({last - first}, sent.dtype());
-        cross->reduce_scatter(sent, piece, ReduceOp::Sum);
+        reduce_scatter_across(sent, piece);
         if (piece.dtype() != buffer.dtype()) {
           core::Tensor widened = core::empty({last - first}, buffer.dtype());
           convert_elements(piece, widened);
@@ -348,7 +400,7 @@ struct HierarchicalAllReduce::Impl {
     }
     if (nodes > 1) {
       core::Tensor piece = buffer.narrow(0, first, last - first).clone();
-      cross->all_gather(piece, buffer.narrow(0, begin, end - begin));
+      all_gather_across(piece, buffer.narrow(0, begin, end - begin));
     }
     copy_shard(copies, size_t(local_rank), begin, end);
   }
@@ -420,7 +472,13 @@ struct HierarchicalAllReduce::Impl {
 };
 
 HierarchicalAllReduce::HierarchicalAllReduce(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  std::future<int> nice = impl_->thread_nice.get_future();
   impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
+  impl_->nice = nice.get();
+}
+
+int HierarchicalAllReduce::thread_nice() const {
+  return impl_->nice;
 }
 
 HierarchicalAllReduce::~HierarchicalAllReduce() {
@@ -448,7 +506,7 @@ HierarchicalAllReduce::~HierarchicalAllReduce() {
 std::unique_ptr<HierarchicalAllReduce> HierarchicalAllReduce::create(
     Communicator& communicator, std::unique_ptr<Communicator> node,
     std::span<const SharedBufferSpec> buffers, double timeout_seconds, std::string* why_not,
-    std::optional<core::DType> wire) {
+    std::optional<core::DType> wire, LinkWait link_wait) {
   MPIGRAD_CHECK(node != nullptr && communicator.size() % node->size() == 0,
                 communicator.world_label(), " HierarchicalAllReduce on communicator '",
                 communicator.name(), "': needs this rank's node, every node with as many ranks");
@@ -486,6 +544,7 @@ std::unique_ptr<HierarchicalAllReduce> HierarchicalAllReduce::create(
   MPIGRAD_CHECK(!wire || *wire == core::kBFloat16 || *wire == core::kFloat16, s.label,
                 " HierarchicalAllReduce: the wire dtype must be bfloat16 or float16, got ", *wire);
   s.wire = wire;
+  s.link_wait = link_wait;
 
   // 2. The inter-node group of this local rank, ordered by rank. Its name lists its (world)
   //    ranks, so its watchdog's reports can be told from the other groups'.

@@ -44,25 +44,35 @@
 // Calling MPI from this thread while the main thread calls it on other communicators needs
 // MPI_THREAD_MULTIPLE: create() returns null, with the reason, when any rank has less.
 //
-// How the thread waits, decided by measurement: mpigrad-bench-ddp on 2 simulated nodes x 1 rank
-// (MLP 9.4M, batch 64, 25 MiB buckets, 2-core VM at load 4-5, six alternating runs of each), as
-// the step over the serial bound (no-comm step + one blocking all-reduce; <= 1 is the target):
-//   - it blocks inside MPI for the collectives: MPI's blocking algorithms are the fast ones
-//     (MPI_Iallreduce polled with MPI_Test took 2-2.5x MPI_Allreduce for 36 MiB here,
-//     launch/comm/mpi_communicator.h), and a blocking call is what the communicator's watchdog
-//     times (launch/comm/collective_watchdog.h). Waiting for the other nodes by polling a
-//     nonblocking status all-reduce with naps, then blocking for the data, measured 0.96-1.22;
-//     blocking throughout 0.96-1.23;
-//   - it sleeps on a condition variable while it has nothing to do. Spinning for work measured
-//     1.54-1.79 (three earlier runs, one configuration at a time): it takes backward's core;
-//   - it runs at the lowest priority (nice 19): 0.83-0.86 in five runs of six (one at 1.92
-//     under a load burst). mpirun binds a rank to one core, so the thread shares it with
-//     backward; at normal priority it preempts backward for its whole all-reduce, spinning in
-//     MPI whenever the other node is not there yet. At nice 19 it runs on whatever core
-//     backward leaves idle, at once where a rank has a core to spare, and otherwise as soon as
-//     the main thread waits for the buckets, so it never slows the compute it overlaps;
-//   - while a node's ranks wait for each other to start a bucket, it polls the shared-memory
-//     flags with backoff (spin, yield, then 20 us naps), as SharedMemoryAllReduce does.
+// How the thread waits, decided by measurement over real, rate-limited links (2 nodes x 1 rank
+// of scripts/cluster-sim.sh, 2-core dev VM). Two ways, LinkWait, chosen per transport:
+//   - Blocking (the default, and for fast links): inside MPI's blocking collectives, whose
+//     algorithms are the fast ones (36 all-reduces of 1 MiB float32 at 10 Gbit/s: 26.5 ms
+//     blocking, 65-66 ms as MPI_Iallreduce, polled or waited), at nice 19 so that its spinning
+//     in MPI never takes backward's core: it runs on whatever core backward leaves idle, and
+//     otherwise once the main thread waits for the buckets;
+//   - Sleeping (for slow links; DDP's transport = auto picks it when the link it measured is
+//     slow, transport_choice.cpp): each collective started nonblocking and waited for with
+//     Work::wait_sleeping (MPI_Test, then a 50 us nap), which the communicator's watchdog times
+//     like a blocking call, at nice -20 where the process may raise it (root, CAP_SYS_NICE),
+//     else as far as RLIMIT_NICE allows, else at the process's own priority (thread_nice()
+//     and DDP's transport line say which). On a slow link the thread mostly waits, and the link
+//     only moves data while the thread runs, so its priority decides what can hide behind
+//     backward. mpigrad-bench-comm-thread --busy 1 at 2 Gbit/s, 36 all-reduces of 1 MiB of
+//     float32 (then bfloat16, half the bytes) beside one busy thread per rank:
+//       thread at nice       -20    -15    -10    -5     0      19
+//       float32 (ms)         156    155    170    325    610    3772
+//       bfloat16 (ms)        77     97     124    196    469    4708
+//     (with nothing beside it 156-158 and 71-79 ms, the link's rate). It never spins, so the
+//     priority costs backward only the thread's real work; spinning at nice -10 (MPI_Test
+//     without naps) took 537-540 ms for the float32 case in a scratch run. At 10 Gbit/s the
+//     same wait made mpigrad-bench-ddp's step 1.3-1.6x slower on 2 x 1 (at any nice value),
+//     hence Blocking there.
+// In both, the thread sleeps on a condition variable while it has nothing to do (spinning for
+// work measured 1.54-1.79x the serial bound: it takes backward's core), and while a node's ranks
+// wait for each other to start a bucket it polls the shared-memory flags with backoff (spin,
+// yield, then 20 us naps), as SharedMemoryAllReduce does. What each gives a DDP step is in the
+// README ("Slow links").
 //
 // Failures end in an error on every rank, never a hang:
 //   - a rank of the node that does not start a bucket within `timeout_seconds`, or that gave
@@ -93,6 +103,12 @@
 
 namespace mpigrad::launch {
 
+// How the communication thread waits for the inter-node step (see "How the thread waits").
+enum class LinkWait : uint8_t {
+  Blocking,  // inside MPI's blocking collectives, at nice 19: for fast links
+  Sleeping,  // nonblocking collectives polled with naps, at nice -20 where allowed: slow links
+};
+
 class HierarchicalAllReduce final : public BucketTransport {
  public:
   // Collective over `communicator` (an MPI one). `node` holds this rank's node: the ranks of
@@ -101,12 +117,17 @@ class HierarchicalAllReduce final : public BucketTransport {
   // MPI_THREAD_MULTIPLE or a node cannot share memory. `timeout_seconds` bounds each wait for
   // the other ranks of the node (<= 0: no bound). `wire`, a 16-bit float dtype, is what the
   // inter-node step sends, when not the buffers' own (see "Gradient compression" above).
+  // `link_wait`: how the thread waits for the link, the same on every rank.
   static std::unique_ptr<HierarchicalAllReduce> create(
       Communicator& communicator, std::unique_ptr<Communicator> node,
       std::span<const SharedBufferSpec> buffers, double timeout_seconds,
-      std::string* why_not = nullptr, std::optional<core::DType> wire = std::nullopt);
+      std::string* why_not = nullptr, std::optional<core::DType> wire = std::nullopt,
+      LinkWait link_wait = LinkWait::Blocking);
   ~HierarchicalAllReduce() override;
 
+  // The communication thread's nice value: 19 when it waits Blocking; when Sleeping -20 where
+  // the process may raise it, else the process's own (see "How the thread waits").
+  int thread_nice() const;
   int nodes() const;
   int ranks_per_node() const;
   size_t buffer_count() const override;

@@ -150,7 +150,7 @@ bool SharedSegments::poll_until(Ready&& ready, double timeout_seconds, Between&&
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
     // The clock is read after every yield or nap, not every 64th: on a starved core (this runs on
-    // the communication thread at the lowest priority) one yield can last tens of ms, and 64 of
+    // the communication thread, beside the computation) one yield can last tens of ms, and 64 of
     // them stretched the DDP timeout past the collective timeout (ddp_hierarchical_hang_np4 with
     // six busy loops beside it: rank 0 never timed out before rank 2's watchdog aborted, 5 of 5).
     if (timeout_seconds <= 0) continue;
