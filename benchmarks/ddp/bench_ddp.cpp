@@ -11,12 +11,15 @@
 //   no-comm    DDP whose communicator does nothing: the same buckets, hooks and copies, but no
 //              bytes move - the baseline "same per-rank work with communication disabled";
 //   ddp        DDP over the world communicator with its default transport (auto), at
-//              bucket_cap_mb 1, 5, 25 (the default) and 100, and at 25 with shared memory off
-//              (each bucket an MPI_Iallreduce: the communicator transport), at 25 with
+//              bucket_cap_mb 1, 5, 25 (the default) and 100, and the same sweep with
 //              compression = bf16 (under auto: across nodes the hierarchical transport with a
-//              bf16 inter-node step, on one node the communicator's all-reduce in bf16), and
-//              across nodes at 25 with transport = hierarchical, and with compression = bf16
-//              and transport = communicator, beside what auto chose;
+//              bf16 inter-node step, on one node the communicator's all-reduce in bf16); at 25
+//              with shared memory off (each bucket an MPI_Iallreduce: the communicator
+//              transport); and across nodes at 25 with transport = hierarchical, and with
+//              compression = bf16 and transport = communicator, beside what auto chose;
+//   forward    the forward pass and loss alone, no backward: a step can only hide
+//              communication behind what follows it, so (no-comm - forward) / all-reduce is the
+//              ceiling of "hidden" for this model and batch ("hidden_ceiling");
 //   allreduce  one blocking MPI all-reduce of all gradients, and the same average done by
 //              SharedMemoryAllReduce (what communication alone costs either way).
 // The overlap ratio is ddp / no-comm (1.00 = communication fully hidden; the target on the
@@ -317,12 +320,22 @@ int run(int argc, char** argv) {
   };
   Contender& local = add_model(nullptr, 0);
   Contender& no_comm = add_model(&no_communication, 25);
+  // The forward pass and loss alone, on the local model: what a step spends before the first
+  // gradient exists, so no-comm minus this is the most a step can hide communication behind.
+  auto forward = std::make_unique<Contender>();
+  forward->body = [&local, &x, &y] { (void)nn::mse_loss(local.model->forward(x), y); };
+  Contender& forward_only = *forward;
+  contenders.push_back(std::move(forward));
   std::vector<Contender*> sweep;
   for (double cap : options.bucket_caps) sweep.push_back(&add_model(&world, cap));
   // The default buckets through the communicator's nonblocking all-reduce instead.
   Contender& via_communicator = add_model(&world, 25, false);
-  // The default buckets cast to bfloat16 for the all-reduce ([distributed] compression = bf16).
-  Contender& bf16 = add_model(&world, 25, true, launch::GradCompression::BFloat16);
+  // The same sweep with the buckets cast to bfloat16 for the all-reduce ([distributed]
+  // compression = bf16).
+  std::vector<Contender*> sweep_bf16;
+  for (double cap : options.bucket_caps) {
+    sweep_bf16.push_back(&add_model(&world, cap, true, launch::GradCompression::BFloat16));
+  }
   // Across nodes, the hierarchical transport asked for by name, beside whatever auto chose for
   // the sweep (the communicator above is the other candidate).
   Contender* hierarchical = nullptr;
@@ -418,8 +431,17 @@ int run(int argc, char** argv) {
               "one blocking MPI all-reduce");
   results.add("shared_average_all_grads_ms", shared_average ? shared_average->best * 1e3 : 0.0,
               "ms", "the same average in shared memory (one node)");
+  results.add("step_forward_ms", forward_only.best * 1e3, "ms",
+              "forward and loss alone: before it no gradient exists");
   // Not overlapping at all: the step without communication, then one blocking all-reduce.
   const double serial = no_comm.best + allreduce_all->best;
+  // Communication can only hide behind what follows the forward pass (backward, the optimizer),
+  // so "hidden" cannot pass (no-comm - forward) / all-reduce: the ceiling of this model and batch.
+  const double behind = std::max(0.0, no_comm.best - forward_only.best);
+  results.add("hidden_ceiling", std::min(1.0, behind / allreduce_all->best), "",
+              "(no-comm - forward) / blocking all-reduce: the most hidden can reach");
+  results.add("hidden_ceiling_bf16", std::min(1.0, behind / allreduce_all_bf16->best), "",
+              "the same against the blocking bf16 all-reduce");
   results.add("step_serial_bound_ms", serial * 1e3, "ms", "no-comm + blocking all-reduce");
   double best_ratio = 1e30;
   for (size_t i = 0; i < options.bucket_caps.size(); ++i) {
@@ -465,18 +487,25 @@ int run(int argc, char** argv) {
   results.add("allreduce_all_grads_bf16_ms", allreduce_all_bf16->best * 1e3, "ms",
               "one blocking MPI all-reduce, bfloat16");
   auto add_bf16 = [&](const Contender& run, const std::string& key, const std::string& what) {
-    results.add_text("transport_bucket_25mib_" + key, run.ddp->transport_description());
-    results.add("step_ddp_bucket_25mib_" + key + "_ms", run.best * 1e3, "ms", what);
-    results.add("vs_serial_bucket_25mib_" + key, run.best / serial_bf16, "x",
+    results.add_text("transport_" + key, run.ddp->transport_description());
+    results.add("step_ddp_" + key + "_ms", run.best * 1e3, "ms",
+                what + ", " + std::to_string(run.ddp->bucket_count()) + " buckets");
+    results.add("vs_serial_" + key, run.best / serial_bf16, "x",
                 what + ", ddp / (no-comm + blocking bf16 all-reduce)");
-    results.add("vs_serial_fp32_bucket_25mib_" + key, run.best / serial, "x",
+    results.add("vs_serial_fp32_" + key, run.best / serial, "x",
                 what + ", ddp / the fp32 serial bound");
-    results.add("hidden_bucket_25mib_" + key, (serial_bf16 - run.best) / allreduce_all_bf16->best,
-                "", what + ", of the blocking bf16 all-reduce's time");
+    results.add("hidden_" + key, (serial_bf16 - run.best) / allreduce_all_bf16->best, "",
+                what + ", of the blocking bf16 all-reduce's time");
   };
-  add_bf16(bf16, "bf16", "compression = bf16, transport auto");
+  for (size_t i = 0; i < options.bucket_caps.size(); ++i) {
+    std::ostringstream cap;
+    cap << options.bucket_caps[i];
+    add_bf16(*sweep_bf16[i], "bucket_" + cap.str() + "mib_bf16",
+             "compression = bf16, transport auto");
+  }
   if (bf16_communicator != nullptr) {
-    add_bf16(*bf16_communicator, "bf16_communicator", "compression = bf16, communicator");
+    add_bf16(*bf16_communicator, "bucket_25mib_bf16_communicator",
+             "compression = bf16, communicator");
   }
   for (size_t n = 0; n < options.network_gbps.size(); ++n) {
     std::ostringstream gbps;
