@@ -45,6 +45,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -55,6 +56,7 @@
 #include "mpigrad/core/rng.h"
 #include "mpigrad/core/threads.h"
 #include "mpigrad/launch/ddp/distributed_data_parallel.h"
+#include "mpigrad/launch/ddp/transports/hierarchical_all_reduce.h"
 #include "mpigrad/launch/ddp/transports/shared_memory_all_reduce.h"
 #include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/launch/observe/rank_logging.h"
@@ -370,7 +372,31 @@ int run(int argc, char** argv) {
   allreduce_bf16->body = [&] { world.all_reduce(flat_bf16, launch::ReduceOp::Avg); };
   Contender* allreduce_all_bf16 = allreduce_bf16.get();
   contenders.push_back(std::move(allreduce_bf16));
+  // Across nodes, the same average as the hierarchical transport does it: all gradients in one
+  // buffer, started and waited for at once, in fp32 and with the bf16 wire. This is the
+  // serial bound's all-reduce for the hierarchical configurations ("own"), whose link step is not
+  // the flat all-reduce's.
   const launch::SharedBufferSpec all_grads{core::kFloat32, parameters};
+  std::vector<std::unique_ptr<launch::HierarchicalAllReduce>> hierarchical_all;
+  Contender* own_average = nullptr;
+  Contender* own_average_bf16 = nullptr;
+  if (manager.node_count() > 1) {
+    for (bool bf16_wire : {false, true}) {
+      auto transport = launch::HierarchicalAllReduce::create(
+          world, world.split_node_local("bench node"), {&all_grads, 1}, 60, nullptr,
+          bf16_wire ? std::optional<core::DType>(core::kBFloat16) : std::nullopt);
+      if (!transport) break;
+      auto contender = std::make_unique<Contender>();
+      launch::HierarchicalAllReduce* average = transport.get();
+      contender->body = [average] {
+        average->start(0);
+        average->wait(0);
+      };
+      (bf16_wire ? own_average_bf16 : own_average) = contender.get();
+      contenders.push_back(std::move(contender));
+      hierarchical_all.push_back(std::move(transport));
+    }
+  }
   std::unique_ptr<launch::SharedMemoryAllReduce> shared;
   Contender* shared_average = nullptr;
   if (manager.node_count() == 1) {
@@ -443,6 +469,23 @@ int run(int argc, char** argv) {
   results.add("hidden_ceiling_bf16", std::min(1.0, behind / allreduce_all_bf16->best), "",
               "the same against the blocking bf16 all-reduce");
   results.add("step_serial_bound_ms", serial * 1e3, "ms", "no-comm + blocking all-reduce");
+  // Against the hierarchical transport's own blocking average, for configurations that took it.
+  auto add_own = [&](const Contender& run, const std::string& key, const Contender* own) {
+    if (own == nullptr || run.ddp->transport_kind() != launch::TransportKind::Hierarchical) return;
+    const double bound = no_comm.best + own->best;
+    results.add("vs_own_serial_" + key, run.best / bound, "x",
+                "ddp / (no-comm + the hierarchical transport's blocking average)");
+    results.add("hidden_own_" + key, (bound - run.best) / own->best, "",
+                "of the hierarchical transport's blocking average, hidden behind backward");
+  };
+  if (own_average != nullptr) {
+    results.add("own_average_all_grads_ms", own_average->best * 1e3, "ms",
+                "the hierarchical transport's average of all gradients at once");
+  }
+  if (own_average_bf16 != nullptr) {
+    results.add("own_average_all_grads_bf16_ms", own_average_bf16->best * 1e3, "ms",
+                "the same with the bf16 wire");
+  }
   double best_ratio = 1e30;
   for (size_t i = 0; i < options.bucket_caps.size(); ++i) {
     const Contender& run = *sweep[i];
@@ -458,6 +501,7 @@ int run(int argc, char** argv) {
     results.add("vs_serial_" + key, run.best / serial, "x", "ddp / serial bound (<= 1)");
     results.add("hidden_" + key, (serial - run.best) / allreduce_all->best, "",
                 "of the blocking all-reduce's time, hidden behind backward");
+    add_own(run, key, own_average);
     if (options.bucket_caps[i] == 25) results.add("overlap_ratio", ratio, "x", "default 25 MiB");
     best_ratio = std::min(best_ratio, ratio);
   }
@@ -482,6 +526,7 @@ int run(int argc, char** argv) {
     results.add("hidden_bucket_25mib_hierarchical",
                 (serial - hierarchical->best) / allreduce_all->best, "",
                 "hierarchical, of the blocking all-reduce's time");
+    add_own(*hierarchical, "bucket_25mib_hierarchical", own_average);
   }
   const double serial_bf16 = no_comm.best + allreduce_all_bf16->best;
   results.add("allreduce_all_grads_bf16_ms", allreduce_all_bf16->best * 1e3, "ms",
@@ -502,6 +547,7 @@ int run(int argc, char** argv) {
     cap << options.bucket_caps[i];
     add_bf16(*sweep_bf16[i], "bucket_" + cap.str() + "mib_bf16",
              "compression = bf16, transport auto");
+    add_own(*sweep_bf16[i], "bucket_" + cap.str() + "mib_bf16", own_average_bf16);
   }
   if (bf16_communicator != nullptr) {
     add_bf16(*bf16_communicator, "bucket_25mib_bf16_communicator",

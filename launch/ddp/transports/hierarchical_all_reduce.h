@@ -66,7 +66,7 @@
 //     (with nothing beside it 156-158 and 71-79 ms, the link's rate). It never spins, so the
 //     priority costs backward only the thread's real work; spinning at nice -10 (MPI_Test
 //     without naps) took 537-540 ms for the float32 case in a scratch run. At 10 Gbit/s the
-//     same wait made mpigrad-bench-ddp's step 1.3-1.6x slower on 2 x 1 (at any nice value),
+//     same wait made mpigrad-bench-ddp's step 1.2-1.6x slower on 2 x 1 (at any nice value),
 //     hence Blocking there.
 // In both, the thread sleeps on a condition variable while it has nothing to do (spinning for
 // work measured 1.54-1.79x the serial bound: it takes backward's core), and while a node's ranks
