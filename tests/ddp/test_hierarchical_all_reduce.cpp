@@ -143,6 +143,49 @@ TEST_CASE("hierarchical averaging: the communication thread's priority follows i
   }
 }
 
+TEST_CASE("hierarchical ZeRO-1 collectives wait sleeping as they wait blocking") {
+  // ReduceScatter then AllGather (launch/ddp/bucket_transport.h) with each way of waiting, with
+  // and without the bf16 wire: each rank's shard holds the average, then every rank every shard.
+  auto manager = launch::DistributedManager::initialize();
+  auto& world = manager.world();
+  const int ranks = world.size(), rank = world.rank();
+  const int64_t numel = 4099;
+  const std::vector<SharedBufferSpec> specs{{core::kFloat32, numel}};
+  for (int nodes : test::node_layouts(ranks)) {
+    for (LinkWait link_wait : {LinkWait::Blocking, LinkWait::Sleeping}) {
+      for (bool bf16_wire : {false, true}) {
+        INFO("simulated nodes " << nodes << (link_wait == LinkWait::Sleeping ? ", sleeping" : "")
+                                << (bf16_wire ? ", bf16 wire" : ""));
+        test::SimulatedNodes simulated(nodes);
+        auto hierarchical = HierarchicalAllReduce::create(
+            world, world.split_node_local("node"), specs, 60, nullptr,
+            bf16_wire ? std::optional<core::DType>(core::kBFloat16) : std::nullopt, link_wait);
+        REQUIRE(hierarchical != nullptr);
+        fill(hierarchical->buffer(0), numel, rank, 1);
+        hierarchical->start(0, launch::BucketCollective::ReduceScatter);
+        hierarchical->wait(0);
+        const auto [first, last] = hierarchical->shard(0, rank);
+        const std::vector<double> reduced = hierarchical->buffer(0).to_vector<double>();
+        int wrong = 0;
+        for (int64_t i = first; i < std::min(last, numel); ++i) {
+          wrong += reduced[size_t(i)] != expected(ranks, i, 1);  // small integers: exact in bf16
+        }
+        CHECK(wrong == 0);
+        hierarchical->buffer(0).narrow(0, first, last - first).fill_(double(rank));
+        hierarchical->start(0, launch::BucketCollective::AllGather);
+        hierarchical->wait(0);
+        const std::vector<double> gathered = hierarchical->buffer(0).to_vector<double>();
+        wrong = 0;
+        for (int r = 0; r < ranks; ++r) {
+          const auto [begin, end] = hierarchical->shard(0, r);
+          for (int64_t i = begin; i < end; ++i) wrong += gathered[size_t(i)] != double(r);
+        }
+        CHECK(wrong == 0);
+      }
+    }
+  }
+}
+
 TEST_CASE("hierarchical averaging: many rounds with ranks arriving late, waits in any order") {
   // Each rank refills its buffers right after its waits return, while slower ranks may still be
   // in theirs, and starts the next round after a random delay. Every round must still average

@@ -152,7 +152,7 @@ struct HierarchicalAllReduce::Impl {
   size_t next_in_pass = 0;  // the bucket whose status word the thread exchanges next
   core::Tensor wire_piece;  // one piece in the wire dtype, reused (compression only)
   std::thread thread;
-  std::promise<int> thread_nice;  // what raise_thread_priority gave the thread
+  std::promise<int> thread_nice;  // what set_thread_priority gave the thread
   int nice = 0;                   // the same, once the thread has started
 
   std::string where() const {
