@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "mpigrad/launch/observe/json_text.h"
+
 namespace mpigrad::bench {
 
 // Seconds per call of fn: the best of `repeats` timings of `iterations` calls each, after one
@@ -25,25 +27,6 @@ inline double seconds_per_call(const std::function<void()>& fn, int iterations, 
     best = std::min(best, elapsed.count() / iterations);
   }
   return best;
-}
-
-// `text` as the inside of a JSON string: quotes, backslashes and control characters escaped
-// (a transport description may quote a README section or a path).
-inline std::string json_escaped(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char code[8];
-      std::snprintf(code, sizeof code, "\\u%04x", static_cast<unsigned char>(c));
-      out += code;
-    } else {
-      out += c;
-    }
-  }
-  return out;
 }
 
 // Named numbers, printed as a table and optionally written as one flat JSON object.
@@ -75,7 +58,9 @@ class Results {
       out << "{\n";
       bool first = true;
       for (const auto& [key, value] : text_) {
-        out << (first ? "" : ",\n") << "  \"" << key << "\": \"" << json_escaped(value) << "\"";
+        std::string quoted;
+        launch::append_json_string(quoted, value);
+        out << (first ? "" : ",\n") << "  \"" << key << "\": " << quoted;
         first = false;
       }
       for (const auto& row : rows_) {

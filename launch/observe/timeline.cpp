@@ -12,27 +12,11 @@
 #include "mpigrad/launch/comm/communicator.h"
 #include "mpigrad/launch/comm/mpi_handle.h"
 #include "mpigrad/launch/mpi_interop.h"
+#include "mpigrad/launch/observe/json_text.h"
 
 namespace mpigrad::launch {
 
 namespace {
-
-void append_json_string(std::string& out, const std::string& text) {
-  out.push_back('"');
-  for (char c : text) {
-    if (c == '"' || c == '\\') {
-      out.push_back('\\');
-      out.push_back(c);
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof(escaped), "\\u%04x", unsigned(static_cast<unsigned char>(c)));
-      out.append(escaped);
-    } else {
-      out.push_back(c);
-    }
-  }
-  out.push_back('"');
-}
 
 // The trace's ids start at 1: Perfetto takes pid 0 and tid 0 for the kernel's swapper (idle)
 // process and thread, so rank 0 and the training loop would not be shown as our own.
