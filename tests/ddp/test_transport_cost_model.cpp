@@ -74,6 +74,7 @@ TEST_CASE("transport cost model: a slow link picks hierarchical, and the line sa
   CHECK(decision.kind == TransportKind::Hierarchical);
   CHECK(decision.by_measurement);
   CHECK(decision.hierarchical_seconds < decision.communicator_seconds);
+  CHECK(decision.link_bytes_per_second == 0.25e9);  // what decides how the thread waits
   INFO(decision.reason);
   CHECK(decision.reason.starts_with(
       "transport auto: hierarchical (link 0.25 GB/s, 45 us; shm 9.8 GB/s; predicted "));
@@ -145,6 +146,7 @@ TEST_CASE("transport cost model: degenerate layouts and unusable figures keep th
         launch::decide_auto_transport(2, 2, std::nullopt, "the nodes are simulated", kBuckets);
     CHECK(decision.kind == TransportKind::Hierarchical);
     CHECK_FALSE(decision.by_measurement);
+    CHECK(decision.link_bytes_per_second == 0);  // no measured link: the thread blocks
     CHECK(decision.reason ==
           "transport auto: hierarchical by the layout rule (the nodes are simulated)");
   }
