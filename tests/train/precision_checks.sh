@@ -17,6 +17,14 @@ check=$1 mpigrad=$2 mpiexec=$3 work=$4
 source "$(dirname "$0")/check_lib.sh"
 start_check "$work"
 
+# The fp16 checks' small synthetic set (640 training and 200 test images of 1x8x8) and the
+# [data] and [model] sections of config $1 that train an MLP on it.
+small_mlp_setup() {
+  "$mpigrad" data synth -o train.h5 --samples 640 --shape 1,8,8 --seed 1 > /dev/null
+  "$mpigrad" data synth -o test.h5 --samples 200 --shape 1,8,8 --seed 1 > /dev/null
+  printf '[data]\ntrain = train.h5\ntest = test.h5\nnum_classes = 10\n[model]\nname = mlp\nhidden = 32\n' > "$1"
+}
+
 case "$check" in
   cnn_bf16)
     idx=/usr/share/datasets/fashion-mnist  # Debian's dataset-fashion-mnist (install-deps.sh)
@@ -97,16 +105,8 @@ INI
     at_least "$p1" 0.8 || fail "precision@1 $p1 not above chance (0.1) by a margin"
     ;;
   fp16_resume)
-    "$mpigrad" data synth -o train.h5 --samples 640 --shape 1,8,8 --seed 1 > /dev/null
-    "$mpigrad" data synth -o test.h5 --samples 200 --shape 1,8,8 --seed 1 > /dev/null
-    cat > fp16.ini <<INI
-[data]
-train = train.h5
-test = test.h5
-num_classes = 10
-[model]
-name = mlp
-hidden = 32
+    small_mlp_setup fp16.ini
+    cat >> fp16.ini <<INI
 [optim]
 lr = 0.05
 momentum = 0.9
@@ -145,19 +145,11 @@ INI
     expect_error "precision" --config base.ini --train.precision=int8
     ;;
   fp16_zero)
-    "$mpigrad" data synth -o train.h5 --samples 640 --shape 1,8,8 --seed 1 > /dev/null
-    "$mpigrad" data synth -o test.h5 --samples 200 --shape 1,8,8 --seed 1 > /dev/null
+    small_mlp_setup zero.ini
     # Growth after every clean step drives the scale into fp16's range limit within a few steps,
     # so some steps overflow (8 of epoch 1's 20 here) and must be skipped on both ranks alike.
     # Small buckets: the MLP's gradients span several, each reduce-scattered.
-    cat > zero.ini <<INI
-[data]
-train = train.h5
-test = test.h5
-num_classes = 10
-[model]
-name = mlp
-hidden = 32
+    cat >> zero.ini <<INI
 [optim]
 name = adamw
 lr = 0.01
