@@ -42,11 +42,18 @@ struct Options {
   std::string json;
 };
 
-std::vector<int> int_list(const std::string& text) {
-  std::vector<int> values;
-  std::stringstream list(text);
-  for (std::string item; std::getline(list, item, ',');) values.push_back(std::stoi(item));
-  return values;
+// `text` as a whole integer in [low, high], or an error naming `option`.
+int64_t integer(const std::string& option, const std::string& text, int64_t low, int64_t high) {
+  size_t used = 0;
+  int64_t value = 0;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  MPIGRAD_CHECK(used > 0 && used == text.size() && value >= low && value <= high, option, " '",
+                text, "' must be a whole number from ", low, " to ", high);
+  return value;
 }
 
 Options parse(int argc, char** argv) {
@@ -58,15 +65,20 @@ Options parse(int argc, char** argv) {
       return argv[++i];
     };
     if (arg == "--nice") {
-      o.nice = int_list(value());
+      o.nice.clear();
+      std::stringstream list(value());
+      for (std::string item; std::getline(list, item, ',');) {
+        o.nice.push_back(int(integer(arg, item, -20, 19)));
+      }
+      MPIGRAD_CHECK(!o.nice.empty(), arg, " needs at least one nice value");
     } else if (arg == "--pieces") {
-      o.pieces = std::stoi(value());
+      o.pieces = int(integer(arg, value(), 1, 1 << 20));
     } else if (arg == "--piece") {
-      o.piece = std::stoll(value());
+      o.piece = integer(arg, value(), 1, int64_t(1) << 32);
     } else if (arg == "--busy") {
-      o.busy = std::stoi(value());
+      o.busy = int(integer(arg, value(), 0, 1024));
     } else if (arg == "--repeats") {
-      o.repeats = std::stoi(value());
+      o.repeats = int(integer(arg, value(), 1, 1000));
     } else if (arg == "--json") {
       o.json = value();
     } else {
@@ -143,7 +155,10 @@ int run(int argc, char** argv) {
   }
   if (!manager.is_main_process()) return 0;
   results.print();
-  if (!options.json.empty() && !results.write_json(options.json)) return 1;
+  if (!options.json.empty() && !results.write_json(options.json)) {
+    std::fprintf(stderr, "mpigrad-bench-comm-thread: could not write %s\n", options.json.c_str());
+    return 1;
+  }
   return 0;
 }
 
