@@ -177,6 +177,7 @@ struct EngineScratch {
   std::vector<Node*> stack;
   std::vector<Node*> ready;
   std::vector<Tensor> grad_inputs;
+  std::vector<size_t> early;
 };
 
 // Callbacks queued by hooks during the innermost backward running on this thread.
@@ -208,6 +209,111 @@ void count_dependencies(Node* root, uint64_t task, std::vector<Node*>& stack) {
 
 }  // namespace
 
+namespace {
+
+// How far release_gradient_early looks for leaves: a weight's accumulator behind its transpose,
+// or behind an expand and a transpose (a batched x W^T), is two or three nodes away.
+constexpr int kLeafChainDepth = 4;
+
+// Whether every path from `node` ends in a leaf's accumulator within `depth` nodes.
+bool leads_only_to_leaves(const Node& node, int depth) {
+  if (dynamic_cast<const AccumulateGrad*>(&node) != nullptr) return true;
+  if (depth == 0) return false;
+  bool any = false;
+  for (const auto& child : node.next) {
+    if (!child) continue;
+    if (!leads_only_to_leaves(*child, depth - 1)) return false;
+    any = true;
+  }
+  return any;
+}
+
+// One backward in progress on this thread: its ready heap, the node whose apply is running, and
+// the edges handed over early, of that node from `first_early` on (a chain run from
+// release_gradient_early appends its own after them, and drops them when done).
+struct BackwardRun {
+  std::vector<Node*>* ready = nullptr;
+  bool retain_graph = false;
+  Node* node = nullptr;
+  std::vector<size_t>* early = nullptr;
+  size_t first_early = 0;
+
+  bool handed_over(size_t index) const {
+    return std::find(early->begin() + std::ptrdiff_t(first_early), early->end(), index) !=
+           early->end();
+  }
+};
+thread_local BackwardRun* running = nullptr;
+
+void run_node(BackwardRun& run, Node* node, std::vector<Tensor>& grad_inputs, bool leaf_chain);
+
+// Adds `incoming` into `child`'s gradient and counts the edge as done; a child with nothing more
+// to wait for becomes ready, or, when asked and it leads only to leaves, runs now.
+void hand_over(BackwardRun& run, Node* child, Tensor& incoming, bool run_leaf_chains) {
+  if (incoming.defined()) {
+    if (!child->grad_sum.defined()) {
+      child->grad_sum = std::move(incoming);
+    } else {
+      child->grad_sum = add(child->grad_sum, incoming);
+    }
+  }
+  if (--child->pending != 0) return;
+  if (run_leaf_chains && leads_only_to_leaves(*child, kLeafChainDepth)) {
+    std::vector<Tensor> grads;  // not the caller's: it is still in use
+    run_node(run, child, grads, /*leaf_chain=*/true);
+    return;
+  }
+  run.ready->push_back(child);
+  std::push_heap(run.ready->begin(), run.ready->end(), LaterFirst{});
+}
+
+// Runs `node` and hands its gradients on. In a leaf chain (see hand_over) what it completes runs
+// at once too; otherwise it waits in the heap.
+void run_node(BackwardRun& run, Node* node, std::vector<Tensor>& grad_inputs, bool leaf_chain) {
+  Tensor grad = std::move(node->grad_sum);
+  node->grad_sum = Tensor();
+  grad_inputs.assign(node->next.size(), Tensor());
+  struct Restore {
+    BackwardRun& run;
+    Node* node;
+    size_t first_early;
+    ~Restore() {
+      run.early->resize(run.first_early);
+      run.node = node;
+      run.first_early = first_early;
+    }
+  } restore{run, run.node, run.first_early};
+  run.node = node;
+  run.first_early = run.early->size();
+  if (grad.defined()) node->apply(grad, grad_inputs);
+  if (!run.retain_graph) node->release_saved();
+  const bool any_early = run.early->size() > run.first_early;
+  for (size_t i = 0; i < node->next.size(); ++i) {
+    Node* child = node->next[i].get();
+    if (child == nullptr || (any_early && run.handed_over(i))) continue;
+    hand_over(run, child, grad_inputs[i], /*run_leaf_chains=*/leaf_chain);
+  }
+}
+
+}  // namespace
+
+void release_gradient_early(const Node& node, std::vector<Tensor>& grads, size_t index) {
+  if (running == nullptr || running->node != &node) return;
+  BackwardRun& run = *running;
+  MPIGRAD_CHECK(index < node.next.size() && index < grads.size() && !run.handed_over(index),
+                "release_gradient_early: ", node.name(), " has no gradient ", index,
+                " left to hand over");
+  run.early->push_back(index);
+  Node* child = node.next[index].get();
+  if (child == nullptr) {
+    grads[index] = Tensor();
+    return;
+  }
+  Tensor incoming = std::move(grads[index]);
+  grads[index] = Tensor();
+  hand_over(run, child, incoming, /*run_leaf_chains=*/true);
+}
+
 void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
   MPIGRAD_CHECK(root.defined(), "backward: the root tensor is undefined");
   MPIGRAD_CHECK(root.requires_grad(),
@@ -235,43 +341,35 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
   std::vector<std::function<void()>> callbacks;
   std::vector<std::function<void()>>* outer_callbacks = backward_callbacks;
   backward_callbacks = &callbacks;
-  struct RestoreCallbacks {
-    std::vector<std::function<void()>>* previous;
-    ~RestoreCallbacks() { backward_callbacks = previous; }
-  } restore{outer_callbacks};
   // A max-heap on sequence_nr: the most recently created ready node runs first.
   std::vector<Node*>& ready = scratch.ready;
-  LaterFirst later_first;
   ready.assign(1, root_node.get());
+  BackwardRun run;
+  run.ready = &ready;
+  run.retain_graph = retain_graph;
+  run.early = &scratch.early;
+  scratch.early.clear();
+  BackwardRun* outer_run = running;  // a hook that calls backward nests a run of its own
+  running = &run;
+  struct Restore {
+    std::vector<std::function<void()>>* callbacks;
+    BackwardRun* run;
+    ~Restore() {
+      backward_callbacks = callbacks;
+      running = run;
+    }
+  } restore{outer_callbacks, outer_run};
+  LaterFirst later_first;
   std::vector<Tensor>& grad_inputs = scratch.grad_inputs;
   while (!ready.empty()) {
     std::pop_heap(ready.begin(), ready.end(), later_first);
     Node* node = ready.back();
     ready.pop_back();
-    Tensor grad = std::move(node->grad_sum);
-    node->grad_sum = Tensor();
-    grad_inputs.assign(node->next.size(), Tensor());
-    if (grad.defined()) node->apply(grad, grad_inputs);
-    if (!retain_graph) node->release_saved();
-    for (size_t i = 0; i < node->next.size(); ++i) {
-      Node* child = node->next[i].get();
-      if (child == nullptr) continue;
-      Tensor& incoming = grad_inputs[i];
-      if (incoming.defined()) {
-        if (!child->grad_sum.defined()) {
-          child->grad_sum = std::move(incoming);
-        } else {
-          child->grad_sum = add(child->grad_sum, incoming);
-        }
-      }
-      if (--child->pending == 0) {
-        ready.push_back(child);
-        std::push_heap(ready.begin(), ready.end(), later_first);
-      }
-    }
+    run_node(run, node, grad_inputs, /*leaf_chain=*/false);
   }
   grad_inputs.clear();
   scratch_cache = std::move(scratch);
+  running = outer_run;
   // Callbacks may queue further callbacks; run until none are left.
   for (size_t i = 0; i < callbacks.size(); ++i) {
     std::function<void()> callback = std::move(callbacks[i]);

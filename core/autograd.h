@@ -10,6 +10,13 @@
 // (reverse creation order). AccumulateGrad nodes run first of all once ready, so a leaf's hook
 // fires as soon as its gradient is final while the rest of backward goes on: the DDP layer starts
 // all-reducing that bucket then. Graphs deeper than the stack are fine.
+//
+// Early gradients: a node that computes several gradients may hand one over before computing
+// the rest (release_gradient_early). Where that gradient's edge leads only to leaves, within a
+// few nodes (an accumulator, or W.t()'s transpose before it), the engine runs that short chain
+// at once, so the leaves' hooks fire while the node goes on. matmul and conv2d do this with their
+// weight's gradient before computing their input's, which is as large a product: DDP's bucket
+// for a layer then starts one GEMM earlier. Values are the same; only the order changes.
 #pragma once
 
 #include <cstdint>
@@ -122,6 +129,14 @@ void set_history(const Tensor& result, std::shared_ptr<Node> node,
 // Refuses an in-place write into `tensor` that autograd cannot allow (a leaf requiring grad while
 // grad mode is on); `op` names the op in the error.
 void check_inplace(const Tensor& tensor, const char* op);
+
+// Inside node.apply, once grads[index] is final: hands it over to that input's edge now instead
+// of when apply returns, and leaves grads[index] undefined. If that completes a node whose edges
+// lead only to leaves within a few steps, that chain runs before this call returns (see "Early
+// gradients" above); otherwise the gradient waits its turn as usual. Where the engine is not
+// running `node` (a test calling apply directly) it does nothing: grads[index] stays. Throws for
+// an index already handed over.
+void release_gradient_early(const Node& node, std::vector<Tensor>& grads, size_t index);
 
 // ---- Backward ----------------------------------------------------------------------------------
 // Runs backward from `root` with `gradient` (ones for a one-element root if undefined).

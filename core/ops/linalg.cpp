@@ -64,21 +64,25 @@ bool column_major(const Tensor& t) {
 // grad_B is computed as (G^T A)^T, so W's gradient arrives row-major like W. Otherwise it would
 // arrive transposed and every accumulation into W.grad (and DDP's copy into its bucket) would
 // walk memory with a stride of a whole row: 4-8x slower on Linear layers.
+// B's gradient comes first and is handed over before A's is computed (core/autograd.h, "Early
+// gradients"): in Linear's x W^T, B is the weight, whose DDP bucket can then start while the
+// input's gradient, a GEMM as large, is still being computed.
 struct BatchedMatmulBackward final : Node {
   SavedTensor a, b;
   const char* name() const override { return "MatmulBackward"; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
-    if (next[0]) {
-      const Tensor& a_saved = a.get(*this);
-      grads[0] = column_major(a_saved)
-                     ? batched_matmul(b.get(*this), grad.transpose(-1, -2)).transpose(-1, -2)
-                     : batched_matmul(grad, b.get(*this).transpose(-1, -2));
-    }
     if (next[1]) {
       const Tensor& b_saved = b.get(*this);
       grads[1] = column_major(b_saved)
                      ? batched_matmul(grad.transpose(-1, -2), a.get(*this)).transpose(-1, -2)
                      : batched_matmul(a.get(*this).transpose(-1, -2), grad);
+      if (next[0]) release_gradient_early(*this, grads, 1);
+    }
+    if (next[0]) {
+      const Tensor& a_saved = a.get(*this);
+      grads[0] = column_major(a_saved)
+                     ? batched_matmul(b.get(*this), grad.transpose(-1, -2)).transpose(-1, -2)
+                     : batched_matmul(grad, b.get(*this).transpose(-1, -2));
     }
   }
   void release_saved() override {
@@ -136,20 +140,21 @@ Tensor batched_matmul(const Tensor& a_in, const Tensor& b_in) {
 
 // The autocast product's backward: both gradient products in 16 bits as well, from the 16-bit
 // operands the forward kept (half the memory of float32 ones), each gradient in its float32
-// operand's layout as in BatchedMatmulBackward.
+// operand's layout, and B's first, as in BatchedMatmulBackward.
 struct MixedMatmulBackward final : Node {
   Tensor a_low, b_low;
   bool a_column_major = false, b_column_major = false;
   const char* name() const override { return "MixedMatmulBackward"; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
     const Tensor g = detail::copy_as(grad, a_low.dtype());
-    if (next[0]) {
-      grads[0] = a_column_major ? product(b_low, g.transpose(-1, -2), true).transpose(-1, -2)
-                                : product(g, b_low.transpose(-1, -2), true);
-    }
     if (next[1]) {
       grads[1] = b_column_major ? product(g.transpose(-1, -2), a_low, true).transpose(-1, -2)
                                 : product(a_low.transpose(-1, -2), g, true);
+      if (next[0]) release_gradient_early(*this, grads, 1);
+    }
+    if (next[0]) {
+      grads[0] = a_column_major ? product(b_low, g.transpose(-1, -2), true).transpose(-1, -2)
+                                : product(g, b_low.transpose(-1, -2), true);
     }
   }
   void release_saved() override {

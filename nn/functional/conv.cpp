@@ -50,6 +50,13 @@ core::Conv2dShape make_shape(const Tensor& input, const Tensor& weight, const Co
   return p;
 }
 
+// Both convolution backwards compute the weight's and the bias's gradients first and hand them
+// over before the input's (core/autograd.h, "Early gradients"), so a DDP bucket holding them
+// starts while the data gradient, as costly a pass, is computed.
+void release_weight_gradients_early(const core::Node& node, std::vector<Tensor>& grads) {
+  for (size_t i = 1; i < grads.size(); ++i) core::release_gradient_early(node, grads, i);
+}
+
 struct Conv2dBackward final : core::Node {
   core::Conv2dShape shape;
   core::SavedTensor input, weight;
@@ -60,12 +67,6 @@ struct Conv2dBackward final : core::Node {
     const Tensor& w = weight.get(*this);
     Tensor g = grad_output.contiguous();
     auto& backend = core::backend_for(x.device());
-    if (next[0]) {
-      Tensor grad_input = core::detail::empty_on(x.shape(), x.dtype(), x.device());
-      backend.conv2d_backward_data(x.dtype(), shape, g.data_ptr(), w.data_ptr(),
-                                   grad_input.data_ptr());
-      grads[0] = grad_input;
-    }
     if (next[1]) {
       Tensor grad_weight = core::detail::empty_on(w.shape(), w.dtype(), w.device());
       backend.conv2d_backward_filter(x.dtype(), shape, x.data_ptr(), g.data_ptr(),
@@ -73,6 +74,13 @@ struct Conv2dBackward final : core::Node {
       grads[1] = grad_weight;
     }
     if (has_bias && next[2]) grads[2] = core::sum(g, {0, 2, 3});
+    if (next[0]) {
+      release_weight_gradients_early(*this, grads);
+      Tensor grad_input = core::detail::empty_on(x.shape(), x.dtype(), x.device());
+      backend.conv2d_backward_data(x.dtype(), shape, g.data_ptr(), w.data_ptr(),
+                                   grad_input.data_ptr());
+      grads[0] = grad_input;
+    }
   }
   void release_saved() override {
     input.release();
@@ -91,13 +99,6 @@ struct MixedConv2dBackward final : core::Node {
     const core::DType low = input_low.dtype();
     Tensor g = core::detail::copy_as(grad_output, low);
     auto& backend = core::backend_for(input_low.device());
-    if (next[0]) {
-      Tensor grad_input =
-          core::detail::empty_on(input_low.shape(), core::kFloat32, input_low.device());
-      backend.conv2d_backward_data_mixed(low, shape, g.data_ptr(), weight_low.data_ptr(),
-                                         grad_input.data<float>());
-      grads[0] = grad_input;
-    }
     if (next[1]) {
       Tensor grad_weight =
           core::detail::empty_on(weight_low.shape(), core::kFloat32, weight_low.device());
@@ -106,6 +107,14 @@ struct MixedConv2dBackward final : core::Node {
       grads[1] = grad_weight;
     }
     if (has_bias && next[2]) grads[2] = core::sum(grad_output, {0, 2, 3});
+    if (next[0]) {
+      release_weight_gradients_early(*this, grads);
+      Tensor grad_input =
+          core::detail::empty_on(input_low.shape(), core::kFloat32, input_low.device());
+      backend.conv2d_backward_data_mixed(low, shape, g.data_ptr(), weight_low.data_ptr(),
+                                         grad_input.data<float>());
+      grads[0] = grad_input;
+    }
   }
   void release_saved() override {
     input_low = Tensor();

@@ -11,6 +11,7 @@
 
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/ops/elementwise.h"
+#include "mpigrad/core/ops/linalg.h"
 #include "mpigrad/core/ops/reduce.h"
 #include "mpigrad/core/tensor.h"
 
@@ -248,6 +249,104 @@ TEST_CASE("grad-ready hooks fire once, latest layer first, before earlier layers
   CHECK(w3_grad_in_hook == std::vector<double>{10.0, 42.0});  // w2 * w1 * x
   CHECK(grad_of(w1) == std::vector<double>{55.0, 182.0});
   CHECK(grad_of(w2) == std::vector<double>{22.0, 78.0});
+}
+
+// A node that computes its second input's gradient first and hands it over early, as matmul
+// and conv2d do for their weights, recording whether the rest of it had run by then.
+struct EarlySecondInput final : Node {
+  bool* rest_done = nullptr;
+  const char* name() const override { return "EarlySecondInput"; }
+  void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
+    grads[1] = grad * 2.0;
+    release_gradient_early(*this, grads, 1);
+    CHECK_FALSE(grads[1].defined());  // handed over: the engine owns it now
+    grads[0] = grad * 3.0;
+    *rest_done = true;
+  }
+};
+
+Tensor early_second_input(const Tensor& a, const Tensor& b, bool* rest_done) {
+  Tensor out = Tensor::from_vector<double>(a.to_vector<double>(), {a.numel()});
+  auto node = std::make_shared<EarlySecondInput>();
+  node->rest_done = rest_done;
+  set_history(out, node, {&a, &b});
+  return out;
+}
+
+TEST_CASE("a gradient released early reaches its leaf's hook before the node finishes") {
+  bool rest_done = false;
+  bool rest_done_in_w_hook = true;
+  Tensor x = leaf({1.0, 2.0});
+  Tensor w = leaf({3.0, 4.0});
+  std::vector<std::string> order;
+  x.register_grad_ready_hook([&](Tensor&) { order.push_back("x"); });
+  w.register_grad_ready_hook([&](Tensor&) {
+    order.push_back("w");
+    rest_done_in_w_hook = rest_done;
+  });
+  // x * 1.0: the first input's edge is an op, not a leaf; w's edge is w's accumulator.
+  sum(early_second_input(x * 1.0, w, &rest_done)).backward();
+  CHECK_FALSE(rest_done_in_w_hook);
+  CHECK(order == std::vector<std::string>{"w", "x"});
+  CHECK(grad_of(w) == std::vector<double>{2.0, 2.0});
+  CHECK(grad_of(x) == std::vector<double>{3.0, 3.0});
+
+  // Through a view of the leaf (W.t()'s transpose, a reshape): still handed over at once.
+  Tensor v = leaf({5.0, 6.0});
+  rest_done = false;
+  rest_done_in_w_hook = true;
+  v.register_grad_ready_hook([&](Tensor&) { rest_done_in_w_hook = rest_done; });
+  sum(early_second_input(x * 1.0, v.reshape({2, 1}).reshape({2}), &rest_done)).backward();
+  CHECK_FALSE(rest_done_in_w_hook);
+  CHECK(grad_of(v) == std::vector<double>{2.0, 2.0});
+}
+
+TEST_CASE("an early gradient into a leaf used twice fires the hook once, with the sum") {
+  bool rest_done = false;
+  Tensor w = leaf({1.0, 2.0});
+  int calls = 0;
+  std::vector<double> seen;
+  w.register_grad_ready_hook([&](Tensor& grad) {
+    ++calls;
+    seen = grad.to_vector<double>();
+  });
+  // w feeds the early edge and, through exp, the late one.
+  sum(early_second_input(exp(w), w, &rest_done)).backward();
+  CHECK(calls == 1);
+  REQUIRE(seen.size() == 2);
+  CHECK(seen[0] == doctest::Approx(2.0 + 3.0 * std::exp(1.0)));
+  CHECK(seen[1] == doctest::Approx(2.0 + 3.0 * std::exp(2.0)));
+}
+
+TEST_CASE("an early gradient into a node that waits for more gradients runs in order, as before") {
+  bool rest_done = false;
+  bool rest_done_in_w_hook = false;
+  Tensor w = leaf({3.0, 4.0});
+  w.register_grad_ready_hook([&](Tensor&) { rest_done_in_w_hook = rest_done; });
+  // h feeds both edges: the early gradient cannot finish h's backward before the late one.
+  Tensor h = exp(w);
+  sum(early_second_input(h * 1.0, h, &rest_done)).backward();
+  CHECK(rest_done_in_w_hook);
+  CHECK(grad_of(w)[0] == doctest::Approx(5.0 * std::exp(3.0)));
+  CHECK(grad_of(w)[1] == doctest::Approx(5.0 * std::exp(4.0)));
+}
+
+TEST_CASE("matmul hands the weight's gradient over before it computes the input's") {
+  // A Linear layer's x W^T: W's hook (DDP starts W's bucket there) must fire before the input's
+  // gradient, a second GEMM as large, is computed. x0 is a leaf, whose accumulator would
+  // otherwise run first; its hook can only fire after that GEMM.
+  Tensor x0 =
+      Tensor::from_vector<double>({1, 2, 3, 4, 5, 6}, {2, 3}, kFloat64).set_requires_grad(true);
+  Tensor w =
+      Tensor::from_vector<double>({1, 0, -1, 2, 1, 0}, {2, 3}, kFloat64).set_requires_grad(true);
+  std::vector<std::string> order;
+  w.register_grad_ready_hook([&](Tensor&) { order.push_back("w"); });
+  x0.register_grad_ready_hook([&](Tensor&) { order.push_back("x"); });
+  sum(matmul(x0, w.t())).backward();
+  CHECK(order == std::vector<std::string>{"w", "x"});
+  // d/dW sum(x W^T) = column sums of x, per output row; d/dx = row sums of W, per input.
+  CHECK(w.grad().to_vector<double>() == std::vector<double>{5, 7, 9, 5, 7, 9});
+  CHECK(x0.grad().to_vector<double>() == std::vector<double>{3, 1, -1, 3, 1, -1});
 }
 
 TEST_CASE("a hook on a leaf used twice fires once with the summed gradient") {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "gradcheck.h"
@@ -230,6 +231,31 @@ TEST_CASE("conv2d of an empty batch: empty output, zero weight and bias gradient
   CHECK(x.grad().shape() == x.shape());
   CHECK(w.grad().to_vector<double>() == std::vector<double>(54, 0.0));
   CHECK(b.grad().to_vector<double>() == std::vector<double>(3, 0.0));
+}
+
+TEST_CASE("conv2d hands the weight's and bias's gradients over before computing the input's") {
+  // DDP starts a bucket from these hooks: they must fire before the data gradient is computed,
+  // so the input's gradient is not there yet in them (x is a leaf, whose hook runs later).
+  const core::TensorOptions options(core::kFloat64);
+  Tensor x = core::ones({2, 2, 5, 5}, options).set_requires_grad();
+  Tensor w = core::ones({3, 2, 3, 3}, options).set_requires_grad();
+  Tensor b = core::ones({3}, options).set_requires_grad();
+  std::vector<std::string> order;
+  bool input_grad_absent = true;
+  auto hook = [&](const char* name) {
+    return [&, name](Tensor&) {
+      order.emplace_back(name);
+      if (std::string(name) != "x") input_grad_absent = input_grad_absent && !x.grad().defined();
+    };
+  };
+  w.register_grad_ready_hook(hook("w"));
+  b.register_grad_ready_hook(hook("b"));
+  x.register_grad_ready_hook(hook("x"));
+  core::sum(nn::functional::conv2d(x, w, b, {})).backward();
+  CHECK(order == std::vector<std::string>{"w", "b", "x"});
+  CHECK(input_grad_absent);
+  CHECK(w.grad().to_vector<double>() == std::vector<double>(54, 18.0));  // 2 images x 9 outputs
+  CHECK(b.grad().to_vector<double>() == std::vector<double>(3, 18.0));
 }
 
 TEST_CASE("conv2d reports bad shapes") {
