@@ -21,7 +21,11 @@
 //              communication behind what follows it, so (no-comm - forward) / all-reduce is the
 //              ceiling of "hidden" for this model and batch ("hidden_ceiling");
 //   allreduce  one blocking MPI all-reduce of all gradients, and the same average done by
-//              SharedMemoryAllReduce (what communication alone costs either way).
+//              SharedMemoryAllReduce (what communication alone costs either way); across nodes
+//              also as the hierarchical transport does it ("own", fp32 and with the bf16 wire),
+//              with its communication thread's CPU time per average: where backward keeps every
+//              core busy, that CPU is added to the step whatever the overlap, so hidden cannot
+//              pass 1 - cpu / average ("hidden_cpu_ceiling", beside the ceiling below).
 // The overlap ratio is ddp / no-comm (1.00 = communication fully hidden; the target on the
 // 2-core dev machine is <= 1.10), and exposed = ddp - no-comm is what communication adds to a
 // step. Across nodes the bound is no-comm + one blocking all-reduce (not overlapping at all):
@@ -286,6 +290,9 @@ int run(int argc, char** argv) {
     SimulatedNetwork* network = nullptr;
     double best = 1e30;
     double setup_seconds = 0;  // building the DDP: under auto across nodes, the link probe too
+    // The own averages: their communication thread's CPU time, summed over every timed call.
+    double thread_cpu_seconds = 0;
+    int calls = 0;
   };
   std::vector<std::unique_ptr<Contender>> contenders;
   std::vector<std::unique_ptr<SimulatedNetwork>> networks;
@@ -382,15 +389,23 @@ int run(int argc, char** argv) {
   Contender* own_average_bf16 = nullptr;
   if (manager.node_count() > 1) {
     for (bool bf16_wire : {false, true}) {
+      // The thread waits for the link as the sweep's does (auto decides it from the link).
+      const auto* sweep_transport = dynamic_cast<launch::HierarchicalAllReduce*>(
+          &(bf16_wire ? sweep_bf16 : sweep)[0]->ddp->transport());
+      const launch::LinkWait link_wait =
+          sweep_transport ? sweep_transport->link_wait() : launch::LinkWait::Blocking;
       auto transport = launch::HierarchicalAllReduce::create(
           world, world.split_node_local("bench node"), {&all_grads, 1}, 60, nullptr,
-          bf16_wire ? std::optional<core::DType>(core::kBFloat16) : std::nullopt);
+          bf16_wire ? std::optional<core::DType>(core::kBFloat16) : std::nullopt, link_wait);
       if (!transport) break;
       auto contender = std::make_unique<Contender>();
       launch::HierarchicalAllReduce* average = transport.get();
-      contender->body = [average] {
+      contender->body = [average, c = contender.get()] {
+        const double cpu = average->thread_cpu_seconds();
         average->start(0);
         average->wait(0);
+        c->thread_cpu_seconds += average->thread_cpu_seconds() - cpu;
+        ++c->calls;
       };
       (bf16_wire ? own_average_bf16 : own_average) = contender.get();
       contenders.push_back(std::move(contender));
@@ -439,6 +454,16 @@ int run(int argc, char** argv) {
     return sizes;
   };
 
+  // The own averages' CPU per call, the most any rank's thread took: with every core busy
+  // computing, a step pays at least that much CPU for its communication.
+  auto thread_cpu_per_call = [&](const Contender* own) {
+    Tensor cpu = core::full({1}, own ? own->thread_cpu_seconds / std::max(1, own->calls) : 0.0,
+                            core::kFloat64);
+    world.all_reduce(cpu, launch::ReduceOp::Max);
+    return cpu.item<double>();
+  };
+  const double own_cpu = thread_cpu_per_call(own_average);
+  const double own_cpu_bf16 = thread_cpu_per_call(own_average_bf16);
   if (!manager.is_main_process()) return 0;
   bench::Results results;
   results.add_text("model", "MLP 1024-" + std::to_string(options.width) + "-" +
@@ -486,6 +511,20 @@ int run(int argc, char** argv) {
     results.add("own_average_all_grads_bf16_ms", own_average_bf16->best * 1e3, "ms",
                 "the same with the bf16 wire");
   }
+  // What the averaging costs the cores, beside what it takes on the clock: when backward keeps
+  // every core busy, that CPU time is added to the step however well it overlaps, so hidden
+  // cannot pass 1 - cpu / average ("the CPU ceiling").
+  auto add_cpu = [&](const Contender* own, double cpu, const std::string& suffix) {
+    if (own == nullptr) return;
+    results.add("hidden_ceiling_own" + suffix, std::min(1.0, behind / own->best), "",
+                "(no-comm - forward) / the transport's own blocking average");
+    results.add("own_average_cpu" + suffix + "_ms", cpu * 1e3, "ms",
+                "its communication thread's CPU time per average (the busiest rank's)");
+    results.add("hidden_cpu_ceiling" + suffix, std::max(0.0, 1.0 - cpu / own->best), "",
+                "1 - cpu / average: the most hidden can reach while compute fills every core");
+  };
+  add_cpu(own_average, own_cpu, "");
+  add_cpu(own_average_bf16, own_cpu_bf16, "_bf16");
   double best_ratio = 1e30;
   for (size_t i = 0; i < options.bucket_caps.size(); ++i) {
     const Contender& run = *sweep[i];

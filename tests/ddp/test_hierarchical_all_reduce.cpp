@@ -110,7 +110,7 @@ TEST_CASE("hierarchical averaging: every floating dtype and odd sizes, identical
   }
 }
 
-TEST_CASE("hierarchical averaging: the communication thread's priority follows its wait") {
+TEST_CASE("hierarchical averaging: the thread's priority follows its wait; its CPU clock counts") {
   // Sleeping: where this process may give a thread nice -20 (root with CAP_SYS_NICE, or
   // RLIMIT_NICE 40), the communication thread has it; elsewhere it is never below the process's
   // priority. Blocking: nice 19.
@@ -134,13 +134,26 @@ TEST_CASE("hierarchical averaging: the communication thread's priority follows i
   // Blocking spins in MPI, so it yields to everything else.
   auto blocking = make(world, nodes, {{core::kFloat32, 1000}}, 60, LinkWait::Blocking);
   CHECK(blocking->thread_nice() == 19);
-  // Both still average, from their threads.
+  CHECK(sleeping->link_wait() == LinkWait::Sleeping);
+  CHECK(blocking->link_wait() == LinkWait::Blocking);
+  // Both still average, from their threads, whose CPU clock counts the work (it runs on the
+  // thread: its clock never goes back, and a 1 M element average takes it forward).
   for (HierarchicalAllReduce* hierarchical : {sleeping.get(), blocking.get()}) {
     fill(hierarchical->buffer(0), 1000, world.rank(), 1);
+    const double cpu_before = hierarchical->thread_cpu_seconds();
+    CHECK(cpu_before >= 0.0);
     hierarchical->start(0);
     hierarchical->wait(0);
     CHECK(wrong_elements(hierarchical->buffer(0), 1000, world.size(), 1) == 0);
+    CHECK(hierarchical->thread_cpu_seconds() >= cpu_before);
   }
+  auto large = make(world, nodes, {{core::kFloat32, 1 << 20}}, 60, LinkWait::Sleeping);
+  const double cpu_before = large->thread_cpu_seconds();
+  for (int round = 1; round <= 4; ++round) {
+    large->start(0);
+    large->wait(0);
+  }
+  CHECK(large->thread_cpu_seconds() > cpu_before);
 }
 
 TEST_CASE("hierarchical ZeRO-1 collectives wait sleeping as they wait blocking") {

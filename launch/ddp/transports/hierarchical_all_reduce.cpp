@@ -5,12 +5,14 @@
 #include <pthread.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <future>
 #include <limits>
@@ -479,6 +481,20 @@ HierarchicalAllReduce::HierarchicalAllReduce(std::unique_ptr<Impl> impl) : impl_
 
 int HierarchicalAllReduce::thread_nice() const {
   return impl_->nice;
+}
+
+LinkWait HierarchicalAllReduce::link_wait() const {
+  return impl_->link_wait;
+}
+
+double HierarchicalAllReduce::thread_cpu_seconds() const {
+  clockid_t clock{};
+  timespec used{};
+  const int rc = pthread_getcpuclockid(impl_->thread.native_handle(), &clock);
+  MPIGRAD_CHECK(rc == 0 && clock_gettime(clock, &used) == 0, impl_->where(),
+                ": cannot read the communication thread's CPU clock (",
+                std::strerror(rc != 0 ? rc : errno), ")");
+  return double(used.tv_sec) + double(used.tv_nsec) * 1e-9;
 }
 
 HierarchicalAllReduce::~HierarchicalAllReduce() {

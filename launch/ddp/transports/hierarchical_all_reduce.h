@@ -128,6 +128,11 @@ class HierarchicalAllReduce final : public BucketTransport {
   // The communication thread's nice value: 19 when it waits Blocking; when Sleeping -20 where
   // the process may raise it, else the process's own (see "How the thread waits").
   int thread_nice() const;
+  LinkWait link_wait() const;
+  // CPU time the communication thread has used so far, in seconds: what the averaging takes
+  // from the cores backward computes on (the kernel's TCP work on the thread's behalf included;
+  // mpigrad-bench-ddp reports it per average).
+  double thread_cpu_seconds() const;
   int nodes() const;
   int ranks_per_node() const;
   size_t buffer_count() const override;
