@@ -201,6 +201,17 @@ void clamp(DType dtype, const StridedLoop& loop, void* out, const void* in, doub
 // makes a view contiguous.
 void copy(DType out_dtype, DType in_dtype, const StridedLoop& loop, void* out, const void* in);
 
+// Dense conversion of n elements between float32 and a 16-bit float (bfloat16 or float16), either
+// way, bit for bit what BFloat16's and Half's scalar conversions give (round to nearest even,
+// NaN stays NaN), on the calling thread alone: the communication thread calls it too. Vectorized
+// with AVX-512 or AVX2 where the CPU has them. copy() uses it for dense operands, in parallel.
+// Throws std::invalid_argument for any other pair of dtypes.
+void convert_dense(DType out_dtype, DType in_dtype, int64_t n, void* out, const void* in);
+
+// inout[i] = T(float(in[i]) + float(inout[i])) for n elements of a 16-bit float T (bfloat16 or
+// float16): MPI's 16-bit sum. One thread, vectorized like convert_dense.
+void add_16bit_dense(DType dtype, int64_t n, const void* in, void* inout);
+
 // out[i] = value for a dense buffer of n elements.
 void fill(DType dtype, int64_t n, void* out, double value);
 

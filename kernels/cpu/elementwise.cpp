@@ -455,6 +455,110 @@ void copy_same_dtype(DType dtype, const StridedLoop& loop, void* out, const void
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Dense 16-bit float conversion
+
+// BFloat16's conversions vectorize as they are, given the instructions: float32 -> bfloat16 ran
+// at 0.33-0.47 ns an element built for the baseline x86-64, 0.16-0.19 with AVX2 and 0.10-0.11
+// with AVX-512 (1 MiB pieces, this 2-core VM). So each loop is built for all three and the CPU
+// picks once. Half's (subnormals, NaN) do not vectorize this way (1.2-1.8 ns an element either
+// way; no AVX2 build helps): float16 keeps one plain loop.
+template <typename Out, typename In>
+[[gnu::always_inline]] inline void convert_loop(int64_t n, Out* __restrict out,
+                                                const In* __restrict in) {
+  for (int64_t i = 0; i < n; ++i) out[i] = Out(float(in[i]));
+}
+template <typename T>
+[[gnu::always_inline]] inline void add_loop(int64_t n, const T* __restrict in,
+                                            T* __restrict inout) {
+  for (int64_t i = 0; i < n; ++i) inout[i] = T(float(in[i]) + float(inout[i]));
+}
+
+struct BFloat16Loops {
+  void (*to_bfloat16)(int64_t, BFloat16*, const float*);
+  void (*from_bfloat16)(int64_t, float*, const BFloat16*);
+  void (*add)(int64_t, const BFloat16*, BFloat16*);
+};
+
+#define MPIGRAD_BFLOAT16_LOOPS(isa, target)                                            \
+  target void to_bfloat16_##isa(int64_t n, BFloat16* out, const float* in) {           \
+    convert_loop(n, out, in);                                                          \
+  }                                                                                    \
+  target void from_bfloat16_##isa(int64_t n, float* out, const BFloat16* in) {         \
+    convert_loop(n, out, in);                                                          \
+  }                                                                                    \
+  target void add_bfloat16_##isa(int64_t n, const BFloat16* in, BFloat16* inout) {     \
+    add_loop(n, in, inout);                                                            \
+  }                                                                                    \
+  constexpr BFloat16Loops kBFloat16Loops_##isa{to_bfloat16_##isa, from_bfloat16_##isa, \
+                                               add_bfloat16_##isa};
+
+MPIGRAD_BFLOAT16_LOOPS(baseline, )
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define MPIGRAD_HAS_ISA_LOOPS 1
+MPIGRAD_BFLOAT16_LOOPS(avx2, __attribute__((target("avx2,fma"))))
+MPIGRAD_BFLOAT16_LOOPS(avx512, __attribute__((target("avx512f,avx512bw,avx512vl"))))
+#endif
+#undef MPIGRAD_BFLOAT16_LOOPS
+
+const BFloat16Loops& bfloat16_loops() {
+  static const BFloat16Loops chosen = [] {
+#if defined(MPIGRAD_HAS_ISA_LOOPS)
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl")) {
+      return kBFloat16Loops_avx512;
+    }
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+      return kBFloat16Loops_avx2;
+    }
+#endif
+    return kBFloat16Loops_baseline;
+  }();
+  return chosen;
+}
+#undef MPIGRAD_HAS_ISA_LOOPS
+
+bool is_16bit_float(DType dtype) {
+  return dtype == DType::BFloat16 || dtype == DType::Float16;
+}
+
+}  // namespace
+
+void convert_dense(DType out_dtype, DType in_dtype, int64_t n, void* out, const void* in) {
+  if (out_dtype == DType::Float32 && in_dtype == DType::BFloat16) {
+    return bfloat16_loops().from_bfloat16(n, static_cast<float*>(out),
+                                          static_cast<const BFloat16*>(in));
+  }
+  if (out_dtype == DType::BFloat16 && in_dtype == DType::Float32) {
+    return bfloat16_loops().to_bfloat16(n, static_cast<BFloat16*>(out),
+                                        static_cast<const float*>(in));
+  }
+  if (out_dtype == DType::Float32 && in_dtype == DType::Float16) {
+    return convert_loop(n, static_cast<float*>(out), static_cast<const Half*>(in));
+  }
+  if (out_dtype == DType::Float16 && in_dtype == DType::Float32) {
+    return convert_loop(n, static_cast<Half*>(out), static_cast<const float*>(in));
+  }
+  throw std::invalid_argument(std::string("cpu convert_dense: no conversion from ") +
+                              dtype_name(in_dtype) + " to " + dtype_name(out_dtype) +
+                              " (float32 to or from bfloat16 or float16 only)");
+}
+
+void add_16bit_dense(DType dtype, int64_t n, const void* in, void* inout) {
+  if (dtype == DType::BFloat16) {
+    return bfloat16_loops().add(n, static_cast<const BFloat16*>(in), static_cast<BFloat16*>(inout));
+  }
+  if (dtype == DType::Float16) {
+    return add_loop(n, static_cast<const Half*>(in), static_cast<Half*>(inout));
+  }
+  throw_unsupported("add_16bit_dense", "a 16-bit float", dtype);
+}
+
+namespace {
+bool dense_convertible(DType out_dtype, DType in_dtype) {
+  return (out_dtype == DType::Float32 && is_16bit_float(in_dtype)) ||
+         (in_dtype == DType::Float32 && is_16bit_float(out_dtype));
+}
 }  // namespace
 
 void unary(UnaryOp op, DType dtype, const StridedLoop& loop, void* out, const void* in) {
@@ -513,6 +617,15 @@ void clamp(DType dtype, const StridedLoop& loop, void* out, const void* in, doub
 
 void copy(DType out_dtype, DType in_dtype, const StridedLoop& loop, void* out, const void* in) {
   if (out_dtype == in_dtype) return copy_same_dtype(out_dtype, loop, out, in);
+  if (loop.contiguous(2) && dense_convertible(out_dtype, in_dtype)) {
+    auto* out_bytes = static_cast<char*>(out);
+    const auto* in_bytes = static_cast<const char*>(in);
+    const int out_size = element_size(out_dtype), in_size = element_size(in_dtype);
+    parallel_for(0, loop.numel(), kElementwiseGrain, [&](int64_t b, int64_t e) {
+      convert_dense(out_dtype, in_dtype, e - b, out_bytes + b * out_size, in_bytes + b * in_size);
+    });
+    return;
+  }
   visit_dtype(out_dtype, [&](auto out_tag) {
     using To = decltype(out_tag);
     visit_dtype(in_dtype, [&](auto in_tag) {

@@ -13,8 +13,10 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <type_traits>
 
 #include "mpigrad/core/error.h"
+#include "mpigrad/kernels/elementwise.h"
 #include "mpigrad/launch/comm/mpi_handle.h"
 #include "mpigrad/launch/comm/rank_label.h"
 
@@ -51,9 +53,6 @@ void combine_16bit(void* in, void* inout, int* length, Combine combine) {
   for (int i = 0; i < *length; ++i) b[i] = T(combine(float(a[i]), float(b[i])));
 }
 
-struct SumFn {
-  float operator()(float a, float b) const { return a + b; }
-};
 struct MaxFn {
   float operator()(float a, float b) const { return a > b || a != a ? a : b; }
 };
@@ -64,6 +63,14 @@ struct MinFn {
 template <typename T, typename Fn>
 void reduce_16bit(void* in, void* inout, int* length, MPI_Datatype*) {
   combine_16bit<T>(in, inout, length, Fn{});
+}
+
+// The sum, which gradient compression runs on every element it sends, is the kernels' vectorized
+// loop: float(a) + float(b), rounded back, as combine_16bit would.
+template <typename T>
+void sum_16bit(void* in, void* inout, int* length, MPI_Datatype*) {
+  kernels::cpu::add_16bit_dense(
+      std::is_same_v<T, core::BFloat16> ? core::kBFloat16 : core::kFloat16, *length, in, inout);
 }
 
 // Waits until every rank of `comm` has called this, in a barrier polled with a growing sleep:
@@ -130,14 +137,13 @@ MPI_Datatype mpi_datatype(core::DType dtype) {
 }
 
 MpiRuntime::ReductionOps::ReductionOps() {
-  check_mpi(MPI_Op_create(&reduce_16bit<core::BFloat16, SumFn>, 1, &bfloat16[0]), "MPI_Op_create",
+  check_mpi(MPI_Op_create(&sum_16bit<core::BFloat16>, 1, &bfloat16[0]), "MPI_Op_create",
             "bfloat16 sum");
   check_mpi(MPI_Op_create(&reduce_16bit<core::BFloat16, MaxFn>, 1, &bfloat16[1]), "MPI_Op_create",
             "bfloat16 max");
   check_mpi(MPI_Op_create(&reduce_16bit<core::BFloat16, MinFn>, 1, &bfloat16[2]), "MPI_Op_create",
             "bfloat16 min");
-  check_mpi(MPI_Op_create(&reduce_16bit<core::Half, SumFn>, 1, &float16[0]), "MPI_Op_create",
-            "float16 sum");
+  check_mpi(MPI_Op_create(&sum_16bit<core::Half>, 1, &float16[0]), "MPI_Op_create", "float16 sum");
   check_mpi(MPI_Op_create(&reduce_16bit<core::Half, MaxFn>, 1, &float16[1]), "MPI_Op_create",
             "float16 max");
   check_mpi(MPI_Op_create(&reduce_16bit<core::Half, MinFn>, 1, &float16[2]), "MPI_Op_create",

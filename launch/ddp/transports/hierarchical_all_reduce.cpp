@@ -24,6 +24,7 @@
 
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/error.h"
+#include "mpigrad/kernels/elementwise.h"
 #include "mpigrad/launch/comm/mpi_communicator.h"
 #include "mpigrad/launch/ddp/transports/shard_arithmetic.h"
 
@@ -93,11 +94,18 @@ std::vector<int> gather_ranks(Communicator& group, int mine) {
 }
 
 // target = source, element by element, rounded to target's dtype (both floating, same numel).
-// A plain loop into a reused buffer, not Tensor::copy_ (which allocates a converted tensor per
-// call): with copy_ here the bf16 step of mpigrad-bench-ddp on 2 x 1 simulated-cluster nodes at
-// 2 Gbit/s took 760 ms (about 15 ms more per 1 MiB piece), with this loop 134 ms; alone, both
-// convert 36 pieces both ways in 7 ms. Why copy_ stalls on this thread was not pinned down.
+// On this thread alone, into a reused buffer, not Tensor::copy_ (which allocates a converted
+// tensor per call and splits the work over OpenMP threads): with copy_ here the bf16 step of
+// mpigrad-bench-ddp on 2 x 1 simulated-cluster nodes at 2 Gbit/s took 760 ms (about 15 ms more
+// per 1 MiB piece), with a plain loop 134 ms; alone, both convert 36 pieces both ways in 7 ms.
+// Why copy_ stalls on this thread was not pinned down. float32 to and from the wire's 16 bits is
+// the kernels' vectorized single-thread conversion.
 void convert_elements(const core::Tensor& source, const core::Tensor& target) {
+  if (source.dtype() == core::kFloat32 || target.dtype() == core::kFloat32) {
+    kernels::cpu::convert_dense(target.dtype(), source.dtype(), source.numel(), target.data_ptr(),
+                                source.data_ptr());
+    return;
+  }
   kernels::visit_floating(source.dtype(), [&](auto from) {
     kernels::visit_floating(target.dtype(), [&](auto to) {
       using From = decltype(from);
