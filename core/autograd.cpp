@@ -286,6 +286,9 @@ void run_node(BackwardRun& run, Node* node, std::vector<Tensor>& grad_inputs, bo
   run.node = node;
   run.first_early = run.early->size();
   if (grad.defined()) node->apply(grad, grad_inputs);
+  // Dropped before the children run (a leaf chain runs them from here): a view's gradient shares
+  // this one's storage, and AccumulateGrad adopts a buffer as .grad only if nothing else holds it.
+  grad = Tensor();
   if (!run.retain_graph) node->release_saved();
   const bool any_early = run.early->size() > run.first_early;
   for (size_t i = 0; i < node->next.size(); ++i) {

@@ -255,9 +255,11 @@ TEST_CASE("grad-ready hooks fire once, latest layer first, before earlier layers
 // and conv2d do for their weights, recording whether the rest of it had run by then.
 struct EarlySecondInput final : Node {
   bool* rest_done = nullptr;
+  const void* released_data = nullptr;  // where the early gradient's values are
   const char* name() const override { return "EarlySecondInput"; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
     grads[1] = grad * 2.0;
+    released_data = grads[1].data_ptr();
     release_gradient_early(*this, grads, 1);
     CHECK_FALSE(grads[1].defined());  // handed over: the engine owns it now
     grads[0] = grad * 3.0;
@@ -265,11 +267,13 @@ struct EarlySecondInput final : Node {
   }
 };
 
-Tensor early_second_input(const Tensor& a, const Tensor& b, bool* rest_done) {
+Tensor early_second_input(const Tensor& a, const Tensor& b, bool* rest_done,
+                          std::shared_ptr<EarlySecondInput>* keep = nullptr) {
   Tensor out = Tensor::from_vector<double>(a.to_vector<double>(), {a.numel()});
   auto node = std::make_shared<EarlySecondInput>();
   node->rest_done = rest_done;
   set_history(out, node, {&a, &b});
+  if (keep != nullptr) *keep = node;
   return out;
 }
 
@@ -296,9 +300,13 @@ TEST_CASE("a gradient released early reaches its leaf's hook before the node fin
   rest_done = false;
   rest_done_in_w_hook = true;
   v.register_grad_ready_hook([&](Tensor&) { rest_done_in_w_hook = rest_done; });
-  sum(early_second_input(x * 1.0, v.reshape({2, 1}).reshape({2}), &rest_done)).backward();
+  std::shared_ptr<EarlySecondInput> node;
+  sum(early_second_input(x * 1.0, v.reshape({2, 1}).reshape({2}), &rest_done, &node)).backward();
   CHECK_FALSE(rest_done_in_w_hook);
   CHECK(grad_of(v) == std::vector<double>{2.0, 2.0});
+  // v's first gradient is the node's own buffer, through the views, not a copy of it: nothing
+  // of the chain that ran from inside the node may still hold it when v's accumulator runs.
+  CHECK(v.grad().data_ptr() == node->released_data);
 }
 
 TEST_CASE("an early gradient into a leaf used twice fires the hook once, with the sum") {
