@@ -94,8 +94,10 @@ case "$check" in
       || fail "kept: $(cd part4 && ls ckpt-*.h5 | tr '\n' ' ')"
     ;;
   preempt_time_limit)  # time_limit stops the run by itself, whatever the step; resumed = uninterrupted
-    # About 3.5 s uninterrupted here (2 cores), so a 1 s limit stops it well before its end.
-    long=(--train.epochs=60 --model.hidden=256)
+    # Long enough that a 1 s limit stops it well before its end on a fast machine too: 60 epochs
+    # took 3.5 s on one 2-core VM and 0.7 s of training on another, where the limit never came;
+    # 300 take 3.5-17 s.
+    long=(--train.epochs=300 --model.hidden=256)
     run 2 "$mpigrad" train --config base.ini "${long[@]}" --train.out_dir=full > /dev/null 2>&1 || fail "full run failed"
     status=0
     run 2 "$mpigrad" train --config base.ini "${long[@]}" --train.out_dir=part --train.time_limit=1s > stop.txt 2>&1 || status=$?
@@ -127,8 +129,8 @@ case "$check" in
     "$compare" full/swa.h5 part/swa.h5 0 > /dev/null || fail "resumed SWA weights differ"
     ;;
   preempt_external)  # a real SIGTERM from outside, to one rank only, at whatever step it lands
-    # 2280 steps, about 3.5 s: the kill after step 20 lands long before the end.
-    long=(--train.epochs=60 --model.hidden=256)
+    # 11400 steps, 3.5-17 s on 2-core VMs: the kill after step 20 lands long before the end.
+    long=(--train.epochs=300 --model.hidden=256)
     run 2 "$mpigrad" train --config base.ini "${long[@]}" --train.out_dir=full > /dev/null 2>&1 || fail "full run failed"
     run 2 "$mpigrad" train --config base.ini "${long[@]}" --train.out_dir=part > stop.txt 2>&1 &
     launcher=$!
