@@ -209,7 +209,8 @@ void copy(DType out_dtype, DType in_dtype, const StridedLoop& loop, void* out, c
 void convert_dense(DType out_dtype, DType in_dtype, int64_t n, void* out, const void* in);
 
 // inout[i] = T(float(in[i]) + float(inout[i])) for n elements of a 16-bit float T (bfloat16 or
-// float16): MPI's 16-bit sum. One thread, vectorized like convert_dense.
+// float16): MPI's 16-bit sum. One thread, vectorized like convert_dense. The sum of two NaNs is
+// a NaN whose sign is not specified (as in IEEE arithmetic).
 void add_16bit_dense(DType dtype, int64_t n, const void* in, void* inout);
 
 // out[i] = value for a dense buffer of n elements.
