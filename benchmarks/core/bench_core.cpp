@@ -4,10 +4,16 @@
 //                           tensors that require grad), all framework overhead included
 //   sgemm_ratio_vs_cblas    mpigrad matmul throughput / direct cblas_sgemm, 1024^3, same threads
 //   add_bw_ratio_vs_memcpy  64 MiB float add bandwidth / memcpy bandwidth, both single-threaded
+//   convert_*               kernels::cpu::convert_dense and add_16bit_dense (float32 <-> bfloat16
+//                           and float16, the 16-bit sum) against the plain element loop they
+//                           replace, built here for the baseline ISA, on 1 MiB of float32 (the
+//                           hierarchical transport's piece), one thread: ns an element and the
+//                           speed-up; and against memcpy of the float32 bytes
 //
 // Usage: mpigrad-bench-core [--json FILE] [--quick]
 #include <cblas.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -67,6 +73,58 @@ BandwidthResult add_bandwidth(int64_t bytes, int iterations) {
   return {3.0 * double(bytes) / add_seconds * 1e-9, 2.0 * double(bytes) / copy_seconds * 1e-9};
 }
 
+// The loops convert_dense replaced, kept out of line so the compiler cannot fold them into the
+// timing loop: what the kernels' vectorized forms are measured against.
+template <typename Out, typename In>
+[[gnu::noinline]] void plain_convert(int64_t n, Out* out, const In* in) {
+  for (int64_t i = 0; i < n; ++i) out[i] = Out(float(in[i]));
+}
+template <typename T>
+[[gnu::noinline]] void plain_add(int64_t n, const T* in, T* inout) {
+  for (int64_t i = 0; i < n; ++i) inout[i] = T(float(in[i]) + float(inout[i]));
+}
+
+// ns per element of the kernel and of the plain loop, for each conversion and sum.
+void convert_dense_figures(mpigrad::bench::Results& results, int iterations) {
+  namespace kernels = mpigrad::kernels;
+  const int64_t n = int64_t(1) << 18;  // 1 MiB of float32
+  Generator generator(3);
+  const Tensor source = randn({n}, generator);
+  const float* x = source.data<float>();
+  std::vector<float> widened(static_cast<size_t>(n));
+  std::vector<kernels::BFloat16> bf16(static_cast<size_t>(n)), bf16_other(bf16.size());
+  std::vector<kernels::Half> half(static_cast<size_t>(n)), half_other(half.size());
+  plain_convert(n, bf16_other.data(), x);
+  plain_convert(n, half_other.data(), x);
+  auto ns = [&](auto&& call) { return seconds_per_call(call, iterations) / double(n) * 1e9; };
+  auto add = [&](const std::string& name, double kernel_ns, double plain_ns) {
+    results.add("convert_" + name + "_ns", kernel_ns, "ns", "per element, convert_dense");
+    results.add("convert_" + name + "_speedup", plain_ns / kernel_ns, "x",
+                "over the plain element loop, same run");
+  };
+  add("f32_to_bf16",
+      ns([&] { kernels::cpu::convert_dense(kBFloat16, kFloat32, n, bf16.data(), x); }),
+      ns([&] { plain_convert(n, bf16.data(), x); }));
+  add("bf16_to_f32",
+      ns([&] { kernels::cpu::convert_dense(kFloat32, kBFloat16, n, widened.data(), bf16.data()); }),
+      ns([&] { plain_convert(n, widened.data(), bf16.data()); }));
+  add("f32_to_f16", ns([&] { kernels::cpu::convert_dense(kFloat16, kFloat32, n, half.data(), x); }),
+      ns([&] { plain_convert(n, half.data(), x); }));
+  add("f16_to_f32",
+      ns([&] { kernels::cpu::convert_dense(kFloat32, kFloat16, n, widened.data(), half.data()); }),
+      ns([&] { plain_convert(n, widened.data(), half.data()); }));
+  // The sums keep adding into one buffer: the values drift, the work does not.
+  add("add_bf16",
+      ns([&] { kernels::cpu::add_16bit_dense(kBFloat16, n, bf16_other.data(), bf16.data()); }),
+      ns([&] { plain_add(n, bf16_other.data(), bf16.data()); }));
+  add("add_f16",
+      ns([&] { kernels::cpu::add_16bit_dense(kFloat16, n, half_other.data(), half.data()); }),
+      ns([&] { plain_add(n, half_other.data(), half.data()); }));
+  std::vector<char> copy(size_t(n) * sizeof(float));
+  results.add("memcpy_f32_ns", ns([&] { std::memcpy(copy.data(), x, copy.size()); }), "ns",
+              "per float32 element copied, the same 1 MiB");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -108,6 +166,7 @@ int main(int argc, char** argv) {
   results.add("add_gbps", bw.add_gbps, "GB/s", "64 MiB float add, 1 thread, 3 arrays");
   results.add("memcpy_gbps", bw.memcpy_gbps, "GB/s", "64 MiB memcpy, 2 arrays");
   results.add("add_bw_ratio_vs_memcpy", bw.add_gbps / bw.memcpy_gbps, "ratio", "target >= 0.6");
+  convert_dense_figures(results, quick ? 20 : 200);
 
   results.print();
   if (!json_path.empty() && !results.write_json(json_path)) {
