@@ -1,4 +1,5 @@
-// CPU elementwise kernels: unary, unary_backward, binary, where, clamp, copy, fill, arange.
+// CPU elementwise kernels: unary, unary_backward, binary, where, clamp, copy, fill, arange, and the
+// dense 16-bit conversions convert_dense and add_16bit_dense (one thread, one build per ISA).
 //
 // Layout: a StridedLoop of up to kMaxDims dims with element strides per operand (operand 0 is
 // the output). When every operand is dense row-major the loop is one flat, auto-vectorizable
