@@ -511,10 +511,10 @@ int run(int argc, char** argv) {
     results.add("own_average_all_grads_bf16_ms", own_average_bf16->best * 1e3, "ms",
                 "the same with the bf16 wire");
   }
-  // What the averaging costs the cores, beside what it takes on the clock: when backward keeps
-  // every core busy, that CPU time is added to the step however well it overlaps, so hidden
-  // cannot pass 1 - cpu / average ("the CPU ceiling").
-  auto add_cpu = [&](const Contender* own, double cpu, const std::string& suffix) {
+  // Both ceilings against the own average: what backward could cover, and what the averaging
+  // costs the cores beside its time on the clock (when backward keeps every core busy, that CPU
+  // time is added to the step however well it overlaps, so hidden cannot pass 1 - cpu / average).
+  auto add_own_ceilings = [&](const Contender* own, double cpu, const std::string& suffix) {
     if (own == nullptr) return;
     results.add("hidden_ceiling_own" + suffix, std::min(1.0, behind / own->best), "",
                 "(no-comm - forward) / the transport's own blocking average");
@@ -523,8 +523,8 @@ int run(int argc, char** argv) {
     results.add("hidden_cpu_ceiling" + suffix, std::max(0.0, 1.0 - cpu / own->best), "",
                 "1 - cpu / average: the most hidden can reach while compute fills every core");
   };
-  add_cpu(own_average, own_cpu, "");
-  add_cpu(own_average_bf16, own_cpu_bf16, "_bf16");
+  add_own_ceilings(own_average, own_cpu, "");
+  add_own_ceilings(own_average_bf16, own_cpu_bf16, "_bf16");
   double best_ratio = 1e30;
   for (size_t i = 0; i < options.bucket_caps.size(); ++i) {
     const Contender& run = *sweep[i];

@@ -603,6 +603,12 @@ bool is_16bit_float(DType dtype) {
   return dtype == DType::BFloat16 || dtype == DType::Float16;
 }
 
+// The pairs convert_dense takes.
+bool dense_convertible(DType out_dtype, DType in_dtype) {
+  return (out_dtype == DType::Float32 && is_16bit_float(in_dtype)) ||
+         (in_dtype == DType::Float32 && is_16bit_float(out_dtype));
+}
+
 }  // namespace
 
 void convert_dense(DType out_dtype, DType in_dtype, int64_t n, void* out, const void* in) {
@@ -634,13 +640,6 @@ void add_16bit_dense(DType dtype, int64_t n, const void* in, void* inout) {
   }
   throw_unsupported("add_16bit_dense", "a 16-bit float", dtype);
 }
-
-namespace {
-bool dense_convertible(DType out_dtype, DType in_dtype) {
-  return (out_dtype == DType::Float32 && is_16bit_float(in_dtype)) ||
-         (in_dtype == DType::Float32 && is_16bit_float(out_dtype));
-}
-}  // namespace
 
 void unary(UnaryOp op, DType dtype, const StridedLoop& loop, void* out, const void* in) {
   visit_dtype(dtype, [&](auto tag) {

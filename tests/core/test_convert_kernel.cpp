@@ -137,7 +137,9 @@ TEST_CASE("add_16bit_dense sums as float and rounds once, as MPI's 16-bit sum mu
   check_sum<BFloat16>(values);
   check_sum<Half>(values);
   for (size_t n = 2; n <= 70; n += 2) {
-    check_sum<BFloat16>(std::vector<float>(values.begin(), values.begin() + long(n)));
+    const std::vector<float> piece(values.begin(), values.begin() + long(n));
+    check_sum<BFloat16>(piece);
+    check_sum<Half>(piece);
   }
 }
 
