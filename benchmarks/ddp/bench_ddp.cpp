@@ -521,7 +521,8 @@ int run(int argc, char** argv) {
     results.add("own_average_cpu" + suffix + "_ms", cpu * 1e3, "ms",
                 "its communication thread's CPU time per average (the busiest rank's)");
     results.add("hidden_cpu_ceiling" + suffix, std::max(0.0, 1.0 - cpu / own->best), "",
-                "1 - cpu / average: the most hidden can reach while compute fills every core");
+                "1 - cpu / average: the most hidden can reach while compute fills every core "
+                "(about 0 for a thread that blocks in MPI, which spins)");
   };
   add_own_ceilings(own_average, own_cpu, "");
   add_own_ceilings(own_average_bf16, own_cpu_bf16, "_bf16");
