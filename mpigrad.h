@@ -147,8 +147,10 @@
 #include "mpigrad/launch/ddp/zero_redundancy.h"
 // defines: DistributedManager
 #include "mpigrad/launch/job/distributed_manager.h"
-// defines: gather_embeddings, RetrievalMetricsHook
+// defines: gather_embeddings
 #include "mpigrad/launch/train/embeddings.h"
+// defines: RetrievalMetricsHook
+#include "mpigrad/launch/train/hooks/retrieval_metrics_hook.h"
 // defines: EmbeddedModel
 #include "mpigrad/launch/insitu/embedded_model.h"
 // defines: ProcessGroup
@@ -161,11 +163,31 @@
 #include "mpigrad/launch/observe/event_file_writer.h"
 // defines: Timeline, Span
 #include "mpigrad/launch/observe/timeline.h"
-// defines: DDPHook, CheckpointHook, EMAHook
-#include "mpigrad/launch/train/training_hooks.h"
-// defines: PreemptionHook, StopSignalHandlers, kPreemptedExitStatus
+// defines: Hook, HookStage, HookPlace, TrainingContext
+#include "mpigrad/launch/train/hook.h"
+// defines: DDPHook, DistributedSamplerSettings
+#include "mpigrad/launch/train/hooks/ddp_hook.h"
+// defines: CheckpointHook, checkpoint_files, gather_training_state, restore_training_state
+#include "mpigrad/launch/train/hooks/checkpoint_hook.h"
+// defines: EMAHook
+#include "mpigrad/launch/train/hooks/ema_hook.h"
+// defines: GradAccumulationHook
+#include "mpigrad/launch/train/hooks/grad_accumulation_hook.h"
+// defines: GradClipHook
+#include "mpigrad/launch/train/hooks/grad_clip_hook.h"
+// defines: LoggingHook
+#include "mpigrad/launch/train/hooks/logging_hook.h"
+// defines: LossScalingHook
+#include "mpigrad/launch/train/hooks/loss_scaling_hook.h"
+// defines: LRSchedulerHook
+#include "mpigrad/launch/train/hooks/lr_scheduler_hook.h"
+// defines: PreemptionHook
+#include "mpigrad/launch/train/hooks/preemption_hook.h"
+// defines: StopSignalHandlers, kPreemptedExitStatus
 #include "mpigrad/launch/train/preemption.h"
-// defines: TrainingStrategy, Hook
+// defines: TrainingStrategy
 #include "mpigrad/launch/train/training_strategy.h"
+// defines: Run, RunInputs, RunKind
+#include "mpigrad/launch/config/run.h"
 // defines: Work
 #include "mpigrad/launch/comm/work.h"

@@ -24,7 +24,7 @@
 #include "mpigrad/launch/config/train_setup.h"
 #include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/launch/observe/timeline.h"
-#include "mpigrad/launch/train/training_hooks.h"
+#include "mpigrad/launch/train/hooks/ddp_hook.h"
 #include "mpigrad/launch/train/training_steps.h"
 #include "mpigrad/launch/train/training_strategy.h"
 
@@ -52,6 +52,8 @@ class AlternatingTimeline final : public launch::Hook {
   AlternatingTimeline(launch::Timeline* timeline, int64_t warmup)
       : timeline_(timeline), warmup_(warmup) {}
   std::string name() const override { return "alternating_timeline"; }
+  launch::HookStages stages() const override { return {launch::HookStage::AfterBatch}; }
+  launch::HookPlace place() const override { return {2000}; }  // after every built-in hook
   void on(launch::HookStage stage, launch::TrainingContext& context) override {
     if (stage != launch::HookStage::AfterBatch) return;
     const auto now = std::chrono::steady_clock::now();

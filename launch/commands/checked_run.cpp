@@ -170,6 +170,18 @@ void check_onnx_outputs(const CheckedRun& run) {
 
 }  // namespace
 
+RunInputs CheckedRun::run_inputs() const {
+  RunInputs run;
+  run.model = model;
+  run.train_set = train_set;
+  run.test_set = test_set;
+  run.inputs = inputs;
+  run.sample_shape = sample_shape;
+  run.outputs = outputs;
+  run.total_steps = total_steps;
+  return run;
+}
+
 CheckedRun check_run(const std::vector<std::string>& args, int64_t rank, int64_t ranks) {
   CheckedRun run;
   run.config = parse_train_config(args);

@@ -16,14 +16,12 @@
 
 #include "mpigrad/core/shape.h"
 #include "mpigrad/data/hdf5_dataset.h"
+#include "mpigrad/launch/config/run.h"
 #include "mpigrad/launch/config/train_config.h"
 #include "mpigrad/launch/config/train_setup.h"
 #include "mpigrad/nn/module.h"
 
 namespace mpigrad::launch {
-
-// Evaluation reads the test set in batches of this many samples per rank.
-constexpr int64_t kTestBatchSize = 256;
 
 // What the checking phase opened and built, and the working phase uses.
 struct CheckedRun {
@@ -37,6 +35,9 @@ struct CheckedRun {
   InputTransform inputs;        // what the model sees of [data] x, for training and testing
   // On the host; [train] stage's model, its encoder loaded for stage = classifier.
   std::shared_ptr<nn::Module> model;
+
+  // What a Run (launch/config/run.h) is built from.
+  RunInputs run_inputs() const;
 };
 
 // Throws core::Error naming the key or file at fault. With --help in `args`, only `config` is

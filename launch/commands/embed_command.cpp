@@ -12,6 +12,7 @@
 #include "mpigrad/core/hdf5.h"
 #include "mpigrad/data/hdf5_dataset.h"
 #include "mpigrad/launch/commands/subcommand.h"
+#include "mpigrad/launch/config/run.h"
 #include "mpigrad/launch/config/train_config.h"
 #include "mpigrad/launch/config/train_setup.h"
 #include "mpigrad/launch/job/distributed_manager.h"
@@ -130,18 +131,15 @@ EmbedJob check_embed_job(const std::vector<std::string>& args, int64_t ranks) {
 
 int embed(EmbedJob& job, DistributedManager& manager) {
   const TrainConfig& config = job.config;
+  RunInputs inputs;
+  inputs.model = job.model;
+  inputs.inputs = input_transform(config, job.dataset->field(config.data.x));
+  Run run(config, std::move(inputs), manager, RunKind::Evaluate);
   nn::EncoderWithHead& model = *job.model;
-  model.to(manager.device());
   model.eval();
-  data::DataLoaderOptions options;
-  options.batch_size = job.batch_size;
-  options.num_replicas = manager.world_size();  // a DistributedSampler without shuffle, padded
-  options.rank = manager.rank();
-  options.transform = input_transform(config, job.dataset->field(config.data.x)).transform;
-  options.device = manager.device();
-  data::DataLoader loader(job.dataset, options);
+  std::unique_ptr<data::DataLoader> loader = run.evaluation_loader(job.dataset, job.batch_size);
   Embeddings table = gather_embeddings([&model](const core::Tensor& x) { return model.encode(x); },
-                                       loader, config.data.x, config.data.y, manager);
+                                       *loader, config.data.x, config.data.y, manager);
   std::optional<nn::RetrievalMetrics> metrics;
   if (job.metrics) metrics = distributed_retrieval_metrics(table, manager);
   if (manager.is_main_process()) {

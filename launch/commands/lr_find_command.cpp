@@ -10,14 +10,12 @@
 
 #include "mpigrad/core/atomic_file.h"
 #include "mpigrad/core/error.h"
-#include "mpigrad/data/data_loader.h"
 #include "mpigrad/launch/commands/checked_run.h"
 #include "mpigrad/launch/commands/subcommand.h"
-#include "mpigrad/launch/config/train_setup.h"
+#include "mpigrad/launch/config/run.h"
 #include "mpigrad/launch/job/distributed_manager.h"
+#include "mpigrad/launch/train/hooks/lr_finder_hook.h"
 #include "mpigrad/launch/train/lr_finder.h"
-#include "mpigrad/launch/train/training_hooks.h"
-#include "mpigrad/launch/train/training_steps.h"
 
 namespace mpigrad::launch {
 
@@ -94,62 +92,32 @@ void write_curve(const std::string& path, const LRFinder& finder) {
 }
 
 int lr_find(LRFindJob& job, DistributedManager& manager) {
-  const TrainConfig& config = job.run.config;
-  const int64_t ranks = manager.world_size();
-  nn::Module& model = *job.run.model;
-  model.to(manager.device());
-  std::unique_ptr<Communicator> gradient_communicator;
-  if (ranks > 1) {
-    gradient_communicator =
-        create_communicator(manager, config.distributed.backend, manager.device(), "gradients");
+  TrainConfig config = job.run.config;
+  // The sweep runs in the run's precision (the best lr may differ in bf16), except fp16: that
+  // needs the loss scaler, whose skipped steps would spoil the sweep, so fp16 sweeps in fp32.
+  if (config.train.precision == nn::Precision::Float16) {
+    config.train.precision = nn::Precision::Float32;
   }
-  std::unique_ptr<nn::Optimizer> optimizer = make_optimizer(config.optim, model);
-
-  data::DataLoaderOptions train_options;
-  train_options.batch_size = config.train.batch_size;
-  train_options.shuffle = config.train.shuffle;
-  train_options.seed = config.train.seed;
-  train_options.num_workers = 1;
-  train_options.transform = job.run.inputs.transform;
-  train_options.device = manager.device();
-  data::DataLoader train_loader(job.run.train_set, train_options);
-
-  const DdpOptions ddp =
-      ddp_options(config.distributed, /*loss_scaling=*/false);  // fp16 sweeps in fp32
-  std::vector<std::shared_ptr<Hook>> hooks;
-  hooks.push_back(std::make_shared<DDPHook>(ddp, DistributedSamplerSettings{}, nullptr,
-                                            gradient_communicator.get()));
-  if (config.train.grad_accum_steps > 1) {
-    hooks.push_back(std::make_shared<GradAccumulationHook>(config.train.grad_accum_steps));
-  }
-  if (config.train.clip_grad_norm > 0) {
-    hooks.push_back(std::make_shared<GradClipHook>(config.train.clip_grad_norm));
-  }
-  auto finder = std::make_shared<LRFinderHook>(job.settings);
-  hooks.push_back(finder);
-
   const int64_t steps = job.settings.steps;
-  const int64_t epochs = (steps + job.run.steps_per_epoch - 1) / job.run.steps_per_epoch;
+  config.train.epochs = (steps + job.run.steps_per_epoch - 1) / job.run.steps_per_epoch;
+  config.train.max_steps = steps;
+  auto finder = std::make_shared<LRFinderHook>(job.settings);
+  RunInputs inputs = job.run.run_inputs();
+  job.run.model.reset();  // the run owns it now
+  inputs.extra_hooks.push_back(finder);
+  Run run(config, std::move(inputs), manager, RunKind::LrFind);
   if (manager.is_main_process()) {
     std::printf(
         "mpigrad lr-find: %lld steps from lr %g to %g (%lld epoch(s) of %lld steps), "
         "%lld rank(s), batch %lld per rank\n",
         static_cast<long long>(steps), job.settings.start_lr, job.settings.end_lr,
-        static_cast<long long>(epochs), static_cast<long long>(job.run.steps_per_epoch),
-        static_cast<long long>(ranks), static_cast<long long>(config.train.batch_size));
+        static_cast<long long>(config.train.epochs),
+        static_cast<long long>(job.run.steps_per_epoch),
+        static_cast<long long>(manager.world_size()),
+        static_cast<long long>(config.train.batch_size));
     std::fflush(stdout);
   }
-  // The sweep runs in the run's precision (the best lr may differ in bf16), except fp16: that
-  // needs the loss scaler, whose skipped steps would spoil the sweep, so fp16 sweeps in fp32.
-  const nn::Precision precision = config.train.precision == nn::Precision::Float16
-                                      ? nn::Precision::Float32
-                                      : config.train.precision;
-  TrainingStrategy strategy(
-      {&model}, {optimizer.get()},
-      with_precision(make_supervised_step(config.loss.name, config.data.x, config.data.y),
-                     precision),
-      nullptr, manager, hooks, epochs, steps);
-  strategy.run(train_loader, nullptr);
+  run.train();
 
   if (manager.is_main_process()) {
     const LRFinder& curve = finder->finder();

@@ -11,6 +11,7 @@
 #include "mpigrad/data/data_loader.h"
 #include "mpigrad/launch/commands/checked_run.h"
 #include "mpigrad/launch/commands/subcommand.h"
+#include "mpigrad/launch/config/run.h"
 #include "mpigrad/launch/config/train_setup.h"
 #include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/launch/train/swa.h"
@@ -79,26 +80,15 @@ SwaJob check_swa(std::vector<std::string> args, int64_t rank, int64_t ranks) {
 
 int swa(SwaJob& job, DistributedManager& manager) {
   const TrainConfig& config = job.run.config;
-  const int64_t ranks = manager.world_size(), rank = manager.rank();
-  nn::Module& model = *job.run.model;
-  model.to(manager.device());
-
-  data::DataLoaderOptions train_options;
-  train_options.batch_size = config.train.batch_size;
-  train_options.num_replicas = ranks;  // a padded DistributedSampler: equal batches per rank
-  train_options.rank = rank;
-  train_options.num_workers = 1;
-  train_options.transform = job.run.inputs.transform;
-  train_options.device = manager.device();
-  data::DataLoader train_loader(job.run.train_set, train_options);
+  const int64_t ranks = manager.world_size();
+  Run run(config, job.run.run_inputs(), manager, RunKind::Evaluate);
+  nn::Module& model = run.model();
+  // A padded DistributedSampler: equal batches per rank.
+  data::DataLoader& train_loader = *run.train_loader();
   recompute_bn_statistics(model, train_loader, config.data.x, manager);
-
   std::map<std::string, double> metrics;
-  if (job.run.test_set) {
-    data::DataLoaderOptions test_options = train_options;
-    test_options.batch_size = kTestBatchSize;
-    data::DataLoader test_loader(job.run.test_set, test_options);
-    metrics = evaluate_classifier(model, test_loader, config.data.x, config.data.y, manager);
+  if (run.test_loader() != nullptr) {
+    metrics = evaluate_classifier(model, *run.test_loader(), config.data.x, config.data.y, manager);
   }
   if (manager.is_main_process()) {
     const std::filesystem::path output(job.output);

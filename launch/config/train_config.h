@@ -134,7 +134,7 @@ struct TrainSection {
   int64_t time_limit_s = 0;
   int64_t grad_accum_steps = 1;
   double clip_grad_norm = 0.0;  // 0: off
-  // Embedded models on CUDA (launch/insitu/captured_step.h): replay forward and backward as a
+  // Embedded models on CUDA (launch/train/captured_step.h): replay forward and backward as a
   // CUDA graph after this many warm-up steps. mpigrad train refuses it.
   bool cuda_graphs = false;
   int64_t cuda_graph_warmup = 3;

@@ -5,21 +5,19 @@
 #include <numeric>
 #include <sstream>
 
-#include "mpigrad/core/autocast.h"
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/data/batch.h"
+#include "mpigrad/launch/config/run.h"
 #include "mpigrad/launch/config/train_setup.h"
-#include "mpigrad/launch/ddp/distributed_data_parallel.h"
-#include "mpigrad/launch/ddp/zero_redundancy.h"
 #include "mpigrad/launch/observe/rank_logging.h"
+#include "mpigrad/launch/train/hooks/checkpoint_hook.h"
+#include "mpigrad/launch/train/hooks/cuda_graph_hook.h"
 #include "mpigrad/launch/train/training_steps.h"
 #include "mpigrad/nn/checkpoint.h"
 #include "mpigrad/nn/loss.h"
 #include "mpigrad/nn/onnx/onnx_model.h"
-#include "mpigrad/nn/optim/clip_grad.h"
-#include "mpigrad/nn/optim/grad_scaler.h"
 
 namespace mpigrad::launch {
 
@@ -37,7 +35,7 @@ const std::string kEmbedKeys[] = {"model",
                                   "train.cuda_graph_warmup",
                                   "train.precision",
                                   "train.loss_scale_growth_interval",
-                                  "distributed.zero"};
+                                  "distributed"};
 
 // INI text as it is, or the contents of the file it names. Text has a '=' or a line break; a
 // bare word is a path, which must exist.
@@ -90,20 +88,12 @@ core::Shape output_shape_of(const ModelSection& model, const core::Shape& input_
 
 }  // namespace
 
-struct EmbeddedModel::Training {
-  std::unique_ptr<nn::Optimizer> optimizer;
-  std::unique_ptr<nn::LRScheduler> scheduler;
-  StepFunction step;
-  std::unique_ptr<nn::GradScaler> scaler;  // [train] precision = fp16
-  std::unique_ptr<DistributedDataParallel> ddp;
-  std::unique_ptr<ZeroRedundancyOptimizer> zero;  // [distributed] zero = 1 on several ranks
-};
-
 EmbeddedModel::EmbeddedModel(const std::string& config, core::Device device,
                              std::optional<uint64_t> seed)
     : device_(device) {
   try {
     build(config, seed);
+    start_run();
   } catch (const EmbedError&) {
     throw;
   } catch (const core::Error& error) {
@@ -130,26 +120,11 @@ EmbeddedModel::EmbeddedModel(const std::string& config, DistributedManager manag
   } catch (const core::Error& failure) {
     throw EmbedError(EmbedErrorKind::Config, failure.what());
   }
-  if (manager_->world_size() > 1) {
-    Communicator* communicator = &manager_->world();
-    if (device_.is_cuda()) {
-      gradient_communicator_ = create_communicator(*manager_, Backend::Auto, device_, "gradients");
-      communicator = gradient_communicator_.get();
-    }
-    try {
-      DdpOptions options;
-      options.zero = config_.distributed.zero == 1;
-      // fp16's skipped steps: every rank's shard learns of an overflow on any rank.
-      options.carry_found_inf = options.zero && config_.train.precision == nn::Precision::Float16;
-      training_->ddp = std::make_unique<DistributedDataParallel>(*module_, *communicator, options);
-      if (options.zero) {
-        training_->zero =
-            std::make_unique<ZeroRedundancyOptimizer>(*training_->ddp, *training_->optimizer);
-      }
-    } catch (const core::Error& mismatch) {
-      // DDP's model check fails on every rank alike: a config that differs between ranks.
-      throw EmbedError(EmbedErrorKind::Config, mismatch.what());
-    }
+  try {
+    start_run();
+  } catch (const core::Error& mismatch) {
+    // DDP's model check fails on every rank alike: a config that differs between ranks.
+    throw EmbedError(EmbedErrorKind::Config, mismatch.what());
   }
 }
 
@@ -186,29 +161,65 @@ void EmbeddedModel::build(const std::string& config, std::optional<uint64_t> see
     module_ = make_model(model, input_shape(), model.outputs, config_.train.seed);
     input_dtypes_ = {core::kFloat32};
   }
-  module_->to(device_);
-  training_ = std::make_unique<Training>();
-  training_->optimizer = make_optimizer(config_.optim, *module_);
-  training_->scheduler = make_scheduler(config_.sched, *training_->optimizer, 0);
-  if (config_.loss.name == LossKind::CrossEntropy) {
-    // Dense logits [batch, classes, d1, ...] take labels [batch, d1, ...] (an ONNX model's).
-    training_->step = classification_step("input", "label");
-  } else {
-    training_->step = regression_step("input", "label", make_regression_loss(config_.loss.name));
-  }
-  if (config_.train.precision == nn::Precision::Float16) {
-    training_->scaler = std::make_unique<nn::GradScaler>(
-        nn::GradScalerOptions{.growth_interval = config_.train.loss_scale_growth_interval});
-  }
+  // Checked here, before any collective: a bad schedule fails every rank in the agreement.
+  check_schedule(config_.sched, 0);
   if (config_.train.cuda_graphs) {
     graphs_off_ = graphs_unavailable();
-    if (graphs_off_.empty()) {
-      captured_step_ = std::make_unique<CapturedStep>(device_, config_.train.cuda_graph_warmup);
-    } else {
+    if (!graphs_off_.empty()) {
       RankLogger(rank(), world_size(), stderr, stderr)
           .info("mpigrad: [train] cuda_graphs: off, " + graphs_off_);
     }
   }
+}
+
+// The step of this model: [loss] name of the output against the label (train_step's arrays
+// "input" and "label", as mpigrad train's step reads its fields), or, for several arrays
+// (train_step_multi's "inputs[i]" and "labels[i]"), the sum over the graph's outputs of the
+// loss of each against its label array.
+StepFunction EmbeddedModel::step_function() const {
+  StepFunction single = make_supervised_step(config_.loss.name, "input", "label");
+  if (config_.model.name != ModelKind::Onnx) return single;
+  const LossKind loss = config_.loss.name;
+  const RegressionLoss regression =
+      loss == LossKind::CrossEntropy ? RegressionLoss() : make_regression_loss(loss);
+  const size_t inputs = input_shapes_.size();
+  return [single, loss, regression, inputs](nn::Module& model, const data::Batch& batch) {
+    if (batch.has("input")) return single(model, batch);
+    std::vector<core::Tensor> x;
+    for (size_t i = 0; i < inputs; ++i) x.push_back(batch["inputs[" + std::to_string(i) + "]"]);
+    std::vector<core::Tensor> outputs = dynamic_cast<nn::OnnxModel&>(model).forward_all(x);
+    const int64_t n = batch.size();
+    core::Tensor total;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const std::string name = "labels[" + std::to_string(i) + "]";
+      core::Tensor term;
+      if (loss == LossKind::CrossEntropy) {
+        // Names the array in the error about a bad label (checked on the device on a GPU).
+        nn::CrossEntropyOptions options;
+        options.labels_name = name;
+        term = nn::cross_entropy(outputs[i], batch[name], options);
+      } else {
+        term = regression(outputs[i].reshape({n, -1}), batch[name].reshape({n, -1}),
+                          nn::Reduction::Mean);
+      }
+      total = total.defined() ? total + term : term;
+    }
+    return total;
+  };
+}
+
+// The run that trains this model (launch/config/run.h), started: DDP checks that the ranks'
+// models agree and broadcasts rank 0's weights. Collective.
+void EmbeddedModel::start_run() {
+  TrainConfig config = config_;
+  config.train.cuda_graphs = config_.train.cuda_graphs && graphs_off_.empty();
+  RunInputs inputs;
+  inputs.model = module_;
+  inputs.sample_shape = input_shape();
+  inputs.step = step_function();
+  run_ = std::make_unique<Run>(std::move(config), std::move(inputs), manager_.get(), device_,
+                               RunKind::Embedded);
+  run_->strategy().begin();
 }
 
 std::string EmbeddedModel::graphs_unavailable() const {
@@ -391,16 +402,15 @@ core::Tensor EmbeddedModel::train_step(const core::Tensor& input, const core::Te
   // With cuda_graphs, the arrays are converted (if they must be) on the step's stream too: a copy
   // made on the caller's stream would go back to that stream's cache while the step still reads it.
   std::optional<CapturedStep::Scope> on_step_stream;
-  if (captured_step_) on_step_stream.emplace(*captured_step_);
+  if (CudaGraphHook* graphs = run_->hook<CudaGraphHook>()) {
+    on_step_stream.emplace(graphs->captured_step());
+  }
   const int64_t copied_before = copied_bytes_;
   data::Batch batch;
   batch.set("input", prepare_input(input, "input", 0));
   const int64_t n = input.size(0);
   batch.set("label", prepare_label(label, n, "label", 0));
-  batch.indices.resize(size_t(n));
-  std::iota(batch.indices.begin(), batch.indices.end(), int64_t(0));
-  core::Tensor loss = run_step([&] { return training_->step(*module_, batch); }, n,
-                               {batch["input"], batch["label"]}, copied_bytes_ == copied_before);
+  core::Tensor loss = run_batch(batch, copied_bytes_ == copied_before);
   if (on_step_stream) on_step_stream->finish();
   return loss;
 }
@@ -430,48 +440,50 @@ std::vector<core::Tensor> EmbeddedModel::prepare_inputs(const std::vector<core::
 
 core::Tensor EmbeddedModel::train_step_multi(const std::vector<core::Tensor>& inputs,
                                              const std::vector<core::Tensor>& labels) {
-  nn::OnnxModel& onnx = graph("train_step_multi");
+  graph("train_step_multi");
   std::optional<CapturedStep::Scope> on_step_stream;
-  if (captured_step_) on_step_stream.emplace(*captured_step_);
+  if (CudaGraphHook* graphs = run_->hook<CudaGraphHook>()) {
+    on_step_stream.emplace(graphs->captured_step());
+  }
   const int64_t copied_before = copied_bytes_;
   std::vector<core::Tensor> x = prepare_inputs(inputs, "train_step_multi");
   const int64_t n = x.front().size(0);
   require(labels.size() == output_shapes_.size(), EmbedErrorKind::Shape,
           "train_step_multi: ", labels.size(), " label array(s), but the model has ",
           output_shapes_.size(), " output(s), one label array each");
-  std::vector<core::Tensor> y;
+  data::Batch batch;
+  for (size_t i = 0; i < x.size(); ++i) batch.set("inputs[" + std::to_string(i) + "]", x[i]);
   for (size_t i = 0; i < labels.size(); ++i) {
     const std::string what = "labels[" + std::to_string(i) + "]";
-    y.push_back(prepare_label(labels[i], n, what.c_str(), i));
+    batch.set(what, prepare_label(labels[i], n, what.c_str(), i));
   }
-  std::vector<core::Tensor> arrays = x;
-  arrays.insert(arrays.end(), y.begin(), y.end());
-  // The loss is the sum of [loss] name over the outputs, each against its label array.
-  const RegressionLoss regression = config_.loss.name == LossKind::CrossEntropy
-                                        ? RegressionLoss()
-                                        : make_regression_loss(config_.loss.name);
-  core::Tensor total_loss = run_step(
-      [&] {
-        std::vector<core::Tensor> outputs = onnx.forward_all(x);
-        core::Tensor total;
-        for (size_t i = 0; i < outputs.size(); ++i) {
-          core::Tensor loss;
-          if (config_.loss.name == LossKind::CrossEntropy) {
-            // Names the array in the error about a bad label (checked on the device on a GPU).
-            nn::CrossEntropyOptions options;
-            options.labels_name = "labels[" + std::to_string(i) + "]";
-            loss = nn::cross_entropy(outputs[i], y[i], options);
-          } else {
-            loss =
-                regression(outputs[i].reshape({n, -1}), y[i].reshape({n, -1}), nn::Reduction::Mean);
-          }
-          total = total.defined() ? total + loss : loss;
-        }
-        return total;
-      },
-      n, arrays, copied_bytes_ == copied_before);
+  core::Tensor loss = run_batch(batch, copied_bytes_ == copied_before);
   if (on_step_stream) on_step_stream->finish();
-  return total_loss;
+  return loss;
+}
+
+// One micro-step of the run's strategy on this rank's batch: forward and loss (under [train]
+// precision), backward (averaged over the ranks by DDP), and the optimizer every
+// grad_accum_steps calls, with loss scaling, clipping and the schedule, as in mpigrad train.
+core::Tensor EmbeddedModel::run_batch(data::Batch& batch, bool arrays_in_place) {
+  const int64_t n = batch.fields.front().second.size(0);
+  batch.indices.resize(size_t(n));
+  std::iota(batch.indices.begin(), batch.indices.end(), int64_t(0));
+  if (CudaGraphHook* graphs = run_->hook<CudaGraphHook>()) {
+    graphs->set_arrays_in_place(arrays_in_place);
+  }
+  TrainingContext& context = run_->strategy().context();
+  const int64_t steps_before = context.step;
+  const double lr = run_->optimizer()->param_groups().front().lr;  // the lr this step uses
+  run_->strategy().train_batch(batch);
+  last_loss_ = context.loss.detach();
+  last_batch_ = n;
+  if (context.step > steps_before && step_callback_) step_callback_(context.step, lr);
+  return last_loss_;
+}
+
+int64_t EmbeddedModel::steps() const {
+  return run_->strategy().context().step;
 }
 
 std::vector<core::Tensor> EmbeddedModel::predict_multi(const std::vector<core::Tensor>& inputs) {
@@ -485,96 +497,14 @@ std::vector<core::Tensor> EmbeddedModel::predict_multi(const std::vector<core::T
   return outputs;
 }
 
-core::Tensor EmbeddedModel::run_step(const std::function<core::Tensor()>& forward_loss, int64_t n,
-                                     const std::vector<core::Tensor>& arrays,
-                                     bool arrays_in_place) {
-  Training& t = *training_;
-  const int64_t accumulate = config_.train.grad_accum_steps;
-  const bool optimizer_step = micro_steps_ + 1 >= accumulate;
-  module_->train();
-  if (t.ddp) t.ddp->prepare_for_backward();
-  // [train] precision: the forward's matmuls and convolutions in 16 bits (core/autocast.h).
-  const auto forward = [&] {
-    core::AutocastGuard autocast(nn::autocast_dtype_of(config_.train.precision));
-    return forward_loss();
-  };
-  if (captured_step_) {
-    // One micro-step per step and one rank, no loss scaling (see build): forward and backward,
-    // maybe replayed.
-    last_loss_ = captured_step_->run(
-        arrays, arrays_in_place,
-        [&] {
-          core::Tensor loss = forward();
-          loss.backward();
-          return loss.detach();
-        },
-        [&](CapturedStep::GradientReset reset) {
-          module_->zero_grad(reset == CapturedStep::GradientReset::Drop);
-        });
-  } else {
-    core::Tensor loss = forward();
-    // Each micro-step adds loss / k to the gradients; only the last one averages them over the
-    // ranks (the earlier ones run inside DDP's no_sync), so a step waits for one all-reduce.
-    core::Tensor scaled = accumulate > 1 ? loss / double(accumulate) : loss;
-    if (t.scaler) scaled = t.scaler->scale(scaled);
-    if (t.ddp && !optimizer_step) {
-      auto local_only = t.ddp->no_sync();
-      scaled.backward();
-    } else {
-      scaled.backward();  // with DDP, every gradient is the average over the ranks on return
-    }
-    last_loss_ = loss.detach();
-  }
-  last_batch_ = n;
-  if (!optimizer_step) {
-    ++micro_steps_;
-    return last_loss_;
-  }
-  micro_steps_ = 0;
-  // Clipping sees true gradients. Under ZeRO-1 a rank's averaged gradients are its shards, and
-  // every rank reaches the same verdict (launch/ddp/zero_redundancy.h).
-  bool overflow = false;
-  if (t.scaler) {
-    overflow = t.zero ? t.zero->unscale_(*t.scaler) : t.scaler->unscale_(module_->parameters());
-  }
-  if (config_.train.clip_grad_norm > 0) {
-    if (t.zero) {
-      t.zero->clip_grad_norm(config_.train.clip_grad_norm);  // gradients are sharded
-    } else {
-      nn::clip_grad_norm_(module_->parameters(), config_.train.clip_grad_norm);
-    }
-  }
-  const double lr = t.optimizer->param_groups().front().lr;
-  if (t.zero) {
-    if (overflow) {
-      t.zero->skip_step();  // on every rank alike; resets the gradients as step() does
-    } else {
-      t.zero->step();  // and zero_grad
-    }
-    if (t.scaler) t.scaler->update();
-  } else {
-    if (t.scaler) {
-      t.scaler->step(*t.optimizer);  // skipped, on every rank alike, when the gradients overflowed
-      t.scaler->update();
-    } else {
-      t.optimizer->step();
-    }
-    // A graph's gradients are rewritten by every replay; dropping them would orphan its buffers.
-    if (!captured_step_ || !captured_step_->captured()) t.optimizer->zero_grad();
-  }
-  if (t.scheduler) t.scheduler->step();
-  ++steps_;
-  if (step_callback_) step_callback_(steps_, lr);
-  return last_loss_;
-}
-
 std::string EmbeddedModel::cuda_graph_status() const {
   if (!config_.train.cuda_graphs) return "off";
-  if (!captured_step_) return "off: " + graphs_off_;
-  if (!captured_step_->failure().empty())
-    return "off: the capture failed: " + captured_step_->failure();
-  if (captured_step_->captured()) {
-    return core::detail::concat("replaying (", captured_step_->replays(), " replays)");
+  const CudaGraphHook* graphs = run_->hook<CudaGraphHook>();
+  if (graphs == nullptr) return "off: " + graphs_off_;
+  const CapturedStep& captured = graphs->captured_step();
+  if (!captured.failure().empty()) return "off: the capture failed: " + captured.failure();
+  if (captured.captured()) {
+    return core::detail::concat("replaying (", captured.replays(), " replays)");
   }
   return "warming up";
 }
@@ -644,27 +574,25 @@ void EmbeddedModel::file_io(const char* what, bool writer_only, const std::funct
   }
 }
 
-// The weights alone (save_model), or everything a restart needs (save_checkpoint).
+// The weights alone (save_model), or everything a restart needs (save_checkpoint): what
+// mpigrad train's checkpoints hold, written by the same code
+// (launch/train/hooks/checkpoint_hook.h).
 void EmbeddedModel::save(const char* what, const std::string& path, bool training_state) {
-  // ZeRO-1's state is gathered by every rank, before only the writer goes on.
-  nn::StateDict zero_state;
-  if (training_state && training_->zero) {
-    zero_state = training_->zero->state_dict(manager_->is_main_process());
+  // The training state is gathered by every rank (ZeRO-1's shards), before only the writer goes on.
+  std::optional<nn::CheckpointData> state;
+  if (training_state) {
+    state = gather_training_state(run_->strategy().context(), config_.resolved_text());
   }
   file_io(what, true, [&] {
     nn::CheckpointData data;
-    data.model = module_->state_dict();
-    if (training_state) {
-      data.optimizer = training_->zero ? std::move(zero_state) : training_->optimizer->state_dict();
-      if (training_->scheduler) data.scheduler = training_->scheduler->state_dict();
-      if (training_->scaler) data.hooks.emplace("loss_scaler", training_->scaler->state_dict());
-      for (const auto& [name, generator] : module_->named_generators()) {
-        data.rng.emplace_back("model." + name, *generator);
-      }
+    if (state) {
+      data = std::move(*state);
+    } else {
+      data.model = module_->state_dict();
+      data.step = steps();
+      data.world_size = world_size();
+      data.config = config_.resolved_text();
     }
-    data.step = steps_;
-    data.world_size = world_size();
-    data.config = config_.resolved_text();
     nn::save_checkpoint(path, data);
   });
 }
@@ -674,20 +602,13 @@ void EmbeddedModel::load(const char* what, const std::string& path, bool trainin
   nn::CheckpointData data;
   file_io(what, false, [&] { data = nn::load_checkpoint(path); });
   try {
-    nn::apply_checkpoint(data, path, *module_,
-                         training_state ? training_->optimizer.get() : nullptr,
-                         training_state ? training_->scheduler.get() : nullptr);
-    // Each rank takes its shard of what the optimizer just loaded.
-    if (training_state && training_->zero) {
-      training_->zero->load_state_dict(training_->optimizer->state_dict());
+    if (training_state) {
+      restore_training_state(run_->strategy().context(), data, path);
+    } else {
+      nn::apply_checkpoint(data, path, *module_, nullptr, nullptr);
     }
   } catch (const core::Error& error) {
     throw EmbedError(EmbedErrorKind::File, error.what());
-  }
-  if (training_state) steps_ = data.step;
-  const auto scaler_state = data.hooks.find("loss_scaler");
-  if (training_state && training_->scaler && scaler_state != data.hooks.end()) {
-    training_->scaler->load_state_dict(scaler_state->second);
   }
 }
 

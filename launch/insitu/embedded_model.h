@@ -3,13 +3,14 @@
 // Fortran module wrap. The reference is NVIDIA TorchFort's online training, without LibTorch.
 //
 // The config is INI text, or the path of an INI file, with the keys of `mpigrad train`
-// (launch/config/train_config.h) for [model] [loss] [optim] [sched], plus [train] seed,
-// clip_grad_norm and grad_accum_steps; [model] input_shape and outputs and [loss] name are
-// required, since there is no data file to read them from and a classifier and a regression
-// need different labels. Text with a '=' or a line break is INI text; anything else is a path. The
-// model, optimizer and schedule are built exactly as `mpigrad train` builds them
-// (launch/config/train_setup.h), and a step is the same step function
-// (launch/train/training_steps.h).
+// (launch/config/train_config.h) for [model] [loss] [optim] [sched] [distributed], plus [train]
+// seed, clip_grad_norm, grad_accum_steps, precision, loss_scale_growth_interval and the CUDA
+// graph keys; [model] input_shape and outputs and [loss] name are required, since there is no
+// data file to read them from and a classifier and a regression need different labels. Text
+// with a '=' or a line break is INI text; anything else is a path. The training itself is a Run
+// of `mpigrad train`'s (launch/config/run.h): the same model, optimizer, schedule, hooks and
+// TrainingStrategy, which this class drives one batch at a time, so a step here is bit for bit
+// the step `mpigrad train` takes on the same batch.
 //
 // Distributed: over a DistributedManager that adopted the host's communicator (the host keeps
 // MPI; see launch/mpi_interop.h), every rank of it builds the model from the same config and
@@ -34,7 +35,7 @@
 //
 // CUDA graphs: with [train] cuda_graphs = true on a CUDA device, one rank, grad_accum_steps = 1
 // and no dropout, the forward and backward are captured after cuda_graph_warmup steps and
-// replayed while the input and label keep their addresses (launch/insitu/captured_step.h);
+// replayed while the input and label keep their addresses (launch/train/hooks/cuda_graph_hook.h);
 // otherwise the model says once why not (cuda_graph_status) and trains as usual.
 //
 // Copies: an input or label is used where it lies when it is float32 (labels: float32, or
@@ -53,8 +54,8 @@
 #include "mpigrad/core/shape.h"
 #include "mpigrad/core/tensor.h"
 #include "mpigrad/launch/config/train_config.h"
-#include "mpigrad/launch/insitu/captured_step.h"
 #include "mpigrad/launch/job/distributed_manager.h"
+#include "mpigrad/launch/train/training_strategy.h"
 #include "mpigrad/nn/module.h"
 
 namespace mpigrad::nn {
@@ -62,6 +63,8 @@ class OnnxModel;
 }
 
 namespace mpigrad::launch {
+
+class Run;
 
 // What an embedded model's failure was about, so the C API can return a code for each kind.
 enum class EmbedErrorKind : uint8_t { Shape, DType, Config, File };
@@ -129,7 +132,7 @@ class EmbeddedModel {
   void save_checkpoint(const std::string& path);
   void load_checkpoint(const std::string& path);
 
-  int64_t steps() const { return steps_; }
+  int64_t steps() const;  // optimizer steps taken
   const TrainConfig& config() const { return config_; }
   nn::Module& module() { return *module_; }
   core::Device device() const { return device_; }
@@ -151,8 +154,9 @@ class EmbeddedModel {
   std::string cuda_graph_status() const;
 
  private:
-  struct Training;  // optimizer, scheduler, step function, DDP
   void build(const std::string& config, std::optional<uint64_t> seed);
+  StepFunction step_function() const;
+  void start_run();
   // Why [train] cuda_graphs cannot be honoured for this model, or "".
   std::string graphs_unavailable() const;
   void build_onnx(const std::string& origin);
@@ -162,12 +166,9 @@ class EmbeddedModel {
                                            const char* call);
   core::Tensor prepare_label(const core::Tensor& label, int64_t batch, const char* what,
                              size_t index);
-  // One step: the loss `forward_loss` computes on this rank's `n` samples (under [train]
-  // precision's autocast), backward (averaged over the ranks by DDP), and the optimizer every
-  // grad_accum_steps calls. `arrays` are the step's prepared inputs and labels, all used where
-  // the caller put them when `arrays_in_place` (what a CUDA graph replay needs).
-  core::Tensor run_step(const std::function<core::Tensor()>& forward_loss, int64_t n,
-                        const std::vector<core::Tensor>& arrays, bool arrays_in_place);
+  // One micro-step on `batch` (its arrays prepared); `arrays_in_place`: every array is where the
+  // caller put it (what a CUDA graph replay needs).
+  core::Tensor run_batch(data::Batch& batch, bool arrays_in_place);
   // Throws EmbedError (Shape) naming `what` unless `array`'s samples fit `role`.
   void check_samples(const core::Tensor& array, ArrayRole role, const char* what,
                      size_t index) const;
@@ -177,24 +178,20 @@ class EmbeddedModel {
   void save(const char* what, const std::string& path, bool training_state);
   void load(const char* what, const std::string& path, bool training_state);
 
-  // Member order is destruction order, reversed: the model and its DDP go before the
-  // communicators of the manager.
+  // Member order is destruction order, reversed: the run (its model, DDP and gradient
+  // communicator) goes before the manager.
   std::unique_ptr<DistributedManager> manager_;
-  std::unique_ptr<Communicator> gradient_communicator_;
   TrainConfig config_;
   core::Device device_;
   std::vector<core::Shape> input_shapes_, output_shapes_;
   std::vector<core::DType> input_dtypes_;  // float32, or an ONNX graph's integer input
   std::shared_ptr<nn::Module> module_;
-  std::unique_ptr<Training> training_;
+  std::unique_ptr<Run> run_;
   core::Tensor last_loss_;
   int64_t last_batch_ = 0;
-  int64_t steps_ = 0;
-  int64_t micro_steps_ = 0;  // since the last optimizer step
   StepCallback step_callback_;
   int64_t copied_bytes_ = 0;
-  std::unique_ptr<CapturedStep> captured_step_;  // [train] cuda_graphs, when it applies
-  std::string graphs_off_;                       // why it does not, when asked for
+  std::string graphs_off_;  // why [train] cuda_graphs does not apply, when asked for
 };
 
 }  // namespace mpigrad::launch

@@ -8,10 +8,8 @@
 // ranks the queries of its slice [N r / R, N (r + 1) / R) against all N, and the sums are
 // all-reduced, so every rank gets the same numbers.
 //
-// RetrievalMetricsHook reports them as stage-1 (SupCon) validation: at after_validation it embeds
-// the validation loader with the encoder of the model (an nn::EncoderWithHead) and sets
-// val_precision_at_1 and val_map_at_r (and val_samples), which LoggingHook writes to
-// metrics.jsonl as test_precision_at_1 and test_map_at_r like every other test metric.
+// RetrievalMetricsHook (launch/train/hooks/retrieval_metrics_hook.h) reports them as stage-1
+// (SupCon) validation.
 #pragma once
 
 #include <functional>
@@ -45,16 +43,5 @@ Embeddings gather_embeddings(const EmbedFunction& embed, data::DataLoader& loade
 // precision@1 and mAP@R of the table, each rank computing a slice of the queries.
 nn::RetrievalMetrics distributed_retrieval_metrics(const Embeddings& table,
                                                    DistributedManager& manager);
-
-class RetrievalMetricsHook final : public Hook {
- public:
-  RetrievalMetricsHook(std::string input, std::string label)
-      : input_(std::move(input)), label_(std::move(label)) {}
-  std::string name() const override { return "retrieval_metrics"; }
-  void on(HookStage stage, TrainingContext& context) override;
-
- private:
-  std::string input_, label_;
-};
 
 }  // namespace mpigrad::launch

@@ -12,9 +12,7 @@
 // (torch-lr-finder's skip_start / skip_end), since the ends are dominated by the average's
 // warm-up and by the divergence.
 //
-// LRFinderHook drives a TrainingStrategy through the sweep: it sets every group's lr before each
-// micro-batch, and after each optimizer step all-reduces the step's mean loss over the ranks
-// (so every rank records the same curve and stops at the same step).
+// LRFinderHook (launch/train/hooks/lr_finder_hook.h) drives a TrainingStrategy through the sweep.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +20,6 @@
 #include <vector>
 
 #include "mpigrad/core/tensor.h"
-#include "mpigrad/launch/train/training_strategy.h"
 
 namespace mpigrad::launch {
 
@@ -63,18 +60,5 @@ struct LRSuggestion {
   double slope = 0;  // d smoothed_loss / d ln(lr) there
 };
 LRSuggestion suggest_lr(const std::vector<LRFinderPoint>& points);
-
-class LRFinderHook final : public Hook {
- public:
-  explicit LRFinderHook(LRFinderSettings settings) : finder_(settings) {}
-  std::string name() const override { return "lr_finder"; }
-  void on(HookStage stage, TrainingContext& context) override;
-  const LRFinder& finder() const { return finder_; }
-
- private:
-  LRFinder finder_;
-  core::Tensor loss_sum_;  // this step's micro-batch losses, on the model's device
-  int64_t loss_count_ = 0;
-};
 
 }  // namespace mpigrad::launch

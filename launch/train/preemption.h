@@ -13,8 +13,9 @@
 // step (no partial gradient is lost), and a stop due at the run's last step lets it finish.
 // With no signal and no time limit to watch, the hook makes no collective.
 //
-// PreemptionHook only decides: it sets TrainingContext::stop and ::preempted, and CheckpointHook
-// then writes the mid-epoch checkpoint (launch/train/training_hooks.h). The handlers it installs
+// PreemptionHook (launch/train/hooks/preemption_hook.h) only decides: it sets
+// TrainingContext::stop and ::preempted, and CheckpointHook then writes the mid-epoch checkpoint
+// (launch/train/hooks/checkpoint_hook.h). The handlers it installs
 // are restored when training ends, also by an exception: the library may be embedded in a code
 // with handlers of its own. `mpigrad train` then exits with kPreemptedExitStatus.
 #pragma once
@@ -24,10 +25,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include "mpigrad/core/tensor.h"
-#include "mpigrad/launch/comm/work.h"
-#include "mpigrad/launch/train/training_strategy.h"
 
 namespace mpigrad::launch {
 
@@ -68,44 +65,15 @@ class StopSignalHandlers {
   std::vector<Saved> saved_;
 };
 
-struct PreemptionSettings {
-  std::vector<int> signals;        // empty: no handler is installed
-  int64_t time_limit_seconds = 0;  // 0: none
-  // Where the time limit counts from (the program's start, ideally; the hook's setup when
-  // unset).
-  std::chrono::steady_clock::time_point start{};
+// Tests only, MPIGRAD_TEST_RAISE_SIGNAL = "RANK:STEP:SIGNAL[,...]": rank RANK raises SIGNAL at the
+// end of optimizer step STEP, or, for STEP "stop", once the stop is decided and before the
+// checkpoint is written. It makes a signal land at a known step, deterministically.
+struct TestSignal {
+  int rank;
+  int64_t step;  // -1: at the stop
+  int signal;
 };
-
-class PreemptionHook final : public Hook {
- public:
-  // Reads MPIGRAD_TEST_RAISE_SIGNAL (below); a malformed value is a core::Error naming it.
-  explicit PreemptionHook(PreemptionSettings settings);
-  ~PreemptionHook() override;
-  std::string name() const override { return "preemption"; }
-  void on(HookStage stage, TrainingContext& context) override;
-  // Why training stopped ("signal USR1 on rank 1", "time_limit 1h30m on rank 0's clock"), or
-  // empty when it was not preempted.
-  const std::string& reason() const { return reason_; }
-
- private:
-  void at_step_boundary(TrainingContext& context);
-  void raise_test_signals(TrainingContext& context, int64_t step);
-  bool decide(TrainingContext& context, const std::vector<int64_t>& agreed);
-
-  PreemptionSettings settings_;
-  std::unique_ptr<StopSignalHandlers> handlers_;
-  core::Tensor agreement_;  // {signal, rank + 1 that saw it, time is up}: the all-reduce's buffer
-  WorkPtr pending_;
-  std::string reason_;
-  // Tests only, MPIGRAD_TEST_RAISE_SIGNAL = "RANK:STEP:SIGNAL[,...]": rank RANK raises SIGNAL
-  // at the end of optimizer step STEP, or, for STEP "stop", once the stop is decided and before
-  // the checkpoint is written. It makes a signal land at a known step, deterministically.
-  struct TestSignal {
-    int rank;
-    int64_t step;  // -1: at the stop
-    int signal;
-  };
-  std::vector<TestSignal> test_signals_;
-};
+// The variable's signals (none when unset or empty); a malformed value is a core::Error naming it.
+std::vector<TestSignal> test_signals_from_environment();
 
 }  // namespace mpigrad::launch

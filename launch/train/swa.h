@@ -1,10 +1,10 @@
 // Stochastic weight averaging (Izmailov et al. 2018) for `mpigrad train` ([train] swa_start,
 // swa_lr) and `mpigrad swa` (an average of saved checkpoints).
 //
-// In training, SWAHook works in 1-based epochs, as ckpt-epoch<N>.h5 counts them: from epoch
-// swa_start on, every optimizer step runs at the constant swa_lr (torch's SWALR with
-// anneal_epochs = 0: no annealing; swa_lr = 0 keeps the schedule's lr), and the weights at the
-// end of each of those epochs join an equal-weight running average (nn::SWAAverager). The
+// In training, SWAHook (launch/train/hooks/swa_hook.h) works in 1-based epochs, as ckpt-epoch<N>.h5
+// counts them: from epoch swa_start on, every optimizer step runs at the constant swa_lr (torch's
+// SWALR with anneal_epochs = 0: no annealing; swa_lr = 0 keeps the schedule's lr), and the weights
+// at the end of each of those epochs join an equal-weight running average (nn::SWAAverager). The
 // average is hook state, so it is in every checkpoint (/hooks/swa/) and a resumed run continues
 // it. An epoch cut short by max_steps does not join.
 //
@@ -23,34 +23,10 @@
 
 #include "mpigrad/data/data_loader.h"
 #include "mpigrad/launch/job/distributed_manager.h"
-#include "mpigrad/launch/train/training_strategy.h"
 #include "mpigrad/nn/module.h"
 #include "mpigrad/nn/weight_averaging.h"
 
 namespace mpigrad::launch {
-
-struct SWASettings {
-  int64_t start_epoch = 0;  // 1-based; 0: off
-  double lr = 0.0;          // 0: the schedule's lr is kept
-};
-
-class SWAHook final : public Hook {
- public:
-  explicit SWAHook(SWASettings settings);
-  std::string name() const override { return "swa"; }
-  void on(HookStage stage, TrainingContext& context) override;
-  nn::StateDict state_dict() const override { return averager_.state_dict(); }
-  void load_state_dict(const nn::StateDict& state) override { averager_.load_state_dict(state); }
-  const nn::SWAAverager& averager() const { return averager_; }
-  const SWASettings& settings() const { return settings_; }
-
- private:
-  bool averaging(int64_t epoch) const { return epoch + 1 >= settings_.start_epoch; }
-  void set_lr(TrainingContext& context) const;
-
-  SWASettings settings_;
-  nn::SWAAverager averager_;
-};
 
 // update_bn over `loader` (batches' field `input`), then the ranks' floating buffers averaged
 // over `manager`'s world. Every rank must call it, with loaders of equal length.

@@ -1,4 +1,4 @@
-// [train] cuda_graphs on an embedded model (launch/insitu/captured_step.h): a model whose steps
+// [train] cuda_graphs on an embedded model (launch/train/captured_step.h): a model whose steps
 // are replayed from a CUDA graph ends with the weights, and the losses, of one trained the
 // ordinary way, also when its arrays move and a step runs eagerly between replays; the cases it
 // does not apply to say why and train as usual.

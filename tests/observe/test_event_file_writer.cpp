@@ -16,7 +16,8 @@
 #include "event_decoder.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/launch/observe/event_file_writer.h"
-#include "mpigrad/launch/train/training_hooks.h"
+#include "mpigrad/launch/train/hooks/ddp_hook.h"
+#include "mpigrad/launch/train/hooks/logging_hook.h"
 
 using namespace mpigrad;
 namespace fs = std::filesystem;

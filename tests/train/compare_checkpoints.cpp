@@ -1,8 +1,8 @@
 // compare-checkpoints A.h5 B.h5 [TOLERANCE] [PART]: exits 0 when every tensor of PART of the two
 // checkpoints has the same shape and dtype and differs by at most TOLERANCE (default 0:
-// bitwise equal), and their scalars are equal; otherwise prints the first difference and exits
-// 1. PART is "model" (default) or "hooks/<name>" (a hook's state, e.g. hooks/ema). Used by
-// train_checks.sh.
+// bitwise equal), and their scalars are equal (each printed); otherwise prints the first
+// difference and exits 1. PART is "model" (default) or "hooks/<name>" (a hook's state, e.g.
+// hooks/ema). Used by train_checks.sh.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
                     argv[1], argv[2]);
         return 1;
       }
+      std::printf("scalar %s = %.17g in both\n", key.c_str(), value);
     }
     size_t compared = 0;
     double worst = 0;
@@ -60,12 +61,14 @@ int main(int argc, char** argv) {
       }
       ++compared;
     }
-    if (compared != b.tensors().size() || compared == 0 ||
+    // A state of scalars alone (the fp16 loss scaler's) is compared by its scalars.
+    if (compared != b.tensors().size() || (compared == 0 && a.scalars().empty()) ||
         a.scalars().size() != b.scalars().size()) {
       std::printf("the checkpoints hold different sets of tensors\n");
       return 1;
     }
-    std::printf("%zu tensors agree (largest difference %.3g)\n", compared, worst);
+    std::printf("%zu tensors and %zu scalars agree (largest difference %.3g)\n", compared,
+                a.scalars().size(), worst);
     return 0;
   } catch (const std::exception& e) {
     std::printf("compare-checkpoints: %s\n", e.what());

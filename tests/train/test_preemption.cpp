@@ -18,8 +18,10 @@
 #include "mpigrad/core/rng.h"
 #include "mpigrad/data/data_loader.h"
 #include "mpigrad/data/tensor_dataset.h"
+#include "mpigrad/launch/train/hooks/checkpoint_hook.h"
+#include "mpigrad/launch/train/hooks/ddp_hook.h"
+#include "mpigrad/launch/train/hooks/preemption_hook.h"
 #include "mpigrad/launch/train/preemption.h"
-#include "mpigrad/launch/train/training_hooks.h"
 #include "mpigrad/launch/train/training_steps.h"
 #include "mpigrad/launch/train/training_strategy.h"
 #include "mpigrad/nn/models.h"
@@ -68,11 +70,13 @@ struct Run {
 };
 
 // Raises `signal` on `rank` at the end of optimizer step `step` (before PreemptionHook, which
-// follows it in the hook list, looks at the flag).
+// runs after it, looks at the flag).
 class RaisingHook final : public launch::Hook {
  public:
   RaisingHook(int rank, int64_t step, int signal) : rank_(rank), step_(step), signal_(signal) {}
   std::string name() const override { return "raising"; }
+  launch::HookStages stages() const override { return {launch::HookStage::AfterOptimizerStep}; }
+  launch::HookPlace place() const override { return {150, {}, {"preemption"}}; }
   void on(launch::HookStage stage, launch::TrainingContext& context) override {
     if (stage == launch::HookStage::AfterOptimizerStep && context.step == step_ &&
         context.manager->rank() == rank_) {

@@ -1,6 +1,8 @@
-// TrainingStrategy and its hooks, under mpirun -np 1 and 2: stage order and frequency, backward
-// claims, set_epoch every epoch, DDPHook (a no-op at world size 1), and validation that counts
-// padded samples once.
+// TrainingStrategy and its hooks, under mpirun -np 1 and 2: stage order and frequency, hooks
+// sorted by their declared place (a shared order key, a duplicate name or a broken after/before
+// is an error naming both hooks), claims of the optimizer step and of forward and backward,
+// stepping one batch at a time with accumulation, set_epoch every epoch, DDPHook (a no-op at
+// world size 1), and validation that counts padded samples once.
 #include <doctest/doctest.h>
 
 #include <memory>
@@ -11,7 +13,12 @@
 #include "mpigrad/data/data_loader.h"
 #include "mpigrad/data/sampler.h"
 #include "mpigrad/data/tensor_dataset.h"
-#include "mpigrad/launch/train/training_hooks.h"
+#include "mpigrad/launch/train/hooks/checkpoint_hook.h"
+#include "mpigrad/launch/train/hooks/ddp_hook.h"
+#include "mpigrad/launch/train/hooks/grad_accumulation_hook.h"
+#include "mpigrad/launch/train/hooks/grad_clip_hook.h"
+#include "mpigrad/launch/train/hooks/logging_hook.h"
+#include "mpigrad/launch/train/hooks/loss_scaling_hook.h"
 #include "mpigrad/launch/train/training_steps.h"
 #include "mpigrad/launch/train/training_strategy.h"
 #include "mpigrad/nn/loss.h"
@@ -54,33 +61,72 @@ struct Setup {
   }
 };
 
-// Records every stage it sees.
+// Records every stage it sees, and where it ran among the hooks (into a shared log).
 class RecordingHook final : public launch::Hook {
  public:
-  explicit RecordingHook(int64_t every) : Hook(every) {}
-  std::string name() const override { return "recording"; }
+  RecordingHook(std::string name, int order, int64_t every = 1,
+                std::vector<std::string>* shared_log = nullptr, launch::HookPlace place = {})
+      : Hook(every), name_(std::move(name)), place_(std::move(place)), shared_log_(shared_log) {
+    place_.order = order;
+  }
+  std::string name() const override { return name_; }
+  launch::HookStages stages() const override { return launch::HookStages::all(); }
+  launch::HookPlace place() const override { return place_; }
   void on(launch::HookStage stage, launch::TrainingContext& context) override {
-    events.push_back(std::string(launch::hook_stage_name(stage)) + "@" +
-                     std::to_string(context.micro_batches));
+    const std::string event = std::string(core::enum_name(stage, launch::kHookStageNames)) + "@" +
+                              std::to_string(context.micro_batches);
+    events.push_back(event);
+    if (shared_log_ != nullptr) shared_log_->push_back(name_ + ":" + event);
   }
   std::vector<std::string> events;
+
+ private:
+  std::string name_;
+  launch::HookPlace place_;
+  std::vector<std::string>* shared_log_;
 };
 
+// Claims the optimizer step (counting its calls), or forward and backward, acting at `stages`.
 class ClaimingHook final : public launch::Hook {
  public:
-  explicit ClaimingHook(std::string name) : name_(std::move(name)) {}
+  enum class Claim { OptimizerStep, ForwardBackward };
+  ClaimingHook(std::string name, int order, Claim claim, launch::HookStages stages = {})
+      : name_(std::move(name)), order_(order), claim_(claim), stages_(stages) {}
   std::string name() const override { return name_; }
+  launch::HookStages stages() const override { return stages_; }
+  launch::HookPlace place() const override { return {order_}; }
   void on(launch::HookStage, launch::TrainingContext&) override {}
-  bool replaces_backward() const override { return true; }
-  void backward(launch::TrainingContext& context) override {
+  bool replaces_optimizer_step() const override { return claim_ == Claim::OptimizerStep; }
+  void optimizer_step(launch::TrainingContext& context) override {
     ++calls;
-    context.loss.backward();
+    context.optimizer().step();
+    context.optimizer().zero_grad();
+  }
+  bool replaces_forward_backward() const override { return claim_ == Claim::ForwardBackward; }
+  Tensor forward_backward(launch::TrainingContext&,
+                          const std::function<Tensor()>& compute) override {
+    ++calls;
+    return compute();
   }
   int calls = 0;
 
  private:
   std::string name_;
+  int order_;
+  Claim claim_;
+  launch::HookStages stages_;
 };
+
+// The message of the core::Error that building a strategy of `hooks` throws ("" if none).
+std::string strategy_error(Setup& s, std::vector<std::shared_ptr<launch::Hook>> hooks) {
+  try {
+    launch::TrainingStrategy strategy({s.model.get()}, {s.optimizer.get()}, s.step, s.evaluate,
+                                      s.manager, std::move(hooks), 1);
+  } catch (const core::Error& error) {
+    return error.what();
+  }
+  return "";
+}
 
 // A distributed-looking batch sampler that records set_epoch.
 class EpochRecordingSampler final : public data::BatchSamplerBase {
@@ -96,8 +142,8 @@ class EpochRecordingSampler final : public data::BatchSamplerBase {
 
 TEST_CASE("stages run in order, and per-batch stages honour the hook's frequency") {
   Setup s;
-  auto every = std::make_shared<RecordingHook>(1);
-  auto second = std::make_shared<RecordingHook>(2);
+  auto every = std::make_shared<RecordingHook>("every", 10, 1);
+  auto second = std::make_shared<RecordingHook>("second", 20, 2);
   auto dataset = test_data(8);
   data::DataLoader loader(dataset, batches_of(2));
   launch::TrainingStrategy strategy({s.model.get()}, {s.optimizer.get()}, s.step, s.evaluate,
@@ -129,25 +175,132 @@ TEST_CASE("stages run in order, and per-batch stages honour the hook's frequency
   CHECK(std::count(second->events.begin(), second->events.end(), "before_batch@1") == 0);
 }
 
-TEST_CASE("a hook may replace backward, but not two") {
+TEST_CASE("hooks run by their declared order, whatever order they were given in") {
   Setup s;
-  auto claim = std::make_shared<ClaimingHook>("mine");
+  std::vector<std::string> log;
+  auto late = std::make_shared<RecordingHook>("late", 30, 1, &log);
+  auto early = std::make_shared<RecordingHook>("early", 10, 1, &log);
+  auto middle = std::make_shared<RecordingHook>("middle", 20, 1, &log);
+  auto dataset = test_data(2);
+  data::DataLoader loader(dataset, batches_of(2));
+  launch::TrainingStrategy strategy({s.model.get()}, {s.optimizer.get()}, s.step, s.evaluate,
+                                    s.manager, {late, early, middle}, 1);
+  REQUIRE(strategy.hooks().size() == 3);
+  CHECK(strategy.hooks()[0]->name() == "early");
+  CHECK(strategy.hooks()[2]->name() == "late");
+  strategy.run(loader, nullptr);
+  REQUIRE(log.size() >= 3);
+  CHECK(std::vector<std::string>(log.begin(), log.begin() + 3) ==
+        std::vector<std::string>{"early:setup@0", "middle:setup@0", "late:setup@0"});
+}
+
+TEST_CASE("the built-in hooks take their places, given in any order") {
+  Setup s;
+  auto logging = std::make_shared<launch::LoggingHook>("", 1);
+  auto clip = std::make_shared<launch::GradClipHook>(1.0);
+  auto scaler = std::make_shared<launch::LossScalingHook>();
+  auto accumulate = std::make_shared<launch::GradAccumulationHook>(2);
+  auto ddp = std::make_shared<launch::DDPHook>();
+  auto checkpoint = std::make_shared<launch::CheckpointHook>(launch::CheckpointSettings{});
+  launch::TrainingStrategy strategy({s.model.get()}, {s.optimizer.get()}, s.step, s.evaluate,
+                                    s.manager, {logging, clip, scaler, accumulate, ddp, checkpoint},
+                                    1);
+  std::vector<std::string> names;
+  for (const auto& hook : strategy.hooks()) names.push_back(hook->name());
+  CHECK(names == std::vector<std::string>{"checkpoint", "ddp", "grad_accumulation", "loss_scaler",
+                                          "grad_clip", "logging"});
+}
+
+TEST_CASE("two hooks that claim the same place, or the same name, are an error naming both") {
+  Setup s;
+  const std::string same_order = strategy_error(s, {std::make_shared<RecordingHook>("mine", 10),
+                                                    std::make_shared<RecordingHook>("theirs", 10)});
+  CHECK(same_order.find("'mine'") != std::string::npos);
+  CHECK(same_order.find("'theirs'") != std::string::npos);
+  CHECK(same_order.find("order 10") != std::string::npos);
+  // A user's hook at the place of a built-in one.
+  const std::string built_in =
+      strategy_error(s, {std::make_shared<launch::GradClipHook>(1.0),
+                         std::make_shared<RecordingHook>("mine", launch::GradClipHook::kOrder)});
+  CHECK(built_in.find("'grad_clip'") != std::string::npos);
+  CHECK(built_in.find("'mine'") != std::string::npos);
+  const std::string same_name = strategy_error(s, {std::make_shared<RecordingHook>("twin", 10),
+                                                   std::make_shared<RecordingHook>("twin", 20)});
+  CHECK(same_name.find("two hooks are named 'twin'") != std::string::npos);
+}
+
+TEST_CASE("a broken after or before constraint is an error naming both hooks") {
+  Setup s;
+  // "clipper" wants to run after the loss scaler but takes an order before it.
+  const std::string after =
+      strategy_error(s, {std::make_shared<launch::LossScalingHook>(),
+                         std::make_shared<RecordingHook>("clipper", 650, 1, nullptr,
+                                                         launch::HookPlace{0, {"loss_scaler"}})});
+  CHECK(after.find("hook 'clipper' (order 650) must run after 'loss_scaler' (order 700)") !=
+        std::string::npos);
+  const std::string before =
+      strategy_error(s, {std::make_shared<launch::LoggingHook>("", 1),
+                         std::make_shared<RecordingHook>("metrics", 1300, 1, nullptr,
+                                                         launch::HookPlace{0, {}, {"logging"}})});
+  CHECK(before.find("hook 'metrics' (order 1300) must run before 'logging' (order 1200)") !=
+        std::string::npos);
+  // A constraint on a hook that is not there holds.
+  CHECK(strategy_error(s, {std::make_shared<RecordingHook>(
+                              "alone", 5, 1, nullptr, launch::HookPlace{0, {"nobody"}})}) == "");
+}
+
+TEST_CASE("a hook may replace the optimizer step, or forward and backward, but not two") {
+  Setup s;
+  using Claim = ClaimingHook::Claim;
+  auto claim = std::make_shared<ClaimingHook>("mine", 10, Claim::OptimizerStep);
   auto dataset = test_data(4);
   data::DataLoader loader(dataset, batches_of(2));
   launch::TrainingStrategy strategy({s.model.get()}, {s.optimizer.get()}, s.step, s.evaluate,
                                     s.manager, {claim}, 1);
   strategy.run(loader, nullptr);
   CHECK(claim->calls == 2);
-  auto other = std::make_shared<ClaimingHook>("theirs");
-  try {
-    launch::TrainingStrategy twice({s.model.get()}, {s.optimizer.get()}, s.step, s.evaluate,
-                                   s.manager, {claim, other}, 1);
-    FAIL("two backward claims were accepted");
-  } catch (const core::Error& error) {
-    std::string message = error.what();
-    CHECK(message.find("'mine'") != std::string::npos);
-    CHECK(message.find("'theirs'") != std::string::npos);
+  const std::string twice = strategy_error(
+      s, {claim, std::make_shared<ClaimingHook>("theirs", 20, Claim::OptimizerStep)});
+  CHECK(twice.find("'mine' and 'theirs' both replace the optimizer step") != std::string::npos);
+
+  auto graph = std::make_shared<ClaimingHook>("graph", 10, Claim::ForwardBackward);
+  data::DataLoader again(dataset, batches_of(2));
+  launch::TrainingStrategy claimed({s.model.get()}, {s.optimizer.get()}, s.step, s.evaluate,
+                                   s.manager, {graph}, 1);
+  claimed.run(again, nullptr);
+  CHECK(graph->calls == 2);
+  CHECK(claimed.context().step == 2);
+  // Nothing may act between a claimed forward and backward.
+  const std::string inside =
+      strategy_error(s, {std::make_shared<ClaimingHook>("graph", 10, Claim::ForwardBackward),
+                         std::make_shared<launch::GradAccumulationHook>(2)});
+  CHECK(inside.find("hook 'graph' runs forward and backward as one, so hook "
+                    "'grad_accumulation' cannot act at before_backward") != std::string::npos);
+}
+
+TEST_CASE("begin, train_batch and end step the optimizer every accumulation_steps batches") {
+  Setup s;
+  auto recording = std::make_shared<RecordingHook>("recording", 10);
+  auto accumulate = std::make_shared<launch::GradAccumulationHook>(3);
+  launch::TrainingStrategy strategy({s.model.get()}, {s.optimizer.get()}, s.step, s.evaluate,
+                                    s.manager, {recording, accumulate}, 1);
+  strategy.begin();
+  auto dataset = test_data(2);
+  const std::vector<int64_t> both = {0, 1};
+  for (int i = 0; i < 7; ++i) {
+    data::Batch batch = dataset->get_batch(both);
+    strategy.train_batch(batch);
+    CHECK(strategy.context().step == (i + 1) / 3);
+    CHECK(strategy.context().loss.defined());
   }
+  strategy.end();
+  CHECK(strategy.context().micro_batches == 7);
+  CHECK(std::count(recording->events.begin(), recording->events.end(), "after_optimizer_step@2") ==
+        1);
+  CHECK(std::count(recording->events.begin(), recording->events.end(), "after_optimizer_step@5") ==
+        1);
+  CHECK(recording->events.front() == "setup@0");
+  CHECK(recording->events.back() == "after_training@7");
 }
 
 TEST_CASE("the sampler's set_epoch is called every epoch, and a distributed sampler is kept") {

@@ -9,7 +9,7 @@
 // nothing waits on the host.
 //
 // The gradients the capture allocates belong to the graph, and each replay rewrites them, so
-// once captured they are zeroed in place, never dropped (see EmbeddedModel::train_step). A step
+// once captured they are zeroed in place, never dropped (CudaGraphHook's optimizer step). A step
 // whose arrays moved runs eagerly into the same gradients.
 #pragma once
 

@@ -1,5 +1,5 @@
-// The CUDA-graph step of an embedded model (launch/insitu/captured_step.h).
-#include "mpigrad/launch/insitu/captured_step.h"
+// The CUDA-graph step of an embedded model (launch/train/captured_step.h).
+#include "mpigrad/launch/train/captured_step.h"
 
 namespace mpigrad::launch {
 

@@ -1,4 +1,4 @@
-#include "mpigrad/launch/train/loss_scaling_hook.h"
+#include "mpigrad/launch/train/hooks/loss_scaling_hook.h"
 
 #include <cstdio>
 #include <vector>
@@ -23,14 +23,14 @@ std::vector<core::Tensor> parameters_of(const TrainingContext& context) {
 }  // namespace
 
 void LossScalingHook::on(HookStage stage, TrainingContext& context) {
-  if (stage == HookStage::BeforeTraining && context.manager->is_main_process()) {
-    // After CheckpointHook's Setup: a resumed run shows the scale it continues from.
+  if (stage == HookStage::BeforeTraining) {
+    if (!context.reports()) return;
     std::printf(
         "mpigrad train: fp16 loss scale %g (%lld clean steps toward growth, %lld skipped)\n",
         scaler_.get_scale(), static_cast<long long>(scaler_.growth_tracker()),
         static_cast<long long>(scaler_.skipped_steps()));
   } else if (stage == HookStage::BeforeBackward) {
-    context.loss = scaler_.scale(context.loss);
+    context.backward_loss = scaler_.scale(context.backward_loss);
   } else if (stage == HookStage::BeforeOptimizerStep) {
     unscale(context);
   }
@@ -46,13 +46,13 @@ bool LossScalingHook::unscale(TrainingContext& context) {
 void LossScalingHook::optimizer_step(TrainingContext& context) {
   if (context.zero != nullptr) {
     if (unscale(context)) {
-      context.zero->skip_step();
+      context.zero->skip_step();  // on every rank alike; resets the gradients as step() does
     } else {
       context.zero->step();
     }
   } else {
     for (nn::Optimizer* optimizer : context.optimizers) {
-      scaler_.step(*optimizer);
+      scaler_.step(*optimizer);  // skipped, on every rank alike, when the gradients overflowed
       optimizer->zero_grad();
     }
   }
