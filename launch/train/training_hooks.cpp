@@ -69,7 +69,8 @@ void DDPHook::on(HookStage stage, TrainingContext& context) {
     ddp_->prepare_for_backward();
   } else if (stage == HookStage::AfterOptimizerStep && context.step == 1 &&
              manager.is_main_process() && !context.optimizers.empty()) {
-    // What ZeRO-1 saves, measured where it lives (the README's figures come from this line).
+    // What ZeRO-1 saves, measured where it lives (docs/mixed-precision-and-zero.md's figures come
+    // from this line).
     int64_t bytes = 0;
     if (zero_) {
       bytes = zero_->state_bytes();
