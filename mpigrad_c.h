@@ -20,7 +20,7 @@
  * an INI file. The keys are those of `mpigrad train` for [model] [loss] [optim] [sched] and
  * [train] seed, clip_grad_norm and grad_accum_steps; [model] input_shape and outputs, and
  * [loss] name (mse or l1 for regression, cross_entropy for classes), are required: a config
- * without them fails at create time (see the README's embedding section); an ONNX model
+ * without them fails at create time (see docs/embedding.md, "The config"); an ONNX model
  * ([model] name = onnx, file = model.onnx) takes its shapes from the graph and needs only
  * [loss] name (input_shape when the graph leaves a sample dimension free). The models: mlp
  * (Linear layers with ReLU between them, none after the last), cnn (3x3 Conv2d, BatchNorm2d,

@@ -1,7 +1,8 @@
-// Writing a file so that readers only ever see the old file or the whole new one (DESIGN.md: no
-// partial files are left behind). The data goes to a temporary file beside the target,
-// "<path>.tmp": beside it so that the rename stays on one file system and is atomic. Only the
-// main rank writes a given path, so the name needs no process id, and a leftover is easy to spot.
+// Writing a file so that readers only ever see the old file or the whole new one
+// (docs/architecture.md: no partial files are left behind). The data goes to a temporary file
+// beside the target, "<path>.tmp": beside it so that the rename stays on one file system and is
+// atomic. Only the main rank writes a given path, so the name needs no process id, and a leftover
+// is easy to spot.
 // Only a complete write is renamed over the target; any failure (the temporary file cannot be
 // created or written, the caller's writer throws, the rename fails) removes the temporary file
 // and leaves the target as it was. Errors are core::Error naming the target path.

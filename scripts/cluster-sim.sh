@@ -17,7 +17,7 @@
 #
 # --cores-per-node C pins each node's processes to C cores of its own (taskset), as on a real node
 # with fewer cores than ranks. --yield: Open MPI's mpi_yield_when_idle; on by default because an
-# oversubscribed node otherwise spends its cores spinning (README, "A cluster on one machine").
+# oversubscribed node otherwise spends its cores spinning (docs/clusters.md, "Busy-polling").
 # --partition-after S takes the last node's link down S seconds after the start, to test what the
 # job does when a node drops off the network.
 #

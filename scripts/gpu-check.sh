@@ -222,7 +222,7 @@ done || true)
 [ -z "$missing" ] || fail "libraries not found with $bundle/lib on the library path:
 $missing"
 # xz, not gzip: oneDNN alone is 11 MiB gzipped, 7 xz'd, and the carry limit is tight. The GPU
-# machine unpacks it with python3's tarfile (README), which needs no xz program there.
+# machine unpacks it with python3's tarfile (docs/gpu.md), which needs no xz program there.
 XZ_OPT="-6 -T0" tar -C "$(dirname "$bundle")" -cJf "$bundle.tar.xz" "$(basename "$bundle")"
 packed=$(stat -c %s "$bundle.tar.xz")
 [ "$packed" -le "$max_pack_bytes" ] ||

@@ -38,7 +38,7 @@
 //              bucket cap; the last bucket can only start when backward ends, so hidden can
 //              never pass 1 - (alpha + last bucket / beta) / network time ("hidden_ceiling").
 // Over a real network: scripts/cluster-sim.sh --nodes 2 --ranks-per-node 1 --rate 2gbit --
-// -x MPIGRAD_NUM_THREADS=1 mpigrad-bench-ddp (README, "A cluster on one machine").
+// -x MPIGRAD_NUM_THREADS=1 mpigrad-bench-ddp (docs/clusters.md, "A cluster on one machine").
 // Every configuration has its own copy of the model, all built first and then timed in turn
 // within each round, so load bursts on a shared machine hit them alike; a configuration's time
 // is its best round, a round's time the slowest rank's.

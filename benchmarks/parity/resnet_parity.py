@@ -14,7 +14,7 @@ are compared between torch's float32 and float64 runs: a pre-activation within f
 of 0 that changes sign flips that unit's gradient, and the runs then drift apart. It also runs
 mpigrad's ResNet in float64 (mpigrad-parity-resnet-float64, built with the benchmarks, from the
 same ckpt-step0.h5 and batches) and compares that with torch float64 step by step: the tight
-check. The README's "ResNet" section explains the numbers.
+check. The "ResNet" section of docs/workflows.md explains the numbers.
 
     python3 benchmarks/parity/resnet_parity.py --mpigrad build/bin/mpigrad --width 8 [--float64]
 """

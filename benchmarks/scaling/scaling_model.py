@@ -48,7 +48,8 @@ import sys
 MIB = 1 << 20
 US = 1e-6
 
-# Published weak-scaling figures, with their setups, to set beside the model (see the README).
+# Published weak-scaling figures, with their setups, to set beside the model (see
+# docs/benchmarks.md, "Scaling").
 PUBLISHED = [
     ("Horovod (Sergeev & Del Balso 2018; horovod docs/benchmarks)",
      "32 servers x 4 Pascal GPUs, 25 Gbit/s RoCE, TensorFlow",

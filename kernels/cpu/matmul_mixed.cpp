@@ -2,9 +2,10 @@
 //
 // BFloat16 goes to oneDNN's matmul, which JIT-compiles AVX512-BF16 (vdpbf16ps) kernels: on this
 // project's Zen 4 machines it ran a 1024^3 product at 1.9x OpenBLAS's sgemm, where a hand-written
-// vdpbf16ps kernel would first have to match oneDNN's blocking to compete (README, "Mixed
-// precision", has the figures). Primitives are built once per shape and kept per thread, since
-// building one costs far more than running a small product.
+// vdpbf16ps kernel would first have to match oneDNN's blocking to compete
+// (docs/mixed-precision-and-zero.md, "Speed on the CPU", has the figures). Primitives are built
+// once per shape and kept per thread, since building one costs far more than running a small
+// product.
 // Float16 (no fp16 dot product on these CPUs), BFloat16 on a CPU without AVX512-BF16, and
 // MPIGRAD_CPU_BF16=convert convert each entry to fp32 and call sgemm: correct, not faster.
 // C is written with `=` when beta == 0, otherwise C = alpha*op(A)op(B) + beta*C.

@@ -75,7 +75,7 @@ std::shared_ptr<const WorldRanks> world_ranks_within(MPI_Comm part, MPI_Comm par
 // exit status 0 whatever its ranks do (a non-zero exit, MPI_Abort, a kill: measured with 4.1.4),
 // so a batch script would take a failed run for a finished one. Its SIGTERM handler does end it
 // non-zero, so a rank whose parent process is that mpirun (the ranks on mpirun's node) sends it
-// one first. Ranks on other nodes cannot reach it (README, "Failures across nodes").
+// one first. Ranks on other nodes cannot reach it (docs/failures.md, "How the job ends").
 [[noreturn]] void abort_job(MPI_Comm comm, int exit_code);
 
 // The MPI datatype that moves elements of `dtype`. bfloat16 and float16 travel as MPI_UINT16_T and

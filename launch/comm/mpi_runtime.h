@@ -1,7 +1,7 @@
-// Whether MPI is running and who owns it. The rule (DESIGN.md): nothing calls MPI_Init if MPI is
-// already initialized, and nothing calls MPI_Finalize unless it called MPI_Init. An MpiRuntime
-// either started MPI itself (and then finalizes it when the last reference goes) or attached to
-// a running MPI owned by a host code (and then never finalizes).
+// Whether MPI is running and who owns it. The rule (docs/architecture.md): nothing calls MPI_Init
+// if MPI is already initialized, and nothing calls MPI_Finalize unless it called MPI_Init. An
+// MpiRuntime either started MPI itself (and then finalizes it when the last reference goes) or
+// attached to a running MPI owned by a host code (and then never finalizes).
 //
 // Every communicator holds a shared_ptr to the runtime, so MPI_Finalize cannot run while any
 // communicator still exists: the order "communicators, then MPI" is enforced by ownership, not

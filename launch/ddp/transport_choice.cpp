@@ -198,9 +198,9 @@ TransportChoice choose_bucket_transport(Communicator& communicator,
       request.wire ? " in " + std::string(core::dtype_name(*request.wire)) + " (compression)" : "";
   // A slow link, as auto measured it, is waited for sleeping at a raised priority, so it moves
   // data while backward runs; anything else blocking in MPI (hierarchical_all_reduce.h, "How the
-  // thread waits"). Measured on the simulated cluster (README, "Slow links"): at 1-2 Gbit/s
-  // (0.12-0.26 GB/s) sleeping made the step 0.79-0.97x (2 x 2 bf16 up to 1.06x), at 10 Gbit/s
-  // (1.15 GB/s) 1.2-1.6x; the threshold lies between.
+  // thread waits"). Measured on the simulated cluster (docs/clusters.md, "Slow links"): at 1-2
+  // Gbit/s (0.12-0.26 GB/s) sleeping made the step 0.79-0.97x (2 x 2 bf16 up to 1.06x), at 10
+  // Gbit/s (1.15 GB/s) 1.2-1.6x; the threshold lies between.
   const LinkWait link_wait = link_bytes_per_second > 0 && link_bytes_per_second < kSlowLinkBytes
                                  ? LinkWait::Sleeping
                                  : LinkWait::Blocking;

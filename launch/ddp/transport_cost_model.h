@@ -31,9 +31,9 @@
 // the hierarchical transport: its communication thread hides more behind backward than the
 // communicator's MPI_Iallreduce, which this model leaves out (on 2 x 1, where both send the same
 // bytes, the communicator's step measured 0.96-1.61x the hierarchical one's on the simulated
-// cluster; README, "Slow links"). Measured there on 2 x 2 at 1 Gbit/s, where the link limits:
-// the communicator's step 1.40-2.08x the hierarchical one's, and a blocking MPI_Allreduce of
-// 36 MiB 1.5-1.8x the hierarchical averaging (Open MPI 4.1's default, ring and Rabenseifner
+// cluster; docs/clusters.md, "Slow links"). Measured there on 2 x 2 at 1 Gbit/s, where the link
+// limits: the communicator's step 1.40-2.08x the hierarchical one's, and a blocking MPI_Allreduce
+// of 36 MiB 1.5-1.8x the hierarchical averaging (Open MPI 4.1's default, ring and Rabenseifner
 // algorithms alike); this model says 2.0x, a ring formula 1.5x.
 #pragma once
 

@@ -3,7 +3,7 @@
 # all-reduce every 10 ms (mpigrad-launch-scenario loop) and node1's link goes down 3 s in. Every
 # rank must be gone within the collective timeout plus its report's grace (and 2 s of slack), and
 # a rank of node0 must report the ranks of node1 as gone. mpirun itself cannot reach node1's
-# orted any more and waits for it forever (README: what a batch script should do), so this
+# orted any more and waits for it forever (docs/failures.md: what a batch script should do), so this
 # script ends the cluster itself afterwards; cluster-sim.sh removes every process it started.
 #   check_partition.sh SCENARIO_PROGRAM RANKS_PER_NODE
 set -u

@@ -1,4 +1,4 @@
-// The layering rule, checked on every #include of the library (DESIGN.md, "Layers"):
+// The layering rule, checked on every #include of the library (docs/architecture.md, "Layers"):
 //
 //   kernels < core < nn, data < launch
 //   and inside launch/:

@@ -71,8 +71,8 @@
 // In both, the thread sleeps on a condition variable while it has nothing to do (spinning for
 // work measured 1.54-1.79x the serial bound: it takes backward's core), and while a node's ranks
 // wait for each other to start a bucket it polls the shared-memory flags with backoff (spin,
-// yield, then 20 us naps), as SharedMemoryAllReduce does. What each gives a DDP step is in the
-// README ("Slow links").
+// yield, then 20 us naps), as SharedMemoryAllReduce does. What each gives a DDP step is in
+// docs/clusters.md ("Slow links").
 //
 // Failures end in an error on every rank, never a hang:
 //   - a rank of the node that does not start a bucket within `timeout_seconds`, or that gave

@@ -70,7 +70,8 @@ void DDPHook::setup(TrainingContext& context) {
   }
 }
 
-// What ZeRO-1 saves, measured where it lives (the docs' figures come from this line).
+// What ZeRO-1 saves, measured where it lives (docs/mixed-precision-and-zero.md's figures come
+// from this line).
 void DDPHook::report_optimizer_state(TrainingContext& context) const {
   if (!context.reports() || context.optimizers.empty()) return;
   int64_t bytes = 0;
