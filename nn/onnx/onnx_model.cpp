@@ -6,12 +6,13 @@
 #include <set>
 #include <sstream>
 #include <utility>
+#include <variant>
 
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/nn/layers/batch_norm.h"
 #include "mpigrad/nn/onnx/onnx_file.h"
-#include "mpigrad/nn/onnx/onnx_ops.h"
+#include "mpigrad/nn/onnx/onnx_op_table.h"
 
 namespace mpigrad::nn {
 
@@ -79,6 +80,7 @@ struct OnnxModel::Graph {
     std::vector<int> outputs;  // value ids; -1 for an unused optional output
     onnx_ops::OpFunction run;
     onnx_ops::SequenceFunction run_sequence;  // set instead of run for sequence ops
+    bool foldable = false;                    // its op's row allows running it at load
   };
 
   std::string file;
@@ -133,7 +135,7 @@ void OnnxModel::Graph::build(OnnxModel& model, const onnx::ModelProto& proto,
   std::vector<std::string> unsupported;
   for (const auto& node : g.node()) {
     const bool default_domain = node.domain().empty() || node.domain() == "ai.onnx";
-    if (!default_domain || !table.count(node.op_type())) {
+    if (!default_domain || table.find(node.op_type()) == nullptr) {
       unsupported.push_back(node.op_type() +
                             (default_domain ? "" : " (domain " + node.domain() + ")") +
                             " in node '" + node.name() + "'");
@@ -160,9 +162,10 @@ void OnnxModel::Graph::build(OnnxModel& model, const onnx::ModelProto& proto,
   // as settings (Resize scales, Clip bounds, Dropout ratio) stays a constant, not a parameter.
   std::map<std::string, int> uses, trainable_uses;
   for (const auto& node : g.node()) {
+    const onnx_ops::OpInfo& op = *table.find(node.op_type());
     for (int i = 0; i < node.input_size(); ++i) {
       ++uses[node.input(i)];
-      if (!onnx_ops::is_setting_input(node.op_type(), i)) ++trainable_uses[node.input(i)];
+      if (!op.is_setting_input(i)) ++trainable_uses[node.input(i)];
     }
   }
 
@@ -339,7 +342,8 @@ void OnnxModel::Graph::build(OnnxModel& model, const onnx::ModelProto& proto,
       compiled.inputs.push_back(id);
     }
     if (batch_norm_layers.count(&node)) {
-      auto [owner, leaf] = batch_norm_layers.at(&node);
+      Module* owner = batch_norm_layers.at(&node).first;
+      const std::string leaf = batch_norm_layers.at(&node).second;
       compiled.run = [owner, leaf, where](const std::vector<Tensor>& in, onnx_ops::RunContext&) {
         Module* layer = find_child(*owner, leaf);
         MPIGRAD_CHECK(layer != nullptr, where, ": its layer '", leaf, "' was removed");
@@ -349,15 +353,18 @@ void OnnxModel::Graph::build(OnnxModel& model, const onnx::ModelProto& proto,
         return out;
       };
     } else {
+      const onnx_ops::OpInfo& op = *table.find(node.op_type());
+      MPIGRAD_CHECK(node.input_size() >= op.inputs.min, where, ": has ", node.input_size(),
+                    " inputs, needs at least ", op.inputs.min);
+      MPIGRAD_CHECK(node.input_size() <= op.inputs.max, where, ": has ", node.input_size(),
+                    " inputs, takes at most ", op.inputs.max);
+      compiled.foldable = op.foldable;
       onnx_ops::NodeView view(node, graph.opset, where);
-      MPIGRAD_CHECK(node.input_size() >= onnx_ops::min_inputs(node.op_type()), where, ": has ",
-                    node.input_size(), " inputs, needs at least ",
-                    onnx_ops::min_inputs(node.op_type()));
       try {
-        if (onnx_ops::is_sequence_op(node.op_type())) {
-          compiled.run_sequence = onnx_ops::sequence_op(view);
+        if (const auto* build = std::get_if<onnx_ops::OpBuilder>(&op.build)) {
+          compiled.run = (*build)(view);
         } else {
-          compiled.run = table.at(node.op_type())(view);
+          compiled.run_sequence = std::get<onnx_ops::SequenceBuilder>(op.build)(view);
         }
       } catch (const core::Error&) {
         throw;
@@ -386,14 +393,11 @@ void OnnxModel::Graph::build(OnnxModel& model, const onnx::ModelProto& proto,
   graph.value_names = ids.names;
   graph.constants.resize(ids.names.size());
 
-  // Nodes that read only constants run once, here (Constant, shape arithmetic on fixed shapes).
-  static const std::set<std::string> kNeverFold = {"Dropout", "BatchNormalization", "RandomNormal",
-                                                   "RandomUniform"};
+  // Nodes that read only constants run once, here (Constant, shape arithmetic on fixed shapes),
+  // unless their op's row says their result can change between forwards.
   std::vector<Node> kept;
-  int index = 0;
   for (auto& node : graph.nodes) {
-    const auto& proto_node = g.node(index++);
-    bool constant = !kNeverFold.count(proto_node.op_type()) && !node.run_sequence;
+    bool constant = node.foldable;
     std::vector<Tensor> in;
     for (int id : node.inputs) {
       if (id >= 0 && !graph.constants[size_t(id)].defined()) constant = false;

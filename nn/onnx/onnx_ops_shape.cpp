@@ -10,7 +10,7 @@
 #include "mpigrad/core/ops/indexing.h"
 #include "mpigrad/core/ops/join.h"
 #include "mpigrad/nn/onnx/onnx_file.h"
-#include "mpigrad/nn/onnx/onnx_ops.h"
+#include "mpigrad/nn/onnx/onnx_op_table.h"
 
 namespace mpigrad::nn::onnx_ops {
 
@@ -557,41 +557,51 @@ OpFunction constant(const NodeView& node) {
   return [value](const std::vector<Tensor>&, RunContext&) { return one(value); };
 }
 
+OpFunction cast_like(const NodeView&) {
+  return [](const std::vector<Tensor>& in, RunContext&) { return one(in[0].to(in[1].dtype())); };
+}
+
+OpFunction size_op(const NodeView&) {
+  return [](const std::vector<Tensor>& in, RunContext&) {
+    return one(Tensor::from_vector(std::vector<int64_t>{in[0].numel()}, core::Shape{}));
+  };
+}
+
+OpFunction identity(const NodeView&) {
+  return [](const std::vector<Tensor>& in, RunContext&) { return one(in[0]); };
+}
+
 }  // namespace
 
 void add_shape_ops(OpTable& t) {
-  t["Reshape"] = reshape;
-  t["Flatten"] = flatten;
-  t["Transpose"] = transpose;
-  t["Squeeze"] = squeeze;
-  t["Unsqueeze"] = unsqueeze;
-  t["Concat"] = concat;
-  t["Split"] = split;
-  t["Slice"] = slice;
-  t["Gather"] = gather;
-  t["GatherElements"] = gather_elements;
-  t["Expand"] = expand;
-  t["Trilu"] = trilu;
-  t["Range"] = range;
-  t["Tile"] = tile;
-  t["Pad"] = pad;
-  t["Resize"] = resize;
-  t["Upsample"] = resize;
-  t["Cast"] = cast;
-  t["CastLike"] = [](const NodeView&) -> OpFunction {
-    return [](const std::vector<Tensor>& in, RunContext&) { return one(in[0].to(in[1].dtype())); };
-  };
-  t["Shape"] = shape_op;
-  t["Size"] = [](const NodeView&) -> OpFunction {
-    return [](const std::vector<Tensor>& in, RunContext&) {
-      return one(Tensor::from_vector(std::vector<int64_t>{in[0].numel()}, core::Shape{}));
-    };
-  };
-  t["ConstantOfShape"] = constant_of_shape;
-  t["Constant"] = constant;
-  t["Identity"] = [](const NodeView&) -> OpFunction {
-    return [](const std::vector<Tensor>& in, RunContext&) { return one(in[0]); };
-  };
+  // The second input (and any after it) of most shape ops is a setting: a shape, axes, sizes.
+  t.add("Reshape", reshape).inputs(2, 2).settings_from(1);
+  t.add("Flatten", flatten);
+  t.add("Transpose", transpose);
+  t.add("Squeeze", squeeze).inputs(1, 2).settings_from(1);  // axes from 13
+  t.add("Unsqueeze", unsqueeze).inputs(1, 2).settings_from(1);
+  t.add("Expand", expand).inputs(2, 2).settings_from(1);
+  t.add("Tile", tile).inputs(2, 2).settings_from(1);
+  t.add("Trilu", trilu).inputs(1, 2).settings_from(1);  // k
+  // Data movement.
+  t.add("Concat", concat).inputs(1, kVariadic);
+  t.add("Split", split).inputs(1, 2).settings_from(1);  // sizes from 13
+  t.add("Slice", slice).inputs(1, 5).settings_from(1);  // inputs from 10
+  t.add("Gather", gather).inputs(2, 2);
+  t.add("GatherElements", gather_elements).inputs(2, 2);
+  t.add("Pad", pad).inputs(1, 4).settings_from(1);          // pads, value, axes
+  t.add("Resize", resize).inputs(1, 4).settings_from(1);    // roi, scales, sizes
+  t.add("Upsample", resize).inputs(1, 2).settings_from(1);  // scales from 9
+  // Dtypes and plumbing.
+  t.add("Cast", cast);
+  t.add("CastLike", cast_like).inputs(2, 2);
+  t.add("Identity", identity);
+  t.add("Size", size_op);
+  // Values made from shapes and numbers alone: every input is a setting.
+  t.add("Shape", shape_op).settings_from(0);
+  t.add("ConstantOfShape", constant_of_shape).settings_from(0);
+  t.add("Range", range).inputs(3, 3).settings_from(0);
+  t.add("Constant", constant).inputs(0, 0);
 }
 
 }  // namespace mpigrad::nn::onnx_ops
