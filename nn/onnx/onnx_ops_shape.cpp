@@ -404,6 +404,74 @@ OpFunction pad(const NodeView& node) {
   };
 }
 
+// Where each of `out` resized positions along an axis of `length` reads from, in source
+// coordinates, under ONNX's coordinate_transformation_mode `transform`.
+std::vector<double> source_coordinates(const std::string& transform, int64_t out, int64_t length,
+                                       double scale, const std::string& where) {
+  std::vector<double> source(static_cast<size_t>(out));
+  for (int64_t o = 0; o < out; ++o) {
+    double s;
+    if (transform == "half_pixel") {
+      s = (double(o) + 0.5) / scale - 0.5;
+    } else if (transform == "pytorch_half_pixel") {
+      s = out > 1 ? (double(o) + 0.5) / scale - 0.5 : 0.0;
+    } else if (transform == "align_corners") {
+      // ONNX divides by the unrounded output length, length * scale.
+      const double resized = double(length) * scale;
+      s = out == 1 || resized <= 1.0 ? 0.0 : double(o) * double(length - 1) / (resized - 1.0);
+    } else if (transform == "asymmetric") {
+      s = double(o) / scale;
+    } else if (transform == "tf_half_pixel_for_nn") {
+      s = (double(o) + 0.5) / scale;
+    } else {
+      core::fail(where, ": coordinate_transformation_mode '", transform, "' is not supported");
+    }
+    source[size_t(o)] = s;
+  }
+  return source;
+}
+
+// Nearest: each output position copies the source index `nearest_mode` rounds to.
+Tensor resize_nearest(const Tensor& y, int64_t axis, const std::vector<double>& source,
+                      int64_t length, const std::string& nearest_mode) {
+  std::vector<int64_t> index(source.size());
+  for (size_t o = 0; o < source.size(); ++o) {
+    const double s = source[o];
+    double r;
+    if (nearest_mode == "floor") {
+      r = std::floor(s);
+    } else if (nearest_mode == "ceil") {
+      r = std::ceil(s);
+    } else if (nearest_mode == "round_prefer_ceil") {
+      r = std::floor(s + 0.5);
+    } else {
+      r = s - std::floor(s) == 0.5 ? std::floor(s) : std::round(s);
+    }
+    index[o] = std::clamp<int64_t>(int64_t(r), 0, length - 1);
+  }
+  return core::index_select(y, axis, on_device_of(int64_vector(index), y));
+}
+
+// Linear: each output position blends its two source neighbours.
+Tensor resize_linear(const Tensor& y, int64_t axis, const std::vector<double>& source,
+                     int64_t length) {
+  const size_t out = source.size();
+  std::vector<int64_t> lo(out), hi(out);
+  std::vector<double> weight(out);
+  for (size_t o = 0; o < out; ++o) {
+    const double s = std::clamp(source[o], 0.0, double(length - 1));
+    lo[o] = int64_t(std::floor(s));
+    hi[o] = std::min(lo[o] + 1, length - 1);
+    weight[o] = s - double(lo[o]);
+  }
+  core::Shape wshape;
+  for (int64_t d = 0; d < y.dim(); ++d) wshape.push_back(d == axis ? int64_t(out) : 1);
+  const Tensor w = on_device_of(Tensor::from_vector(weight, wshape).to(y.dtype()), y);
+  const Tensor low = core::index_select(y, axis, on_device_of(int64_vector(lo), y));
+  const Tensor high = core::index_select(y, axis, on_device_of(int64_vector(hi), y));
+  return low + (high - low) * w;
+}
+
 // Resize (and the older Upsample), separably per axis: nearest picks a source index, linear
 // blends the two neighbours. Both are index_selects and products, so gradients flow to x.
 OpFunction resize(const NodeView& node) {
@@ -452,59 +520,9 @@ OpFunction resize(const NodeView& node) {
       const double scale = sizes.empty() ? scales[i] : double(out) / double(length);
       if (out == length && scale == 1.0) continue;
       MPIGRAD_CHECK(out >= 1 && length >= 1, where, ": resize to ", out, " along axis ", a);
-      std::vector<double> source(static_cast<size_t>(out));
-      for (int64_t o = 0; o < out; ++o) {
-        double s;
-        if (transform == "half_pixel") {
-          s = (double(o) + 0.5) / scale - 0.5;
-        } else if (transform == "pytorch_half_pixel") {
-          s = out > 1 ? (double(o) + 0.5) / scale - 0.5 : 0.0;
-        } else if (transform == "align_corners") {
-          // ONNX divides by the unrounded output length, length * scale.
-          const double resized = double(length) * scale;
-          s = out == 1 || resized <= 1.0 ? 0.0 : double(o) * double(length - 1) / (resized - 1.0);
-        } else if (transform == "asymmetric") {
-          s = double(o) / scale;
-        } else if (transform == "tf_half_pixel_for_nn") {
-          s = (double(o) + 0.5) / scale;
-        } else {
-          core::fail(where, ": coordinate_transformation_mode '", transform, "' is not supported");
-        }
-        source[size_t(o)] = s;
-      }
-      if (mode == "nearest") {
-        std::vector<int64_t> index(static_cast<size_t>(out));
-        for (int64_t o = 0; o < out; ++o) {
-          const double s = source[size_t(o)];
-          double r;
-          if (nearest_mode == "floor") {
-            r = std::floor(s);
-          } else if (nearest_mode == "ceil") {
-            r = std::ceil(s);
-          } else if (nearest_mode == "round_prefer_ceil") {
-            r = std::floor(s + 0.5);
-          } else {
-            r = s - std::floor(s) == 0.5 ? std::floor(s) : std::round(s);
-          }
-          index[size_t(o)] = std::clamp<int64_t>(int64_t(r), 0, length - 1);
-        }
-        y = core::index_select(y, a, on_device_of(int64_vector(index), y));
-      } else {
-        std::vector<int64_t> lo(static_cast<size_t>(out)), hi(static_cast<size_t>(out));
-        std::vector<double> weight(static_cast<size_t>(out));
-        for (int64_t o = 0; o < out; ++o) {
-          const double s = std::clamp(source[size_t(o)], 0.0, double(length - 1));
-          lo[size_t(o)] = int64_t(std::floor(s));
-          hi[size_t(o)] = std::min(lo[size_t(o)] + 1, length - 1);
-          weight[size_t(o)] = s - double(lo[size_t(o)]);
-        }
-        core::Shape wshape;
-        for (int64_t d = 0; d < y.dim(); ++d) wshape.push_back(d == a ? out : 1);
-        const Tensor w = on_device_of(Tensor::from_vector(weight, wshape).to(y.dtype()), y);
-        const Tensor low = core::index_select(y, a, on_device_of(int64_vector(lo), y));
-        const Tensor high = core::index_select(y, a, on_device_of(int64_vector(hi), y));
-        y = low + (high - low) * w;
-      }
+      const std::vector<double> source = source_coordinates(transform, out, length, scale, where);
+      y = mode == "nearest" ? resize_nearest(y, a, source, length, nearest_mode)
+                            : resize_linear(y, a, source, length);
     }
     return one(y);
   };
