@@ -3,15 +3,17 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <utility>
+#include <variant>
 
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/nn/layers/batch_norm.h"
 #include "mpigrad/nn/onnx/onnx_file.h"
-#include "mpigrad/nn/onnx/onnx_ops.h"
+#include "mpigrad/nn/onnx/onnx_op_table.h"
 
 namespace mpigrad::nn {
 
@@ -79,6 +81,7 @@ struct OnnxModel::Graph {
     std::vector<int> outputs;  // value ids; -1 for an unused optional output
     onnx_ops::OpFunction run;
     onnx_ops::SequenceFunction run_sequence;  // set instead of run for sequence ops
+    bool foldable = false;                    // its op's row allows running it at load
   };
 
   std::string file;
@@ -97,6 +100,13 @@ struct OnnxModel::Graph {
   std::shared_ptr<core::Generator> dropout_generator;  // registered as "dropout"
 
   static void build(OnnxModel& model, const onnx::ModelProto& proto, const std::string& file);
+  class Builder;  // the steps of build
+
+  // Each input checked against its declaration and in the dtype the graph computes in.
+  std::vector<Tensor> bind_inputs(const std::vector<Tensor>& given,
+                                  std::optional<core::DType> float_dtype) const;
+  // `device_constants` moved to `to` (once per change of device).
+  void move_constants(core::Device to);
 };
 
 namespace {
@@ -112,292 +122,384 @@ struct ValueIds {
   }
 };
 
+// Called inside a catch block: every failure inside a node (a core op's shape check, an index
+// out of range) becomes one core::Error that names the node, unless it already names the file.
+[[noreturn]] void rethrow_naming_node(const std::exception& error, const std::string& where,
+                                      const std::string& file) {
+  const std::string what = error.what();
+  if (dynamic_cast<const core::Error*>(&error) && what.rfind(file, 0) == 0) throw;
+  core::fail(where, ": ", what);
+}
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() > suffix.size() &&
+         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 }  // namespace
+
+// Graph::build in named steps, run in the order build lists them. The builder holds what the
+// steps share while they turn the file's graph into the model's: the value ids, the
+// initializers and how each is used, and the BatchNormalization nodes that become
+// nn::BatchNorm children.
+class OnnxModel::Graph::Builder {
+ public:
+  Builder(OnnxModel& model, const onnx::ModelProto& proto, const std::string& file)
+      : model_(model), graph_(*model.graph_), onnx_graph_(proto.graph()), file_(file) {
+    graph_.file = file;
+    graph_.opset = onnx_default_opset(proto);
+  }
+
+  void check_ops_supported() const;
+  void index_initializers();
+  void count_uses();
+  void find_owned_batch_norms();
+  void load_initializers();
+  void declare_inputs_and_outputs();
+  void compile_nodes();
+  void resolve_outputs();
+  void fold_constants();
+  void plan_releases();
+  void add_dropout_generator();
+
+ private:
+  std::string node_where(const onnx::NodeProto& node) const;
+  Module& scope_for(const std::vector<std::string>& path, const std::string& name);
+  Tensor& register_slot(const std::string& name, Tensor value, bool buffer);
+  void create_batch_norm(const onnx::NodeProto& node);
+  Node compile_node(const onnx::NodeProto& node);
+  void compile_op(const onnx::NodeProto& node, Node& compiled) const;
+
+  OnnxModel& model_;
+  Graph& graph_;
+  const onnx::GraphProto& onnx_graph_;
+  const std::string& file_;
+  ValueIds ids_;
+  std::map<std::string, const onnx::TensorProto*> initializers_;
+  std::map<std::string, int> uses_, trainable_uses_;
+  // BatchNormalization nodes an nn::BatchNorm child owns, by the prefix of its initializers.
+  std::map<const onnx::NodeProto*, std::string> owned_batch_norms_;
+  std::set<std::string> owned_names_, buffer_names_;
+  std::map<std::string, const onnx::NodeProto*> owned_by_;
+  std::map<const onnx::NodeProto*, std::pair<Module*, std::string>> batch_norm_layers_;
+  std::set<int> known_;  // values defined so far (inputs, initializers, earlier outputs)
+};
 
 void OnnxModel::Graph::build(OnnxModel& model, const onnx::ModelProto& proto,
                              const std::string& file) {
-  Graph& graph = *model.graph_;
-  graph.file = file;
-  graph.opset = onnx_default_opset(proto);
-  const onnx::GraphProto& g = proto.graph();
-  const onnx_ops::OpTable& table = onnx_ops::op_table();
+  Builder builder(model, proto, file);
+  builder.check_ops_supported();
+  builder.index_initializers();
+  builder.count_uses();
+  builder.find_owned_batch_norms();
+  builder.load_initializers();
+  builder.declare_inputs_and_outputs();
+  builder.compile_nodes();
+  builder.resolve_outputs();
+  builder.fold_constants();
+  builder.plan_releases();
+  builder.add_dropout_generator();
+}
 
-  auto node_where = [&](const onnx::NodeProto& node) {
-    std::ostringstream out;
-    out << file << ": node '" << node.name() << "' (" << node.op_type() << ", opset " << graph.opset
-        << ")";
-    return out.str();
-  };
+std::string OnnxModel::Graph::Builder::node_where(const onnx::NodeProto& node) const {
+  std::ostringstream out;
+  out << file_ << ": node '" << node.name() << "' (" << node.op_type() << ", opset " << graph_.opset
+      << ")";
+  return out.str();
+}
 
-  // Every op first, so an unknown one stops the load before anything is built.
+// Every op first, so an unknown one stops the load before anything is built, and the error
+// lists every unknown op at once.
+void OnnxModel::Graph::Builder::check_ops_supported() const {
   std::vector<std::string> unsupported;
-  for (const auto& node : g.node()) {
+  for (const auto& node : onnx_graph_.node()) {
     const bool default_domain = node.domain().empty() || node.domain() == "ai.onnx";
-    if (!default_domain || !table.count(node.op_type())) {
+    if (!default_domain || onnx_ops::op_table().find(node.op_type()) == nullptr) {
       unsupported.push_back(node.op_type() +
                             (default_domain ? "" : " (domain " + node.domain() + ")") +
                             " in node '" + node.name() + "'");
     }
   }
-  if (!unsupported.empty()) {
-    std::ostringstream out;
-    out << file << " (opset " << graph.opset << "): " << unsupported.size()
-        << " node(s) use ops mpigrad does not support: ";
-    for (size_t i = 0; i < unsupported.size() && i < 8; ++i)
-      out << (i ? "; " : "") << unsupported[i];
-    if (unsupported.size() > 8) out << "; ...";
-    core::fail(out.str());
-  }
+  if (unsupported.empty()) return;
+  std::ostringstream out;
+  out << file_ << " (opset " << graph_.opset << "): " << unsupported.size()
+      << " node(s) use ops mpigrad does not support: ";
+  for (size_t i = 0; i < unsupported.size() && i < 8; ++i) out << (i ? "; " : "") << unsupported[i];
+  if (unsupported.size() > 8) out << "; ...";
+  core::fail(out.str());
+}
 
-  ValueIds ids;
-  std::map<std::string, const onnx::TensorProto*> initializers;
-  for (const auto& tensor : g.initializer()) {
-    MPIGRAD_CHECK(!tensor.name().empty(), file, ": an initializer has no name");
-    MPIGRAD_CHECK(initializers.emplace(tensor.name(), &tensor).second, file, ": initializer '",
+// Initializers by name, so that nodes and the BatchNorm search can look them up.
+void OnnxModel::Graph::Builder::index_initializers() {
+  for (const auto& tensor : onnx_graph_.initializer()) {
+    MPIGRAD_CHECK(!tensor.name().empty(), file_, ": an initializer has no name");
+    MPIGRAD_CHECK(initializers_.emplace(tensor.name(), &tensor).second, file_, ": initializer '",
                   tensor.name(), "' is defined twice");
   }
-  // Uses of each value, and those at a differentiable input: a floating initializer read only
-  // as settings (Resize scales, Clip bounds, Dropout ratio) stays a constant, not a parameter.
-  std::map<std::string, int> uses, trainable_uses;
-  for (const auto& node : g.node()) {
+}
+
+// Uses of each value, and those at a differentiable input: a floating initializer read only
+// as settings (Resize scales, Clip bounds, Dropout ratio) stays a constant, not a parameter.
+void OnnxModel::Graph::Builder::count_uses() {
+  for (const auto& node : onnx_graph_.node()) {
+    const onnx_ops::OpInfo& op = *onnx_ops::op_table().find(node.op_type());
     for (int i = 0; i < node.input_size(); ++i) {
-      ++uses[node.input(i)];
-      if (!onnx_ops::is_setting_input(node.op_type(), i)) ++trainable_uses[node.input(i)];
+      ++uses_[node.input(i)];
+      if (!op.is_setting_input(i)) ++trainable_uses_[node.input(i)];
     }
   }
+}
 
-  // BatchNormalization nodes an nn::BatchNorm child can own: prefix P with P.weight, P.bias,
-  // P.running_mean, P.running_var as initializers that nothing else reads.
-  std::map<const onnx::NodeProto*, std::string> owned_batch_norms;
-  std::set<std::string> owned_names, buffer_names;
-  for (const auto& node : g.node()) {
+// BatchNormalization nodes an nn::BatchNorm child can own: prefix P with P.weight, P.bias,
+// P.running_mean, P.running_var as initializers that nothing else reads. Such a child keeps
+// PyTorch's names and num_batches_tracked, and convert_sync_batchnorm can replace it.
+void OnnxModel::Graph::Builder::find_owned_batch_norms() {
+  for (const auto& node : onnx_graph_.node()) {
     if (node.op_type() != "BatchNormalization" || node.input_size() < 5) continue;
-    buffer_names.insert(node.input(3));
-    buffer_names.insert(node.input(4));
+    buffer_names_.insert(node.input(3));
+    buffer_names_.insert(node.input(4));
     const std::string& scale = node.input(1);
-    const std::string suffix = ".weight";
-    if (scale.size() <= suffix.size() ||
-        scale.compare(scale.size() - suffix.size(), suffix.size(), suffix) != 0)
-      continue;
-    const std::string prefix = scale.substr(0, scale.size() - suffix.size());
+    if (!ends_with(scale, ".weight")) continue;
+    const std::string prefix = scale.substr(0, scale.size() - std::string(".weight").size());
     const bool owned = node.input(2) == prefix + ".bias" &&
                        node.input(3) == prefix + ".running_mean" &&
                        node.input(4) == prefix + ".running_var";
     bool only_here = owned;
     for (int i = 1; i < 5 && only_here; ++i)
-      only_here = initializers.count(node.input(i)) && uses[node.input(i)] == 1 &&
-                  owned_names.count(node.input(i)) == 0;
+      only_here = initializers_.count(node.input(i)) && uses_[node.input(i)] == 1 &&
+                  owned_names_.count(node.input(i)) == 0;
     if (!only_here) continue;
-    owned_batch_norms[&node] = prefix;
-    for (int i = 1; i < 5; ++i) owned_names.insert(node.input(i));
+    owned_batch_norms_[&node] = prefix;
+    for (int i = 1; i < 5; ++i) owned_names_.insert(node.input(i));
   }
+  for (const auto& [node, prefix] : owned_batch_norms_)
+    for (int i = 1; i < 5; ++i) owned_by_[node->input(i)] = node;
+}
 
-  // The module for a dotted prefix, creating OnnxScope levels on the way.
-  auto scope_for = [&](const std::vector<std::string>& path, const std::string& name) -> Module& {
-    Module* current = &model;
-    for (const std::string& part : path) {
-      Module* child = find_child(*current, part);
-      if (child == nullptr) {
-        auto scope = std::make_shared<OnnxScope>();
-        if (current == &model) {
-          model.add_child(part, scope);
-        } else {
-          auto* parent_scope = dynamic_cast<OnnxScope*>(current);
-          MPIGRAD_CHECK(parent_scope != nullptr, file, ": cannot place '", name, "' under '", part,
-                        "'");
-          parent_scope->add_child(part, scope);
-        }
-        child = scope.get();
+// The module for a dotted prefix, creating OnnxScope levels on the way.
+Module& OnnxModel::Graph::Builder::scope_for(const std::vector<std::string>& path,
+                                             const std::string& name) {
+  Module* current = &model_;
+  for (const std::string& part : path) {
+    Module* child = find_child(*current, part);
+    if (child == nullptr) {
+      auto scope = std::make_shared<OnnxScope>();
+      if (current == &model_) {
+        model_.add_child(part, scope);
+      } else {
+        auto* parent_scope = dynamic_cast<OnnxScope*>(current);
+        MPIGRAD_CHECK(parent_scope != nullptr, file_, ": cannot place '", name, "' under '", part,
+                      "'");
+        parent_scope->add_child(part, scope);
       }
-      current = child;
+      child = scope.get();
     }
-    return *current;
-  };
-  auto register_slot = [&](const std::string& name, Tensor value, bool buffer) -> Tensor& {
-    std::vector<std::string> path = split_dotted(name);
-    const std::string leaf = path.back();
-    path.pop_back();
-    Module& owner = scope_for(path, name);
-    try {
-      if (&owner == &model)
-        return buffer ? model.register_buffer(leaf, value) : model.register_parameter(leaf, value);
-      auto& scope = dynamic_cast<OnnxScope&>(owner);
-      return buffer ? scope.register_buffer(leaf, value) : scope.register_parameter(leaf, value);
-    } catch (const std::bad_cast&) {
-      core::fail(file, ": initializer '", name, "' falls inside a layer module");
-    } catch (const core::Error& error) {
-      core::fail(file, ": initializer '", name, "': ", error.what());
-    }
-  };
+    current = child;
+  }
+  return *current;
+}
 
-  graph.constants.clear();
-  auto set_constant = [&](int id, Tensor value) {
-    if (int(graph.constants.size()) <= id) graph.constants.resize(size_t(id) + 1);
-    graph.constants[size_t(id)] = std::move(value);
-  };
-  std::set<int> known;  // values defined so far (inputs, initializers, earlier outputs)
+// A parameter or buffer under the initializer's dotted name (PyTorch's).
+Tensor& OnnxModel::Graph::Builder::register_slot(const std::string& name, Tensor value,
+                                                 bool buffer) {
+  std::vector<std::string> path = split_dotted(name);
+  const std::string leaf = path.back();
+  path.pop_back();
+  Module& owner = scope_for(path, name);
+  try {
+    if (&owner == &model_)
+      return buffer ? model_.register_buffer(leaf, value) : model_.register_parameter(leaf, value);
+    auto& scope = dynamic_cast<OnnxScope&>(owner);
+    return buffer ? scope.register_buffer(leaf, value) : scope.register_parameter(leaf, value);
+  } catch (const std::bad_cast&) {
+    core::fail(file_, ": initializer '", name, "' falls inside a layer module");
+  } catch (const core::Error& error) {
+    core::fail(file_, ": initializer '", name, "': ", error.what());
+  }
+}
 
-  // Builds the nn::BatchNorm child for an owned node, where its first initializer comes, so
-  // the children keep the exporter's (PyTorch's) order.
-  std::map<const onnx::NodeProto*, std::pair<Module*, std::string>> batch_norm_layers;
-  auto create_batch_norm = [&](const onnx::NodeProto& node) {
-    if (batch_norm_layers.count(&node)) return;
-    const auto owned = owned_batch_norms.find(&node);
-    const std::string where = node_where(node);
-    onnx_ops::NodeView view(node, graph.opset, where);
-    std::vector<std::string> path = split_dotted(owned->second);
-    const std::string leaf = path.back();
-    path.pop_back();
-    Module& parent = scope_for(path, owned->second);
-    const Tensor scale = tensor_from_proto(*initializers[node.input(1)], where + " scale");
-    BatchNormConfig config;
-    MPIGRAD_CHECK(scale.dim() == 1 && scale.numel() >= 1, where, ": scale must be 1-d, got ",
-                  scale.shape());
-    config.num_features = scale.numel();
-    config.eps = view.get_float("epsilon", 1e-5);
-    config.momentum = 1.0 - view.get_float("momentum", 0.9);
-    auto batch_norm = std::make_shared<BatchNorm>(config, "BatchNorm", 2, 8);
-    batch_norm->to(scale.dtype());
-    {
-      core::NoGradGuard no_grad;
-      const char* names[] = {"weight", "bias", "running_mean", "running_var"};
-      for (int i = 0; i < 4; ++i) {
-        const Tensor value = tensor_from_proto(*initializers[node.input(i + 1)], where);
-        Tensor& slot = i < 2 ? batch_norm->parameter(names[i]) : batch_norm->buffer(names[i]);
-        MPIGRAD_CHECK(value.shape() == slot.shape(), where, ": ", node.input(i + 1), " has shape ",
-                      value.shape(), ", expected ", slot.shape());
-        slot.copy_(value);
-      }
-      auto tracked = initializers.find(owned->second + ".num_batches_tracked");
-      if (tracked != initializers.end())
-        batch_norm->buffer("num_batches_tracked")
-            .copy_(tensor_from_proto(*tracked->second, where).reshape({}));
+// Builds the nn::BatchNorm child for an owned node, where its first initializer comes, so the
+// children keep the exporter's (PyTorch's) order.
+void OnnxModel::Graph::Builder::create_batch_norm(const onnx::NodeProto& node) {
+  if (batch_norm_layers_.count(&node)) return;
+  const std::string& prefix = owned_batch_norms_.at(&node);
+  const std::string where = node_where(node);
+  onnx_ops::NodeView view(node, graph_.opset, where);
+  std::vector<std::string> path = split_dotted(prefix);
+  const std::string leaf = path.back();
+  path.pop_back();
+  Module& parent = scope_for(path, prefix);
+  const Tensor scale = tensor_from_proto(*initializers_[node.input(1)], where + " scale");
+  BatchNormConfig config;
+  MPIGRAD_CHECK(scale.dim() == 1 && scale.numel() >= 1, where, ": scale must be 1-d, got ",
+                scale.shape());
+  config.num_features = scale.numel();
+  config.eps = view.get_float("epsilon", 1e-5);
+  config.momentum = 1.0 - view.get_float("momentum", 0.9);
+  auto batch_norm = std::make_shared<BatchNorm>(config, "BatchNorm", 2, 8);
+  batch_norm->to(scale.dtype());
+  {
+    core::NoGradGuard no_grad;
+    const char* names[] = {"weight", "bias", "running_mean", "running_var"};
+    for (int i = 0; i < 4; ++i) {
+      const Tensor value = tensor_from_proto(*initializers_[node.input(i + 1)], where);
+      Tensor& slot = i < 2 ? batch_norm->parameter(names[i]) : batch_norm->buffer(names[i]);
+      MPIGRAD_CHECK(value.shape() == slot.shape(), where, ": ", node.input(i + 1), " has shape ",
+                    value.shape(), ", expected ", slot.shape());
+      slot.copy_(value);
     }
-    if (&parent == &model) {
-      model.add_child(leaf, batch_norm);
-    } else {
-      dynamic_cast<OnnxScope&>(parent).add_child(leaf, batch_norm);
-    }
-    batch_norm_layers[&node] = {&parent, leaf};
-  };
-  std::map<std::string, const onnx::NodeProto*> owned_by;
-  for (const auto& [node, prefix] : owned_batch_norms)
-    for (int i = 1; i < 5; ++i) owned_by[node->input(i)] = node;
+    auto tracked = initializers_.find(prefix + ".num_batches_tracked");
+    if (tracked != initializers_.end())
+      batch_norm->buffer("num_batches_tracked")
+          .copy_(tensor_from_proto(*tracked->second, where).reshape({}));
+  }
+  if (&parent == &model_) {
+    model_.add_child(leaf, batch_norm);
+  } else {
+    dynamic_cast<OnnxScope&>(parent).add_child(leaf, batch_norm);
+  }
+  batch_norm_layers_[&node] = {&parent, leaf};
+}
 
-  // Initializers: floating ones are parameters (or BN buffers), the rest host constants.
-  for (const auto& tensor : g.initializer()) {
-    if (owned_names.count(tensor.name())) {
-      create_batch_norm(*owned_by.at(tensor.name()));
+// Initializers, in file order: floating ones read as data are parameters (or BatchNorm
+// buffers), the rest host constants.
+void OnnxModel::Graph::Builder::load_initializers() {
+  graph_.constants.clear();
+  for (const auto& tensor : onnx_graph_.initializer()) {
+    if (owned_names_.count(tensor.name())) {
+      create_batch_norm(*owned_by_.at(tensor.name()));
       continue;
     }
-    const std::string where = file + ": initializer '" + tensor.name() + "'";
+    const std::string where = file_ + ": initializer '" + tensor.name() + "'";
     Tensor value = tensor_from_proto(tensor, where);
-    const int id = ids.get(tensor.name());
-    known.insert(id);
-    if (core::is_floating(value.dtype()) && trainable_uses[tensor.name()] > 0) {
-      const bool buffer = buffer_names.count(tensor.name()) > 0;
+    const int id = ids_.get(tensor.name());
+    known_.insert(id);
+    if (core::is_floating(value.dtype()) && trainable_uses_[tensor.name()] > 0) {
+      const bool buffer = buffer_names_.count(tensor.name()) > 0;
       Tensor& slot = register_slot(tensor.name(), value, buffer);
-      graph.slot_values.emplace_back(id, &slot);
-      if (graph.first_float_slot == nullptr) {
-        graph.first_float_slot = &slot;
-        graph.loaded_float_dtype = slot.dtype();
+      graph_.slot_values.emplace_back(id, &slot);
+      if (graph_.first_float_slot == nullptr) {
+        graph_.first_float_slot = &slot;
+        graph_.loaded_float_dtype = slot.dtype();
       }
     } else {
-      set_constant(id, value);
+      if (int(graph_.constants.size()) <= id) graph_.constants.resize(size_t(id) + 1);
+      graph_.constants[size_t(id)] = std::move(value);
     }
   }
-  // Graph inputs; old exporters list the initializers among them.
-  for (const auto& input : g.input()) {
-    if (initializers.count(input.name())) continue;
-    graph.inputs.push_back(value_info(input, file));
+}
+
+// Graph inputs and outputs as declared; old exporters list the initializers among the inputs.
+void OnnxModel::Graph::Builder::declare_inputs_and_outputs() {
+  for (const auto& input : onnx_graph_.input()) {
+    if (initializers_.count(input.name())) continue;
+    graph_.inputs.push_back(value_info(input, file_));
     // The batch dim is free: the legacy exporter writes the example batch's size there.
-    if (!graph.inputs.back().shape.empty()) graph.inputs.back().shape[0] = -1;
-    const int id = ids.get(input.name());
-    graph.input_ids.push_back(id);
-    known.insert(id);
+    if (!graph_.inputs.back().shape.empty()) graph_.inputs.back().shape[0] = -1;
+    const int id = ids_.get(input.name());
+    graph_.input_ids.push_back(id);
+    known_.insert(id);
   }
-  for (const auto& output : g.output()) {
-    graph.outputs.push_back(value_info(output, file));
-    if (!graph.outputs.back().shape.empty()) graph.outputs.back().shape[0] = -1;
+  for (const auto& output : onnx_graph_.output()) {
+    graph_.outputs.push_back(value_info(output, file_));
+    if (!graph_.outputs.back().shape.empty()) graph_.outputs.back().shape[0] = -1;
   }
+}
 
-  // Nodes, in file order (ONNX requires a topological order).
-  for (const auto& node : g.node()) {
-    const std::string where = node_where(node);
-    Node compiled;
-    compiled.where = where;
-    for (const auto& input : node.input()) {
-      if (input.empty()) {
-        compiled.inputs.push_back(-1);
-        continue;
-      }
-      const bool owned = owned_names.count(input) > 0;
-      const int id = owned ? -1 : ids.get(input);
-      MPIGRAD_CHECK(owned || known.count(id), where, " reads '", input,
-                    "', which is no graph input, initializer or earlier node's output "
-                    "(a missing initializer?)");
-      compiled.inputs.push_back(id);
+// Nodes, in file order (ONNX requires a topological order).
+void OnnxModel::Graph::Builder::compile_nodes() {
+  for (const auto& node : onnx_graph_.node()) graph_.nodes.push_back(compile_node(node));
+}
+
+// One node: its input and output ids, checked against what is defined so far, and its function.
+OnnxModel::Graph::Node OnnxModel::Graph::Builder::compile_node(const onnx::NodeProto& node) {
+  const std::string where = node_where(node);
+  Node compiled;
+  compiled.where = where;
+  for (const auto& input : node.input()) {
+    if (input.empty()) {
+      compiled.inputs.push_back(-1);
+      continue;
     }
-    if (batch_norm_layers.count(&node)) {
-      auto [owner, leaf] = batch_norm_layers.at(&node);
-      compiled.run = [owner, leaf, where](const std::vector<Tensor>& in, onnx_ops::RunContext&) {
-        Module* layer = find_child(*owner, leaf);
-        MPIGRAD_CHECK(layer != nullptr, where, ": its layer '", leaf, "' was removed");
-        std::vector<Tensor> out{layer->forward(in[0])};
-        out.push_back(layer->buffer("running_mean"));
-        out.push_back(layer->buffer("running_var"));
-        return out;
-      };
+    const bool owned = owned_names_.count(input) > 0;
+    const int id = owned ? -1 : ids_.get(input);
+    MPIGRAD_CHECK(owned || known_.count(id), where, " reads '", input,
+                  "', which is no graph input, initializer or earlier node's output "
+                  "(a missing initializer?)");
+    compiled.inputs.push_back(id);
+  }
+  if (batch_norm_layers_.count(&node)) {
+    Module* owner = batch_norm_layers_.at(&node).first;
+    const std::string leaf = batch_norm_layers_.at(&node).second;
+    compiled.run = [owner, leaf, where](const std::vector<Tensor>& in, onnx_ops::RunContext&) {
+      Module* layer = find_child(*owner, leaf);
+      MPIGRAD_CHECK(layer != nullptr, where, ": its layer '", leaf, "' was removed");
+      std::vector<Tensor> out{layer->forward(in[0])};
+      out.push_back(layer->buffer("running_mean"));
+      out.push_back(layer->buffer("running_var"));
+      return out;
+    };
+  } else {
+    compile_op(node, compiled);
+  }
+  for (const auto& output : node.output()) {
+    if (output.empty()) {
+      compiled.outputs.push_back(-1);
+      continue;
+    }
+    const int id = ids_.get(output);
+    MPIGRAD_CHECK(!known_.count(id), where, ": output '", output, "' is defined twice");
+    known_.insert(id);
+    compiled.outputs.push_back(id);
+  }
+  return compiled;
+}
+
+// A node's function from its op's row: the arity checked, then the builder run once, here, so
+// attributes are read at load and not at every forward.
+void OnnxModel::Graph::Builder::compile_op(const onnx::NodeProto& node, Node& compiled) const {
+  const onnx_ops::OpInfo& op = *onnx_ops::op_table().find(node.op_type());
+  const std::string& where = compiled.where;
+  MPIGRAD_CHECK(node.input_size() >= op.inputs.min, where, ": has ", node.input_size(),
+                " inputs, needs at least ", op.inputs.min);
+  MPIGRAD_CHECK(node.input_size() <= op.inputs.max, where, ": has ", node.input_size(),
+                " inputs, takes at most ", op.inputs.max);
+  compiled.foldable = op.foldable;
+  onnx_ops::NodeView view(node, graph_.opset, where);
+  try {
+    if (const auto* build = std::get_if<onnx_ops::OpBuilder>(&op.build)) {
+      compiled.run = (*build)(view);
     } else {
-      onnx_ops::NodeView view(node, graph.opset, where);
-      MPIGRAD_CHECK(node.input_size() >= onnx_ops::min_inputs(node.op_type()), where, ": has ",
-                    node.input_size(), " inputs, needs at least ",
-                    onnx_ops::min_inputs(node.op_type()));
-      try {
-        if (onnx_ops::is_sequence_op(node.op_type())) {
-          compiled.run_sequence = onnx_ops::sequence_op(view);
-        } else {
-          compiled.run = table.at(node.op_type())(view);
-        }
-      } catch (const core::Error&) {
-        throw;
-      } catch (const std::exception& error) {
-        core::fail(where, ": ", error.what());
-      }
+      compiled.run_sequence = std::get<onnx_ops::SequenceBuilder>(op.build)(view);
     }
-    for (const auto& output : node.output()) {
-      if (output.empty()) {
-        compiled.outputs.push_back(-1);
-        continue;
-      }
-      const int id = ids.get(output);
-      MPIGRAD_CHECK(!known.count(id), where, ": output '", output, "' is defined twice");
-      known.insert(id);
-      compiled.outputs.push_back(id);
-    }
-    graph.nodes.push_back(std::move(compiled));
+  } catch (const core::Error&) {
+    throw;
+  } catch (const std::exception& error) {
+    core::fail(where, ": ", error.what());
   }
-  for (const auto& output : graph.outputs) {
-    const auto it = ids.ids.find(output.name);
-    MPIGRAD_CHECK(it != ids.ids.end() && known.count(it->second), file, ": graph output '",
-                  output.name, "' is never computed");
-    graph.output_ids.push_back(it->second);
-  }
-  graph.value_names = ids.names;
-  graph.constants.resize(ids.names.size());
+}
 
-  // Nodes that read only constants run once, here (Constant, shape arithmetic on fixed shapes).
-  static const std::set<std::string> kNeverFold = {"Dropout", "BatchNormalization", "RandomNormal",
-                                                   "RandomUniform"};
+void OnnxModel::Graph::Builder::resolve_outputs() {
+  for (const auto& output : graph_.outputs) {
+    const auto it = ids_.ids.find(output.name);
+    MPIGRAD_CHECK(it != ids_.ids.end() && known_.count(it->second), file_, ": graph output '",
+                  output.name, "' is never computed");
+    graph_.output_ids.push_back(it->second);
+  }
+  graph_.value_names = ids_.names;
+  graph_.constants.resize(ids_.names.size());
+}
+
+// Nodes that read only constants run once, here (Constant, shape arithmetic on fixed shapes),
+// unless their row says their result can change between forwards.
+void OnnxModel::Graph::Builder::fold_constants() {
   std::vector<Node> kept;
-  int index = 0;
-  for (auto& node : graph.nodes) {
-    const auto& proto_node = g.node(index++);
-    bool constant = !kNeverFold.count(proto_node.op_type()) && !node.run_sequence;
+  for (auto& node : graph_.nodes) {
+    bool constant = node.foldable;
     std::vector<Tensor> in;
     for (int id : node.inputs) {
-      if (id >= 0 && !graph.constants[size_t(id)].defined()) constant = false;
-      in.push_back(id >= 0 ? graph.constants[size_t(id)] : Tensor());
+      if (id >= 0 && !graph_.constants[size_t(id)].defined()) constant = false;
+      in.push_back(id >= 0 ? graph_.constants[size_t(id)] : Tensor());
     }
     if (!constant) {
       kept.push_back(std::move(node));
@@ -409,33 +511,38 @@ void OnnxModel::Graph::build(OnnxModel& model, const onnx::ModelProto& proto,
     try {
       out = node.run(in, context);
     } catch (const std::exception& error) {
-      const std::string what = error.what();
-      if (dynamic_cast<const core::Error*>(&error) && what.rfind(file, 0) == 0) throw;
-      core::fail(node.where, ": ", what);
+      rethrow_naming_node(error, node.where, file_);
     }
     for (size_t i = 0; i < node.outputs.size(); ++i) {
       if (node.outputs[i] < 0) continue;
       MPIGRAD_CHECK(i < out.size() && out[i].defined(), node.where, ": output ", i,
                     " not produced");
-      graph.constants[size_t(node.outputs[i])] = out[i];
+      graph_.constants[size_t(node.outputs[i])] = out[i];
     }
   }
-  graph.nodes = std::move(kept);
+  graph_.nodes = std::move(kept);
+}
 
-  // When each value can be dropped: after the last node that reads it.
-  std::vector<int> last_use(ids.names.size(), -1);
-  for (size_t n = 0; n < graph.nodes.size(); ++n)
-    for (int id : graph.nodes[n].inputs)
+// When each value can be dropped during a forward: after the last node that reads it, so a
+// long graph holds only the activations autograd still needs.
+void OnnxModel::Graph::Builder::plan_releases() {
+  std::vector<int> last_use(ids_.names.size(), -1);
+  for (size_t n = 0; n < graph_.nodes.size(); ++n)
+    for (int id : graph_.nodes[n].inputs)
       if (id >= 0) last_use[size_t(id)] = int(n);
-  for (int id : graph.output_ids) last_use[size_t(id)] = int(graph.nodes.size());
-  graph.release_after.assign(graph.nodes.size(), {});
+  for (int id : graph_.output_ids) last_use[size_t(id)] = int(graph_.nodes.size());
+  graph_.release_after.assign(graph_.nodes.size(), {});
   for (size_t id = 0; id < last_use.size(); ++id)
-    if (last_use[id] >= 0 && last_use[id] < int(graph.nodes.size()))
-      graph.release_after[size_t(last_use[id])].push_back(int(id));
-  graph.device_constants = graph.constants;
+    if (last_use[id] >= 0 && last_use[id] < int(graph_.nodes.size()))
+      graph_.release_after[size_t(last_use[id])].push_back(int(id));
+  graph_.device_constants = graph_.constants;
+}
 
-  graph.dropout_generator = std::make_shared<core::Generator>(0);
-  model.register_generator("dropout", graph.dropout_generator);
+// Dropout draws from a generator the module registers, so it appears among named_generators()
+// like any layer's Dropout generator.
+void OnnxModel::Graph::Builder::add_dropout_generator() {
+  graph_.dropout_generator = std::make_shared<core::Generator>(0);
+  model_.register_generator("dropout", graph_.dropout_generator);
 }
 
 OnnxModel::OnnxModel() : graph_(std::make_unique<Graph>()) {}
@@ -473,38 +580,48 @@ std::string OnnxModel::extra_repr() const {
   return "file=" + graph_->file + ", nodes=" + std::to_string(graph_->nodes.size());
 }
 
-std::vector<Tensor> OnnxModel::forward_all(const std::vector<Tensor>& inputs) {
-  Graph& graph = *graph_;
-  MPIGRAD_CHECK(inputs.size() == graph.inputs.size(), graph.file, ": the graph takes ",
-                graph.inputs.size(), " input(s), got ", inputs.size());
-  // Floating inputs take the declared dtype, or the parameters' new one once to() moved them.
-  std::optional<core::DType> float_dtype;
-  if (graph.first_float_slot != nullptr &&
-      graph.first_float_slot->dtype() != graph.loaded_float_dtype)
-    float_dtype = graph.first_float_slot->dtype();
-  std::vector<Tensor> values(graph.value_names.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const OnnxValueInfo& info = graph.inputs[i];
-    Tensor x = inputs[i];
-    MPIGRAD_CHECK(x.defined(), graph.file, ": input '", info.name, "' is undefined");
+std::vector<Tensor> OnnxModel::Graph::bind_inputs(const std::vector<Tensor>& given,
+                                                  std::optional<core::DType> float_dtype) const {
+  MPIGRAD_CHECK(given.size() == inputs.size(), file, ": the graph takes ", inputs.size(),
+                " input(s), got ", given.size());
+  std::vector<Tensor> bound;
+  for (size_t i = 0; i < given.size(); ++i) {
+    const OnnxValueInfo& info = inputs[i];
+    Tensor x = given[i];
+    MPIGRAD_CHECK(x.defined(), file, ": input '", info.name, "' is undefined");
     if (!info.shape.empty() || x.dim() == 0) {
       bool fits = int64_t(x.dim()) == int64_t(info.shape.size());
       for (size_t d = 0; fits && d < info.shape.size(); ++d)
         fits = info.shape[d] < 0 || info.shape[d] == x.shape()[int(d)];
-      MPIGRAD_CHECK(fits, graph.file, ": input '", info.name, "' has shape ", x.shape(),
+      MPIGRAD_CHECK(fits, file, ": input '", info.name, "' has shape ", x.shape(),
                     ", the graph declares ", onnx_shape_text(info.shape));
     }
     core::DType want = info.dtype;
     if (core::is_floating(want) && float_dtype) want = *float_dtype;
     if (x.dtype() != want) x = x.to(want);
-    values[size_t(graph.input_ids[i])] = x;
+    bound.push_back(std::move(x));
   }
-  const core::Device device = inputs.empty() ? core::kCPU : inputs[0].device();
-  if (!(device == graph.device)) {
-    for (size_t i = 0; i < graph.constants.size(); ++i)
-      if (graph.constants[i].defined()) graph.device_constants[i] = graph.constants[i].to(device);
-    graph.device = device;
-  }
+  return bound;
+}
+
+void OnnxModel::Graph::move_constants(core::Device to) {
+  if (to == device) return;
+  for (size_t i = 0; i < constants.size(); ++i)
+    if (constants[i].defined()) device_constants[i] = constants[i].to(to);
+  device = to;
+}
+
+std::vector<Tensor> OnnxModel::forward_all(const std::vector<Tensor>& inputs) {
+  Graph& graph = *graph_;
+  // Floating inputs take the declared dtype, or the parameters' new one once to() moved them.
+  std::optional<core::DType> float_dtype;
+  if (graph.first_float_slot != nullptr &&
+      graph.first_float_slot->dtype() != graph.loaded_float_dtype)
+    float_dtype = graph.first_float_slot->dtype();
+  std::vector<Tensor> bound = graph.bind_inputs(inputs, float_dtype);
+  std::vector<Tensor> values(graph.value_names.size());
+  for (size_t i = 0; i < bound.size(); ++i) values[size_t(graph.input_ids[i])] = bound[i];
+  graph.move_constants(inputs.empty() ? core::kCPU : inputs[0].device());
   for (size_t i = 0; i < graph.device_constants.size(); ++i)
     if (graph.device_constants[i].defined()) values[i] = graph.device_constants[i];
   for (const auto& [id, slot] : graph.slot_values) values[size_t(id)] = *slot;
@@ -525,9 +642,7 @@ std::vector<Tensor> OnnxModel::forward_all(const std::vector<Tensor>& inputs) {
       try {
         node.run_sequence(node.inputs, node.outputs, state);
       } catch (const std::exception& error) {
-        const std::string what = error.what();
-        if (dynamic_cast<const core::Error*>(&error) && what.rfind(graph.file, 0) == 0) throw;
-        core::fail(node.where, ": ", what);
+        rethrow_naming_node(error, node.where, graph.file);
       }
       continue;
     }
@@ -537,11 +652,7 @@ std::vector<Tensor> OnnxModel::forward_all(const std::vector<Tensor>& inputs) {
     try {
       out = node.run(in, context);
     } catch (const std::exception& error) {
-      // Every failure inside a node (a core op's shape check, an index out of range) becomes
-      // one core::Error that names the node, unless it already names the file.
-      const std::string what = error.what();
-      if (dynamic_cast<const core::Error*>(&error) && what.rfind(graph.file, 0) == 0) throw;
-      core::fail(node.where, ": ", what);
+      rethrow_naming_node(error, node.where, graph.file);
     }
     for (size_t i = 0; i < node.outputs.size(); ++i) {
       if (node.outputs[i] < 0) continue;

@@ -1,86 +1,10 @@
+// NodeView's attribute access and the helpers the op families share.
 #include "mpigrad/nn/onnx/onnx_ops.h"
 
 #include "mpigrad/core/error.h"
 #include "mpigrad/nn/onnx/onnx_file.h"
 
-namespace mpigrad::nn {
-
-bool onnx_op_supported(const std::string& op_type, int64_t opset) {
-  return opset >= kOnnxMinOpset && opset <= kOnnxMaxOpset && onnx_ops::op_table().count(op_type);
-}
-
-namespace onnx_ops {
-
-const OpTable& op_table() {
-  static const OpTable table = [] {
-    OpTable t;
-    add_math_ops(t);
-    add_nn_ops(t);
-    add_shape_ops(t);
-    // Sequence ops are compiled by the model (sequence_op); the table only lists them.
-    for (const char* op :
-         {"SplitToSequence", "SequenceAt", "SequenceConstruct", "ConcatFromSequence",
-          "SequenceLength", "SequenceEmpty", "SequenceInsert"})
-      t[op] = [](const NodeView& node) -> OpFunction { node.fail("a sequence op"); };
-    return t;
-  }();
-  return table;
-}
-
-bool is_setting_input(const std::string& op_type, int index) {
-  // The index of each op's first setting input; ops not listed take data only.
-  static const std::map<std::string, int> first_setting = [] {
-    std::map<std::string, int> m{{"Range", 0}, {"ConstantOfShape", 0}, {"Shape", 0}};
-    for (const char* op :
-         {"Resize",   "Upsample",        "Clip",         "Dropout",        "Pad",       "Trilu",
-          "Reshape",  "Expand",          "Tile",         "Slice",          "Squeeze",   "Unsqueeze",
-          "Split",    "ReduceMean",      "ReduceSum",    "ReduceMax",      "ReduceMin", "ReduceL1",
-          "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"})
-      m[op] = 1;
-    return m;
-  }();
-  const auto it = first_setting.find(op_type);
-  return it != first_setting.end() && index >= it->second;
-}
-
-int min_inputs(const std::string& op_type) {
-  // Ops not listed need one input.
-  static const std::map<std::string, int> arity = [] {
-    std::map<std::string, int> m{{"Constant", 0}, {"BatchNormalization", 5}};
-    for (const char* op : {"Add",
-                           "Sub",
-                           "Mul",
-                           "Div",
-                           "Pow",
-                           "Mod",
-                           "Equal",
-                           "Less",
-                           "LessOrEqual",
-                           "Greater",
-                           "GreaterOrEqual",
-                           "PRelu",
-                           "Gemm",
-                           "MatMul",
-                           "Conv",
-                           "ConvTranspose",
-                           "LayerNormalization",
-                           "Reshape",
-                           "Gather",
-                           "GatherElements",
-                           "Expand",
-                           "Tile",
-                           "CastLike",
-                           "And",
-                           "Or",
-                           "Xor"})
-      m[op] = 2;
-    for (const char* op : {"Where", "InstanceNormalization", "GroupNormalization", "Range"})
-      m[op] = 3;
-    return m;
-  }();
-  const auto it = arity.find(op_type);
-  return it == arity.end() ? 1 : it->second;
-}
+namespace mpigrad::nn::onnx_ops {
 
 const onnx::AttributeProto* NodeView::find(const std::string& name) const {
   for (const auto& attribute : node_.attribute())
@@ -166,5 +90,4 @@ Tensor int64_vector(const std::vector<int64_t>& values) {
   return Tensor::from_vector(values, core::Shape{int64_t(values.size())});
 }
 
-}  // namespace onnx_ops
-}  // namespace mpigrad::nn
+}  // namespace mpigrad::nn::onnx_ops

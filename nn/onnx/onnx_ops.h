@@ -1,18 +1,20 @@
-// The table of ONNX ops OnnxModel runs: for each op type, a builder that reads the node's
-// attributes once at load (per opset version) and returns the function each forward calls.
+// What an ONNX op's builder works with: the node it compiles (NodeView, typed attribute access),
+// the function it returns for each forward (OpFunction, or SequenceFunction for sequence ops)
+// and the helpers the op families share. The ops themselves, one row each, are the table of
+// nn/onnx/onnx_op_table.h.
 //
 // Internal to nn/onnx. The op families live in onnx_ops_math.cpp (elementwise, activations,
 // Gemm/MatMul, reductions, softmax), onnx_ops_nn.cpp (convolution, pooling, normalization,
-// dropout) and onnx_ops_shape.cpp (shape arithmetic, data movement, plumbing). Every op runs on
-// core ops, so autograd, devices and dtypes come from core. Integer tensors (shapes, indices)
-// never require grad, which is what keeps shape arithmetic a host-side constant computation.
+// dropout), onnx_ops_shape.cpp (shape arithmetic, data movement, plumbing) and
+// onnx_ops_sequence.cpp (sequences of tensors). Every op runs on core ops, so autograd, devices
+// and dtypes come from core. Integer tensors (shapes, indices) never require grad, which is what
+// keeps shape arithmetic a host-side constant computation.
 #pragma once
 
 #include <onnx/onnx_pb.h>
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -82,20 +84,6 @@ struct SequenceState {
 };
 using SequenceFunction = std::function<void(const std::vector<int>& inputs,
                                             const std::vector<int>& outputs, SequenceState& state)>;
-bool is_sequence_op(const std::string& op_type);
-SequenceFunction sequence_op(const NodeView& node);
-using OpTable = std::map<std::string, OpBuilder>;
-
-const OpTable& op_table();
-void add_math_ops(OpTable& table);
-void add_nn_ops(OpTable& table);
-void add_shape_ops(OpTable& table);
-
-// The fewest inputs a node of `op_type` must name (optional ones may be "").
-int min_inputs(const std::string& op_type);
-// Whether input `index` of `op_type` is a setting rather than data a gradient could flow to
-// (Resize's roi and scales, Clip's bounds, Dropout's ratio, Pad's pads and value, ...).
-bool is_setting_input(const std::string& op_type, int index);
 
 // ---- Helpers shared by the op families --------------------------------------------------
 // The values of a (small, integer or floating) tensor on the host, as int64 / double.

@@ -9,7 +9,7 @@
 #include "mpigrad/core/ops/linalg.h"
 #include "mpigrad/core/ops/reduce.h"
 #include "mpigrad/core/ops/softmax.h"
-#include "mpigrad/nn/onnx/onnx_ops.h"
+#include "mpigrad/nn/onnx/onnx_op_table.h"
 
 namespace mpigrad::nn::onnx_ops {
 
@@ -371,107 +371,125 @@ OpBuilder logical(int kind) {  // 0 and, 1 or, 2 xor
   };
 }
 
+// Celu: x for x > 0, alpha (exp(x / alpha) - 1) below.
+OpFunction celu(const NodeView& node) {
+  const double alpha = node.get_float("alpha", 1.0);
+  return [alpha](const std::vector<Tensor>& in, RunContext&) {
+    const Tensor& x = in[0];
+    const Tensor negative = (core::exp(core::minimum(x, scalar(0.0, x)) / alpha) - 1.0) * alpha;
+    return std::vector<Tensor>{core::where(positive(x), x, negative)};
+  };
+}
+
+OpFunction thresholded_relu(const NodeView& node) {
+  const double alpha = node.get_float("alpha", 1.0);
+  return [alpha](const std::vector<Tensor>& in, RunContext&) {
+    const Tensor& x = in[0];
+    return std::vector<Tensor>{core::where(core::gt(x, scalar(alpha, x)), x, scalar(0.0, x))};
+  };
+}
+
+OpFunction shrink(const NodeView& node) {
+  const double lambd = node.get_float("lambd", 0.5), bias = node.get_float("bias", 0.0);
+  return [=](const std::vector<Tensor>& in, RunContext&) {
+    const Tensor& x = in[0];
+    const Tensor zero = scalar(0.0, x);
+    return std::vector<Tensor>{
+        core::where(core::lt(x, scalar(-lambd, x)), x + bias,
+                    core::where(core::gt(x, scalar(lambd, x)), x - bias, zero))};
+  };
+}
+
+OpFunction where_op(const NodeView&) {
+  return [](const std::vector<Tensor>& in, RunContext&) {
+    const Tensor& like = in[1];
+    return std::vector<Tensor>{
+        core::where(on_device_of(in[0], like), like, on_device_of(in[2], like))};
+  };
+}
+
+OpFunction prelu(const NodeView&) {
+  return [](const std::vector<Tensor>& in, RunContext&) {
+    const Tensor& x = in[0];
+    return std::vector<Tensor>{core::where(positive(x), x, x * on_device_of(in[1], x))};
+  };
+}
+
 }  // namespace
 
 void add_math_ops(OpTable& t) {
-  t["ReduceL1"] = reduce(Reduction::L1, 18);
-  t["ReduceL2"] = reduce(Reduction::L2, 18);
-  t["ReduceSumSquare"] = reduce(Reduction::SumSquare, 18);
-  t["ReduceLogSum"] = reduce(Reduction::LogSum, 18);
-  t["ReduceLogSumExp"] = reduce(Reduction::LogSumExp, 18);
-  t["ArgMax"] = arg_extremum(true);
-  t["ArgMin"] = arg_extremum(false);
-  t["Floor"] = rounding([](double v) { return std::floor(v); });
-  t["Ceil"] = rounding([](double v) { return std::ceil(v); });
-  t["Round"] = rounding([](double v) { return std::nearbyint(v); });  // halves to even
-  t["And"] = logical(0);
-  t["Or"] = logical(1);
-  t["Xor"] = logical(2);
-  t["Not"] = unary([](const Tensor& x) {
-    return core::eq(x.to(core::kUInt8), core::scalar_like(0.0, x.to(core::kUInt8)));
-  });
-  t["IsNaN"] = unary([](const Tensor& x) { return core::ne(x, x); });
-  t["Celu"] = [](const NodeView& node) -> OpFunction {
-    const double alpha = node.get_float("alpha", 1.0);
-    return [alpha](const std::vector<Tensor>& in, RunContext&) {
-      const Tensor& x = in[0];
-      const Tensor negative = (core::exp(core::minimum(x, scalar(0.0, x)) / alpha) - 1.0) * alpha;
-      return std::vector<Tensor>{core::where(positive(x), x, negative)};
-    };
-  };
-  t["ThresholdedRelu"] = [](const NodeView& node) -> OpFunction {
-    const double alpha = node.get_float("alpha", 1.0);
-    return [alpha](const std::vector<Tensor>& in, RunContext&) {
-      const Tensor& x = in[0];
-      return std::vector<Tensor>{core::where(core::gt(x, scalar(alpha, x)), x, scalar(0.0, x))};
-    };
-  };
-  t["Shrink"] = [](const NodeView& node) -> OpFunction {
-    const double lambd = node.get_float("lambd", 0.5), bias = node.get_float("bias", 0.0);
-    return [=](const std::vector<Tensor>& in, RunContext&) {
-      const Tensor& x = in[0];
-      const Tensor zero = scalar(0.0, x);
-      return std::vector<Tensor>{
-          core::where(core::lt(x, scalar(-lambd, x)), x + bias,
-                      core::where(core::gt(x, scalar(lambd, x)), x - bias, zero))};
-    };
-  };
-  t["Add"] = binary([](const Tensor& a, const Tensor& b) { return core::add(a, b); });
-  t["Sub"] = binary([](const Tensor& a, const Tensor& b) { return core::sub(a, b); });
-  t["Mul"] = binary([](const Tensor& a, const Tensor& b) { return core::mul(a, b); });
-  t["Div"] = div_op;
-  t["Pow"] = pow_op;
-  t["Mod"] = mod_op;
-  t["Sum"] = variadic([](const Tensor& a, const Tensor& b) { return core::add(a, b); }, false);
-  t["Mean"] = variadic([](const Tensor& a, const Tensor& b) { return core::add(a, b); }, true);
-  t["Max"] = variadic([](const Tensor& a, const Tensor& b) { return core::maximum(a, b); }, false);
-  t["Min"] = variadic([](const Tensor& a, const Tensor& b) { return core::minimum(a, b); }, false);
-  t["Equal"] = binary([](const Tensor& a, const Tensor& b) { return core::eq(a, b); });
-  t["Less"] = binary([](const Tensor& a, const Tensor& b) { return core::lt(a, b); });
-  t["LessOrEqual"] = binary([](const Tensor& a, const Tensor& b) { return core::le(a, b); });
-  t["Greater"] = binary([](const Tensor& a, const Tensor& b) { return core::gt(a, b); });
-  t["GreaterOrEqual"] = binary([](const Tensor& a, const Tensor& b) { return core::ge(a, b); });
-  t["Where"] = [](const NodeView&) -> OpFunction {
-    return [](const std::vector<Tensor>& in, RunContext&) {
-      const Tensor& like = in[1];
-      return std::vector<Tensor>{
-          core::where(on_device_of(in[0], like), like, on_device_of(in[2], like))};
-    };
-  };
-  t["Neg"] = unary([](const Tensor& x) { return core::neg(x); });
-  t["Abs"] = unary([](const Tensor& x) { return core::abs(x); });
-  t["Sign"] = unary([](const Tensor& x) { return core::sign(x); });
-  t["Sqrt"] = unary([](const Tensor& x) { return core::sqrt(x); });
-  t["Exp"] = unary([](const Tensor& x) { return core::exp(x); });
-  t["Log"] = unary([](const Tensor& x) { return core::log(x); });
-  t["Erf"] = unary([](const Tensor& x) { return core::erf(x); });
-  t["Reciprocal"] = unary([](const Tensor& x) { return 1.0 / x; });
-  t["Relu"] = unary([](const Tensor& x) { return core::relu(x); });
-  t["Sigmoid"] = unary([](const Tensor& x) { return core::sigmoid(x); });
-  t["Tanh"] = unary([](const Tensor& x) { return core::tanh(x); });
-  t["Softplus"] = unary(softplus);
-  t["Softsign"] = unary([](const Tensor& x) { return x / (core::abs(x) + 1.0); });
-  t["HardSwish"] = unary([](const Tensor& x) { return x * core::clamp(x / 6.0 + 0.5, 0.0, 1.0); });
-  t["LeakyRelu"] = alpha_activation(0.01, leaky_relu);
-  t["Elu"] = alpha_activation(1.0, elu);
-  t["Selu"] = selu;
-  t["HardSigmoid"] = hard_sigmoid;
-  t["Gelu"] = gelu_op;
-  t["Clip"] = clip;
-  t["PRelu"] = [](const NodeView&) -> OpFunction {
-    return [](const std::vector<Tensor>& in, RunContext&) {
-      const Tensor& x = in[0];
-      return std::vector<Tensor>{core::where(positive(x), x, x * on_device_of(in[1], x))};
-    };
-  };
-  t["Gemm"] = gemm;
-  t["MatMul"] = binary([](const Tensor& a, const Tensor& b) { return core::matmul(a, b); });
-  t["ReduceSum"] = reduce(Reduction::Sum, 13);
-  t["ReduceMean"] = reduce(Reduction::Mean, 18);
-  t["ReduceMax"] = reduce(Reduction::Max, 18);
-  t["ReduceMin"] = reduce(Reduction::Min, 18);
-  t["Softmax"] = softmax(false);
-  t["LogSoftmax"] = softmax(true);
+  using T = const Tensor&;  // the lambdas' parameter, short so that each row fits a line
+  // Elementwise on one tensor.
+  t.add("Neg", unary([](T x) { return core::neg(x); }));
+  t.add("Abs", unary([](T x) { return core::abs(x); }));
+  t.add("Sign", unary([](T x) { return core::sign(x); }));
+  t.add("Sqrt", unary([](T x) { return core::sqrt(x); }));
+  t.add("Exp", unary([](T x) { return core::exp(x); }));
+  t.add("Log", unary([](T x) { return core::log(x); }));
+  t.add("Erf", unary([](T x) { return core::erf(x); }));
+  t.add("Reciprocal", unary([](T x) { return 1.0 / x; }));
+  t.add("Floor", rounding([](double v) { return std::floor(v); }));
+  t.add("Ceil", rounding([](double v) { return std::ceil(v); }));
+  t.add("Round", rounding([](double v) { return std::nearbyint(v); }));  // to even
+  t.add("Not", unary([](T x) {
+          return core::eq(x.to(core::kUInt8), core::scalar_like(0.0, x.to(core::kUInt8)));
+        }));
+  t.add("IsNaN", unary([](T x) { return core::ne(x, x); }));
+  // Activations.
+  t.add("Relu", unary([](T x) { return core::relu(x); }));
+  t.add("Sigmoid", unary([](T x) { return core::sigmoid(x); }));
+  t.add("Tanh", unary([](T x) { return core::tanh(x); }));
+  t.add("Softplus", unary(softplus));
+  t.add("Softsign", unary([](T x) { return x / (core::abs(x) + 1.0); }));
+  t.add("HardSwish", unary([](T x) { return x * core::clamp(x / 6.0 + 0.5, 0.0, 1.0); }));
+  t.add("LeakyRelu", alpha_activation(0.01, leaky_relu));
+  t.add("Elu", alpha_activation(1.0, elu));
+  t.add("Selu", selu);
+  t.add("Celu", celu);
+  t.add("ThresholdedRelu", thresholded_relu);
+  t.add("Shrink", shrink);
+  t.add("HardSigmoid", hard_sigmoid);
+  t.add("Gelu", gelu_op);
+  t.add("PRelu", prelu).inputs(2, 2);
+  t.add("Clip", clip).inputs(1, 3).settings_from(1);  // min, max
+  // Two tensors, broadcast.
+  t.add("Add", binary([](T a, T b) { return core::add(a, b); })).inputs(2, 2);
+  t.add("Sub", binary([](T a, T b) { return core::sub(a, b); })).inputs(2, 2);
+  t.add("Mul", binary([](T a, T b) { return core::mul(a, b); })).inputs(2, 2);
+  t.add("Div", div_op).inputs(2, 2);
+  t.add("Pow", pow_op).inputs(2, 2);
+  t.add("Mod", mod_op).inputs(2, 2);
+  t.add("Equal", binary([](T a, T b) { return core::eq(a, b); })).inputs(2, 2);
+  t.add("Less", binary([](T a, T b) { return core::lt(a, b); })).inputs(2, 2);
+  t.add("LessOrEqual", binary([](T a, T b) { return core::le(a, b); })).inputs(2, 2);
+  t.add("Greater", binary([](T a, T b) { return core::gt(a, b); })).inputs(2, 2);
+  t.add("GreaterOrEqual", binary([](T a, T b) { return core::ge(a, b); })).inputs(2, 2);
+  t.add("And", logical(0)).inputs(2, 2);
+  t.add("Or", logical(1)).inputs(2, 2);
+  t.add("Xor", logical(2)).inputs(2, 2);
+  t.add("Where", where_op).inputs(3, 3);
+  // Any number of tensors, broadcast.
+  t.add("Sum", variadic([](T a, T b) { return core::add(a, b); }, false)).inputs(1, kVariadic);
+  t.add("Mean", variadic([](T a, T b) { return core::add(a, b); }, true)).inputs(1, kVariadic);
+  t.add("Max", variadic([](T a, T b) { return core::maximum(a, b); }, false)).inputs(1, kVariadic);
+  t.add("Min", variadic([](T a, T b) { return core::minimum(a, b); }, false)).inputs(1, kVariadic);
+  // Products.
+  t.add("Gemm", gemm).inputs(2, 3);  // C is optional from opset 11
+  t.add("MatMul", binary([](T a, T b) { return core::matmul(a, b); })).inputs(2, 2);
+  // Reductions: the axes are an input (a setting) from opset 13 (ReduceSum) or 18.
+  t.add("ReduceSum", reduce(Reduction::Sum, 13)).inputs(1, 2).settings_from(1);
+  t.add("ReduceMean", reduce(Reduction::Mean, 18)).inputs(1, 2).settings_from(1);
+  t.add("ReduceMax", reduce(Reduction::Max, 18)).inputs(1, 2).settings_from(1);
+  t.add("ReduceMin", reduce(Reduction::Min, 18)).inputs(1, 2).settings_from(1);
+  t.add("ReduceL1", reduce(Reduction::L1, 18)).inputs(1, 2).settings_from(1);
+  t.add("ReduceL2", reduce(Reduction::L2, 18)).inputs(1, 2).settings_from(1);
+  t.add("ReduceSumSquare", reduce(Reduction::SumSquare, 18)).inputs(1, 2).settings_from(1);
+  t.add("ReduceLogSum", reduce(Reduction::LogSum, 18)).inputs(1, 2).settings_from(1);
+  t.add("ReduceLogSumExp", reduce(Reduction::LogSumExp, 18)).inputs(1, 2).settings_from(1);
+  t.add("ArgMax", arg_extremum(true));
+  t.add("ArgMin", arg_extremum(false));
+  t.add("Softmax", softmax(false));
+  t.add("LogSoftmax", softmax(true));
 }
 
 }  // namespace mpigrad::nn::onnx_ops

@@ -16,7 +16,7 @@
 #include "mpigrad/nn/functional/dropout.h"
 #include "mpigrad/nn/functional/normalization.h"
 #include "mpigrad/nn/functional/pooling.h"
-#include "mpigrad/nn/onnx/onnx_ops.h"
+#include "mpigrad/nn/onnx/onnx_op_table.h"
 
 namespace mpigrad::nn::onnx_ops {
 
@@ -413,17 +413,19 @@ OpFunction dropout(const NodeView& node) {
 }  // namespace
 
 void add_nn_ops(OpTable& t) {
-  t["Conv"] = conv;
-  t["ConvTranspose"] = conv_transpose;
-  t["MaxPool"] = pool(true);
-  t["AveragePool"] = pool(false);
-  t["GlobalAveragePool"] = global_pool(false);
-  t["GlobalMaxPool"] = global_pool(true);
-  t["BatchNormalization"] = batch_norm;
-  t["LayerNormalization"] = layer_norm;
-  t["InstanceNormalization"] = instance_norm;
-  t["GroupNormalization"] = group_norm;
-  t["Dropout"] = dropout;
+  t.add("Conv", conv).inputs(2, 3);  // x, weight, optional bias
+  t.add("ConvTranspose", conv_transpose).inputs(2, 3);
+  t.add("MaxPool", pool(true));
+  t.add("AveragePool", pool(false));
+  t.add("GlobalAveragePool", global_pool(false));
+  t.add("GlobalMaxPool", global_pool(true));
+  // Normalization and dropout follow train()/eval(), so they never run at load.
+  t.add("BatchNormalization", batch_norm).inputs(5, 5).not_foldable();
+  t.add("LayerNormalization", layer_norm).inputs(2, 3);
+  t.add("InstanceNormalization", instance_norm).inputs(3, 3);
+  t.add("GroupNormalization", group_norm).inputs(3, 3);
+  // ratio and training_mode are inputs from opset 12.
+  t.add("Dropout", dropout).inputs(1, 3).settings_from(1).not_foldable();
 }
 
 }  // namespace mpigrad::nn::onnx_ops

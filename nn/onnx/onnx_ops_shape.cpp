@@ -10,7 +10,7 @@
 #include "mpigrad/core/ops/indexing.h"
 #include "mpigrad/core/ops/join.h"
 #include "mpigrad/nn/onnx/onnx_file.h"
-#include "mpigrad/nn/onnx/onnx_ops.h"
+#include "mpigrad/nn/onnx/onnx_op_table.h"
 
 namespace mpigrad::nn::onnx_ops {
 
@@ -404,6 +404,74 @@ OpFunction pad(const NodeView& node) {
   };
 }
 
+// Where each of `out` resized positions along an axis of `length` reads from, in source
+// coordinates, under ONNX's coordinate_transformation_mode `transform`.
+std::vector<double> source_coordinates(const std::string& transform, int64_t out, int64_t length,
+                                       double scale, const std::string& where) {
+  std::vector<double> source(static_cast<size_t>(out));
+  for (int64_t o = 0; o < out; ++o) {
+    double s;
+    if (transform == "half_pixel") {
+      s = (double(o) + 0.5) / scale - 0.5;
+    } else if (transform == "pytorch_half_pixel") {
+      s = out > 1 ? (double(o) + 0.5) / scale - 0.5 : 0.0;
+    } else if (transform == "align_corners") {
+      // ONNX divides by the unrounded output length, length * scale.
+      const double resized = double(length) * scale;
+      s = out == 1 || resized <= 1.0 ? 0.0 : double(o) * double(length - 1) / (resized - 1.0);
+    } else if (transform == "asymmetric") {
+      s = double(o) / scale;
+    } else if (transform == "tf_half_pixel_for_nn") {
+      s = (double(o) + 0.5) / scale;
+    } else {
+      core::fail(where, ": coordinate_transformation_mode '", transform, "' is not supported");
+    }
+    source[size_t(o)] = s;
+  }
+  return source;
+}
+
+// Nearest: each output position copies the source index `nearest_mode` rounds to.
+Tensor resize_nearest(const Tensor& y, int64_t axis, const std::vector<double>& source,
+                      int64_t length, const std::string& nearest_mode) {
+  std::vector<int64_t> index(source.size());
+  for (size_t o = 0; o < source.size(); ++o) {
+    const double s = source[o];
+    double r;
+    if (nearest_mode == "floor") {
+      r = std::floor(s);
+    } else if (nearest_mode == "ceil") {
+      r = std::ceil(s);
+    } else if (nearest_mode == "round_prefer_ceil") {
+      r = std::floor(s + 0.5);
+    } else {
+      r = s - std::floor(s) == 0.5 ? std::floor(s) : std::round(s);
+    }
+    index[o] = std::clamp<int64_t>(int64_t(r), 0, length - 1);
+  }
+  return core::index_select(y, axis, on_device_of(int64_vector(index), y));
+}
+
+// Linear: each output position blends its two source neighbours.
+Tensor resize_linear(const Tensor& y, int64_t axis, const std::vector<double>& source,
+                     int64_t length) {
+  const size_t out = source.size();
+  std::vector<int64_t> lo(out), hi(out);
+  std::vector<double> weight(out);
+  for (size_t o = 0; o < out; ++o) {
+    const double s = std::clamp(source[o], 0.0, double(length - 1));
+    lo[o] = int64_t(std::floor(s));
+    hi[o] = std::min(lo[o] + 1, length - 1);
+    weight[o] = s - double(lo[o]);
+  }
+  core::Shape wshape;
+  for (int64_t d = 0; d < y.dim(); ++d) wshape.push_back(d == axis ? int64_t(out) : 1);
+  const Tensor w = on_device_of(Tensor::from_vector(weight, wshape).to(y.dtype()), y);
+  const Tensor low = core::index_select(y, axis, on_device_of(int64_vector(lo), y));
+  const Tensor high = core::index_select(y, axis, on_device_of(int64_vector(hi), y));
+  return low + (high - low) * w;
+}
+
 // Resize (and the older Upsample), separably per axis: nearest picks a source index, linear
 // blends the two neighbours. Both are index_selects and products, so gradients flow to x.
 OpFunction resize(const NodeView& node) {
@@ -452,59 +520,9 @@ OpFunction resize(const NodeView& node) {
       const double scale = sizes.empty() ? scales[i] : double(out) / double(length);
       if (out == length && scale == 1.0) continue;
       MPIGRAD_CHECK(out >= 1 && length >= 1, where, ": resize to ", out, " along axis ", a);
-      std::vector<double> source(static_cast<size_t>(out));
-      for (int64_t o = 0; o < out; ++o) {
-        double s;
-        if (transform == "half_pixel") {
-          s = (double(o) + 0.5) / scale - 0.5;
-        } else if (transform == "pytorch_half_pixel") {
-          s = out > 1 ? (double(o) + 0.5) / scale - 0.5 : 0.0;
-        } else if (transform == "align_corners") {
-          // ONNX divides by the unrounded output length, length * scale.
-          const double resized = double(length) * scale;
-          s = out == 1 || resized <= 1.0 ? 0.0 : double(o) * double(length - 1) / (resized - 1.0);
-        } else if (transform == "asymmetric") {
-          s = double(o) / scale;
-        } else if (transform == "tf_half_pixel_for_nn") {
-          s = (double(o) + 0.5) / scale;
-        } else {
-          core::fail(where, ": coordinate_transformation_mode '", transform, "' is not supported");
-        }
-        source[size_t(o)] = s;
-      }
-      if (mode == "nearest") {
-        std::vector<int64_t> index(static_cast<size_t>(out));
-        for (int64_t o = 0; o < out; ++o) {
-          const double s = source[size_t(o)];
-          double r;
-          if (nearest_mode == "floor") {
-            r = std::floor(s);
-          } else if (nearest_mode == "ceil") {
-            r = std::ceil(s);
-          } else if (nearest_mode == "round_prefer_ceil") {
-            r = std::floor(s + 0.5);
-          } else {
-            r = s - std::floor(s) == 0.5 ? std::floor(s) : std::round(s);
-          }
-          index[size_t(o)] = std::clamp<int64_t>(int64_t(r), 0, length - 1);
-        }
-        y = core::index_select(y, a, on_device_of(int64_vector(index), y));
-      } else {
-        std::vector<int64_t> lo(static_cast<size_t>(out)), hi(static_cast<size_t>(out));
-        std::vector<double> weight(static_cast<size_t>(out));
-        for (int64_t o = 0; o < out; ++o) {
-          const double s = std::clamp(source[size_t(o)], 0.0, double(length - 1));
-          lo[size_t(o)] = int64_t(std::floor(s));
-          hi[size_t(o)] = std::min(lo[size_t(o)] + 1, length - 1);
-          weight[size_t(o)] = s - double(lo[size_t(o)]);
-        }
-        core::Shape wshape;
-        for (int64_t d = 0; d < y.dim(); ++d) wshape.push_back(d == a ? out : 1);
-        const Tensor w = on_device_of(Tensor::from_vector(weight, wshape).to(y.dtype()), y);
-        const Tensor low = core::index_select(y, a, on_device_of(int64_vector(lo), y));
-        const Tensor high = core::index_select(y, a, on_device_of(int64_vector(hi), y));
-        y = low + (high - low) * w;
-      }
+      const std::vector<double> source = source_coordinates(transform, out, length, scale, where);
+      y = mode == "nearest" ? resize_nearest(y, a, source, length, nearest_mode)
+                            : resize_linear(y, a, source, length);
     }
     return one(y);
   };
@@ -557,41 +575,51 @@ OpFunction constant(const NodeView& node) {
   return [value](const std::vector<Tensor>&, RunContext&) { return one(value); };
 }
 
+OpFunction cast_like(const NodeView&) {
+  return [](const std::vector<Tensor>& in, RunContext&) { return one(in[0].to(in[1].dtype())); };
+}
+
+OpFunction size_op(const NodeView&) {
+  return [](const std::vector<Tensor>& in, RunContext&) {
+    return one(Tensor::from_vector(std::vector<int64_t>{in[0].numel()}, core::Shape{}));
+  };
+}
+
+OpFunction identity(const NodeView&) {
+  return [](const std::vector<Tensor>& in, RunContext&) { return one(in[0]); };
+}
+
 }  // namespace
 
 void add_shape_ops(OpTable& t) {
-  t["Reshape"] = reshape;
-  t["Flatten"] = flatten;
-  t["Transpose"] = transpose;
-  t["Squeeze"] = squeeze;
-  t["Unsqueeze"] = unsqueeze;
-  t["Concat"] = concat;
-  t["Split"] = split;
-  t["Slice"] = slice;
-  t["Gather"] = gather;
-  t["GatherElements"] = gather_elements;
-  t["Expand"] = expand;
-  t["Trilu"] = trilu;
-  t["Range"] = range;
-  t["Tile"] = tile;
-  t["Pad"] = pad;
-  t["Resize"] = resize;
-  t["Upsample"] = resize;
-  t["Cast"] = cast;
-  t["CastLike"] = [](const NodeView&) -> OpFunction {
-    return [](const std::vector<Tensor>& in, RunContext&) { return one(in[0].to(in[1].dtype())); };
-  };
-  t["Shape"] = shape_op;
-  t["Size"] = [](const NodeView&) -> OpFunction {
-    return [](const std::vector<Tensor>& in, RunContext&) {
-      return one(Tensor::from_vector(std::vector<int64_t>{in[0].numel()}, core::Shape{}));
-    };
-  };
-  t["ConstantOfShape"] = constant_of_shape;
-  t["Constant"] = constant;
-  t["Identity"] = [](const NodeView&) -> OpFunction {
-    return [](const std::vector<Tensor>& in, RunContext&) { return one(in[0]); };
-  };
+  // The second input (and any after it) of most shape ops is a setting: a shape, axes, sizes.
+  t.add("Reshape", reshape).inputs(2, 2).settings_from(1);
+  t.add("Flatten", flatten);
+  t.add("Transpose", transpose);
+  t.add("Squeeze", squeeze).inputs(1, 2).settings_from(1);  // axes from 13
+  t.add("Unsqueeze", unsqueeze).inputs(1, 2).settings_from(1);
+  t.add("Expand", expand).inputs(2, 2).settings_from(1);
+  t.add("Tile", tile).inputs(2, 2).settings_from(1);
+  t.add("Trilu", trilu).inputs(1, 2).settings_from(1);  // k
+  // Data movement.
+  t.add("Concat", concat).inputs(1, kVariadic);
+  t.add("Split", split).inputs(1, 2).settings_from(1);  // sizes from 13
+  t.add("Slice", slice).inputs(1, 5).settings_from(1);  // inputs from 10
+  t.add("Gather", gather).inputs(2, 2);
+  t.add("GatherElements", gather_elements).inputs(2, 2);
+  t.add("Pad", pad).inputs(1, 4).settings_from(1);          // pads, value, axes
+  t.add("Resize", resize).inputs(1, 4).settings_from(1);    // roi, scales, sizes
+  t.add("Upsample", resize).inputs(1, 2).settings_from(1);  // scales from 9
+  // Dtypes and plumbing.
+  t.add("Cast", cast);
+  t.add("CastLike", cast_like).inputs(2, 2);
+  t.add("Identity", identity);
+  t.add("Size", size_op);
+  // Values made from shapes and numbers alone: every input is a setting.
+  t.add("Shape", shape_op).settings_from(0);
+  t.add("ConstantOfShape", constant_of_shape).settings_from(0);
+  t.add("Range", range).inputs(3, 3).settings_from(0);
+  t.add("Constant", constant).inputs(0, 0);
 }
 
 }  // namespace mpigrad::nn::onnx_ops
