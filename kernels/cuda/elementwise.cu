@@ -322,7 +322,7 @@ template <typename C>
 __device__ __forceinline__ C int_div(C a, C b) {
   if (b == C(0)) return C(0);
   if constexpr (std::is_signed_v<C>) {
-    if (b == C(-1)) return detail::wrap_sub(C(0), a);
+    if (b == C(-1)) return wrap_sub(C(0), a);
   }
   return C(a / b);
 }
@@ -338,8 +338,8 @@ __device__ __forceinline__ C int_pow(C base, C exponent) {
   }
   C result = C(1);
   while (exponent != C(0)) {
-    if (exponent & C(1)) result = detail::wrap_mul(result, base);
-    base = detail::wrap_mul(base, base);
+    if (exponent & C(1)) result = wrap_mul(result, base);
+    base = wrap_mul(base, base);
     exponent = C(exponent >> 1);
   }
   return result;
@@ -358,9 +358,9 @@ struct UnaryFn {
       const C x = C(value);
       switch (op) {
         case UnaryOp::Neg:
-          return detail::wrap_sub(C(0), x);
+          return wrap_sub(C(0), x);
         case UnaryOp::Abs:
-          return is_negative(x) ? detail::wrap_sub(C(0), x) : x;
+          return is_negative(x) ? wrap_sub(C(0), x) : x;
         case UnaryOp::Relu:
           return is_negative(x) ? C(0) : x;
         case UnaryOp::Sign:
@@ -417,9 +417,9 @@ struct UnaryBackwardFn {
       const C g = C(g_value), x = C(x_value);
       switch (op) {
         case UnaryOp::Neg:
-          return detail::wrap_sub(C(0), g);
+          return wrap_sub(C(0), g);
         case UnaryOp::Abs:
-          return detail::wrap_mul(g, sign_of(x));
+          return wrap_mul(g, sign_of(x));
         case UnaryOp::Relu:
           return x > C(0) ? g : C(0);
         default:
@@ -483,11 +483,11 @@ struct BinaryFn {
     } else if constexpr (std::is_integral_v<C>) {
       switch (op) {
         case BinaryOp::Add:
-          return detail::wrap_add(x, y);
+          return wrap_add(x, y);
         case BinaryOp::Sub:
-          return detail::wrap_sub(x, y);
+          return wrap_sub(x, y);
         case BinaryOp::Mul:
-          return detail::wrap_mul(x, y);
+          return wrap_mul(x, y);
         case BinaryOp::Div:
           return int_div(x, y);
         case BinaryOp::Maximum:
@@ -510,9 +510,9 @@ struct BinaryFn {
         case BinaryOp::Div:
           return T(x / y);
         case BinaryOp::Maximum:
-          return T((detail::is_nan(x) || x > y) ? x : y);
+          return T((is_nan(x) || x > y) ? x : y);
         case BinaryOp::Minimum:
-          return T((detail::is_nan(x) || x < y) ? x : y);
+          return T((is_nan(x) || x < y) ? x : y);
         case BinaryOp::Pow:
           return T(detail::m_pow(x, y));
         default:
@@ -565,7 +565,7 @@ struct ClampFn {
 
 template <typename To, typename From>
 struct CastFn {
-  __device__ To operator()(From value) const { return detail::cast_to<To>(value); }
+  __device__ To operator()(From value) const { return cast_to<To>(value); }
 };
 
 template <typename T>
@@ -611,7 +611,7 @@ __global__ void arange_kernel(int64_t n, storage_t<T>* out, double start, double
        i += int64_t(gridDim.x) * blockDim.x) {
     // Rounded multiply then add (no fused multiply-add), as the CPU computes start + i * step.
     const double value = __dadd_rn(start, __dmul_rn(double(i), step));
-    out[i] = to_storage<T>(detail::cast_to<T>(value));
+    out[i] = to_storage<T>(cast_to<T>(value));
   }
 }
 
@@ -672,7 +672,7 @@ void clamp(DType dtype, const StridedLoop& loop, void* out, const void* in, doub
            void* stream) {
   detail::visit(dtype, [&](auto tag) {
     using T = decltype(tag);
-    ClampFn<T> fn{detail::saturate_bound<T>(lo), detail::saturate_bound<T>(hi)};
+    ClampFn<T> fn{saturate_bound<T>(lo), saturate_bound<T>(hi)};
     run_map1<T, T>(loop, out, in, fn, stream);
   });
   detail::check_launch("clamp", stream);
@@ -722,7 +722,7 @@ void fill(DType dtype, int64_t n, void* out, double value, void* stream) {
   if (n == 0) return;
   detail::visit(dtype, [&](auto tag) {
     using T = decltype(tag);
-    const storage_t<T> v = to_storage<T>(detail::cast_to<T>(value));
+    const storage_t<T> v = to_storage<T>(cast_to<T>(value));
     constexpr int V = int(16 / sizeof(storage_t<T>));
     int64_t done = 0;
     if (aligned(out, 16)) {
