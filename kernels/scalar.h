@@ -88,6 +88,66 @@ MPIGRAD_HOST_DEVICE inline To cast_to(From value) {
   }
 }
 
+// Integer division defined for every input: by 0 it gives 0 (rather than SIGFPE), and
+// MIN / -1, which would trap too, wraps.
+template <typename C>
+MPIGRAD_HOST_DEVICE inline C int_div(C a, C b) {
+  if (b == C(0)) return C(0);
+  if constexpr (std::is_signed_v<C>) {
+    if (b == C(-1)) return wrap_sub(C(0), a);
+  }
+  return C(a / b);
+}
+
+// Integer power by squaring, wrapping; a negative exponent truncates as a real power would
+// (|base| >= 2 gives 0, and 0 to a negative power is defined as 0 too).
+template <typename C>
+MPIGRAD_HOST_DEVICE inline C int_pow(C base, C exponent) {
+  if constexpr (std::is_signed_v<C>) {
+    if (exponent < C(0)) {
+      if (base == C(1)) return C(1);
+      if (base == C(-1)) return (exponent & C(1)) ? C(-1) : C(1);
+      return C(0);
+    }
+  }
+  C result = C(1);
+  while (exponent != C(0)) {
+    if (exponent & C(1)) result = wrap_mul(result, base);
+    base = wrap_mul(base, base);
+    exponent = C(exponent >> 1);
+  }
+  return result;
+}
+
+// x < 0, written so that unsigned types do not compare with zero at all.
+template <typename C>
+MPIGRAD_HOST_DEVICE inline bool is_negative(C x) {
+  if constexpr (std::is_signed_v<C> || std::is_floating_point_v<C>) {
+    return x < C(0);
+  } else {
+    return false;
+  }
+}
+
+// -1, 0 or 1; NaN gives 0, as torch.sign does, so the result is always one of the three.
+template <typename C>
+MPIGRAD_HOST_DEVICE inline C sign_of(C x) {
+  return C(int(C(0) < x) - int(is_negative(x)));
+}
+
+// The constants of the element-wise ops' formulas (GELU, its tanh form, erf's derivative).
+inline constexpr double kSqrtHalf = 0.70710678118654752440;       // 1/sqrt(2)
+inline constexpr double kSqrt2OverPi = 0.79788456080286535588;    // sqrt(2/pi)
+inline constexpr double kInvSqrt2Pi = 0.39894228040143267794;     // 1/sqrt(2*pi)
+inline constexpr double kTwoOverSqrtPi = 1.12837916709551257390;  // d/dx erf(x) at 0
+inline constexpr double kGeluCubic = 0.044715;
+
+// The argument of tanh in GELU's tanh approximation.
+template <typename C>
+MPIGRAD_HOST_DEVICE inline C gelu_tanh_inner(C x) {
+  return C(kSqrt2OverPi) * (x + C(kGeluCubic) * x * x * x);
+}
+
 // A double bound brought into T's range, for clamp limits such as +inf on an integer tensor.
 // Host only: the launchers convert their arguments before the kernels run.
 template <typename T>

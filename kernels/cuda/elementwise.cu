@@ -283,66 +283,14 @@ void run_map3(const StridedLoop& loop, void* out, const void* a, const void* b, 
 }
 
 // ---- Scalar math in the compute type C (float for the 16-bit floats) -----------------------
-
-constexpr double kSqrtHalf = 0.70710678118654752440;       // 1/sqrt(2)
-constexpr double kSqrt2OverPi = 0.79788456080286535588;    // sqrt(2/pi)
-constexpr double kInvSqrt2Pi = 0.39894228040143267794;     // 1/sqrt(2*pi)
-constexpr double kTwoOverSqrtPi = 1.12837916709551257390;  // d/dx erf(x) at 0
-constexpr double kGeluCubic = 0.044715;
+// sign_of, int_div, int_pow, gelu_tanh_inner and the formulas' constants are kernels/scalar.h's,
+// shared with the CPU.
 
 template <typename C>
 __device__ __forceinline__ C sigmoid(C x) {
   if (x >= C(0)) return C(1) / (C(1) + detail::m_exp(-x));
   const C e = detail::m_exp(x);
   return e / (C(1) + e);
-}
-
-// x < 0, written so that unsigned types do not compare with zero at all.
-template <typename C>
-__device__ __forceinline__ bool is_negative(C x) {
-  if constexpr (std::is_signed_v<C> || std::is_floating_point_v<C>) {
-    return x < C(0);
-  } else {
-    return false;
-  }
-}
-
-// -1, 0 or 1; NaN gives 0, as torch.sign does.
-template <typename C>
-__device__ __forceinline__ C sign_of(C x) {
-  return C(int(C(0) < x) - int(is_negative(x)));
-}
-
-template <typename C>
-__device__ __forceinline__ C gelu_tanh_inner(C x) {
-  return C(kSqrt2OverPi) * (x + C(kGeluCubic) * x * x * x);
-}
-
-template <typename C>
-__device__ __forceinline__ C int_div(C a, C b) {
-  if (b == C(0)) return C(0);
-  if constexpr (std::is_signed_v<C>) {
-    if (b == C(-1)) return wrap_sub(C(0), a);
-  }
-  return C(a / b);
-}
-
-template <typename C>
-__device__ __forceinline__ C int_pow(C base, C exponent) {
-  if constexpr (std::is_signed_v<C>) {
-    if (exponent < C(0)) {
-      if (base == C(1)) return C(1);
-      if (base == C(-1)) return (exponent & C(1)) ? C(-1) : C(1);
-      return C(0);
-    }
-  }
-  C result = C(1);
-  while (exponent != C(0)) {
-    if (exponent & C(1)) result = wrap_mul(result, base);
-    base = wrap_mul(base, base);
-    exponent = C(exponent >> 1);
-  }
-  return result;
 }
 
 // ---- Op functors: the op is a member, switched per element ------------------------------------

@@ -62,6 +62,21 @@ TEST_CASE("kernel scalars: integer arithmetic wraps instead of overflowing") {
         std::numeric_limits<int64_t>::max());
 }
 
+TEST_CASE("kernel scalars: integer division and power are defined for every input") {
+  CHECK(kernels::int_div<int32_t>(7, 0) == 0);
+  CHECK(kernels::int_div<int32_t>(-7, 2) == -3);
+  CHECK(kernels::int_div<int32_t>(std::numeric_limits<int32_t>::min(), -1) ==
+        std::numeric_limits<int32_t>::min());
+  CHECK(kernels::int_pow<int64_t>(3, 4) == 81);
+  CHECK(kernels::int_pow<int64_t>(-1, -3) == -1);
+  CHECK(kernels::int_pow<int64_t>(2, -1) == 0);
+  CHECK(kernels::int_pow<uint8_t>(2, 8) == 0);  // wraps
+  CHECK(kernels::sign_of<double>(-0.5) == -1.0);
+  CHECK(kernels::sign_of<double>(std::nan("")) == 0.0);
+  CHECK(kernels::sign_of<uint8_t>(9) == 1);
+  CHECK(kernels::sign_of<int32_t>(0) == 0);
+}
+
 TEST_CASE("gemm argument checks: each names the backend and what is wrong") {
   std::vector<float> a(4, 1.0f), b(4, 1.0f), c(4, 0.0f);
   GemmShape narrow = square(2);
