@@ -386,4 +386,17 @@ void queue_backward_callback(std::function<void()> callback) {
   backward_callbacks->push_back(std::move(callback));
 }
 
+void zero_grad(const std::vector<Tensor>& leaves, bool set_to_none) {
+  NoGradGuard no_grad;
+  for (Tensor leaf : leaves) {
+    Tensor grad = leaf.grad();
+    if (!grad.defined()) continue;
+    if (set_to_none) {
+      leaf.set_grad(Tensor());
+    } else {
+      grad.zero_();
+    }
+  }
+}
+
 }  // namespace mpigrad::core

@@ -147,4 +147,9 @@ void backward(const Tensor& root, const Tensor& gradient = Tensor(), bool retain
 // from a grad-ready hook: DDP uses it to finish its last buckets. Throws outside a backward.
 void queue_backward_callback(std::function<void()> callback);
 
+// torch's zero_grad over `leaves` (a module's or an optimizer's parameters): each gradient that
+// is defined becomes undefined (set_to_none) or is filled with zeros in place, which keeps a
+// gradient that is a view (DDP's bucket views) pointing where it did.
+void zero_grad(const std::vector<Tensor>& leaves, bool set_to_none);
+
 }  // namespace mpigrad::core

@@ -103,23 +103,11 @@ Batch MultiDataset::get_batch(std::span<const int64_t> indices) const {
 // ---- Composition --------------------------------------------------------------------------------
 
 EpochPolicy parse_epoch_policy(const std::string& text) {
-  if (text == "dataset_size") return EpochPolicy::DatasetSize;
-  if (text == "min_size") return EpochPolicy::MinSize;
-  if (text == "max_size") return EpochPolicy::MaxSize;
-  core::fail("epoch_policy: unknown value '", text,
-             "' (expected dataset_size, min_size or max_size)");
+  return core::parse_enum(text, kEpochPolicyNames, "epoch_policy");
 }
 
 std::string epoch_policy_name(EpochPolicy policy) {
-  switch (policy) {
-    case EpochPolicy::DatasetSize:
-      return "dataset_size";
-    case EpochPolicy::MinSize:
-      return "min_size";
-    case EpochPolicy::MaxSize:
-      return "max_size";
-  }
-  return "unknown";
+  return std::string(core::enum_name(policy, kEpochPolicyNames));
 }
 
 std::vector<int64_t> largest_remainder(const std::vector<double>& weights, int64_t total) {

@@ -29,6 +29,7 @@
 #include <variant>
 #include <vector>
 
+#include "mpigrad/core/enum_names.h"
 #include "mpigrad/data/dataset.h"
 #include "mpigrad/data/sampler.h"
 
@@ -57,7 +58,11 @@ class MultiDataset : public Dataset {
 };
 
 enum class EpochPolicy { DatasetSize, MinSize, MaxSize };
-// "dataset_size", "min_size" or "max_size".
+inline constexpr core::EnumName<EpochPolicy> kEpochPolicyNames[] = {
+    {EpochPolicy::DatasetSize, "dataset_size"},
+    {EpochPolicy::MinSize, "min_size"},
+    {EpochPolicy::MaxSize, "max_size"}};
+// "dataset_size", "min_size" or "max_size"; anything else is a core::Error listing them.
 EpochPolicy parse_epoch_policy(const std::string& text);
 std::string epoch_policy_name(EpochPolicy policy);
 

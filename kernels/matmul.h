@@ -3,9 +3,13 @@
 // With beta = 0, C is written with `=` and its old contents are never read.
 #pragma once
 
+#include <algorithm>
+#include <climits>
 #include <cstdint>
+#include <string>
 
 #include "mpigrad/kernels/dtype.h"
+#include "mpigrad/kernels/unsupported.h"
 
 namespace mpigrad::kernels {
 
@@ -17,6 +21,29 @@ struct GemmShape {
   int64_t batch = 1;
   int64_t batch_stride_a = 0, batch_stride_b = 0, batch_stride_c = 0;
 };
+
+// The argument checks both gemms make before calling BLAS, which takes every size as an int and
+// would report a too-small leading dimension through xerbla (printing, perhaps aborting): sizes
+// not negative, sizes and leading dimensions within int (the batch count too where `library`
+// takes it as an int: cuBLAS), leading dimensions at least one row long. Throws
+// std::invalid_argument "mpigrad::kernels::<backend>::gemm: ...".
+inline void check_gemm_shape(const GemmShape& s, const char* backend, const char* library,
+                             bool int_batch) {
+  auto fail = [&](const std::string& what) { throw_invalid(backend, "gemm", what); };
+  if (s.m < 0 || s.n < 0 || s.k < 0 || s.batch < 0) fail("negative size");
+  if (s.m > INT_MAX || s.n > INT_MAX || s.k > INT_MAX || s.lda > INT_MAX || s.ldb > INT_MAX ||
+      s.ldc > INT_MAX) {
+    fail(std::string("a size or leading dimension exceeds the 32-bit range of ") + library);
+  }
+  if (int_batch && s.batch > INT_MAX) {
+    fail(std::string("the batch count exceeds the 32-bit range of ") + library);
+  }
+  const int64_t a_cols = s.transpose_a ? s.m : s.k;
+  const int64_t b_cols = s.transpose_b ? s.k : s.n;
+  if (s.lda < std::max<int64_t>(1, a_cols)) fail("lda " + std::to_string(s.lda) + " is too small");
+  if (s.ldb < std::max<int64_t>(1, b_cols)) fail("ldb " + std::to_string(s.ldb) + " is too small");
+  if (s.ldc < std::max<int64_t>(1, s.n)) fail("ldc " + std::to_string(s.ldc) + " is too small");
+}
 
 namespace cpu {
 

@@ -1,5 +1,6 @@
-// The one error the kernels raise themselves: a dtype or option a kernel does not implement.
-// core/ checks its inputs first, so this is a backstop; it names the backend and the kernel.
+// The errors the kernels raise themselves: a dtype or option a kernel does not implement, and an
+// argument it cannot take (a negative size, a leading dimension too small). core/ checks its
+// inputs first, so these are backstops; each names the backend and the kernel.
 #pragma once
 
 #include <stdexcept>
@@ -20,6 +21,13 @@ namespace mpigrad::kernels {
     message += what + " is not supported for dtype " + std::string(dtype_name(dtype));
   }
   throw std::invalid_argument(message);
+}
+
+// Throws std::invalid_argument "mpigrad::kernels::<backend>::<kernel>: <what>".
+[[noreturn]] inline void throw_invalid(const char* backend, const char* kernel,
+                                       const std::string& what) {
+  throw std::invalid_argument(std::string("mpigrad::kernels::") + backend + "::" + kernel + ": " +
+                              what);
 }
 
 }  // namespace mpigrad::kernels

@@ -201,16 +201,7 @@ Module& Module::to_impl(std::optional<Device> device, std::optional<DType> dtype
 }
 
 void Module::zero_grad(bool set_to_none) {
-  core::NoGradGuard no_grad;
-  for (auto& [name, p] : named_parameters()) {
-    Tensor grad = p.grad();
-    if (!grad.defined()) continue;
-    if (set_to_none) {
-      p.set_grad(Tensor());
-    } else {
-      grad.zero_();
-    }
-  }
+  core::zero_grad(parameters(), set_to_none);
 }
 
 int64_t Module::num_parameters(bool trainable_only) const {

@@ -22,9 +22,6 @@ namespace {
 constexpr int64_t kCrossEntropyGrain = 8192;
 
 template <typename T>
-using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
-
-template <typename T>
 void cross_entropy_row(int64_t cols, const T* x, int64_t target, int64_t ignore_index,
                        acc_t<T> scale, acc_t<T>* loss, T* grad) {
   using Acc = acc_t<T>;
@@ -51,9 +48,7 @@ void cross_entropy_row(int64_t cols, const T* x, int64_t target, int64_t ignore_
 int64_t cross_entropy(DType dtype, int64_t rows, int64_t cols, const void* logits,
                       const int64_t* targets, int64_t ignore_index, double grad_scale, void* losses,
                       void* grad) {
-  if (rows < 0 || cols < 0) {
-    throw std::invalid_argument("mpigrad::kernels::cpu::cross_entropy: negative size");
-  }
+  if (rows < 0 || cols < 0) throw_invalid("cross_entropy", "negative size");
   if (!(dtype == DType::Float32 || dtype == DType::Float64 || dtype == DType::BFloat16 ||
         dtype == DType::Float16)) {
     throw_unsupported("cross_entropy", "", dtype);

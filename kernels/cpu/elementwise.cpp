@@ -138,13 +138,8 @@ void for_each_element(const StridedLoop& loop, Out* out, Fn fn, const In*... in)
 }
 
 // ---------------------------------------------------------------------------------------------
-// Scalar math, in the compute type C (float for the 16-bit floats)
-
-constexpr double kSqrtHalf = 0.70710678118654752440;       // 1/sqrt(2)
-constexpr double kSqrt2OverPi = 0.79788456080286535588;    // sqrt(2/pi)
-constexpr double kInvSqrt2Pi = 0.39894228040143267794;     // 1/sqrt(2*pi)
-constexpr double kTwoOverSqrtPi = 1.12837916709551257390;  // d/dx erf(x) at 0
-constexpr double kGeluCubic = 0.044715;
+// Scalar math, in the compute type C (float for the 16-bit floats); sign_of, int_div, int_pow,
+// gelu_tanh_inner and the formulas' constants are kernels/scalar.h's, shared with CUDA.
 
 template <typename C>
 inline C sigmoid(C x) {
@@ -152,17 +147,6 @@ inline C sigmoid(C x) {
   if (x >= C(0)) return C(1) / (C(1) + std::exp(-x));
   const C e = std::exp(x);
   return e / (C(1) + e);
-}
-
-// -1, 0 or 1; NaN gives 0, as torch.sign does, so the result is always one of the three.
-template <typename C>
-inline C sign_of(C x) {
-  return C((C(0) < x) - (x < C(0)));
-}
-
-template <typename C>
-inline C gelu_tanh_inner(C x) {
-  return C(kSqrt2OverPi) * (x + C(kGeluCubic) * x * x * x);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -305,33 +289,6 @@ void unary_backward_typed(UnaryOp op, DType dtype, const StridedLoop& loop, T* g
 
 // ---------------------------------------------------------------------------------------------
 // binary
-
-template <typename C>
-inline C int_div(C a, C b) {
-  if (b == C(0)) return C(0);  // defined as 0 rather than a SIGFPE
-  if constexpr (std::is_signed_v<C>) {
-    if (b == C(-1)) return wrap_sub(C(0), a);  // MIN / -1 would trap too
-  }
-  return C(a / b);
-}
-
-template <typename C>
-inline C int_pow(C base, C exponent) {
-  if constexpr (std::is_signed_v<C>) {
-    if (exponent < C(0)) {
-      if (base == C(1)) return C(1);
-      if (base == C(-1)) return (exponent & C(1)) ? C(-1) : C(1);
-      return C(0);  // |base| >= 2 truncates to 0; 0 to a negative power is defined as 0 too
-    }
-  }
-  C result = C(1);
-  while (exponent != C(0)) {
-    if (exponent & C(1)) result = wrap_mul(result, base);
-    base = wrap_mul(base, base);
-    exponent = C(exponent >> 1);
-  }
-  return result;
-}
 
 template <typename C>
 inline C maximum(C a, C b) {

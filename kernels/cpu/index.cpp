@@ -34,10 +34,7 @@ int64_t first_bad_index(const int64_t* index, int64_t n, int64_t extent) {
 }
 
 void check_sizes(const char* kernel, int64_t outer, int64_t extent, int64_t inner, int64_t count) {
-  if (outer < 0 || extent < 0 || inner < 0 || count < 0) {
-    throw std::invalid_argument(std::string("mpigrad::kernels::cpu::") + kernel +
-                                ": negative size");
-  }
+  if (outer < 0 || extent < 0 || inner < 0 || count < 0) throw_invalid(kernel, "negative size");
 }
 
 template <typename T>

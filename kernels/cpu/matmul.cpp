@@ -13,9 +13,6 @@
 #include <dlfcn.h>
 
 #include <algorithm>
-#include <climits>
-#include <stdexcept>
-#include <string>
 #include <type_traits>
 
 #include "mpigrad/kernels/cpu/parallel.h"
@@ -26,23 +23,6 @@ namespace {
 
 // OpenBLAS runs a gemm with m*n*k at or below 65536 * 4 on the calling thread.
 constexpr int64_t kSmallGemmWork = int64_t(1) << 18;
-
-void check_shape(const GemmShape& s) {
-  auto fail = [](const std::string& what) {
-    throw std::invalid_argument("mpigrad::kernels::cpu::gemm: " + what);
-  };
-  if (s.m < 0 || s.n < 0 || s.k < 0 || s.batch < 0) fail("negative size");
-  if (s.m > INT_MAX || s.n > INT_MAX || s.k > INT_MAX || s.lda > INT_MAX || s.ldb > INT_MAX ||
-      s.ldc > INT_MAX) {
-    fail("a size or leading dimension exceeds the 32-bit range of CBLAS");
-  }
-  // BLAS would report these through xerbla, which prints and may abort; say it here instead.
-  const int64_t a_cols = s.transpose_a ? s.m : s.k;
-  const int64_t b_cols = s.transpose_b ? s.k : s.n;
-  if (s.lda < std::max<int64_t>(1, a_cols)) fail("lda " + std::to_string(s.lda) + " is too small");
-  if (s.ldb < std::max<int64_t>(1, b_cols)) fail("ldb " + std::to_string(s.ldb) + " is too small");
-  if (s.ldc < std::max<int64_t>(1, s.n)) fail("ldc " + std::to_string(s.ldc) + " is too small");
-}
 
 // C = beta * C for the products BLAS is not called for (k == 0 or alpha == 0).
 template <typename T>
@@ -92,7 +72,7 @@ void gemm(DType dtype, const GemmShape& shape, double alpha, const void* a, cons
   if (dtype != DType::Float32 && dtype != DType::Float64) {
     throw_unsupported("gemm", "", dtype);
   }
-  check_shape(shape);
+  check_gemm_shape(shape, "cpu", "CBLAS", /*int_batch=*/false);
   if (shape.m == 0 || shape.n == 0 || shape.batch == 0) return;
   if (dtype == DType::Float32) {
     gemm_typed<float>(shape, float(alpha), static_cast<const float*>(a),

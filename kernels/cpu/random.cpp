@@ -57,15 +57,8 @@ void for_each_element_words(int64_t n, uint64_t seed, uint64_t offset, int64_t w
 }
 
 void check_count(const char* kernel, int64_t n) {
-  if (n < 0) {
-    throw std::invalid_argument(std::string("mpigrad::kernels::cpu::") + kernel +
-                                ": negative element count");
-  }
+  if (n < 0) throw_invalid(kernel, "negative element count");
 }
-
-// The compute type of a random transform: double for Float64, float for everything else.
-template <typename T>
-using real_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 }  // namespace
 
@@ -77,7 +70,7 @@ void uniform(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset, 
     if constexpr (!is_floating_v<T>) {
       throw_unsupported("uniform", "", dtype);
     } else {
-      using R = real_t<T>;
+      using R = acc_t<T>;
       T* dst = static_cast<T*>(out);
       const R low = R(lo);
       const R range = R(hi - lo);
@@ -96,7 +89,7 @@ void normal(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset, d
     if constexpr (!is_floating_v<T>) {
       throw_unsupported("normal", "", dtype);
     } else {
-      using R = real_t<T>;
+      using R = acc_t<T>;
       T* dst = static_cast<T*>(out);
       const R mu = R(mean);
       const R sigma = R(std);

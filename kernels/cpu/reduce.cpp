@@ -232,13 +232,9 @@ void reduce_columns(ReduceOp op, int64_t outer, int64_t extent, int64_t inner, v
 
 void reduce(ReduceOp op, DType dtype, int64_t outer, int64_t extent, int64_t inner, void* out,
             int64_t* indices, const void* in) {
-  if (outer < 0 || extent < 0 || inner < 0) {
-    throw std::invalid_argument("mpigrad::kernels::cpu::reduce: negative size");
-  }
-  if (op != ReduceOp::Sum && extent == 0 && outer * inner > 0) {
-    throw std::invalid_argument(
-        "mpigrad::kernels::cpu::reduce: Max and Min need an extent of at least 1");
-  }
+  if (outer < 0 || extent < 0 || inner < 0) throw_invalid("reduce", "negative size");
+  if (op != ReduceOp::Sum && extent == 0 && outer * inner > 0)
+    throw_invalid("reduce", "Max and Min need an extent of at least 1");
   if (outer == 0 || inner == 0) return;
   visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);

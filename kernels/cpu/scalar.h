@@ -1,110 +1,24 @@
-// Internal to kernels/cpu: scalar helpers every CPU kernel family shares.
-//
-// Conversions between element types that are defined for every input (float -> integer never
-// hits undefined behaviour), wrapping integer arithmetic (signed overflow is UB in C++, and a
-// tensor op must not become a trap under a sanitizer), NaN tests that compile away for integers,
-// and the std::invalid_argument every kernel throws for a dtype it does not support.
+// Internal to kernels/cpu: what every CPU kernel family shares beyond kernels/scalar.h (the
+// conversions, wrapping arithmetic and NaN tests the CUDA kernels share too): the
+// std::invalid_argument every kernel throws for a dtype it does not support or an argument it
+// cannot take, named "mpigrad::kernels::cpu::<kernel>".
 #pragma once
 
-#include <cmath>
-#include <cstdint>
-#include <limits>
-#include <stdexcept>
 #include <string>
-#include <type_traits>
 
 #include "mpigrad/kernels/dtype.h"
+#include "mpigrad/kernels/scalar.h"
 #include "mpigrad/kernels/unsupported.h"
 
 namespace mpigrad::kernels::cpu {
-
-using kernels::dtype_name;
 
 [[noreturn]] inline void throw_unsupported(const char* kernel, const std::string& what,
                                            DType dtype) {
   kernels::throw_unsupported("cpu", kernel, what, dtype);
 }
 
-// True for the storage types whose arithmetic is floating point (float, double, Half, BFloat16).
-template <typename T>
-constexpr bool is_floating_v = std::is_floating_point_v<compute_t<T>>;
-
-template <typename C>
-inline bool is_nan(C value) {
-  if constexpr (std::is_floating_point_v<C>) {
-    return value != value;
-  } else {
-    return false;
-  }
-}
-
-// Integer + - * that wrap instead of overflowing into undefined behaviour.
-template <typename C>
-inline C wrap_add(C a, C b) {
-  using U = std::make_unsigned_t<C>;
-  return C(U(a) + U(b));
-}
-template <typename C>
-inline C wrap_sub(C a, C b) {
-  using U = std::make_unsigned_t<C>;
-  return C(U(a) - U(b));
-}
-template <typename C>
-inline C wrap_mul(C a, C b) {
-  using U = std::make_unsigned_t<C>;
-  if constexpr (sizeof(C) < sizeof(unsigned)) {
-    return C(unsigned(U(a)) * unsigned(U(b)));  // avoid promotion to signed int overflowing
-  } else {
-    return C(U(a) * U(b));
-  }
-}
-
-// Float -> signed integer like a C cast (truncation toward zero), except that NaN gives 0 and
-// values outside the range saturate, where the C cast would be undefined.
-template <typename I, typename F>
-inline I float_to_int(F value) {
-  constexpr F kLow = F(std::numeric_limits<I>::min());  // -2^k: exact in float and double
-  if (!(value == value)) return I(0);
-  if (value >= -kLow) return std::numeric_limits<I>::max();
-  if (value < kLow) return std::numeric_limits<I>::min();
-  return I(value);
-}
-
-// Any element type to any other, as copy() defines it: Bool is (value != 0); floats go to
-// UInt8 through int64 so -1.0 becomes 255 as in a C cast chain; otherwise the usual conversion.
-template <typename To, typename From>
-inline To cast_to(From value) {
-  using FromC = compute_t<From>;
-  using ToC = compute_t<To>;
-  if constexpr (std::is_same_v<To, From>) {
-    return value;
-  } else if constexpr (std::is_same_v<To, bool>) {
-    return FromC(value) != FromC(0);
-  } else if constexpr (std::is_floating_point_v<FromC> && std::is_integral_v<To>) {
-    if constexpr (std::is_same_v<To, uint8_t>) {
-      return uint8_t(float_to_int<int64_t>(FromC(value)));
-    } else {
-      return float_to_int<To>(FromC(value));
-    }
-  } else {
-    return To(ToC(FromC(value)));
-  }
-}
-
-// A double bound brought into T's range, for clamp limits such as +inf on an integer tensor.
-template <typename T>
-inline compute_t<T> saturate_bound(double bound) {
-  using C = compute_t<T>;
-  if constexpr (std::is_floating_point_v<C>) {
-    return C(bound);
-  } else if constexpr (std::is_same_v<C, bool>) {
-    return bound > 0.0;
-  } else {
-    if (bound != bound) return C(0);
-    if (bound <= double(std::numeric_limits<C>::min())) return std::numeric_limits<C>::min();
-    if (bound >= double(std::numeric_limits<C>::max())) return std::numeric_limits<C>::max();
-    return C(bound);
-  }
+[[noreturn]] inline void throw_invalid(const char* kernel, const std::string& what) {
+  kernels::throw_invalid("cpu", kernel, what);
 }
 
 }  // namespace mpigrad::kernels::cpu

@@ -23,9 +23,6 @@ namespace {
 // exp costs far more than an add, so rows are worth threading sooner than plain elementwise.
 constexpr int64_t kSoftmaxGrain = 8192;
 
-template <typename T>
-using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
-
 // out may alias in (an in-place softmax): every pass reads in[j] before it writes out[j].
 template <typename T>
 void forward_row(bool log, int64_t cols, T* out, const T* in) {
@@ -72,10 +69,7 @@ void backward_row(bool log, int64_t cols, T* grad_in, const T* grad_out, const T
 
 template <typename RowFn>
 void for_each_row(const char* kernel, DType dtype, int64_t rows, int64_t cols, RowFn row_fn) {
-  if (rows < 0 || cols < 0) {
-    throw std::invalid_argument(std::string("mpigrad::kernels::cpu::") + kernel +
-                                ": negative size");
-  }
+  if (rows < 0 || cols < 0) throw_invalid(kernel, "negative size");
   visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (!is_floating_v<T>) {

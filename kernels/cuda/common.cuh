@@ -3,8 +3,9 @@
 // - Launch checking: every launcher calls check_launch() after its kernels, which turns a
 //   launch error into an exception naming the kernel; with MPIGRAD_CUDA_DEBUG_SYNC it also
 //   synchronizes the stream, so an asynchronous fault is reported by the launch that caused it.
-// - Scalar semantics on the device that mirror kernels/cpu/scalar.h exactly: conversions that
-//   saturate instead of hitting undefined behaviour, wrapping integer arithmetic, NaN tests.
+// - Scalar semantics: kernels/scalar.h's, the very functions the CPU kernels use (conversions
+//   that saturate instead of hitting undefined behaviour, wrapping integer arithmetic, NaN
+//   tests), plus the device load of a Bool.
 // - Math wrappers that pick the float or double device function explicitly.
 // - The strided-loop walk (size-1 dims dropped, mergeable dims merged) that the CPU kernels use.
 // kernels/ includes nothing of ours above it, so errors are standard exceptions; the CUDA backend
@@ -22,6 +23,7 @@
 
 #include "mpigrad/kernels/dtype.h"
 #include "mpigrad/kernels/elementwise.h"
+#include "mpigrad/kernels/scalar.h"
 #include "mpigrad/kernels/unsupported.h"
 
 namespace mpigrad::kernels::cuda::detail {
@@ -36,7 +38,7 @@ using kernels::dtype_name;
 }
 
 [[noreturn]] inline void throw_invalid(const char* kernel, const std::string& what) {
-  throw std::invalid_argument(std::string("mpigrad::kernels::cuda::") + kernel + ": " + what);
+  kernels::throw_invalid("cuda", kernel, what);
 }
 
 inline void check_cuda(cudaError_t status, const char* call, const char* kernel) {
@@ -89,10 +91,7 @@ void visit(DType dtype, Fn&& fn) {
   visit_dtype(dtype, std::forward<Fn>(fn));
 }
 
-template <typename T>
-constexpr bool is_floating_v = std::is_floating_point_v<compute_t<T>>;
-
-// ---- Device scalar semantics (mirror kernels/cpu/scalar.h) ------------------------------------
+// ---- Device scalar semantics (the rest are kernels/scalar.h's, shared with the CPU) ---------
 
 // Bool is stored as one byte that may hold any value (a file, a cast); it is read as != 0.
 template <typename T>
@@ -101,82 +100,6 @@ __device__ __forceinline__ T load(const T* p) {
     return *reinterpret_cast<const uint8_t*>(p) != 0;
   } else {
     return *p;
-  }
-}
-
-template <typename C>
-__device__ __forceinline__ bool is_nan(C value) {
-  if constexpr (std::is_floating_point_v<C>) {
-    return value != value;
-  } else {
-    return false;
-  }
-}
-
-template <typename C>
-__device__ __forceinline__ C wrap_add(C a, C b) {
-  using U = std::make_unsigned_t<C>;
-  return C(U(a) + U(b));
-}
-template <typename C>
-__device__ __forceinline__ C wrap_sub(C a, C b) {
-  using U = std::make_unsigned_t<C>;
-  return C(U(a) - U(b));
-}
-template <typename C>
-__device__ __forceinline__ C wrap_mul(C a, C b) {
-  using U = std::make_unsigned_t<C>;
-  if constexpr (sizeof(C) < sizeof(unsigned)) {
-    return C(unsigned(U(a)) * unsigned(U(b)));
-  } else {
-    return C(U(a) * U(b));
-  }
-}
-
-// Any element type to any other, exactly as kernels/cpu/scalar.h cast_to defines it.
-template <typename To, typename From>
-__host__ __device__ __forceinline__ To cast_to(From value) {
-  using FromC = compute_t<From>;
-  using ToC = compute_t<To>;
-  if constexpr (std::is_same_v<To, From>) {
-    return value;
-  } else if constexpr (std::is_same_v<To, bool>) {
-    return FromC(value) != FromC(0);
-  } else if constexpr (std::is_floating_point_v<FromC> && std::is_integral_v<To>) {
-    // Truncation toward zero, NaN to 0, saturating out of range (kernels/cpu/scalar.h's
-    // float_to_int); floats reach UInt8 through int64, so -1.0 becomes 255.
-    using Wide = std::conditional_t<std::is_same_v<To, uint8_t>, int64_t, To>;
-    const FromC x = FromC(value);
-    const FromC low = FromC(std::numeric_limits<Wide>::min());
-    Wide w;
-    if (!(x == x)) {
-      w = Wide(0);
-    } else if (x >= -low) {
-      w = std::numeric_limits<Wide>::max();
-    } else if (x < low) {
-      w = std::numeric_limits<Wide>::min();
-    } else {
-      w = Wide(x);
-    }
-    return To(w);
-  } else {
-    return To(ToC(FromC(value)));
-  }
-}
-
-// A double bound brought into T's range (clamp limits), as kernels/cpu/scalar.h saturate_bound.
-template <typename T>
-inline compute_t<T> saturate_bound(double bound) {
-  using C = compute_t<T>;
-  if constexpr (std::is_floating_point_v<C>) {
-    return C(bound);
-  } else if constexpr (std::is_same_v<C, bool>) {
-    return bound > 0.0;
-  } else {
-    if (bound != bound) return C(0);
-    if (bound <= double(std::numeric_limits<C>::min())) return std::numeric_limits<C>::min();
-    if (bound >= double(std::numeric_limits<C>::max())) return std::numeric_limits<C>::max();
-    return C(bound);
   }
 }
 

@@ -22,9 +22,6 @@ namespace {
 
 using detail::as_stream;
 
-template <typename T>
-using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
-
 template <bool kWarpPerRow, typename T>
 __global__ void cross_entropy_kernel(int64_t rows, int64_t cols, const T* logits,
                                      const int64_t* targets, int64_t ignore_index, acc_t<T> scale,
@@ -87,7 +84,7 @@ void cross_entropy(DType dtype, int64_t rows, int64_t cols, const void* logits,
   auto* code = reinterpret_cast<unsigned long long*>(bad_target);
   detail::visit(dtype, [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (detail::is_floating_v<T>) {
+    if constexpr (is_floating_v<T>) {
       using Acc = acc_t<T>;
       const auto* x = static_cast<const T*>(logits);
       auto* loss = static_cast<Acc*>(losses);

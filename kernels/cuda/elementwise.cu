@@ -283,66 +283,14 @@ void run_map3(const StridedLoop& loop, void* out, const void* a, const void* b, 
 }
 
 // ---- Scalar math in the compute type C (float for the 16-bit floats) -----------------------
-
-constexpr double kSqrtHalf = 0.70710678118654752440;       // 1/sqrt(2)
-constexpr double kSqrt2OverPi = 0.79788456080286535588;    // sqrt(2/pi)
-constexpr double kInvSqrt2Pi = 0.39894228040143267794;     // 1/sqrt(2*pi)
-constexpr double kTwoOverSqrtPi = 1.12837916709551257390;  // d/dx erf(x) at 0
-constexpr double kGeluCubic = 0.044715;
+// sign_of, int_div, int_pow, gelu_tanh_inner and the formulas' constants are kernels/scalar.h's,
+// shared with the CPU.
 
 template <typename C>
 __device__ __forceinline__ C sigmoid(C x) {
   if (x >= C(0)) return C(1) / (C(1) + detail::m_exp(-x));
   const C e = detail::m_exp(x);
   return e / (C(1) + e);
-}
-
-// x < 0, written so that unsigned types do not compare with zero at all.
-template <typename C>
-__device__ __forceinline__ bool is_negative(C x) {
-  if constexpr (std::is_signed_v<C> || std::is_floating_point_v<C>) {
-    return x < C(0);
-  } else {
-    return false;
-  }
-}
-
-// -1, 0 or 1; NaN gives 0, as torch.sign does.
-template <typename C>
-__device__ __forceinline__ C sign_of(C x) {
-  return C(int(C(0) < x) - int(is_negative(x)));
-}
-
-template <typename C>
-__device__ __forceinline__ C gelu_tanh_inner(C x) {
-  return C(kSqrt2OverPi) * (x + C(kGeluCubic) * x * x * x);
-}
-
-template <typename C>
-__device__ __forceinline__ C int_div(C a, C b) {
-  if (b == C(0)) return C(0);
-  if constexpr (std::is_signed_v<C>) {
-    if (b == C(-1)) return detail::wrap_sub(C(0), a);
-  }
-  return C(a / b);
-}
-
-template <typename C>
-__device__ __forceinline__ C int_pow(C base, C exponent) {
-  if constexpr (std::is_signed_v<C>) {
-    if (exponent < C(0)) {
-      if (base == C(1)) return C(1);
-      if (base == C(-1)) return (exponent & C(1)) ? C(-1) : C(1);
-      return C(0);
-    }
-  }
-  C result = C(1);
-  while (exponent != C(0)) {
-    if (exponent & C(1)) result = detail::wrap_mul(result, base);
-    base = detail::wrap_mul(base, base);
-    exponent = C(exponent >> 1);
-  }
-  return result;
 }
 
 // ---- Op functors: the op is a member, switched per element ------------------------------------
@@ -358,9 +306,9 @@ struct UnaryFn {
       const C x = C(value);
       switch (op) {
         case UnaryOp::Neg:
-          return detail::wrap_sub(C(0), x);
+          return wrap_sub(C(0), x);
         case UnaryOp::Abs:
-          return is_negative(x) ? detail::wrap_sub(C(0), x) : x;
+          return is_negative(x) ? wrap_sub(C(0), x) : x;
         case UnaryOp::Relu:
           return is_negative(x) ? C(0) : x;
         case UnaryOp::Sign:
@@ -417,9 +365,9 @@ struct UnaryBackwardFn {
       const C g = C(g_value), x = C(x_value);
       switch (op) {
         case UnaryOp::Neg:
-          return detail::wrap_sub(C(0), g);
+          return wrap_sub(C(0), g);
         case UnaryOp::Abs:
-          return detail::wrap_mul(g, sign_of(x));
+          return wrap_mul(g, sign_of(x));
         case UnaryOp::Relu:
           return x > C(0) ? g : C(0);
         default:
@@ -483,11 +431,11 @@ struct BinaryFn {
     } else if constexpr (std::is_integral_v<C>) {
       switch (op) {
         case BinaryOp::Add:
-          return detail::wrap_add(x, y);
+          return wrap_add(x, y);
         case BinaryOp::Sub:
-          return detail::wrap_sub(x, y);
+          return wrap_sub(x, y);
         case BinaryOp::Mul:
-          return detail::wrap_mul(x, y);
+          return wrap_mul(x, y);
         case BinaryOp::Div:
           return int_div(x, y);
         case BinaryOp::Maximum:
@@ -510,9 +458,9 @@ struct BinaryFn {
         case BinaryOp::Div:
           return T(x / y);
         case BinaryOp::Maximum:
-          return T((detail::is_nan(x) || x > y) ? x : y);
+          return T((is_nan(x) || x > y) ? x : y);
         case BinaryOp::Minimum:
-          return T((detail::is_nan(x) || x < y) ? x : y);
+          return T((is_nan(x) || x < y) ? x : y);
         case BinaryOp::Pow:
           return T(detail::m_pow(x, y));
         default:
@@ -565,7 +513,7 @@ struct ClampFn {
 
 template <typename To, typename From>
 struct CastFn {
-  __device__ To operator()(From value) const { return detail::cast_to<To>(value); }
+  __device__ To operator()(From value) const { return cast_to<To>(value); }
 };
 
 template <typename T>
@@ -611,7 +559,7 @@ __global__ void arange_kernel(int64_t n, storage_t<T>* out, double start, double
        i += int64_t(gridDim.x) * blockDim.x) {
     // Rounded multiply then add (no fused multiply-add), as the CPU computes start + i * step.
     const double value = __dadd_rn(start, __dmul_rn(double(i), step));
-    out[i] = to_storage<T>(detail::cast_to<T>(value));
+    out[i] = to_storage<T>(cast_to<T>(value));
   }
 }
 
@@ -672,7 +620,7 @@ void clamp(DType dtype, const StridedLoop& loop, void* out, const void* in, doub
            void* stream) {
   detail::visit(dtype, [&](auto tag) {
     using T = decltype(tag);
-    ClampFn<T> fn{detail::saturate_bound<T>(lo), detail::saturate_bound<T>(hi)};
+    ClampFn<T> fn{saturate_bound<T>(lo), saturate_bound<T>(hi)};
     run_map1<T, T>(loop, out, in, fn, stream);
   });
   detail::check_launch("clamp", stream);
@@ -722,7 +670,7 @@ void fill(DType dtype, int64_t n, void* out, double value, void* stream) {
   if (n == 0) return;
   detail::visit(dtype, [&](auto tag) {
     using T = decltype(tag);
-    const storage_t<T> v = to_storage<T>(detail::cast_to<T>(value));
+    const storage_t<T> v = to_storage<T>(cast_to<T>(value));
     constexpr int V = int(16 / sizeof(storage_t<T>));
     int64_t done = 0;
     if (aligned(out, 16)) {

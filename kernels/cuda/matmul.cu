@@ -12,8 +12,6 @@
 // k == 0 or alpha == 0 scale C by beta (zero it for beta == 0) with a small kernel instead.
 #include <cublas_v2.h>
 
-#include <algorithm>
-#include <climits>
 #include <string>
 
 #include "mpigrad/kernels/cuda/common.cuh"
@@ -30,20 +28,6 @@ void check_cublas(cublasStatus_t status, const char* call) {
                              " failed: " + cublasGetStatusName(status) + " (" +
                              cublasGetStatusString(status) + ")");
   }
-}
-
-void check_shape(const GemmShape& s) {
-  auto fail = [](const std::string& what) { detail::throw_invalid("gemm", what); };
-  if (s.m < 0 || s.n < 0 || s.k < 0 || s.batch < 0) fail("negative size");
-  if (s.m > INT_MAX || s.n > INT_MAX || s.k > INT_MAX || s.lda > INT_MAX || s.ldb > INT_MAX ||
-      s.ldc > INT_MAX || s.batch > INT_MAX) {
-    fail("a size, leading dimension or batch count exceeds the 32-bit range of cuBLAS");
-  }
-  const int64_t a_cols = s.transpose_a ? s.m : s.k;
-  const int64_t b_cols = s.transpose_b ? s.k : s.n;
-  if (s.lda < std::max<int64_t>(1, a_cols)) fail("lda " + std::to_string(s.lda) + " is too small");
-  if (s.ldb < std::max<int64_t>(1, b_cols)) fail("ldb " + std::to_string(s.ldb) + " is too small");
-  if (s.ldc < std::max<int64_t>(1, s.n)) fail("ldc " + std::to_string(s.ldc) + " is too small");
 }
 
 // C[b] = beta * C[b] (0 when beta == 0, even over NaN) for the products cuBLAS is not asked for.
@@ -81,7 +65,7 @@ void run_gemm(DType operand, DType result, const GemmShape& shape, double alpha,
   const cudaDataType_t data_type = cuda_type(operand), result_type = cuda_type(result);
   const cublasComputeType_t compute_type =
       operand == DType::Float64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;
-  check_shape(shape);
+  check_gemm_shape(shape, "cuda", "cuBLAS", /*int_batch=*/true);
   if (shape.m == 0 || shape.n == 0 || shape.batch == 0) return;
   if (blas_handle == nullptr) detail::throw_invalid("gemm", "no cuBLAS handle");
   // Entries that share C (batch_stride_c == 0) must run one after another, as on the CPU.
@@ -91,7 +75,7 @@ void run_gemm(DType operand, DType result, const GemmShape& shape, double alpha,
     const int64_t entries = shared_c ? 1 : shape.batch;
     detail::visit(result, [&](auto tag) {
       using T = decltype(tag);
-      if constexpr (detail::is_floating_v<T>) {
+      if constexpr (is_floating_v<T>) {
         scale_c_kernel<T><<<detail::grid_for(entries * shape.m * shape.n), detail::kThreads, 0,
                             as_stream(stream)>>>(entries, shape.m, shape.n, shape.ldc,
                                                  shape.batch_stride_c, beta, static_cast<T*>(c));

@@ -22,9 +22,6 @@ namespace {
 
 using detail::as_stream;
 
-template <typename T>
-using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
-
 template <bool kWarpPerRow, typename T>
 __global__ void layer_norm_forward_kernel(int64_t rows, int64_t cols, acc_t<T> eps, const T* x,
                                           const T* weight, const T* bias, T* y, T* mean, T* rstd) {

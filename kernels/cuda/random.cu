@@ -23,10 +23,6 @@ using detail::kThreads;
 
 constexpr double kTwoPi = 6.28318530717958647692;
 
-// The compute type of a transform: double for Float64, float for every other dtype.
-template <typename T>
-using real_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
-
 __device__ __forceinline__ float mul_rn(float a, float b) {
   return __fmul_rn(a, b);
 }
@@ -41,9 +37,9 @@ __device__ __forceinline__ double add_rn(double a, double b) {
 }
 
 template <typename T>
-__global__ void uniform_kernel(int64_t n, T* out, uint64_t seed, uint64_t offset, real_t<T> low,
-                               real_t<T> range) {
-  using R = real_t<T>;
+__global__ void uniform_kernel(int64_t n, T* out, uint64_t seed, uint64_t offset, acc_t<T> low,
+                               acc_t<T> range) {
+  using R = acc_t<T>;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     const uint32_t word = philox_word(seed, offset + uint64_t(i));
@@ -52,9 +48,9 @@ __global__ void uniform_kernel(int64_t n, T* out, uint64_t seed, uint64_t offset
 }
 
 template <typename T>
-__global__ void normal_kernel(int64_t n, T* out, uint64_t seed, uint64_t offset, real_t<T> mean,
-                              real_t<T> std) {
-  using R = real_t<T>;
+__global__ void normal_kernel(int64_t n, T* out, uint64_t seed, uint64_t offset, acc_t<T> mean,
+                              acc_t<T> std) {
+  using R = acc_t<T>;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     const uint64_t w0 = offset + 2 * uint64_t(i), w1 = w0 + 1;
@@ -93,10 +89,10 @@ void uniform(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset, 
   check_count("uniform", n);
   detail::visit(dtype, [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (!detail::is_floating_v<T>) {
+    if constexpr (!is_floating_v<T>) {
       detail::throw_unsupported("uniform", "", dtype);
     } else {
-      using R = real_t<T>;
+      using R = acc_t<T>;
       if (n == 0) return;
       uniform_kernel<T><<<detail::grid_for(n), kThreads, 0, as_stream(stream)>>>(
           n, static_cast<T*>(out), seed, offset, R(lo), R(hi - lo));
@@ -110,10 +106,10 @@ void normal(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset, d
   check_count("normal", n);
   detail::visit(dtype, [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (!detail::is_floating_v<T>) {
+    if constexpr (!is_floating_v<T>) {
       detail::throw_unsupported("normal", "", dtype);
     } else {
-      using R = real_t<T>;
+      using R = acc_t<T>;
       if (n == 0) return;
       normal_kernel<T><<<detail::grid_for(n), kThreads, 0, as_stream(stream)>>>(
           n, static_cast<T*>(out), seed, offset, R(mean), R(std));
@@ -130,8 +126,8 @@ void bernoulli(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset
     using T = decltype(tag);
     // Bool is written as a byte of 0 or 1.
     using Stored = std::conditional_t<std::is_same_v<T, bool>, uint8_t, T>;
-    const Stored one = Stored(detail::cast_to<T>(1.0));
-    const Stored zero = Stored(detail::cast_to<T>(0.0));
+    const Stored one = Stored(cast_to<T>(1.0));
+    const Stored zero = Stored(cast_to<T>(0.0));
     bernoulli_kernel<Stored><<<detail::grid_for(n), kThreads, 0, as_stream(stream)>>>(
         n, static_cast<Stored*>(out), seed, offset, p, one, zero);
   });

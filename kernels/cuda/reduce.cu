@@ -45,20 +45,20 @@ __device__ __forceinline__ X shuffle_xor(X value, int delta) {
 
 template <typename T>
 struct SumReducer {
-  using Acc = std::conditional_t<detail::is_floating_v<T>, double, int64_t>;
-  using Out = std::conditional_t<detail::is_floating_v<T>, T, int64_t>;
+  using Acc = std::conditional_t<is_floating_v<T>, double, int64_t>;
+  using Out = std::conditional_t<is_floating_v<T>, T, int64_t>;
   __device__ static Acc identity() { return Acc(0); }
   __device__ static Acc make(T value, int64_t) { return Acc(compute_t<T>(value)); }
   __device__ static Acc combine(Acc a, Acc b) {
     if constexpr (std::is_integral_v<Acc>) {
-      return detail::wrap_add(a, b);
+      return wrap_add(a, b);
     } else {
       return a + b;
     }
   }
   __device__ static Acc shuffle(Acc a, int delta) { return shuffle_xor(a, delta); }
   __device__ static void store(Acc a, void* out, int64_t*, int64_t position) {
-    static_cast<Out*>(out)[position] = detail::cast_to<Out>(a);
+    static_cast<Out*>(out)[position] = cast_to<Out>(a);
   }
 };
 
@@ -75,7 +75,7 @@ struct ExtremeReducer {
   __device__ static bool better(const Acc& a, const Acc& b) {
     if (a.index < 0) return false;
     if (b.index < 0) return true;
-    const bool a_nan = detail::is_nan(a.value), b_nan = detail::is_nan(b.value);
+    const bool a_nan = is_nan(a.value), b_nan = is_nan(b.value);
     if (a_nan || b_nan) return a_nan && b_nan ? a.index < b.index : a_nan;
     if (a.value == b.value) return a.index < b.index;
     return IsMax ? a.value > b.value : a.value < b.value;

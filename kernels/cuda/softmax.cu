@@ -20,9 +20,6 @@ namespace {
 
 using detail::as_stream;
 
-template <typename T>
-using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
-
 template <bool kWarpPerRow, typename T>
 __global__ void softmax_forward_kernel(bool log, int64_t rows, int64_t cols, T* out, const T* in) {
   using Acc = acc_t<T>;
@@ -116,7 +113,7 @@ template <typename Launch>
 void dispatch_float(DType dtype, Launch launch) {
   detail::visit(dtype, [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (detail::is_floating_v<T>) launch(tag);
+    if constexpr (is_floating_v<T>) launch(tag);
   });
 }
 

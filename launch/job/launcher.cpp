@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "mpigrad/core/enum_names.h"
+
 namespace mpigrad::launch {
 
 Launcher detect_launcher() {
@@ -22,18 +24,16 @@ Launcher detect_launcher() {
   return Launcher::SingleProcess;
 }
 
+namespace {
+// For the start-up report: what the user typed, not a token to parse.
+constexpr core::EnumName<Launcher> kLauncherNames[] = {{Launcher::OpenMpi, "Open MPI (mpirun)"},
+                                                       {Launcher::SlurmPmix, "Slurm/PMIx (srun)"},
+                                                       {Launcher::Hydra, "Hydra (mpiexec.hydra)"},
+                                                       {Launcher::SingleProcess, "single process"}};
+}  // namespace
+
 std::string_view launcher_name(Launcher launcher) {
-  switch (launcher) {
-    case Launcher::OpenMpi:
-      return "Open MPI (mpirun)";
-    case Launcher::SlurmPmix:
-      return "Slurm/PMIx (srun)";
-    case Launcher::Hydra:
-      return "Hydra (mpiexec.hydra)";
-    case Launcher::SingleProcess:
-      return "single process";
-  }
-  return "?";
+  return core::enum_name(launcher, kLauncherNames);
 }
 
 }  // namespace mpigrad::launch

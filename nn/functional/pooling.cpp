@@ -1,7 +1,10 @@
 #include "mpigrad/nn/functional/pooling.h"
 
+#include <span>
+
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/backend.h"
+#include "mpigrad/core/enum_names.h"
 #include "mpigrad/core/ops/op_support.h"
 #include "mpigrad/kernels/pooling.h"
 
@@ -13,15 +16,18 @@ namespace {
 
 enum class PoolKind { Max, Avg, AdaptiveAvg };
 
-const char* pool_name(PoolKind kind) {
-  switch (kind) {
-    case PoolKind::Max:
-      return "max_pool2d";
-    case PoolKind::Avg:
-      return "avg_pool2d";
-    default:
-      return "adaptive_avg_pool2d";
-  }
+// The op's name in messages, and the name of its backward node.
+constexpr core::EnumName<PoolKind> kPoolNames[] = {{PoolKind::Max, "max_pool2d"},
+                                                   {PoolKind::Avg, "avg_pool2d"},
+                                                   {PoolKind::AdaptiveAvg, "adaptive_avg_pool2d"}};
+constexpr core::EnumName<PoolKind> kPoolBackwardNames[] = {
+    {PoolKind::Max, "MaxPool2dBackward"},
+    {PoolKind::Avg, "AvgPool2dBackward"},
+    {PoolKind::AdaptiveAvg, "AdaptiveAvgPool2dBackward"}};
+
+// Every spelling in the tables is a string literal, so the view is null-terminated.
+const char* pool_name(PoolKind kind, std::span<const core::EnumName<PoolKind>> names = kPoolNames) {
+  return core::enum_name(kind, names).data();
 }
 
 kernels::Pool2dGeometry make_geometry(const char* name, const Tensor& input) {
@@ -57,16 +63,7 @@ struct Pool2dBackward final : core::Node {
   // tensors): the winners it recorded, and the input and output it finds them again from.
   Tensor indices, input, output;
   explicit Pool2dBackward(PoolKind kind_) : kind(kind_) {}
-  const char* name() const override {
-    switch (kind) {
-      case PoolKind::Max:
-        return "MaxPool2dBackward";
-      case PoolKind::Avg:
-        return "AvgPool2dBackward";
-      default:
-        return "AdaptiveAvgPool2dBackward";
-    }
-  }
+  const char* name() const override { return pool_name(kind, kPoolBackwardNames); }
   void apply(const Tensor& grad_output, std::vector<Tensor>& grads) override {
     Tensor g = grad_output.contiguous();
     Tensor grad_in = core::detail::empty_on(input_shape, g.dtype(), g.device());
@@ -153,7 +150,7 @@ Tensor avg_pool2d(const Tensor& input, const Pool2dOptions& options) {
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& input, std::array<int64_t, 2> output_size) {
-  const char* name = "adaptive_avg_pool2d";
+  const char* name = pool_name(PoolKind::AdaptiveAvg);
   kernels::Pool2dGeometry g = make_geometry(name, input);
   MPIGRAD_CHECK(output_size[0] >= 1 && output_size[1] >= 1, name,
                 ": output size must be >= 1, got ", output_size[0], "x", output_size[1]);

@@ -1,10 +1,8 @@
 #include "mpigrad/nn/optim/adam.h"
 
-#include <map>
 #include <utility>
 #include <vector>
 
-#include "mpigrad/core/autograd.h"
 #include "mpigrad/core/backend.h"
 
 namespace mpigrad::nn {
@@ -24,49 +22,38 @@ Adam::Adam(std::vector<ParamGroupSpec> groups, const AdamOptions& options,
 }
 
 void Adam::step() {
-  core::NoGradGuard no_grad;
-  // One backend call per (device, dtype), as in SGD::step.
-  std::map<SlotKey, std::vector<core::AdamSlot>> slots;
-  std::vector<Tensor> keep;
-  size_t index = 0;
-  for (ParamGroup& group : param_groups()) {
-    for (Tensor& p : group.params) {
-      ParamState& s = state(index++);
-      if (!p.grad().defined()) continue;
-      Tensor grad = checked_grad(p);
-      if (s.tensors.empty()) {
-        s.tensors.emplace_back("exp_avg", core::zeros_like(p).detach());
-        s.tensors.emplace_back("exp_avg_sq", core::zeros_like(p).detach());
-      }
-      Tensor* exp_avg = s.find("exp_avg");
-      Tensor* exp_avg_sq = s.find("exp_avg_sq");
-      MPIGRAD_CHECK(exp_avg && exp_avg_sq, type_name(), ": state of parameter ", index - 1,
-                    " lacks exp_avg / exp_avg_sq");
-      ++s.step;
-      kernels::AdamHyper hyper;
-      hyper.lr = group.lr;
-      hyper.beta1 = group.momentum;
-      hyper.beta2 = options_.beta2;
-      hyper.eps = options_.eps;
-      hyper.weight_decay = group.weight_decay;
-      hyper.decoupled_weight_decay = decoupled_;
-      hyper.step = s.step;
-      core::AdamSlot slot;
-      slot.param = p.data_ptr();
-      slot.grad = grad.data_ptr();
-      slot.exp_avg = exp_avg->data_ptr();
-      slot.exp_avg_sq = exp_avg_sq->data_ptr();
-      slot.numel = p.numel();
-      slot.hyper = hyper;
-      slots[slot_key(p)].push_back(slot);
-      keep.push_back(grad);
-      p.storage()->bump_version();
-    }
-  }
-  for (const auto& [key, group] : slots) {
-    core::backend_for(slot_device(key))
-        .adam_step(std::get<2>(key), int64_t(group.size()), group.data());
-  }
+  step_batched<core::AdamSlot>(
+      [&](const Update& u) {
+        ParamState& s = u.state;
+        if (s.tensors.empty()) {
+          s.tensors.emplace_back("exp_avg", core::zeros_like(u.param).detach());
+          s.tensors.emplace_back("exp_avg_sq", core::zeros_like(u.param).detach());
+        }
+        Tensor* exp_avg = s.find("exp_avg");
+        Tensor* exp_avg_sq = s.find("exp_avg_sq");
+        MPIGRAD_CHECK(exp_avg && exp_avg_sq, type_name(), ": state of parameter ", u.index,
+                      " lacks exp_avg / exp_avg_sq");
+        ++s.step;
+        kernels::AdamHyper hyper;
+        hyper.lr = u.group.lr;
+        hyper.beta1 = u.group.momentum;
+        hyper.beta2 = options_.beta2;
+        hyper.eps = options_.eps;
+        hyper.weight_decay = u.group.weight_decay;
+        hyper.decoupled_weight_decay = decoupled_;
+        hyper.step = s.step;
+        core::AdamSlot slot;
+        slot.param = u.param.data_ptr();
+        slot.grad = u.grad.data_ptr();
+        slot.exp_avg = exp_avg->data_ptr();
+        slot.exp_avg_sq = exp_avg_sq->data_ptr();
+        slot.numel = u.param.numel();
+        slot.hyper = hyper;
+        return slot;
+      },
+      [](core::Device device, core::DType dtype, std::vector<core::AdamSlot>& slots) {
+        core::backend_for(device).adam_step(dtype, int64_t(slots.size()), slots.data());
+      });
 }
 
 }  // namespace mpigrad::nn

@@ -41,18 +41,7 @@ Tensor* Optimizer::ParamState::find(const std::string& name) {
 }
 
 void Optimizer::zero_grad(bool set_to_none) {
-  core::NoGradGuard no_grad;
-  for (auto& group : groups_) {
-    for (Tensor& p : group.params) {
-      Tensor grad = p.grad();
-      if (!grad.defined()) continue;
-      if (set_to_none) {
-        p.set_grad(Tensor());
-      } else {
-        grad.zero_();
-      }
-    }
-  }
+  for (const ParamGroup& group : groups_) core::zero_grad(group.params, set_to_none);
 }
 
 Tensor Optimizer::checked_grad(const Tensor& param) const {

@@ -1,17 +1,20 @@
 // The base of the optimizers: parameter groups with their own lr, weight decay and momentum
 // (SGD's momentum, or Adam's beta1 - the quantity OneCycleLR cycles), lazily created
-// per-parameter state, zero_grad, and state_dict / load_state_dict in PyTorch's structure:
+// per-parameter state, the walk of a step (step_batched: one backend call per device and dtype),
+// zero_grad, and state_dict / load_state_dict in PyTorch's structure:
 // "param_groups/<g>/lr", ... as scalars and "state/<i>/<name>" as tensors, where i numbers the
 // parameters across all groups in order. Parameters are held by handle: build the optimizer
 // after moving the model with Module::to.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "mpigrad/core/autograd.h"
 #include "mpigrad/core/tensor.h"
 #include "mpigrad/nn/state_dict.h"
 
@@ -66,8 +69,24 @@ class Optimizer {
   // the gradient as a dense tensor of the parameter's dtype.
   Tensor checked_grad(const Tensor& param) const;
 
-  // The steps batch their updates per (device type, device index, dtype): one backend call each
-  // (core::Backend::sgd_step / adam_step), a single fused launch on CUDA.
+  // A parameter that this step updates, as step_batched hands it to make_slot.
+  struct Update {
+    ParamGroup& group;
+    Tensor& param;
+    ParamState& state;
+    size_t index;        // across groups, in order (as state(index))
+    const Tensor& grad;  // checked_grad's, alive until the backend calls are done
+  };
+
+  // The walk every step() makes, written once: under no-grad, each parameter that has a gradient
+  // gets its kernel slot from make_slot(const Update&) and counts as written (its version is
+  // bumped); then launch(device, dtype, std::vector<Slot>&) makes one backend call per
+  // (device type, device index, dtype), a single fused launch on CUDA
+  // (core::Backend::sgd_step / adam_step). Every slot is made before the first call.
+  template <typename Slot, typename MakeSlot, typename Launch>
+  void step_batched(MakeSlot&& make_slot, Launch&& launch);
+
+ private:
   using SlotKey = std::tuple<int, int, core::DType>;
   static SlotKey slot_key(const Tensor& param) {
     return {int(param.device().type), param.device().index, param.dtype()};
@@ -76,9 +95,27 @@ class Optimizer {
     return core::Device(core::DeviceType(std::get<0>(key)), std::get<1>(key));
   }
 
- private:
   std::vector<ParamGroup> groups_;
   std::vector<ParamState> state_;
 };
+
+template <typename Slot, typename MakeSlot, typename Launch>
+void Optimizer::step_batched(MakeSlot&& make_slot, Launch&& launch) {
+  core::NoGradGuard no_grad;
+  std::map<SlotKey, std::vector<Slot>> slots;
+  std::vector<Tensor> keep;  // the converted gradients the slots point into
+  size_t index = 0;
+  for (ParamGroup& group : groups_) {
+    for (Tensor& param : group.params) {
+      const size_t i = index++;
+      if (!param.grad().defined()) continue;
+      Tensor grad = checked_grad(param);
+      slots[slot_key(param)].push_back(make_slot(Update{group, param, state_[i], i, grad}));
+      keep.push_back(std::move(grad));
+      param.storage()->bump_version();
+    }
+  }
+  for (auto& [key, batch] : slots) launch(slot_device(key), std::get<2>(key), batch);
+}
 
 }  // namespace mpigrad::nn

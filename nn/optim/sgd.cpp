@@ -1,10 +1,8 @@
 #include "mpigrad/nn/optim/sgd.h"
 
-#include <map>
 #include <utility>
 #include <vector>
 
-#include "mpigrad/core/autograd.h"
 #include "mpigrad/core/backend.h"
 
 namespace mpigrad::nn {
@@ -21,49 +19,37 @@ SGD::SGD(std::vector<ParamGroupSpec> groups, const SGDOptions& options)
 }
 
 void SGD::step() {
-  core::NoGradGuard no_grad;
-  // Parameters are collected per (device, dtype) and updated by one backend call each (one fused
-  // launch on CUDA); `keep` holds the gradients converted for the kernels until then.
-  std::map<SlotKey, std::vector<core::SgdSlot>> slots;
-  std::vector<Tensor> keep;
-  size_t index = 0;
-  for (ParamGroup& group : param_groups()) {
-    for (Tensor& p : group.params) {
-      ParamState& s = state(index++);
-      if (!p.grad().defined()) continue;
-      Tensor grad = checked_grad(p);
-      kernels::SgdHyper hyper;
-      hyper.lr = group.lr;
-      hyper.momentum = group.momentum;
-      hyper.dampening = options_.dampening;
-      hyper.weight_decay = group.weight_decay;
-      hyper.nesterov = options_.nesterov;
-      void* buffer = nullptr;
-      if (group.momentum != 0.0) {
-        Tensor* existing = s.find("momentum_buffer");
-        hyper.first_step = existing == nullptr;
-        if (existing == nullptr) {
-          s.tensors.emplace_back("momentum_buffer", core::zeros_like(p).detach());
-          existing = &s.tensors.back().second;
+  step_batched<core::SgdSlot>(
+      [&](const Update& u) {
+        ParamState& s = u.state;
+        kernels::SgdHyper hyper;
+        hyper.lr = u.group.lr;
+        hyper.momentum = u.group.momentum;
+        hyper.dampening = options_.dampening;
+        hyper.weight_decay = u.group.weight_decay;
+        hyper.nesterov = options_.nesterov;
+        void* buffer = nullptr;
+        if (u.group.momentum != 0.0) {
+          Tensor* existing = s.find("momentum_buffer");
+          hyper.first_step = existing == nullptr;
+          if (existing == nullptr) {
+            s.tensors.emplace_back("momentum_buffer", core::zeros_like(u.param).detach());
+            existing = &s.tensors.back().second;
+          }
+          buffer = existing->data_ptr();
         }
-        buffer = existing->data_ptr();
-      }
-      ++s.step;
-      core::SgdSlot slot;
-      slot.param = p.data_ptr();
-      slot.grad = grad.data_ptr();
-      slot.momentum_buffer = buffer;
-      slot.numel = p.numel();
-      slot.hyper = hyper;
-      slots[slot_key(p)].push_back(slot);
-      keep.push_back(grad);
-      p.storage()->bump_version();
-    }
-  }
-  for (const auto& [key, group] : slots) {
-    core::backend_for(slot_device(key))
-        .sgd_step(std::get<2>(key), int64_t(group.size()), group.data());
-  }
+        ++s.step;
+        core::SgdSlot slot;
+        slot.param = u.param.data_ptr();
+        slot.grad = u.grad.data_ptr();
+        slot.momentum_buffer = buffer;
+        slot.numel = u.param.numel();
+        slot.hyper = hyper;
+        return slot;
+      },
+      [](core::Device device, core::DType dtype, std::vector<core::SgdSlot>& slots) {
+        core::backend_for(device).sgd_step(dtype, int64_t(slots.size()), slots.data());
+      });
 }
 
 }  // namespace mpigrad::nn

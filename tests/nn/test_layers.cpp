@@ -453,6 +453,24 @@ TEST_CASE("pooling values and gradients") {
   }
 }
 
+TEST_CASE("pooling names its op in errors and its backward node") {
+  Tensor x = fd_input({1, 1, 4, 4}, 52);
+  x.set_requires_grad(true);
+  nn::functional::Pool2dOptions o;
+  o.kernel_size = {2, 2};
+  CHECK(std::string(nn::functional::max_pool2d(x, o).grad_fn()->name()) == "MaxPool2dBackward");
+  CHECK(std::string(nn::functional::avg_pool2d(x, o).grad_fn()->name()) == "AvgPool2dBackward");
+  CHECK(std::string(nn::functional::adaptive_avg_pool2d(x, {2, 2}).grad_fn()->name()) ==
+        "AdaptiveAvgPool2dBackward");
+  Tensor flat = fd_input({4}, 53);
+  CHECK_THROWS_WITH_AS(nn::functional::max_pool2d(flat, o), doctest::Contains("max_pool2d: "),
+                       core::Error);
+  CHECK_THROWS_WITH_AS(nn::functional::avg_pool2d(flat, o), doctest::Contains("avg_pool2d: "),
+                       core::Error);
+  CHECK_THROWS_WITH_AS(nn::functional::adaptive_avg_pool2d(flat, {2, 2}),
+                       doctest::Contains("adaptive_avg_pool2d: "), core::Error);
+}
+
 TEST_CASE("max pooling lets NaN win and takes -inf windows, with the matching index") {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();

@@ -183,6 +183,45 @@ TEST_CASE("parameter groups, skipped parameters and optimizer state_dict round t
                        core::Error);
 }
 
+TEST_CASE("a step batches parameters by dtype; zero_grad clears every group") {
+  // Two dtypes make two backend calls, each with its own group's hyperparameters.
+  Tensor narrow = param({1.0, -2.0}).to(core::kFloat32).detach().set_requires_grad(true);
+  Tensor wide = param({0.5}), idle = param({4.0});
+  nn::AdamOptions o{0.01, 0.8, 0.95, 1e-8, 0.0};
+  nn::Adam adam(
+      {nn::ParamGroupSpec{{narrow}, {}, {}, {}}, nn::ParamGroupSpec{{wide, idle}, 0.1, {}, {}}}, o);
+  std::vector<ScalarAdam> ref = {ScalarAdam{0.01, 0.8, 0.95, 1e-8, 0.0, false},
+                                 ScalarAdam{0.01, 0.8, 0.95, 1e-8, 0.0, false},
+                                 ScalarAdam{0.1, 0.8, 0.95, 1e-8, 0.0, false}};
+  std::vector<double> values = {1.0, -2.0, 0.5};
+  for (const auto& g : kGrads) {
+    narrow.set_grad(Tensor::from_vector(g, {2}, core::kFloat32));
+    wide.set_grad(Tensor::from_vector(std::vector<double>{g[0]}, {1}));
+    adam.step();
+    values[0] = ref[0].step(values[0], double(float(g[0])));
+    values[1] = ref[1].step(values[1], double(float(g[1])));
+    values[2] = ref[2].step(values[2], g[0]);
+  }
+  const auto got_narrow = narrow.to_vector<double>();
+  CHECK(got_narrow[0] == doctest::Approx(values[0]).epsilon(1e-6));
+  CHECK(got_narrow[1] == doctest::Approx(values[1]).epsilon(1e-6));
+  CHECK(wide.item<double>() == doctest::Approx(values[2]).epsilon(1e-12));
+  CHECK(idle.item<double>() == 4.0);
+  CHECK(adam.state_dict().scalar("state/1/step") == 3.0);
+  CHECK_FALSE(adam.state_dict().contains_scalar("state/2/step"));
+
+  // Zero-filling keeps each gradient's storage (DDP's bucket views rely on it); set_to_none
+  // drops them, in every group.
+  const void* kept = wide.grad().data_ptr();
+  adam.zero_grad(false);
+  CHECK(wide.grad().data_ptr() == kept);
+  CHECK(wide.grad().item<double>() == 0.0);
+  CHECK(narrow.grad().to_vector<double>() == std::vector<double>{0.0, 0.0});
+  adam.zero_grad();
+  CHECK_FALSE(narrow.grad().defined());
+  CHECK_FALSE(wide.grad().defined());
+}
+
 TEST_CASE("clip_grad_norm_ clips to the global norm") {
   Tensor a = param({3.0, 0.0}), b = param({4.0});
   set_grad(a, {3.0, 0.0});
