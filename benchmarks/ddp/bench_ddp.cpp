@@ -167,39 +167,17 @@ class NoCommunication : public launch::Communicator {
   }
 
  protected:
-  launch::WorkPtr all_reduce_async_impl(const Tensor& in, const Tensor& out,
-                                        launch::ReduceOp) override {
-    copy(in, out);
+  // Every collective of a single rank leaves its input in its output (barrier and broadcast
+  // have nothing to move).
+  void run_collective(const launch::Collective& collective) override {
+    if (collective.input != nullptr && collective.output != nullptr) {
+      copy(*collective.input, *collective.output);
+    }
+  }
+  launch::WorkPtr start_collective(const launch::Collective& collective) override {
+    run_collective(collective);
     return done();
   }
-  void all_reduce_impl(const Tensor& in, const Tensor& out, launch::ReduceOp) override {
-    copy(in, out);
-  }
-  launch::WorkPtr broadcast_async_impl(const Tensor&, int) override { return done(); }
-  void broadcast_impl(const Tensor&, int) override {}
-  launch::WorkPtr all_gather_async_impl(const Tensor& in, const Tensor& out) override {
-    copy(in, out);
-    return done();
-  }
-  void all_gather_impl(const Tensor& in, const Tensor& out) override { copy(in, out); }
-  launch::WorkPtr all_gather_v_async_impl(const Tensor& in, const Tensor& out,
-                                          std::span<const int64_t>) override {
-    copy(in, out);
-    return done();
-  }
-  void all_gather_v_impl(const Tensor& in, const Tensor& out, std::span<const int64_t>) override {
-    copy(in, out);
-  }
-  launch::WorkPtr reduce_scatter_async_impl(const Tensor& in, const Tensor& out,
-                                            launch::ReduceOp) override {
-    copy(in, out);
-    return done();
-  }
-  void reduce_scatter_impl(const Tensor& in, const Tensor& out, launch::ReduceOp) override {
-    copy(in, out);
-  }
-  launch::WorkPtr barrier_async_impl() override { return done(); }
-  void barrier_impl() override {}
 
  private:
   struct Done final : launch::Work {
@@ -232,13 +210,15 @@ class SimulatedNetwork final : public NoCommunication {
   double blocked_seconds = 0;
 
  protected:
-  launch::WorkPtr all_reduce_async_impl(const Tensor& in, const Tensor& out,
-                                        launch::ReduceOp op) override {
-    NoCommunication::all_reduce_async_impl(in, out, op);
+  launch::WorkPtr start_collective(const launch::Collective& collective) override {
+    if (collective.kind != launch::CollectiveKind::AllReduce) {
+      return NoCommunication::start_collective(collective);
+    }
+    run_collective(collective);
     const auto duration = std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double>(seconds_for(in.nbytes())));
+        std::chrono::duration<double>(seconds_for(collective.bytes)));
     link_free_ = std::max(Clock::now(), link_free_) + duration;
-    busy_seconds += seconds_for(in.nbytes());
+    busy_seconds += seconds_for(collective.bytes);
     return std::make_shared<Delayed>(link_free_, blocked_seconds);
   }
 

@@ -1,5 +1,6 @@
 // Names and parsing for the communicator enums, the environment-driven collective config, world
-// ranks, and the argument checks every backend's collectives go through.
+// ranks, and the public calls: the argument checks every backend's collectives go through and
+// the one description of each call (collective.h) that every backend runs.
 #include "mpigrad/launch/comm/communicator.h"
 
 #include <cstdlib>
@@ -77,7 +78,7 @@ std::string Communicator::world_label() const {
   return rank_label(world_rank(), world_size());
 }
 
-// ---- Argument checks ------------------------------------------------------------------------
+// ---- Argument checks and descriptions --------------------------------------------------------
 // They run on every call, so the fast path is a few inline comparisons and the messages are
 // built only on failure, in code kept off it (measured with perf on an 8-byte MPI all-reduce:
 // inline checks with their message set-up were a third of mpigrad's 130 ns over raw
@@ -138,11 +139,47 @@ inline void check_pair(const Communicator& communicator, const core::Tensor& inp
   core::fail(at, "input and output must not alias");
 }
 
+void check_root(const Communicator& communicator, int root, const char* op) {
+  MPIGRAD_CHECK(root >= 0 && root < communicator.size(), where(communicator, op), "root ", root,
+                " is not a rank of this communicator (size ", communicator.size(), ")");
+}
+
+// The v forms' counts: one per rank, none negative, this rank's the size of its input. Returns
+// their sum, the output's size.
+int64_t check_counts(const Communicator& communicator, std::span<const int64_t> counts,
+                     const core::Tensor& input, const char* op) {
+  const int size = communicator.size(), rank = communicator.rank();
+  MPIGRAD_CHECK(int64_t(counts.size()) == size, where(communicator, op), "counts has ",
+                counts.size(), " entries, expected one per rank (", size, ")");
+  int64_t total = 0;
+  for (int r = 0; r < size; ++r) {
+    MPIGRAD_CHECK(counts[size_t(r)] >= 0, where(communicator, op), "counts[", r,
+                  "] = ", counts[size_t(r)], " is negative");
+    total += counts[size_t(r)];
+  }
+  MPIGRAD_CHECK(input.numel() == counts[size_t(rank)], where(communicator, op), "this rank (", rank,
+                " of the communicator) passes ", input.numel(), " elements but counts[", rank,
+                "] = ", counts[size_t(rank)]);
+  return total;
+}
+
+// Whether this rank's input already lies at its block of the output (elements from `offset`).
+bool input_is_block(const core::Tensor& input, const core::Tensor& output, int64_t offset) {
+  return input.numel() > 0 &&
+         input.data_ptr() == static_cast<char*>(output.data_ptr()) + offset * input.element_size();
+}
+
 }  // namespace
 
 // Inline: the in-place all-reduce is the latency-bound collective (see MpiCommunicator).
-inline void Communicator::check_reduce(bool scatter, const core::Tensor& input,
-                                       const core::Tensor& output, ReduceOp op) const {
+inline Collective Communicator::describe_reduce(CollectiveKind kind, const core::Tensor& input,
+                                                const core::Tensor& output, ReduceOp op) const {
+  const bool scatter = kind == CollectiveKind::ReduceScatter;
+  Collective collective;
+  collective.kind = kind;
+  collective.input = &input;
+  collective.output = &output;
+  collective.op = op;
   // In place (the one-tensor form, which DDP and SyncBatchNorm use): one tensor to check and no
   // counts to compare.
   if (!scatter && input.is_same(output)) {
@@ -150,7 +187,11 @@ inline void Communicator::check_reduce(bool scatter, const core::Tensor& input,
     if (op == ReduceOp::Avg && !core::is_floating(input.dtype())) [[unlikely]] {
       reduce_problem(*this, scatter, input, output, op);
     }
-    return;
+    collective.dtype = input.dtype();
+    collective.count = input.numel();
+    collective.in_place = true;
+    collective.bytes = input.nbytes();
+    return collective;
   }
   check_pair(*this, input, output, scatter ? "reduce_scatter" : "all_reduce");
   const bool avg_ok = op != ReduceOp::Avg || core::is_floating(input.dtype());
@@ -160,91 +201,176 @@ inline void Communicator::check_reduce(bool scatter, const core::Tensor& input,
               : in == out;
   if (!(avg_ok && counts_ok)) [[unlikely]]
     reduce_problem(*this, scatter, input, output, op);
+  collective.dtype = input.dtype();
+  collective.count = out;  // all_reduce: the tensor; reduce_scatter: this rank's block
+  collective.in_place = !scatter && input.data_ptr() == output.data_ptr();
+  collective.bytes = input.nbytes();
+  return collective;
 }
 
-void Communicator::check_broadcast(const core::Tensor& tensor, int root) const {
+Collective Communicator::describe_broadcast(const core::Tensor& tensor, int root) const {
   check_tensor(*this, device(), tensor, "broadcast", "tensor");
-  MPIGRAD_CHECK(root >= 0 && root < size(), where(*this, "broadcast"), "root ", root,
-                " is not a rank of this communicator (size ", size(), ")");
+  check_root(*this, root, "broadcast");
+  Collective collective;
+  collective.kind = CollectiveKind::Broadcast;
+  collective.output = &tensor;
+  collective.dtype = tensor.dtype();
+  collective.root = root;
+  collective.count = tensor.numel();
+  collective.bytes = tensor.nbytes();
+  return collective;
 }
 
-void Communicator::check_all_gather(const core::Tensor& input, const core::Tensor& output) const {
-  check_pair(*this, input, output, "all_gather");
-  const int64_t size = this->size();
-  MPIGRAD_CHECK(output.numel() == input.numel() * size, where(*this, "all_gather"),
-                "output must hold size (", size, ") x input (", input.numel(),
-                ") = ", input.numel() * size, " elements, got ", output.numel());
-}
-
-void Communicator::check_all_gather_v(const core::Tensor& input, const core::Tensor& output,
-                                      std::span<const int64_t> counts) const {
-  check_pair(*this, input, output, "all_gather_v");
-  const int size = this->size(), rank = this->rank();
-  MPIGRAD_CHECK(int64_t(counts.size()) == size, where(*this, "all_gather_v"), "counts has ",
-                counts.size(), " entries, expected one per rank (", size, ")");
-  int64_t total = 0;
-  for (int r = 0; r < size; ++r) {
-    MPIGRAD_CHECK(counts[size_t(r)] >= 0, where(*this, "all_gather_v"), "counts[", r,
-                  "] = ", counts[size_t(r)], " is negative");
-    total += counts[size_t(r)];
+Collective Communicator::describe_all_gather(const core::Tensor& input, const core::Tensor& output,
+                                             std::span<const int64_t> counts, bool v) const {
+  const char* op = v ? "all_gather_v" : "all_gather";
+  check_pair(*this, input, output, op);
+  Collective collective;
+  collective.kind = v ? CollectiveKind::AllGatherV : CollectiveKind::AllGather;
+  collective.input = &input;
+  collective.output = &output;
+  collective.dtype = input.dtype();
+  collective.count = input.numel();
+  if (v) {
+    const int64_t total = check_counts(*this, counts, input, op);
+    MPIGRAD_CHECK(output.numel() == total, where(*this, op), "output has ", output.numel(),
+                  " elements, the counts sum to ", total);
+    collective.counts = counts;
+  } else {
+    const int64_t size = this->size();
+    MPIGRAD_CHECK(output.numel() == input.numel() * size, where(*this, op),
+                  "output must hold size (", size, ") x input (", input.numel(),
+                  ") = ", input.numel() * size, " elements, got ", output.numel());
   }
-  MPIGRAD_CHECK(input.numel() == counts[size_t(rank)], where(*this, "all_gather_v"), "this rank (",
-                rank, " of the communicator) passes ", input.numel(), " elements but counts[", rank,
-                "] = ", counts[size_t(rank)]);
-  MPIGRAD_CHECK(output.numel() == total, where(*this, "all_gather_v"), "output has ",
-                output.numel(), " elements, the counts sum to ", total);
+  collective.in_place = input_is_block(input, output, collective.offset_of(rank()));
+  collective.bytes = output.nbytes();
+  return collective;
 }
 
-// ---- The public calls: check, then the backend's implementation ------------------------------
+Collective Communicator::describe_gather(const core::Tensor& input, const core::Tensor& output,
+                                         std::span<const int64_t> counts, bool v, int root) const {
+  const char* op = v ? "gather_v" : "gather";
+  check_root(*this, root, op);
+  const bool receives = rank() == root;
+  if (receives) {
+    check_pair(*this, input, output, op);
+  } else {
+    check_tensor(*this, device(), input, op, "input");
+  }
+  Collective collective;
+  collective.kind = v ? CollectiveKind::GatherV : CollectiveKind::Gather;
+  collective.input = &input;
+  collective.dtype = input.dtype();
+  collective.root = root;
+  collective.count = input.numel();
+  const int64_t total = v ? check_counts(*this, counts, input, op) : input.numel() * size();
+  if (v) collective.counts = counts;
+  if (receives) {
+    MPIGRAD_CHECK(output.numel() == total, where(*this, op), "the root's output has ",
+                  output.numel(), " elements, ", v ? "the counts sum to " : "size x input is ",
+                  total);
+    collective.output = &output;
+    collective.in_place = input_is_block(input, output, collective.offset_of(root));
+  }
+  collective.bytes = receives ? output.nbytes() : input.nbytes();
+  return collective;
+}
+
+// ---- The public calls: check and describe, then the backend runs the description -------------
 
 WorkPtr Communicator::all_reduce_async(const core::Tensor& input, const core::Tensor& output,
                                        ReduceOp op) {
-  check_reduce(false, input, output, op);
-  return all_reduce_async_impl(input, output, op);
+  return start_collective(describe_reduce(CollectiveKind::AllReduce, input, output, op));
 }
 void Communicator::all_reduce(const core::Tensor& input, const core::Tensor& output, ReduceOp op) {
-  check_reduce(false, input, output, op);
-  all_reduce_impl(input, output, op);
+  run_collective(describe_reduce(CollectiveKind::AllReduce, input, output, op));
 }
 
 WorkPtr Communicator::broadcast_async(const core::Tensor& tensor, int root) {
-  check_broadcast(tensor, root);
-  return broadcast_async_impl(tensor, root);
+  return start_collective(describe_broadcast(tensor, root));
 }
 void Communicator::broadcast(const core::Tensor& tensor, int root) {
-  check_broadcast(tensor, root);
-  broadcast_impl(tensor, root);
+  run_collective(describe_broadcast(tensor, root));
 }
 
 WorkPtr Communicator::all_gather_async(const core::Tensor& input, const core::Tensor& output) {
-  check_all_gather(input, output);
-  return all_gather_async_impl(input, output);
+  return start_collective(describe_all_gather(input, output, {}, false));
 }
 void Communicator::all_gather(const core::Tensor& input, const core::Tensor& output) {
-  check_all_gather(input, output);
-  all_gather_impl(input, output);
+  run_collective(describe_all_gather(input, output, {}, false));
 }
 
 WorkPtr Communicator::all_gather_v_async(const core::Tensor& input, const core::Tensor& output,
                                          std::span<const int64_t> counts) {
-  check_all_gather_v(input, output, counts);
-  return all_gather_v_async_impl(input, output, counts);
+  return start_collective(describe_all_gather(input, output, counts, true));
 }
 void Communicator::all_gather_v(const core::Tensor& input, const core::Tensor& output,
                                 std::span<const int64_t> counts) {
-  check_all_gather_v(input, output, counts);
-  all_gather_v_impl(input, output, counts);
+  run_collective(describe_all_gather(input, output, counts, true));
 }
 
 WorkPtr Communicator::reduce_scatter_async(const core::Tensor& input, const core::Tensor& output,
                                            ReduceOp op) {
-  check_reduce(true, input, output, op);
-  return reduce_scatter_async_impl(input, output, op);
+  return start_collective(describe_reduce(CollectiveKind::ReduceScatter, input, output, op));
 }
 void Communicator::reduce_scatter(const core::Tensor& input, const core::Tensor& output,
                                   ReduceOp op) {
-  check_reduce(true, input, output, op);
-  reduce_scatter_impl(input, output, op);
+  run_collective(describe_reduce(CollectiveKind::ReduceScatter, input, output, op));
+}
+
+WorkPtr Communicator::gather_async(const core::Tensor& input, const core::Tensor& output,
+                                   int root) {
+  return start_collective(describe_gather(input, output, {}, false, root));
+}
+void Communicator::gather(const core::Tensor& input, const core::Tensor& output, int root) {
+  run_collective(describe_gather(input, output, {}, false, root));
+}
+
+WorkPtr Communicator::gather_v_async(const core::Tensor& input, const core::Tensor& output,
+                                     std::span<const int64_t> counts, int root) {
+  return start_collective(describe_gather(input, output, counts, true, root));
+}
+void Communicator::gather_v(const core::Tensor& input, const core::Tensor& output,
+                            std::span<const int64_t> counts, int root) {
+  run_collective(describe_gather(input, output, counts, true, root));
+}
+
+WorkPtr Communicator::barrier_async() {
+  return start_collective(Collective{});
+}
+void Communicator::barrier() {
+  run_collective(Collective{});
+}
+
+// ---- Forwarding a description ----------------------------------------------------------------
+
+Collective Communicator::describe_again(const Collective& collective) const {
+  static const core::Tensor kNone;  // where the description has no tensor
+  const core::Tensor& input = collective.input != nullptr ? *collective.input : kNone;
+  const core::Tensor& output = collective.output != nullptr ? *collective.output : kNone;
+  switch (collective.kind) {
+    case CollectiveKind::AllReduce:
+    case CollectiveKind::ReduceScatter:
+      return describe_reduce(collective.kind, input, output, collective.op);
+    case CollectiveKind::Broadcast:
+      return describe_broadcast(output, collective.root);
+    case CollectiveKind::AllGather:
+    case CollectiveKind::AllGatherV:
+      return describe_all_gather(input, output, collective.counts, collective.is_v());
+    case CollectiveKind::Gather:
+    case CollectiveKind::GatherV:
+      return describe_gather(input, output, collective.counts, collective.is_v(), collective.root);
+    case CollectiveKind::Barrier:
+      break;
+  }
+  return Collective{};
+}
+
+void Communicator::run(const Collective& collective) {
+  run_collective(describe_again(collective));
+}
+WorkPtr Communicator::start(const Collective& collective) {
+  return start_collective(describe_again(collective));
 }
 
 }  // namespace mpigrad::launch

@@ -1,6 +1,6 @@
-// The collective operations the rest of mpigrad (gradient buckets, SyncBatchNorm, metrics) needs,
-// over one group of ranks. Implementations: MpiCommunicator (host tensors, MPI_I* nonblocking
-// collectives) and, with the CUDA backend, NcclCommunicator (device tensors).
+// The collective operations the rest of mpigrad (gradient buckets, SyncBatchNorm, metrics, the
+// timeline) needs, over one group of ranks. Implementations: MpiCommunicator (host tensors,
+// MPI_I* nonblocking collectives) and, with the CUDA backend, NcclCommunicator (device tensors).
 //
 // Conventions shared by every implementation (Communicator's public calls check them, once, for
 // every backend):
@@ -23,12 +23,10 @@
 
 #include "mpigrad/core/enum_names.h"
 #include "mpigrad/core/tensor.h"
+#include "mpigrad/launch/comm/collective.h"
 #include "mpigrad/launch/comm/work.h"
 
 namespace mpigrad::launch {
-
-enum class ReduceOp : uint8_t { Sum, Avg, Max, Min };
-std::string_view reduce_op_name(ReduceOp op);  // "sum", "avg", "max", "min"
 
 // Which library moves the bytes. Auto picks NCCL for CUDA tensors and MPI for host tensors.
 enum class Backend : uint8_t { Auto, Mpi, Nccl };
@@ -78,9 +76,11 @@ struct WorldRanks {
 };
 
 // The collectives, as the non-virtual interface of tiny-cuda-nn: each public call checks its
-// arguments here, once, with the same message whichever backend runs it, then calls the
-// backend's protected *_impl. A backend checks only what is its own (the MPI count limit, the
-// dtypes NCCL moves). Where a tensor must live is device(); a tensor elsewhere is refused here.
+// arguments here, once, with the same message whichever backend runs it, describes the call
+// (Collective, collective.h), and hands that description to the backend's protected
+// run_collective (blocking) or start_collective (async). A backend checks only what is its own
+// (the MPI count limit, the dtypes NCCL moves). Where a tensor must live is device(); a tensor
+// elsewhere is refused here.
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -144,8 +144,28 @@ class Communicator {
   void reduce_scatter(const core::Tensor& input, const core::Tensor& output,
                       ReduceOp op = ReduceOp::Sum);
 
-  WorkPtr barrier_async() { return barrier_async_impl(); }
-  void barrier() { barrier_impl(); }
+  // ---- gather: root's output = concat over ranks of input (output numel = size() x input) ----
+  // Only the root receives: on the other ranks `output` is neither checked nor touched, and may
+  // be undefined. In place on the root when its input is its block of the output.
+  WorkPtr gather_async(const core::Tensor& input, const core::Tensor& output, int root);
+  void gather(const core::Tensor& input, const core::Tensor& output, int root);
+
+  // ---- gather_v: rank r sends counts[r] elements (zero allowed); root's output holds their
+  //      concatenation in rank order. Every rank passes the same counts; only the root's
+  //      output is used, as for gather. -----------------------------------------------------
+  WorkPtr gather_v_async(const core::Tensor& input, const core::Tensor& output,
+                         std::span<const int64_t> counts, int root);
+  void gather_v(const core::Tensor& input, const core::Tensor& output,
+                std::span<const int64_t> counts, int root);
+
+  WorkPtr barrier_async();
+  void barrier();
+
+  // Runs a collective described elsewhere (by another communicator's public call) through this
+  // one's public calls, checked again here: how a communicator that wraps another (a test's
+  // recorder, a benchmark's simulated network) forwards what it was asked.
+  void run(const Collective& collective);
+  WorkPtr start(const Collective& collective);
 
   // A new communicator over the ranks of this one that pass the same color, ordered by key
   // (then by rank). Collective over this communicator.
@@ -156,39 +176,28 @@ class Communicator {
   virtual std::unique_ptr<Communicator> split_node_local(std::string name) = 0;
 
  protected:
-  // What a backend implements. The arguments have passed the checks of the public call: defined,
-  // contiguous tensors on device(), matching dtypes, counts that fit the operation, a root in
-  // range, avg only on floating dtypes, reduce_scatter's buffers not aliased.
-  virtual WorkPtr all_reduce_async_impl(const core::Tensor& input, const core::Tensor& output,
-                                        ReduceOp op) = 0;
-  virtual void all_reduce_impl(const core::Tensor& input, const core::Tensor& output,
-                               ReduceOp op) = 0;
-  virtual WorkPtr broadcast_async_impl(const core::Tensor& tensor, int root) = 0;
-  virtual void broadcast_impl(const core::Tensor& tensor, int root) = 0;
-  virtual WorkPtr all_gather_async_impl(const core::Tensor& input, const core::Tensor& output) = 0;
-  virtual void all_gather_impl(const core::Tensor& input, const core::Tensor& output) = 0;
-  virtual WorkPtr all_gather_v_async_impl(const core::Tensor& input, const core::Tensor& output,
-                                          std::span<const int64_t> counts) = 0;
-  virtual void all_gather_v_impl(const core::Tensor& input, const core::Tensor& output,
-                                 std::span<const int64_t> counts) = 0;
-  virtual WorkPtr reduce_scatter_async_impl(const core::Tensor& input, const core::Tensor& output,
-                                            ReduceOp op) = 0;
-  virtual void reduce_scatter_impl(const core::Tensor& input, const core::Tensor& output,
-                                   ReduceOp op) = 0;
-  virtual WorkPtr barrier_async_impl() = 0;
-  virtual void barrier_impl() = 0;
+  // What a backend implements: the collective `collective` describes, whose arguments have
+  // passed the checks of the public call (collective.h lists them). run_collective returns once
+  // it has completed (stream-ordered for NCCL, nccl_communicator.h); start_collective returns a
+  // Work while it runs. The description borrows the caller's tensors and counts for the call.
+  virtual void run_collective(const Collective& collective) = 0;
+  virtual WorkPtr start_collective(const Collective& collective) = 0;
 
   // Backends call this once, at construction.
   void place_in_world(std::shared_ptr<const WorldRanks> world) { world_ = std::move(world); }
 
  private:
-  // The checks of the public calls; the messages are built only on failure (communicator.cpp).
-  void check_reduce(bool scatter, const core::Tensor& input, const core::Tensor& output,
-                    ReduceOp op) const;
-  void check_broadcast(const core::Tensor& tensor, int root) const;
-  void check_all_gather(const core::Tensor& input, const core::Tensor& output) const;
-  void check_all_gather_v(const core::Tensor& input, const core::Tensor& output,
-                          std::span<const int64_t> counts) const;
+  // Each public call's checks and description, shared by its blocking and async forms; the
+  // messages are built only on failure (communicator.cpp).
+  Collective describe_reduce(CollectiveKind kind, const core::Tensor& input,
+                             const core::Tensor& output, ReduceOp op) const;
+  Collective describe_broadcast(const core::Tensor& tensor, int root) const;
+  Collective describe_all_gather(const core::Tensor& input, const core::Tensor& output,
+                                 std::span<const int64_t> counts, bool v) const;
+  Collective describe_gather(const core::Tensor& input, const core::Tensor& output,
+                             std::span<const int64_t> counts, bool v, int root) const;
+  // A description from elsewhere (run, start), checked and described again here.
+  Collective describe_again(const Collective& collective) const;
 
   std::shared_ptr<const WorldRanks> world_;
 };

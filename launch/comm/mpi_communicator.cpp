@@ -1,5 +1,5 @@
-// MpiCommunicator: the MPI arguments of each collective (Communicator has checked the rest), the
-// debug agreement check, the blocking and nonblocking MPI calls, and the world ranks of a split.
+// MpiCommunicator: each collective's description (collective.h) in MPI's terms, the blocking and
+// nonblocking MPI calls, the debug agreement check, and the world ranks of a split.
 #include "mpigrad/launch/comm/mpi_communicator.h"
 
 #include <array>
@@ -47,35 +47,6 @@ namespace {
 
 using Kind = CollectiveKind;
 
-// One collective, checked and translated to MPI arguments.
-struct Call {
-  Kind kind = Kind::Barrier;
-  // Borrowed: the caller's tensors for a blocking call, the Work's own copies for an async one
-  // (the Work keeps them alive until completion). Pointers, not copies, keep the blocking path
-  // free of reference-count traffic.
-  const core::Tensor* input = nullptr;
-  const core::Tensor* output = nullptr;
-  core::DType dtype = core::kFloat32;
-  MPI_Datatype type = MPI_BYTE;
-  MPI_Op mpi_op = MPI_SUM;
-  ReduceOp reduce = ReduceOp::Sum;
-  int count = 0;  // all_reduce/broadcast: elements; all_gather: per rank; reduce_scatter: per rank
-  int root = 0;
-  bool in_place = false;
-  std::vector<int> counts, displs;  // all_gather_v
-  int64_t bytes = 0;                // what this rank moves, for reports
-
-  // all_reduce fills these once (its per-call path is the latency-bound one); other calls ask
-  // the tensors.
-  const void* send_data = nullptr;
-  void* recv_data = nullptr;
-  const void* send() const {
-    if (in_place) return MPI_IN_PLACE;
-    return send_data != nullptr ? send_data : input->data_ptr();
-  }
-  void* recv() const { return recv_data != nullptr ? recv_data : output->data_ptr(); }
-};
-
 // "[rank 3/4] all_reduce on communicator 'world inter-node': "
 std::string where(const MpiCommunicator::State& state, const char* op) {
   return state.label() + " " + op + " on communicator '" + state.name + "': ";
@@ -94,6 +65,106 @@ inline int to_int_count(int64_t count, const char* op, const MpiCommunicator::St
   return int(count);
 }
 
+// Why a dtype has no reduction op in the table (bool): the runtime's lookup raises the reason.
+[[noreturn, gnu::cold, gnu::noinline]] void unsupported_reduction(
+    const MpiCommunicator::State& state, Kind kind, core::DType dtype, ReduceOp op) {
+  const char* name = collective_kind_name(kind);
+  try {
+    state.runtime->reduction_ops().find(dtype, op);
+  } catch (const core::Error& error) {
+    core::fail(where(state, name), error.what());
+  }
+  core::fail(where(state, name), "no MPI reduction for ", dtype);
+}
+
+// One collective in MPI's terms: its description (collective.h, which Communicator has checked)
+// with the datatype and reduction operator looked up and the counts as MPI's ints, which is
+// all that is left to check here.
+struct Call {
+  Collective what;  // its tensors borrowed (an MpiWork points them at its own references)
+  MPI_Datatype type = MPI_BYTE;
+  MPI_Op mpi_op = MPI_SUM;
+  int count = 0;
+  std::vector<int> counts, displs;  // the v forms; MPI reads them until an async one completes
+  const void* send = nullptr;       // MPI_IN_PLACE when in place
+  void* recv = nullptr;
+};
+
+Call translate(const MpiCommunicator::State& state, const Collective& collective) {
+  Call call;
+  call.what = collective;
+  const char* name = collective_kind_name(collective.kind);
+  call.type = state.types[size_t(collective.dtype)];
+  call.count = to_int_count(collective.count, name, state);
+  if (collective.is_reduction()) {
+    call.mpi_op = state.ops[size_t(collective.dtype)][size_t(collective.op)];
+    if (call.mpi_op == MPI_OP_NULL) [[unlikely]]
+      unsupported_reduction(state, collective.kind, collective.dtype, collective.op);
+  }
+  if (collective.is_v()) {
+    int64_t offset = 0;
+    for (int64_t count : collective.counts) {
+      call.counts.push_back(to_int_count(count, name, state));
+      call.displs.push_back(to_int_count(offset, name, state));
+      offset += count;
+    }
+  }
+  call.send = collective.in_place           ? MPI_IN_PLACE
+              : collective.input != nullptr ? collective.input->data_ptr()
+                                            : nullptr;
+  call.recv = collective.output != nullptr ? collective.output->data_ptr() : nullptr;
+  return call;
+}
+
+// Issues `call` on `comm`: the blocking MPI collective when `request` is null, otherwise its
+// nonblocking MPI_I* form. Returns MPI's code; `what` names the call for an error.
+int issue(const Call& c, MPI_Comm comm, MPI_Request* request, const char*& what) {
+  const bool blocking = request == nullptr;
+  const int root = c.what.root;
+  switch (c.what.kind) {
+    case Kind::AllReduce:
+      what = blocking ? "MPI_Allreduce" : "MPI_Iallreduce";
+      return blocking ? MPI_Allreduce(c.send, c.recv, c.count, c.type, c.mpi_op, comm)
+                      : MPI_Iallreduce(c.send, c.recv, c.count, c.type, c.mpi_op, comm, request);
+    case Kind::Broadcast:
+      what = blocking ? "MPI_Bcast" : "MPI_Ibcast";
+      return blocking ? MPI_Bcast(c.recv, c.count, c.type, root, comm)
+                      : MPI_Ibcast(c.recv, c.count, c.type, root, comm, request);
+    case Kind::AllGather:
+      what = blocking ? "MPI_Allgather" : "MPI_Iallgather";
+      return blocking
+                 ? MPI_Allgather(c.send, c.count, c.type, c.recv, c.count, c.type, comm)
+                 : MPI_Iallgather(c.send, c.count, c.type, c.recv, c.count, c.type, comm, request);
+    case Kind::AllGatherV:
+      what = blocking ? "MPI_Allgatherv" : "MPI_Iallgatherv";
+      return blocking ? MPI_Allgatherv(c.send, c.count, c.type, c.recv, c.counts.data(),
+                                       c.displs.data(), c.type, comm)
+                      : MPI_Iallgatherv(c.send, c.count, c.type, c.recv, c.counts.data(),
+                                        c.displs.data(), c.type, comm, request);
+    case Kind::ReduceScatter:
+      what = blocking ? "MPI_Reduce_scatter_block" : "MPI_Ireduce_scatter_block";
+      return blocking ? MPI_Reduce_scatter_block(c.send, c.recv, c.count, c.type, c.mpi_op, comm)
+                      : MPI_Ireduce_scatter_block(c.send, c.recv, c.count, c.type, c.mpi_op, comm,
+                                                  request);
+    case Kind::Gather:
+      what = blocking ? "MPI_Gather" : "MPI_Igather";
+      return blocking ? MPI_Gather(c.send, c.count, c.type, c.recv, c.count, c.type, root, comm)
+                      : MPI_Igather(c.send, c.count, c.type, c.recv, c.count, c.type, root, comm,
+                                    request);
+    case Kind::GatherV:
+      what = blocking ? "MPI_Gatherv" : "MPI_Igatherv";
+      return blocking ? MPI_Gatherv(c.send, c.count, c.type, c.recv, c.counts.data(),
+                                    c.displs.data(), c.type, root, comm)
+                      : MPI_Igatherv(c.send, c.count, c.type, c.recv, c.counts.data(),
+                                     c.displs.data(), c.type, root, comm, request);
+    case Kind::Barrier:
+      what = blocking ? "MPI_Barrier" : "MPI_Ibarrier";
+      return blocking ? MPI_Barrier(comm) : MPI_Ibarrier(comm, request);
+  }
+  what = "?";
+  return MPI_ERR_OTHER;
+}
+
 // Avg = sum / size, applied to the output after the sum completes.
 void divide_by(const core::Tensor& tensor, int divisor) {
   kernels::visit_floating(tensor.dtype(), [&](auto zero) {
@@ -105,80 +176,51 @@ void divide_by(const core::Tensor& tensor, int divisor) {
   });
 }
 
-void finish(const Call& call, int size) {
-  if ((call.kind == Kind::AllReduce || call.kind == Kind::ReduceScatter) &&
-      call.reduce == ReduceOp::Avg && size > 1) {
-    divide_by(*call.output, size);
+void finish(const Collective& collective, int size) {
+  if (collective.is_reduction() && collective.op == ReduceOp::Avg && size > 1) {
+    divide_by(*collective.output, size);
   }
 }
 
-// MPIGRAD_DEBUG_COLLECTIVES: every rank shares what it is about to call and all compare.
-void check_agreement(const MpiCommunicator::State& state, const Call& call, uint64_t seq) {
-  CollectiveSignature signature{call.kind,          call.dtype,  int64_t(call.count),
-                                int64_t(call.root), call.reduce, hash_counts(call.counts)};
-  check_collective_agreement(state.control, *state.world,
-                             state.label() + " communicator '" + state.name + "'", state.name,
-                             signature, seq);
-}
-
-// Numbers the collective, runs the debug check, and returns the sequence number.
-uint64_t begin(const MpiCommunicator::State& state, const Call& call) {
+// Numbers the collective and, with MPIGRAD_DEBUG_COLLECTIVES, checks it against every rank's;
+// returns its sequence number.
+uint64_t begin(const MpiCommunicator::State& state, const Collective& collective) {
   uint64_t seq = state.watchdog->next_sequence();
-  if (state.config.debug_collectives) check_agreement(state, call, seq);
+  if (state.config.debug_collectives) {
+    check_collective_agreement(state.control, *state.world,
+                               state.label() + " communicator '" + state.name + "'", state.name,
+                               collective, seq);
+  }
   return seq;
 }
 
-void run_blocking(MpiCommunicator::State& state, Call& call) {
-  uint64_t seq = begin(state, call);
-  CollectiveWatchdog::WaitScope scope(*state.watchdog, seq, collective_kind_name(call.kind),
-                                      call.bytes);
-  MPI_Comm comm = state.comm.comm;
-  int rc = MPI_SUCCESS;
+// Kept out of line, so that run_collective stays a thin dispatch for the all-reduce's path.
+[[gnu::noinline]] void run_blocking(MpiCommunicator::State& state, const Collective& collective) {
+  const Call call = translate(state, collective);
+  const uint64_t seq = begin(state, call.what);
   const char* what = "";
-  switch (call.kind) {
-    case Kind::AllReduce:
-      what = "MPI_Allreduce";
-      rc = MPI_Allreduce(call.send(), call.recv(), call.count, call.type, call.mpi_op, comm);
-      break;
-    case Kind::Broadcast:
-      what = "MPI_Bcast";
-      rc = MPI_Bcast(call.recv(), call.count, call.type, call.root, comm);
-      break;
-    case Kind::AllGather:
-      what = "MPI_Allgather";
-      rc = MPI_Allgather(call.send(), call.count, call.type, call.recv(), call.count, call.type,
-                         comm);
-      break;
-    case Kind::AllGatherV:
-      what = "MPI_Allgatherv";
-      rc = MPI_Allgatherv(call.send(), call.count, call.type, call.recv(), call.counts.data(),
-                          call.displs.data(), call.type, comm);
-      break;
-    case Kind::ReduceScatter:
-      what = "MPI_Reduce_scatter_block";
-      rc = MPI_Reduce_scatter_block(call.input->data_ptr(), call.recv(), call.count, call.type,
-                                    call.mpi_op, comm);
-      break;
-    case Kind::Barrier:
-      what = "MPI_Barrier";
-      rc = MPI_Barrier(comm);
-      break;
+  int rc = MPI_SUCCESS;
+  {
+    CollectiveWatchdog::WaitScope scope(*state.watchdog, seq, collective_kind_name(call.what.kind),
+                                        call.what.bytes);
+    rc = issue(call, state.comm.comm, nullptr, what);
   }
   if (rc != MPI_SUCCESS) [[unlikely]] {
     check_mpi(rc, what, "communicator '" + state.name + "', collective #" + std::to_string(seq),
               state.label());
   }
-  finish(call, state.size);
+  finish(call.what, state.size);
 }
 
 class MpiWork final : public Work {
  public:
   MpiWork(std::shared_ptr<MpiCommunicator::State> state, Call call, uint64_t seq)
       : state_(std::move(state)), call_(std::move(call)), seq_(seq) {
-    if (call_.input != nullptr) input_ = *call_.input;
-    if (call_.output != nullptr) output_ = *call_.output;
-    call_.input = &input_;
-    call_.output = &output_;
+    if (call_.what.input != nullptr) input_ = *call_.what.input;
+    if (call_.what.output != nullptr) output_ = *call_.what.output;
+    call_.what.input = &input_;
+    call_.what.output = &output_;
+    call_.what.counts = {};  // the caller's, gone once the call returns; MPI reads call_.counts
   }
 
   ~MpiWork() override {
@@ -191,40 +233,10 @@ class MpiWork final : public Work {
   }
 
   // Issues the nonblocking call. The Work owns the Call because MPI reads the buffers and the
-  // all_gather_v count and displacement arrays until the operation completes.
+  // v forms' count and displacement arrays until the operation completes.
   void start() {
-    Call& c = call_;
-    MPI_Comm comm = state_->comm.comm;
-    int rc = MPI_SUCCESS;
     const char* what = "";
-    switch (c.kind) {
-      case Kind::AllReduce:
-        what = "MPI_Iallreduce";
-        rc = MPI_Iallreduce(c.send(), c.recv(), c.count, c.type, c.mpi_op, comm, &request_);
-        break;
-      case Kind::Broadcast:
-        what = "MPI_Ibcast";
-        rc = MPI_Ibcast(c.recv(), c.count, c.type, c.root, comm, &request_);
-        break;
-      case Kind::AllGather:
-        what = "MPI_Iallgather";
-        rc = MPI_Iallgather(c.send(), c.count, c.type, c.recv(), c.count, c.type, comm, &request_);
-        break;
-      case Kind::AllGatherV:
-        what = "MPI_Iallgatherv";
-        rc = MPI_Iallgatherv(c.send(), c.count, c.type, c.recv(), c.counts.data(), c.displs.data(),
-                             c.type, comm, &request_);
-        break;
-      case Kind::ReduceScatter:
-        what = "MPI_Ireduce_scatter_block";
-        rc = MPI_Ireduce_scatter_block(c.input->data_ptr(), c.recv(), c.count, c.type, c.mpi_op,
-                                       comm, &request_);
-        break;
-      case Kind::Barrier:
-        what = "MPI_Ibarrier";
-        rc = MPI_Ibarrier(comm, &request_);
-        break;
-    }
+    const int rc = issue(call_, state_->comm.comm, &request_, what);
     if (rc != MPI_SUCCESS) done_ = true;  // nothing in flight to wait for in the destructor
     check(rc, what);
   }
@@ -239,8 +251,7 @@ class MpiWork final : public Work {
 
   void wait() override {
     if (done_) return;
-    CollectiveWatchdog::WaitScope scope(*state_->watchdog, seq_, collective_kind_name(call_.kind),
-                                        call_.bytes);
+    CollectiveWatchdog::WaitScope scope(*state_->watchdog, seq_, name(), call_.what.bytes);
     check(MPI_Wait(&request_, MPI_STATUS_IGNORE), "MPI_Wait");
     complete();
   }
@@ -250,8 +261,7 @@ class MpiWork final : public Work {
   // instead of all of it (HierarchicalAllReduce's header has the measurements).
   void wait_sleeping() override {
     if (done_) return;
-    CollectiveWatchdog::WaitScope scope(*state_->watchdog, seq_, collective_kind_name(call_.kind),
-                                        call_.bytes);
+    CollectiveWatchdog::WaitScope scope(*state_->watchdog, seq_, name(), call_.what.bytes);
     while (true) {
       int flag = 0;
       check(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE), "MPI_Test");
@@ -262,18 +272,19 @@ class MpiWork final : public Work {
   }
 
  private:
+  const char* name() const { return collective_kind_name(call_.what.kind); }
   // The message is only built on failure: test() runs in tight polling loops.
   void check(int rc, const char* what) const {
     if (rc != MPI_SUCCESS) [[unlikely]]
       check_mpi(rc, what, context(), state_->label());
   }
   std::string context() const {
-    return std::string(collective_kind_name(call_.kind)) + " #" + std::to_string(seq_) +
-           " on communicator '" + state_->name + "'";
+    return std::string(name()) + " #" + std::to_string(seq_) + " on communicator '" + state_->name +
+           "'";
   }
   void complete() {
     done_ = true;
-    finish(call_, state_->size);
+    finish(call_.what, state_->size);
     input_ = core::Tensor();  // release the buffers as soon as MPI is done with them
     output_ = core::Tensor();
   }
@@ -285,110 +296,6 @@ class MpiWork final : public Work {
   MPI_Request request_ = MPI_REQUEST_NULL;
   bool done_ = false;
 };
-
-WorkPtr start_async(const std::shared_ptr<MpiCommunicator::State>& state, Call call) {
-  uint64_t seq = begin(*state, call);
-  auto work = std::make_shared<MpiWork>(state, std::move(call), seq);
-  work->start();
-  return work;
-}
-
-}  // namespace
-
-// ---- One Call per operation: its MPI arguments ----------------------------------------------
-// Communicator's public calls have checked the tensors, dtypes, counts and root; what is left
-// is MPI's: a reduction operator for the dtype and counts that fit in an int.
-
-namespace {
-
-// Why a dtype has no reduction op in the table (bool): the runtime's lookup raises the reason.
-[[noreturn, gnu::cold, gnu::noinline]] void unsupported_reduction(
-    const MpiCommunicator::State& state, Kind kind, core::DType dtype, ReduceOp op) {
-  const char* name = collective_kind_name(kind);
-  try {
-    state.runtime->reduction_ops().find(dtype, op);
-  } catch (const core::Error& error) {
-    core::fail(where(state, name), error.what());
-  }
-  core::fail(where(state, name), "no MPI reduction for ", dtype);
-}
-
-Call reduce_call(const MpiCommunicator::State& state, Kind kind, const core::Tensor& input,
-                 const core::Tensor& output, ReduceOp op) {
-  Call call;
-  call.kind = kind;
-  call.input = &input;
-  call.output = &output;
-  call.dtype = input.dtype();
-  call.type = state.types[size_t(call.dtype)];
-  call.reduce = op;
-  call.mpi_op = state.ops[size_t(call.dtype)][size_t(op)];
-  if (call.mpi_op == MPI_OP_NULL) [[unlikely]]
-    unsupported_reduction(state, kind, call.dtype, op);
-  const char* name = collective_kind_name(kind);
-  if (kind == Kind::AllReduce) {
-    call.count = to_int_count(input.numel(), name, state);
-    call.send_data = input.data_ptr();
-    call.recv_data = output.data_ptr();
-    call.in_place = call.send_data == call.recv_data;
-    call.bytes = input.nbytes();
-  } else {
-    call.count = to_int_count(output.numel(), name, state);
-    call.bytes = input.nbytes();
-  }
-  return call;
-}
-
-Call broadcast_call(const MpiCommunicator::State& state, const core::Tensor& tensor, int root) {
-  Call call;
-  call.kind = Kind::Broadcast;
-  call.output = &tensor;
-  call.dtype = tensor.dtype();
-  call.type = state.types[size_t(call.dtype)];
-  call.root = root;
-  call.count = to_int_count(tensor.numel(), "broadcast", state);
-  call.bytes = tensor.nbytes();
-  return call;
-}
-
-Call all_gather_call(const MpiCommunicator::State& state, const core::Tensor& input,
-                     const core::Tensor& output) {
-  Call call;
-  call.kind = Kind::AllGather;
-  call.input = &input;
-  call.output = &output;
-  call.dtype = input.dtype();
-  call.type = state.types[size_t(call.dtype)];
-  call.count = to_int_count(input.numel(), "all_gather", state);
-  // In place when this rank's input already is its block of the output.
-  call.in_place = input.numel() > 0 && input.data_ptr() == static_cast<char*>(output.data_ptr()) +
-                                                               int64_t(state.rank) * input.nbytes();
-  call.bytes = output.nbytes();
-  return call;
-}
-
-Call all_gather_v_call(const MpiCommunicator::State& state, const core::Tensor& input,
-                       const core::Tensor& output, std::span<const int64_t> counts) {
-  Call call;
-  call.kind = Kind::AllGatherV;
-  call.input = &input;
-  call.output = &output;
-  call.dtype = input.dtype();
-  call.type = state.types[size_t(call.dtype)];
-  int64_t total = 0;
-  for (int r = 0; r < state.size; ++r) {
-    call.counts.push_back(to_int_count(counts[size_t(r)], "all_gather_v", state));
-    call.displs.push_back(to_int_count(total, "all_gather_v", state));
-    total += counts[size_t(r)];
-  }
-  call.count = call.counts[size_t(state.rank)];
-  call.in_place =
-      input.numel() > 0 &&
-      input.data_ptr() == static_cast<char*>(output.data_ptr()) +
-                              int64_t(call.displs[size_t(state.rank)]) * input.element_size();
-  call.bytes = output.nbytes();
-  return call;
-}
 
 }  // namespace
 
@@ -452,93 +359,51 @@ uint64_t MpiCommunicator::collectives_started() const {
   return state_->watchdog->started();
 }
 
-WorkPtr MpiCommunicator::all_reduce_async_impl(const core::Tensor& input,
-                                               const core::Tensor& output, ReduceOp op) {
-  return start_async(state_, reduce_call(*state_, Kind::AllReduce, input, output, op));
+WorkPtr MpiCommunicator::start_collective(const Collective& collective) {
+  Call call = translate(*state_, collective);
+  const uint64_t seq = begin(*state_, collective);
+  auto work = std::make_shared<MpiWork>(state_, std::move(call), seq);
+  work->start();
+  return work;
 }
-// The one latency-bound collective (SyncBatchNorm's statistics, DDP's small buckets, metrics),
-// written out: the sequence number, the watchdog's bracket and MPI_Allreduce, with no Call in
-// between. Counted with callgrind on an 8-byte in-place all-reduce: mpigrad added 325
-// instructions a call to raw MPI_Allreduce through reduce_call and run_blocking, 211 this way
-// checking the tensor as two, and 155 (161 in a later build) once. Since Communicator makes the
-// checks before calling this, 201: its call and the virtual one here cost about 40 more. The
-// debug agreement check takes the general path.
-void MpiCommunicator::all_reduce_impl(const core::Tensor& input, const core::Tensor& output,
-                                      ReduceOp op) {
-  State& s = *state_;
-  if (s.config.debug_collectives) [[unlikely]] {
-    Call call = reduce_call(s, Kind::AllReduce, input, output, op);
-    run_blocking(s, call);
+
+void MpiCommunicator::run_collective(const Collective& collective) {
+  if (collective.kind == Kind::AllReduce && !state_->config.debug_collectives) [[likely]] {
+    all_reduce_now(collective);
     return;
   }
-  const core::DType dtype = input.dtype();
-  const MPI_Op mpi_op = s.ops[size_t(dtype)][size_t(op)];
+  run_blocking(*state_, collective);
+}
+
+// The one latency-bound collective (SyncBatchNorm's statistics, DDP's small buckets, metrics),
+// written out: the sequence number, the watchdog's bracket and MPI_Allreduce, with no Call in
+// between. Counted with callgrind on an 8-byte in-place all-reduce (one rank, Open MPI 4.1),
+// mpigrad's instructions a call on top of raw MPI_Allreduce's 120: 325 through a Call and
+// run_blocking, 161 written out like this, 202 once Communicator made the checks before a
+// virtual call per operation, and 216 now that the call arrives as a Collective (its 11 fields
+// filled once; run_collective's dispatch costs 6). The debug agreement check takes the general
+// path.
+void MpiCommunicator::all_reduce_now(const Collective& collective) {
+  State& s = *state_;
+  const core::DType dtype = collective.dtype;
+  const MPI_Op mpi_op = s.ops[size_t(dtype)][size_t(collective.op)];
   if (mpi_op == MPI_OP_NULL) [[unlikely]]
-    unsupported_reduction(s, Kind::AllReduce, dtype, op);
-  const int64_t count = input.numel();
+    unsupported_reduction(s, Kind::AllReduce, dtype, collective.op);
   // Every check before the sequence number: a refused call takes no collective's number.
-  const int mpi_count = to_int_count(count, "all_reduce", s);
-  void* recv = output.data_ptr();
-  const void* send = input.data_ptr();
+  const int mpi_count = to_int_count(collective.count, "all_reduce", s);
+  void* recv = collective.output->data_ptr();
+  const void* send = collective.in_place ? MPI_IN_PLACE : collective.input->data_ptr();
   const uint64_t seq = s.watchdog->next_sequence();
   int rc = MPI_SUCCESS;
   {
-    CollectiveWatchdog::WaitScope scope(*s.watchdog, seq, "all_reduce",
-                                        count * core::element_size(dtype));
-    rc = MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, mpi_count, s.types[size_t(dtype)],
-                       mpi_op, s.comm.comm);
+    CollectiveWatchdog::WaitScope scope(*s.watchdog, seq, "all_reduce", collective.bytes);
+    rc = MPI_Allreduce(send, recv, mpi_count, s.types[size_t(dtype)], mpi_op, s.comm.comm);
   }
   if (rc != MPI_SUCCESS) [[unlikely]] {
     check_mpi(rc, "MPI_Allreduce",
               "communicator '" + s.name + "', collective #" + std::to_string(seq), s.label());
   }
-  if (op == ReduceOp::Avg && s.size > 1) divide_by(output, s.size);
-}
-
-WorkPtr MpiCommunicator::broadcast_async_impl(const core::Tensor& tensor, int root) {
-  return start_async(state_, broadcast_call(*state_, tensor, root));
-}
-void MpiCommunicator::broadcast_impl(const core::Tensor& tensor, int root) {
-  Call call = broadcast_call(*state_, tensor, root);
-  run_blocking(*state_, call);
-}
-
-WorkPtr MpiCommunicator::all_gather_async_impl(const core::Tensor& input,
-                                               const core::Tensor& output) {
-  return start_async(state_, all_gather_call(*state_, input, output));
-}
-void MpiCommunicator::all_gather_impl(const core::Tensor& input, const core::Tensor& output) {
-  Call call = all_gather_call(*state_, input, output);
-  run_blocking(*state_, call);
-}
-
-WorkPtr MpiCommunicator::all_gather_v_async_impl(const core::Tensor& input,
-                                                 const core::Tensor& output,
-                                                 std::span<const int64_t> counts) {
-  return start_async(state_, all_gather_v_call(*state_, input, output, counts));
-}
-void MpiCommunicator::all_gather_v_impl(const core::Tensor& input, const core::Tensor& output,
-                                        std::span<const int64_t> counts) {
-  Call call = all_gather_v_call(*state_, input, output, counts);
-  run_blocking(*state_, call);
-}
-
-WorkPtr MpiCommunicator::reduce_scatter_async_impl(const core::Tensor& input,
-                                                   const core::Tensor& output, ReduceOp op) {
-  return start_async(state_, reduce_call(*state_, Kind::ReduceScatter, input, output, op));
-}
-void MpiCommunicator::reduce_scatter_impl(const core::Tensor& input, const core::Tensor& output,
-                                          ReduceOp op) {
-  Call call = reduce_call(*state_, Kind::ReduceScatter, input, output, op);
-  run_blocking(*state_, call);
-}
-
-WorkPtr MpiCommunicator::barrier_async_impl() {
-  return start_async(state_, Call{});
-}
-void MpiCommunicator::barrier_impl() {
-  Call call;
-  run_blocking(*state_, call);
+  if (collective.op == ReduceOp::Avg && s.size > 1) divide_by(*collective.output, s.size);
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, std::string name) {

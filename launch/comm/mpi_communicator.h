@@ -58,25 +58,13 @@ class MpiCommunicator final : public Communicator {
   struct State;  // shared with in-flight Work objects; defined in mpi_communicator.cpp
 
  protected:
-  WorkPtr all_reduce_async_impl(const core::Tensor& input, const core::Tensor& output,
-                                ReduceOp op) override;
-  void all_reduce_impl(const core::Tensor& input, const core::Tensor& output, ReduceOp op) override;
-  WorkPtr broadcast_async_impl(const core::Tensor& tensor, int root) override;
-  void broadcast_impl(const core::Tensor& tensor, int root) override;
-  WorkPtr all_gather_async_impl(const core::Tensor& input, const core::Tensor& output) override;
-  void all_gather_impl(const core::Tensor& input, const core::Tensor& output) override;
-  WorkPtr all_gather_v_async_impl(const core::Tensor& input, const core::Tensor& output,
-                                  std::span<const int64_t> counts) override;
-  void all_gather_v_impl(const core::Tensor& input, const core::Tensor& output,
-                         std::span<const int64_t> counts) override;
-  WorkPtr reduce_scatter_async_impl(const core::Tensor& input, const core::Tensor& output,
-                                    ReduceOp op) override;
-  void reduce_scatter_impl(const core::Tensor& input, const core::Tensor& output,
-                           ReduceOp op) override;
-  WorkPtr barrier_async_impl() override;
-  void barrier_impl() override;
+  void run_collective(const Collective& collective) override;
+  WorkPtr start_collective(const Collective& collective) override;
 
  private:
+  // The blocking all-reduce's own path, written out for its latency (mpi_communicator.cpp).
+  void all_reduce_now(const Collective& collective);
+
   std::shared_ptr<State> state_;
 };
 

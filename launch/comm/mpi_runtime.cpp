@@ -197,12 +197,18 @@ std::shared_ptr<MpiRuntime> MpiRuntime::start(int* argc, char*** argv) {
   return runtime;
 }
 
-std::shared_ptr<MpiRuntime> MpiRuntime::attach() {
+MpiLifecycle mpi_lifecycle() {
   int initialized = 0, finalized = 0;
   check_mpi(MPI_Initialized(&initialized), "MPI_Initialized");
   check_mpi(MPI_Finalized(&finalized), "MPI_Finalized");
-  MPIGRAD_CHECK(initialized && !finalized, "mpigrad: cannot attach to MPI: it is ",
-                finalized ? "already finalized" : "not initialized",
+  if (finalized) return MpiLifecycle::Finalized;
+  return initialized ? MpiLifecycle::Running : MpiLifecycle::NotInitialized;
+}
+
+std::shared_ptr<MpiRuntime> MpiRuntime::attach() {
+  const MpiLifecycle lifecycle = mpi_lifecycle();
+  MPIGRAD_CHECK(lifecycle == MpiLifecycle::Running, "mpigrad: cannot attach to MPI: it is ",
+                lifecycle == MpiLifecycle::Finalized ? "already finalized" : "not initialized",
                 " (call MPI_Init first, or let DistributedManager::initialize start it)");
   int provided = 0;
   check_mpi(MPI_Query_thread(&provided), "MPI_Query_thread");

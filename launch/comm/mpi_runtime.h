@@ -23,6 +23,12 @@ struct MpiCommHandle;  // launch/comm/mpi_handle.h
 enum class ThreadLevel { Single, Funneled, Serialized, Multiple };
 std::string_view thread_level_name(ThreadLevel level);
 
+// Where MPI stands in this process, asked without starting it (MPI_Initialized, MPI_Finalized):
+// for code that must refuse to go on before MPI is up or after it is down, such as the C API's
+// distributed model, which never starts MPI for a host.
+enum class MpiLifecycle { NotInitialized, Running, Finalized };
+MpiLifecycle mpi_lifecycle();
+
 class MpiRuntime {
  public:
   // Starts MPI with MPI_Init_thread(MPI_THREAD_MULTIPLE) unless it is already initialized, in

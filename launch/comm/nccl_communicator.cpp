@@ -280,157 +280,117 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
-// One collective, checked and translated to NCCL arguments. Tensors are borrowed from the caller
-// for the duration of the call; an async Work copies them to keep them alive.
-struct Call {
-  Kind kind = Kind::Barrier;
-  const core::Tensor* input = nullptr;
-  const core::Tensor* output = nullptr;
-  core::DType dtype = core::kFloat32;
-  ReduceOp reduce = ReduceOp::Sum;
-  size_t count = 0;  // all_reduce/broadcast: elements; all_gather/reduce_scatter: per rank
-  int root = 0;
-  std::vector<size_t> counts, displs;  // all_gather_v
-  int64_t bytes = 0;                   // what this rank moves, for reports
-};
-
 // The one argument check of NCCL's own (Communicator has made the others): the dtypes it moves.
-void check_dtype(const State& state, core::DType dtype, const char* op) {
+void check_dtype(const State& state, const Collective& collective) {
   try {
-    (void)nccl_type(dtype);
+    (void)nccl_type(collective.dtype);
   } catch (const core::Error& error) {
-    core::fail(state.where(), ": ", op, ": ", error.what());
+    core::fail(state.where(), ": ", collective_kind_name(collective.kind), ": ", error.what());
   }
-}
-
-Call reduce_call(const State& state, Kind kind, const core::Tensor& input,
-                 const core::Tensor& output, ReduceOp op) {
-  check_dtype(state, input.dtype(), collective_kind_name(kind));
-  Call call;
-  call.kind = kind;
-  call.input = &input;
-  call.output = &output;
-  call.dtype = input.dtype();
-  call.reduce = op;
-  call.bytes = input.nbytes();
-  call.count = size_t(kind == Kind::AllReduce ? input.numel() : output.numel());
-  return call;
-}
-
-Call broadcast_call(const State& state, const core::Tensor& tensor, int root) {
-  check_dtype(state, tensor.dtype(), "broadcast");
-  Call call;
-  call.kind = Kind::Broadcast;
-  call.output = &tensor;
-  call.dtype = tensor.dtype();
-  call.root = root;
-  call.count = size_t(tensor.numel());
-  call.bytes = tensor.nbytes();
-  return call;
-}
-
-Call all_gather_call(const State& state, const core::Tensor& input, const core::Tensor& output) {
-  check_dtype(state, input.dtype(), "all_gather");
-  Call call;
-  call.kind = Kind::AllGather;
-  call.input = &input;
-  call.output = &output;
-  call.dtype = input.dtype();
-  call.count = size_t(input.numel());
-  call.bytes = output.nbytes();
-  return call;
-}
-
-Call all_gather_v_call(const State& state, const core::Tensor& input, const core::Tensor& output,
-                       std::span<const int64_t> counts) {
-  check_dtype(state, input.dtype(), "all_gather_v");
-  Call call;
-  call.kind = Kind::AllGatherV;
-  call.input = &input;
-  call.output = &output;
-  call.dtype = input.dtype();
-  int64_t total = 0;
-  for (int r = 0; r < state.size; ++r) {
-    call.counts.push_back(size_t(counts[size_t(r)]));
-    call.displs.push_back(size_t(total));
-    total += counts[size_t(r)];
-  }
-  call.count = call.counts[size_t(state.rank)];
-  call.bytes = output.nbytes();
-  return call;
-}
-
-// MPIGRAD_DEBUG_COLLECTIVES: every rank shares what it is about to queue and all compare.
-void check_agreement(const State& state, const Call& call, uint64_t seq) {
-  CollectiveSignature signature{call.kind,          call.dtype,  int64_t(call.count),
-                                int64_t(call.root), call.reduce, hash_counts(call.counts)};
-  check_collective_agreement(state.control, *state.world, state.where(), state.name, signature,
-                             seq);
 }
 
 char* byte_ptr(const core::Tensor& tensor) {
   return static_cast<char*>(tensor.data_ptr());
 }
 
+// Several point-to-point NCCL calls as one operation (ncclGroupStart/ncclGroupEnd), so NCCL
+// schedules them together. `calls(note)` queues them, passing each result to note(result, name).
+// The group is closed even after a failed call, so the communicator is left consistent.
+template <typename Calls>
+void issue_group(State& s, std::unique_lock<std::mutex>& lock, const Watched& watched,
+                 Calls&& calls) {
+  check_nccl(s, ncclGroupStart(), "ncclGroupStart");
+  ncclResult_t first_error = ncclSuccess;
+  const char* failed_call = "";
+  calls([&](ncclResult_t result, const char* call) {
+    if (result != ncclSuccess && first_error == ncclSuccess) {
+      first_error = result;
+      failed_call = call;
+    }
+  });
+  const ncclResult_t end = ncclGroupEnd();
+  if (first_error != ncclSuccess) fail_nccl(s, first_error, failed_call);
+  complete_nccl(s, lock, end, "ncclGroupEnd", &watched);
+}
+
 // The NCCL calls of one collective, on the communicator's stream. Zero-element operations queue
 // nothing: every rank passes the same counts, so every rank skips the same calls.
-void issue(State& s, const Call& c, uint64_t seq, std::unique_lock<std::mutex>& lock) {
+void issue(State& s, const Collective& c, uint64_t seq, std::unique_lock<std::mutex>& lock) {
   const ncclDataType_t type = nccl_type(c.dtype);
   const Watched watched{seq, collective_kind_name(c.kind), c.bytes};
+  const size_t count = size_t(c.count);
+  const size_t element = core::element_size(c.dtype);
   switch (c.kind) {
     case Kind::AllReduce:
-      if (c.count == 0) return;
+      if (count == 0) return;
       complete_nccl(s, lock,
-                    ncclAllReduce(c.input->data_ptr(), c.output->data_ptr(), c.count, type,
-                                  nccl_op(c.reduce), s.nccl, s.stream),
+                    ncclAllReduce(c.input->data_ptr(), c.output->data_ptr(), count, type,
+                                  nccl_op(c.op), s.nccl, s.stream),
                     "ncclAllReduce", &watched);
       return;
     case Kind::Broadcast:
-      if (c.count == 0) return;
+      if (count == 0) return;
       complete_nccl(s, lock,
-                    ncclBroadcast(c.output->data_ptr(), c.output->data_ptr(), c.count, type, c.root,
+                    ncclBroadcast(c.output->data_ptr(), c.output->data_ptr(), count, type, c.root,
                                   s.nccl, s.stream),
                     "ncclBroadcast", &watched);
       return;
     case Kind::AllGather:
-      if (c.count == 0) return;
+      if (count == 0) return;
       complete_nccl(
           s, lock,
-          ncclAllGather(c.input->data_ptr(), c.output->data_ptr(), c.count, type, s.nccl, s.stream),
+          ncclAllGather(c.input->data_ptr(), c.output->data_ptr(), count, type, s.nccl, s.stream),
           "ncclAllGather", &watched);
       return;
     case Kind::ReduceScatter:
-      if (c.count == 0) return;
+      if (count == 0) return;
       complete_nccl(s, lock,
-                    ncclReduceScatter(c.input->data_ptr(), c.output->data_ptr(), c.count, type,
-                                      nccl_op(c.reduce), s.nccl, s.stream),
+                    ncclReduceScatter(c.input->data_ptr(), c.output->data_ptr(), count, type,
+                                      nccl_op(c.op), s.nccl, s.stream),
                     "ncclReduceScatter", &watched);
       return;
-    case Kind::AllGatherV: {
-      // One broadcast per contributing rank into its slice of the output, grouped so NCCL
-      // schedules them as one operation. The root reads its own input (which may already be its
-      // slice of the output: NCCL allows sendbuff == recvbuff).
-      const size_t element = core::element_size(c.dtype);
-      check_nccl(s, ncclGroupStart(), "ncclGroupStart");
-      ncclResult_t first_error = ncclSuccess;
-      const char* failed_call = "";
-      for (int r = 0; r < s.size; ++r) {
-        const size_t n = c.counts[size_t(r)];
-        if (n == 0) continue;
-        char* slice = byte_ptr(*c.output) + c.displs[size_t(r)] * element;
-        const void* send = r == s.rank ? c.input->data_ptr() : slice;
-        ncclResult_t result = ncclBroadcast(send, slice, n, type, r, s.nccl, s.stream);
-        if (result != ncclSuccess && first_error == ncclSuccess) {
-          first_error = result;
-          failed_call = "ncclBroadcast (all_gather_v)";
+    case Kind::AllGatherV:
+      // One broadcast per contributing rank into its slice of the output. The root reads its own
+      // input (which may already be its slice of the output: NCCL allows sendbuff == recvbuff).
+      issue_group(s, lock, watched, [&](auto&& note) {
+        for (int r = 0; r < s.size; ++r) {
+          const size_t n = size_t(c.count_of(r));
+          if (n == 0) continue;
+          char* slice = byte_ptr(*c.output) + size_t(c.offset_of(r)) * element;
+          const void* send = r == s.rank ? c.input->data_ptr() : slice;
+          note(ncclBroadcast(send, slice, n, type, r, s.nccl, s.stream),
+               "ncclBroadcast (all_gather_v)");
         }
-      }
-      // Close the group even after a failed call, so the communicator is left consistent.
-      ncclResult_t end = ncclGroupEnd();
-      if (first_error != ncclSuccess) fail_nccl(s, first_error, failed_call);
-      complete_nccl(s, lock, end, "ncclGroupEnd", &watched);
+      });
       return;
-    }
+    case Kind::Gather:
+    case Kind::GatherV:
+      // NCCL has no gather: every other rank sends its input to the root, which receives each
+      // into its slice of the output and copies its own (unless it is already there).
+      if (s.rank == c.root && !c.in_place && count > 0) {
+        check_cuda(s,
+                   cudaMemcpyAsync(byte_ptr(*c.output) + size_t(c.offset_of(s.rank)) * element,
+                                   c.input->data_ptr(), count * element, cudaMemcpyDeviceToDevice,
+                                   s.stream),
+                   "cudaMemcpyAsync (the root's own block of a gather)");
+      }
+      issue_group(s, lock, watched, [&](auto&& note) {
+        if (s.rank != c.root) {
+          if (count > 0) {
+            note(ncclSend(c.input->data_ptr(), count, type, c.root, s.nccl, s.stream),
+                 "ncclSend (gather)");
+          }
+          return;
+        }
+        for (int r = 0; r < s.size; ++r) {
+          const size_t n = size_t(c.count_of(r));
+          if (r == s.rank || n == 0) continue;
+          note(ncclRecv(byte_ptr(*c.output) + size_t(c.offset_of(r)) * element, n, type, r, s.nccl,
+                        s.stream),
+               "ncclRecv (gather)");
+        }
+      });
+      return;
     case Kind::Barrier:
       complete_nccl(s, lock,
                     ncclAllReduce(s.barrier_buffer, s.barrier_buffer, 1, ncclFloat32, ncclSum,
@@ -534,10 +494,13 @@ struct Queued {
   cudaEvent_t done = nullptr;  // recorded after it on the NCCL stream
 };
 
-Queued enqueue(State& s, const Call& call) {
+Queued enqueue(State& s, const Collective& call) {
+  check_dtype(s, call);
   Queued queued;
   queued.seq = s.watchdog->next_sequence();
-  if (s.config.debug_collectives) check_agreement(s, call, queued.seq);
+  if (s.config.debug_collectives) {
+    check_collective_agreement(s.control, *s.world, s.where(), s.name, call, queued.seq);
+  }
   queued.caller = static_cast<cudaStream_t>(core::current_stream(s.device).handle());
   check_cuda(s, cudaEventRecord(s.ready, queued.caller), "cudaEventRecord (caller's stream)");
   check_cuda(s, cudaStreamWaitEvent(s.stream, s.ready, 0), "cudaStreamWaitEvent (NCCL stream)");
@@ -552,7 +515,7 @@ Queued enqueue(State& s, const Call& call) {
 }
 
 // The blocking form: queue, then make the caller's stream wait for the NCCL stream.
-void run_blocking(State& s, const Call& call) {
+void run_blocking(State& s, const Collective& call) {
   DeviceScope scope(s);
   Queued queued = enqueue(s, call);
   check_cuda(s, cudaStreamWaitEvent(queued.caller, queued.done, 0),
@@ -561,7 +524,7 @@ void run_blocking(State& s, const Call& call) {
 
 class NcclWork final : public Work {
  public:
-  NcclWork(std::shared_ptr<State> state, const Call& call) : state_(std::move(state)) {
+  NcclWork(std::shared_ptr<State> state, const Collective& call) : state_(std::move(state)) {
     if (call.input != nullptr) input_ = *call.input;
     if (call.output != nullptr) output_ = *call.output;
   }
@@ -623,7 +586,7 @@ class NcclWork final : public Work {
   bool waited_ = false;
 };
 
-WorkPtr start_async(const std::shared_ptr<State>& state, const Call& call) {
+WorkPtr start_async(const std::shared_ptr<State>& state, const Collective& call) {
   DeviceScope scope(*state);
   enqueue(*state, call);
   auto work = std::make_shared<NcclWork>(state, call);
@@ -749,59 +712,20 @@ uint64_t NcclCommunicator::collectives_started() const {
   return state_->watchdog->started();
 }
 
-WorkPtr NcclCommunicator::all_reduce_async_impl(const core::Tensor& input,
-                                                const core::Tensor& output, ReduceOp op) {
-  return start_async(state_, reduce_call(*state_, Kind::AllReduce, input, output, op));
-}
-void NcclCommunicator::all_reduce_impl(const core::Tensor& input, const core::Tensor& output,
-                                       ReduceOp op) {
-  run_blocking(*state_, reduce_call(*state_, Kind::AllReduce, input, output, op));
+WorkPtr NcclCommunicator::start_collective(const Collective& collective) {
+  if (collective.kind == Kind::Barrier) ensure_barrier_buffer(*state_);
+  return start_async(state_, collective);
 }
 
-WorkPtr NcclCommunicator::broadcast_async_impl(const core::Tensor& tensor, int root) {
-  return start_async(state_, broadcast_call(*state_, tensor, root));
-}
-void NcclCommunicator::broadcast_impl(const core::Tensor& tensor, int root) {
-  run_blocking(*state_, broadcast_call(*state_, tensor, root));
-}
-
-WorkPtr NcclCommunicator::all_gather_async_impl(const core::Tensor& input,
-                                                const core::Tensor& output) {
-  return start_async(state_, all_gather_call(*state_, input, output));
-}
-void NcclCommunicator::all_gather_impl(const core::Tensor& input, const core::Tensor& output) {
-  run_blocking(*state_, all_gather_call(*state_, input, output));
-}
-
-WorkPtr NcclCommunicator::all_gather_v_async_impl(const core::Tensor& input,
-                                                  const core::Tensor& output,
-                                                  std::span<const int64_t> counts) {
-  return start_async(state_, all_gather_v_call(*state_, input, output, counts));
-}
-void NcclCommunicator::all_gather_v_impl(const core::Tensor& input, const core::Tensor& output,
-                                         std::span<const int64_t> counts) {
-  run_blocking(*state_, all_gather_v_call(*state_, input, output, counts));
-}
-
-WorkPtr NcclCommunicator::reduce_scatter_async_impl(const core::Tensor& input,
-                                                    const core::Tensor& output, ReduceOp op) {
-  return start_async(state_, reduce_call(*state_, Kind::ReduceScatter, input, output, op));
-}
-void NcclCommunicator::reduce_scatter_impl(const core::Tensor& input, const core::Tensor& output,
-                                           ReduceOp op) {
-  run_blocking(*state_, reduce_call(*state_, Kind::ReduceScatter, input, output, op));
-}
-
-WorkPtr NcclCommunicator::barrier_async_impl() {
-  ensure_barrier_buffer(*state_);
-  return start_async(state_, Call{});
-}
-
-void NcclCommunicator::barrier_impl() {
+void NcclCommunicator::run_collective(const Collective& collective) {
   State& s = *state_;
+  if (collective.kind != Kind::Barrier) {
+    run_blocking(s, collective);
+    return;
+  }
   ensure_barrier_buffer(s);
   DeviceScope scope(s);
-  Queued queued = enqueue(s, Call{});
+  Queued queued = enqueue(s, collective);
   // The host waits here, so the wait is watched: polling the stream keeps the watchdog's view of
   // "blocked in collective #seq" accurate, and a rank that never arrives ends the job.
   CollectiveWatchdog::WaitScope wait(*s.watchdog, queued.seq, "barrier", 4);

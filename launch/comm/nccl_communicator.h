@@ -36,8 +36,10 @@
 // polls for it (complete_nccl); then an uncontended lock, and for the async forms one more
 // cudaEventRecord (the blocking forms' stream wait uses the watchdog's event).
 //
-// Group calls: every operation that touches several buffers (all_gather_v, which is one
-// ncclBroadcast per contributing rank) is issued inside ncclGroupStart/ncclGroupEnd.
+// Group calls: every operation that touches several buffers is issued inside
+// ncclGroupStart/ncclGroupEnd: all_gather_v, one ncclBroadcast per contributing rank, and gather
+// and gather_v, which NCCL does not have: an ncclSend from every other rank and an ncclRecv for
+// each on the root, which copies its own block on the stream (unless it is already in place).
 // Avg uses ncclAvg (floating dtypes only, like the MPI backend).
 //
 // Ownership and destruction: the NCCL communicator is destroyed first (ncclCommDestroy, or
@@ -95,23 +97,8 @@ class NcclCommunicator final : public Communicator {
   struct State;  // shared with in-flight Work objects; defined in nccl_communicator.cpp
 
  protected:
-  WorkPtr all_reduce_async_impl(const core::Tensor& input, const core::Tensor& output,
-                                ReduceOp op) override;
-  void all_reduce_impl(const core::Tensor& input, const core::Tensor& output, ReduceOp op) override;
-  WorkPtr broadcast_async_impl(const core::Tensor& tensor, int root) override;
-  void broadcast_impl(const core::Tensor& tensor, int root) override;
-  WorkPtr all_gather_async_impl(const core::Tensor& input, const core::Tensor& output) override;
-  void all_gather_impl(const core::Tensor& input, const core::Tensor& output) override;
-  WorkPtr all_gather_v_async_impl(const core::Tensor& input, const core::Tensor& output,
-                                  std::span<const int64_t> counts) override;
-  void all_gather_v_impl(const core::Tensor& input, const core::Tensor& output,
-                         std::span<const int64_t> counts) override;
-  WorkPtr reduce_scatter_async_impl(const core::Tensor& input, const core::Tensor& output,
-                                    ReduceOp op) override;
-  void reduce_scatter_impl(const core::Tensor& input, const core::Tensor& output,
-                           ReduceOp op) override;
-  WorkPtr barrier_async_impl() override;
-  void barrier_impl() override;
+  void run_collective(const Collective& collective) override;
+  WorkPtr start_collective(const Collective& collective) override;
 
  private:
   std::shared_ptr<State> state_;

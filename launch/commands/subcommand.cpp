@@ -5,9 +5,7 @@
 
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/tensor.h"
-#include "mpigrad/launch/comm/mpi_handle.h"
 #include "mpigrad/launch/comm/rank_label.h"
-#include "mpigrad/launch/mpi_interop.h"
 
 namespace mpigrad::launch {
 
@@ -45,7 +43,7 @@ int run_or_abort(DistributedManager& manager, const std::string& program,
     return work();
   } catch (const std::exception& e) {
     print_rank_error(manager.rank(), manager.world_size(), program, e.what());
-    if (manager.world_size() > 1) abort_job(native_communicator(manager.world()), 1);
+    if (manager.world_size() > 1) manager.abort_job(1);
     return 1;
   }
 }

@@ -20,6 +20,7 @@
 #include "mpigrad/core/storage.h"
 #include "mpigrad/core/stream.h"
 #include "mpigrad/core/tensor.h"
+#include "mpigrad/launch/comm/mpi_runtime.h"
 #include "mpigrad/launch/insitu/c_api_internal.h"
 #include "mpigrad/launch/insitu/embedded_model.h"
 #include "mpigrad/launch/mpi_interop.h"
@@ -367,13 +368,13 @@ mpigrad_status mpigrad_model_create_distributed(mpigrad_model* model, const char
     require_pointer(model, "model");
     *model = mpigrad_model{0};
     require_pointer(config, "config");
-    int initialized = 0, finalized = 0;
-    MPI_Initialized(&initialized);
-    MPI_Finalized(&finalized);
-    if (!initialized || finalized) {
-      throw CallError(MPIGRAD_ERROR_MPI, "MPI is ", finalized ? "finalized" : "not initialized",
-                      "; the host calls MPI_Init before creating a distributed model (mpigrad "
-                      "never initializes MPI for a host)");
+    const mpigrad::launch::MpiLifecycle mpi = mpigrad::launch::mpi_lifecycle();
+    if (mpi != mpigrad::launch::MpiLifecycle::Running) {
+      throw CallError(
+          MPIGRAD_ERROR_MPI, "MPI is ",
+          mpi == mpigrad::launch::MpiLifecycle::Finalized ? "finalized" : "not initialized",
+          "; the host calls MPI_Init before creating a distributed model (mpigrad "
+          "never initializes MPI for a host)");
     }
     std::optional<core::Device> place;
     if (device != nullptr && *device != '\0') place = device_of(device);
@@ -381,7 +382,8 @@ mpigrad_status mpigrad_model_create_distributed(mpigrad_model* model, const char
     options.device = place;
     std::optional<mpigrad::launch::DistributedManager> manager;
     try {
-      manager.emplace(mpigrad::launch::adopt_communicator_fortran(MPI_Fint(comm), options));
+      manager.emplace(
+          mpigrad::launch::adopt_communicator_fortran(static_cast<MPI_Fint>(comm), options));
     } catch (const core::Error& error) {
       throw CallError(MPIGRAD_ERROR_MPI, "the communicator (Fortran handle ", comm,
                       "): ", error.what());

@@ -7,6 +7,7 @@
 
 #include "mpigrad/core/cuda.h"
 #include "mpigrad/core/error.h"
+#include "mpigrad/core/tensor.h"
 #include "mpigrad/launch/comm/mpi_communicator.h"
 #include "mpigrad/launch/comm/mpi_handle.h"
 #include "mpigrad/launch/comm/rank_label.h"
@@ -66,12 +67,12 @@ DistributedManager::DistributedManager(std::shared_ptr<MpiRuntime> runtime, MpiC
   s.config = options.collectives;
   s.world = std::make_unique<MpiCommunicator>(std::move(world), s.runtime, "world", s.config);
   s.node_local = s.world->split_node_local("node-local");
-  // Node count: the number of node leaders (local rank 0).
-  int leader = s.node_local->rank() == 0 ? 1 : 0;
-  int leaders = 0;
-  check_mpi(MPI_Allreduce(&leader, &leaders, 1, MPI_INT, MPI_SUM, s.world->handle().comm),
-            "MPI_Allreduce", "node count on 'world'", s.world->world_label());
-  s.node_count = leaders;
+  // Node count: the number of node leaders (local rank 0). Through the world, so numbered and
+  // watched like every collective (the world's collective #0).
+  core::Tensor leaders =
+      core::Tensor::from_vector<int32_t>({s.node_local->rank() == 0 ? 1 : 0}, {1});
+  s.world->all_reduce(leaders);
+  s.node_count = leaders.item<int32_t>();
   try {
     s.device = choose_device(options, s.world->rank(), s.world->size(), s.node_local->rank(),
                              s.node_local->size());
@@ -132,6 +133,9 @@ void DistributedManager::set_device(core::Device device) {
 }
 Launcher DistributedManager::launcher() const {
   return state().launcher;
+}
+void DistributedManager::abort_job(int exit_code) {
+  launch::abort_job(state().world->handle().comm, exit_code);
 }
 bool DistributedManager::owns_mpi() const {
   return state().runtime->owns_mpi();

@@ -85,6 +85,11 @@ class DistributedManager {
   // MPI_THREAD_MULTIPLE, owns MPI" ("2 simulated nodes" under MPIGRAD_SIMULATE_NODES).
   std::string describe() const;
 
+  // Ends the whole job with `exit_code` after a failure on this rank, without waiting for the
+  // other ranks (MPI_Abort over the world; launch/comm/mpi_handle.h's abort_job says how it
+  // also ends mpirun --enable-recovery). Never returns.
+  [[noreturn]] void abort_job(int exit_code);
+
   // Releases the manager's communicators now and, if it started MPI and nothing else holds a
   // communicator, finalizes MPI. The destructor does the same; calling it twice is harmless.
   void finalize();

@@ -3,15 +3,15 @@
 #include <algorithm>
 #include <climits>
 #include <cstdio>
+#include <cstring>
 #include <ostream>
 #include <set>
+#include <vector>
 
 #include "mpigrad/core/atomic_file.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/tensor.h"
 #include "mpigrad/launch/comm/communicator.h"
-#include "mpigrad/launch/comm/mpi_handle.h"
-#include "mpigrad/launch/mpi_interop.h"
 #include "mpigrad/launch/observe/json_text.h"
 
 namespace mpigrad::launch {
@@ -132,35 +132,30 @@ int64_t write_merged_timeline(const Timeline& timeline, Communicator& world,
   for (int r = 0; r < ranks; ++r) {
     MPIGRAD_CHECK(info[size_t(3 * r)] >= 0, "timeline: rank ", r, " could not render its events",
                   r == rank ? ": " + error : std::string(), "; no trace was written");
-    total += info[size_t(3 * r)] + 2;  // and the ",\n" between ranks
+    total += info[size_t(3 * r)];
     spans += info[size_t(3 * r + 1)];
     dropped += info[size_t(3 * r + 2)];
   }
   MPIGRAD_CHECK(total <= INT_MAX, "timeline: the ranks' events take ", total,
-                " bytes, more than "
-                "one MPI_Gatherv moves; trace a shorter run (fewer steps)");
+                " bytes, more than one gather moves; trace a shorter run (fewer steps)");
 
-  std::vector<int> counts, offsets;
-  std::string gathered;
-  if (rank == 0) {
-    int offset = 0;
-    for (int r = 0; r < ranks; ++r) {
-      counts.push_back(int(info[size_t(3 * r)]));
-      offsets.push_back(offset);
-      offset += counts.back();
-    }
-    gathered.resize(size_t(offset));
-  }
-  check_mpi(MPI_Gatherv(mine.data(), int(mine.size()), MPI_CHAR, gathered.data(), counts.data(),
-                        offsets.data(), MPI_CHAR, 0, native_communicator(world)),
-            "MPI_Gatherv", "the timeline's events");
+  // Rank 0 gathers every rank's rendered events, as bytes, in rank order.
+  std::vector<int64_t> counts(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) counts[size_t(r)] = info[size_t(3 * r)];
+  core::Tensor bytes = core::empty({int64_t(mine.size())}, core::kUInt8);
+  if (!mine.empty()) std::memcpy(bytes.data_ptr(), mine.data(), mine.size());
+  core::Tensor gathered;
+  if (rank == 0) gathered = core::empty({total}, core::kUInt8);
+  world.gather_v(bytes, gathered, counts, 0);
   if (rank != 0) return 0;
 
   core::write_file_atomically(path, [&](std::ostream& out) {
     out << "{\"traceEvents\":[\n";
+    const char* text = static_cast<const char*>(gathered.data_ptr());
     for (int r = 0; r < ranks; ++r) {
       if (r > 0) out << ",\n";
-      out.write(gathered.data() + offsets[size_t(r)], counts[size_t(r)]);
+      out.write(text, counts[size_t(r)]);
+      text += counts[size_t(r)];
     }
     out << "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"ranks\":" << ranks
         << ",\"spans\":" << spans << ",\"dropped_events\":" << dropped

@@ -115,7 +115,8 @@ class Span {
   int64_t begin_ns_ = 0;
 };
 
-// Collective over `world` (an MPI communicator): gathers every rank's events on rank 0, which
+// Collective over `world` (a communicator of host tensors, such as the manager's world): gathers
+// every rank's events on rank 0 (Communicator::gather_v, so watched like any collective), which
 // writes them as one Chrome trace file at `path` (through a temporary file and a rename).
 // Returns the number of spans written on rank 0, 0 on the others. A rank that cannot render
 // its events makes every rank throw core::Error (naming it) instead of leaving the others

@@ -1,5 +1,6 @@
 // Every collective x dtype x size (0, 1, odd, ~1M) in blocking and async, in-place and
-// out-of-place forms, checked exactly against values computed here. Data are small integers so
+// out-of-place forms (the gathers to the first and the last root), checked exactly against
+// values computed here; and the gathers' argument errors. Data are small integers so
 // every dtype (bfloat16 and uint8 included) represents every partial sum exactly.
 #include <doctest/doctest.h>
 
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "mpigrad/core/tensor.h"
+#include "mpigrad/launch/comm/mpi_communicator.h"
 #include "mpigrad/launch/job/distributed_manager.h"
 
 using namespace mpigrad;
@@ -205,6 +207,107 @@ TEST_CASE("all_gather_v: uneven and zero lengths, blocking and async, in-place")
       check_values(inplace, expected, "all_gather_v in-place async");
     }
   }
+}
+
+TEST_CASE("gather: every dtype and size to the first and last root, blocking, async, in place") {
+  auto manager = launch::DistributedManager::initialize();
+  launch::Communicator& world = manager.world();
+  const int rank = world.rank(), size = world.size();
+  for (core::DType dtype : kDTypes) {
+    for (int64_t n : kSizes) {
+      const int64_t block = n > 4096 ? n / size : n;
+      CAPTURE(block);
+      std::vector<double> gathered;
+      for (int r = 0; r < size; ++r) {
+        for (int64_t i = 0; i < block; ++i) gathered.push_back(value(r, i));
+      }
+      for (int root : {0, size - 1}) {
+        CAPTURE(root);
+        // Every rank passes an output (99 everywhere); only the root's may change.
+        core::Tensor output = core::full({block * size}, 99.0, dtype);
+        if (root == 0) {
+          world.gather(rank_tensor(dtype, block, rank), output, root);
+        } else {
+          world.gather_async(rank_tensor(dtype, block, rank), output, root)->wait();
+        }
+        check_values(output, rank == root ? gathered : std::vector<double>(gathered.size(), 99.0),
+                     rank == root ? "gather on the root" : "gather leaves others' output alone");
+
+        // In place on the root; the other ranks pass no output at all.
+        core::Tensor inplace = core::zeros({block * size}, dtype);
+        core::Tensor mine = inplace.narrow(0, rank * block, block);
+        mine.copy_(rank_tensor(dtype, block, rank));
+        world.gather(mine, rank == root ? inplace : core::Tensor(), root);
+        if (rank == root) check_values(inplace, gathered, "gather in place");
+      }
+    }
+  }
+}
+
+TEST_CASE("gather_v: uneven and zero lengths to every root, blocking, async, in place") {
+  auto manager = launch::DistributedManager::initialize();
+  launch::Communicator& world = manager.world();
+  const int rank = world.rank(), size = world.size();
+  for (core::DType dtype : kDTypes) {
+    // Rank 1 contributes nothing; the others contribute different odd lengths; then all zero.
+    for (bool all_zero : {false, true}) {
+      std::vector<int64_t> counts(static_cast<size_t>(size));
+      for (int r = 0; r < size; ++r) counts[size_t(r)] = all_zero || r == 1 ? 0 : 2 * r + 3;
+      const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t(0));
+      const int64_t my_offset = std::accumulate(counts.begin(), counts.begin() + rank, int64_t(0));
+      std::vector<double> expected;
+      for (int r = 0, offset = 0; r < size; offset += int(counts[size_t(r)]), ++r) {
+        for (int64_t i = 0; i < counts[size_t(r)]; ++i) expected.push_back(value(r, offset + i));
+      }
+      core::Tensor input = rank_tensor(dtype, counts[size_t(rank)], rank, my_offset);
+      for (int root = 0; root < size; ++root) {
+        CAPTURE(root);
+        core::Tensor output = core::full({total}, 99.0, dtype);
+        if (root % 2 == 0) {
+          world.gather_v(input, output, counts, root);
+        } else {
+          world.gather_v_async(input, output, counts, root)->wait();
+        }
+        check_values(output, rank == root ? expected : std::vector<double>(size_t(total), 99.0),
+                     rank == root ? "gather_v on the root" : "gather_v leaves others' output");
+
+        core::Tensor inplace = core::zeros({total}, dtype);
+        core::Tensor mine = inplace.narrow(0, my_offset, counts[size_t(rank)]);
+        mine.copy_(input);
+        world.gather_v_async(mine, rank == root ? inplace : core::Tensor(), counts, root)->wait();
+        if (rank == root) check_values(inplace, expected, "gather_v in place");
+      }
+    }
+  }
+}
+
+TEST_CASE("gather and gather_v: argument errors on the calling rank, before any communication") {
+  auto manager = launch::DistributedManager::initialize();
+  auto& world = static_cast<launch::MpiCommunicator&>(manager.world());
+  const int rank = world.rank(), size = world.size();
+  const uint64_t started = world.collectives_started();
+  core::Tensor four = core::ones({4}, core::kInt32);
+  CHECK_THROWS_WITH_AS(world.gather(four, four, size), doctest::Contains("root"), core::Error);
+  CHECK_THROWS_WITH_AS(world.gather(four, four, -1), doctest::Contains("not a rank"), core::Error);
+  // Only the root's output is checked: the root names its size, the others need none.
+  if (rank == 0) {
+    CHECK_THROWS_WITH_AS(world.gather(four, core::ones({4 * size + 1}, core::kInt32), 0),
+                         doctest::Contains("the root's output has"), core::Error);
+    CHECK_THROWS_WITH_AS(world.gather(four, core::Tensor(), 0),
+                         doctest::Contains("output is undefined"), core::Error);
+    CHECK_THROWS_WITH_AS(world.gather(four, core::ones({4 * size}, core::kInt64), 0),
+                         doctest::Contains("input is int32 but output is int64"), core::Error);
+  }
+  std::vector<int64_t> counts(size_t(size), 4);
+  counts[size_t(rank)] = 3;
+  core::Tensor all = core::ones({4 * size}, core::kInt32);
+  CHECK_THROWS_WITH_AS(world.gather_v(four, all, counts, size - 1),
+                       doctest::Contains("passes 4 elements but counts["), core::Error);
+  counts.push_back(4);
+  CHECK_THROWS_WITH_AS(world.gather_v(four, all, counts, 0), doctest::Contains("one per rank"),
+                       core::Error);
+  CHECK(world.collectives_started() == started);
+  world.barrier();  // still in step on every rank
 }
 
 TEST_CASE("barrier, Work lifetime and sequence numbers") {

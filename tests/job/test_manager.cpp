@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <numeric>
 #include <string>
 
 #include "mpigrad/core/cuda.h"
@@ -156,6 +157,7 @@ TEST_CASE("a device that cannot be had is the error of device(), not of the mana
 TEST_CASE("bad arguments give one clear error on the calling rank, before any communication") {
   auto manager = launch::DistributedManager::initialize();
   launch::Communicator& world = manager.world();
+  const uint64_t started = static_cast<launch::MpiCommunicator&>(world).collectives_started();
   core::Tensor ints = core::ones({4}, core::kInt32);
   CHECK_THROWS_WITH_AS(world.all_reduce(ints, launch::ReduceOp::Avg),
                        doctest::Contains("floating dtype"), core::Error);
@@ -176,7 +178,7 @@ TEST_CASE("bad arguments give one clear error on the calling rank, before any co
                        core::Error);
   // Nothing above reached MPI: the communicator is still in step on every rank.
   world.barrier();
-  CHECK(static_cast<launch::MpiCommunicator&>(world).collectives_started() == 1);
+  CHECK(static_cast<launch::MpiCommunicator&>(world).collectives_started() == started + 1);
 }
 
 TEST_CASE("MPIGRAD_DEBUG_COLLECTIVES turns mismatched collectives into a clear error") {
@@ -191,9 +193,11 @@ TEST_CASE("MPIGRAD_DEBUG_COLLECTIVES turns mismatched collectives into a clear e
     CHECK(value.to_vector<float>()[0] == 1.0f);
     return;
   }
-  // Different counts.
-  CHECK_THROWS_WITH_AS(world.all_reduce(value),
-                       doctest::Contains("ranks disagree on collective #0"), core::Error);
+  // Different counts. The manager has numbered its own collectives (the node count) before.
+  const std::string disagree =
+      "ranks disagree on collective #" +
+      std::to_string(static_cast<launch::MpiCommunicator&>(world).collectives_started());
+  CHECK_THROWS_WITH_AS(world.all_reduce(value), doctest::Contains(disagree.c_str()), core::Error);
   // Different operations.
   core::Tensor same = core::ones({4}, core::kFloat32);
   try {
@@ -211,6 +215,24 @@ TEST_CASE("MPIGRAD_DEBUG_COLLECTIVES turns mismatched collectives into a clear e
   // Different dtypes.
   core::Tensor typed = core::ones({4}, rank == 0 ? core::kFloat64 : core::kFloat32);
   CHECK_THROWS_WITH_AS(world.all_reduce(typed), doctest::Contains("dtype float64"), core::Error);
+  // Different roots of a gather.
+  CHECK_THROWS_WITH_AS(world.gather(same, core::ones({4 * world.size()}), rank == 0 ? 0 : 1),
+                       doctest::Contains("gather(dtype float32, count 4, root 1)"), core::Error);
+  // The v forms agree when every rank passes the same counts, though each sends its own number
+  // of elements; different counts are a mismatch.
+  std::vector<int64_t> counts(size_t(world.size()));
+  for (int r = 0; r < world.size(); ++r) counts[size_t(r)] = r + 1;
+  core::Tensor mine = core::full({rank + 1}, double(rank));
+  core::Tensor all = core::zeros({std::accumulate(counts.begin(), counts.end(), int64_t(0))});
+  world.all_gather_v(mine, all, counts);
+  CHECK(all.to_vector<float>().back() == float(world.size() - 1));
+  world.gather_v(mine, all, counts, world.size() - 1);
+  std::vector<int64_t> other = counts;
+  other.back() += 1;
+  core::Tensor more = core::zeros({all.numel() + 1});
+  CHECK_THROWS_WITH_AS(
+      rank == 0 ? world.all_gather_v(mine, more, other) : world.all_gather_v(mine, all, counts),
+      doctest::Contains("ranks disagree"), core::Error);
   // After the errors the ranks are still in step.
   world.all_reduce(same);
   CHECK(same.to_vector<float>()[0] == float(world.size()));

@@ -207,6 +207,58 @@ MPIGRAD_NCCL_TEST_CASE("all_gather_v with uneven and zero lengths") {
   }
 }
 
+MPIGRAD_NCCL_TEST_CASE("gather and gather_v to every root, uneven and zero lengths, in place") {
+  auto manager = launch::DistributedManager::initialize();
+  auto comm = nccl(manager);
+  const core::Device gpu = gpu_of(manager);
+  const int rank = comm->rank(), size = comm->size();
+  for (core::DType dtype : {core::kFloat32, core::kInt64, core::kBFloat16, core::kUInt8}) {
+    for (int root = 0; root < size; ++root) {
+      CAPTURE(core::dtype_name(dtype));
+      CAPTURE(root);
+      // gather: 7 elements from every rank; only the root's output is written.
+      Tensor input = filled(rank, 7, dtype, gpu);
+      Tensor output = core::zeros({7 * size}, core::TensorOptions(dtype).device(gpu));
+      comm->gather(input, output, root);
+      std::vector<double> got = host(output);
+      bool ok = true;
+      for (int r = 0; r < size; ++r) {
+        for (int64_t i = 0; i < 7; ++i) {
+          const double want = rank == root ? element(r, i) : 0.0;
+          ok = ok && got[size_t(r * 7 + i)] == want;
+        }
+      }
+      CHECK(ok);
+      // In place on the root: its block already holds its input.
+      Tensor inplace = core::zeros({7 * size}, core::TensorOptions(dtype).device(gpu));
+      Tensor mine = inplace.narrow(0, rank * 7, 7);
+      mine.copy_(input);
+      comm->gather_async(mine, rank == root ? inplace : Tensor(), root)->wait();
+      if (rank == root) CHECK(host(inplace) == got);
+
+      // gather_v: odd ranks r + 2 elements, even ranks none (one rank alone sends 5).
+      std::vector<int64_t> counts(static_cast<size_t>(size));
+      int64_t total = 0;
+      for (int r = 0; r < size; ++r) {
+        counts[size_t(r)] = size == 1 ? 5 : r % 2 == 1 ? r + 2 : 0;
+        total += counts[size_t(r)];
+      }
+      Tensor part = filled(rank, counts[size_t(rank)], dtype, gpu);
+      Tensor joined = core::zeros({total}, core::TensorOptions(dtype).device(gpu));
+      comm->gather_v(part, joined, counts, root);
+      if (rank == root) {
+        std::vector<double> all = host(joined);
+        int64_t at = 0;
+        for (int r = 0; r < size; ++r) {
+          for (int64_t i = 0; i < counts[size_t(r)]; ++i)
+            ok = ok && all[size_t(at++)] == element(r, i);
+        }
+        CHECK(ok);
+      }
+    }
+  }
+}
+
 MPIGRAD_NCCL_TEST_CASE(
     "stream ordering: a user stream, overlap with compute, buffers dropped early") {
   auto manager = launch::DistributedManager::initialize();
