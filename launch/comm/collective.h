@@ -11,6 +11,7 @@
 #include <span>
 #include <string_view>
 
+#include "mpigrad/core/enum_names.h"
 #include "mpigrad/core/dtype.h"
 
 namespace mpigrad::core {
@@ -20,6 +21,8 @@ class Tensor;
 namespace mpigrad::launch {
 
 enum class ReduceOp : uint8_t { Sum, Avg, Max, Min };
+inline constexpr core::EnumName<ReduceOp> kReduceOpNames[] = {
+    {ReduceOp::Sum, "sum"}, {ReduceOp::Avg, "avg"}, {ReduceOp::Max, "max"}, {ReduceOp::Min, "min"}};
 std::string_view reduce_op_name(ReduceOp op);  // "sum", "avg", "max", "min"
 
 // The values travel between ranks in the MPIGRAD_DEBUG_COLLECTIVES check (collective_check.h),

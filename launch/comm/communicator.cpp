@@ -13,17 +13,7 @@
 namespace mpigrad::launch {
 
 std::string_view reduce_op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum:
-      return "sum";
-    case ReduceOp::Avg:
-      return "avg";
-    case ReduceOp::Max:
-      return "max";
-    case ReduceOp::Min:
-      return "min";
-  }
-  return "?";
+  return core::enum_name(op, kReduceOpNames);
 }
 
 Backend parse_backend(std::string_view text) {

@@ -92,17 +92,7 @@ void await_every_rank(MPI_Comm comm) {
 }  // namespace
 
 std::string_view thread_level_name(ThreadLevel level) {
-  switch (level) {
-    case ThreadLevel::Single:
-      return "MPI_THREAD_SINGLE";
-    case ThreadLevel::Funneled:
-      return "MPI_THREAD_FUNNELED";
-    case ThreadLevel::Serialized:
-      return "MPI_THREAD_SERIALIZED";
-    case ThreadLevel::Multiple:
-      return "MPI_THREAD_MULTIPLE";
-  }
-  return "?";
+  return core::enum_name(level, kThreadLevelNames);
 }
 
 void check_mpi(int rc, std::string_view call, std::string_view what, std::string_view label) {

@@ -16,11 +16,18 @@
 #include <memory>
 #include <string_view>
 
+#include "mpigrad/core/enum_names.h"
+
 namespace mpigrad::launch {
 
 struct MpiCommHandle;  // launch/comm/mpi_handle.h
 
 enum class ThreadLevel { Single, Funneled, Serialized, Multiple };
+inline constexpr core::EnumName<ThreadLevel> kThreadLevelNames[] = {
+    {ThreadLevel::Single, "MPI_THREAD_SINGLE"},
+    {ThreadLevel::Funneled, "MPI_THREAD_FUNNELED"},
+    {ThreadLevel::Serialized, "MPI_THREAD_SERIALIZED"},
+    {ThreadLevel::Multiple, "MPI_THREAD_MULTIPLE"}};
 std::string_view thread_level_name(ThreadLevel level);
 
 // Where MPI stands in this process, asked without starting it (MPI_Initialized, MPI_Finalized):

@@ -16,6 +16,7 @@
 
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/cuda.h"
+#include "mpigrad/core/enum_names.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/storage.h"
 #include "mpigrad/core/stream.h"
@@ -299,6 +300,22 @@ void on_stream(const EmbeddedModel& model, void* stream, Body&& body) {
   body();
 }
 
+// The name of each status, as mpigrad_c.h spells it.
+constexpr core::EnumName<mpigrad_status> kStatusNames[] = {
+    {MPIGRAD_SUCCESS, "MPIGRAD_SUCCESS"},
+    {MPIGRAD_ERROR_NULL_POINTER, "MPIGRAD_ERROR_NULL_POINTER"},
+    {MPIGRAD_ERROR_INVALID_HANDLE, "MPIGRAD_ERROR_INVALID_HANDLE"},
+    {MPIGRAD_ERROR_INVALID_ARGUMENT, "MPIGRAD_ERROR_INVALID_ARGUMENT"},
+    {MPIGRAD_ERROR_SHAPE, "MPIGRAD_ERROR_SHAPE"},
+    {MPIGRAD_ERROR_DTYPE, "MPIGRAD_ERROR_DTYPE"},
+    {MPIGRAD_ERROR_CONFIG, "MPIGRAD_ERROR_CONFIG"},
+    {MPIGRAD_ERROR_FILE, "MPIGRAD_ERROR_FILE"},
+    {MPIGRAD_ERROR_MPI, "MPIGRAD_ERROR_MPI"},
+    {MPIGRAD_ERROR_UNSUPPORTED, "MPIGRAD_ERROR_UNSUPPORTED"},
+    {MPIGRAD_ERROR_OUT_OF_MEMORY, "MPIGRAD_ERROR_OUT_OF_MEMORY"},
+    {MPIGRAD_ERROR_RUNTIME, "MPIGRAD_ERROR_RUNTIME"},
+};
+
 }  // namespace
 
 extern "C" {
@@ -318,33 +335,8 @@ const char* mpigrad_last_error(void) {
 }
 
 const char* mpigrad_status_name(mpigrad_status status) {
-  switch (status) {
-    case MPIGRAD_SUCCESS:
-      return "MPIGRAD_SUCCESS";
-    case MPIGRAD_ERROR_NULL_POINTER:
-      return "MPIGRAD_ERROR_NULL_POINTER";
-    case MPIGRAD_ERROR_INVALID_HANDLE:
-      return "MPIGRAD_ERROR_INVALID_HANDLE";
-    case MPIGRAD_ERROR_INVALID_ARGUMENT:
-      return "MPIGRAD_ERROR_INVALID_ARGUMENT";
-    case MPIGRAD_ERROR_SHAPE:
-      return "MPIGRAD_ERROR_SHAPE";
-    case MPIGRAD_ERROR_DTYPE:
-      return "MPIGRAD_ERROR_DTYPE";
-    case MPIGRAD_ERROR_CONFIG:
-      return "MPIGRAD_ERROR_CONFIG";
-    case MPIGRAD_ERROR_FILE:
-      return "MPIGRAD_ERROR_FILE";
-    case MPIGRAD_ERROR_MPI:
-      return "MPIGRAD_ERROR_MPI";
-    case MPIGRAD_ERROR_UNSUPPORTED:
-      return "MPIGRAD_ERROR_UNSUPPORTED";
-    case MPIGRAD_ERROR_OUT_OF_MEMORY:
-      return "MPIGRAD_ERROR_OUT_OF_MEMORY";
-    case MPIGRAD_ERROR_RUNTIME:
-      return "MPIGRAD_ERROR_RUNTIME";
-  }
-  return "(unknown status)";
+  const std::string_view name = mpigrad::core::enum_name(status, kStatusNames);
+  return name == "?" ? "(unknown status)" : name.data();  // the table's names are literals
 }
 
 mpigrad_status mpigrad_set_seed(uint64_t seed) {
