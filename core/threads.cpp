@@ -1,7 +1,11 @@
 #include "mpigrad/core/threads.h"
 
 #include <omp.h>
+#include <sched.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,23 +28,89 @@ int env_positive_int(const char* name) {
   return (*end == '\0' && parsed > 0 && parsed < 1 << 20) ? int(parsed) : 0;
 }
 
-// Ranks sharing this node, as the launcher reports it; 1 when started without one.
-int ranks_on_node() {
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE",
-                           "PMI_LOCAL_SIZE"}) {
-    if (int ranks = env_positive_int(name)) return ranks;
-  }
-  return 1;
+// Where the count in effect came from. An explicit choice is final; a default may be replaced by
+// a better-informed one (the node's share after the mask alone).
+struct ThreadState {
+  std::mutex mutex;
+  ThreadChoice choice;
+  bool chosen = false;     // set_num_threads was called
+  bool defaulted = false;  // a default was applied
+};
+ThreadState& thread_state() {
+  static ThreadState state;
+  return state;
+}
+
+void apply(int threads) {
+  omp_set_num_threads(threads);
+  kernels::cpu::set_blas_threads(threads);
+}
+
+// Applies `choice` unless a choice was made explicitly or, with `first_only`, any default was
+// applied already; returns the choice in effect.
+ThreadChoice apply_default(const ThreadChoice& choice, bool first_only) {
+  ThreadState& state = thread_state();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  if (state.chosen || (first_only && state.defaulted)) return state.choice;
+  state.defaulted = true;
+  state.choice = {std::max(1, choice.threads), choice.source};
+  apply(state.choice.threads);
+  return state.choice;
 }
 
 }  // namespace
 
+std::vector<int> affinity_cpus() {
+  std::vector<int> cpus;
+  // Machines with more CPUs than cpu_set_t holds need a larger set; EINVAL says so.
+  for (int capacity = CPU_SETSIZE; capacity <= (1 << 16); capacity *= 4) {
+    cpu_set_t* set = CPU_ALLOC(capacity);
+    if (set == nullptr) break;
+    const size_t bytes = CPU_ALLOC_SIZE(capacity);
+    CPU_ZERO_S(bytes, set);
+    const int rc = sched_getaffinity(0, bytes, set);
+    if (rc == 0) {
+      for (int cpu = 0; cpu < capacity; ++cpu) {
+        if (CPU_ISSET_S(cpu, bytes, set)) cpus.push_back(cpu);
+      }
+    }
+    CPU_FREE(set);
+    if (rc == 0 || errno != EINVAL) break;
+  }
+  if (cpus.empty()) {
+    const int cores = std::max(1, int(std::thread::hardware_concurrency()));
+    for (int cpu = 0; cpu < cores; ++cpu) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
+double core_share(const std::vector<int>& mine, const std::vector<std::vector<int>>& masks) {
+  double share = 0;
+  for (int cpu : mine) {
+    int holders = 0;
+    for (const std::vector<int>& mask : masks) {
+      holders += std::binary_search(mask.begin(), mask.end(), cpu) ? 1 : 0;
+    }
+    share += 1.0 / std::max(holders, 1);
+  }
+  return share;
+}
+
+ThreadChoice default_thread_choice(double cores, const std::string& source) {
+  if (int forced = env_positive_int("MPIGRAD_NUM_THREADS")) return {forced, "MPIGRAD_NUM_THREADS"};
+  // A share of 1.9999 cores (three ranks on six cores, in floating point) is 2.
+  return {std::max(1, int(std::floor(cores + 1e-6))), source};
+}
+
+ThreadChoice default_thread_choice() {
+  const size_t cores = affinity_cpus().size();
+  return default_thread_choice(
+      double(cores),
+      std::to_string(cores) + (cores == 1 ? " core" : " cores") + " in the affinity mask");
+}
+
 int default_num_threads() {
-  if (int forced = env_positive_int("MPIGRAD_NUM_THREADS")) return forced;
-  int cores = int(std::thread::hardware_concurrency());
-  if (cores <= 0) cores = 1;
-  int threads = cores / ranks_on_node();
-  return threads > 0 ? threads : 1;
+  return default_thread_choice().threads;
 }
 
 int num_threads() {
@@ -49,8 +119,22 @@ int num_threads() {
 
 void set_num_threads(int threads) {
   if (threads < 1) threads = 1;
-  omp_set_num_threads(threads);
-  kernels::cpu::set_blas_threads(threads);
+  ThreadState& state = thread_state();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  state.chosen = true;
+  state.choice = {threads, "set_num_threads"};
+  apply(threads);
+}
+
+ThreadChoice apply_default_threads(const ThreadChoice& choice) {
+  return apply_default(choice, false);
+}
+
+ThreadChoice thread_choice() {
+  ThreadState& state = thread_state();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  if (state.chosen || state.defaulted) return state.choice;
+  return {num_threads(), "the OpenMP default (no default applied yet)"};
 }
 
 std::string blas_core_name() {
@@ -86,7 +170,9 @@ bool launcher_rank_zero() {
 void initialize_cpu_runtime() {
   static std::once_flag once;
   std::call_once(once, [] {
-    set_num_threads(default_num_threads());
+    // Only when nothing was chosen or applied yet: a program's set_num_threads, or the node's
+    // share that a DistributedManager applied before this first use, stays.
+    apply_default(default_thread_choice(), true);
     // Once per job, not once per rank.
     std::string warning = blas_core_warning();
     if (launcher_rank_zero() && !warning.empty()) std::fprintf(stderr, "%s\n", warning.c_str());

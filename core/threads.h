@@ -1,6 +1,14 @@
-// How many threads the CPU kernels and BLAS use. Several ranks usually share a node, so the
-// default is the node's cores divided by the ranks on the node (read from the launcher's
-// environment: Open MPI, Slurm, MPICH/Hydra); MPIGRAD_NUM_THREADS overrides it.
+// How many threads the CPU kernels and BLAS use, and where that number came from.
+//
+// The default is the cores this process may run on, divided among the processes of its node that
+// may run on them too. The cores are its affinity mask (sched_getaffinity), not the machine's:
+// taskset, mpirun --bind-to, Slurm and cgroups all hand a rank a subset, and a rank that starts
+// a thread per core of the machine on one core of its own runs many times slower. Core alone
+// knows only its own mask, so the CPU backend's first use applies the mask's count; the launch
+// layer's DistributedManager, which learns from MPI which ranks share the node and what their
+// masks are, then applies this rank's share (core_share). MPIGRAD_NUM_THREADS replaces either
+// default. A program's own set_num_threads beats them all, before or after the backend's first
+// use: a default never overrides an explicit choice.
 //
 // Debian's OpenBLAS 0.3.21 does not recognise some AVX-512 CPUs and falls back to its generic
 // "Prescott" kernels, which makes sgemm about 6x slower. The first use of the CPU backend checks
@@ -9,12 +17,40 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace mpigrad::core {
 
 int num_threads();
-void set_num_threads(int threads);  // CPU kernels and BLAS alike; at least 1
-int default_num_threads();
+// An explicit choice, for CPU kernels and BLAS alike (at least 1): no default replaces it.
+void set_num_threads(int threads);
+
+// The thread count and, for logs, where it came from ("set_num_threads", "MPIGRAD_NUM_THREADS",
+// "2 cores in the affinity mask, shared by 2 ranks of the node").
+struct ThreadChoice {
+  int threads = 1;
+  std::string source;
+};
+
+// The CPUs this process may run on (sched_getaffinity), ascending; 0 .. hardware_concurrency - 1
+// where the mask cannot be read.
+std::vector<int> affinity_cpus();
+// This process's share of the cores in `mine` when `masks` are the affinity masks of the
+// processes of its node (its own among them): each CPU of `mine` counts 1/n when n of the masks
+// hold it. Disjoint masks (--bind-to core) give every core of `mine`; identical ones divide them.
+double core_share(const std::vector<int>& mine, const std::vector<std::vector<int>>& masks);
+
+// The default for `cores` cores (a share, floored, at least 1), with `source` saying where they
+// came from; MPIGRAD_NUM_THREADS, when set, replaces it.
+ThreadChoice default_thread_choice(double cores, const std::string& source);
+// The default for a process alone on its affinity mask.
+ThreadChoice default_thread_choice();
+int default_num_threads();  // default_thread_choice().threads
+
+// Applies a default unless set_num_threads was called; returns the choice in effect either way.
+ThreadChoice apply_default_threads(const ThreadChoice& choice);
+// The choice in effect: the last applied default, or the explicit one.
+ThreadChoice thread_choice();
 
 // The BLAS kernel family in use ("SkylakeX", "Haswell", "Prescott", or "unknown").
 std::string blas_core_name();
@@ -26,8 +62,9 @@ std::string blas_core_warning();
 // before (or without) any communicator.
 bool launcher_rank_zero();
 
-// Applies the thread count and prints the BLAS warning once per process; idempotent. Called by
-// the CPU backend on first use, so programs need not call it.
+// Applies the default thread count, unless one was already applied or chosen, and prints the
+// BLAS warning once per process; idempotent. Called by the CPU backend on first use, so programs
+// need not call it.
 void initialize_cpu_runtime();
 
 }  // namespace mpigrad::core

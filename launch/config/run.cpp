@@ -78,6 +78,13 @@ void Run::prepare_model() {
   model_ = inputs_.model;
   model_->to(device_);
   if (kind_ == RunKind::Evaluate) return;
+  if (is_main_process() && kind_ == RunKind::Train && device_.is_cpu()) {
+    // The count and where it came from (the affinity mask, the node's ranks sharing it, or an
+    // override): a rank with more threads than cores of its own runs several times slower.
+    const core::ThreadChoice& threads = manager_->threads();
+    std::printf("mpigrad train: %d CPU thread(s) on rank 0 (%s)\n", threads.threads,
+                threads.source.c_str());
+  }
   if (world_size() > 1) {
     // Gradients (and SyncBatchNorm's statistics) travel on a communicator of the configured
     // backend and timeout: NCCL for a model on a GPU.

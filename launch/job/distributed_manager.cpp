@@ -1,6 +1,8 @@
 // DistributedManager: MPI bring-up or adoption, rank topology, device choice, communicators.
 #include "mpigrad/launch/job/distributed_manager.h"
 
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <string_view>
@@ -8,6 +10,7 @@
 #include "mpigrad/core/cuda.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/tensor.h"
+#include "mpigrad/core/threads.h"
 #include "mpigrad/launch/comm/mpi_communicator.h"
 #include "mpigrad/launch/comm/mpi_handle.h"
 #include "mpigrad/launch/comm/rank_label.h"
@@ -29,6 +32,7 @@ struct DistributedManager::State {
   // reports it through its usual error path instead of from the constructor.
   std::string device_error;
   int node_count = 1;
+  core::ThreadChoice threads;  // what this rank's CPU kernels use, and why
   // The manager itself holds no CUDA handles: NcclCommunicators (from create_communicator) own
   // their NCCL comm, stream and events, release them in that order, and hold the runtime, so
   // MPI is finalized only after them.
@@ -56,6 +60,48 @@ core::Device choose_device(const DistributedOptions& options, int rank, int size
   return device;
 }
 
+// This rank's threads: its share of the cores in its affinity mask among the ranks of its node
+// that may run on them too (core/threads.h), from the masks of the node's ranks as MPI's
+// shared-memory split groups them, never from a launcher's variables (srun -n N without
+// --ntasks-per-node sets none). Simulated nodes all run on this one machine, so there the whole
+// world's masks count. Applied unless the program chose a count itself.
+core::ThreadChoice share_node_cores(Communicator& node) {
+  const std::vector<int> mine = core::affinity_cpus();
+  const std::string cores = std::to_string(mine.size()) + (mine.size() == 1 ? " core" : " cores") +
+                            " in the affinity mask";
+  if (node.size() == 1)
+    return core::apply_default_threads(core::default_thread_choice(double(mine.size()), cores));
+  core::Tensor width = core::Tensor::from_vector<int64_t>({int64_t(mine.back()) + 1}, {1});
+  node.all_reduce(width, ReduceOp::Max);
+  const int64_t cpus = width.item<int64_t>();
+  std::vector<uint8_t> bitmap(size_t(cpus), 0);
+  for (int cpu : mine) bitmap[size_t(cpu)] = 1;
+  core::Tensor gathered = core::zeros({cpus * node.size()}, core::kUInt8);
+  node.all_gather(core::Tensor::from_vector<uint8_t>(bitmap, {cpus}), gathered);
+  const std::vector<uint8_t> all = gathered.to_vector<uint8_t>();
+  std::vector<std::vector<int>> masks(size_t(node.size()));
+  int sharing = 0;  // the ranks whose masks hold any of this rank's cores, this one included
+  for (int r = 0; r < node.size(); ++r) {
+    bool overlaps = false;
+    for (int64_t cpu = 0; cpu < cpus; ++cpu) {
+      if (all[size_t(r * cpus + cpu)] == 0) continue;
+      masks[size_t(r)].push_back(int(cpu));
+      overlaps = overlaps || bitmap[size_t(cpu)] != 0;
+    }
+    sharing += overlaps ? 1 : 0;
+  }
+  const double share = core::core_share(mine, masks);
+  std::string source =
+      cores + (sharing == 1 ? ", used by no other rank of the node"
+                            : ", shared by " + std::to_string(sharing) + " ranks of the node");
+  if (sharing > 1 && std::abs(share * sharing - double(mine.size())) > 1e-6) {
+    char text[48];
+    std::snprintf(text, sizeof text, " (a share of %.3g)", share);
+    source += text;
+  }
+  return core::apply_default_threads(core::default_thread_choice(share, source));
+}
+
 }  // namespace
 
 DistributedManager::DistributedManager(std::shared_ptr<MpiRuntime> runtime, MpiCommHandle&& world,
@@ -73,6 +119,7 @@ DistributedManager::DistributedManager(std::shared_ptr<MpiRuntime> runtime, MpiC
       core::Tensor::from_vector<int32_t>({s.node_local->rank() == 0 ? 1 : 0}, {1});
   s.world->all_reduce(leaders);
   s.node_count = leaders.item<int32_t>();
+  s.threads = share_node_cores(simulated_node_count() > 0 ? *s.world : *s.node_local);
   try {
     s.device = choose_device(options, s.world->rank(), s.world->size(), s.node_local->rank(),
                              s.node_local->size());
@@ -131,6 +178,9 @@ void DistributedManager::set_device(core::Device device) {
   state().device = device;
   state().device_error.clear();
 }
+const core::ThreadChoice& DistributedManager::threads() const {
+  return state().threads;
+}
 Launcher DistributedManager::launcher() const {
   return state().launcher;
 }
@@ -163,7 +213,9 @@ std::string DistributedManager::describe() const {
       << (node_count() == 1 ? " node" : " nodes") << "), device "
       << (state().device_error.empty() ? device().str()
                                        : "unavailable (" + state().device_error + ")")
-      << ", " << launcher_name(launcher()) << ", " << thread_level_name(thread_level()) << ", "
+      << ", " << state().threads.threads
+      << (state().threads.threads == 1 ? " thread (" : " threads (") << state().threads.source
+      << "), " << launcher_name(launcher()) << ", " << thread_level_name(thread_level()) << ", "
       << (owns_mpi() ? "owns MPI" : "adopted MPI");
   return out.str();
 }

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "mpigrad/core/device.h"
+#include "mpigrad/core/threads.h"
 #include "mpigrad/launch/comm/communicator.h"
 #include "mpigrad/launch/comm/mpi_runtime.h"
 #include "mpigrad/launch/job/launcher.h"
@@ -68,6 +69,11 @@ class DistributedManager {
   // Changes what device() reports (the home GPU stays as chosen at start-up).
   void set_device(core::Device device);
 
+  // This rank's CPU threads and where the count came from: its share of the cores in its
+  // affinity mask among the ranks of its node that may run on them too (core/threads.h), applied
+  // when the manager is built unless the program called core::set_num_threads.
+  const core::ThreadChoice& threads() const;
+
   Launcher launcher() const;
   bool owns_mpi() const;
   ThreadLevel thread_level() const;
@@ -81,8 +87,9 @@ class DistributedManager {
   Communicator& world();
   Communicator& node_local();
 
-  // One line for logs: "rank 0/4 (local 0/2, 2 nodes), device cpu, Open MPI (mpirun),
-  // MPI_THREAD_MULTIPLE, owns MPI" ("2 simulated nodes" under MPIGRAD_SIMULATE_NODES).
+  // One line for logs: "rank 0/4 (local 0/2, 2 nodes), device cpu, 1 thread (2 cores in the
+  // affinity mask, shared by 2 ranks of the node), Open MPI (mpirun), MPI_THREAD_MULTIPLE, owns
+  // MPI" ("2 simulated nodes" under MPIGRAD_SIMULATE_NODES).
   std::string describe() const;
 
   // Ends the whole job with `exit_code` after a failure on this rank, without waiting for the

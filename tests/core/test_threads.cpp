@@ -1,7 +1,8 @@
-// Thread control: the explicit setting, the launcher-aware default, and that results do not
+// Thread control: the explicit setting, the default from the affinity mask, and that results do not
 // depend on how many threads computed them (a run must reproduce on a node of another size).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <optional>
@@ -20,8 +21,8 @@ namespace {
 
 using namespace mpigrad::core;  // NOLINT
 
-// The variables default_num_threads may read; each test starts from none of them set and puts
-// back whatever the surrounding environment had.
+// MPIGRAD_NUM_THREADS, and the launchers' rank counts that default_num_threads must not read;
+// each test starts from none of them set and puts back whatever the surrounding environment had.
 constexpr const char* kThreadVariables[] = {"MPIGRAD_NUM_THREADS", "OMPI_COMM_WORLD_LOCAL_SIZE",
                                             "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE",
                                             "PMI_LOCAL_SIZE"};
@@ -69,25 +70,57 @@ TEST_CASE("set_num_threads and num_threads round trip") {
   CHECK(num_threads() >= 1);
 }
 
-TEST_CASE("default_num_threads: MPIGRAD_NUM_THREADS wins, else cores / ranks on the node") {
+TEST_CASE("default_num_threads: MPIGRAD_NUM_THREADS wins, else the cores of the affinity mask") {
   CleanThreadEnvironment clean;
+  const std::vector<int> cpus = affinity_cpus();
+  REQUIRE(!cpus.empty());
+  CHECK(std::is_sorted(cpus.begin(), cpus.end()));
   const int alone = default_num_threads();
-  CHECK(alone >= 1);
-  CHECK(alone <= int(std::max(1u, std::thread::hardware_concurrency())));
+  CHECK(alone == int(cpus.size()));
+  CHECK(default_thread_choice().source == std::to_string(cpus.size()) +
+                                              (cpus.size() == 1 ? " core" : " cores") +
+                                              " in the affinity mask");
 
+  // A launcher's rank counts are not read: the ranks sharing a node come from MPI
+  // (DistributedManager), which srun -n N informs where its variables do not.
   setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
-  CHECK(default_num_threads() == std::max(1, alone / 2));
-  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "100000", 1);
-  CHECK(default_num_threads() == 1);  // more ranks than cores still leaves one thread each
+  setenv("SLURM_NTASKS_PER_NODE", "2", 1);
+  CHECK(default_num_threads() == alone);
 
   setenv("MPIGRAD_NUM_THREADS", "3", 1);
-  CHECK(default_num_threads() == 3);  // an explicit count overrides the division
-  unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  setenv("MPIGRAD_NUM_THREADS", "5", 1);
-  CHECK(default_num_threads() == 5);
-
+  CHECK(default_num_threads() == 3);  // an explicit count overrides the mask
+  CHECK(default_thread_choice(0.5, "half a core").threads == 3);
+  CHECK(default_thread_choice(0.5, "half a core").source == "MPIGRAD_NUM_THREADS");
   unsetenv("MPIGRAD_NUM_THREADS");
+  CHECK(default_thread_choice(0.5, "half a core").threads == 1);  // at least one
+  CHECK(default_thread_choice(2.0 / 3 * 3, "two").threads == 2);
   CHECK(default_num_threads() == alone);
+}
+
+TEST_CASE("core_share: each CPU of the mask counts 1/n for the n masks that hold it") {
+  // --bind-to core: disjoint masks, every core is this rank's own.
+  CHECK(core_share({0}, {{0}, {1}}) == 1.0);
+  CHECK(core_share({0, 1}, {{0, 1}, {2, 3}}) == 2.0);
+  // No binding: every rank may run on every core, so they divide them.
+  CHECK(core_share({0, 1}, {{0, 1}, {0, 1}}) == 1.0);
+  CHECK(core_share({0, 1, 2, 3}, {{0, 1, 2, 3}, {0, 1, 2, 3}, {0, 1, 2, 3}}) ==
+        doctest::Approx(4.0 / 3));
+  // Two ranks bound to a socket of 4 cores each, a third on both sockets.
+  CHECK(core_share({0, 1, 2, 3}, {{0, 1, 2, 3}, {4, 5, 6, 7}, {0, 1, 2, 3, 4, 5, 6, 7}}) == 2.0);
+  // A mask the list lacks (the caller's own, say) counts alone.
+  CHECK(core_share({5}, {{0}}) == 1.0);
+}
+
+TEST_CASE("a count chosen with set_num_threads is never replaced by a default") {
+  ThreadCountRestorer restore;
+  set_num_threads(3);
+  ThreadChoice in_effect = apply_default_threads({1, "a default"});
+  CHECK(in_effect.threads == 3);
+  CHECK(in_effect.source == "set_num_threads");
+  CHECK(num_threads() == 3);
+  initialize_cpu_runtime();
+  CHECK(num_threads() == 3);
+  CHECK(thread_choice().source == "set_num_threads");
 }
 
 TEST_CASE("results are identical with 1 and 4 threads") {
