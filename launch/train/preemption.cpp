@@ -91,6 +91,33 @@ std::vector<int> parse_stop_signals(const std::string& text, const std::string& 
   return signals;
 }
 
+void SignalTally::add(int signal, int rank) {
+  if (signal <= 0 || signal >= kSignals) return;
+  counts[size_t(signal)] += 1;
+  counts[0] += rank;
+}
+
+std::string SignalTally::describe(int world_size) const {
+  int64_t signalled = 0;
+  for (int s = 1; s < kSignals; ++s) signalled += counts[size_t(s)];
+  std::string text;
+  for (int s = 1; s < kSignals; ++s) {
+    const int64_t ranks = counts[size_t(s)];
+    if (ranks == 0) continue;
+    text += text.empty() ? "signal " : " and ";
+    text += stop_signal_name(s) + " on ";
+    // The ranks' sum names the one rank when only one was signalled.
+    if (signalled == 1) {
+      text += "rank " + std::to_string(counts[0]);
+    } else if (ranks == world_size) {
+      text += "all " + std::to_string(world_size) + " ranks";
+    } else {
+      text += std::to_string(ranks) + " of " + std::to_string(world_size) + " ranks";
+    }
+  }
+  return text;
+}
+
 std::string stop_signal_name(int signal) {
   for (const NamedSignal& s : kStopSignals) {
     if (s.number == signal) return s.name;

@@ -41,6 +41,19 @@ std::string stop_signal_name(int signal);
 // The names parse_stop_signals accepts, "TERM, INT, ...", for messages.
 std::string stop_signal_names();
 
+// Which ranks had received a stop signal when the ranks agreed to stop, for the stop line: each
+// rank adds its own to a SignalTally, the ranks sum theirs (one all-reduce), and describe() says
+// "signal USR1 on all 4 ranks", "signal USR1 on rank 1", "signal TERM on 2 of 4 ranks" or
+// "signal TERM on 1 of 4 ranks (rank 2) and USR1 on 3 of 4 ranks": a scheduler signals every
+// rank, a user may signal one, and the line should not tell them apart wrongly.
+struct SignalTally {
+  static constexpr int kSignals = 65;  // signal numbers 1..64; slot 0 holds the ranks' sum
+  std::vector<int64_t> counts = std::vector<int64_t>(kSignals, 0);
+  // This rank (world rank `rank`) last received `signal` (0: none).
+  void add(int signal, int rank);
+  std::string describe(int world_size) const;
+};
+
 // Seconds of "3h50m", "90m", "45s", "1h", "1h30m15s" or "2d" (d, h, m, s in that order, each at
 // most once, whole numbers); "", "0" or "none" is 0 (no limit). Anything else is a core::Error
 // starting with `where`.

@@ -76,6 +76,19 @@ case "$check" in
     grep -q "after step 25; saved accum/ckpt-epoch1-step25.h5" accum.stop.txt || { cat accum.stop.txt; fail "accumulation: wrong stop"; }
     same_as full_accum accum
     ;;
+  preempt_all_ranks)  # a scheduler signals every rank: the stop line says so, not one of them
+    stop_and_resume 2 all 0:7:USR1,1:7:USR1
+    grep -q "preempted (signal USR1 on all 2 ranks) in epoch 1 after step 8; saved all/ckpt-epoch0-step8.h5; exit status 75" all.stop.txt \
+      || { cat all.stop.txt; fail "the stop was not put down to every rank"; }
+    # Two of four ranks, with two signals; and a signal that lands on rank 2 a step after rank 0's
+    # (after the agreement was started, before the stop) counts too.
+    stop_and_resume 4 some 1:5:TERM,3:5:USR1
+    grep -q "preempted (signal USR1 on 1 of 4 ranks and TERM on 1 of 4 ranks) in epoch 1 after step 6" some.stop.txt \
+      || { cat some.stop.txt; fail "two signals on two ranks were not both named"; }
+    stop_and_resume 2 late 0:5:USR1,1:6:USR1
+    grep -q "preempted (signal USR1 on all 2 ranks) in epoch 1 after step 6" late.stop.txt \
+      || { cat late.stop.txt; fail "a signal a step later was not counted"; }
+    ;;
   preempt_ranks)  # the same on 1 rank (the flag is read at once) and on 4, with keep_checkpoints
     run 1 "$mpigrad" train --config base.ini --train.out_dir=full1 > /dev/null 2>&1 || fail "1-rank full run failed"
     # 75 batches per epoch on 1 rank: step 80 is in the second epoch.

@@ -49,13 +49,33 @@ void PreemptionHook::on(HookStage stage, TrainingContext& context) {
   }
 }
 
+// Every rank reaches the stop at the same boundary, so this one blocking all-reduce per run is
+// safe; it counts the signals received by now, not only those the agreement carried a step ago.
+std::string PreemptionHook::signalled_ranks(TrainingContext& context) const {
+  DistributedManager& manager = *context.manager;
+  SignalTally tally;
+  tally.add(handlers_ ? handlers_->received() : 0, manager.rank());
+  if (manager.world_size() > 1) {
+    core::Tensor sum = core::Tensor::from_vector<int64_t>(tally.counts, {SignalTally::kSignals});
+    manager.world().all_reduce(sum, ReduceOp::Sum);
+    tally.counts = sum.to_vector<int64_t>();
+  }
+  return tally.describe(manager.world_size());
+}
+
 bool PreemptionHook::decide(TrainingContext& context, const std::vector<int64_t>& agreed) {
   const int64_t signal = agreed[0], signal_rank = agreed[1] - 1, time_up = agreed[2];
   if (signal == 0 && time_up == 0) return false;
-  reason_ =
-      signal != 0
-          ? "signal " + stop_signal_name(int(signal)) + " on rank " + std::to_string(signal_rank)
-          : "time_limit " + format_duration(settings_.time_limit_seconds) + " on rank 0's clock";
+  if (signal != 0) {
+    reason_ = signalled_ranks(context);
+    // A test's raise on a rank without handlers still stops the run; name it as the agreement did.
+    if (reason_.empty()) {
+      reason_ =
+          "signal " + stop_signal_name(int(signal)) + " on rank " + std::to_string(signal_rank);
+    }
+  } else {
+    reason_ = "time_limit " + format_duration(settings_.time_limit_seconds) + " on rank 0's clock";
+  }
   context.stop = true;
   context.preempted = true;
   raise_test_signals(context, -1);

@@ -40,14 +40,15 @@ class PreemptionHook final : public Hook {
   // At the end it restores the signal handlers only once the stop's checkpoint is written.
   HookPlace place() const override { return {kOrder, {"checkpoint"}}; }
   void on(HookStage stage, TrainingContext& context) override;
-  // Why training stopped ("signal USR1 on rank 1", "time_limit 1h30m on rank 0's clock"), or
-  // empty when it was not preempted.
+  // Why training stopped ("signal USR1 on rank 1", "signal USR1 on all 4 ranks", "time_limit
+  // 1h30m on rank 0's clock"), or empty when it was not preempted.
   const std::string& reason() const { return reason_; }
 
  private:
   void at_step_boundary(TrainingContext& context);
   void raise_test_signals(TrainingContext& context, int64_t step);
   bool decide(TrainingContext& context, const std::vector<int64_t>& agreed);
+  std::string signalled_ranks(TrainingContext& context) const;
 
   PreemptionSettings settings_;
   std::unique_ptr<StopSignalHandlers> handlers_;
