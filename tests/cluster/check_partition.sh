@@ -13,8 +13,8 @@ timeout=${MPIGRAD_COLLECTIVE_TIMEOUT:-3}
 log=$(mktemp)
 # A run-unique duration, so that the ranks of this run (and only they) can be found by name.
 tag="60.$$"
-"$here/../../scripts/cluster-sim.sh" --nodes 2 --ranks-per-node "$ranks_per_node" \
-  --partition-after 3 -- "$program" loop "$tag" >"$log" 2>&1 &
+"$here/../../scripts/cluster-sim.sh" --nodes 2 --ranks-per-node "$ranks_per_node" --yield on \
+  --partition-after 3 -- -x MPIGRAD_COLLECTIVE_TIMEOUT="$timeout" "$program" loop "$tag" >"$log" 2>&1 &
 cluster=$!
 start=$(date +%s%N)
 # The ranks themselves, not mpirun or cluster-sim.sh, whose command lines hold the same words.
