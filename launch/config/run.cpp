@@ -165,7 +165,7 @@ void Run::add_hooks() {
   if (training) {
     hooks_.push_back(std::make_shared<CheckpointHook>(
         CheckpointSettings{out_dir, train.resume, train.save_initial, config_.resolved_text(),
-                           train.keep_checkpoints}));
+                           train.keep_checkpoints, train.checkpoint_scope}));
   }
   if (writes) {
     hooks_.push_back(std::make_shared<PreemptionHook>(

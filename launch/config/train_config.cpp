@@ -348,6 +348,11 @@ std::vector<ConfigKey> make_config_keys() {
           "ones too), or a fresh start if there is none"),
       key("train.keep_checkpoints", &C::train, &TrainSection::keep_checkpoints, Integer{0},
           "keep only the newest N checkpoints (ckpt-epoch*.h5) in out_dir (0: keep all)"),
+      key("train.checkpoint_scope", &C::train, &TrainSection::checkpoint_scope,
+          Choice<CheckpointScope>{kCheckpointScopeNames},
+          "where the ranks read the checkpoint a resume starts from: shared (every rank reads "
+          "out_dir) or node_local (out_dir is rank 0's own; rank 0 sends the file to the other "
+          "nodes)"),
       key("train.stop_signals", &C::train, &TrainSection::stop_signals, StopSignals{},
           "signals that stop training on every rank at the same step's end, with a "
           "mid-epoch checkpoint, and exit with status 75"),
@@ -571,7 +576,9 @@ TrainConfig parse_train_config(const std::vector<std::string>& args) {
                   "encoder; this run has stage = ",
                   core::enum_name(train.stage, kStageKindNames));
   }
-  if (!config.train.resume.empty() && config.train.resume != "auto") {
+  // Under node_local only rank 0 needs the file; its resume reports a missing one for every rank.
+  if (!config.train.resume.empty() && config.train.resume != "auto" &&
+      config.train.checkpoint_scope == CheckpointScope::Shared) {
     MPIGRAD_CHECK(std::filesystem::is_regular_file(config.train.resume),
                   "[train] resume: checkpoint '", config.train.resume, "' does not exist");
   }

@@ -25,6 +25,7 @@
 #include "mpigrad/data/augment.h"
 #include "mpigrad/launch/comm/communicator.h"
 #include "mpigrad/launch/ddp/distributed_data_parallel.h"
+#include "mpigrad/launch/train/hooks/checkpoint_hook.h"
 #include "mpigrad/nn/encoder_with_head.h"
 #include "mpigrad/nn/layers/conv.h"
 #include "mpigrad/nn/mixed_precision.h"
@@ -129,6 +130,8 @@ struct TrainSection {
   std::string resume;  // checkpoint to resume from; "auto": the newest in out_dir, if any
   bool save_initial = false;
   int64_t keep_checkpoints = 0;  // keep the newest N ckpt-epoch*.h5 files; 0: keep all
+  // How the ranks read the checkpoint rank 0 chose (launch/train/hooks/checkpoint_hook.h).
+  CheckpointScope checkpoint_scope = CheckpointScope::Shared;
   // Signals that stop the run at the next step boundary with a checkpoint, and the wall time
   // after which it stops so by itself (0: none); launch/train/preemption.h.
   std::vector<int> stop_signals = {SIGTERM, SIGINT, SIGUSR1};

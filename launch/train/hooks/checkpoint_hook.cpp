@@ -1,11 +1,20 @@
 #include "mpigrad/launch/train/hooks/checkpoint_hook.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <memory>
 
 #include "mpigrad/core/crc32c.h"
 #include "mpigrad/core/error.h"
+#include "mpigrad/core/hdf5.h"
+#include "mpigrad/launch/comm/rank_label.h"
 #include "mpigrad/launch/ddp/zero_redundancy.h"
 #include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/launch/observe/timeline.h"
@@ -36,6 +45,77 @@ int64_t epoch_order_crc32c(const data::DataLoader& loader) {
     crc = core::crc32c(&end, sizeof(end), crc);
   }
   return crc;
+}
+// Text from `root` to every rank of `communicator`.
+std::string broadcast_text(Communicator& communicator, const std::string& text, int root) {
+  core::Tensor size = core::Tensor::from_vector<int64_t>({int64_t(text.size())}, {1});
+  communicator.broadcast(size, root);
+  const int64_t length = size.item<int64_t>();
+  if (length == 0) return "";
+  core::Tensor bytes = core::zeros({length}, core::kUInt8);
+  if (communicator.rank() == root) std::memcpy(bytes.data_ptr(), text.data(), text.size());
+  communicator.broadcast(bytes, root);
+  return std::string(static_cast<const char*>(bytes.data_ptr()), size_t(length));
+}
+
+// The error of the lowest rank whose `error` is not empty, on every rank, saying how many others
+// failed too; "" when none failed.
+std::string first_failure(Communicator& world, const std::string& error) {
+  core::Tensor first =
+      core::Tensor::from_vector<int64_t>({error.empty() ? world.size() : world.rank()}, {1});
+  world.all_reduce(first, ReduceOp::Min);
+  const int64_t failing = first.item<int64_t>();
+  if (failing == world.size()) return "";
+  core::Tensor count = core::Tensor::from_vector<int64_t>({error.empty() ? 0 : 1}, {1});
+  world.all_reduce(count, ReduceOp::Sum);
+  const int64_t others = count.item<int64_t>() - 1;
+  return broadcast_text(world, error, int(failing)) +
+         (others == 0 ? ""
+                      : " (" + std::to_string(others) + " other rank" + (others == 1 ? "" : "s") +
+                            " failed too)");
+}
+
+// The CRC-32C of its tensors a checkpoint stores (nn/checkpoint.h), which load_checkpoint has
+// checked them against; -1 for a file written before checkpoints had one.
+int64_t stored_crc32c(const std::string& path) {
+  core::hdf5::File file = core::hdf5::File::open(path);
+  return file.has_attribute("/", "checksum_crc32c")
+             ? file.read_int_attribute("/", "checksum_crc32c")
+             : -1;
+}
+
+core::Tensor file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  MPIGRAD_CHECK(in.good(), "cannot open ", path, " to send it");
+  const int64_t size = in.tellg();
+  core::Tensor bytes = core::zeros({size}, core::kUInt8);
+  in.seekg(0);
+  in.read(static_cast<char*>(bytes.data_ptr()), size);
+  MPIGRAD_CHECK(in.good() || size == 0, "cannot read ", path, " to send it");
+  return bytes;
+}
+
+// A new file in the node's temporary directory ($TMPDIR, else /tmp) holding `bytes`.
+std::string write_temporary(const core::Tensor& bytes) {
+  std::string name = (std::filesystem::temp_directory_path() / "mpigrad-resume-XXXXXX.h5").string();
+  const int fd = mkstemps(name.data(), 3);
+  MPIGRAD_CHECK(fd >= 0, "cannot create a temporary file ", name, ": ", std::strerror(errno));
+  const char* from = static_cast<const char*>(bytes.data_ptr());
+  int64_t left = bytes.numel();
+  while (left > 0) {
+    const ssize_t wrote = ::write(fd, from, size_t(std::min<int64_t>(left, int64_t(1) << 30)));
+    if (wrote <= 0) {
+      const int cause = errno;
+      ::close(fd);
+      std::filesystem::remove(name);
+      core::fail("cannot write the temporary file ", name, ": ", std::strerror(cause));
+    }
+    from += wrote;
+    left -= wrote;
+  }
+  MPIGRAD_CHECK(::close(fd) == 0, "cannot write the temporary file ", name, ": ",
+                std::strerror(errno));
+  return name;
 }
 }  // namespace
 
@@ -152,12 +232,10 @@ void CheckpointHook::save(TrainingContext& context, const std::string& path) con
   nn::save_checkpoint(path, *data);
 }
 
-// resume = auto: the newest checkpoint that loads, or none when out_dir has none. When out_dir
-// has checkpoints but none loads, starting afresh would quietly throw the run away (and then
-// overwrite them): that is an error naming every file, for a person to look at.
-std::optional<nn::CheckpointData> CheckpointHook::load_newest(bool main_process) {
-  // Every rank looks and reads: rank 0 wrote the files before this run started, so all see the
-  // same files and skip the same ones.
+// resume = auto, on rank 0: the newest checkpoint that loads, or none when out_dir has none. When
+// out_dir has checkpoints but none loads, starting afresh would quietly throw the run away (and
+// then overwrite them): that is an error naming every file, for a person to look at.
+std::optional<nn::CheckpointData> CheckpointHook::load_newest() {
   auto found = checkpoint_files(settings_.out_dir);
   settings_.resume.clear();
   std::string skipped;
@@ -165,23 +243,18 @@ std::optional<nn::CheckpointData> CheckpointHook::load_newest(bool main_process)
     try {
       nn::CheckpointData data = nn::load_checkpoint(it->path);
       settings_.resume = it->path;
-      if (main_process) std::printf("resume = auto: resuming from %s\n", it->path.c_str());
+      std::printf("resume = auto: resuming from %s\n", it->path.c_str());
       return data;
     } catch (const core::Error& error) {
-      if (main_process) {
-        std::fprintf(stderr, "warning: resume = auto: skipping %s: %s\n", it->path.c_str(),
-                     error.what());
-      }
+      std::fprintf(stderr, "warning: resume = auto: skipping %s: %s\n", it->path.c_str(),
+                   error.what());
       skipped += (skipped.empty() ? "" : ", ") + it->path;
     }
   }
   MPIGRAD_CHECK(found.empty(), "[train] resume = auto: none of the ", found.size(),
                 " checkpoint(s) in '", settings_.out_dir, "' can be loaded (", skipped,
                 "); move or repair them, or set [train] resume to empty to start afresh");
-  if (main_process) {
-    std::printf("resume = auto: no checkpoint in '%s'; starting fresh\n",
-                settings_.out_dir.c_str());
-  }
+  std::printf("resume = auto: no checkpoint in '%s'; starting fresh\n", settings_.out_dir.c_str());
   return std::nullopt;
 }
 
@@ -241,26 +314,147 @@ void CheckpointHook::save_preempted(TrainingContext& context) {
   if (context.manager->world_size() > 1) context.manager->world().barrier();
 }
 
-void CheckpointHook::resume(TrainingContext& context) {
-  std::optional<nn::CheckpointData> data;
-  if (settings_.resume == "auto") {
-    data = load_newest(context.manager->is_main_process());
-    if (!data) return;
-  } else {
-    if (settings_.resume.empty()) return;
-    // Every rank reads the file: the model, optimizer and scheduler come back identical
-    // everywhere.
-    data = nn::load_checkpoint(settings_.resume);
+// checkpoint_scope = node_local: rank 0 sends the file it chose to one rank of every other node
+// (the lowest, which MPI's shared-memory split makes local rank 0), which writes it to a
+// temporary file of its node; each rank learns where its node holds the file (rank 0's node: the
+// file itself). Collective over the world; returns this rank's failure ("" when none), which the
+// caller's agreement reports. A failed send still takes part in every collective, so no rank
+// waits for one that gave up.
+std::string CheckpointHook::receive_checkpoint(TrainingContext& context, std::string& readable_path,
+                                               std::string& temporary) const {
+  DistributedManager& manager = *context.manager;
+  Communicator& node = manager.node_local();
+  const bool leader = node.rank() == 0;
+  std::unique_ptr<Communicator> leaders =
+      manager.world().split(leader ? 0 : 1, manager.rank(), "checkpoint leaders");
+  std::string failure;
+  if (leader && leaders->size() > 1) {
+    core::Tensor bytes;
+    if (manager.is_main_process()) {
+      try {
+        bytes = file_bytes(readable_path);
+      } catch (const std::exception& error) {
+        failure = error.what();
+      }
+    }
+    core::Tensor size =
+        core::Tensor::from_vector<int64_t>({bytes.defined() ? bytes.numel() : -1}, {1});
+    leaders->broadcast(size, 0);
+    const int64_t total = size.item<int64_t>();
+    if (total < 0 && failure.empty()) failure = "rank 0 could not read it again to send it";
+    if (total >= 0) {
+      if (!bytes.defined()) bytes = core::zeros({total}, core::kUInt8);
+      // In pieces whose counts fit MPI's int.
+      constexpr int64_t kPiece = int64_t(256) << 20;
+      for (int64_t offset = 0; offset < total; offset += kPiece) {
+        leaders->broadcast(bytes.narrow(0, offset, std::min(kPiece, total - offset)), 0);
+      }
+      if (!manager.is_main_process()) {
+        try {
+          temporary = write_temporary(bytes);
+          readable_path = temporary;
+        } catch (const std::exception& error) {
+          failure = error.what();
+        }
+      }
+    }
   }
-  restore_training_state(context, *data, settings_.resume, "[train] resume: ");
-  resumed_batch_ = data->batch_in_epoch;
-  resumed_epoch_batches_ = data->epoch_batches;
-  resumed_world_size_ = data->world_size;
-  resumed_order_ = data->epoch_order_crc32c;
+  leaders.reset();
+  std::string where = broadcast_text(node, failure.empty() ? readable_path : "", 0);
+  if (failure.empty() && where.empty()) failure = "its node's copy could not be written";
+  readable_path = where;
+  return failure;
+}
+
+void CheckpointHook::resume(TrainingContext& context) {
+  const bool automatic = settings_.resume == "auto";
+  if (!automatic && settings_.resume.empty()) return;  // the same settings on every rank
+  DistributedManager& manager = *context.manager;
+  const bool main = manager.is_main_process();
+  const bool several = manager.world_size() > 1;
+  // Rank 0 chooses, and reads what it chose; its error is every rank's.
+  std::optional<nn::CheckpointData> data;
+  std::string error;
+  if (main) {
+    try {
+      data = automatic ? load_newest() : nn::load_checkpoint(settings_.resume);
+    } catch (const std::exception& failure) {
+      error = failure.what();
+    }
+  }
+  if (several) {
+    if (std::string failed = first_failure(manager.world(), error); !failed.empty()) {
+      core::fail(failed);
+    }
+  } else if (!error.empty()) {
+    core::fail(error);
+  }
+  // The choice: a path (empty: start afresh) and the CRC-32C its tensors have.
+  std::string choice;
+  if (main && data) {
+    choice = std::to_string(stored_crc32c(settings_.resume)) + " " + settings_.resume;
+  }
+  if (several) choice = broadcast_text(manager.world(), choice, 0);
+  if (choice.empty()) return;
+  const size_t space = choice.find(' ');
+  const int64_t crc = std::stoll(choice.substr(0, space));
+  settings_.resume = choice.substr(space + 1);
+  if (!several) {
+    restore_resumed(context, *data);
+    return;
+  }
+  // Every other rank gets that same file, or says why it cannot.
+  std::string readable_path = settings_.resume, temporary, failure;
+  if (settings_.scope == CheckpointScope::NodeLocal) {
+    failure = receive_checkpoint(context, readable_path, temporary);
+  }
+  if (!main && failure.empty()) {
+    try {
+      data = nn::load_checkpoint(readable_path);
+      const int64_t found = stored_crc32c(readable_path);
+      MPIGRAD_CHECK(found == crc, "it holds tensors with CRC-32C ", found,
+                    ", and the file rank 0 chose has ", crc, " (another file of the same name)");
+    } catch (const std::exception& cannot) {
+      failure = cannot.what();
+    }
+  }
+  if (!failure.empty()) {
+    failure = "[train] resume: rank " + std::to_string(manager.rank()) + " on " + host_name() +
+              " cannot read " + settings_.resume + ", the checkpoint rank 0 chose" +
+              (readable_path != settings_.resume && !readable_path.empty()
+                   ? " (sent to its node as " + readable_path + ")"
+                   : "") +
+              ": " + failure +
+              (settings_.scope == CheckpointScope::Shared
+                   ? ". Every rank reads that file from its own view of out_dir; if out_dir is "
+                     "not shared by the nodes, set [train] checkpoint_scope = node_local and "
+                     "rank 0 sends it to them"
+                   : "");
+  }
+  const std::string failed = first_failure(manager.world(), failure);
+  // Every rank has read its node's copy (or failed) before the agreement: it may go now.
+  if (!temporary.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove(temporary, ignored);
+  }
+  if (!failed.empty()) core::fail(failed);
+  if (main && settings_.scope == CheckpointScope::NodeLocal && manager.node_count() > 1) {
+    std::printf("resume: rank 0 sent %s to the other %d node(s)\n", settings_.resume.c_str(),
+                manager.node_count() - 1);
+  }
+  restore_resumed(context, *data);
+}
+
+void CheckpointHook::restore_resumed(TrainingContext& context, const nn::CheckpointData& data) {
+  restore_training_state(context, data, settings_.resume, "[train] resume: ");
+  resumed_batch_ = data.batch_in_epoch;
+  resumed_epoch_batches_ = data.epoch_batches;
+  resumed_world_size_ = data.world_size;
+  resumed_order_ = data.epoch_order_crc32c;
   if (resumed_batch_ == 0 || !context.manager->is_main_process()) return;
-  const auto epoch = static_cast<long long>(data->epoch + 1);
+  const auto epoch = static_cast<long long>(data.epoch + 1);
   const auto batches = static_cast<long long>(resumed_epoch_batches_);
-  const auto step = static_cast<long long>(data->step);
+  const auto step = static_cast<long long>(data.step);
   if (resumed_batch_ < resumed_epoch_batches_) {
     std::printf("resume: epoch %lld continues at batch %lld of %lld (after step %lld)\n", epoch,
                 static_cast<long long>(resumed_batch_ + 1), batches, step);

@@ -3,6 +3,13 @@
 // ckpt-epoch<N>-step<S>.h5 when preempted, atomically, with the state of every hook that has one
 // (Hook::state_dict).
 //
+// A resume is one decision for the whole job: rank 0 chooses the checkpoint (the newest that
+// loads, for resume = auto), and every rank then holds that same file, by name and by the CRC-32C
+// of its tensors, or the job fails at once on every rank with one error naming the rank that
+// could not, its host and the path. No rank starts afresh while another resumes (which would
+// leave them waiting for each other in the first all-reduce). Where every rank reads the file
+// from, CheckpointScope says.
+//
 // What a checkpoint holds of a run (save_training_state) and how it is put back
 // (restore_training_state) is written here once, for this hook and for embedded models, whose
 // host code saves and loads when it chooses (launch/insitu/embedded_model.h).
@@ -13,10 +20,22 @@
 #include <string>
 #include <vector>
 
+#include "mpigrad/core/enum_names.h"
 #include "mpigrad/launch/train/hook.h"
 #include "mpigrad/nn/checkpoint.h"
 
 namespace mpigrad::launch {
+
+// Where the ranks find the checkpoint rank 0 chose ([train] checkpoint_scope).
+enum class CheckpointScope {
+  // out_dir is one directory for every rank (a shared filesystem): each rank reads the file.
+  Shared,
+  // out_dir is rank 0's own (node-local scratch): rank 0 reads the file and sends it to one rank
+  // of each other node, which writes it to a temporary file there for the node's ranks to read.
+  NodeLocal,
+};
+inline constexpr core::EnumName<CheckpointScope> kCheckpointScopeNames[] = {
+    {CheckpointScope::Shared, "shared"}, {CheckpointScope::NodeLocal, "node_local"}};
 
 struct CheckpointSettings {
   std::string out_dir;
@@ -24,6 +43,7 @@ struct CheckpointSettings {
   bool save_initial = false;     // ckpt-step0.h5 before the first step
   std::string config_text;       // stored in every checkpoint
   int64_t keep_checkpoints = 0;  // the newest N of checkpoint_files stay; older ones go; 0: all
+  CheckpointScope scope = CheckpointScope::Shared;
 };
 
 // A checkpoint CheckpointHook wrote: ckpt-epoch<N>.h5 after N epochs, or ckpt-epoch<N>-step<S>.h5
@@ -77,7 +97,10 @@ class CheckpointHook final : public Hook {
 
  private:
   void resume(TrainingContext& context);
-  std::optional<nn::CheckpointData> load_newest(bool main_process);
+  std::optional<nn::CheckpointData> load_newest();
+  std::string receive_checkpoint(TrainingContext& context, std::string& readable_path,
+                                 std::string& temporary) const;
+  void restore_resumed(TrainingContext& context, const nn::CheckpointData& data);
   void check_resumed_position(TrainingContext& context) const;
   void save_preempted(TrainingContext& context);
   void remove_old_checkpoints(TrainingContext& context) const;
