@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -23,6 +24,9 @@ constexpr int64_t kMostProbeBytes = int64_t(64) << 20;
 constexpr double kLongEnoughSeconds = 0.010;
 constexpr double kAgreement = 1.0;  // the two best times within a factor of 2
 constexpr size_t kMostTries = 6;
+// A size whose rate is this many times below both the previous size's and the copy rate's is
+// suspect (probe_bandwidth).
+constexpr double kSuspectFactor = 4;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -62,7 +66,7 @@ struct LinkProbe {
 };
 
 // Run by the node leaders only (see link_probe.h).
-LinkProbe probe_link(Communicator& leaders) {
+LinkProbe probe_link(Communicator& leaders, double copy) {
   LinkProbe probe;
   const double nodes = leaders.size();
   const double steps = 2 * (nodes - 1);
@@ -75,52 +79,83 @@ LinkProbe probe_link(Communicator& leaders) {
     best = std::min(best, seconds_since(start));
   }
   probe.latency = slowest(leaders, best) / steps;
-
   core::Tensor data;
-  double spent = 0;
-  int64_t bytes = kFirstProbeBytes / 2;
-  std::vector<double> times;
-  // Doubling, two all-reduces a size, until the better one is long enough to time (or the size
-  // the largest): one slow all-reduce (a load spike, a connection being set up) does not end the
-  // growth, and the bytes sent on the way drain a rate limiter's burst.
-  do {
-    bytes *= 2;
-    if (!data.defined() || data.numel() < bytes / 4) data = core::zeros({bytes / 4});
-    times = {timed_all_reduce(leaders, data.narrow(0, 0, bytes / 4)),
-             timed_all_reduce(leaders, data.narrow(0, 0, bytes / 4))};
-    spent += times[0] + times[1];
-    std::sort(times.begin(), times.end());
-  } while (times[0] < kLongEnoughSeconds && bytes < kMostProbeBytes && spent < kProbeBudgetSeconds);
-  const bool long_enough = times[0] >= kLongEnoughSeconds || bytes >= kMostProbeBytes;
-  // Then that size again until its two best times agree: load on the machine only ever adds
-  // time, so the best is the link's.
-  auto agree = [&] { return times[1] <= (1 + kAgreement) * times[0]; };
-  while (long_enough && !agree() && spent < kProbeBudgetSeconds && times.size() < kMostTries) {
-    times.push_back(timed_all_reduce(leaders, data.narrow(0, 0, bytes / 4)));
-    spent += times.back();
-    std::sort(times.begin(), times.end());
-  }
-  probe.settled = long_enough && agree();
-  std::sort(times.begin(), times.end());
-  auto bandwidth = [&](double t) {
-    return steps / nodes * double(bytes) / std::max(t - steps * probe.latency, 1e-9);
-  };
-  probe.bandwidth = bandwidth(times[0]);
-  probe.previous = times.size() > 1 ? bandwidth(times[1]) : 0;
+  const BandwidthProbe found = probe_bandwidth(
+      [&](int64_t bytes) {
+        if (!data.defined() || data.numel() < bytes / 4) data = core::zeros({bytes / 4});
+        return timed_all_reduce(leaders, data.narrow(0, 0, bytes / 4));
+      },
+      leaders.size(), probe.latency, copy);
+  probe.bandwidth = found.bandwidth;
+  probe.previous = found.previous;
+  probe.settled = found.settled;
   return probe;
 }
 
 }  // namespace
 
+BandwidthProbe probe_bandwidth(const std::function<double(int64_t bytes)>& time_all_reduce,
+                               int node_count, double latency, double copy) {
+  BandwidthProbe probe;
+  const double nodes = node_count;
+  const double steps = 2 * (nodes - 1);
+  auto bandwidth = [&](int64_t bytes, double t) {
+    return steps / nodes * double(bytes) / std::max(t - steps * latency, 1e-9);
+  };
+  double spent = 0, before = 0;  // before: the previous size's rate
+  bool suspect = false;
+  int64_t bytes = kFirstProbeBytes / 2;
+  std::vector<double> times;
+  // Doubling, two all-reduces a size, until the better one is long enough to time (or the size
+  // the largest): one slow all-reduce (a load spike, a connection being set up) does not end the
+  // growth, and the bytes sent on the way drain a rate limiter's burst. At least two sizes, and
+  // one more after a suspect size: two stalled tries at one size agree with each other as well
+  // as two good ones do (2 of 29 runs on a fast link settled on 0.0109 GB/s at the first size).
+  while (true) {
+    bytes *= 2;
+    ++probe.sizes;
+    times = {time_all_reduce(bytes), time_all_reduce(bytes)};
+    spent += times[0] + times[1];
+    std::sort(times.begin(), times.end());
+    const double rate = bandwidth(bytes, times[0]);
+    // Far slower than the size before and than memory: a real link is as fast at a larger size
+    // (only latency weighs more on the small one), so this size stalled, or a rate limiter's
+    // burst has just run out. The next size tells which: a link that slow is as slow there.
+    suspect = before > 0 && rate * kSuspectFactor < before && rate * kSuspectFactor < copy;
+    before = rate;
+    if (bytes >= kMostProbeBytes || spent >= kProbeBudgetSeconds) break;
+    if (times[0] >= kLongEnoughSeconds && probe.sizes >= 2 && !suspect) break;
+  }
+  const bool long_enough = times[0] >= kLongEnoughSeconds || bytes >= kMostProbeBytes;
+  // Then that size again until its two best times agree: load on the machine only ever adds
+  // time, so the best is the link's.
+  auto agree = [&] { return times[1] <= (1 + kAgreement) * times[0]; };
+  while (long_enough && !agree() && spent < kProbeBudgetSeconds && times.size() < kMostTries) {
+    times.push_back(time_all_reduce(bytes));
+    spent += times.back();
+    std::sort(times.begin(), times.end());
+  }
+  // A figure from one size only, or from a suspect size the budget left unconfirmed, is none.
+  probe.settled = long_enough && agree() && probe.sizes >= 2 && !suspect;
+  probe.bytes = bytes;
+  probe.bandwidth = bandwidth(bytes, times[0]);
+  probe.previous = times.size() > 1 ? bandwidth(bytes, times[1]) : 0;
+  probe.spent = spent;
+  return probe;
+}
+
 std::optional<LinkFigures> measure_links(Communicator& communicator, Communicator& node, int nodes,
                                          std::string* why_not) {
   node.barrier();  // the node's ranks copy at the same time, as the transport's node steps do
-  const double copy = copy_bandwidth();
+  // The best rank's, on every rank: the link probe weighs its figures against it.
+  core::Tensor best_copy = core::full({1}, copy_bandwidth(), core::kFloat64);
+  communicator.all_reduce(best_copy, ReduceOp::Max);
+  const double copy = best_copy.item<double>();
   const bool leader = node.rank() == 0;
   std::unique_ptr<Communicator> leaders =
       communicator.split(leader ? 0 : 1, communicator.rank(), communicator.name() + " link probe");
   LinkProbe probe;
-  if (leader) probe = probe_link(*leaders);
+  if (leader) probe = probe_link(*leaders, copy);
   leaders.reset();
   // The leaders agree on everything they measured and the other ranks contribute zeros; the
   // copy bandwidth is the best rank's.
