@@ -18,6 +18,7 @@
 #include "mpigrad/core/error.h"
 #include "mpigrad/kernels/elementwise.h"
 #include "mpigrad/launch/comm/mpi_handle.h"
+#include "mpigrad/launch/comm/peer_liveness.h"
 #include "mpigrad/launch/comm/rank_label.h"
 
 namespace mpigrad::launch {
@@ -86,6 +87,19 @@ void await_every_rank(MPI_Comm comm) {
     if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done) return;
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(5000));
+  }
+}
+
+// SIGTERM while mpigrad owns MPI: the ring of peer_liveness.h first names a lost rank, if any,
+// then the process ends as it would have; with no ring, at once. SIGCONT, which Open MPI's mpirun
+// (and Slurm) send a second before that TERM, names it as early; with no rank lost the process
+// goes on as before.
+extern "C" void on_termination(int signal) {
+  if (signal == SIGCONT) {
+    notice_termination_signal(signal, /*end_process=*/false);
+  } else if (!notice_termination_signal(signal, /*end_process=*/true)) {
+    ::signal(signal, SIG_DFL);
+    ::raise(signal);
   }
 }
 
@@ -184,6 +198,18 @@ std::shared_ptr<MpiRuntime> MpiRuntime::start(int* argc, char*** argv) {
   std::shared_ptr<MpiRuntime> runtime(new MpiRuntime(true, to_thread_level(provided)));
   runtime->farewell_ = std::make_unique<MpiCommHandle>(
       duplicate_communicator(MPI_COMM_WORLD, "the barrier before MPI_Finalize"));
+  // Only over the default action: a handler the program installed stays.
+  for (int signal : {SIGTERM, SIGCONT}) {
+    struct sigaction previous {};
+    if (sigaction(signal, nullptr, &previous) == 0 && previous.sa_handler == SIG_DFL) {
+      struct sigaction action {};
+      action.sa_handler = on_termination;
+      sigemptyset(&action.sa_mask);
+      action.sa_flags = SA_RESTART;
+      sigaction(signal, &action, nullptr);
+      runtime->watches_termination_ = true;
+    }
+  }
   return runtime;
 }
 
@@ -208,6 +234,14 @@ std::shared_ptr<MpiRuntime> MpiRuntime::attach() {
 MpiRuntime::~MpiRuntime() {
   ops_.reset();  // user-defined ops must go before MPI_Finalize
   if (!owns_mpi_) return;
+  if (watches_termination_) {
+    for (int signal : {SIGTERM, SIGCONT}) {
+      struct sigaction current {};
+      if (sigaction(signal, nullptr, &current) == 0 && current.sa_handler == on_termination) {
+        ::signal(signal, SIG_DFL);
+      }
+    }
+  }
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
@@ -256,6 +290,8 @@ pid_t parent_launcher() {
 }  // namespace
 
 void abort_job(MPI_Comm comm, int exit_code) {
+  // This rank ends the job on purpose: the others must not report it as lost.
+  say_goodbye_to_peers();
   if (launched_with_recovery()) {
     if (const pid_t launcher = parent_launcher(); launcher > 0) {
       std::fprintf(stderr,

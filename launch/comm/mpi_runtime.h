@@ -10,7 +10,9 @@
 //
 // A runtime that started MPI waits for every rank in an MPI barrier of its own before calling
 // MPI_Finalize, so that no rank sits in Open MPI's finalize (a fence in the launcher) while the
-// job may still end in MPI_Abort (mpi_runtime.cpp says why).
+// job may still end in MPI_Abort (mpi_runtime.cpp says why). It also handles SIGCONT and SIGTERM
+// (unless the program already does) so that a rank the launcher ends because another rank died
+// first names that rank (peer_liveness.h).
 #pragma once
 
 #include <memory>
@@ -65,6 +67,9 @@ class MpiRuntime {
   // A duplicate of MPI_COMM_WORLD used by nothing but the barrier before MPI_Finalize (so it
   // cannot be mismatched with a collective another rank is stuck in); when owns_mpi_ only.
   std::unique_ptr<MpiCommHandle> farewell_;
+  // Whether start() put its SIGCONT and SIGTERM handlers in (peer_liveness.h); they go with the
+  // runtime.
+  bool watches_termination_ = false;
 };
 
 }  // namespace mpigrad::launch

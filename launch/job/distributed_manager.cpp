@@ -13,6 +13,7 @@
 #include "mpigrad/core/threads.h"
 #include "mpigrad/launch/comm/mpi_communicator.h"
 #include "mpigrad/launch/comm/mpi_handle.h"
+#include "mpigrad/launch/comm/peer_liveness.h"
 #include "mpigrad/launch/comm/rank_label.h"
 #include "mpigrad/launch/job/device_choice.h"
 #if MPIGRAD_WITH_NCCL
@@ -38,6 +39,8 @@ struct DistributedManager::State {
   // MPI is finalized only after them.
   std::unique_ptr<MpiCommunicator> world;
   std::unique_ptr<Communicator> node_local;
+  // Names a rank that dies (peer_liveness.h); says goodbye before the communicators go.
+  std::unique_ptr<PeerLiveness> liveness;
 };
 
 namespace {
@@ -120,6 +123,9 @@ DistributedManager::DistributedManager(std::shared_ptr<MpiRuntime> runtime, MpiC
   s.world->all_reduce(leaders);
   s.node_count = leaders.item<int32_t>();
   s.threads = share_node_cores(simulated_node_count() > 0 ? *s.world : *s.node_local);
+  // Only where mpigrad started MPI (and handles the launcher's signals): a host code that hands
+  // over its communicator keeps its process to itself.
+  if (s.runtime->owns_mpi()) s.liveness = PeerLiveness::start(*s.world);
   try {
     s.device = choose_device(options, s.world->rank(), s.world->size(), s.node_local->rank(),
                              s.node_local->size());
@@ -144,6 +150,7 @@ DistributedManager::~DistributedManager() {
 
 void DistributedManager::finalize() {
   if (!state_) return;
+  state_->liveness.reset();
   state_->node_local.reset();
   state_->world.reset();
   state_.reset();  // drops the runtime last

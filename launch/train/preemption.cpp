@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "mpigrad/core/error.h"
+#include "mpigrad/launch/comm/peer_liveness.h"
 #include "mpigrad/launch/job/distributed_manager.h"
 
 namespace mpigrad::launch {
@@ -59,6 +60,9 @@ std::atomic<bool> g_installed{false};
 
 extern "C" void set_stop_flag(int signal) {
   g_stop_signal.store(signal);
+  // Open MPI's mpirun ends the other ranks with TERM when one dies: then the lost rank is named
+  // and this one ends (peer_liveness.h), instead of a stop that can never be agreed on.
+  if (signal == SIGTERM) notice_termination_signal(signal, /*end_process=*/false);
 }
 
 }  // namespace
