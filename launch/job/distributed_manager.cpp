@@ -72,8 +72,9 @@ core::ThreadChoice share_node_cores(Communicator& node) {
   const std::vector<int> mine = core::affinity_cpus();
   const std::string cores = std::to_string(mine.size()) + (mine.size() == 1 ? " core" : " cores") +
                             " in the affinity mask";
-  if (node.size() == 1)
+  if (node.size() == 1) {
     return core::apply_default_threads(core::default_thread_choice(double(mine.size()), cores));
+  }
   core::Tensor width = core::Tensor::from_vector<int64_t>({int64_t(mine.back()) + 1}, {1});
   node.all_reduce(width, ReduceOp::Max);
   const int64_t cpus = width.item<int64_t>();
