@@ -139,7 +139,22 @@ for _ in $(seq 300); do
   sleep 0.1
 done
 [[ $(state "$job" Restarts) == 1 ]] || { cat requeue.log; fail "the job was not requeued"; }
-scontrol update JobId="$job" StartTime=now
+# Restarts may read 1 before the requeue has set the start two minutes ahead (an update then is
+# undone), and slurmd refuses a start in the same seconds as the first run's end ("Job credential
+# revoked", which is what Slurm's delay guards against): so once the job is pending again, wait
+# 3 s, then move the start to now until it runs.
+for _ in $(seq 300); do
+  [[ $(state "$job" JobState) == PENDING ]] && break
+  sleep 0.1
+done
+sleep 3
+for _ in $(seq 300); do
+  case $(state "$job" JobState) in
+    PENDING) scontrol update JobId="$job" StartTime=now ;;
+    *) break ;;
+  esac
+  sleep 0.2
+done
 wait_until_done "$job" || { cat requeue.log; fail "the requeued job did not finish"; }
 cat requeue.log | grep -v '^epoch'
 [[ $(state "$job" JobState) == COMPLETED ]] || fail "the requeued job ended $(state "$job" JobState)"
