@@ -44,8 +44,9 @@ std::string stop_signal_names();
 // Which ranks had received a stop signal when the ranks agreed to stop, for the stop line: each
 // rank adds its own to a SignalTally, the ranks sum theirs (one all-reduce), and describe() says
 // "signal USR1 on all 4 ranks", "signal USR1 on rank 1", "signal TERM on 2 of 4 ranks" or
-// "signal TERM on 1 of 4 ranks (rank 2) and USR1 on 3 of 4 ranks": a scheduler signals every
-// rank, a user may signal one, and the line should not tell them apart wrongly.
+// "signal USR1 on 3 of 4 ranks and TERM on 1 of 4 ranks" (a rank is named only when it alone was
+// signalled: the tally is one sum): a scheduler signals every rank, a user may signal one, and
+// the line should not tell them apart wrongly.
 struct SignalTally {
   static constexpr int kSignals = 65;  // signal numbers 1..64; slot 0 holds the ranks' sum
   std::vector<int64_t> counts = std::vector<int64_t>(kSignals, 0);
