@@ -143,6 +143,7 @@ namespace {
 // Gradient of clone/contiguous: unchanged.
 struct CloneBackward final : Node {
   const char* name() const override { return "CloneBackward"; }
+  bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override { grads[0] = grad; }
 };
 
@@ -152,6 +153,7 @@ struct ToBackward final : Node {
   DType dtype;
   ToBackward(Device device_, DType dtype_) : device(device_), dtype(dtype_) {}
   const char* name() const override { return "ToBackward"; }
+  bool differentiable_backward() const override { return true; }  // a conversion, recorded
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
     grads[0] = grad.to(device, dtype);
   }
@@ -409,8 +411,8 @@ Tensor Tensor::detach() const {
   return Tensor(std::move(alias));
 }
 
-void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
-  core::backward(*this, gradient, retain_graph);
+void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_graph) const {
+  core::backward(*this, gradient, retain_graph, create_graph);
 }
 
 int Tensor::register_grad_ready_hook(GradReadyHook hook) {

@@ -56,8 +56,20 @@ struct IndexBackward final : Node {
   const char* name() const override {
     return per_element ? "GatherBackward" : "IndexSelectBackward";
   }
+  bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
-    const Tensor& idx = index.get(*this);
+    const Tensor idx = index.get(*this);
+    if (grad_enabled()) {  // create_graph: the same sum as an op that records its own graph
+      Tensor base = zeros(input_shape, TensorOptions(grad.dtype()).device(grad.device()));
+      if (per_element) {
+        grads[0] = scatter_add(base, dim, idx, grad);
+      } else {
+        Shape rows = input_shape;  // embedding's gradient comes as indices.shape + [dim]
+        rows[dim] = idx.numel();
+        grads[0] = index_add(base, dim, idx, grad.reshape(rows));
+      }
+      return;
+    }
     Tensor source = grad.contiguous();
     Tensor result = zeros(input_shape, TensorOptions(grad.dtype()).device(grad.device()));
     Layout3 l = split_at(input_shape, dim);
@@ -74,7 +86,85 @@ struct IndexBackward final : Node {
   void release_saved() override { index.release(); }
 };
 
+// scatter_add and index_add: the base's gradient passes through, the source's is read back from
+// the positions it was added at.
+struct AddAtBackward final : Node {
+  int dim;
+  bool per_element;  // scatter_add
+  SavedTensor index;
+  AddAtBackward(int d, bool element) : dim(d), per_element(element) {}
+  const char* name() const override {
+    return per_element ? "ScatterAddBackward" : "IndexAddBackward";
+  }
+  bool differentiable_backward() const override { return true; }
+  void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
+    if (next[0]) grads[0] = grad;
+    if (next[1]) {
+      const Tensor idx = index.get(*this);
+      grads[1] = per_element ? gather(grad, dim, idx) : index_select(grad, dim, idx);
+    }
+  }
+  void release_saved() override { index.release(); }
+};
+
+// The shared body of scatter_add and index_add.
+Tensor add_at(const Tensor& base, int64_t dim_in, const Tensor& index_in, const Tensor& src,
+              bool per_element) {
+  const char* op = per_element ? "scatter_add" : "index_add";
+  MPIGRAD_CHECK(base.defined() && src.defined(), op, ": undefined operand");
+  detail::check_same_device(op, {&base, &src});
+  MPIGRAD_CHECK(base.dim() >= 1, op, ": the base must have at least one dim, got a scalar");
+  const int dim = wrap_dim(dim_in, base.dim(), op);
+  Tensor index = prepare_index(index_in, base.device(), op);
+  MPIGRAD_CHECK(src.dim() == base.dim(), op, ": the source has shape ", src.shape(),
+                " but must have as many dims as the base ", base.shape());
+  for (int d = 0; d < base.dim(); ++d) {
+    MPIGRAD_CHECK(d == dim || src.shape()[d] == base.shape()[d], op, ": source shape ", src.shape(),
+                  " must match base shape ", base.shape(), " outside dim ", dim);
+  }
+  int64_t count = 0;
+  if (per_element) {
+    MPIGRAD_CHECK(index.shape() == src.shape(), op, ": the index has shape ", index.shape(),
+                  " but must have the source's shape ", src.shape());
+    count = src.shape()[dim];
+  } else {
+    MPIGRAD_CHECK(index.dim() <= 1 && index.numel() == src.shape()[dim], op, ": ", index.numel(),
+                  " indices for a source with ", src.shape()[dim], " entries along dim ", dim);
+    count = index.numel();
+  }
+  const DType dtype = promote_types(base.dtype(), src.dtype());
+  Tensor out, source;
+  {
+    NoGradGuard no_grad;
+    out = base.to(dtype).contiguous().clone();
+    source = src.to(dtype).contiguous();
+  }
+  Layout3 l = split_at(out.shape(), dim);
+  Backend& backend = backend_for(out.device());
+  const int64_t bad =
+      out.numel() == 0
+          ? -1
+          : (per_element
+                 ? backend.scatter_add(dtype, l.outer, l.extent, l.inner, index.data<int64_t>(),
+                                       count, out.data_ptr(), source.data_ptr())
+                 : backend.index_add(dtype, l.outer, l.extent, l.inner, index.data<int64_t>(),
+                                     count, out.data_ptr(), source.data_ptr()));
+  check_index_result(bad, index, l.extent, dim, op);
+  if (auto node = detail::record<AddAtBackward>(out, {&base, &src}, dim, per_element)) {
+    node->index = index;
+  }
+  return out;
+}
+
 }  // namespace
+
+Tensor scatter_add(const Tensor& base, int64_t dim, const Tensor& index, const Tensor& src) {
+  return add_at(base, dim, index, src, true);
+}
+
+Tensor index_add(const Tensor& base, int64_t dim, const Tensor& index, const Tensor& src) {
+  return add_at(base, dim, index, src, false);
+}
 
 Tensor index_select(const Tensor& x, int64_t dim_in, const Tensor& index_in) {
   MPIGRAD_CHECK(x.defined(), "index_select: undefined source");

@@ -12,6 +12,7 @@ struct CatBackward final : Node {
   std::vector<int64_t> extents;
   CatBackward(int d, std::vector<int64_t> e) : dim(d), extents(std::move(e)) {}
   const char* name() const override { return "CatBackward"; }
+  bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
     int64_t start = 0;
     for (size_t i = 0; i < extents.size(); ++i) {

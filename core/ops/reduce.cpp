@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "mpigrad/core/ops/elementwise.h"
+#include "mpigrad/core/ops/indexing.h"
 #include "mpigrad/core/ops/op_support.h"
 
 namespace mpigrad::core {
@@ -101,6 +102,7 @@ struct SumBackward final : Node {
   double scale;  // 1 for sum, 1/count for mean
   SumBackward(Shape in, Shape keep, double s) : input_shape(in), keepdim_shape(keep), scale(s) {}
   const char* name() const override { return scale == 1.0 ? "SumBackward" : "MeanBackward"; }
+  bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
     Tensor spread = grad.reshape(keepdim_shape).expand(input_shape);
     grads[0] = scale == 1.0 ? spread : mul(spread, scalar_like(scale, spread));
@@ -115,7 +117,14 @@ struct SelectExtremumBackward final : Node {
   SelectExtremumBackward(Shape in, Shape keep, int d)
       : input_shape(in), keepdim_shape(keep), dim(d) {}
   const char* name() const override { return "MaxBackward"; }
+  bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
+    if (grad_enabled()) {  // create_graph: the same scatter as an op that records a graph
+      Tensor base = zeros(input_shape, TensorOptions(grad.dtype()).device(grad.device()));
+      grads[0] = scatter_add(base, dim, indices.get(*this).reshape(keepdim_shape),
+                             grad.reshape(keepdim_shape));
+      return;
+    }
     Tensor source = grad.reshape(keepdim_shape).contiguous();
     Tensor index = indices.get(*this).reshape(keepdim_shape).contiguous();
     Tensor result = zeros(input_shape, TensorOptions(grad.dtype()).device(grad.device()));
