@@ -243,6 +243,10 @@ Tensor unary_derivative(UnaryOp op, const Tensor& x, const Tensor& y) {
       return sub(constant(1.0), mul(y, y));
     case UnaryOp::Erf:  // 2/sqrt(pi) exp(-x^2)
       return mul(constant(kTwoOverSqrtPi), exp(neg(mul(x, x))));
+    case UnaryOp::Sin:
+      return cos(x);
+    case UnaryOp::Cos:
+      return neg(sin(x));
     case UnaryOp::Silu: {  // s (1 + x (1 - s)), s = sigmoid(x)
       Tensor s = sigmoid(x);
       return mul(s, add(constant(1.0), mul(x, sub(constant(1.0), s))));
@@ -357,6 +361,12 @@ Tensor erf(const Tensor& x) {
 }
 Tensor tanh(const Tensor& x) {
   return unary(UnaryOp::Tanh, x);
+}
+Tensor sin(const Tensor& x) {
+  return unary(UnaryOp::Sin, x);
+}
+Tensor cos(const Tensor& x) {
+  return unary(UnaryOp::Cos, x);
 }
 
 // ---- pow, clamp, where -----------------------------------------------------------------------

@@ -7,11 +7,18 @@
 // same position the result depends on their order, and PyTorch's legacy exporter writes
 // index_add (a sum) this way, so a model exported so would silently lose all but one addend: a
 // repeated position is an error naming the node.
+//
+// Reductions: add is one index_add or scatter_add. mul, max and min are planned on the host from
+// the index values (each update's flat position in the data), then run as differentiable ops:
+// max and min route each position's winner (the data's own value, or the first extreme update)
+// with where and index_select, so the gradient reaches the winner only; mul multiplies the data
+// by one factor per round, where a round holds at most one update per position.
 #include <algorithm>
 #include <string>
 #include <vector>
 
 #include "mpigrad/core/autograd.h"
+#include "mpigrad/core/enum_names.h"
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/indexing.h"
 #include "mpigrad/core/ops/reduce.h"
@@ -21,13 +28,16 @@ namespace mpigrad::nn::onnx_ops {
 
 namespace {
 
-enum class Reduction { None, Add };
+enum class Reduction { None, Add, Mul, Max, Min };
+inline constexpr core::EnumName<Reduction> kReductionNames[] = {{Reduction::None, "none"},
+                                                                {Reduction::Add, "add"},
+                                                                {Reduction::Mul, "mul"},
+                                                                {Reduction::Max, "max"},
+                                                                {Reduction::Min, "min"}};
 
 Reduction reduction_of(const NodeView& node) {
-  const std::string name = node.get_string("reduction", "none");
-  if (name == "none") return Reduction::None;
-  if (name == "add") return Reduction::Add;
-  node.fail("reduction '" + name + "' is not supported (none and add are)");
+  return core::parse_enum(node.get_string("reduction", "none"), kReductionNames,
+                          node.where() + ": reduction");
 }
 
 // `index` as int64 on `like`'s device, negative entries counted from the end of `extent`.
@@ -58,6 +68,62 @@ Tensor overwrite(const Tensor& base, const Tensor& written, const Tensor& counts
   return core::add(core::mul(base, kept), written);
 }
 
+// data (flattened) with `updates` (flattened) reduced into the positions `targets` (int64, one
+// per update) by mul, max or min; see the top of the file.
+Tensor reduce_into(const Tensor& data, const Tensor& updates, const Tensor& targets,
+                   Reduction reduction) {
+  const std::vector<int64_t> where_to = host_ints(targets);
+  if (reduction == Reduction::Mul) {
+    // Round r takes the r-th update of each position: its factor is the update there, 1 elsewhere.
+    std::vector<std::vector<int64_t>> rounds;  // per round: update index, or -1
+    std::vector<int64_t> seen(size_t(data.numel()), 0);
+    for (size_t i = 0; i < where_to.size(); ++i) {
+      const size_t round = size_t(seen[size_t(where_to[i])]++);
+      if (rounds.size() <= round) rounds.emplace_back();
+      rounds[round].push_back(int64_t(i));
+    }
+    Tensor result = data;
+    const Tensor ones = core::ones_like(data).detach();
+    for (const std::vector<int64_t>& round : rounds) {
+      std::vector<int64_t> positions;
+      for (int64_t i : round) positions.push_back(where_to[size_t(i)]);
+      const Tensor chosen = core::index_select(updates, 0, int64_vector(round).to(data.device()));
+      const Tensor at = int64_vector(positions).to(data.device());
+      const Tensor counts =
+          core::index_add(core::zeros_like(data).detach(), 0, at, core::ones_like(chosen).detach());
+      const Tensor factor =
+          overwrite(ones, core::index_add(core::zeros_like(data), 0, at, chosen), counts);
+      result = core::mul(result, factor);
+    }
+    return result;
+  }
+  // max, min: each position's winner, the data's value unless an update beats it (the first
+  // extreme one on ties).
+  const std::vector<double> data_values = host_doubles(data);
+  const std::vector<double> update_values = host_doubles(updates);
+  std::vector<double> best = data_values;
+  std::vector<int64_t> winner(size_t(data.numel()), -1);
+  for (size_t i = 0; i < where_to.size(); ++i) {
+    const size_t p = size_t(where_to[i]);
+    const double v = update_values[i];
+    if (reduction == Reduction::Max ? v > best[p] : v < best[p]) {
+      best[p] = v;
+      winner[p] = int64_t(i);
+    }
+  }
+  std::vector<int64_t> picked;
+  std::vector<uint8_t> won;
+  for (int64_t w : winner) {
+    picked.push_back(std::max<int64_t>(w, 0));
+    won.push_back(w >= 0 ? 1 : 0);
+  }
+  const Tensor from_updates =
+      core::index_select(updates, 0, int64_vector(picked).to(data.device()));
+  const Tensor mask =
+      core::Tensor::from_vector(won, data.shape()).to(data.device()).to(core::kBool);
+  return core::where(mask, from_updates, data);
+}
+
 OpFunction scatter_elements(const NodeView& node) {
   const int64_t axis = node.get_int("axis", 0);
   const Reduction reduction = reduction_of(node);
@@ -78,6 +144,11 @@ OpFunction scatter_elements(const NodeView& node) {
           core::arange(data.numel(), core::TensorOptions(core::kInt64).device(data.device()))
               .reshape(data.shape());
       flat = core::gather(positions, a, index);
+    }
+    if (reduction != Reduction::None) {
+      const Tensor reduced =
+          reduce_into(data.reshape({-1}), updates.reshape({-1}), flat.reshape({-1}), reduction);
+      return std::vector<Tensor>{reduced.reshape(data.shape())};
     }
     check_unique(flat, where);
     const Tensor zeros = core::zeros_like(data);
@@ -170,6 +241,20 @@ OpFunction scatter_nd(const NodeView& node) {
     if (reduction == Reduction::Add) {
       return std::vector<Tensor>{
           core::index_add(base, 0, rows, flat_updates).reshape(data.shape())};
+    }
+    if (reduction != Reduction::None) {
+      // Each update element's flat position: its row's start plus its column.
+      const int64_t width = base.shape()[1];
+      Tensor targets;
+      {
+        core::NoGradGuard no_grad;
+        const core::TensorOptions longs = core::TensorOptions(core::kInt64).device(data.device());
+        targets =
+            rows.reshape({-1, 1}) * double(width) + core::arange(width, longs).reshape({1, width});
+      }
+      return std::vector<Tensor>{reduce_into(base.reshape({-1}), flat_updates.reshape({-1}),
+                                             targets.reshape({-1}), reduction)
+                                     .reshape(data.shape())};
     }
     check_unique(rows, where);
     const Tensor zeros = core::zeros_like(base);

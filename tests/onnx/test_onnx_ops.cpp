@@ -77,8 +77,8 @@ std::vector<OpCase> op_cases() {
                  g.initializer("d", core::Tensor::scalar(0.7, core::kFloat64));
                  set_attribute(simple(g, "Mod", 1, {"d"}), "fmod", int64_t(1));
                }});
-  for (const char* op : {"Neg", "Exp", "Erf", "Abs", "Relu", "Sigmoid", "Tanh", "Softplus",
-                         "HardSwish", "Elu", "Selu", "HardSigmoid", "Identity"})
+  for (const char* op : {"Neg", "Exp", "Erf", "Sin", "Cos", "Abs", "Relu", "Sigmoid", "Tanh",
+                         "Softplus", "HardSwish", "Elu", "Selu", "HardSigmoid", "Identity"})
     unary(op, -2.0, 2.0);
   unary("Sqrt", 0.5, 2.0);
   unary("Log", 0.5, 2.0);
@@ -346,6 +346,24 @@ std::vector<OpCase> op_cases() {
                        core::Tensor::from_vector(std::vector<int64_t>{3, 0, -1, 1, 2, 0}, {3, 2}));
          set_attribute(g.node("ScatterElements", {"x0", "index", "x1"}, {"y"}), "axis", int64_t(1));
        }});
+  for (const char* reduction : {"mul", "max", "min"}) {
+    c.push_back({std::string("ScatterElements (") + reduction + ", repeated indices)",
+                 18,
+                 {{{4, 3}}, {{5, 3}}},
+                 [reduction](OnnxGraph& g) {
+                   std::vector<int64_t> rows;
+                   for (int64_t r : {0, 2, 0, 3, 2}) rows.insert(rows.end(), {r, r, r});
+                   g.initializer("index", core::Tensor::from_vector(rows, {5, 3}));
+                   set_attribute(g.node("ScatterElements", {"x0", "index", "x1"}, {"y"}),
+                                 "reduction", std::string(reduction));
+                 }});
+  }
+  c.push_back({"ScatterND (min, repeated rows)", 18, {{{4, 3}}, {{5, 3}}}, [](OnnxGraph& g) {
+                 g.initializer("index", core::Tensor::from_vector(
+                                            std::vector<int64_t>{1, 3, 1, 0, -1}, {5, 1}));
+                 set_attribute(g.node("ScatterND", {"x0", "index", "x1"}, {"y"}), "reduction",
+                               std::string("min"));
+               }});
   c.push_back({"ScatterND (add, repeated rows)", 16, {{{4, 3}}, {{5, 3}}}, [](OnnxGraph& g) {
                  g.initializer("index", core::Tensor::from_vector(
                                             std::vector<int64_t>{1, 3, 1, 0, -1}, {5, 1}));
