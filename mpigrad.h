@@ -17,7 +17,7 @@
 // core: tensors, autograd, ops
 // defines: AutocastGuard, autocast_policy, autocast_dtype
 #include "mpigrad/core/autocast.h"
-// defines: backward, NoGradGuard, Node, queue_backward_callback
+// defines: backward, grad, GradOptions, NoGradGuard, Node, stand_in, queue_backward_callback
 #include "mpigrad/core/autograd.h"
 // defines: cuda_visibility, set_cuda_home_device
 #include "mpigrad/core/cuda.h"
@@ -37,9 +37,9 @@
 #include "mpigrad/core/error.h"
 // defines: cross_entropy_rows
 #include "mpigrad/core/ops/cross_entropy.h"
-// defines: add, sub, mul, div, exp, log, relu, gelu, tanh, where, eq, lt
+// defines: add, sub, mul, div, exp, log, sin, cos, relu, gelu, tanh, where, eq, lt
 #include "mpigrad/core/ops/elementwise.h"
-// defines: index_select, gather, one_hot, embedding
+// defines: index_select, gather, scatter_add, index_add, one_hot, embedding
 #include "mpigrad/core/ops/indexing.h"
 // defines: cat, stack
 #include "mpigrad/core/ops/join.h"
