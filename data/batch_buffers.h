@@ -1,8 +1,7 @@
 // Host memory for the tensors a dataset yields, recycled between batches. A loader allocates the
-// same few sizes every step; blocks between 64 KiB and 1 MiB fall below core's host-allocator
-// cache and, from worker threads, land in glibc per-thread arenas that are trimmed and faulted
-// in again each step. Recycling them keeps loader reads as fast as raw HDF5 reads into one reused
-// buffer. The pool is process-wide (like core's host allocator), thread-safe, and holds at most
+// same few sizes every step; blocks below 64 KiB fall below core's host-allocator cache and, from
+// worker threads, land in glibc per-thread arenas that are trimmed and faulted in again each step.
+// Recycling them keeps loader reads as fast as raw HDF5 reads into one reused buffer. The pool is process-wide (like core's host allocator), thread-safe, and holds at most
 // 1 GiB of idle blocks. With the CUDA backend this is where pinned host buffers will come from.
 #pragma once
 
