@@ -230,6 +230,25 @@ struct Duration {
   std::string accepted() const { return "a duration such as 3h50m, 90m, 45s; 0: none"; }
 };
 
+struct Composition {
+  std::optional<data::BatchComposition> parse(const std::string& value,
+                                              const std::string& where) const {
+    const std::string text = trim(value);
+    if (text.empty()) return std::nullopt;
+    try {
+      return data::BatchComposition::parse(text);
+    } catch (const core::Error& error) {
+      core::fail(where, ": ", error.what());
+    }
+  }
+  std::string print(const std::optional<data::BatchComposition>& composition) const {
+    return composition ? composition->text() : "";
+  }
+  std::string accepted() const {
+    return "counts like 16,16, ratios like 0.7,0.3, or balanced; empty: by the stores' sizes";
+  }
+};
+
 struct Augmentations {
   data::AugmentSpec parse(const std::string& value, const std::string& where) const {
     return data::parse_augment(value, where);
@@ -260,7 +279,8 @@ std::vector<ConfigKey> make_config_keys() {
   const Number fraction{.low = 0, .high = 1, .high_open = true};
   return {
       key("data.train", &C::data, &DataSection::train, TextList{},
-          "HDF5 training file(s), comma-separated shards (required)"),
+          "HDF5 training file(s), comma-separated shards, or atomic stores (Zarr folders, or HDF5 "
+          "files with meta/ and core/) (required)"),
       key("data.test", &C::data, &DataSection::test, TextList{},
           "HDF5 test file(s), comma-separated shards"),
       key("data.x", &C::data, &DataSection::x, Text{}, "name of the input field"),
@@ -275,6 +295,18 @@ std::vector<ConfigKey> make_config_keys() {
       key("data.augment", &C::data, &DataSection::augment, Augmentations{},
           "training augmentations: crop:P (zero-pad P, random crop), flip (horizontal, p 0.5), "
           "noise:S (Gaussian, after normalization)"),
+      key("data.samples_per_dataset", &C::data, &DataSection::samples_per_dataset, Composition{},
+          "several atomic stores: each batch's samples of each store (counts sum to "
+          "train.batch_size; ratios and balanced are shared out)"),
+      key("data.epoch_policy", &C::data, &DataSection::epoch_policy,
+          Choice<data::EpochPolicy>{data::kEpochPolicyNames},
+          "several atomic stores: batches per epoch: all samples (dataset_size), until the "
+          "smallest store is used up (min_size), or the largest (max_size)"),
+      key("data.replacement", &C::data, &DataSection::replacement, Boolean{},
+          "several atomic stores: samples may repeat within an epoch (ALCHEMI's default)"),
+      key("data.max_atoms", &C::data, &DataSection::max_atoms, Integer{0},
+          "atomic stores: > 0: batches of at most this many atoms instead of train.batch_size "
+          "structures"),
       key("model.name", &C::model, &ModelSection::name, Choice<ModelKind>{kModelKindNames},
           "the model (conv: fully convolutional, the output keeps the input's size)"),
       key("model.hidden", &C::model, &ModelSection::hidden, IntegerList{1, true},
@@ -471,8 +503,10 @@ void require_files(const std::vector<std::string>& paths, const char* key, bool 
                 ": required (an HDF5 file or a comma-separated "
                 "list of shards)");
   for (const std::string& path : paths) {
-    MPIGRAD_CHECK(std::filesystem::is_regular_file(path), key, ": file '", path,
-                  "' does not exist");
+    // A Zarr store is a folder with a zarr.json.
+    MPIGRAD_CHECK(std::filesystem::is_regular_file(path) ||
+                      std::filesystem::is_regular_file(std::filesystem::path(path) / "zarr.json"),
+                  key, ": file '", path, "' does not exist");
   }
 }
 

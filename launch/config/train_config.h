@@ -17,12 +17,14 @@
 #include <csignal>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "mpigrad/core/enum_names.h"
 #include "mpigrad/data/augment.h"
+#include "mpigrad/data/multi_dataset.h"
 #include "mpigrad/launch/comm/communicator.h"
 #include "mpigrad/launch/ddp/distributed_data_parallel.h"
 #include "mpigrad/nn/encoder_with_head.h"
@@ -64,7 +66,8 @@ inline constexpr core::EnumName<StageKind> kStageKindNames[] = {
     {StageKind::Classifier, "classifier"}};
 
 struct DataSection {
-  std::vector<std::string> train;  // HDF5 files (shards), joined in order
+  // HDF5 files (shards), joined in order; or atomic stores (data/training_data.h)
+  std::vector<std::string> train;
   std::vector<std::string> test;
   std::string x = "x";  // field names
   std::string y = "y";
@@ -74,6 +77,13 @@ struct DataSection {
   std::vector<double> mean;
   std::vector<double> std;
   data::AugmentSpec augment;  // training loader only (data/augment.h)
+  // Atomic stores (data/training_data.h: BatchingOptions): several stores' share of each batch,
+  // the epoch's length and whether draws repeat (ALCHEMI's MultiDatasetBatchSampler), or an atom
+  // budget per batch instead of train.batch_size structures.
+  std::optional<data::BatchComposition> samples_per_dataset;  // empty: by the stores' sizes
+  data::EpochPolicy epoch_policy = data::EpochPolicy::DatasetSize;
+  bool replacement = true;
+  int64_t max_atoms = 0;  // > 0: batches of at most this many atoms
 };
 
 struct ModelSection {
