@@ -506,13 +506,16 @@ void apply(const po::variables_map& values, const std::vector<std::string>& from
                 "score (use it with stage = supervised or classifier)");
 }
 
-void require_files(const std::vector<std::string>& paths, const char* key, bool required) {
+// `stores`: atomic stores, which may be folders (Zarr) as well as files (HDF5).
+void require_files(const std::vector<std::string>& paths, const char* key, bool required,
+                   bool stores) {
   MPIGRAD_CHECK(!required || !paths.empty(), key,
                 ": required (an HDF5 file or a comma-separated "
                 "list of shards)");
   for (const std::string& path : paths) {
-    MPIGRAD_CHECK(std::filesystem::is_regular_file(path), key, ": file '", path,
-                  "' does not exist");
+    const bool found =
+        stores ? std::filesystem::exists(path) : std::filesystem::is_regular_file(path);
+    MPIGRAD_CHECK(found, key, stores ? ": store '" : ": file '", path, "' does not exist");
   }
 }
 
@@ -594,8 +597,9 @@ TrainConfig parse_train_config(const std::vector<std::string>& args) {
     config.train.trace = trim(values["trace"].as<std::string>());
     MPIGRAD_CHECK(!config.train.trace.empty(), "command line: --trace: expected a file name");
   }
-  require_files(config.data.train, "[data] train", true);
-  require_files(config.data.test, "[data] test", false);
+  const bool stores = config.loss.name == LossKind::EnergyForce;
+  require_files(config.data.train, "[data] train", true, stores);
+  require_files(config.data.test, "[data] test", false, stores);
   const TrainSection& train = config.train;
   if (train.stage == StageKind::Classifier) {
     MPIGRAD_CHECK(!train.init_from.empty(),

@@ -108,6 +108,7 @@ case "$check" in
     grep -q "first batch: 4 structures, .* atoms, .* edges; energy per atom" dry.txt || { cat dry.txt; fail "no first-batch line"; }
     ;;
   errors)  # each bad config: one error naming what to do, before any step
+    expect_error "\[data\] train: store 'nothere.zarr' does not exist" --config base.ini --data.train=nothere.zarr
     expect_error "\[graph\] cutoff: schnet takes its cutoff from \[graph\] cutoff" --config base.ini --graph.cutoff=0
     expect_error "\[model\] hidden: schnet takes one width" --config base.ini --model.hidden=16,8
     expect_error "all 0; energy_force needs at least one term" --config base.ini \
