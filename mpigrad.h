@@ -97,6 +97,12 @@
 #include "mpigrad/nn/module.h"
 // defines: OnnxModel, OnnxValueInfo
 #include "mpigrad/nn/onnx/onnx_model.h"
+// defines: OnnxEnergyModel
+#include "mpigrad/nn/onnx/onnx_energy_model.h"
+// defines: SchNet, SchNetOptions, shifted_softplus
+#include "mpigrad/nn/schnet.h"
+// defines: AtomicGraph, AtomisticModel, sum_over_structures, edge_vectors
+#include "mpigrad/nn/atomistic.h"
 // defines: ResNet, ResNetConfig, resnet_stages
 #include "mpigrad/nn/resnet.h"
 // defines: Adam, AdamW
@@ -121,12 +127,22 @@
 #include "mpigrad/core/hdf5.h"
 // defines: augment_views_transform, parse_augment
 #include "mpigrad/data/augment.h"
+// defines: AtomicDataset, dataset_atom_counts
+#include "mpigrad/data/atomic_dataset.h"
+// defines: AtomicStore, read_zarr_contents
+#include "mpigrad/data/atomic_store.h"
+// defines: AtomBudgetBatchSampler
+#include "mpigrad/data/atom_budget_sampler.h"
 // defines: DataLoader, DataLoaderOptions
 #include "mpigrad/data/data_loader.h"
 // defines: Hdf5Dataset, rank_slice
 #include "mpigrad/data/hdf5_dataset.h"
 // defines: MultiDataset, MultiDatasetBatchSampler
 #include "mpigrad/data/multi_dataset.h"
+// defines: radius_graph, radius_graph_transform, NeighborListOptions
+#include "mpigrad/data/neighbor_list.h"
+// defines: gather_structures, offsets_from_counts
+#include "mpigrad/data/ragged_batch.h"
 // defines: DistributedSampler, RandomSampler, BatchSampler
 #include "mpigrad/data/sampler.h"
 // defines: TensorDataset
@@ -137,6 +153,8 @@
 // launch: ranks, communicators, data parallelism
 // defines: classification_step, classification_metrics, regression_step
 #include "mpigrad/launch/train/training_steps.h"
+// defines: energy_force_step, predict_energy_forces, EnergyForceLossOptions
+#include "mpigrad/launch/train/atomistic_steps.h"
 // defines: Communicator, ReduceOp, Backend
 #include "mpigrad/launch/comm/communicator.h"
 // defines: choose_rank_device

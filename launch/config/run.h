@@ -3,7 +3,9 @@
 // builds the model on the rank's device, its gradient communicator and SyncBatchNorm, the
 // optimizer, the scheduler, the loaders, the hooks and the TrainingStrategy that drives them, so
 // a training feature ([train] grad_accum_steps, clip_grad_norm, precision, ema_decay,
-// [distributed] zero, ...) is read from the config here and nowhere else.
+// [distributed] zero, ...) is read from the config here and nowhere else. With [loss] name =
+// energy_force the model is an interatomic potential and the step and evaluation are
+// launch/train/atomistic_steps.h's (the neighbor list of [graph] comes in RunInputs::inputs).
 //
 // What a kind of run takes of the config:
 //   Train     everything: both loaders, checkpoints (resume, keep, preemption), every hook the

@@ -277,6 +277,7 @@ std::vector<ConfigKey> make_config_keys() {
   const Number positive{.low = 0, .low_open = true};
   const Number non_negative{.low = 0};
   const Number fraction{.low = 0, .high = 1, .high_open = true};
+  const Number after_switch{.low = -1};
   return {
       key("data.train", &C::data, &DataSection::train, TextList{},
           "HDF5 training file(s), comma-separated shards, or atomic stores (Zarr folders, or HDF5 "
@@ -310,7 +311,8 @@ std::vector<ConfigKey> make_config_keys() {
       key("model.name", &C::model, &ModelSection::name, Choice<ModelKind>{kModelKindNames},
           "the model (conv: fully convolutional, the output keeps the input's size)"),
       key("model.hidden", &C::model, &ModelSection::hidden, IntegerList{1, true},
-          "hidden widths (mlp; none: one linear layer) or fully connected widths (cnn)"),
+          "hidden widths (mlp; none: one linear layer), fully connected widths (cnn), or one "
+          "width (schnet: features per atom and filters per edge)"),
       key("model.channels", &C::model, &ModelSection::channels, IntegerList{1, true},
           "convolution channels (cnn; conv: the widths before its last conv)"),
       key("model.dropout", &C::model, &ModelSection::dropout, fraction,
@@ -334,10 +336,43 @@ std::vector<ConfigKey> make_config_keys() {
           "resnet: channels of the first stage; the stages have w, 2w, 4w, 8w"),
       key("model.file", &C::model, &ModelSection::file, Text{},
           "onnx: the .onnx file exported from PyTorch (relative to the working directory)"),
+      key("model.n_rbf", &C::model, &ModelSection::n_rbf, Integer{1},
+          "schnet: Gaussians of the radial basis of edge lengths, from 0 to [graph] cutoff"),
+      key("model.interactions", &C::model, &ModelSection::interactions, Integer{1},
+          "schnet: continuous-filter convolutions (interaction blocks); its width is hidden"),
+      key("graph.cutoff", &C::graph, &GraphSection::cutoff, non_negative,
+          "interatomic potentials: rebuild each batch's neighbor list with this cutoff, periodic "
+          "images included (schnet's cutoff too); 0: the store's neighbor_list"),
+      key("graph.max_neighbors", &C::graph, &GraphSection::max_neighbors, Integer{0},
+          "keep each atom's nearest N neighbors (0: every one within the cutoff)"),
+      key("graph.self_loops", &C::graph, &GraphSection::self_loops, Boolean{},
+          "an edge from each atom to itself"),
       key("loss.name", &C::loss, &LossSection::name, Choice<LossKind>{kLossKindNames},
-          "the loss: cross_entropy for classes (mpigrad train), mse or l1 for regression"),
+          "the loss: cross_entropy for classes (mpigrad train), mse or l1 for regression, "
+          "energy_force for interatomic potentials"),
       key("loss.temperature", &C::loss, &LossSection::temperature, positive,
           "stage supcon: SupConLoss temperature (and base temperature)"),
+      key("loss.energy_weight", &C::loss, &LossSection::energy_weight, non_negative,
+          "energy_force: the weight of the energy term"),
+      key("loss.force_weight", &C::loss, &LossSection::force_weight, non_negative,
+          "energy_force: the weight of the force term (forces = -dE/dpositions)"),
+      key("loss.stress_weight", &C::loss, &LossSection::stress_weight, non_negative,
+          "energy_force: the weight of the stress term (the strain derivative over the volume)"),
+      key("loss.per_atom_energy", &C::loss, &LossSection::per_atom_energy, Boolean{},
+          "energy_force: score the energy error divided by the structure's atoms"),
+      key("loss.kind", &C::loss, &LossSection::kind, Choice<ErrorKind>{kErrorKindNames},
+          "energy_force: how each error is scored (huber: quadratic below huber_delta, linear "
+          "above)"),
+      key("loss.huber_delta", &C::loss, &LossSection::huber_delta, positive,
+          "energy_force, kind huber: where the quadratic part ends"),
+      key("loss.switch_step", &C::loss, &LossSection::switch_step, Integer{0},
+          "energy_force: from this optimizer step on, the *_weight_after weights (0: never)"),
+      key("loss.energy_weight_after", &C::loss, &LossSection::energy_weight_after, after_switch,
+          "energy_force: energy_weight from switch_step on (-1: unchanged)"),
+      key("loss.force_weight_after", &C::loss, &LossSection::force_weight_after, after_switch,
+          "energy_force: force_weight from switch_step on (-1: unchanged)"),
+      key("loss.stress_weight_after", &C::loss, &LossSection::stress_weight_after, after_switch,
+          "energy_force: stress_weight from switch_step on (-1: unchanged)"),
       key("optim.name", &C::optim, &OptimSection::name, Choice<OptimizerKind>{kOptimizerKindNames},
           "the optimizer"),
       key("optim.lr", &C::optim, &OptimSection::lr, positive, "learning rate"),
@@ -493,20 +528,28 @@ void apply(const po::variables_map& values, const std::vector<std::string>& from
                     config.distributed.compression != GradCompression::Float16,
                 "[distributed] reduce_dtype = bf16 and compression = fp16 ask for two different "
                 "reduction dtypes; set one of them");
+  const LossSection& loss = config.loss;
+  MPIGRAD_CHECK(loss.name != LossKind::EnergyForce ||
+                    loss.energy_weight + loss.force_weight + loss.stress_weight > 0,
+                "[loss] energy_weight, force_weight and stress_weight are all 0; energy_force "
+                "needs at least one term to train on");
   MPIGRAD_CHECK(config.train.swa_start == 0 || config.train.stage != StageKind::SupCon,
                 "[train] swa_start: SWA evaluates a classifier; stage = supcon has no classes to "
                 "score (use it with stage = supervised or classifier)");
 }
 
-void require_files(const std::vector<std::string>& paths, const char* key, bool required) {
+// `stores`: atomic stores, which may be folders (Zarr) as well as files (HDF5).
+void require_files(const std::vector<std::string>& paths, const char* key, bool required,
+                   bool stores) {
   MPIGRAD_CHECK(!required || !paths.empty(), key,
                 ": required (an HDF5 file or a comma-separated "
                 "list of shards)");
   for (const std::string& path : paths) {
-    // A Zarr store is a folder with a zarr.json.
-    MPIGRAD_CHECK(std::filesystem::is_regular_file(path) ||
-                      std::filesystem::is_regular_file(std::filesystem::path(path) / "zarr.json"),
-                  key, ": file '", path, "' does not exist");
+    // An atomic store may be a folder (Zarr, with its zarr.json) as well as an HDF5 file.
+    const bool found = std::filesystem::is_regular_file(path) ||
+                       (stores && std::filesystem::exists(path)) ||
+                       std::filesystem::is_regular_file(std::filesystem::path(path) / "zarr.json");
+    MPIGRAD_CHECK(found, key, stores ? ": store '" : ": file '", path, "' does not exist");
   }
 }
 
@@ -588,8 +631,9 @@ TrainConfig parse_train_config(const std::vector<std::string>& args) {
     config.train.trace = trim(values["trace"].as<std::string>());
     MPIGRAD_CHECK(!config.train.trace.empty(), "command line: --trace: expected a file name");
   }
-  require_files(config.data.train, "[data] train", true);
-  require_files(config.data.test, "[data] test", false);
+  const bool stores = config.loss.name == LossKind::EnergyForce;
+  require_files(config.data.train, "[data] train", true, stores);
+  require_files(config.data.test, "[data] test", false, stores);
   const TrainSection& train = config.train;
   if (train.stage == StageKind::Classifier) {
     MPIGRAD_CHECK(!train.init_from.empty(),
@@ -656,7 +700,11 @@ std::string train_config_help() {
       << "[model] name = onnx trains a graph exported from PyTorch ([model] file): its inputs\n"
       << "are fed in the dtype it declares (int64 token ids stay integers), cross_entropy also\n"
       << "takes dense logits [N, C, d1, ...] with labels [N, d1, ...], and [loss] name = mse or\n"
-      << "l1 takes float targets of the output's shape.\n\n"
+      << "l1 takes float targets of the output's shape.\n"
+      << "[loss] name = energy_force trains an interatomic potential ([model] name = schnet, or\n"
+      << "onnx with inputs named positions, atomic_numbers, edge_index, ...) on stores of atomic\n"
+      << "structures, on energies, forces and stress; [graph] builds each batch's neighbor list\n"
+      << "(docs/interatomic-potentials.md).\n\n"
       << "Exit status: 0 when training finished; 75 when it was stopped by one of [train]\n"
       << "stop_signals (default TERM, INT, USR1) or by [train] time_limit, every rank at the same\n"
       << "step, after rank 0 wrote out_dir/ckpt-epochN-stepS.h5: run the same command with\n"

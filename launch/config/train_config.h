@@ -1,5 +1,5 @@
-// The configuration of `mpigrad train`: an INI file with the sections [data] [model] [loss]
-// [optim] [sched] [train] [distributed], read by Boost.Program_options, where any key can be
+// The configuration of `mpigrad train`: an INI file with the sections [data] [model] [graph]
+// [loss] [optim] [sched] [train] [distributed], read by Boost.Program_options, where any key can be
 // overridden on the command line as --section.key=value.
 //
 // Every key is declared once, in the table behind config_keys() (train_config.cpp): its name,
@@ -27,6 +27,7 @@
 #include "mpigrad/data/multi_dataset.h"
 #include "mpigrad/launch/comm/communicator.h"
 #include "mpigrad/launch/ddp/distributed_data_parallel.h"
+#include "mpigrad/launch/train/atomistic_steps.h"
 #include "mpigrad/nn/encoder_with_head.h"
 #include "mpigrad/nn/layers/conv.h"
 #include "mpigrad/nn/mixed_precision.h"
@@ -34,17 +35,22 @@
 namespace mpigrad::launch {
 
 // Onnx: a graph exported from PyTorch ([model] file), trained as nn::OnnxModel; its weights and
-// shapes come from the file, so the other [model] keys do not apply to it.
-enum class ModelKind : uint8_t { Mlp, Cnn, Conv, ResNet, Onnx };
-inline constexpr core::EnumName<ModelKind> kModelKindNames[] = {{ModelKind::Mlp, "mlp"},
-                                                                {ModelKind::Cnn, "cnn"},
-                                                                {ModelKind::Conv, "conv"},
-                                                                {ModelKind::ResNet, "resnet"},
-                                                                {ModelKind::Onnx, "onnx"}};
+// shapes come from the file, so the other [model] keys do not apply to it. A graph whose inputs
+// are named positions, atomic_numbers, edge_index, ... is an interatomic potential
+// (nn::OnnxEnergyModel), as SchNet is (docs/interatomic-potentials.md).
+enum class ModelKind : uint8_t { Mlp, Cnn, Conv, ResNet, Onnx, SchNet };
+inline constexpr core::EnumName<ModelKind> kModelKindNames[] = {
+    {ModelKind::Mlp, "mlp"},       {ModelKind::Cnn, "cnn"},   {ModelKind::Conv, "conv"},
+    {ModelKind::ResNet, "resnet"}, {ModelKind::Onnx, "onnx"}, {ModelKind::SchNet, "schnet"}};
 
-enum class LossKind : uint8_t { CrossEntropy, Mse, L1 };
+// EnergyForce: interatomic potentials on energies, forces and stress
+// (launch/train/atomistic_steps.h).
+enum class LossKind : uint8_t { CrossEntropy, Mse, L1, EnergyForce };
 inline constexpr core::EnumName<LossKind> kLossKindNames[] = {
-    {LossKind::CrossEntropy, "cross_entropy"}, {LossKind::Mse, "mse"}, {LossKind::L1, "l1"}};
+    {LossKind::CrossEntropy, "cross_entropy"},
+    {LossKind::Mse, "mse"},
+    {LossKind::L1, "l1"},
+    {LossKind::EnergyForce, "energy_force"}};
 
 enum class OptimizerKind : uint8_t { Sgd, Adam, AdamW };
 inline constexpr core::EnumName<OptimizerKind> kOptimizerKindNames[] = {
@@ -102,11 +108,31 @@ struct ModelSection {
   // onnx: the .onnx file; a relative path is taken from the working directory, like [data]
   // train's files (and the C API's, whose config text has no folder of its own).
   std::string file;
+  int64_t n_rbf = 20;        // schnet: Gaussians of the radial basis (hidden: one width)
+  int64_t interactions = 3;  // schnet: continuous-filter convolutions
+};
+
+// The neighbor list of interatomic potentials (data/neighbor_list.h), rebuilt for every batch.
+struct GraphSection {
+  double cutoff = 0.0;        // 0: the store's neighbor_list
+  int64_t max_neighbors = 0;  // 0: no limit
+  bool self_loops = false;
 };
 
 struct LossSection {
   LossKind name = LossKind::CrossEntropy;
   double temperature = 0.1;  // stage supcon (base_temperature is the same, as in BioEncoder)
+  // energy_force (launch/train/atomistic_steps.h):
+  double energy_weight = 1.0;
+  double force_weight = 1.0;
+  double stress_weight = 0.0;
+  bool per_atom_energy = true;
+  ErrorKind kind = ErrorKind::Mse;
+  double huber_delta = 0.01;
+  int64_t switch_step = 0;            // from this optimizer step on, the *_after weights; 0: never
+  double energy_weight_after = -1.0;  // negative: keep energy_weight
+  double force_weight_after = -1.0;
+  double stress_weight_after = -1.0;
 };
 
 struct OptimSection {
@@ -184,6 +210,7 @@ struct DistributedSection {
 struct TrainConfig {
   DataSection data;
   ModelSection model;
+  GraphSection graph;
   LossSection loss;
   OptimSection optim;
   SchedSection sched;
