@@ -15,8 +15,8 @@
 
 /* The `seed`-th box: positions [ATOMS][3] (double), atomic numbers 1 and 8 alternating, its
  * cell (a cube of side ATOMS_BOX, rows the lattice vectors). */
-static void atoms_box(int seed, double positions[ATOMS][3], int32_t numbers[ATOMS],
-                      double cell[3][3]) {
+static inline void atoms_box(int seed, double positions[ATOMS][3], int32_t numbers[ATOMS],
+                             double cell[3][3]) {
   uint64_t state = 0x9E3779B97F4A7C15ull * (uint64_t)(seed + 1);
   int i, d;
   for (i = 0; i < ATOMS; ++i) {
@@ -36,8 +36,8 @@ static void atoms_box(int seed, double positions[ATOMS][3], int32_t numbers[ATOM
 }
 
 /* The minimum-image vector from atom s to atom t (t - s), and the shift it added. */
-static void atoms_minimum_image(double positions[ATOMS][3], int s, int t, double vector[3],
-                                double shift[3]) {
+static inline void atoms_minimum_image(double positions[ATOMS][3], int s, int t, double vector[3],
+                                       double shift[3]) {
   int d;
   for (d = 0; d < 3; ++d) {
     const double raw = positions[t][d] - positions[s][d];
@@ -47,7 +47,7 @@ static void atoms_minimum_image(double positions[ATOMS][3], int s, int t, double
 }
 
 /* Shifted-force Lennard-Jones (sigma 1, epsilon 1, cutoff 2.2): energy and forces. */
-static double atoms_lennard_jones(double positions[ATOMS][3], double forces[ATOMS][3]) {
+static inline double atoms_lennard_jones(double positions[ATOMS][3], double forces[ATOMS][3]) {
   const double rc = 2.2;
   const double inv_rc6 = 1.0 / pow(rc, 6.0);
   const double v_rc = 4.0 * (inv_rc6 * inv_rc6 - inv_rc6);
@@ -78,9 +78,9 @@ static double atoms_lennard_jones(double positions[ATOMS][3], double forces[ATOM
 
 /* The host's neighbor list: every ordered pair closer than `reach` (minimum image), edge_index
  * [2][E] numbered from `base`, shifts [E][3]. Returns E. */
-static int64_t atoms_neighbor_list(double positions[ATOMS][3], double reach, int32_t base,
-                                   int64_t edge_index[2][ATOMS_MAX_EDGES],
-                                   double shifts[ATOMS_MAX_EDGES][3]) {
+static inline int64_t atoms_neighbor_list(double positions[ATOMS][3], double reach, int32_t base,
+                                          int64_t edge_index[2][ATOMS_MAX_EDGES],
+                                          double shifts[ATOMS_MAX_EDGES][3]) {
   int64_t edges = 0;
   double vector[3], shift[3];
   int s, t, d;
