@@ -245,7 +245,8 @@ mpigrad_status mpigrad_model_arrays(mpigrad_model model, int32_t* n_inputs, int3
  *   pbc             [B, 3] (or [3]) int32 or int64, nonzero: the axis is periodic; NULL: none
  *                   (a periodic axis needs a cell)
  *   edge_index      [2, E] int32 or int64: the host's own neighbor list, row 0 the sources, row 1
- *                   the targets, atoms numbered from index_base, both atoms of an edge in one
+ *                   the targets (in Fortran order edge_index(E, 2): column 1 the sources),
+ *                   atoms numbered from index_base, both atoms of an edge in one
  *                   structure; NULL: mpigrad builds the radius graph of [graph] cutoff (its
  *                   cell list, periodic images included). An edge is directed: list both (i, j)
  *                   and (j, i), as radius graphs do. A list with more pairs than the cutoff's (a

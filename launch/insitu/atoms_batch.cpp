@@ -103,8 +103,8 @@ void add_host_edges(data::Batch& batch, const HostAtoms& atoms,
   require_dtype(atoms.edge_index, "edge_index", false);
   if (atoms.edge_index.dim() != 2 || atoms.edge_index.size(0) != 2) {
     fail(EmbedErrorKind::Shape, "edge_index: shape ", atoms.edge_index.shape(),
-         "; expected [2, edges] (row 0 the sources, row 1 the targets; (edges, 2) is not it: in "
-         "Fortran order that is edge_index(2, edges))");
+         "; expected [2, edges], row 0 the sources and row 1 the targets: edge_index[2][edges] in "
+         "C, edge_index(edges, 2) in Fortran");
   }
   const int64_t edges = atoms.edge_index.size(1);
   std::vector<int64_t> index = integers(atoms.edge_index);

@@ -153,6 +153,14 @@ TEST_CASE("atoms calls: an ONNX potential from PyTorch, on the host's neighbor l
     CAPTURE(i);
     CHECK(std::abs(forces[i] - want_f[i]) <= 1e-4 * scale);
   }
+  // An atomic number past the graph's embedding table is the graph's error, naming its node.
+  const int64_t saved = numbers[0];
+  numbers[0] = 12;
+  CHECK(mpigrad_atoms_predict(model, &structures, &e, &f) == MPIGRAD_ERROR_RUNTIME);
+  const std::string message = mpigrad_last_error();
+  CHECK(message.find("node '/embedding/Gather'") != std::string::npos);
+  CHECK(message.find("index out of range") != std::string::npos);
+  numbers[0] = saved;
   // Training on PyTorch's own labels: the loss is (nearly) zero at once.
   double loss = -1;
   REQUIRE_MESSAGE(mpigrad_atoms_train_step(model, &structures, &e, &f, &loss) == MPIGRAD_SUCCESS,

@@ -146,8 +146,9 @@ module mpigrad
     ! atoms). Several: num_atoms(structures), energy(structures), atoms of all structures
     ! concatenated. Optional, by keyword: cell(3, 3) (cell(:, i) the i-th lattice vector;
     ! cell(3, 3, structures)), pbc(3) integer, nonzero periodic (pbc(3, structures)), the host's
-    ! neighbor list edge_index(2, edges) of Fortran atom numbers (from 1; row 1 the source, row 2
-    ! the target, both directions listed) and edge_shifts(3, edges), the Cartesian image offsets
+    ! neighbor list edge_index(edges, 2) of Fortran atom numbers (from 1; column 1 the sources,
+    ! column 2 the targets, both directions listed; the C API's [2, edges]) and edge_shifts(3,
+    ! edges), the Cartesian image offsets
     ! (the edge's vector is x(target) - x(source) + shift); without edge_index, mpigrad builds
     ! the neighbor list with [graph] cutoff. Energies and forces (-dE/dx) are written into
     ! energy and forces (left out: energy only). Local.
