@@ -42,7 +42,8 @@ program md_lj
   type(mpigrad_model) :: model
   integer :: status
   real(c_double) :: learned_drift, learned_slope, true_drift, true_slope
-  real(c_double) :: sums(4), totals(4), force_rmse, force_rms, energy_mae, seconds
+  real(c_double) :: sums(5), totals(5), force_rmse, force_rms, energy_offset, energy_spread
+  real(c_double) :: seconds
   real(c_double) :: list_difference
   logical :: passed
 
@@ -94,10 +95,11 @@ program md_lj
   v0 = v
   seconds = MPI_Wtime()
   call nve(.true., learned_drift, learned_slope, sums)
-  call MPI_Allreduce(sums, totals, 4, MPI_DOUBLE_PRECISION, MPI_SUM, MPI_COMM_WORLD)
+  call MPI_Allreduce(sums, totals, 5, MPI_DOUBLE_PRECISION, MPI_SUM, MPI_COMM_WORLD)
   force_rmse = sqrt(totals(1) / totals(3))
   force_rms = sqrt(totals(2) / totals(3))
-  energy_mae = totals(4) / (totals(3) / (3 * n))
+  energy_offset = totals(4) / (totals(3) / (3 * n))
+  energy_spread = sqrt(max(0d0, totals(5) / (totals(3) / (3 * n)) - energy_offset**2))
   x = x0
   v = v0
   call nve(.false., true_drift, true_slope, sums)
@@ -111,7 +113,8 @@ program md_lj
     print '(a, es10.3, a, es10.3, a)', '  force RMSE vs the true potential ', force_rmse, &
         ' (true forces RMS ', force_rms, ')'
     print '(a, f7.4)', '  relative force RMSE                 ', force_rmse / force_rms
-    print '(a, es10.3)', '  energy MAE per atom                 ', energy_mae
+    print '(a, es10.3, a, es10.3)', '  energy error per atom: mean        ', energy_offset, &
+        '   standard deviation ', energy_spread
     print '(a, es10.3, a, es10.3)', '  learned: max |E(t) - E(0)| per atom ', learned_drift, &
         '   drift per atom per tau ', learned_slope / size
     print '(a, es10.3, a, es10.3)', '  true:    max |E(t) - E(0)| per atom ', true_drift, &
@@ -300,10 +303,10 @@ contains
   ! nve_steps of velocity Verlet on the learned (or true) forces from (x, v). drift: the largest
   ! |E(t) - E(0)| per atom; slope: the least-squares slope of E(t) per atom, per tau. On the
   ! learned run, sums gets the squared force error, the squared true forces, the force
-  ! components and the summed |energy error| per atom, over every 10th frame.
+  ! components, and the energy error per atom summed and squared, over every 10th frame.
   subroutine nve(use_model, drift, slope, sums)
     logical, intent(in) :: use_model
-    real(c_double), intent(out) :: drift, slope, sums(4)
+    real(c_double), intent(out) :: drift, slope, sums(5)
     real(c_double) :: e0, total, t, st, se, stt, ste
     integer :: samples
     if (use_model) then
@@ -343,7 +346,8 @@ contains
         sums(1) = sums(1) + sum((f - f_true)**2)
         sums(2) = sums(2) + sum(f_true**2)
         sums(3) = sums(3) + 3 * n
-        sums(4) = sums(4) + abs(energy - e_true) / n
+        sums(4) = sums(4) + (energy - e_true) / n
+        sums(5) = sums(5) + ((energy - e_true) / n)**2
       end if
     end do
     slope = (samples * ste - st * se) / (samples * stt - st * st)
