@@ -87,8 +87,8 @@ program md_lj
   ! The MD code's own neighbor list (a Verlet list, 1-based atom numbers) gives what mpigrad's
   ! does: schnet's filters vanish beyond the cutoff.
   list_difference = host_list_difference()
-  if (rank == 0) print '(a, es9.2)', 'host neighbor list vs mpigrad''s: largest force difference ', &
-                                    list_difference
+  if (rank == 0) print '(a, es9.2)', &
+      'host neighbor list vs mpigrad''s: largest force difference ', list_difference
 
   ! Phase 2: NVE on the learned forces, then on the true ones from the same start.
   x0 = x

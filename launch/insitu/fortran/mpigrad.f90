@@ -39,6 +39,12 @@
 ! collective (every rank, same order; destroy before MPI_Finalize); creation broadcasts rank
 ! 0's initial weights. mpigrad_copied_bytes counts the float32 bytes made from arrays that were
 ! not dense float32. Ranks in messages are numbered within the communicator the model was given.
+!
+! Interatomic potentials ([loss] name = energy_force) take atomic structures instead:
+! mpigrad_atoms_predict(model, x, z, energy, forces, cell=, pbc=, num_atoms=, edge_index=,
+! edge_shifts=) and mpigrad_atoms_train_step(model, x, z, energy, forces, loss, ...), with
+! positions x(3, n) and the host's neighbor list as edge_index(edges, 2) of 1-based atom numbers.
+! Their messages give shapes in C order (x(3, n) is [n, 3]) and atoms and edges numbered from 0.
 module mpigrad
   use, intrinsic :: iso_c_binding
   implicit none
