@@ -15,11 +15,9 @@
 #include "mpigrad/launch/train/hooks/checkpoint_hook.h"
 #include "mpigrad/launch/train/hooks/cuda_graph_hook.h"
 #include "mpigrad/launch/train/training_steps.h"
-#include "mpigrad/nn/atomistic.h"
 #include "mpigrad/nn/checkpoint.h"
 #include "mpigrad/nn/loss.h"
 #include "mpigrad/nn/onnx/onnx_model.h"
-#include "mpigrad/nn/schnet.h"
 
 namespace mpigrad::launch {
 

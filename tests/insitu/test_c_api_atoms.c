@@ -2,7 +2,8 @@
  * finite difference of the energy; the host's own neighbor list (with a skin, numbered from 0 or
  * from 1) gives our radius graph's result; float32 and float64 positions, a batch of two
  * structures and Fortran order agree; training steps on Lennard-Jones labels reduce the loss;
- * wrong inputs give the right code and a message naming the array. */
+ * a checkpoint restores the trained potential; wrong inputs give the right code and a message
+ * naming the array. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -345,6 +346,29 @@ static void test_errors(mpigrad_model model) {
   CHECK_ERROR_MENTIONS("not an interatomic potential");
 }
 
+/* A checkpoint of the trained potential, loaded into a fresh one, gives its energies and forces. */
+static void test_checkpoint(mpigrad_model model) {
+  static double forces[ATOMS][3], loaded_forces[ATOMS][3];
+  double energy, loaded_energy;
+  mpigrad_model fresh = {0};
+  int64_t steps = 0;
+  CHECK_STATUS(mpigrad_save_checkpoint(model, "c_api_atoms.h5"), MPIGRAD_SUCCESS);
+  CHECK_STATUS(mpigrad_model_create(&fresh, POTENTIAL_WITH("") /* same seed */, "cpu"),
+               MPIGRAD_SUCCESS);
+  CHECK_STATUS(predict(model, positions, &energy, forces, NULL, NULL, 0), MPIGRAD_SUCCESS);
+  CHECK_STATUS(predict(fresh, positions, &loaded_energy, loaded_forces, NULL, NULL, 0),
+               MPIGRAD_SUCCESS);
+  CHECK(loaded_energy != energy); /* trained and untrained differ */
+  CHECK_STATUS(mpigrad_load_checkpoint(fresh, "c_api_atoms.h5"), MPIGRAD_SUCCESS);
+  CHECK_STATUS(mpigrad_steps(fresh, &steps), MPIGRAD_SUCCESS);
+  CHECK(steps == 60);
+  CHECK_STATUS(predict(fresh, positions, &loaded_energy, loaded_forces, NULL, NULL, 0),
+               MPIGRAD_SUCCESS);
+  CHECK(loaded_energy == energy && largest_difference(forces, loaded_forces) == 0);
+  CHECK_STATUS(mpigrad_model_destroy(&fresh), MPIGRAD_SUCCESS);
+  remove("c_api_atoms.h5");
+}
+
 int main(void) {
   mpigrad_model model = {0};
   atoms_box(0, positions, numbers, cell);
@@ -355,6 +379,7 @@ int main(void) {
   test_errors(model);
   test_training_reduces_the_loss(model);
   test_forces_are_minus_the_energy_gradient(model); /* again, on the trained model's forces */
+  test_checkpoint(model);
   CHECK_STATUS(mpigrad_model_destroy(&model), MPIGRAD_SUCCESS);
   return c_check_exit_code("c_api_atoms");
 }
