@@ -25,7 +25,9 @@
  * [loss] name (input_shape when the graph leaves a sample dimension free). The models: mlp
  * (Linear layers with ReLU between them, none after the last), cnn (3x3 Conv2d, BatchNorm2d,
  * ReLU, MaxPool2d blocks, then such an mlp), conv (kxk Conv2d layers with ReLU between them,
- * the output on the input's grid), resnet (ReLU).
+ * the output on the input's grid), resnet (ReLU). An interatomic potential ([loss] name =
+ * energy_force, [model] name = schnet or an ONNX energy model, [graph] cutoff) needs neither
+ * input_shape nor outputs and takes atomic structures: see "Interatomic potentials" below.
  *
  * Arrays: an mpigrad_array describes memory the caller owns: its address, rank (1 to 8),
  * shape, optional element strides, dtype, order and place. The batch is the first dimension in
