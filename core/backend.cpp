@@ -263,6 +263,16 @@ class CpuBackend final : public Backend {
                       const int64_t* index, int64_t count, void* out, const void* in) override {
     return kernels::cpu::scatter_add(dtype, outer, extent, inner, index, count, out, in);
   }
+  int64_t scatter_reduce(ScatterReduceOp op, DType dtype, int64_t outer, int64_t extent,
+                         int64_t inner, const int64_t* index, int64_t count, void* out,
+                         const void* in) override {
+    return kernels::cpu::scatter_reduce(op, dtype, outer, extent, inner, index, count, out, in);
+  }
+  void scatter_winner(DType dtype, int64_t outer, int64_t extent, int64_t inner,
+                      const int64_t* index, int64_t count, const void* out, const void* base,
+                      const void* in, int64_t* winner) override {
+    kernels::cpu::scatter_winner(dtype, outer, extent, inner, index, count, out, base, in, winner);
+  }
   void uniform(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset, double lo,
                double hi) override {
     kernels::cpu::uniform(dtype, n, out, seed, offset, lo, hi);

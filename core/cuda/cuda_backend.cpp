@@ -206,6 +206,25 @@ int64_t CudaBackend::scatter_add(DType dtype, int64_t outer, int64_t extent, int
   });
 }
 
+int64_t CudaBackend::scatter_reduce(ScatterReduceOp op, DType dtype, int64_t outer, int64_t extent,
+                                    int64_t inner, const int64_t* index, int64_t count, void* out,
+                                    const void* in) {
+  return launch(device_, [&] {
+    Scratch flag(allocator_, kernels::cuda::kIndexCheckBytes);
+    return kernels::cuda::scatter_reduce(op, dtype, outer, extent, inner, index, count, out, in,
+                                         flag.get(), stream());
+  });
+}
+
+void CudaBackend::scatter_winner(DType dtype, int64_t outer, int64_t extent, int64_t inner,
+                                 const int64_t* index, int64_t count, const void* out,
+                                 const void* base, const void* in, int64_t* winner) {
+  launch(device_, [&] {
+    kernels::cuda::scatter_winner(dtype, outer, extent, inner, index, count, out, base, in, winner,
+                                  stream());
+  });
+}
+
 void CudaBackend::uniform(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset,
                           double lo, double hi) {
   launch(device_, [&] { kernels::cuda::uniform(dtype, n, out, seed, offset, lo, hi, stream()); });
