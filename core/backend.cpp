@@ -12,6 +12,7 @@
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/threads.h"
 #include "mpigrad/kernels/cross_entropy.h"
+#include "mpigrad/kernels/neighbor_list.h"
 #include "mpigrad/kernels/normalization.h"
 #include "mpigrad/kernels/random.h"
 
@@ -262,6 +263,23 @@ class CpuBackend final : public Backend {
   int64_t scatter_add(DType dtype, int64_t outer, int64_t extent, int64_t inner,
                       const int64_t* index, int64_t count, void* out, const void* in) override {
     return kernels::cpu::scatter_add(dtype, outer, extent, inner, index, count, out, in);
+  }
+  int64_t scatter_reduce(ScatterReduceOp op, DType dtype, int64_t outer, int64_t extent,
+                         int64_t inner, const int64_t* index, int64_t count, void* out,
+                         const void* in) override {
+    return kernels::cpu::scatter_reduce(op, dtype, outer, extent, inner, index, count, out, in);
+  }
+  void scatter_winner(DType dtype, int64_t outer, int64_t extent, int64_t inner,
+                      const int64_t* index, int64_t count, const void* out, const void* base,
+                      const void* in, int64_t* winner) override {
+    kernels::cpu::scatter_winner(dtype, outer, extent, inner, index, count, out, base, in, winner);
+  }
+  int64_t radius_graph_count(const kernels::RadiusGraphArgs& args, int64_t* counts) override {
+    return kernels::cpu::radius_graph_count(args, counts);
+  }
+  void radius_graph_write(const kernels::RadiusGraphArgs& args,
+                          const kernels::RadiusGraphOutput& out) override {
+    kernels::cpu::radius_graph_write(args, out);
   }
   void uniform(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset, double lo,
                double hi) override {

@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <tuple>
 
+#include "mpigrad/core/backend.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/data/batch_buffers.h"
+#include "mpigrad/kernels/neighbor_list.h"
 
 namespace mpigrad::data {
 
@@ -44,6 +47,22 @@ int64_t floor_div(int64_t a, int64_t b) {
   return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
 }
 
+// The frame the search works in: the cell when some axis is periodic (it must then span space),
+// else Cartesian coordinates (a cell without pbc plays no part).
+Matrix search_basis(const Matrix& cell, const std::array<bool, 3>& pbc, const std::string& where) {
+  if (!(pbc[0] || pbc[1] || pbc[2])) return {1, 0, 0, 0, 1, 0, 0, 0, 1};
+  const double det = determinant(cell);
+  double longest = 0;
+  for (double v : cell) longest = std::max(longest, std::abs(v));
+  MPIGRAD_CHECK(
+      std::isfinite(det) && std::abs(det) > 1e-12 * longest * longest * longest && longest > 0,
+      where, ": pbc is set on an axis but the cell [", cell[0], " ", cell[1], " ", cell[2], "; ",
+      cell[3], " ", cell[4], " ", cell[5], "; ", cell[6], " ", cell[7], " ", cell[8],
+      "] has no volume; a periodic structure needs three independent "
+      "lattice vectors (give a vacuum vector along a non-periodic axis)");
+  return cell;
+}
+
 // A candidate source of one target.
 struct Candidate {
   int64_t source;
@@ -75,22 +94,8 @@ StructureEdges radius_graph(std::span<const double> positions, const std::array<
   StructureEdges edges;
   if (atoms == 0) return edges;
 
-  // The frame the search bins in: the cell when some axis is periodic (it must then span
-  // space), else Cartesian coordinates (a cell without pbc plays no part).
   const bool periodic = pbc[0] || pbc[1] || pbc[2];
-  Matrix basis = {1, 0, 0, 0, 1, 0, 0, 0, 1};
-  if (periodic) {
-    const double det = determinant(cell);
-    double longest = 0;
-    for (double v : cell) longest = std::max(longest, std::abs(v));
-    MPIGRAD_CHECK(
-        std::isfinite(det) && std::abs(det) > 1e-12 * longest * longest * longest && longest > 0,
-        where, ": pbc is set on an axis but the cell [", cell[0], " ", cell[1], " ", cell[2], "; ",
-        cell[3], " ", cell[4], " ", cell[5], "; ", cell[6], " ", cell[7], " ", cell[8],
-        "] has no volume; a periodic structure needs three independent "
-        "lattice vectors (give a vacuum vector along a non-periodic axis)");
-    basis = cell;
-  }
+  const Matrix basis = search_basis(cell, pbc, where);
   const double det = determinant(basis);
   const double volume = std::abs(det);
   const Matrix inv = inverse(basis, det);
@@ -282,7 +287,168 @@ core::Tensor field_of(const Batch& batch, const std::string& name, core::DType d
   return tensor.contiguous();
 }
 
+// The search's frame of one structure (kernels/neighbor_list.h): radius_graph's basis, and how
+// many images out a source may sit along each periodic axis. Wrapped fractional coordinates
+// differ by less than 1, so an image n cells out is at least (|n| - 1) * height away across the
+// faces: |n| <= floor(cutoff / height) + 1 covers every source within the cutoff.
+kernels::NeighborFrame search_frame(const Matrix& cell, const std::array<bool, 3>& pbc,
+                                    double cutoff, int64_t first, int64_t last,
+                                    const std::string& where) {
+  kernels::NeighborFrame frame{};
+  const Matrix basis = search_basis(cell, pbc, where);
+  const double det = determinant(basis);
+  const Matrix inv = inverse(basis, det);
+  int64_t searched = 1;
+  for (int k = 0; k < 3; ++k) {
+    frame.pbc[k] = pbc[size_t(k)] ? 1 : 0;
+    if (!pbc[size_t(k)]) continue;
+    const double cells = cutoff / height(basis, k, std::abs(det));
+    MPIGRAD_CHECK(cells <= 1e6, where, ": the cutoff ", cutoff, " is ", cells,
+                  " times the cell's thickness along axis ", k, "; too many images to search");
+    frame.reach[k] = int64_t(std::floor(cells)) + 1;
+    searched *= 2 * frame.reach[k] + 1;
+    MPIGRAD_CHECK(searched <= 1000000, where, ": the cutoff ", cutoff,
+                  " reaches more than a million periodic images of the cell; is the cell in the "
+                  "same units as the positions?");
+  }
+  for (int i = 0; i < 9; ++i) {
+    frame.basis[i] = basis[size_t(i)];
+    frame.inverse[i] = inv[size_t(i)];
+  }
+  frame.first = first;
+  frame.last = last;
+  frame.periodic = pbc[0] || pbc[1] || pbc[2] ? 1 : 0;
+  return frame;
+}
+
+// `values` (trivially copyable) as bytes on `device`, for the kernels' raw pointers.
+template <typename T>
+core::Tensor device_copy(const std::vector<T>& values, core::Device device) {
+  std::vector<uint8_t> bytes(values.size() * sizeof(T));
+  if (!bytes.empty()) std::memcpy(bytes.data(), values.data(), bytes.size());
+  return core::Tensor::from_vector(bytes, {int64_t(bytes.size())}).to(device);
+}
+
 }  // namespace
+
+BatchGraph radius_graph_batch(const core::Tensor& positions_in, const core::Tensor& atoms_ptr,
+                              const core::Tensor& cell_in, const core::Tensor& pbc_in,
+                              const NeighborListOptions& options, std::span<const int64_t> names) {
+  const char* op = "radius_graph_batch";
+  MPIGRAD_CHECK(std::isfinite(options.cutoff) && options.cutoff > 0, op,
+                ": the cutoff must be positive, got ", options.cutoff);
+  MPIGRAD_CHECK(options.max_neighbors >= 0, op, ": max_neighbors must be >= 0, got ",
+                options.max_neighbors);
+  MPIGRAD_CHECK(
+      atoms_ptr.dtype() == core::kInt64 && atoms_ptr.dim() == 1 && atoms_ptr.shape()[0] >= 1, op,
+      ": atoms_ptr must be int64 [B + 1], got ", atoms_ptr.dtype(), " ", atoms_ptr.shape());
+  const std::vector<int64_t> ptr = atoms_ptr.to_vector<int64_t>();
+  const int64_t structures = int64_t(ptr.size()) - 1;
+  const int64_t atoms = ptr.back();
+  const core::Device device = positions_in.device();
+  MPIGRAD_CHECK(
+      positions_in.dtype() == core::kFloat32 && positions_in.shape() == core::Shape({atoms, 3}), op,
+      ": positions must be float32 [", atoms, ", 3] (atoms_ptr ends at ", atoms, "), got ",
+      positions_in.dtype(), " ", positions_in.shape());
+  std::vector<float> cell;
+  std::vector<bool> pbc;
+  if (cell_in.defined()) {
+    MPIGRAD_CHECK(
+        cell_in.dtype() == core::kFloat32 && cell_in.shape() == core::Shape({structures, 3, 3}), op,
+        ": cell must be float32 [", structures, ", 3, 3], got ", cell_in.dtype(), " ",
+        cell_in.shape());
+    cell = cell_in.to_vector<float>();
+  }
+  if (pbc_in.defined()) {
+    MPIGRAD_CHECK(pbc_in.dtype() == core::kBool && pbc_in.shape() == core::Shape({structures, 3}),
+                  op, ": pbc must be bool [", structures, ", 3], got ", pbc_in.dtype(), " ",
+                  pbc_in.shape());
+    pbc = pbc_in.to_vector<bool>();
+  }
+  const auto where = [&](int64_t b) {
+    const int64_t name = b < int64_t(names.size()) ? names[size_t(b)] : b;
+    return std::string(op) + ": structure " + std::to_string(name);
+  };
+
+  std::vector<kernels::NeighborFrame> frames;
+  std::vector<int64_t> structure_of(static_cast<size_t>(atoms));
+  for (int64_t b = 0; b < structures; ++b) {
+    const int64_t first = ptr[size_t(b)], last = ptr[size_t(b + 1)];
+    MPIGRAD_CHECK(first >= 0 && first <= last && last <= atoms, op,
+                  ": atoms_ptr is not a CSR pointer of ", atoms, " atoms at structure ", b);
+    std::array<double, 9> box{};
+    std::array<bool, 3> periodic{};
+    for (int i = 0; i < 9 && !cell.empty(); ++i) box[size_t(i)] = double(cell[size_t(9 * b + i)]);
+    for (int i = 0; i < 3 && !pbc.empty(); ++i) periodic[size_t(i)] = pbc[size_t(3 * b + i)];
+    frames.push_back(search_frame(box, periodic, options.cutoff, first, last, where(b)));
+    std::fill(structure_of.begin() + first, structure_of.begin() + last, b);
+  }
+
+  const core::Tensor positions = positions_in.contiguous();
+  const core::Tensor frames_there = device_copy(frames, device);
+  const core::Tensor structure_there = device_copy(structure_of, device);
+  kernels::RadiusGraphArgs args;
+  args.atoms = atoms;
+  args.structures = structures;
+  args.frames = static_cast<const kernels::NeighborFrame*>(frames_there.data_ptr());
+  args.structure_of = static_cast<const int64_t*>(structure_there.data_ptr());
+  args.positions = positions.data<float>();
+  args.cutoff = options.cutoff;
+  args.max_neighbors = options.max_neighbors;
+  args.self_loops = options.self_loops;
+  core::Backend& backend = core::backend_for(device);
+
+  const core::TensorOptions longs = core::TensorOptions(core::kInt64).device(device);
+  const core::Tensor counts = core::empty({atoms}, longs);
+  const int64_t bad = backend.radius_graph_count(args, counts.data<int64_t>());
+  if (bad >= 0) {
+    const int64_t b = structure_of[size_t(bad)];
+    core::fail(where(b), ": atom ", bad - ptr[size_t(b)],
+               " has a position component that is not finite");
+  }
+
+  // Offsets of the kept edges, and scratch for the targets with more than max_neighbors.
+  const std::vector<int64_t> found = counts.to_vector<int64_t>();
+  std::vector<int64_t> offsets(size_t(atoms + 1), 0), scratch(size_t(atoms), -1);
+  int64_t scratch_edges = 0;
+  for (int64_t t = 0; t < atoms; ++t) {
+    int64_t kept = found[size_t(t)];
+    if (options.max_neighbors > 0 && kept > options.max_neighbors) {
+      scratch[size_t(t)] = scratch_edges;
+      scratch_edges += kept;
+      kept = options.max_neighbors;
+    }
+    offsets[size_t(t + 1)] = offsets[size_t(t)] + kept;
+  }
+  const int64_t edges = offsets.back();
+  BatchGraph graph;
+  graph.edge_index = core::empty({2, edges}, longs);
+  graph.edge_shifts = core::empty({edges, 3}, core::TensorOptions(core::kFloat32).device(device));
+  const core::Tensor offsets_there = device_copy(offsets, device);
+  core::Tensor scratch_there, scratch_source, scratch_image, scratch_distance2;
+  kernels::RadiusGraphOutput out;
+  out.offsets = static_cast<const int64_t*>(offsets_there.data_ptr());
+  if (scratch_edges > 0) {
+    scratch_there = device_copy(scratch, device);
+    scratch_source = core::empty({scratch_edges}, longs);
+    scratch_image = core::empty({scratch_edges, 3}, longs);
+    scratch_distance2 =
+        core::empty({scratch_edges}, core::TensorOptions(core::kFloat64).device(device));
+    out.scratch_offsets = static_cast<const int64_t*>(scratch_there.data_ptr());
+    out.scratch_source = scratch_source.data<int64_t>();
+    out.scratch_image = scratch_image.data<int64_t>();
+    out.scratch_distance2 = scratch_distance2.data<double>();
+  }
+  out.source = graph.edge_index.data<int64_t>();
+  out.target = out.source + edges;
+  out.shift = graph.edge_shifts.data<float>();
+  if (edges > 0) backend.radius_graph_write(args, out);
+
+  std::vector<int64_t> edges_ptr;
+  for (int64_t first : ptr) edges_ptr.push_back(offsets[size_t(first)]);
+  graph.edges_ptr = core::Tensor::from_vector(edges_ptr, {structures + 1}).to(device);
+  return graph;
+}
 
 BatchTransform radius_graph_transform(NeighborListOptions options) {
   MPIGRAD_CHECK(std::isfinite(options.cutoff) && options.cutoff > 0,
@@ -290,6 +456,16 @@ BatchTransform radius_graph_transform(NeighborListOptions options) {
   MPIGRAD_CHECK(options.max_neighbors >= 0,
                 "radius_graph_transform: max_neighbors must be >= 0, got ", options.max_neighbors);
   return [options](Batch batch) {
+    if (batch.has("positions") && batch["positions"].device().is_cuda()) {
+      BatchGraph graph = radius_graph_batch(batch["positions"], batch["atoms_ptr"],
+                                            batch.has("cell") ? batch["cell"] : core::Tensor(),
+                                            batch.has("pbc") ? batch["pbc"] : core::Tensor(),
+                                            options, batch.indices);
+      batch.set("edge_index", std::move(graph.edge_index));
+      batch.set("edge_shifts", std::move(graph.edge_shifts));
+      batch.set("edges_ptr", std::move(graph.edges_ptr));
+      return batch;
+    }
     const int64_t structures = batch.size();
     const core::Tensor ptr_tensor = field_of(batch, "atoms_ptr", core::kInt64, {structures + 1});
     const int64_t* atoms_ptr = ptr_tensor.data<int64_t>();

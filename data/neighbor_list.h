@@ -53,12 +53,30 @@ StructureEdges radius_graph(std::span<const double> positions, const std::array<
                             const std::array<bool, 3>& pbc, const NeighborListOptions& options,
                             const std::string& where = "radius_graph");
 
+// The graph of a whole ragged batch, on the device its positions are on: `positions` float32
+// [V, 3], `atoms_ptr` int64 [B + 1], `cell` float32 [B, 3, 3] and `pbc` bool [B, 3] (either may be
+// undefined: no periodic axis). It runs the all-pairs search of kernels/neighbor_list.h through
+// that device's backend (one thread per atom on a GPU), which finds the edges, order and shifts
+// radius_graph finds structure by structure, as batch rows: edge_index int64 [2, E], edge_shifts
+// float32 [E, 3] and edges_ptr int64 [B + 1], all on positions' device. The work is quadratic in
+// a structure's atoms, which suits batches of small structures; the per-structure frames are
+// prepared on the host (atoms_ptr, cell and pbc are read there). Errors are radius_graph's, naming
+// `names[b]` (the dataset index) for structure b when given, else b.
+struct BatchGraph {
+  core::Tensor edge_index, edge_shifts, edges_ptr;
+};
+BatchGraph radius_graph_batch(const core::Tensor& positions, const core::Tensor& atoms_ptr,
+                              const core::Tensor& cell, const core::Tensor& pbc,
+                              const NeighborListOptions& options,
+                              std::span<const int64_t> names = {});
+
 // A batch transform that (re)builds the graph of a ragged batch (the layout of
 // docs/interatomic-potentials.md): it reads `positions` (float32 [V, 3]), `atoms_ptr` (int64
 // [B + 1]), and `cell` (float32 [B, 3, 3]) and `pbc` (bool [B, 3]) when present (absent: no
 // periodic axis), and writes `edge_index` (int64 [2, E]: row 0 the sources, row 1 the targets, as
 // batch rows), `edge_shifts` (float32 [E, 3]) and `edges_ptr` (int64 [B + 1]), replacing any the
-// store gave. Errors name the batch's structure (its dataset index) and the field.
+// store gave. Errors name the batch's structure (its dataset index) and the field. A batch whose
+// positions are on a CUDA device gets its graph there, from radius_graph_batch.
 BatchTransform radius_graph_transform(NeighborListOptions options);
 
 }  // namespace mpigrad::data

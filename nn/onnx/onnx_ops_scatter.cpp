@@ -8,11 +8,13 @@
 // index_add (a sum) this way, so a model exported so would silently lose all but one addend: a
 // repeated position is an error naming the node.
 //
-// Reductions: add is one index_add or scatter_add. mul, max and min are planned on the host from
-// the index values (each update's flat position in the data), then run as differentiable ops:
-// max and min route each position's winner (the data's own value, or the first extreme update)
-// with where and index_select, so the gradient reaches the winner only; mul multiplies the data
-// by one factor per round, where a round holds at most one update per position.
+// Reductions: add is one index_add or scatter_add. mul, max and min are one core::scatter_reduce
+// over each update's flat position in the data (float32, float64, int32, int64: atomics on a
+// GPU, no trip to the host); for other dtypes they are planned on the host from the index values,
+// then run as differentiable ops: max and min route each position's winner (the data's own
+// value, or the first extreme update) with where and index_select, so the gradient reaches the
+// winner only; mul multiplies the data by one factor per round, where a round holds at most one
+// update per position. Both give the same values and the same winners.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -72,6 +74,14 @@ Tensor overwrite(const Tensor& base, const Tensor& written, const Tensor& counts
 // per update) by mul, max or min; see the top of the file.
 Tensor reduce_into(const Tensor& data, const Tensor& updates, const Tensor& targets,
                    Reduction reduction) {
+  const core::DType dtype = core::promote_types(data.dtype(), updates.dtype());
+  if (dtype == core::kFloat32 || dtype == core::kFloat64 || dtype == core::kInt32 ||
+      dtype == core::kInt64) {
+    const core::ScatterReduceOp op = reduction == Reduction::Mul   ? core::ScatterReduceOp::Mul
+                                     : reduction == Reduction::Max ? core::ScatterReduceOp::Max
+                                                                   : core::ScatterReduceOp::Min;
+    return core::scatter_reduce(data, 0, targets, updates, op);
+  }
   const std::vector<int64_t> where_to = host_ints(targets);
   if (reduction == Reduction::Mul) {
     // Round r takes the r-th update of each position: its factor is the update there, 1 elsewhere.

@@ -654,6 +654,44 @@ inline std::vector<OpCase> op_cases() {
        [](const OpInputs& in) { return embedding(in[0], in[1]); },
        {2, 2, 3},
        {0.75, -0.5, 1.25, -0.75, 1, -0.25, 0.75, -0.5, 1.25, -1.5, 0.25, -1}},
+      // scatter_reduce: repeated positions, positions no update reaches, and for mul a
+      // position with one zero update and one with two (the products stay smooth there).
+      {"scatter_reduce max dim 0, repeated index",
+       {input({3, 2}, {0.5, -1.0, 2.0, 0.25, -0.75, 1.5}),
+        index_input({4, 2}, {0, 2, 0, 0, 1, 0, 0, 2}),
+        input({4, 2}, {1.25, -2.0, 0.75, 0.5, 2.5, -0.5, -1.5, 1.75})},
+       [](const OpInputs& in) {
+         return scatter_reduce(in[0], 0, in[1], in[2], core::ScatterReduceOp::Max);
+       },
+       {3, 2},
+       {1.25, 0.5, 2.5, 0.25, -0.75, 1.75}},
+      {"scatter_reduce min dim 1, repeated index",
+       {input({2, 3}, {0.5, -1.0, 2.0, 0.25, -0.75, 1.5}),
+        index_input({2, 4}, {0, 1, 0, 0, 2, 2, 1, 0}),
+        input({2, 4}, {1.25, -2.0, 0.75, -1.25, 2.5, -0.5, -1.5, 1.75})},
+       [](const OpInputs& in) {
+         return scatter_reduce(in[0], 1, in[1], in[2], core::ScatterReduceOp::Min);
+       },
+       {2, 3},
+       {-1.25, -2.0, 2.0, 0.25, -1.5, -0.5}},
+      {"scatter_reduce mul dim 0, zero updates",
+       {input({3, 2}, {0.5, -1.5, 2.0, 0.75, -1.25, 1.5}),
+        index_input({5, 2}, {0, 1, 0, 1, 1, 1, 0, 2, 2, 1}),
+        input({5, 2}, {1.5, 0.0, -0.5, 2.0, 0.0, 0.0, 1.25, -0.75, 0.5, 1.75})},
+       [](const OpInputs& in) {
+         return scatter_reduce(in[0], 0, in[1], in[2], core::ScatterReduceOp::Mul);
+       },
+       {3, 2},
+       {-0.46875, -1.5, 0.0, 0.0, -0.625, -1.125}},
+      {"scatter_reduce mul dim 1",
+       {input({2, 3}, {0.5, -1.5, 2.0, 0.75, -1.25, 1.5}),
+        index_input({2, 4}, {0, 2, 0, 0, 1, 1, 2, 1}),
+        input({2, 4}, {1.5, -0.5, 2.0, 1.25, -0.75, 0.5, 1.75, -1.25})},
+       [](const OpInputs& in) {
+         return scatter_reduce(in[0], 1, in[1], in[2], core::ScatterReduceOp::Mul);
+       },
+       {2, 3},
+       {1.875, -1.5, -1.0, 0.75, -0.5859375, 2.625}},
       {"one_hot",
        {index_input({3}, {2, 0, 1})},
        [](const OpInputs& in) { return one_hot(in[0], 3); },
