@@ -2,6 +2,8 @@
 //
 //   op_overhead_ns          forward + backward of one tiny elementwise op (mul of two [4]
 //                           tensors that require grad), all framework overhead included
+//   op_overhead_profiled_ns the same while the per-op profiler records (mpigrad train
+//                           --profile, launch/observe/op_profile.h), and what it adds per span
 //   sgemm_ratio_vs_cblas    mpigrad matmul throughput / direct cblas_sgemm, 1024^3, same threads
 //   add_bw_ratio_vs_memcpy  64 MiB float add bandwidth / memcpy bandwidth, both single-threaded
 //   convert_*               kernels::cpu::convert_dense and add_16bit_dense (float32 <-> bfloat16
@@ -37,6 +39,26 @@ double op_overhead_ns(int iterations) {
   Tensor seed = ones({4});
   double seconds = seconds_per_call([&] { mul(a, b).backward(seed); }, iterations, 15);
   return seconds * 1e9;
+}
+
+struct ProfiledOverhead {
+  double ns, spans_per_call;
+};
+
+// op_overhead_ns inside a profiling session: every op, autograd node and kernel span recorded.
+ProfiledOverhead op_overhead_profiled_ns(int iterations) {
+  ProfiledOverhead result{};
+  {
+    mpigrad::launch::OpProfiler profiler;
+    result.ns = op_overhead_ns(iterations);
+  }
+  Tensor a = Tensor::from_vector<float>({1, 2, 3, 4}, {4}).set_requires_grad();
+  Tensor b = Tensor::from_vector<float>({5, 6, 7, 8}, {4}).set_requires_grad();
+  Tensor seed = ones({4});
+  mpigrad::launch::OpProfiler one_call;
+  mul(a, b).backward(seed);
+  for (const auto& row : one_call.finish().rows) result.spans_per_call += double(row.calls);
+  return result;
 }
 
 struct GemmResult {
@@ -222,6 +244,11 @@ int main(int argc, char** argv) {
 
   double overhead = op_overhead_ns(quick ? 2000 : 20000);
   results.add("op_overhead_ns", overhead, "ns", "mul fwd+bwd on [4]; target <= 1000");
+  const ProfiledOverhead profiled = op_overhead_profiled_ns(quick ? 2000 : 20000);
+  results.add("op_overhead_profiled_ns", profiled.ns, "ns", "the same, --profile recording");
+  results.add("profile_spans_per_op", profiled.spans_per_call, "spans", "recorded per fwd+bwd");
+  results.add("profile_ns_per_span", (profiled.ns - overhead) / profiled.spans_per_call, "ns",
+              "what recording adds per span");
 
   GemmResult gemm = sgemm(1024, quick ? 2 : 10);
   results.add("sgemm_mpigrad_gflops", gemm.mpigrad_gflops, "GFLOP/s", "1024^3 matmul");
