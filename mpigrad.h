@@ -57,6 +57,8 @@
 #include "mpigrad/core/tensor.h"
 // defines: num_threads, set_num_threads
 #include "mpigrad/core/threads.h"
+// defines: ProfileSpan, ProfileSession, ProfileSink, ProfilePause, ProfileKind
+#include "mpigrad/core/profiler.h"
 // defines: MPIGRAD_VERSION
 #include "mpigrad/version.h"
 
@@ -181,6 +183,8 @@
 #include "mpigrad/launch/observe/event_file_writer.h"
 // defines: Timeline, Span
 #include "mpigrad/launch/observe/timeline.h"
+// defines: OpProfiler, OpProfile, OpProfileReport, format_op_profile, op_profile_json
+#include "mpigrad/launch/observe/op_profile.h"
 // defines: Hook, HookStage, HookPlace, TrainingContext
 #include "mpigrad/launch/train/hook.h"
 // defines: DDPHook, DistributedSamplerSettings

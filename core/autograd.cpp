@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "mpigrad/core/ops/elementwise.h"
+#include "mpigrad/core/profiler.h"
 
 namespace mpigrad::core {
 
@@ -355,7 +356,10 @@ void run_node(BackwardRun& run, Node* node, std::vector<Tensor>& grad_inputs, bo
                 "backward with create_graph: ", node->name(),
                 " has no second derivative yet (its backward is a first-order kernel), so the "
                 "gradient through it cannot be differentiated again");
-  if (grad.defined()) node->apply(grad, grad_inputs);
+  if (grad.defined()) {
+    ProfileSpan span(ProfileKind::Backward, [node] { return node->name(); });
+    node->apply(grad, grad_inputs);
+  }
   // Dropped before the children run (a leaf chain runs them from here): a view's gradient shares
   // this one's storage, and AccumulateGrad adopts a buffer as .grad only if nothing else holds it.
   grad = Tensor();

@@ -4,6 +4,7 @@
 #include "mpigrad/core/ops/indexing.h"
 #include "mpigrad/core/ops/op_support.h"
 #include "mpigrad/core/ops/reduce.h"
+#include "mpigrad/core/profiler.h"
 
 namespace mpigrad::core {
 
@@ -67,6 +68,7 @@ struct CrossEntropyBackward final : Node {
 
 Tensor cross_entropy_rows(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                           RowLossReduction reduction, const TargetCheck& check) {
+  ProfileSpan span("cross_entropy");
   const char* op = check.op.c_str();
   MPIGRAD_CHECK(logits.defined() && targets.defined(), op, ": undefined input");
   detail::check_floating(op, logits);

@@ -3,6 +3,7 @@
 
 #include "mpigrad/core/ops/op_support.h"
 #include "mpigrad/core/ops/reduce.h"
+#include "mpigrad/core/profiler.h"
 
 namespace mpigrad::core {
 
@@ -145,12 +146,14 @@ struct ExtremumBackward final : Node {
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
+  ProfileSpan span("add");
   BinaryResult r = binary_kernel(BinaryOp::Add, a, b);
   record<AddBackward>(r.out, {&r.a, &r.b}, r.a.shape(), r.b.shape(), 1.0);
   return r.out;
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
+  ProfileSpan span("sub");
   BinaryResult r = binary_kernel(BinaryOp::Sub, a, b);
   record<AddBackward>(r.out, {&r.a, &r.b}, r.a.shape(), r.b.shape(), -1.0);
   return r.out;
@@ -169,34 +172,44 @@ Tensor record_saving_operands(const BinaryResult& r, Args&&... args) {
 }  // namespace
 
 Tensor mul(const Tensor& a, const Tensor& b) {
+  ProfileSpan span("mul");
   return record_saving_operands<MulBackward>(binary_kernel(BinaryOp::Mul, a, b));
 }
 Tensor div(const Tensor& a, const Tensor& b) {
+  ProfileSpan span("div");
   return record_saving_operands<DivBackward>(binary_kernel(BinaryOp::Div, a, b));
 }
 Tensor maximum(const Tensor& a, const Tensor& b) {
+  ProfileSpan span("maximum");
   return record_saving_operands<ExtremumBackward>(binary_kernel(BinaryOp::Maximum, a, b), true);
 }
 Tensor minimum(const Tensor& a, const Tensor& b) {
+  ProfileSpan span("minimum");
   return record_saving_operands<ExtremumBackward>(binary_kernel(BinaryOp::Minimum, a, b), false);
 }
 
 Tensor eq(const Tensor& a, const Tensor& b) {
+  ProfileSpan span("eq");
   return binary_kernel(BinaryOp::Eq, a, b).out;
 }
 Tensor ne(const Tensor& a, const Tensor& b) {
+  ProfileSpan span("ne");
   return binary_kernel(BinaryOp::Ne, a, b).out;
 }
 Tensor lt(const Tensor& a, const Tensor& b) {
+  ProfileSpan span("lt");
   return binary_kernel(BinaryOp::Lt, a, b).out;
 }
 Tensor le(const Tensor& a, const Tensor& b) {
+  ProfileSpan span("le");
   return binary_kernel(BinaryOp::Le, a, b).out;
 }
 Tensor gt(const Tensor& a, const Tensor& b) {
+  ProfileSpan span("gt");
   return binary_kernel(BinaryOp::Gt, a, b).out;
 }
 Tensor ge(const Tensor& a, const Tensor& b) {
+  ProfileSpan span("ge");
   return binary_kernel(BinaryOp::Ge, a, b).out;
 }
 
@@ -297,6 +310,7 @@ struct UnaryBackward final : Node {
 };
 
 Tensor unary(UnaryOp op, const Tensor& x) {
+  ProfileSpan span(kernels::unary_op_name(op));
   const char* name = kernels::unary_op_name(op);
   MPIGRAD_CHECK(x.defined(), name, ": undefined operand");
   bool integer_ok = kernels::unary_op_allows_integers(op);
@@ -426,6 +440,7 @@ struct WhereBackward final : Node {
 }  // namespace
 
 Tensor pow(const Tensor& x, double exponent) {
+  ProfileSpan span("pow");
   detail::check_floating("pow", x);
   Tensor e = scalar_like(exponent, x);
   Tensor out = detail::empty_on(x.shape(), x.dtype(), x.device());
@@ -465,6 +480,7 @@ struct PowTensorBackward final : Node {
 }  // namespace
 
 Tensor pow(const Tensor& x, const Tensor& exponent) {
+  ProfileSpan span("pow");
   MPIGRAD_CHECK(x.defined() && exponent.defined(), "pow: undefined operand");
   MPIGRAD_CHECK(is_floating(x.dtype()) || !is_floating(exponent.dtype()),
                 "pow: an integer base needs an integer exponent");
@@ -474,6 +490,7 @@ Tensor pow(const Tensor& x, const Tensor& exponent) {
 }
 
 Tensor clamp(const Tensor& x, double lo, double hi) {
+  ProfileSpan span("clamp");
   MPIGRAD_CHECK(x.defined(), "clamp: undefined operand");
   MPIGRAD_CHECK(lo <= hi, "clamp: min ", lo, " is greater than max ", hi);
   Tensor out = detail::empty_on(x.shape(), x.dtype(), x.device());
@@ -486,6 +503,7 @@ Tensor clamp(const Tensor& x, double lo, double hi) {
 }
 
 Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
+  ProfileSpan span("where");
   MPIGRAD_CHECK(cond.defined() && a_in.defined() && b_in.defined(), "where: undefined operand");
   detail::check_same_device("where", {&cond, &a_in, &b_in});
   MPIGRAD_CHECK(cond.dtype() == kBool, "where: the condition must be bool, got ", cond.dtype());

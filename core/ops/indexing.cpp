@@ -3,6 +3,7 @@
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/op_support.h"
 #include "mpigrad/core/ops/reduce.h"
+#include "mpigrad/core/profiler.h"
 
 namespace mpigrad::core {
 
@@ -277,14 +278,17 @@ Tensor scatter_reduce(const Tensor& base, int64_t dim_in, const Tensor& index_in
 }
 
 Tensor scatter_add(const Tensor& base, int64_t dim, const Tensor& index, const Tensor& src) {
+  ProfileSpan span("scatter_add");
   return add_at(base, dim, index, src, true);
 }
 
 Tensor index_add(const Tensor& base, int64_t dim, const Tensor& index, const Tensor& src) {
+  ProfileSpan span("index_add");
   return add_at(base, dim, index, src, false);
 }
 
 Tensor index_select(const Tensor& x, int64_t dim_in, const Tensor& index_in) {
+  ProfileSpan span("index_select");
   MPIGRAD_CHECK(x.defined(), "index_select: undefined source");
   int dim = wrap_dim(dim_in, x.dim(), "index_select");
   MPIGRAD_CHECK(index_in.defined() && index_in.dim() <= 1,
@@ -312,6 +316,7 @@ Tensor index_select(const Tensor& x, int64_t dim_in, const Tensor& index_in) {
 }
 
 Tensor gather(const Tensor& x, int64_t dim_in, const Tensor& index_in) {
+  ProfileSpan span("gather");
   MPIGRAD_CHECK(x.defined(), "gather: undefined source");
   int dim = wrap_dim(dim_in, x.dim(), "gather");
   Tensor index = prepare_index(index_in, x.device(), "gather");
@@ -340,6 +345,7 @@ Tensor gather(const Tensor& x, int64_t dim_in, const Tensor& index_in) {
 }
 
 Tensor one_hot(const Tensor& labels, int64_t num_classes) {
+  ProfileSpan span("one_hot");
   MPIGRAD_CHECK(num_classes > 0, "one_hot: num_classes must be positive, got ", num_classes);
   Tensor index = prepare_index(labels, labels.device(), "one_hot");
   if (index.numel() > 0) {
@@ -353,6 +359,7 @@ Tensor one_hot(const Tensor& labels, int64_t num_classes) {
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
+  ProfileSpan span("embedding");
   MPIGRAD_CHECK(weight.defined() && weight.dim() == 2,
                 "embedding: the weight must be 2-d "
                 "[num_embeddings, dim], got shape ",

@@ -1,6 +1,7 @@
 #include "mpigrad/core/ops/join.h"
 
 #include "mpigrad/core/ops/op_support.h"
+#include "mpigrad/core/profiler.h"
 
 namespace mpigrad::core {
 
@@ -25,6 +26,7 @@ struct CatBackward final : Node {
 }  // namespace
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim_in) {
+  ProfileSpan span("cat");
   MPIGRAD_CHECK(!tensors.empty(), "cat: expected at least one tensor");
   const Tensor& first = tensors[0];
   MPIGRAD_CHECK(first.defined(), "cat: tensor 0 is undefined");
@@ -67,6 +69,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim_in) {
 }
 
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim_in) {
+  ProfileSpan span("stack");
   MPIGRAD_CHECK(!tensors.empty(), "stack: expected at least one tensor");
   MPIGRAD_CHECK(tensors[0].defined(), "stack: tensor 0 is undefined");
   int dim = wrap_dim(dim_in, tensors[0].dim() + 1, "stack");

@@ -6,6 +6,7 @@
 
 #include "mpigrad/core/autocast.h"
 #include "mpigrad/core/ops/op_support.h"
+#include "mpigrad/core/profiler.h"
 
 namespace mpigrad::core {
 
@@ -203,6 +204,7 @@ Tensor low_operand(const Tensor& t, DType dtype) {
 }  // namespace
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  ProfileSpan span("matmul");
   MPIGRAD_CHECK(a_in.defined() && b_in.defined(), "matmul: undefined operand");
   detail::check_same_device("matmul", {&a_in, &b_in});
   MPIGRAD_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1,

@@ -8,6 +8,7 @@
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/indexing.h"
 #include "mpigrad/core/ops/op_support.h"
+#include "mpigrad/core/profiler.h"
 
 namespace mpigrad::core {
 
@@ -140,6 +141,7 @@ struct SelectExtremumBackward final : Node {
 };
 
 ValuesIndices extremum(ReduceOp op, const Tensor& x, int64_t dim_in, bool keepdim) {
+  ProfileSpan span(op == ReduceOp::Max ? "max" : "min");
   const char* name = op == ReduceOp::Max ? "max" : "min";
   int d = wrap_dim(dim_in, x.dim(), name);
   MPIGRAD_CHECK(x.dtype() != kBool, name, ": not defined for bool tensors");
@@ -164,6 +166,7 @@ Tensor sum(const Tensor& x) {
 }
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  ProfileSpan span("sum");
   ReductionPlan plan = plan_reduction(x, dims, keepdim, "sum");
   Tensor out = run_reduction(ReduceOp::Sum, plan, nullptr);
   if (is_floating(x.dtype())) {
@@ -177,6 +180,7 @@ Tensor mean(const Tensor& x) {
 }
 
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  ProfileSpan span("mean");
   detail::check_floating("mean", x);
   ReductionPlan plan = plan_reduction(x, dims, keepdim, "mean");
   Tensor out = run_reduction(ReduceOp::Sum, plan, nullptr);
@@ -192,6 +196,7 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 }
 
 Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
+  ProfileSpan span("var");
   detail::check_floating("var", x);
   ReductionPlan plan = plan_reduction(x, dims, keepdim, "var");
   // Two passes (mean, then squared deviations) for accuracy; autograd comes from the parts.

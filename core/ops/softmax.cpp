@@ -3,6 +3,7 @@
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/op_support.h"
 #include "mpigrad/core/ops/reduce.h"
+#include "mpigrad/core/profiler.h"
 
 namespace mpigrad::core {
 
@@ -46,6 +47,7 @@ struct SoftmaxBackward final : Node {
 };
 
 Tensor softmax_impl(const Tensor& x, int64_t dim_in, bool log) {
+  ProfileSpan span(log ? "log_softmax" : "softmax");
   const char* name = log ? "log_softmax" : "softmax";
   MPIGRAD_CHECK(x.defined(), name, ": undefined operand");
   detail::check_floating(name, x);

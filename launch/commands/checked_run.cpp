@@ -349,6 +349,9 @@ CheckedRun check_run(const std::vector<std::string>& args, int64_t rank, int64_t
   if (rank == 0 && !config.train.trace.empty() && !config.dry_run) {
     check_writable(config.train.trace, "[train] trace");
   }
+  if (rank == 0 && !config.train.profile_json.empty() && !config.dry_run) {
+    check_writable(config.train.profile_json, "[train] profile_json");
+  }
   if (config.model.name == ModelKind::Onnx) check_onnx_outputs(run);
   run.inputs =
       input_transform(config, run.train_set->field(config.data.x), model_input_dtype(*run.model));

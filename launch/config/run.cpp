@@ -5,11 +5,13 @@
 #include <map>
 #include <optional>
 
+#include "mpigrad/core/atomic_file.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/data/augment.h"
 #include "mpigrad/data/training_data.h"
 #include "mpigrad/data/transforms.h"
 #include "mpigrad/launch/ddp/sync_batch_norm.h"
+#include "mpigrad/launch/observe/op_profile.h"
 #include "mpigrad/launch/observe/timeline.h"
 #include "mpigrad/launch/train/atomistic_steps.h"
 #include "mpigrad/launch/train/hooks/checkpoint_hook.h"
@@ -280,7 +282,15 @@ bool Run::train() {
     timeline->start(manager_->world());
     strategy.context().timeline = timeline.get();
   }
+  // Every rank profiles (alike, so no rank is slowed alone); rank 0 prints its table.
+  std::unique_ptr<OpProfiler> profiler;
+  const int64_t first_step = strategy.context().step;
+  if (kind_ == RunKind::Train && config_.train.profile && !config_.dry_run) {
+    profiler = std::make_unique<OpProfiler>(timeline.get());
+  }
   strategy.run(*train_loader_, config_.dry_run ? nullptr : test_loader_.get());
+  OpProfileReport profile;
+  if (profiler) profile = profiler->finish(strategy.context().step - first_step);
   const bool preempted = strategy.context().preempted;
   if (kind_ == RunKind::Train && !config_.dry_run && !preempted && hook<SWAHook>() != nullptr) {
     finish_swa();
@@ -296,7 +306,21 @@ bool Run::train() {
           config_.train.trace.c_str());
     }
   }
+  if (profiler && is_main_process()) report_profile(profile);
   return preempted;
+}
+
+void Run::report_profile(const OpProfileReport& profile) const {
+  OpProfileTableOptions options;
+  options.max_rows = size_t(config_.train.profile_rows);
+  std::fputs(format_op_profile(profile, options).c_str(), stdout);
+  if (!config_.train.profile_json.empty()) {
+    core::write_file_atomically(config_.train.profile_json,
+                                [&](std::ostream& out) { out << op_profile_json(profile); });
+    std::printf("mpigrad train: every row of the profile: %s\n",
+                config_.train.profile_json.c_str());
+  }
+  std::fflush(stdout);
 }
 
 void Run::finish_swa() {

@@ -450,6 +450,14 @@ std::vector<ConfigKey> make_config_keys() {
           "rank 0 writes TensorBoard event files (every logged scalar) to out_dir/tb"),
       key("train.trace", &C::train, &TrainSection::trace, Text{},
           "write a Chrome trace-event timeline of every rank to this file (--trace FILE)"),
+      key("train.profile", &C::train, &TrainSection::profile, Boolean{},
+          "time every op, kernel, autograd node, ONNX node and optimizer step, and print rank "
+          "0's table of them at the end (--profile); with trace, they join the timeline"),
+      key("train.profile_rows", &C::train, &TrainSection::profile_rows, Integer{1},
+          "profile: the rows of the table, those with the most self time"),
+      key("train.profile_json", &C::train, &TrainSection::profile_json, Text{},
+          "profile: also write every row of rank 0's table to this JSON file (--profile-json "
+          "FILE; turns profile on)"),
       key("train.precision", &C::train, &TrainSection::precision,
           Choice<nn::Precision>{nn::kPrecisionNames},
           "fp32, or bf16 / fp16: matmul, linear and conv2d in 16 bits with fp32 sums; the rest, "
@@ -586,7 +594,10 @@ TrainConfig parse_train_config(const std::vector<std::string>& args) {
   po::options_description general("mpigrad train");
   general.add_options()("config", po::value<std::string>(), "INI configuration file")(
       "dry-run", "check the config, the data and the model, run one step, and exit")(
-      "trace", po::value<std::string>(), "the same as --train.trace")("help,h", "show this help");
+      "trace", po::value<std::string>(), "the same as --train.trace")(
+      "profile", "the same as --train.profile=true")("profile-json", po::value<std::string>(),
+                                                     "the same as --train.profile_json")(
+      "help,h", "show this help");
   po::options_description all;
   all.add(general).add(key_options({}));
 
@@ -631,6 +642,17 @@ TrainConfig parse_train_config(const std::vector<std::string>& args) {
     config.train.trace = trim(values["trace"].as<std::string>());
     MPIGRAD_CHECK(!config.train.trace.empty(), "command line: --trace: expected a file name");
   }
+  if (values.count("profile")) config.train.profile = true;
+  if (values.count("profile-json")) {
+    MPIGRAD_CHECK(std::find(from_command_line.begin(), from_command_line.end(),
+                            "train.profile_json") == from_command_line.end(),
+                  "mpigrad train: give --profile-json or --train.profile_json, not both");
+    config.train.profile_json = trim(values["profile-json"].as<std::string>());
+    MPIGRAD_CHECK(!config.train.profile_json.empty(),
+                  "command line: --profile-json: expected a file name");
+  }
+  // A profile file asks for the profile.
+  if (!config.train.profile_json.empty()) config.train.profile = true;
   const bool stores = config.loss.name == LossKind::EnergyForce;
   require_files(config.data.train, "[data] train", true, stores);
   require_files(config.data.test, "[data] test", false, stores);
@@ -687,8 +709,8 @@ std::string TrainConfig::resolved_text() const {
 
 std::string train_config_help() {
   std::ostringstream out;
-  out << "usage: mpigrad train --config FILE.ini [--dry-run] [--trace FILE] "
-         "[--section.key=value ...]\n\n"
+  out << "usage: mpigrad train --config FILE.ini [--dry-run] [--trace FILE] [--profile] "
+         "[--profile-json FILE] [--section.key=value ...]\n\n"
       << "Trains a model on HDF5 data under mpirun (or as one process). A --section.key flag\n"
       << "overrides the same key of the file.\n\n"
       << "Inputs ([data] x): uint8 inputs are images and are scaled to [0, 1]; every other dtype\n"

@@ -183,6 +183,11 @@ struct TrainSection {
   double swa_lr = 0.0;         // constant lr from swa_start; 0: the schedule's lr is kept
   bool tensorboard = true;     // rank 0 writes TensorBoard event files to out_dir/tb
   std::string trace;           // the merged timeline of every rank (Chrome trace JSON); empty: off
+  // The per-op profile (launch/observe/op_profile.h): rank 0 prints its table at the end, with
+  // the profile_rows rows of most self time, and writes every row to profile_json (when set).
+  bool profile = false;
+  int64_t profile_rows = 30;
+  std::string profile_json;
   nn::Precision precision = nn::Precision::Float32;  // autocast (nn/mixed_precision.h)
   int64_t loss_scale_growth_interval = 2000;         // fp16: clean steps before the scale grows
 };
