@@ -236,6 +236,7 @@ struct ScatterReduceBackward final : Node {
 Tensor scatter_reduce(const Tensor& base, int64_t dim_in, const Tensor& index_in, const Tensor& src,
                       ScatterReduceOp op) {
   const char* name = "scatter_reduce";
+  ProfileSpan span(name);
   MPIGRAD_CHECK(base.defined() && src.defined(), name, ": undefined operand");
   detail::check_same_device(name, {&base, &src});
   MPIGRAD_CHECK(base.dim() >= 1, name, ": the base must have at least one dim, got a scalar");
