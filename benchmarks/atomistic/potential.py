@@ -141,7 +141,7 @@ def label(positions, numbers, cell, pbc, cutoff):
     scale = 1.0 + 0.1 * (numbers[edge_index[0]] + numbers[edge_index[1]]).to(torch.float64)
     energy = 0.5 * (scale * morse(r)).sum()
     (gradient,) = torch.autograd.grad(energy, positions)
-    return float(energy), -gradient
+    return float(energy.detach()), -gradient
 
 
 def random_structure(generator, atoms, periodic, elements=(1, 6, 7, 8), spacing=1.1):
