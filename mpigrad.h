@@ -17,7 +17,7 @@
 // core: tensors, autograd, ops
 // defines: AutocastGuard, autocast_policy, autocast_dtype
 #include "mpigrad/core/autocast.h"
-// defines: backward, NoGradGuard, Node, queue_backward_callback
+// defines: backward, grad, GradOptions, NoGradGuard, Node, stand_in, queue_backward_callback
 #include "mpigrad/core/autograd.h"
 // defines: cuda_visibility, set_cuda_home_device
 #include "mpigrad/core/cuda.h"
@@ -37,9 +37,9 @@
 #include "mpigrad/core/error.h"
 // defines: cross_entropy_rows
 #include "mpigrad/core/ops/cross_entropy.h"
-// defines: add, sub, mul, div, exp, log, relu, gelu, tanh, where, eq, lt
+// defines: add, sub, mul, div, exp, log, sin, cos, relu, gelu, tanh, where, eq, lt
 #include "mpigrad/core/ops/elementwise.h"
-// defines: index_select, gather, one_hot, embedding
+// defines: index_select, gather, scatter_add, index_add, one_hot, embedding
 #include "mpigrad/core/ops/indexing.h"
 // defines: cat, stack
 #include "mpigrad/core/ops/join.h"
@@ -57,6 +57,8 @@
 #include "mpigrad/core/tensor.h"
 // defines: num_threads, set_num_threads
 #include "mpigrad/core/threads.h"
+// defines: ProfileSpan, ProfileSession, ProfileSink, ProfilePause, ProfileKind
+#include "mpigrad/core/profiler.h"
 // defines: MPIGRAD_VERSION
 #include "mpigrad/version.h"
 
@@ -97,6 +99,12 @@
 #include "mpigrad/nn/module.h"
 // defines: OnnxModel, OnnxValueInfo
 #include "mpigrad/nn/onnx/onnx_model.h"
+// defines: OnnxEnergyModel
+#include "mpigrad/nn/onnx/onnx_energy_model.h"
+// defines: SchNet, SchNetOptions, shifted_softplus
+#include "mpigrad/nn/schnet.h"
+// defines: AtomicGraph, AtomisticModel, sum_over_structures, edge_vectors
+#include "mpigrad/nn/atomistic.h"
 // defines: ResNet, ResNetConfig, resnet_stages
 #include "mpigrad/nn/resnet.h"
 // defines: Adam, AdamW
@@ -121,12 +129,22 @@
 #include "mpigrad/core/hdf5.h"
 // defines: augment_views_transform, parse_augment
 #include "mpigrad/data/augment.h"
+// defines: AtomicDataset, dataset_atom_counts
+#include "mpigrad/data/atomic_dataset.h"
+// defines: AtomicStore, read_zarr_contents
+#include "mpigrad/data/atomic_store.h"
+// defines: AtomBudgetBatchSampler
+#include "mpigrad/data/atom_budget_sampler.h"
 // defines: DataLoader, DataLoaderOptions
 #include "mpigrad/data/data_loader.h"
 // defines: Hdf5Dataset, rank_slice
 #include "mpigrad/data/hdf5_dataset.h"
 // defines: MultiDataset, MultiDatasetBatchSampler
 #include "mpigrad/data/multi_dataset.h"
+// defines: radius_graph, radius_graph_transform, NeighborListOptions
+#include "mpigrad/data/neighbor_list.h"
+// defines: gather_structures, offsets_from_counts
+#include "mpigrad/data/ragged_batch.h"
 // defines: DistributedSampler, RandomSampler, BatchSampler
 #include "mpigrad/data/sampler.h"
 // defines: TensorDataset
@@ -137,6 +155,8 @@
 // launch: ranks, communicators, data parallelism
 // defines: classification_step, classification_metrics, regression_step
 #include "mpigrad/launch/train/training_steps.h"
+// defines: energy_force_step, predict_energy_forces, EnergyForceLossOptions
+#include "mpigrad/launch/train/atomistic_steps.h"
 // defines: Communicator, ReduceOp, Backend
 #include "mpigrad/launch/comm/communicator.h"
 // defines: choose_rank_device
@@ -163,6 +183,8 @@
 #include "mpigrad/launch/observe/event_file_writer.h"
 // defines: Timeline, Span
 #include "mpigrad/launch/observe/timeline.h"
+// defines: OpProfiler, OpProfile, OpProfileReport, format_op_profile, op_profile_json
+#include "mpigrad/launch/observe/op_profile.h"
 // defines: Hook, HookStage, HookPlace, TrainingContext
 #include "mpigrad/launch/train/hook.h"
 // defines: DDPHook, DistributedSamplerSettings

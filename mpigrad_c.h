@@ -25,7 +25,9 @@
  * [loss] name (input_shape when the graph leaves a sample dimension free). The models: mlp
  * (Linear layers with ReLU between them, none after the last), cnn (3x3 Conv2d, BatchNorm2d,
  * ReLU, MaxPool2d blocks, then such an mlp), conv (kxk Conv2d layers with ReLU between them,
- * the output on the input's grid), resnet (ReLU).
+ * the output on the input's grid), resnet (ReLU). An interatomic potential ([loss] name =
+ * energy_force, [model] name = schnet or an ONNX energy model, [graph] cutoff) needs neither
+ * input_shape nor outputs and takes atomic structures: see "Interatomic potentials" below.
  *
  * Arrays: an mpigrad_array describes memory the caller owns: its address, rank (1 to 8),
  * shape, optional element strides, dtype, order and place. The batch is the first dimension in
@@ -224,6 +226,85 @@ mpigrad_status mpigrad_predict_multi(mpigrad_model model, int32_t n_inputs,
 /* How many arrays the model takes and gives: its graph's inputs and outputs (1 and 1 for the
  * built-in models). Either pointer may be NULL. */
 mpigrad_status mpigrad_model_arrays(mpigrad_model model, int32_t* n_inputs, int32_t* n_outputs);
+/* Interatomic potentials: a model whose config has [loss] name = energy_force and [model] name =
+ * schnet (hidden, n_rbf, interactions; the cutoff of [graph]) or an ONNX energy model
+ * (docs/interatomic-potentials.md), for a host MD code that gets energies and forces from it and
+ * trains it on labelled frames as it runs. [model] input_shape and outputs do not apply; [graph]
+ * cutoff (and max_neighbors, self_loops) builds the neighbor list when the host gives none;
+ * [loss] stress_weight must be 0 (no stress labels here). Such a model refuses the sample calls
+ * above (mpigrad_train_step, mpigrad_predict, ...), and the calls below refuse any other model:
+ * MPIGRAD_ERROR_CONFIG.
+ *
+ * A batch of B structures, V atoms in all, concatenated. Each field is an mpigrad_array; the
+ * optional ones may be NULL. Shapes in C order (Fortran order reverses them: positions(3, V)):
+ *   positions       [V, 3] float64 or float32 (MD codes' double is read as is and rounded to the
+ *                   model's float32); x, y, z of an atom together
+ *   atomic_numbers  [V] int32 or int64; 1 .. the model's largest (schnet: 100), else
+ *                   MPIGRAD_ERROR_INVALID_ARGUMENT naming the atom
+ *   num_atoms       [B] int32 or int64, atoms per structure, summing to V; NULL: one structure
+ *   cell            [B, 3, 3] float (or [3, 3] for one structure): each structure's lattice
+ *                   vectors as rows (in Fortran, cell(:, i) is vector i); NULL: no cell
+ *   pbc             [B, 3] (or [3]) int32 or int64, nonzero: the axis is periodic; NULL: none
+ *                   (a periodic axis needs a cell)
+ *   edge_index      [2, E] int32 or int64: the host's own neighbor list, row 0 the sources, row 1
+ *                   the targets (in Fortran order edge_index(E, 2): column 1 the sources),
+ *                   atoms numbered from index_base, both atoms of an edge in one
+ *                   structure; NULL: mpigrad builds the radius graph of [graph] cutoff (its
+ *                   cell list, periodic images included). An edge is directed: list both (i, j)
+ *                   and (j, i), as radius graphs do. A list with more pairs than the cutoff's (a
+ *                   Verlet list with a skin) gives schnet's energy, whose filters vanish there.
+ *   edge_shifts     [E, 3] float: each edge's Cartesian image offset, so that the edge's vector
+ *                   is positions[target] - positions[source] + shift; NULL: zeros
+ *   index_base      0 (C) or 1 (Fortran's atom numbers in edge_index)
+ * Errors name the array ("positions: shape [64, 2]; expected [atoms, 3] ...") and, on a
+ * distributed model, the rank whose array it was ("(rank 1 of 2)"). Arrays are read, never
+ * kept: they may change after the call. */
+typedef struct mpigrad_atoms {
+  const mpigrad_array* positions;
+  const mpigrad_array* atomic_numbers;
+  const mpigrad_array* num_atoms;
+  const mpigrad_array* cell;
+  const mpigrad_array* pbc;
+  const mpigrad_array* edge_index;
+  const mpigrad_array* edge_shifts;
+  int32_t index_base;
+} mpigrad_atoms;
+
+/* One structure of `positions` and `atomic_numbers`: no cell, mpigrad's neighbor list. */
+static inline mpigrad_atoms mpigrad_atoms_of(const mpigrad_array* positions,
+                                             const mpigrad_array* atomic_numbers) {
+  mpigrad_atoms atoms;
+  atoms.positions = positions;
+  atoms.atomic_numbers = atomic_numbers;
+  atoms.num_atoms = 0;
+  atoms.cell = 0;
+  atoms.pbc = 0;
+  atoms.edge_index = 0;
+  atoms.edge_shifts = 0;
+  atoms.index_base = 0;
+  return atoms;
+}
+
+/* Each structure's energy, written into `energy` ([B] or [B, 1], float64 or float32), and, unless
+ * `forces` is NULL, the forces -dE/dpositions into `forces` ([V, 3], float64 or float32), from
+ * the model in evaluation mode (float32 inside). Local: no other rank takes part. */
+mpigrad_status mpigrad_atoms_predict(mpigrad_model model, const mpigrad_atoms* atoms,
+                                     const mpigrad_array* energy, const mpigrad_array* forces);
+/* One training step on this rank's labelled structures: `energy` [B] (or [B, 1]) and `forces`
+ * [V, 3] (float64 or float32; forces may be NULL only when [loss] force_weight weighs no forces),
+ * through the step of `mpigrad train`'s energy_force (forces by a double backward; the [loss]
+ * weights, kind and per_atom_energy) and the same training path: DDP's gradient average over the
+ * model's ranks, grad_accum_steps, clip_grad_norm, the optimizer and [sched]. Every term is a mean
+ * over the structures of all ranks together, so ranks may hold different numbers of structures.
+ * Collective for a distributed model: the ranks first agree (one all-reduce) that every rank's
+ * arrays fit, so a bad array on one rank returns its error on every rank rather than leaving
+ * them waiting (a NULL pointer or a malformed mpigrad_array is found before that, on its rank
+ * alone). `loss` (may be NULL) gets this rank's part of the loss of all ranks' structures:
+ * mpigrad_mean_loss, the mean of the ranks' parts, is the loss of the global batch. */
+mpigrad_status mpigrad_atoms_train_step(mpigrad_model model, const mpigrad_atoms* atoms,
+                                        const mpigrad_array* energy, const mpigrad_array* forces,
+                                        double* loss);
+
 /* The weights, as an HDF5 checkpoint torch can load (/model/<name>). */
 mpigrad_status mpigrad_save_model(mpigrad_model model, const char* path);
 mpigrad_status mpigrad_load_model(mpigrad_model model, const char* path);

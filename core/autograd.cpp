@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "mpigrad/core/ops/elementwise.h"
+#include "mpigrad/core/profiler.h"
 
 namespace mpigrad::core {
 
@@ -25,12 +26,22 @@ void set_grad_enabled(bool enabled) {
 
 // ---- Saved tensors ---------------------------------------------------------------------------
 
-// Always a detached alias: a node then owns other nodes only through `next`, which the iterative
-// ~Node can release without recursion, and never owns its own output (no cycle).
+// Always a detached alias, and the history only weakly: a node then owns other nodes only through
+// `next`, which the iterative ~Node can release without recursion, and never owns its own output
+// (no cycle). The history of an input is alive anyway (it is the node's edge); that of an output
+// is the node, alive while it runs.
 SavedTensor::SavedTensor(const Tensor& tensor, bool /*is_output*/)
-    : tensor_(tensor.detach()), version_(tensor.version()) {}
+    : tensor_(tensor.detach()), version_(tensor.version()) {
+  if (!tensor.defined() || !tensor.requires_grad()) return;
+  requires_grad_ = true;
+  if (tensor.grad_fn()) {
+    grad_fn_ = tensor.grad_fn();
+  } else {
+    leaf_ = tensor.impl_shared();
+  }
+}
 
-const Tensor& SavedTensor::get(const Node& owner) const {
+Tensor SavedTensor::get(const Node& owner) const {
   MPIGRAD_CHECK(!released_, "backward through ", owner.name(),
                 " a second time: its saved tensors were freed after the first backward; pass "
                 "retain_graph=true to the first backward to keep them");
@@ -40,6 +51,10 @@ const Tensor& SavedTensor::get(const Node& owner) const {
                 tensor_.dtype(), " tensor of shape ", tensor_.shape(), " now at version ",
                 tensor_.version(), ", saved at version ", version_,
                 ". Use the out-of-place op, or clone() before modifying it");
+  if (!requires_grad_ || !grad_mode_enabled) return tensor_;
+  if (std::shared_ptr<TensorImpl> leaf = leaf_.lock()) return Tensor(std::move(leaf));
+  if (std::shared_ptr<Node> history = grad_fn_.lock()) return with_history(tensor_, history);
+  // A leaf nobody holds any more: nothing can read its gradient, so none flows to it.
   return tensor_;
 }
 
@@ -83,8 +98,17 @@ void AccumulateGrad::apply(const Tensor& grad_output, std::vector<Tensor>&) {
   if (!leaf_impl) return;  // the leaf is gone; nobody can read its gradient
   Tensor leaf(leaf_impl);
   AutogradMeta& meta = leaf.autograd_meta();
-  NoGradGuard no_grad;
   Tensor incoming = grad_output;
+  if (incoming.requires_grad()) {
+    // create_graph: .grad keeps the gradient's history, summed out of place.
+    if (incoming.dtype() != leaf.dtype() || incoming.device() != leaf.device()) {
+      incoming = incoming.to(leaf.device(), leaf.dtype());
+    }
+    meta.grad = meta.grad.defined() ? add(meta.grad, incoming) : incoming;
+    for (auto& [id, hook] : meta.hooks) hook(meta.grad);
+    return;
+  }
+  NoGradGuard no_grad;
   if (incoming.dtype() != leaf.dtype() || incoming.device() != leaf.device()) {
     incoming = incoming.to(leaf.device(), leaf.dtype());
   }
@@ -137,6 +161,27 @@ void attach(const Tensor& result, std::shared_ptr<Node> node) {
 }
 }  // namespace
 
+Tensor with_history(const Tensor& data, std::shared_ptr<Node> grad_fn) {
+  Tensor result = data.detach();
+  attach(result, std::move(grad_fn));
+  return result;
+}
+
+namespace {
+struct StandInBackward final : Node {
+  const char* name() const override { return "StandInBackward"; }
+  bool differentiable_backward() const override { return true; }
+  void apply(const Tensor& grad, std::vector<Tensor>& grads) override { grads[0] = grad; }
+};
+}  // namespace
+
+Tensor stand_in(const Tensor& data, std::shared_ptr<Node> edge) {
+  if (!edge) return data.detach();
+  auto node = std::make_shared<StandInBackward>();
+  node->next.push_back(std::move(edge));
+  return with_history(data, std::move(node));
+}
+
 void set_history(const Tensor& result, std::shared_ptr<Node> node,
                  std::initializer_list<const Tensor*> inputs) {
   node->next.reserve(inputs.size());
@@ -175,6 +220,7 @@ struct LaterFirst {
 // A hook that itself calls backward gets fresh ones (the outer call holds these).
 struct EngineScratch {
   std::vector<Node*> stack;
+  std::vector<Node*> reachable;
   std::vector<Node*> ready;
   std::vector<Tensor> grad_inputs;
   std::vector<size_t> early;
@@ -184,26 +230,45 @@ struct EngineScratch {
 thread_local std::vector<std::function<void()>>* backward_callbacks = nullptr;
 thread_local EngineScratch scratch_cache;
 
-// Marks every node reachable from root with this task and counts, for each, how many edges of
-// the reachable graph point at it. Iterative, so graph depth is not limited by the stack.
-void count_dependencies(Node* root, uint64_t task, std::vector<Node*>& stack) {
-  stack.assign(1, root);
-  root->graph_task = task;
-  root->pending = 0;
-  root->grad_sum = Tensor();
+// Marks every node reachable from the roots with this task and counts, for each, how many edges
+// of the reachable graph point at it; lists them in `reachable` when given. Iterative, so graph
+// depth is not limited by the stack.
+void count_dependencies(const std::vector<Node*>& roots, uint64_t task, std::vector<Node*>& stack,
+                        std::vector<Node*>* reachable) {
+  stack.clear();
+  const auto visit = [&](Node* node) {
+    node->graph_task = task;
+    node->pending = 0;
+    node->needed = true;
+    node->grad_sum = Tensor();
+    stack.push_back(node);
+    if (reachable != nullptr) reachable->push_back(node);
+  };
+  for (Node* root : roots) {
+    if (root->graph_task != task) visit(root);
+  }
   while (!stack.empty()) {
     Node* node = stack.back();
     stack.pop_back();
     for (const auto& child : node->next) {
       if (!child) continue;
-      if (child->graph_task != task) {
-        child->graph_task = task;
-        child->pending = 0;
-        child->grad_sum = Tensor();
-        stack.push_back(child.get());
-      }
+      if (child->graph_task != task) visit(child.get());
       ++child->pending;
     }
+  }
+}
+
+// grad(): a node is needed when a tensor asked for lies at or below it; only those run, and only
+// they receive gradients. Every parent of a needed node is needed too, so the pending counts of
+// the needed ones stay right. Children are older than their parents (a node's inputs were
+// computed first), so one pass in creation order settles each node after its children.
+void mark_needed(std::vector<Node*>& reachable, const std::vector<Node*>& asked_for) {
+  std::sort(reachable.begin(), reachable.end(),
+            [](const Node* a, const Node* b) { return a->sequence_nr < b->sequence_nr; });
+  for (Node* node : reachable) {
+    bool needed = std::find(asked_for.begin(), asked_for.end(), node) != asked_for.end();
+    for (const auto& child : node->next) needed = needed || (child && child->needed);
+    node->needed = needed;
   }
 }
 
@@ -234,6 +299,7 @@ bool leads_only_to_leaves(const Node& node, int depth) {
 struct BackwardRun {
   std::vector<Node*>* ready = nullptr;
   bool retain_graph = false;
+  bool run_leaf_chains = true;  // false for grad(): it never runs a leaf's accumulator
   Node* node = nullptr;
   std::vector<size_t>* early = nullptr;
   size_t first_early = 0;
@@ -258,7 +324,7 @@ void hand_over(BackwardRun& run, Node* child, Tensor& incoming, bool run_leaf_ch
     }
   }
   if (--child->pending != 0) return;
-  if (run_leaf_chains && leads_only_to_leaves(*child, kLeafChainDepth)) {
+  if (run_leaf_chains && run.run_leaf_chains && leads_only_to_leaves(*child, kLeafChainDepth)) {
     std::vector<Tensor> grads;  // not the caller's: it is still in use
     run_node(run, child, grads, /*leaf_chain=*/true);
     return;
@@ -285,7 +351,15 @@ void run_node(BackwardRun& run, Node* node, std::vector<Tensor>& grad_inputs, bo
   } restore{run, run.node, run.first_early};
   run.node = node;
   run.first_early = run.early->size();
-  if (grad.defined()) node->apply(grad, grad_inputs);
+  // Grad mode is on exactly in a backward with create_graph.
+  MPIGRAD_CHECK(!grad_mode_enabled || node->differentiable_backward(),
+                "backward with create_graph: ", node->name(),
+                " has no second derivative yet (its backward is a first-order kernel), so the "
+                "gradient through it cannot be differentiated again");
+  if (grad.defined()) {
+    ProfileSpan span(ProfileKind::Backward, [node] { return node->name(); });
+    node->apply(grad, grad_inputs);
+  }
   // Dropped before the children run (a leaf chain runs them from here): a view's gradient shares
   // this one's storage, and AccumulateGrad adopts a buffer as .grad only if nothing else holds it.
   grad = Tensor();
@@ -293,7 +367,7 @@ void run_node(BackwardRun& run, Node* node, std::vector<Tensor>& grad_inputs, bo
   const bool any_early = run.early->size() > run.first_early;
   for (size_t i = 0; i < node->next.size(); ++i) {
     Node* child = node->next[i].get();
-    if (child == nullptr || (any_early && run.handed_over(i))) continue;
+    if (child == nullptr || !child->needed || (any_early && run.handed_over(i))) continue;
     hand_over(run, child, grad_inputs[i], /*run_leaf_chains=*/leaf_chain);
   }
 }
@@ -308,7 +382,7 @@ void release_gradient_early(const Node& node, std::vector<Tensor>& grads, size_t
                 " left to hand over");
   run.early->push_back(index);
   Node* child = node.next[index].get();
-  if (child == nullptr) {
+  if (child == nullptr || !child->needed) {
     grads[index] = Tensor();
     return;
   }
@@ -317,39 +391,91 @@ void release_gradient_early(const Node& node, std::vector<Tensor>& grads, size_t
   hand_over(run, child, incoming, /*run_leaf_chains=*/true);
 }
 
-void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
-  MPIGRAD_CHECK(root.defined(), "backward: the root tensor is undefined");
-  MPIGRAD_CHECK(root.requires_grad(),
-                "backward: the tensor does not require grad and has no grad_fn; did a "
-                "NoGradGuard or detach() cut it from the graph?");
-  Tensor seed = gradient;
-  if (!seed.defined()) {
-    MPIGRAD_CHECK(root.numel() == 1,
-                  "backward: a gradient can be implied only for one-element "
-                  "outputs; this one has shape ",
-                  root.shape(), ", so pass its gradient");
-    seed = ones_like(root);
-  } else {
-    MPIGRAD_CHECK(seed.shape() == root.shape(), "backward: gradient shape ", seed.shape(),
-                  " does not match the output shape ", root.shape());
+namespace {
+
+// Sets grad mode for a scope and restores it.
+class GradModeScope {
+ public:
+  explicit GradModeScope(bool enabled) : previous_(grad_enabled()) { set_grad_enabled(enabled); }
+  ~GradModeScope() { set_grad_enabled(previous_); }
+  GradModeScope(const GradModeScope&) = delete;
+  GradModeScope& operator=(const GradModeScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// The seed of `output`: `gradient`, checked against it, or ones for a one-element output.
+Tensor seed_for(const Tensor& output, const Tensor& gradient, const std::string& what) {
+  MPIGRAD_CHECK(output.defined(), what, ": the tensor is undefined");
+  MPIGRAD_CHECK(output.requires_grad(), what,
+                ": the tensor does not require grad and has no grad_fn; did a NoGradGuard or "
+                "detach() cut it from the graph?");
+  if (!gradient.defined()) {
+    MPIGRAD_CHECK(output.numel() == 1, what,
+                  ": a gradient can be implied only for one-element outputs; this one has "
+                  "shape ",
+                  output.shape(), ", so pass its gradient");
+    return ones_like(output);
   }
+  MPIGRAD_CHECK(gradient.shape() == output.shape(), what, ": gradient shape ", gradient.shape(),
+                " does not match the output shape ", output.shape());
+  return gradient;
+}
 
-  std::shared_ptr<Node> root_node = gradient_edge(root);
-  uint64_t task = next_graph_task.fetch_add(1, std::memory_order_relaxed);
+// A node that grad() asked for, and where its gradient goes.
+struct AskedFor {
+  Node* node;
+  std::vector<size_t> inputs;
+};
+
+// Runs the graph below `outputs`, seeded with `seeds`. With `asked` (grad()), only the nodes
+// leading to those run, each one's complete gradient is stored into `results`, and no leaf's
+// accumulator runs; otherwise every reachable node runs (backward()).
+void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& seeds,
+                  bool retain_graph, bool create_graph, const std::vector<AskedFor>* asked,
+                  std::vector<Tensor>* results) {
+  std::vector<std::shared_ptr<Node>> root_nodes;
+  std::vector<Node*> roots;
+  for (const Tensor& output : outputs) {
+    root_nodes.push_back(gradient_edge(output));
+    roots.push_back(root_nodes.back().get());
+  }
+  const uint64_t task = next_graph_task.fetch_add(1, std::memory_order_relaxed);
   EngineScratch scratch = std::move(scratch_cache);
-  count_dependencies(root_node.get(), task, scratch.stack);
-  root_node->grad_sum = seed.is_same(gradient) ? seed.detach() : seed;
+  scratch.reachable.clear();
+  count_dependencies(roots, task, scratch.stack, asked ? &scratch.reachable : nullptr);
+  if (asked != nullptr) {
+    std::vector<Node*> asked_nodes;
+    for (const AskedFor& entry : *asked) asked_nodes.push_back(entry.node);
+    mark_needed(scratch.reachable, asked_nodes);
+  }
+  // Gradients are differentiated again exactly when create_graph asks for it.
+  GradModeScope grad_mode(create_graph);
+  std::vector<Node*>& ready = scratch.ready;
+  ready.clear();
+  for (size_t i = 0; i < roots.size(); ++i) {
+    Node* root = roots[i];
+    if (!root->needed) continue;
+    // A seed the caller passed keeps its history only when it is to be differentiated.
+    Tensor seed = create_graph ? seeds[i] : seeds[i].detach();
+    root->grad_sum = root->grad_sum.defined() ? add(root->grad_sum, seed) : seed;
+  }
+  for (Node* root : roots) {
+    if (root->needed && root->pending == 0 &&
+        std::find(ready.begin(), ready.end(), root) == ready.end()) {
+      ready.push_back(root);
+    }
+  }
+  std::make_heap(ready.begin(), ready.end(), LaterFirst{});
 
-  NoGradGuard no_grad;  // gradients are not themselves differentiated
   std::vector<std::function<void()>> callbacks;
   std::vector<std::function<void()>>* outer_callbacks = backward_callbacks;
   backward_callbacks = &callbacks;
-  // A max-heap on sequence_nr: the most recently created ready node runs first.
-  std::vector<Node*>& ready = scratch.ready;
-  ready.assign(1, root_node.get());
   BackwardRun run;
   run.ready = &ready;
-  run.retain_graph = retain_graph;
+  run.retain_graph = retain_graph || create_graph;
+  run.run_leaf_chains = asked == nullptr;
   run.early = &scratch.early;
   scratch.early.clear();
   BackwardRun* outer_run = running;  // a hook that calls backward nests a run of its own
@@ -368,6 +494,23 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
     std::pop_heap(ready.begin(), ready.end(), later_first);
     Node* node = ready.back();
     ready.pop_back();
+    if (asked != nullptr) {
+      for (const AskedFor& entry : *asked) {
+        if (entry.node != node) continue;
+        for (size_t input : entry.inputs) (*results)[input] = node->grad_sum;
+      }
+      // What lies below matters only where another tensor asked for does; a leaf's .grad is
+      // never touched.
+      bool goes_on = dynamic_cast<AccumulateGrad*>(node) == nullptr;
+      if (goes_on) {
+        goes_on = false;
+        for (const auto& child : node->next) goes_on = goes_on || (child && child->needed);
+      }
+      if (!goes_on) {
+        node->grad_sum = Tensor();
+        continue;
+      }
+    }
     run_node(run, node, grad_inputs, /*leaf_chain=*/false);
   }
   grad_inputs.clear();
@@ -378,6 +521,52 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
     std::function<void()> callback = std::move(callbacks[i]);
     callback();
   }
+}
+
+}  // namespace
+
+void backward(const Tensor& root, const Tensor& gradient, bool retain_graph, bool create_graph) {
+  Tensor seed = seed_for(root, gradient, "backward");
+  // An implied seed of ones is the engine's own buffer; a passed one is the caller's.
+  run_backward({root}, {seed}, retain_graph, create_graph, nullptr, nullptr);
+}
+
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs, GradOptions options) {
+  MPIGRAD_CHECK(!outputs.empty(), "grad: no outputs given");
+  MPIGRAD_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(),
+                "grad: ", grad_outputs.size(), " grad_outputs for ", outputs.size(),
+                " outputs; give one per output, or none");
+  std::vector<Tensor> seeds;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    seeds.push_back(seed_for(outputs[i], grad_outputs.empty() ? Tensor() : grad_outputs[i],
+                             "grad: outputs[" + std::to_string(i) + "]"));
+  }
+  std::vector<AskedFor> asked;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    MPIGRAD_CHECK(inputs[i].defined() && inputs[i].requires_grad(), "grad: inputs[", i,
+                  "] does not require grad; mark it with set_requires_grad() before computing "
+                  "the outputs from it");
+    Node* node = gradient_edge(inputs[i]).get();
+    auto found = std::find_if(asked.begin(), asked.end(),
+                              [&](const AskedFor& entry) { return entry.node == node; });
+    if (found == asked.end()) {
+      asked.push_back({node, {i}});
+    } else {
+      found->inputs.push_back(i);
+    }
+  }
+  std::vector<Tensor> results(inputs.size());
+  run_backward(outputs, seeds, options.retain_graph, options.create_graph, &asked, &results);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    MPIGRAD_CHECK(results[i].defined() || options.allow_unused, "grad: inputs[", i, "] (shape ",
+                  inputs[i].shape(),
+                  ") was not used to compute the outputs; pass allow_unused = true to get an "
+                  "undefined gradient for it");
+    // Without create_graph a gradient is a plain tensor, as .grad is.
+    if (results[i].defined() && !options.create_graph) results[i] = results[i].detach();
+  }
+  return results;
 }
 
 void queue_backward_callback(std::function<void()> callback) {

@@ -17,6 +17,16 @@
 // at once, so the leaves' hooks fire while the node goes on. matmul and conv2d do this with their
 // weight's gradient before computing their input's, which is as large a product: DDP's bucket
 // for a layer then starts one GEMM earlier. Values are the same; only the order changes.
+//
+// Derivatives of derivatives: a backward with create_graph runs every node's apply with grad mode
+// on, so the ops a node computes its gradients with record a graph of their own, and saved
+// tensors come back with the history they had when saved (SavedTensor::get). The gradients are
+// then differentiable, to any order (forces as -dE/dx in a loss, a PDE residual, Hessian-vector
+// products). A node says whether its apply is written in differentiable ops
+// (Node::differentiable_backward); one that is not stops such a backward with an error that names
+// it, never with a silent zero. Without create_graph, nodes run their fused first-order kernels
+// under no-grad, exactly as before. grad() returns gradients without touching .grad, running only
+// the nodes that lead to the tensors asked for.
 #pragma once
 
 #include <cstdint>
@@ -49,13 +59,18 @@ class NoGradGuard {
 class SavedTensor {
  public:
   SavedTensor() = default;
-  // Keeps a detached alias (same storage, no history); `is_output` documents that a node saves
-  // its own result.
+  // Keeps a detached alias (same storage), and the tensor's history weakly: a node may save
+  // its own result, whose history is the node itself. `is_output` documents that it does so
+  // (save a result after recording its node, so that the history is there to keep).
   SavedTensor(const Tensor& tensor, bool is_output = false);  // NOLINT
-  // The tensor, or core::Error if it was modified in place or already released.
-  const Tensor& get(const Node& owner) const;
+  // The tensor, or core::Error if it was modified in place or already released. Under grad mode
+  // (a backward with create_graph) it carries its history, so what is computed from it can be
+  // differentiated again; otherwise it is the detached alias.
+  Tensor get(const Node& owner) const;
   void release() {
     tensor_ = Tensor();
+    grad_fn_.reset();
+    leaf_.reset();
     released_ = true;
   }
   bool defined() const { return tensor_.defined(); }
@@ -64,10 +79,13 @@ class SavedTensor {
   Tensor tensor_;
   uint32_t version_ = 0;
   bool released_ = false;
+  bool requires_grad_ = false;
+  std::weak_ptr<Node> grad_fn_;     // the history of a result
+  std::weak_ptr<TensorImpl> leaf_;  // a leaf that requires grad
 };
 
 // ---- Nodes -------------------------------------------------------------------------------------
-class Node {
+class Node : public std::enable_shared_from_this<Node> {
  public:
   Node();
   virtual ~Node();  // iterative: releasing a long chain does not recurse
@@ -80,6 +98,10 @@ class Node {
   virtual void apply(const Tensor& grad_output, std::vector<Tensor>& grad_inputs) = 0;
   // Drops saved tensors after a backward without retain_graph.
   virtual void release_saved() {}
+  // Whether apply computes its gradients in differentiable ops when grad mode is on (a backward
+  // with create_graph), so that they can be differentiated again. False: such a backward stops
+  // at this node with an error naming it.
+  virtual bool differentiable_backward() const { return false; }
 
   // One entry per differentiable input of the op; null where that input does not require grad.
   std::vector<std::shared_ptr<Node>> next;
@@ -88,6 +110,7 @@ class Node {
   // Engine bookkeeping for the backward in progress.
   uint64_t graph_task = 0;
   int pending = 0;
+  bool needed = true;  // grad(): some tensor asked for lies at or below this node
   Tensor grad_sum;
 };
 
@@ -97,6 +120,8 @@ class AccumulateGrad final : public Node {
   explicit AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf);
   const char* name() const override { return "AccumulateGrad"; }
   void apply(const Tensor& grad_output, std::vector<Tensor>& grad_inputs) override;
+  // Under create_graph, .grad keeps the gradient's history.
+  bool differentiable_backward() const override { return true; }
 
  private:
   std::weak_ptr<TensorImpl> leaf_;
@@ -138,9 +163,36 @@ void check_inplace(const Tensor& tensor, const char* op);
 // an index already handed over.
 void release_gradient_early(const Node& node, std::vector<Tensor>& grads, size_t index);
 
+// A result of an op that has `grad_fn` as its history: an alias of `data` (no copy) that requires
+// grad. For nodes that rebuild a saved result, and for tests.
+Tensor with_history(const Tensor& data, std::shared_ptr<Node> grad_fn);
+
+// A tensor holding `data` whose gradient flows on unchanged to `edge` (one of a node's input
+// edges; null: `data`, detached): for a create_graph backward that computes from its own copy of
+// an input (the 16-bit copy autocast kept) while the gradient belongs to the input itself.
+// `data` must have that input's shape.
+Tensor stand_in(const Tensor& data, std::shared_ptr<Node> edge);
+
 // ---- Backward ----------------------------------------------------------------------------------
-// Runs backward from `root` with `gradient` (ones for a one-element root if undefined).
-void backward(const Tensor& root, const Tensor& gradient = Tensor(), bool retain_graph = false);
+// Runs backward from `root` with `gradient` (ones for a one-element root if undefined) and adds
+// into the .grad of every leaf it reaches. With create_graph, the gradients (and so .grad) carry
+// a graph of their own and can be differentiated again; the graph is then kept (retain_graph).
+void backward(const Tensor& root, const Tensor& gradient = Tensor(), bool retain_graph = false,
+              bool create_graph = false);
+
+struct GradOptions {
+  bool retain_graph = false;  // keep the saved tensors for another backward (create_graph does)
+  bool create_graph = false;  // the returned gradients are differentiable (see the top)
+  bool allow_unused = false;  // an input the outputs do not depend on gets an undefined tensor
+};
+
+// The gradients of the sum of `outputs` (each weighted by its grad_outputs entry: ones for a
+// one-element output when not given) with respect to each of `inputs`, which must require grad
+// (leaves, or results of ops). Runs only the nodes between them, touches no .grad and fires no
+// grad-ready hook. An input the outputs do not depend on is an error naming its position, unless
+// allow_unused (then its gradient is undefined).
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs = {}, GradOptions options = {});
 
 // Queues `callback` to run once the backward in progress on this thread has processed its last
 // node, before backward() returns (PyTorch's queue_callback). Only valid inside a backward, e.g.

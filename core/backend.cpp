@@ -10,8 +10,10 @@
 #include <vector>
 
 #include "mpigrad/core/error.h"
+#include "mpigrad/core/profiler.h"
 #include "mpigrad/core/threads.h"
 #include "mpigrad/kernels/cross_entropy.h"
+#include "mpigrad/kernels/neighbor_list.h"
 #include "mpigrad/kernels/normalization.h"
 #include "mpigrad/kernels/random.h"
 
@@ -180,6 +182,16 @@ void batch_norm_channel_update(int64_t channels, int64_t count, double factor, d
   }
 }
 
+// The FLOPs the profiler's kernel spans carry (core/profiler.h).
+double gemm_shape_flops(const GemmShape& s) {
+  return gemm_flops(s.batch, s.m, s.n, s.k);
+}
+double conv_shape_flops(const Conv2dShape& s) {
+  const auto& g = s.geometry;
+  return conv2d_flops(s.batch, s.out_channels, g.out_h, g.out_w, g.channels / s.groups, g.kernel_h,
+                      g.kernel_w);
+}
+
 class CpuBackend final : public Backend {
  public:
   CpuBackend() { initialize_cpu_runtime(); }
@@ -227,10 +239,12 @@ class CpuBackend final : public Backend {
   }
   void gemm(DType dtype, const GemmShape& shape, double alpha, const void* a, const void* b,
             double beta, void* c) override {
+    ProfileSpan span("gemm", ProfileKind::Kernel, [&] { return gemm_shape_flops(shape); });
     kernels::cpu::gemm(dtype, shape, alpha, a, b, beta, c);
   }
   void gemm_mixed(DType operand, const GemmShape& shape, double alpha, const void* a, const void* b,
                   double beta, float* c) override {
+    ProfileSpan span("gemm_mixed", ProfileKind::Kernel, [&] { return gemm_shape_flops(shape); });
     kernels::cpu::gemm_mixed(operand, shape, alpha, a, b, beta, c);
   }
   std::string mixed_precision_kernels(DType operand) override {
@@ -263,6 +277,23 @@ class CpuBackend final : public Backend {
                       const int64_t* index, int64_t count, void* out, const void* in) override {
     return kernels::cpu::scatter_add(dtype, outer, extent, inner, index, count, out, in);
   }
+  int64_t scatter_reduce(ScatterReduceOp op, DType dtype, int64_t outer, int64_t extent,
+                         int64_t inner, const int64_t* index, int64_t count, void* out,
+                         const void* in) override {
+    return kernels::cpu::scatter_reduce(op, dtype, outer, extent, inner, index, count, out, in);
+  }
+  void scatter_winner(DType dtype, int64_t outer, int64_t extent, int64_t inner,
+                      const int64_t* index, int64_t count, const void* out, const void* base,
+                      const void* in, int64_t* winner) override {
+    kernels::cpu::scatter_winner(dtype, outer, extent, inner, index, count, out, base, in, winner);
+  }
+  int64_t radius_graph_count(const kernels::RadiusGraphArgs& args, int64_t* counts) override {
+    return kernels::cpu::radius_graph_count(args, counts);
+  }
+  void radius_graph_write(const kernels::RadiusGraphArgs& args,
+                          const kernels::RadiusGraphOutput& out) override {
+    kernels::cpu::radius_graph_write(args, out);
+  }
   void uniform(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset, double lo,
                double hi) override {
     kernels::cpu::uniform(dtype, n, out, seed, offset, lo, hi);
@@ -285,26 +316,38 @@ class CpuBackend final : public Backend {
 
   void conv2d_forward(DType dtype, const Conv2dShape& shape, const void* x, const void* w,
                       void* y) override {
+    ProfileSpan span("conv2d_forward", ProfileKind::Kernel,
+                     [&] { return conv_shape_flops(shape); });
     CpuConv(dtype, shape).forward(x, w, y);
   }
   void conv2d_backward_data(DType dtype, const Conv2dShape& shape, const void* grad_y,
                             const void* w, void* grad_x) override {
+    ProfileSpan span("conv2d_backward_data", ProfileKind::Kernel,
+                     [&] { return conv_shape_flops(shape); });
     CpuConv(dtype, shape).backward_data(grad_y, w, grad_x);
   }
   void conv2d_backward_filter(DType dtype, const Conv2dShape& shape, const void* x,
                               const void* grad_y, void* grad_w) override {
+    ProfileSpan span("conv2d_backward_filter", ProfileKind::Kernel,
+                     [&] { return conv_shape_flops(shape); });
     CpuConv(dtype, shape).backward_filter(x, grad_y, grad_w);
   }
   void conv2d_forward_mixed(DType operand, const Conv2dShape& shape, const void* x, const void* w,
                             float* y) override {
+    ProfileSpan span("conv2d_forward_mixed", ProfileKind::Kernel,
+                     [&] { return conv_shape_flops(shape); });
     CpuConv(DType::Float32, operand, shape).forward(x, w, y);
   }
   void conv2d_backward_data_mixed(DType operand, const Conv2dShape& shape, const void* grad_y,
                                   const void* w, float* grad_x) override {
+    ProfileSpan span("conv2d_backward_data_mixed", ProfileKind::Kernel,
+                     [&] { return conv_shape_flops(shape); });
     CpuConv(DType::Float32, operand, shape).backward_data(grad_y, w, grad_x);
   }
   void conv2d_backward_filter_mixed(DType operand, const Conv2dShape& shape, const void* x,
                                     const void* grad_y, float* grad_w) override {
+    ProfileSpan span("conv2d_backward_filter_mixed", ProfileKind::Kernel,
+                     [&] { return conv_shape_flops(shape); });
     CpuConv(DType::Float32, operand, shape).backward_filter(x, grad_y, grad_w);
   }
 

@@ -26,6 +26,11 @@
 #include "mpigrad/kernels/reduce.h"
 #include "mpigrad/kernels/softmax.h"
 
+namespace mpigrad::kernels {
+struct RadiusGraphArgs;  // kernels/neighbor_list.h
+struct RadiusGraphOutput;
+}  // namespace mpigrad::kernels
+
 namespace mpigrad::core {
 
 using kernels::AdamSlot;
@@ -34,6 +39,7 @@ using kernels::Conv2dShape;
 using kernels::GemmShape;
 using kernels::Pool2dGeometry;
 using kernels::ReduceOp;
+using kernels::ScatterReduceOp;
 using kernels::SgdSlot;
 using kernels::StridedLoop;
 using kernels::UnaryOp;
@@ -91,6 +97,17 @@ class Backend {
                          const int64_t* index, int64_t count, void* out, const void* in) = 0;
   virtual int64_t scatter_add(DType dtype, int64_t outer, int64_t extent, int64_t inner,
                               const int64_t* index, int64_t count, void* out, const void* in) = 0;
+  virtual int64_t scatter_reduce(ScatterReduceOp op, DType dtype, int64_t outer, int64_t extent,
+                                 int64_t inner, const int64_t* index, int64_t count, void* out,
+                                 const void* in) = 0;
+  virtual void scatter_winner(DType dtype, int64_t outer, int64_t extent, int64_t inner,
+                              const int64_t* index, int64_t count, const void* out,
+                              const void* base, const void* in, int64_t* winner) = 0;
+  // The all-pairs radius graph of a batch (kernels/neighbor_list.h), every pointer on this
+  // device: count returns the first atom with a coordinate that is not finite, or -1.
+  virtual int64_t radius_graph_count(const kernels::RadiusGraphArgs& args, int64_t* counts) = 0;
+  virtual void radius_graph_write(const kernels::RadiusGraphArgs& args,
+                                  const kernels::RadiusGraphOutput& out) = 0;
   virtual void uniform(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset, double lo,
                        double hi) = 0;
   virtual void normal(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset,

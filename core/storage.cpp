@@ -71,7 +71,7 @@ class HostAllocator final : public Allocator {
  private:
   static constexpr size_t kSmall = 256;                   // bytes served by plain malloc
   static constexpr size_t kAlignment = 64;                // vectorized kernels load aligned
-  static constexpr size_t kCachedFrom = size_t(1) << 20;  // cache blocks of 1 MiB and more
+  static constexpr size_t kCachedFrom = size_t(64) << 10;  // cache blocks of 64 KiB and more
   static constexpr size_t kCacheLimit = size_t(4) << 30;  // never hold more than 4 GiB idle
 
   // Large sizes are rounded up to 1/8 of their power of two, so near sizes share blocks while

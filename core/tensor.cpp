@@ -13,6 +13,7 @@
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/op_support.h"
 #include "mpigrad/core/pinned.h"
+#include "mpigrad/core/profiler.h"
 
 namespace mpigrad::core {
 
@@ -143,6 +144,7 @@ namespace {
 // Gradient of clone/contiguous: unchanged.
 struct CloneBackward final : Node {
   const char* name() const override { return "CloneBackward"; }
+  bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override { grads[0] = grad; }
 };
 
@@ -152,6 +154,7 @@ struct ToBackward final : Node {
   DType dtype;
   ToBackward(Device device_, DType dtype_) : device(device_), dtype(dtype_) {}
   const char* name() const override { return "ToBackward"; }
+  bool differentiable_backward() const override { return true; }  // a conversion, recorded
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
     grads[0] = grad.to(device, dtype);
   }
@@ -159,6 +162,7 @@ struct ToBackward final : Node {
 
 // A dense copy of `source` converted to `dtype`, on source's device.
 Tensor convert_same_device(const Tensor& source, DType dtype) {
+  ProfileSpan span("copy");
   Tensor out = detail::empty_on(source.shape(), dtype, source.device());
   if (out.numel() > 0) {
     StridedLoop loop = detail::make_loop(out.shape(), {&out, &source});
@@ -200,6 +204,7 @@ Tensor Tensor::to(Device target, bool non_blocking) const {
 
 Tensor Tensor::to(Device target, DType target_dtype) const {
   if (target == device() && target_dtype == dtype()) return *this;
+  ProfileSpan span("to");
   Tensor out;
   if (target == device()) {
     out = convert_same_device(*this, target_dtype);
@@ -269,6 +274,7 @@ Tensor& inplace(Tensor& self, const char* name, std::initializer_list<const Tens
 }  // namespace
 
 Tensor& Tensor::fill_(double value) {
+  ProfileSpan span("fill_");
   check_inplace(*this, "fill_");
   NoGradGuard no_grad;
   if (is_contiguous()) {
@@ -299,6 +305,7 @@ namespace {
 // self = self op other. Untracked, the kernel writes straight into self; tracked, it goes through
 // the out-of-place op so the history is recorded.
 Tensor& inplace_binary(Tensor& self, const char* name, BinaryOp op, const Tensor& other) {
+  ProfileSpan span(name);
   check_inplace(self, name);
   if (grad_enabled() && (self.requires_grad() || other.requires_grad())) {
     return inplace(self, name, {&other}, [&](const Tensor& value) {
@@ -409,8 +416,8 @@ Tensor Tensor::detach() const {
   return Tensor(std::move(alias));
 }
 
-void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
-  core::backward(*this, gradient, retain_graph);
+void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_graph) const {
+  core::backward(*this, gradient, retain_graph, create_graph);
 }
 
 int Tensor::register_grad_ready_hook(GradReadyHook hook) {

@@ -178,8 +178,10 @@ class Tensor {
   void set_grad(const Tensor& grad);
   // A new tensor sharing this storage, outside the graph.
   Tensor detach() const;
-  // Runs backward from this tensor. `gradient` may be omitted for one-element tensors.
-  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+  // Runs backward from this tensor. `gradient` may be omitted for one-element tensors. With
+  // create_graph the gradients (and .grad) can be differentiated again (core/autograd.h).
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false,
+                bool create_graph = false) const;
   // Registers a hook on a leaf; returns an id for remove_grad_ready_hook.
   int register_grad_ready_hook(GradReadyHook hook);
   void remove_grad_ready_hook(int id);

@@ -13,6 +13,26 @@ std::string field_names(const std::vector<std::pair<std::string, core::Tensor>>&
 }
 }  // namespace
 
+std::string_view field_level_name(FieldLevel level) {
+  switch (level) {
+    case FieldLevel::Sample:
+      return "sample";
+    case FieldLevel::Atom:
+      return "atom";
+    case FieldLevel::Edge:
+      return "edge";
+    case FieldLevel::AtomPointer:
+      return "atom pointer";
+    case FieldLevel::EdgePointer:
+      return "edge pointer";
+    case FieldLevel::AtomSample:
+      return "atom sample";
+    case FieldLevel::EdgeAtoms:
+      return "edge atoms";
+  }
+  return "unknown";
+}
+
 bool Batch::has(const std::string& name) const {
   for (const auto& field : fields) {
     if (field.first == name) return true;

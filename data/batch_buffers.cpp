@@ -1,6 +1,7 @@
 #include "mpigrad/data/batch_buffers.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -60,9 +61,19 @@ class BatchBufferPool final : public core::Allocator {
   static constexpr size_t kAlignment = 64;
   static constexpr size_t kIdleLimit = size_t(1) << 30;
   static size_t round(size_t nbytes) {
-    return (std::max<size_t>(nbytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
+    nbytes = std::max<size_t>(nbytes, 1);
+    const size_t step = std::max(kAlignment, std::bit_floor(nbytes) / 8);
+    return (nbytes + step - 1) / step * step;
   }
 
+ public:
+  size_t idle_bytes() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return idle_bytes_;
+  }
+  static size_t size_class(size_t nbytes) { return round(nbytes); }
+
+ private:
   std::mutex mutex_;
   std::multimap<size_t, void*> idle_;
   size_t idle_bytes_ = 0;
@@ -96,6 +107,14 @@ core::Tensor empty_batch_tensor(const core::Shape& shape, core::DType dtype) {
 
 void release_batch_buffers() {
   pool().release();
+}
+
+int64_t batch_buffer_idle_bytes() {
+  return int64_t(pool().idle_bytes());
+}
+
+int64_t batch_buffer_size_class(int64_t nbytes) {
+  return nbytes < kPooledFrom ? nbytes : int64_t(BatchBufferPool::size_class(size_t(nbytes)));
 }
 
 }  // namespace mpigrad::data

@@ -15,6 +15,7 @@
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/hdf5.h"
 #include "mpigrad/core/isolated.h"
+#include "mpigrad/data/convert_zarr.h"
 #include "mpigrad/data/hdf5_dataset.h"
 #include "mpigrad/data/idx.h"
 #include "mpigrad/kernels/philox.h"
@@ -45,6 +46,8 @@ const char* kCommands =
     "\n"
     "Commands:\n"
     "  convert-idx  convert IDX files (MNIST, Fashion-MNIST; gzipped or not) to HDF5 shards\n"
+    "  convert-zarr rewrite an atomic Zarr store (nvalchemi-toolkit's) as the same layout in "
+    "HDF5\n"
     "  inspect      show the fields, dtypes, shapes, N and shards of HDF5 dataset files\n"
     "  synth        write synthetic classification data of a given shape\n"
     "\n"
@@ -480,6 +483,7 @@ int run_data_command(int argc, char** argv) {
   char** sub_argv = argv + 1;
   try {
     if (command == "convert-idx") return convert_idx(sub_argc, sub_argv);
+    if (command == "convert-zarr") return convert_zarr_command(sub_argc, sub_argv);
     if (command == "inspect") return inspect(sub_argc, sub_argv);
     if (command == "synth") return synth(sub_argc, sub_argv);
     std::cerr << "mpigrad-data: unknown command '" << command << "'\n\n" << kCommands;

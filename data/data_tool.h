@@ -1,6 +1,8 @@
 // The data tool: `mpigrad-data <subcommand>` (and later `mpigrad data <subcommand>`).
 //   convert-idx  IDX files (MNIST / Fashion-MNIST, gzipped or not) -> HDF5 shards of
 //                uint8 x [N,1,H,W] and int64 y [N]
+//   convert-zarr an atomic Zarr v3 store (nvalchemi-toolkit's) -> the same layout in HDF5
+//                (data/convert_zarr.h)
 //   inspect      the fields, dtypes, shapes, N and shards of HDF5 dataset files
 //   synth        synthetic classification data of a given shape, for benchmarks and tests
 // Every subcommand has --help. Files are written to a temporary name and renamed when complete.

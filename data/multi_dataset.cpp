@@ -1,18 +1,29 @@
 #include "mpigrad/data/multi_dataset.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <sstream>
 
+#include "mpigrad/core/checked_math.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/data/batch_buffers.h"
+#include "mpigrad/data/ragged_batch.h"
 #include "mpigrad/kernels/philox.h"
 
 namespace mpigrad::data {
 
 // ---- MultiDataset -------------------------------------------------------------------------------
+
+namespace {
+std::string field_names(const std::vector<FieldInfo>& fields) {
+  std::string names;
+  for (const FieldInfo& field : fields) names += (names.empty() ? "" : ", ") + field.name;
+  return names;
+}
+}  // namespace
 
 MultiDataset::MultiDataset(std::vector<std::shared_ptr<Dataset>> children)
     : children_(std::move(children)) {
@@ -23,13 +34,16 @@ MultiDataset::MultiDataset(std::vector<std::shared_ptr<Dataset>> children)
     const auto& expected = children_[0]->fields();
     const auto& got = children_[d]->fields();
     MPIGRAD_CHECK(got.size() == expected.size(), "MultiDataset: dataset ", d, " (",
-                  children_[d]->describe(), ") has ", got.size(), " fields but dataset 0 (",
-                  children_[0]->describe(), ") has ", expected.size());
+                  children_[d]->describe(), ") has ", got.size(), " fields (", field_names(got),
+                  ") but dataset 0 (", children_[0]->describe(), ") has ", expected.size(), " (",
+                  field_names(expected), ")");
     for (size_t f = 0; f < got.size(); ++f) {
       MPIGRAD_CHECK(got[f] == expected[f], "MultiDataset: dataset ", d, " (",
                     children_[d]->describe(), ") field '", got[f].name, "' is ", got[f].dtype, " ",
-                    got[f].sample_shape, " but dataset 0 (", children_[0]->describe(), ") field '",
-                    expected[f].name, "' is ", expected[f].dtype, " ", expected[f].sample_shape);
+                    got[f].sample_shape, " at the ", field_level_name(got[f].level),
+                    " level but dataset 0 (", children_[0]->describe(), ") field '",
+                    expected[f].name, "' is ", expected[f].dtype, " ", expected[f].sample_shape,
+                    " at the ", field_level_name(expected[f].level), " level");
     }
     offsets_.push_back(offsets_.back() + children_[d]->size());
   }
@@ -74,6 +88,26 @@ Batch MultiDataset::get_batch(std::span<const int64_t> indices) const {
     locals[size_t(d)].push_back(local);
     positions[size_t(d)].push_back(i);
     which[size_t(i)] = d;
+  }
+  if (std::any_of(fields().begin(), fields().end(),
+                  [](const FieldInfo& info) { return info.ragged(); })) {
+    // Each child's structures in one read, then joined in the order asked for.
+    std::vector<Batch> parts;
+    std::vector<size_t> part_of(children_.size());
+    for (size_t d = 0; d < children_.size(); ++d) {
+      if (locals[d].empty()) continue;
+      part_of[d] = parts.size();
+      parts.push_back(children_[d]->get_batch(locals[d]));
+    }
+    std::vector<StructurePick> picks(static_cast<size_t>(n));
+    for (size_t d = 0; d < children_.size(); ++d) {
+      for (size_t k = 0; k < positions[d].size(); ++k)
+        picks[size_t(positions[d][k])] = StructurePick{part_of[d], int64_t(k)};
+    }
+    Batch batch = gather_structures(parts, picks, fields());
+    batch.indices.assign(indices.begin(), indices.end());
+    batch.dataset_index = core::Tensor::from_vector(which, {n});
+    return batch;
   }
   Batch batch;
   for (const FieldInfo& info : fields()) {
@@ -237,6 +271,27 @@ std::string BatchComposition::str() const {
   return out.str();
 }
 
+std::string BatchComposition::text() const {
+  if (kind_ == Kind::Balanced) return "balanced";
+  std::string result;
+  if (kind_ == Kind::Counts) {
+    for (size_t i = 0; i < counts_.size(); ++i) {
+      if (i > 0) result += ',';
+      result += std::to_string(counts_[i]);
+    }
+    return result;
+  }
+  for (size_t i = 0; i < ratios_.size(); ++i) {
+    char buffer[64];
+    auto [end, error] = std::to_chars(buffer, buffer + sizeof(buffer), ratios_[i]);
+    std::string value(buffer, error == std::errc() ? end : buffer);
+    if (value.find_first_of(".eE") == std::string::npos) value += ".0";  // stays a ratio
+    if (i > 0) result += ',';
+    result += value;
+  }
+  return result;
+}
+
 // ---- MultiDatasetBatchSampler -------------------------------------------------------------------
 
 namespace {
@@ -249,6 +304,11 @@ uint64_t splitmix64(uint64_t x) {
 // The stream of child d in an epoch: distinct per child, a pure function of seed + epoch.
 uint64_t child_seed(uint64_t seed_plus_epoch, size_t dataset) {
   return splitmix64(seed_plus_epoch ^ splitmix64(uint64_t(dataset) + 1));
+}
+std::string counts_text(const std::vector<int64_t>& counts) {
+  std::string text = "[";
+  for (size_t i = 0; i < counts.size(); ++i) text += (i ? ", " : "") + std::to_string(counts[i]);
+  return text + "]";
 }
 }  // namespace
 
@@ -266,13 +326,24 @@ MultiDatasetBatchSampler::MultiDatasetBatchSampler(std::vector<int64_t> dataset_
       options_.num_replicas >= 1 && options_.rank >= 0 && options_.rank < options_.num_replicas,
       "MultiDatasetBatchSampler: rank ", options_.rank, " outside [0, ", options_.num_replicas,
       ")");
+  MPIGRAD_CHECK(options_.num_batches >= 0, "MultiDatasetBatchSampler: num_batches must be >= 0 ",
+                "(0: from epoch_policy), got ", options_.num_batches);
   offsets_.push_back(0);
   for (int64_t n : sizes_) {
     MPIGRAD_CHECK(n >= 0, "MultiDatasetBatchSampler: negative dataset size ", n);
     offsets_.push_back(offsets_.back() + n);
   }
 
+  // Weights and ratios may not favour an empty child, even when its share rounds to nothing.
+  auto check_weights = [&](const std::vector<double>& weights, const char* what) {
+    for (int d = 0; d < datasets && size_t(d) < weights.size(); ++d) {
+      MPIGRAD_CHECK(weights[size_t(d)] <= 0 || sizes_[size_t(d)] > 0,
+                    "MultiDatasetBatchSampler: dataset ", d, " has ", what, " ", weights[size_t(d)],
+                    " but no samples");
+    }
+  };
   if (options_.samples_per_dataset) {
+    check_weights(options_.samples_per_dataset->ratio_values(), "ratio");
     per_batch_ = options_.samples_per_dataset->resolve(batch_size, datasets);
   } else {
     std::vector<double> weights;
@@ -280,6 +351,7 @@ MultiDatasetBatchSampler::MultiDatasetBatchSampler(std::vector<int64_t> dataset_
       weights = *options_.weights;
       MPIGRAD_CHECK(int(weights.size()) == datasets, "MultiDatasetBatchSampler: ", weights.size(),
                     " weights for ", datasets, " datasets");
+      check_weights(weights, "weight");
     } else {
       for (int64_t n : sizes_) weights.push_back(double(n));
     }
@@ -290,38 +362,45 @@ MultiDatasetBatchSampler::MultiDatasetBatchSampler(std::vector<int64_t> dataset_
     }
   }
 
+  const bool replacement = options_.replacement;
   const std::string policy = epoch_policy_name(options_.epoch_policy);
-  int64_t min_batches = -1, max_batches = -1;
+  int64_t min_batches = -1, max_batches = -1, complete = -1;
   for (int d = 0; d < datasets; ++d) {
-    int64_t k = per_batch_[size_t(d)];
+    const int64_t k = per_batch_[size_t(d)], n = sizes_[size_t(d)];
     if (k == 0) continue;
-    MPIGRAD_CHECK(sizes_[size_t(d)] > 0, "MultiDatasetBatchSampler: dataset ", d,
-                  " is empty but each batch needs ", k, " of its samples");
-    int64_t fits = sizes_[size_t(d)] / k;
-    min_batches = min_batches < 0 ? fits : std::min(min_batches, fits);
-    max_batches = std::max(max_batches, fits);
+    MPIGRAD_CHECK(n > 0, "MultiDatasetBatchSampler: dataset ", d, " contributes ", k,
+                  " samples per batch but has no samples");
+    const int64_t batches = replacement ? core::ceil_div(n, k) : n / k;
+    min_batches = min_batches < 0 ? batches : std::min(min_batches, batches);
+    max_batches = std::max(max_batches, batches);
+    complete = complete < 0 ? n / k : std::min(complete, n / k);
   }
-  switch (options_.epoch_policy) {
-    case EpochPolicy::DatasetSize:
-      global_batches_ = offsets_.back() / batch_size;
-      break;
-    case EpochPolicy::MinSize:
-      global_batches_ = min_batches;
-      break;
-    case EpochPolicy::MaxSize:
-      global_batches_ = max_batches;
-      break;
-  }
-  if (!options_.replacement) {
-    for (int d = 0; d < datasets; ++d) {
-      int64_t needed = global_batches_ * per_batch_[size_t(d)];
-      MPIGRAD_CHECK(needed <= sizes_[size_t(d)], "MultiDatasetBatchSampler: epoch_policy ", policy,
-                    " gives ", global_batches_, " batches with ", per_batch_[size_t(d)],
-                    " samples of dataset ", d, " each, i.e. ", needed, " samples, but dataset ", d,
-                    " has only ", sizes_[size_t(d)],
-                    "; this is impossible without replacement (use replacement = true, or "
-                    "epoch_policy min_size)");
+  if (options_.num_batches > 0) {
+    global_batches_ = options_.num_batches;
+  } else {
+    switch (options_.epoch_policy) {
+      case EpochPolicy::DatasetSize:
+        global_batches_ = replacement ? core::ceil_div(offsets_.back(), batch_size) : min_batches;
+        break;
+      case EpochPolicy::MinSize:
+        global_batches_ = min_batches;
+        break;
+      case EpochPolicy::MaxSize:
+        MPIGRAD_CHECK(replacement || max_batches == min_batches,
+                      "MultiDatasetBatchSampler: epoch_policy max_size runs until the largest "
+                      "dataset is used up (",
+                      max_batches, " batches) but the smallest has only ", min_batches,
+                      "; oversampling it is impossible without replacement (use replacement = "
+                      "true, or epoch_policy min_size)");
+        global_batches_ = max_batches;
+        break;
     }
+  }
+  if (!replacement) {
+    MPIGRAD_CHECK(global_batches_ <= complete, "MultiDatasetBatchSampler: ", global_batches_,
+                  " batches per epoch, but without replacement the datasets hold only ", complete,
+                  " complete batches of ", counts_text(per_batch_),
+                  " samples (use replacement = true, or fewer batches)");
   }
   MPIGRAD_CHECK(global_batches_ >= 1, "MultiDatasetBatchSampler: epoch_policy ", policy,
                 " gives no complete batch of ", batch_size, " (dataset sizes too small)");
@@ -345,10 +424,12 @@ std::vector<std::vector<int64_t>> MultiDatasetBatchSampler::global_batches_list(
     if (k == 0) continue;
     const int64_t needed = global_batches_ * k;
     std::vector<int64_t> locals;
-    if (options_.replacement) {
-      // Uniform draws: a child's permutation would be cut short here or have to repeat anyway.
+    if (options_.replacement && options_.shuffle) {
       RandomSampler draws(sizes_[d], child_seed(seed, d), true, needed);
       locals = draws.indices();
+    } else if (options_.replacement) {  // in order, wrapping around
+      locals.resize(size_t(needed));
+      for (int64_t i = 0; i < needed; ++i) locals[size_t(i)] = i % sizes_[d];
     } else if (options_.shuffle) {
       locals = random_permutation(sizes_[d], child_seed(seed, d));
     } else {
@@ -358,6 +439,17 @@ std::vector<std::vector<int64_t>> MultiDatasetBatchSampler::global_batches_list(
     for (int64_t b = 0; b < global_batches_; ++b) {
       for (int64_t i = 0; i < k; ++i)
         batches[size_t(b)].push_back(offsets_[d] + locals[size_t(b * k + i)]);
+    }
+  }
+  if (options_.shuffle) {
+    // The samples of a batch in a random order of their own (the datasets interleaved).
+    const uint64_t within = splitmix64(seed ^ 0x6A09E667F3BCC909ull);
+    for (size_t b = 0; b < batches.size(); ++b) {
+      std::vector<int64_t> order =
+          random_permutation(int64_t(batches[b].size()), splitmix64(within + b));
+      std::vector<int64_t> shuffled(batches[b].size());
+      for (size_t i = 0; i < order.size(); ++i) shuffled[i] = batches[b][size_t(order[i])];
+      batches[b] = std::move(shuffled);
     }
   }
   const size_t ranks = size_t(options_.num_replicas);

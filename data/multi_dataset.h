@@ -3,22 +3,31 @@
 // MultiDataset joins child datasets into one index space (child 0's samples first); to_global and
 // to_local convert, and every batch it yields carries each sample's dataset_index.
 //
-// MultiDatasetBatchSampler fixes how many samples of each child every batch holds:
+// MultiDatasetBatchSampler fixes how many samples of each child every batch holds, with the rules
+// of ALCHEMI's MultiDatasetBatchSampler (nvalchemi.data.datapipes.samplers), each pinned by
+// tests/data/test_multi_dataset.cpp:
 // - from `weights` (default: the child sizes) or from `samples_per_dataset`, never both;
-// - samples_per_dataset of integers are exact counts that must sum to the batch size; a single
+//   samples_per_dataset of integers are exact counts that must sum to the batch size; a single
 //   float makes the whole list ratios; ratios and weights become counts by largest remainder
-//   (ties to the lower dataset index); BatchComposition::balanced() gives equal shares.
-// The epoch's length follows `epoch_policy`, with k_d samples of dataset d (n_d samples) per batch:
-//   dataset_size: floor(sum n_d / batch_size) batches, as if the children were one dataset;
-//   min_size:     min over d of floor(n_d / k_d), ending when the first child runs out;
-//   max_size:     max over d of floor(n_d / k_d), ending when the last child runs out.
-// Without replacement each child is walked as a permutation (from seed + epoch and the child's
-// index), so a policy asking a child for more samples than it has is an error saying so; with
-// replacement each child's samples are uniform draws.
-// The global list of batches is built first, identically on every rank, then split by whole
-// batches: rank r takes batches r, r + R, ... With drop_last = false the list is padded by
-// repeating it from its start so every rank yields the same number of batches; with
-// drop_last = true the tail is truncated.
+//   (ties to the lower dataset index); BatchComposition::balanced() gives equal shares. A child
+//   with a positive weight, ratio or count but no samples is an error.
+// - The epoch's length, with k_d samples of child d (n_d samples) per batch, over the children
+//   with k_d > 0: c_d = ceil(n_d / k_d) with replacement, floor(n_d / k_d) without, and
+//     dataset_size: ceil(sum n_d / batch_size) batches with replacement; without, min_size's;
+//     min_size:     min over d of c_d, ending when the first child runs out;
+//     max_size:     max over d of c_d; without replacement an error unless every c_d is equal.
+//   `num_batches` > 0 replaces the policy; without replacement it may not exceed min c_d.
+// - Without replacement each child is walked through an order of its samples (a permutation
+//   from seed + epoch with shuffle, else in order), k_d at a time. With replacement, each batch
+//   draws its k_d samples uniformly (shuffle), or walks each child in order, wrapping around
+//   (no shuffle). With shuffle each batch's samples are then shuffled among themselves.
+// - The global list of batches is built first, identically on every rank, then split by whole
+//   batches: rank r takes batches r, r + R, ... With drop_last = false the list is padded by
+//   repeating it from its start so every rank yields the same number of batches; with
+//   drop_last = true the tail is truncated (fewer batches than ranks is then an error here, where
+//   ALCHEMI would give every rank an empty epoch).
+// The random streams are mpigrad's (Philox), not torch's, so orders differ from ALCHEMI's while
+// following the same rules.
 #pragma once
 
 #include <cstdint>
@@ -37,7 +46,8 @@ namespace mpigrad::data {
 
 class MultiDataset : public Dataset {
  public:
-  // The children must agree on their fields (names, dtypes and per-sample shapes).
+  // The children must agree on their fields (names, dtypes, per-sample shapes and levels). Ragged
+  // children (atomic datasets) are joined structure by structure (data/ragged_batch.h).
   explicit MultiDataset(std::vector<std::shared_ptr<Dataset>> children);
 
   int64_t size() const override { return offsets_.back(); }
@@ -85,6 +95,10 @@ class BatchComposition {
   // Samples of each of num_datasets datasets in a batch of batch_size.
   std::vector<int64_t> resolve(int64_t batch_size, int num_datasets) const;
   std::string str() const;
+  // As parse() reads it back: "16,16", "0.7,0.3" (ratios always with a decimal point), "balanced".
+  std::string text() const;
+  // The ratios, for a composition of ratios (empty otherwise).
+  const std::vector<double>& ratio_values() const { return ratios_; }
 
  private:
   enum class Kind { Counts, Ratios, Balanced };
@@ -97,9 +111,10 @@ struct MultiDatasetBatchSamplerOptions {
   int64_t batch_size = 1;
   std::optional<std::vector<double>> weights;           // default: the child sizes
   std::optional<BatchComposition> samples_per_dataset;  // exclusive with weights
-  bool replacement = false;
-  bool shuffle = true;  // without replacement: permute each child (else walk it in order)
+  bool replacement = true;                              // ALCHEMI's default
+  bool shuffle = true;  // random orders and draws, and samples shuffled within each batch
   EpochPolicy epoch_policy = EpochPolicy::DatasetSize;
+  int64_t num_batches = 0;  // > 0: batches per epoch (before the split), instead of the policy
   int64_t num_replicas = 1;
   int64_t rank = 0;
   bool drop_last = false;

@@ -80,6 +80,8 @@ enum class UnaryOp : uint8_t {
   Tanh,
   Sign,
   Erf,
+  Sin,
+  Cos,
 };
 
 enum class BinaryOp : uint8_t {
@@ -134,6 +136,10 @@ constexpr const char* unary_op_name(UnaryOp op) {
       return "sign";
     case UnaryOp::Erf:
       return "erf";
+    case UnaryOp::Sin:
+      return "sin";
+    case UnaryOp::Cos:
+      return "cos";
   }
   return "unary";
 }

@@ -11,6 +11,10 @@
 #include "mpigrad/kernels/dtype.h"
 
 namespace mpigrad::kernels {
+
+// The reductions of scatter_reduce besides add (ONNX ScatterElements' mul, max and min).
+enum class ScatterReduceOp : uint8_t { Mul, Max, Min };
+
 namespace cpu {
 
 // out[o, i, j] = in[o, index[i], j]; in is [outer, extent, inner], out is [outer, count, inner].
@@ -29,6 +33,21 @@ int64_t gather(DType dtype, int64_t outer, int64_t extent, int64_t inner, const 
 // out[o, index[o, i, j], j] += in[o, i, j]; the inverse layout of gather.
 int64_t scatter_add(DType dtype, int64_t outer, int64_t extent, int64_t inner, const int64_t* index,
                     int64_t count, void* out, const void* in);
+
+// out[o, index[o, i, j], j] = op(out[...], in[o, i, j]) for every (o, i, j), the layout of
+// scatter_add; Float32, Float64, Int32 and Int64. Max and min keep out's value against a NaN
+// update, and a NaN in out stays (a comparison with NaN is false). Mul multiplies in order of
+// position on the CPU, in any order on CUDA.
+int64_t scatter_reduce(ScatterReduceOp op, DType dtype, int64_t outer, int64_t extent,
+                       int64_t inner, const int64_t* index, int64_t count, void* out,
+                       const void* in);
+// Which element won each position of a max or min: winner (int64, out's layout, filled by the
+// caller with a value above every position of `in`, such as its size) gets the lowest flat
+// position p of `in` with in[p] == out there, at the positions where base (out before the
+// reduction) is not out. The indices were checked by scatter_reduce.
+void scatter_winner(DType dtype, int64_t outer, int64_t extent, int64_t inner, const int64_t* index,
+                    int64_t count, const void* out, const void* base, const void* in,
+                    int64_t* winner);
 
 }  // namespace cpu
 
@@ -50,6 +69,12 @@ int64_t gather(DType dtype, int64_t outer, int64_t extent, int64_t inner, const 
                int64_t count, void* out, const void* in, void* workspace, void* stream);
 int64_t scatter_add(DType dtype, int64_t outer, int64_t extent, int64_t inner, const int64_t* index,
                     int64_t count, void* out, const void* in, void* workspace, void* stream);
+int64_t scatter_reduce(ScatterReduceOp op, DType dtype, int64_t outer, int64_t extent,
+                       int64_t inner, const int64_t* index, int64_t count, void* out,
+                       const void* in, void* workspace, void* stream);
+void scatter_winner(DType dtype, int64_t outer, int64_t extent, int64_t inner, const int64_t* index,
+                    int64_t count, const void* out, const void* base, const void* in,
+                    int64_t* winner, void* stream);
 
 }  // namespace cuda
 }  // namespace mpigrad::kernels

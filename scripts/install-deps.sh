@@ -7,6 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libopenmpi-dev openmpi-bin
   libhdf5-dev
+  libzstd-dev nlohmann-json3-dev  # ALCHEMI's Zarr stores: zstd chunks, zarr.json metadata
   libboost-program-options-dev
   doctest-dev
   libopenblas-dev

@@ -2,6 +2,8 @@
 //
 //   op_overhead_ns          forward + backward of one tiny elementwise op (mul of two [4]
 //                           tensors that require grad), all framework overhead included
+//   op_overhead_profiled_ns the same while the per-op profiler records (mpigrad train
+//                           --profile, launch/observe/op_profile.h), and what it adds per span
 //   sgemm_ratio_vs_cblas    mpigrad matmul throughput / direct cblas_sgemm, 1024^3, same threads
 //   add_bw_ratio_vs_memcpy  64 MiB float add bandwidth / memcpy bandwidth, both single-threaded
 //   convert_*               kernels::cpu::convert_dense and add_16bit_dense (float32 <-> bfloat16
@@ -10,16 +12,20 @@
 //                           hierarchical transport's piece), one thread: ns an element and the
 //                           speed-up; and against memcpy of the float32 bytes
 //
-// Usage: mpigrad-bench-core [--json FILE] [--quick]
+// Usage: mpigrad-bench-core [--json FILE] [--quick] [--checkpoint-mb 256]
 #include <cblas.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "../common/bench_util.h"
+#include "mpigrad/core/crc32c.h"
 #include "mpigrad/mpigrad.h"
 
 using namespace mpigrad::core;
@@ -33,6 +39,26 @@ double op_overhead_ns(int iterations) {
   Tensor seed = ones({4});
   double seconds = seconds_per_call([&] { mul(a, b).backward(seed); }, iterations, 15);
   return seconds * 1e9;
+}
+
+struct ProfiledOverhead {
+  double ns, spans_per_call;
+};
+
+// op_overhead_ns inside a profiling session: every op, autograd node and kernel span recorded.
+ProfiledOverhead op_overhead_profiled_ns(int iterations) {
+  ProfiledOverhead result{};
+  {
+    mpigrad::launch::OpProfiler profiler;
+    result.ns = op_overhead_ns(iterations);
+  }
+  Tensor a = Tensor::from_vector<float>({1, 2, 3, 4}, {4}).set_requires_grad();
+  Tensor b = Tensor::from_vector<float>({5, 6, 7, 8}, {4}).set_requires_grad();
+  Tensor seed = ones({4});
+  mpigrad::launch::OpProfiler one_call;
+  mul(a, b).backward(seed);
+  for (const auto& row : one_call.finish().rows) result.spans_per_call += double(row.calls);
+  return result;
 }
 
 struct GemmResult {
@@ -125,19 +151,85 @@ void convert_dense_figures(mpigrad::bench::Results& results, int iterations) {
               "per float32 element copied, the same 1 MiB");
 }
 
+// CRC-32C of a 64 MiB buffer: the instruction (three streams) against Boost's byte table, and
+// memcpy's rate on the same bytes for scale.
+void crc_figures(mpigrad::bench::Results& results, int iterations) {
+  const size_t bytes = size_t(64) << 20;
+  std::vector<unsigned char> data(bytes), copy(bytes);
+  for (size_t i = 0; i < bytes; ++i) data[i] = static_cast<unsigned char>(i * 2654435761u >> 24);
+  uint32_t sink = 0;
+  const auto gbps = [&](const std::function<void()>& fn) {
+    return double(bytes) / mpigrad::bench::seconds_per_call(fn, iterations, 3) / 1e9;
+  };
+  const double hardware = gbps([&] { sink ^= mpigrad::core::crc32c(data.data(), bytes); });
+  const double table =
+      gbps([&] { sink ^= mpigrad::core::detail::crc32c_portable(data.data(), bytes); });
+  const double memcpy_rate = gbps([&] { std::memcpy(copy.data(), data.data(), bytes); });
+  results.add_text("crc32c_path", mpigrad::core::detail::crc32c_in_hardware()
+                                      ? "crc32 instruction, 3 streams"
+                                      : "byte table (no instruction on this CPU)");
+  results.add("crc32c_gbps", hardware, "GB/s", "64 MiB, core::crc32c");
+  results.add("crc32c_table_gbps", table, "GB/s", "the same through Boost's byte table");
+  results.add("crc32c_speedup", hardware / table, "x", "instruction over table");
+  results.add("crc32c_vs_memcpy", hardware / memcpy_rate, "ratio", "of memcpy's rate");
+  if (sink == 0x12345678u) std::printf("\n");  // keeps the CRCs from being optimized away
+}
+
+// Writing a checkpoint of `megabytes` of float32 state (as a model plus Adam's two moments)
+// against writing the same bytes to a file with one ofstream write: what the format (HDF5, the
+// content CRC, the temporary file and rename) adds over the bytes themselves.
+void checkpoint_figures(mpigrad::bench::Results& results, int64_t megabytes) {
+  namespace fs = std::filesystem;
+  const int64_t floats = megabytes * (int64_t(1) << 20) / 4;
+  mpigrad::nn::CheckpointData data;
+  const int64_t per_tensor = floats / 3;
+  for (const char* part : {"model", "exp_avg", "exp_avg_sq"}) {
+    Tensor t = mpigrad::core::ones({per_tensor});
+    if (std::string(part) == "model") {
+      data.model.set(std::string("weight"), t);
+    } else {
+      data.optimizer.set(std::string("state.0.") + part, t);
+    }
+  }
+  const fs::path dir = fs::temp_directory_path() / "mpigrad-bench-checkpoint";
+  fs::create_directories(dir);
+  const std::string checkpoint = (dir / "ckpt.h5").string(), raw = (dir / "raw.bin").string();
+  const double save = mpigrad::bench::seconds_per_call(
+      [&] { mpigrad::nn::save_checkpoint(checkpoint, data); }, 1, 3);
+  const double plain = mpigrad::bench::seconds_per_call(
+      [&] {
+        std::ofstream out(raw, std::ios::binary);
+        for (const auto* dict : {&data.model, &data.optimizer}) {
+          for (const auto& [name, tensor] : dict->tensors()) {
+            out.write(static_cast<const char*>(tensor.data_ptr()),
+                      std::streamsize(tensor.nbytes()));
+          }
+        }
+      },
+      1, 3);
+  fs::remove_all(dir);
+  results.add("checkpoint_write_s", save, "s",
+              std::to_string(megabytes) + " MiB: weights and two Adam moments");
+  results.add("raw_write_s", plain, "s", "the same bytes, one ofstream write each");
+  results.add("checkpoint_over_raw", save / plain, "x", "target <= 1.2");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string json_path;
   bool quick = false;
+  int64_t checkpoint_mb = 256;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--json" && i + 1 < argc) {
       json_path = argv[++i];
     } else if (arg == "--quick") {
       quick = true;
+    } else if (arg == "--checkpoint-mb" && i + 1 < argc) {
+      checkpoint_mb = std::stoll(argv[++i]);
     } else if (arg == "--help" || arg == "-h") {
-      std::printf("usage: %s [--json FILE] [--quick]\n", argv[0]);
+      std::printf("usage: %s [--json FILE] [--quick] [--checkpoint-mb 256]\n", argv[0]);
       return 0;
     } else {
       std::fprintf(stderr, "mpigrad-bench-core: unknown argument '%s' (try --help)\n", arg.c_str());
@@ -152,6 +244,11 @@ int main(int argc, char** argv) {
 
   double overhead = op_overhead_ns(quick ? 2000 : 20000);
   results.add("op_overhead_ns", overhead, "ns", "mul fwd+bwd on [4]; target <= 1000");
+  const ProfiledOverhead profiled = op_overhead_profiled_ns(quick ? 2000 : 20000);
+  results.add("op_overhead_profiled_ns", profiled.ns, "ns", "the same, --profile recording");
+  results.add("profile_spans_per_op", profiled.spans_per_call, "spans", "recorded per fwd+bwd");
+  results.add("profile_ns_per_span", (profiled.ns - overhead) / profiled.spans_per_call, "ns",
+              "what recording adds per span");
 
   GemmResult gemm = sgemm(1024, quick ? 2 : 10);
   results.add("sgemm_mpigrad_gflops", gemm.mpigrad_gflops, "GFLOP/s", "1024^3 matmul");
@@ -167,6 +264,8 @@ int main(int argc, char** argv) {
   results.add("memcpy_gbps", bw.memcpy_gbps, "GB/s", "64 MiB memcpy, 2 arrays");
   results.add("add_bw_ratio_vs_memcpy", bw.add_gbps / bw.memcpy_gbps, "ratio", "target >= 0.6");
   convert_dense_figures(results, quick ? 20 : 200);
+  crc_figures(results, quick ? 2 : 10);
+  checkpoint_figures(results, quick ? 16 : checkpoint_mb);
 
   results.print();
   if (!json_path.empty() && !results.write_json(json_path)) {

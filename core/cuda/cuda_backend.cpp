@@ -11,6 +11,7 @@
 #include "mpigrad/core/cuda/cuda_check.cuh"
 #include "mpigrad/core/stream.h"
 #include "mpigrad/kernels/cross_entropy.h"
+#include "mpigrad/kernels/neighbor_list.h"
 #include "mpigrad/kernels/normalization.h"
 #include "mpigrad/kernels/random.h"
 
@@ -204,6 +205,37 @@ int64_t CudaBackend::scatter_add(DType dtype, int64_t outer, int64_t extent, int
     return kernels::cuda::scatter_add(dtype, outer, extent, inner, index, count, out, in,
                                       flag.get(), stream());
   });
+}
+
+int64_t CudaBackend::scatter_reduce(ScatterReduceOp op, DType dtype, int64_t outer, int64_t extent,
+                                    int64_t inner, const int64_t* index, int64_t count, void* out,
+                                    const void* in) {
+  return launch(device_, [&] {
+    Scratch flag(allocator_, kernels::cuda::kIndexCheckBytes);
+    return kernels::cuda::scatter_reduce(op, dtype, outer, extent, inner, index, count, out, in,
+                                         flag.get(), stream());
+  });
+}
+
+void CudaBackend::scatter_winner(DType dtype, int64_t outer, int64_t extent, int64_t inner,
+                                 const int64_t* index, int64_t count, const void* out,
+                                 const void* base, const void* in, int64_t* winner) {
+  launch(device_, [&] {
+    kernels::cuda::scatter_winner(dtype, outer, extent, inner, index, count, out, base, in, winner,
+                                  stream());
+  });
+}
+
+int64_t CudaBackend::radius_graph_count(const kernels::RadiusGraphArgs& args, int64_t* counts) {
+  return launch(device_, [&] {
+    Scratch flag(allocator_, kernels::cuda::kNeighborCheckBytes);
+    return kernels::cuda::radius_graph_count(args, counts, flag.get(), stream());
+  });
+}
+
+void CudaBackend::radius_graph_write(const kernels::RadiusGraphArgs& args,
+                                     const kernels::RadiusGraphOutput& out) {
+  launch(device_, [&] { kernels::cuda::radius_graph_write(args, out, stream()); });
 }
 
 void CudaBackend::uniform(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset,

@@ -114,6 +114,15 @@ class CudaBackend : public Backend {
                  int64_t count, void* out, const void* in) override;
   int64_t scatter_add(DType dtype, int64_t outer, int64_t extent, int64_t inner,
                       const int64_t* index, int64_t count, void* out, const void* in) override;
+  int64_t scatter_reduce(ScatterReduceOp op, DType dtype, int64_t outer, int64_t extent,
+                         int64_t inner, const int64_t* index, int64_t count, void* out,
+                         const void* in) override;
+  void scatter_winner(DType dtype, int64_t outer, int64_t extent, int64_t inner,
+                      const int64_t* index, int64_t count, const void* out, const void* base,
+                      const void* in, int64_t* winner) override;
+  int64_t radius_graph_count(const kernels::RadiusGraphArgs& args, int64_t* counts) override;
+  void radius_graph_write(const kernels::RadiusGraphArgs& args,
+                          const kernels::RadiusGraphOutput& out) override;
   void uniform(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset, double lo,
                double hi) override;
   void normal(DType dtype, int64_t n, void* out, uint64_t seed, uint64_t offset, double mean,

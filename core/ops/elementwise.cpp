@@ -3,6 +3,7 @@
 
 #include "mpigrad/core/ops/op_support.h"
 #include "mpigrad/core/ops/reduce.h"
+#include "mpigrad/core/profiler.h"
 
 namespace mpigrad::core {
 
@@ -78,6 +79,7 @@ struct AddBackward final : Node {
   double b_sign;  // +1 for add, -1 for sub
   AddBackward(Shape a, Shape b, double sign) : a_shape(a), b_shape(b), b_sign(sign) {}
   const char* name() const override { return b_sign > 0 ? "AddBackward" : "SubBackward"; }
+  bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
     if (next[0]) grads[0] = sum_to(grad, a_shape);
     if (next[1]) grads[1] = sum_to(b_sign > 0 ? grad : neg(grad), b_shape);
@@ -87,6 +89,7 @@ struct AddBackward final : Node {
 struct MulBackward final : Node {
   SavedTensor a, b;
   const char* name() const override { return "MulBackward"; }
+  bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
     if (next[0]) grads[0] = sum_to(mul(grad, b.get(*this)), a.get(*this).shape());
     if (next[1]) grads[1] = sum_to(mul(grad, a.get(*this)), b.get(*this).shape());
@@ -100,6 +103,7 @@ struct MulBackward final : Node {
 struct DivBackward final : Node {
   SavedTensor a, b;
   const char* name() const override { return "DivBackward"; }
+  bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
     const Tensor& denominator = b.get(*this);
     Tensor grad_over_b = div(grad, denominator);
@@ -121,6 +125,7 @@ struct ExtremumBackward final : Node {
   bool is_max;
   explicit ExtremumBackward(bool max) : is_max(max) {}
   const char* name() const override { return is_max ? "MaximumBackward" : "MinimumBackward"; }
+  bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
     const Tensor& x = a.get(*this);
     const Tensor& y = b.get(*this);
@@ -141,12 +146,14 @@ struct ExtremumBackward final : Node {
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
+  ProfileSpan span("add");
   BinaryResult r = binary_kernel(BinaryOp::Add, a, b);
   record<AddBackward>(r.out, {&r.a, &r.b}, r.a.shape(), r.b.shape(), 1.0);
   return r.out;
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
+  ProfileSpan span("sub");
   BinaryResult r = binary_kernel(BinaryOp::Sub, a, b);
   record<AddBackward>(r.out, {&r.a, &r.b}, r.a.shape(), r.b.shape(), -1.0);
   return r.out;
@@ -165,34 +172,44 @@ Tensor record_saving_operands(const BinaryResult& r, Args&&... args) {
 }  // namespace
 
 Tensor mul(const Tensor& a, const Tensor& b) {
+  ProfileSpan span("mul");
   return record_saving_operands<MulBackward>(binary_kernel(BinaryOp::Mul, a, b));
 }
 Tensor div(const Tensor& a, const Tensor& b) {
+  ProfileSpan span("div");
   return record_saving_operands<DivBackward>(binary_kernel(BinaryOp::Div, a, b));
 }
 Tensor maximum(const Tensor& a, const Tensor& b) {
+  ProfileSpan span("maximum");
   return record_saving_operands<ExtremumBackward>(binary_kernel(BinaryOp::Maximum, a, b), true);
 }
 Tensor minimum(const Tensor& a, const Tensor& b) {
+  ProfileSpan span("minimum");
   return record_saving_operands<ExtremumBackward>(binary_kernel(BinaryOp::Minimum, a, b), false);
 }
 
 Tensor eq(const Tensor& a, const Tensor& b) {
+  ProfileSpan span("eq");
   return binary_kernel(BinaryOp::Eq, a, b).out;
 }
 Tensor ne(const Tensor& a, const Tensor& b) {
+  ProfileSpan span("ne");
   return binary_kernel(BinaryOp::Ne, a, b).out;
 }
 Tensor lt(const Tensor& a, const Tensor& b) {
+  ProfileSpan span("lt");
   return binary_kernel(BinaryOp::Lt, a, b).out;
 }
 Tensor le(const Tensor& a, const Tensor& b) {
+  ProfileSpan span("le");
   return binary_kernel(BinaryOp::Le, a, b).out;
 }
 Tensor gt(const Tensor& a, const Tensor& b) {
+  ProfileSpan span("gt");
   return binary_kernel(BinaryOp::Gt, a, b).out;
 }
 Tensor ge(const Tensor& a, const Tensor& b) {
+  ProfileSpan span("ge");
   return binary_kernel(BinaryOp::Ge, a, b).out;
 }
 
@@ -206,14 +223,77 @@ bool backward_uses_output(UnaryOp op) {
          op == UnaryOp::Sigmoid || op == UnaryOp::Tanh;
 }
 
+// dy/dx of y = op(x) in differentiable ops, from x or y (whichever the node saved; `x` is y for
+// the ops that backward_uses_output): what a backward with create_graph multiplies the gradient
+// by, so that the product can be differentiated again. The fused kernel computes the same.
+Tensor unary_derivative(UnaryOp op, const Tensor& x, const Tensor& y) {
+  const auto constant = [&](double value) { return scalar_like(value, x); };
+  constexpr double kSqrtHalf = 0.70710678118654752440;    // 1/sqrt(2)
+  constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1/sqrt(2 pi)
+  constexpr double kTwoOverSqrtPi = 1.12837916709551257390;
+  constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2/pi)
+  constexpr double kCubic = 0.044715;
+  switch (op) {
+    case UnaryOp::Neg:
+      return constant(-1.0);
+    case UnaryOp::Exp:
+      return y;
+    case UnaryOp::Log:
+      return div(constant(1.0), x);
+    case UnaryOp::Sqrt:
+      return div(constant(0.5), y);
+    case UnaryOp::Rsqrt:  // d x^(-1/2) = -x^(-3/2) / 2 = -y^3 / 2
+      return mul(constant(-0.5), mul(y, mul(y, y)));
+    case UnaryOp::Abs:
+      return sign(x);
+    case UnaryOp::Relu:
+      return gt(x, constant(0.0)).to(x.dtype());
+    case UnaryOp::Sign:
+      return zeros_like(x);
+    case UnaryOp::Sigmoid:
+      return mul(y, sub(constant(1.0), y));
+    case UnaryOp::Tanh:
+      return sub(constant(1.0), mul(y, y));
+    case UnaryOp::Erf:  // 2/sqrt(pi) exp(-x^2)
+      return mul(constant(kTwoOverSqrtPi), exp(neg(mul(x, x))));
+    case UnaryOp::Sin:
+      return cos(x);
+    case UnaryOp::Cos:
+      return neg(sin(x));
+    case UnaryOp::Silu: {  // s (1 + x (1 - s)), s = sigmoid(x)
+      Tensor s = sigmoid(x);
+      return mul(s, add(constant(1.0), mul(x, sub(constant(1.0), s))));
+    }
+    case UnaryOp::GeluErf: {  // Phi(x) + x phi(x)
+      Tensor cdf = mul(constant(0.5), add(constant(1.0), erf(mul(x, constant(kSqrtHalf)))));
+      Tensor pdf = mul(constant(kInvSqrt2Pi), exp(mul(constant(-0.5), mul(x, x))));
+      return add(cdf, mul(x, pdf));
+    }
+    case UnaryOp::GeluTanh: {  // t = tanh(u), u = sqrt(2/pi) (x + 0.044715 x^3)
+      Tensor x2 = mul(x, x);
+      Tensor t = tanh(mul(constant(kSqrt2OverPi), add(x, mul(constant(kCubic), mul(x2, x)))));
+      Tensor du = mul(constant(kSqrt2OverPi), add(constant(1.0), mul(constant(3 * kCubic), x2)));
+      Tensor half_x = mul(constant(0.5), x);
+      return add(mul(constant(0.5), add(constant(1.0), t)),
+                 mul(half_x, mul(sub(constant(1.0), mul(t, t)), du)));
+    }
+  }
+  fail("unary_derivative: unhandled op ", kernels::unary_op_name(op));
+}
+
 struct UnaryBackward final : Node {
   UnaryOp op;
   SavedTensor input, output;
   explicit UnaryBackward(UnaryOp op_) : op(op_) {}
   const char* name() const override { return kernels::unary_op_name(op); }
+  bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
-    const Tensor& x = input.defined() ? input.get(*this) : output.get(*this);
-    const Tensor& y = output.defined() ? output.get(*this) : x;
+    const Tensor x = input.defined() ? input.get(*this) : output.get(*this);
+    const Tensor y = output.defined() ? output.get(*this) : x;
+    if (grad_enabled()) {  // create_graph: a product that can be differentiated again
+      grads[0] = mul(grad, unary_derivative(op, x, y));
+      return;
+    }
     Tensor grad_in = detail::empty_on(grad.shape(), grad.dtype(), grad.device());
     if (grad_in.numel() > 0) {
       StridedLoop loop = detail::make_loop(grad.shape(), {&grad_in, &grad, &x, &y});
@@ -230,6 +310,7 @@ struct UnaryBackward final : Node {
 };
 
 Tensor unary(UnaryOp op, const Tensor& x) {
+  ProfileSpan span(kernels::unary_op_name(op));
   const char* name = kernels::unary_op_name(op);
   MPIGRAD_CHECK(x.defined(), name, ": undefined operand");
   bool integer_ok = kernels::unary_op_allows_integers(op);
@@ -295,6 +376,12 @@ Tensor erf(const Tensor& x) {
 Tensor tanh(const Tensor& x) {
   return unary(UnaryOp::Tanh, x);
 }
+Tensor sin(const Tensor& x) {
+  return unary(UnaryOp::Sin, x);
+}
+Tensor cos(const Tensor& x) {
+  return unary(UnaryOp::Cos, x);
+}
 
 // ---- pow, clamp, where -----------------------------------------------------------------------
 
@@ -305,6 +392,7 @@ struct PowBackward final : Node {
   double exponent;
   explicit PowBackward(double e) : exponent(e) {}
   const char* name() const override { return "PowBackward"; }
+  bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
     const Tensor& x = input.get(*this);
     if (exponent == 0.0) {
@@ -322,6 +410,7 @@ struct ClampBackward final : Node {
   double lo, hi;
   ClampBackward(double lo_, double hi_) : lo(lo_), hi(hi_) {}
   const char* name() const override { return "ClampBackward"; }
+  bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
     const Tensor& x = input.get(*this);
     // The gradient passes where lo <= x <= hi, as in PyTorch.
@@ -338,6 +427,7 @@ struct WhereBackward final : Node {
   Shape a_shape, b_shape;
   WhereBackward(Shape a, Shape b) : a_shape(a), b_shape(b) {}
   const char* name() const override { return "WhereBackward"; }
+  bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
     const Tensor& cond = condition.get(*this);
     Tensor zero = scalar_like(0.0, grad);
@@ -350,6 +440,7 @@ struct WhereBackward final : Node {
 }  // namespace
 
 Tensor pow(const Tensor& x, double exponent) {
+  ProfileSpan span("pow");
   detail::check_floating("pow", x);
   Tensor e = scalar_like(exponent, x);
   Tensor out = detail::empty_on(x.shape(), x.dtype(), x.device());
@@ -369,6 +460,7 @@ namespace {
 struct PowTensorBackward final : Node {
   SavedTensor a, b;
   const char* name() const override { return "PowBackward"; }
+  bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
     const Tensor& x = a.get(*this);
     const Tensor& e = b.get(*this);
@@ -388,6 +480,7 @@ struct PowTensorBackward final : Node {
 }  // namespace
 
 Tensor pow(const Tensor& x, const Tensor& exponent) {
+  ProfileSpan span("pow");
   MPIGRAD_CHECK(x.defined() && exponent.defined(), "pow: undefined operand");
   MPIGRAD_CHECK(is_floating(x.dtype()) || !is_floating(exponent.dtype()),
                 "pow: an integer base needs an integer exponent");
@@ -397,6 +490,7 @@ Tensor pow(const Tensor& x, const Tensor& exponent) {
 }
 
 Tensor clamp(const Tensor& x, double lo, double hi) {
+  ProfileSpan span("clamp");
   MPIGRAD_CHECK(x.defined(), "clamp: undefined operand");
   MPIGRAD_CHECK(lo <= hi, "clamp: min ", lo, " is greater than max ", hi);
   Tensor out = detail::empty_on(x.shape(), x.dtype(), x.device());
@@ -409,6 +503,7 @@ Tensor clamp(const Tensor& x, double lo, double hi) {
 }
 
 Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
+  ProfileSpan span("where");
   MPIGRAD_CHECK(cond.defined() && a_in.defined() && b_in.defined(), "where: undefined operand");
   detail::check_same_device("where", {&cond, &a_in, &b_in});
   MPIGRAD_CHECK(cond.dtype() == kBool, "where: the condition must be bool, got ", cond.dtype());

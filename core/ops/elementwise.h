@@ -28,6 +28,8 @@ Tensor silu(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor erf(const Tensor& x);
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
 Tensor pow(const Tensor& x, double exponent);
 // x ** exponent elementwise (broadcast); the exponent's gradient is out * log(x).
 Tensor pow(const Tensor& x, const Tensor& exponent);

@@ -3,6 +3,7 @@
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/op_support.h"
 #include "mpigrad/core/ops/reduce.h"
+#include "mpigrad/core/profiler.h"
 
 namespace mpigrad::core {
 
@@ -56,8 +57,20 @@ struct IndexBackward final : Node {
   const char* name() const override {
     return per_element ? "GatherBackward" : "IndexSelectBackward";
   }
+  bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
-    const Tensor& idx = index.get(*this);
+    const Tensor idx = index.get(*this);
+    if (grad_enabled()) {  // create_graph: the same sum as an op that records its own graph
+      Tensor base = zeros(input_shape, TensorOptions(grad.dtype()).device(grad.device()));
+      if (per_element) {
+        grads[0] = scatter_add(base, dim, idx, grad);
+      } else {
+        Shape rows = input_shape;  // embedding's gradient comes as indices.shape + [dim]
+        rows[dim] = idx.numel();
+        grads[0] = index_add(base, dim, idx, grad.reshape(rows));
+      }
+      return;
+    }
     Tensor source = grad.contiguous();
     Tensor result = zeros(input_shape, TensorOptions(grad.dtype()).device(grad.device()));
     Layout3 l = split_at(input_shape, dim);
@@ -74,9 +87,209 @@ struct IndexBackward final : Node {
   void release_saved() override { index.release(); }
 };
 
+// scatter_add and index_add: the base's gradient passes through, the source's is read back from
+// the positions it was added at.
+struct AddAtBackward final : Node {
+  int dim;
+  bool per_element;  // scatter_add
+  SavedTensor index;
+  AddAtBackward(int d, bool element) : dim(d), per_element(element) {}
+  const char* name() const override {
+    return per_element ? "ScatterAddBackward" : "IndexAddBackward";
+  }
+  bool differentiable_backward() const override { return true; }
+  void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
+    if (next[0]) grads[0] = grad;
+    if (next[1]) {
+      const Tensor idx = index.get(*this);
+      grads[1] = per_element ? gather(grad, dim, idx) : index_select(grad, dim, idx);
+    }
+  }
+  void release_saved() override { index.release(); }
+};
+
+// The shared body of scatter_add and index_add.
+Tensor add_at(const Tensor& base, int64_t dim_in, const Tensor& index_in, const Tensor& src,
+              bool per_element) {
+  const char* op = per_element ? "scatter_add" : "index_add";
+  MPIGRAD_CHECK(base.defined() && src.defined(), op, ": undefined operand");
+  detail::check_same_device(op, {&base, &src});
+  MPIGRAD_CHECK(base.dim() >= 1, op, ": the base must have at least one dim, got a scalar");
+  const int dim = wrap_dim(dim_in, base.dim(), op);
+  Tensor index = prepare_index(index_in, base.device(), op);
+  MPIGRAD_CHECK(src.dim() == base.dim(), op, ": the source has shape ", src.shape(),
+                " but must have as many dims as the base ", base.shape());
+  for (int d = 0; d < base.dim(); ++d) {
+    MPIGRAD_CHECK(d == dim || src.shape()[d] == base.shape()[d], op, ": source shape ", src.shape(),
+                  " must match base shape ", base.shape(), " outside dim ", dim);
+  }
+  int64_t count = 0;
+  if (per_element) {
+    MPIGRAD_CHECK(index.shape() == src.shape(), op, ": the index has shape ", index.shape(),
+                  " but must have the source's shape ", src.shape());
+    count = src.shape()[dim];
+  } else {
+    MPIGRAD_CHECK(index.dim() <= 1 && index.numel() == src.shape()[dim], op, ": ", index.numel(),
+                  " indices for a source with ", src.shape()[dim], " entries along dim ", dim);
+    count = index.numel();
+  }
+  const DType dtype = promote_types(base.dtype(), src.dtype());
+  Tensor out, source;
+  {
+    NoGradGuard no_grad;
+    out = base.to(dtype).contiguous().clone();
+    source = src.to(dtype).contiguous();
+  }
+  Layout3 l = split_at(out.shape(), dim);
+  Backend& backend = backend_for(out.device());
+  const int64_t bad =
+      out.numel() == 0
+          ? -1
+          : (per_element
+                 ? backend.scatter_add(dtype, l.outer, l.extent, l.inner, index.data<int64_t>(),
+                                       count, out.data_ptr(), source.data_ptr())
+                 : backend.index_add(dtype, l.outer, l.extent, l.inner, index.data<int64_t>(),
+                                     count, out.data_ptr(), source.data_ptr()));
+  check_index_result(bad, index, l.extent, dim, op);
+  if (auto node = detail::record<AddAtBackward>(out, {&base, &src}, dim, per_element)) {
+    node->index = index;
+  }
+  return out;
+}
+
+// scatter_reduce: see indexing.h for what each gradient is. The node keeps base (promoted),
+// src and the result, all as the forward saw them.
+struct ScatterReduceBackward final : Node {
+  int dim;
+  ScatterReduceOp op;
+  SavedTensor index, base, src, out;
+  ScatterReduceBackward(int d, ScatterReduceOp o) : dim(d), op(o) {}
+  const char* name() const override { return "ScatterReduceBackward"; }
+  bool differentiable_backward() const override { return true; }
+  void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
+    const Tensor idx = index.get(*this);
+    const Tensor b = base.get(*this), s = src.get(*this);
+    if (op == ScatterReduceOp::Mul) {
+      apply_mul(grad, idx, b, s, grads);
+      return;
+    }
+    // The winner of each position, from the values alone: the masks are constants.
+    Tensor base_won, src_won;
+    {
+      NoGradGuard no_grad;
+      const Tensor result = out.get(*this).detach().contiguous();
+      const Tensor before = b.detach().contiguous(), updates = s.detach().contiguous();
+      // No position of src reaches updates.numel(): where it stays, base's own value won.
+      Tensor winner = full(result.shape(), double(updates.numel()),
+                           TensorOptions(kInt64).device(result.device()));
+      const Layout3 l = split_at(result.shape(), dim);
+      backend_for(result.device())
+          .scatter_winner(result.dtype(), l.outer, l.extent, l.inner, idx.data<int64_t>(),
+                          updates.shape()[dim], result.data_ptr(), before.data_ptr(),
+                          updates.data_ptr(), winner.data<int64_t>());
+      const Tensor positions =
+          arange(updates.numel(), TensorOptions(kInt64).device(updates.device()))
+              .reshape(updates.shape());
+      base_won = ge(winner, scalar_like(double(updates.numel()), winner)).to(grad.dtype());
+      src_won = eq(gather(winner, dim, idx), positions).to(grad.dtype());
+    }
+    if (next[0]) grads[0] = mul(grad, base_won);
+    if (next[1]) grads[1] = mul(gather(grad, dim, idx), src_won);
+  }
+  // d out / d base = the product of the updates, and d out / d src[q] = base times the other
+  // updates, written without dividing by a zero so that it is exact to the second order: with
+  // P = base times the nonzero updates and Z the sum of the zero updates (0 in value, but its
+  // derivative picks them out), a nonzero update's is P / src[q] times 1, Z or 0 for 0, 1 or
+  // more zero updates there; a zero update's is P times 1, (Z - src[p]) or 0 for 1, 2 or more.
+  void apply_mul(const Tensor& grad, const Tensor& idx, const Tensor& b, const Tensor& s,
+                 std::vector<Tensor>& grads) {
+    if (next[0]) grads[0] = mul(grad, scatter_reduce(ones_like(b).detach(), dim, idx, s, op));
+    if (!next[1]) return;
+    Tensor zero, zeros_at;
+    {
+      NoGradGuard no_grad;
+      zero = eq(s, scalar_like(0.0, s));
+      const Tensor counts =
+          scatter_add(zeros_like(b).detach(), dim, idx, zero.to(b.dtype()).detach());
+      zeros_at = gather(counts, dim, idx);
+    }
+    const auto zeros_are = [&](double n) { return eq(zeros_at, scalar_like(n, zeros_at)); };
+    const Tensor ones = ones_like(s).detach(), none = zeros_like(s).detach();
+    const Tensor nonzero = where(zero, ones, s);
+    const Tensor zero_sum =
+        gather(scatter_add(zeros_like(b).detach(), dim, idx, where(zero, s, none)), dim, idx);
+    const Tensor g = gather(mul(grad, scatter_reduce(b, dim, idx, nonzero, op)), dim, idx);
+    const Tensor of_nonzero = where(zeros_are(0), ones, where(zeros_are(1), zero_sum, none));
+    const Tensor of_zero = where(zeros_are(1), ones, where(zeros_are(2), sub(zero_sum, s), none));
+    grads[1] = where(zero, mul(g, of_zero), mul(div(g, nonzero), of_nonzero));
+  }
+  void release_saved() override {
+    index.release();
+    base.release();
+    src.release();
+    out.release();
+  }
+};
+
 }  // namespace
 
+Tensor scatter_reduce(const Tensor& base, int64_t dim_in, const Tensor& index_in, const Tensor& src,
+                      ScatterReduceOp op) {
+  const char* name = "scatter_reduce";
+  ProfileSpan span(name);
+  MPIGRAD_CHECK(base.defined() && src.defined(), name, ": undefined operand");
+  detail::check_same_device(name, {&base, &src});
+  MPIGRAD_CHECK(base.dim() >= 1, name, ": the base must have at least one dim, got a scalar");
+  const int dim = wrap_dim(dim_in, base.dim(), name);
+  Tensor index = prepare_index(index_in, base.device(), name);
+  MPIGRAD_CHECK(src.dim() == base.dim() && index.shape() == src.shape(), name, ": the source ",
+                src.shape(), " and the index ", index.shape(),
+                " must have one shape, with as many dims as the base ", base.shape());
+  for (int d = 0; d < base.dim(); ++d) {
+    MPIGRAD_CHECK(d == dim || src.shape()[d] == base.shape()[d], name, ": source shape ",
+                  src.shape(), " must match base shape ", base.shape(), " outside dim ", dim);
+  }
+  const DType dtype = promote_types(base.dtype(), src.dtype());
+  MPIGRAD_CHECK(dtype == kFloat32 || dtype == kFloat64 || dtype == kInt32 || dtype == kInt64, name,
+                ": takes float32, float64, int32 and int64 tensors, got ", dtype);
+  Tensor out, before, source;
+  {
+    NoGradGuard no_grad;
+    before = base.to(dtype).contiguous();
+    out = before.clone();
+    source = src.to(dtype).contiguous();
+  }
+  const Layout3 l = split_at(out.shape(), dim);
+  const int64_t bad =
+      out.numel() == 0
+          ? -1
+          : backend_for(out.device())
+                .scatter_reduce(op, dtype, l.outer, l.extent, l.inner, index.data<int64_t>(),
+                                src.shape()[dim], out.data_ptr(), source.data_ptr());
+  check_index_result(bad, index, l.extent, dim, name);
+  if (auto node = detail::record<ScatterReduceBackward>(out, {&base, &src}, dim, op)) {
+    node->index = index;
+    // What the forward computed with, with its history, so a second derivative reaches base
+    // and src through it.
+    node->base = base.dtype() == dtype ? base : base.to(dtype);
+    node->src = src.dtype() == dtype ? src : src.to(dtype);
+    node->out = SavedTensor(out, true);
+  }
+  return out;
+}
+
+Tensor scatter_add(const Tensor& base, int64_t dim, const Tensor& index, const Tensor& src) {
+  ProfileSpan span("scatter_add");
+  return add_at(base, dim, index, src, true);
+}
+
+Tensor index_add(const Tensor& base, int64_t dim, const Tensor& index, const Tensor& src) {
+  ProfileSpan span("index_add");
+  return add_at(base, dim, index, src, false);
+}
+
 Tensor index_select(const Tensor& x, int64_t dim_in, const Tensor& index_in) {
+  ProfileSpan span("index_select");
   MPIGRAD_CHECK(x.defined(), "index_select: undefined source");
   int dim = wrap_dim(dim_in, x.dim(), "index_select");
   MPIGRAD_CHECK(index_in.defined() && index_in.dim() <= 1,
@@ -104,6 +317,7 @@ Tensor index_select(const Tensor& x, int64_t dim_in, const Tensor& index_in) {
 }
 
 Tensor gather(const Tensor& x, int64_t dim_in, const Tensor& index_in) {
+  ProfileSpan span("gather");
   MPIGRAD_CHECK(x.defined(), "gather: undefined source");
   int dim = wrap_dim(dim_in, x.dim(), "gather");
   Tensor index = prepare_index(index_in, x.device(), "gather");
@@ -132,6 +346,7 @@ Tensor gather(const Tensor& x, int64_t dim_in, const Tensor& index_in) {
 }
 
 Tensor one_hot(const Tensor& labels, int64_t num_classes) {
+  ProfileSpan span("one_hot");
   MPIGRAD_CHECK(num_classes > 0, "one_hot: num_classes must be positive, got ", num_classes);
   Tensor index = prepare_index(labels, labels.device(), "one_hot");
   if (index.numel() > 0) {
@@ -145,6 +360,7 @@ Tensor one_hot(const Tensor& labels, int64_t num_classes) {
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
+  ProfileSpan span("embedding");
   MPIGRAD_CHECK(weight.defined() && weight.dim() == 2,
                 "embedding: the weight must be 2-d "
                 "[num_embeddings, dim], got shape ",

@@ -1,6 +1,7 @@
 #include "mpigrad/core/ops/join.h"
 
 #include "mpigrad/core/ops/op_support.h"
+#include "mpigrad/core/profiler.h"
 
 namespace mpigrad::core {
 
@@ -12,6 +13,7 @@ struct CatBackward final : Node {
   std::vector<int64_t> extents;
   CatBackward(int d, std::vector<int64_t> e) : dim(d), extents(std::move(e)) {}
   const char* name() const override { return "CatBackward"; }
+  bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
     int64_t start = 0;
     for (size_t i = 0; i < extents.size(); ++i) {
@@ -24,6 +26,7 @@ struct CatBackward final : Node {
 }  // namespace
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim_in) {
+  ProfileSpan span("cat");
   MPIGRAD_CHECK(!tensors.empty(), "cat: expected at least one tensor");
   const Tensor& first = tensors[0];
   MPIGRAD_CHECK(first.defined(), "cat: tensor 0 is undefined");
@@ -66,6 +69,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim_in) {
 }
 
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim_in) {
+  ProfileSpan span("stack");
   MPIGRAD_CHECK(!tensors.empty(), "stack: expected at least one tensor");
   MPIGRAD_CHECK(tensors[0].defined(), "stack: tensor 0 is undefined");
   int dim = wrap_dim(dim_in, tensors[0].dim() + 1, "stack");

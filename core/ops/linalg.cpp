@@ -6,6 +6,7 @@
 
 #include "mpigrad/core/autocast.h"
 #include "mpigrad/core/ops/op_support.h"
+#include "mpigrad/core/profiler.h"
 
 namespace mpigrad::core {
 
@@ -70,6 +71,7 @@ bool column_major(const Tensor& t) {
 struct BatchedMatmulBackward final : Node {
   SavedTensor a, b;
   const char* name() const override { return "MatmulBackward"; }
+  bool differentiable_backward() const override { return true; }  // products of matmuls
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
     if (next[1]) {
       const Tensor& b_saved = b.get(*this);
@@ -145,7 +147,23 @@ struct MixedMatmulBackward final : Node {
   Tensor a_low, b_low;
   bool a_column_major = false, b_column_major = false;
   const char* name() const override { return "MixedMatmulBackward"; }
+  bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
+    if (grad_enabled()) {
+      // create_graph: float32 products that record a graph, from the 16-bit operands standing
+      // in for the float32 ones they were cast from.
+      Tensor a32, b32;
+      {
+        NoGradGuard no_grad;
+        a32 = a_low.detach().to(kFloat32);
+        b32 = b_low.detach().to(kFloat32);
+      }
+      a32 = stand_in(a32, next[0]);
+      b32 = stand_in(b32, next[1]);
+      if (next[1]) grads[1] = batched_matmul(a32.transpose(-1, -2), grad);
+      if (next[0]) grads[0] = batched_matmul(grad, b32.transpose(-1, -2));
+      return;
+    }
     const Tensor g = detail::copy_as(grad, a_low.dtype());
     if (next[1]) {
       grads[1] = b_column_major ? product(g.transpose(-1, -2), a_low, true).transpose(-1, -2)
@@ -186,6 +204,7 @@ Tensor low_operand(const Tensor& t, DType dtype) {
 }  // namespace
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  ProfileSpan span("matmul");
   MPIGRAD_CHECK(a_in.defined() && b_in.defined(), "matmul: undefined operand");
   detail::check_same_device("matmul", {&a_in, &b_in});
   MPIGRAD_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1,

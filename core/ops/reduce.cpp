@@ -6,7 +6,9 @@
 #include <limits>
 
 #include "mpigrad/core/ops/elementwise.h"
+#include "mpigrad/core/ops/indexing.h"
 #include "mpigrad/core/ops/op_support.h"
+#include "mpigrad/core/profiler.h"
 
 namespace mpigrad::core {
 
@@ -101,6 +103,7 @@ struct SumBackward final : Node {
   double scale;  // 1 for sum, 1/count for mean
   SumBackward(Shape in, Shape keep, double s) : input_shape(in), keepdim_shape(keep), scale(s) {}
   const char* name() const override { return scale == 1.0 ? "SumBackward" : "MeanBackward"; }
+  bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
     Tensor spread = grad.reshape(keepdim_shape).expand(input_shape);
     grads[0] = scale == 1.0 ? spread : mul(spread, scalar_like(scale, spread));
@@ -115,7 +118,14 @@ struct SelectExtremumBackward final : Node {
   SelectExtremumBackward(Shape in, Shape keep, int d)
       : input_shape(in), keepdim_shape(keep), dim(d) {}
   const char* name() const override { return "MaxBackward"; }
+  bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
+    if (grad_enabled()) {  // create_graph: the same scatter as an op that records a graph
+      Tensor base = zeros(input_shape, TensorOptions(grad.dtype()).device(grad.device()));
+      grads[0] = scatter_add(base, dim, indices.get(*this).reshape(keepdim_shape),
+                             grad.reshape(keepdim_shape));
+      return;
+    }
     Tensor source = grad.reshape(keepdim_shape).contiguous();
     Tensor index = indices.get(*this).reshape(keepdim_shape).contiguous();
     Tensor result = zeros(input_shape, TensorOptions(grad.dtype()).device(grad.device()));
@@ -131,6 +141,7 @@ struct SelectExtremumBackward final : Node {
 };
 
 ValuesIndices extremum(ReduceOp op, const Tensor& x, int64_t dim_in, bool keepdim) {
+  ProfileSpan span(op == ReduceOp::Max ? "max" : "min");
   const char* name = op == ReduceOp::Max ? "max" : "min";
   int d = wrap_dim(dim_in, x.dim(), name);
   MPIGRAD_CHECK(x.dtype() != kBool, name, ": not defined for bool tensors");
@@ -155,6 +166,7 @@ Tensor sum(const Tensor& x) {
 }
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  ProfileSpan span("sum");
   ReductionPlan plan = plan_reduction(x, dims, keepdim, "sum");
   Tensor out = run_reduction(ReduceOp::Sum, plan, nullptr);
   if (is_floating(x.dtype())) {
@@ -168,6 +180,7 @@ Tensor mean(const Tensor& x) {
 }
 
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  ProfileSpan span("mean");
   detail::check_floating("mean", x);
   ReductionPlan plan = plan_reduction(x, dims, keepdim, "mean");
   Tensor out = run_reduction(ReduceOp::Sum, plan, nullptr);
@@ -183,6 +196,7 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 }
 
 Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
+  ProfileSpan span("var");
   detail::check_floating("var", x);
   ReductionPlan plan = plan_reduction(x, dims, keepdim, "var");
   // Two passes (mean, then squared deviations) for accuracy; autograd comes from the parts.

@@ -1,6 +1,9 @@
 #include "mpigrad/core/ops/softmax.h"
 
+#include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/op_support.h"
+#include "mpigrad/core/ops/reduce.h"
+#include "mpigrad/core/profiler.h"
 
 namespace mpigrad::core {
 
@@ -9,11 +12,25 @@ namespace {
 struct SoftmaxBackward final : Node {
   bool log;
   int dim;
-  SavedTensor output;  // contiguous, softmax axis last
+  SavedTensor output;  // the result; moved back to its softmax axis last, it is dense
   SoftmaxBackward(bool log_, int dim_) : log(log_), dim(dim_) {}
   const char* name() const override { return log ? "LogSoftmaxBackward" : "SoftmaxBackward"; }
+  bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
-    const Tensor& y = output.get(*this);
+    const Tensor out = output.get(*this);  // in the caller's layout
+    if (grad_enabled()) {
+      // create_graph: the fused kernel's formula in ops that record a graph, on the saved
+      // result (which carries this node as its history):
+      //   softmax:     y (g - sum(g y))        log_softmax: g - exp(y) sum(g)
+      const Tensor& y = out;
+      if (log) {
+        grads[0] = sub(grad, mul(exp(y), sum(grad, {dim}, /*keepdim=*/true)));
+      } else {
+        grads[0] = mul(y, sub(grad, sum(mul(grad, y), {dim}, /*keepdim=*/true)));
+      }
+      return;
+    }
+    const Tensor y = out.transpose(dim, out.dim() - 1);  // the kernel's rows, dense
     int last = y.dim() - 1;
     Tensor g = grad.transpose(dim, last).contiguous();
     Tensor grad_in = detail::empty_on(y.shape(), y.dtype(), y.device());
@@ -30,6 +47,7 @@ struct SoftmaxBackward final : Node {
 };
 
 Tensor softmax_impl(const Tensor& x, int64_t dim_in, bool log) {
+  ProfileSpan span(log ? "log_softmax" : "softmax");
   const char* name = log ? "log_softmax" : "softmax";
   MPIGRAD_CHECK(x.defined(), name, ": undefined operand");
   detail::check_floating(name, x);
@@ -51,7 +69,7 @@ Tensor softmax_impl(const Tensor& x, int64_t dim_in, bool log) {
   Tensor out = x.dim() == 0 ? y.reshape(Shape{}) : y.transpose(dim, last);
   if (x.dim() > 0) {
     if (auto node = detail::record<SoftmaxBackward>(out, {&x}, log, dim)) {
-      node->output = SavedTensor(y, /*is_output=*/true);
+      node->output = SavedTensor(out, /*is_output=*/true);
     }
   }
   return out;

@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "mpigrad/core/ops/elementwise.h"
+#include "mpigrad/core/ops/indexing.h"
 #include "mpigrad/core/ops/op_support.h"
 
 namespace mpigrad::core {
@@ -18,6 +19,7 @@ struct ReshapeBackward final : Node {
   Shape input_shape;
   explicit ReshapeBackward(Shape shape) : input_shape(shape) {}
   const char* name() const override { return "ReshapeBackward"; }
+  bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
     grads[0] = grad.reshape(input_shape);
   }
@@ -27,6 +29,7 @@ struct PermuteBackward final : Node {
   std::vector<int64_t> inverse;
   explicit PermuteBackward(std::vector<int64_t> inv) : inverse(std::move(inv)) {}
   const char* name() const override { return "PermuteBackward"; }
+  bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
     grads[0] = grad.permute(inverse);
   }
@@ -41,7 +44,22 @@ struct SliceBackward final : Node {
   SliceBackward(Shape shape, int d, int64_t s, int64_t e, int64_t st, bool removes)
       : input_shape(shape), dim(d), start(s), end(e), step(st), removes_dim(removes) {}
   const char* name() const override { return removes_dim ? "SelectBackward" : "SliceBackward"; }
+  bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
+    if (grad_enabled()) {
+      // create_graph: the window's positions added into zeros by an op that records a graph
+      // (its own gradient is this slice again).
+      const int64_t count = removes_dim ? 1 : grad.shape()[dim];
+      Tensor positions = arange(count, TensorOptions(kInt64).device(grad.device()));
+      {
+        NoGradGuard no_grad;
+        positions = positions * scalar_like(double(step), positions) +
+                    scalar_like(double(start), positions);
+      }
+      Tensor base = zeros(input_shape, TensorOptions(grad.dtype()).device(grad.device()));
+      grads[0] = index_add(base, dim, positions, removes_dim ? grad.unsqueeze(dim) : grad);
+      return;
+    }
     Tensor full_grad = zeros(input_shape, TensorOptions(grad.dtype()).device(grad.device()));
     Tensor window = full_grad.slice(dim, start, end, step);
     window.copy_(removes_dim ? grad.unsqueeze(dim) : grad);
@@ -53,6 +71,7 @@ struct ExpandBackward final : Node {
   Shape input_shape;
   explicit ExpandBackward(Shape shape) : input_shape(shape) {}
   const char* name() const override { return "ExpandBackward"; }
+  bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
     grads[0] = sum_to(grad, input_shape);
   }

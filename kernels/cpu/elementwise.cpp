@@ -209,6 +209,10 @@ void unary_typed(UnaryOp op, DType dtype, const StridedLoop& loop, T* out, const
         return run([](C x) { return sign_of(x); });
       case UnaryOp::Erf:
         return run([](C x) { return std::erf(x); });
+      case UnaryOp::Sin:
+        return run([](C x) { return std::sin(x); });
+      case UnaryOp::Cos:
+        return run([](C x) { return std::cos(x); });
     }
     throw_unsupported("unary", std::string("op ") + unary_op_name(op), dtype);
   }
@@ -282,6 +286,10 @@ void unary_backward_typed(UnaryOp op, DType dtype, const StridedLoop& loop, T* g
         return run([](C, C, C) { return C(0); });
       case UnaryOp::Erf:
         return run([](C g, C x, C) { return g * C(kTwoOverSqrtPi) * std::exp(-x * x); });
+      case UnaryOp::Sin:
+        return run([](C g, C x, C) { return g * std::cos(x); });
+      case UnaryOp::Cos:
+        return run([](C g, C x, C) { return -g * std::sin(x); });
     }
     throw_unsupported("unary_backward", std::string("op ") + unary_op_name(op), dtype);
   }

@@ -170,4 +170,91 @@ int64_t scatter_add(DType dtype, int64_t outer, int64_t extent, int64_t inner, c
   return -1;
 }
 
+namespace {
+
+// The reductions scatter_reduce takes, for the dtypes it takes; false for any other dtype.
+template <typename Fn>
+bool visit_reducible(DType dtype, Fn fn) {
+  bool taken = false;
+  visit_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> ||
+                  std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t>) {
+      fn(tag);
+      taken = true;
+    }
+  });
+  return taken;
+}
+
+template <typename T>
+inline T reduce_pair(ScatterReduceOp op, T current, T value) {
+  switch (op) {
+    case ScatterReduceOp::Mul:
+      if constexpr (std::is_integral_v<T>) {
+        return wrap_mul(current, value);
+      } else {
+        return current * value;
+      }
+    case ScatterReduceOp::Max:
+      return value > current ? value : current;
+    case ScatterReduceOp::Min:
+      return value < current ? value : current;
+  }
+  return current;
+}
+
+}  // namespace
+
+int64_t scatter_reduce(ScatterReduceOp op, DType dtype, int64_t outer, int64_t extent,
+                       int64_t inner, const int64_t* index, int64_t count, void* out,
+                       const void* in) {
+  check_sizes("scatter_reduce", outer, extent, inner, count);
+  const int64_t n = outer * count * inner;
+  if (const int64_t bad = first_bad_index(index, n, extent); bad >= 0) return bad;
+  if (n == 0) return -1;
+  const bool taken = visit_reducible(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* dst = static_cast<T*>(out);
+    const T* src = static_cast<const T*>(in);
+    // As scatter_add: (o, tile) slices are disjoint, and within one the updates of a position
+    // come in order of i, which is the order of their flat positions.
+    for_each_slice(outer, inner, count, [&](int64_t o, int64_t first, int64_t width) {
+      T* to = dst + o * extent * inner;
+      for (int64_t i = 0; i < count; ++i) {
+        const int64_t base = (o * count + i) * inner;
+        for (int64_t j = first; j < first + width; ++j) {
+          T& target = to[index[base + j] * inner + j];
+          target = reduce_pair(op, target, src[base + j]);
+        }
+      }
+    });
+  });
+  if (!taken) throw_unsupported("scatter_reduce", "", dtype);
+  return -1;
+}
+
+void scatter_winner(DType dtype, int64_t outer, int64_t extent, int64_t inner, const int64_t* index,
+                    int64_t count, const void* out, const void* base, const void* in,
+                    int64_t* winner) {
+  check_sizes("scatter_winner", outer, extent, inner, count);
+  const bool taken = visit_reducible(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* result = static_cast<const T*>(out);
+    const T* before = static_cast<const T*>(base);
+    const T* src = static_cast<const T*>(in);
+    for_each_slice(outer, inner, count, [&](int64_t o, int64_t first, int64_t width) {
+      for (int64_t i = 0; i < count; ++i) {
+        const int64_t p0 = (o * count + i) * inner;
+        for (int64_t j = first; j < first + width; ++j) {
+          const int64_t at = (o * extent + index[p0 + j]) * inner + j;
+          if (p0 + j < winner[at] && src[p0 + j] == result[at] && !(before[at] == result[at]))
+            winner[at] = p0 + j;
+        }
+      }
+    });
+  });
+  if (!taken) throw_unsupported("scatter_winner", "", dtype);
+}
+
 }  // namespace mpigrad::kernels::cpu

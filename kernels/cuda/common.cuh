@@ -147,6 +147,12 @@ __device__ __forceinline__ float m_pow(float x, float y) {
 __device__ __forceinline__ double m_pow(double x, double y) {
   return pow(x, y);
 }
+__device__ __forceinline__ float m_sin(float x) {
+  return sinf(x);
+}
+__device__ __forceinline__ double m_sin(double x) {
+  return sin(x);
+}
 __device__ __forceinline__ float m_cos(float x) {
   return cosf(x);
 }

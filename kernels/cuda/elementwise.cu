@@ -347,6 +347,10 @@ struct UnaryFn {
           return T(sign_of(x));
         case UnaryOp::Erf:
           return T(detail::m_erf(x));
+        case UnaryOp::Sin:
+          return T(detail::m_sin(x));
+        case UnaryOp::Cos:
+          return T(detail::m_cos(x));
       }
       return T(C(0));
     }
@@ -412,6 +416,10 @@ struct UnaryBackwardFn {
           return T(C(0));
         case UnaryOp::Erf:
           return T(g * C(kTwoOverSqrtPi) * detail::m_exp(-x * x));
+        case UnaryOp::Sin:
+          return T(g * detail::m_cos(x));
+        case UnaryOp::Cos:
+          return T(-g * detail::m_sin(x));
       }
       return T(C(0));
     }

@@ -1,5 +1,6 @@
-// CUDA indexing along the middle axis: index_select, index_add, gather, scatter_add, and the
-// index check every one of them runs first.
+// CUDA indexing along the middle axis: index_select, index_add, gather, scatter_add,
+// scatter_reduce (mul, max, min) with scatter_winner for its backward, and the index check every
+// one of them runs first.
 //
 // Layout: dense [outer, extent, inner] (the indexed side) and [outer, count, inner] (the other
 // side); indices are Int64 in device memory. index_select and gather write with `=`; index_add
@@ -12,7 +13,10 @@
 // elements to one destination, so they add atomically: hardware atomics for Float32, Float64,
 // Int32 and Int64, a compare-and-swap on the enclosing 32-bit word for the 16-bit floats, UInt8
 // and Bool (with the same rounding as the CPU's add). The order of the additions is therefore
-// not fixed, and float results may differ from run to run in the last bits.
+// not fixed, and float results may differ from run to run in the last bits. scatter_reduce
+// updates with a compare-and-swap loop on the element's 32 or 64 bits (max and min are exact;
+// mul's order, and so its last bits, is not fixed), and scatter_winner takes the lowest
+// position among the tied ones with atomicMin, so the winners are the CPU's on every run.
 #include <type_traits>
 
 #include "mpigrad/kernels/cuda/common.cuh"
@@ -153,6 +157,82 @@ __global__ void scatter_add_kernel(int64_t outer, int64_t extent, int64_t inner,
   }
 }
 
+// ---- scatter_reduce: mul, max and min by compare-and-swap --------------------------------------
+
+// out = op(out, value) atomically, for the 4- and 8-byte types: a compare-and-swap loop on the
+// element's bits. Max and min leave as soon as the value does not win (a NaN never does, and a
+// NaN already there stays), so uncontended positions cost one read.
+template <typename T>
+__device__ void atomic_reduce(ScatterReduceOp op, T* address, T value) {
+  using Bits = std::conditional_t<sizeof(T) == 4, unsigned int, unsigned long long>;
+  static_assert(sizeof(T) == sizeof(Bits));
+  Bits* word = reinterpret_cast<Bits*>(address);
+  Bits old = *word;
+  Bits assumed;
+  do {
+    assumed = old;
+    T current;
+    memcpy(&current, &assumed, sizeof(T));
+    T updated;
+    if (op == ScatterReduceOp::Mul) {
+      if constexpr (std::is_integral_v<T>) {
+        updated = wrap_mul(current, value);
+      } else {
+        updated = current * value;
+      }
+    } else if (op == ScatterReduceOp::Max ? value > current : value < current) {
+      updated = value;
+    } else {
+      return;
+    }
+    Bits bits;
+    memcpy(&bits, &updated, sizeof(T));
+    old = atomicCAS(word, assumed, bits);
+  } while (assumed != old);
+}
+
+template <typename T>
+__global__ void scatter_reduce_kernel(ScatterReduceOp op, int64_t outer, int64_t extent,
+                                      int64_t inner, const int64_t* index, int64_t count, T* out,
+                                      const T* in) {
+  const int64_t n = outer * count * inner;
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < n;
+       p += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t j = p % inner, o = p / (count * inner);
+    atomic_reduce(op, out + (o * extent + index[p]) * inner + j, in[p]);
+  }
+}
+
+template <typename T>
+__global__ void scatter_winner_kernel(int64_t outer, int64_t extent, int64_t inner,
+                                      const int64_t* index, int64_t count, const T* out,
+                                      const T* base, const T* in, int64_t* winner) {
+  const int64_t n = outer * count * inner;
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < n;
+       p += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t j = p % inner, o = p / (count * inner);
+    const int64_t at = (o * extent + index[p]) * inner + j;
+    if (in[p] == out[at] && !(base[at] == out[at])) {
+      atomicMin(reinterpret_cast<long long*>(winner + at), static_cast<long long>(p));
+    }
+  }
+}
+
+// Calls fn(T{}) for the dtypes scatter_reduce takes; false for any other.
+template <typename Fn>
+bool visit_reducible(DType dtype, Fn fn) {
+  bool taken = false;
+  detail::visit(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> ||
+                  std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t>) {
+      fn(tag);
+      taken = true;
+    }
+  });
+  return taken;
+}
+
 void check_sizes(const char* kernel, int64_t outer, int64_t extent, int64_t inner, int64_t count) {
   if (outer < 0 || extent < 0 || inner < 0 || count < 0) {
     detail::throw_invalid(kernel, "negative size");
@@ -244,6 +324,41 @@ int64_t scatter_add(DType dtype, int64_t outer, int64_t extent, int64_t inner, c
   });
   detail::check_launch("scatter_add", stream);
   return -1;
+}
+
+int64_t scatter_reduce(ScatterReduceOp op, DType dtype, int64_t outer, int64_t extent,
+                       int64_t inner, const int64_t* index, int64_t count, void* out,
+                       const void* in, void* workspace, void* stream) {
+  check_sizes("scatter_reduce", outer, extent, inner, count);
+  const int64_t n = outer * count * inner;
+  const int64_t bad =
+      detail::first_bad_index(index, n, extent, workspace, stream, "scatter_reduce");
+  if (bad >= 0) return bad;
+  if (n == 0) return -1;
+  const bool taken = visit_reducible(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    scatter_reduce_kernel<T><<<detail::grid_for(n), kThreads, 0, as_stream(stream)>>>(
+        op, outer, extent, inner, index, count, static_cast<T*>(out), static_cast<const T*>(in));
+  });
+  if (!taken) detail::throw_unsupported("scatter_reduce", "", dtype);
+  detail::check_launch("scatter_reduce", stream);
+  return -1;
+}
+
+void scatter_winner(DType dtype, int64_t outer, int64_t extent, int64_t inner, const int64_t* index,
+                    int64_t count, const void* out, const void* base, const void* in,
+                    int64_t* winner, void* stream) {
+  check_sizes("scatter_winner", outer, extent, inner, count);
+  const int64_t n = outer * count * inner;
+  if (n == 0) return;
+  const bool taken = visit_reducible(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    scatter_winner_kernel<T><<<detail::grid_for(n), kThreads, 0, as_stream(stream)>>>(
+        outer, extent, inner, index, count, static_cast<const T*>(out), static_cast<const T*>(base),
+        static_cast<const T*>(in), winner);
+  });
+  if (!taken) detail::throw_unsupported("scatter_winner", "", dtype);
+  detail::check_launch("scatter_winner", stream);
 }
 
 }  // namespace mpigrad::kernels::cuda

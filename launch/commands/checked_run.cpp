@@ -6,8 +6,11 @@
 #include <string>
 #include <system_error>
 
+#include "mpigrad/core/autograd.h"
 #include "mpigrad/core/checked_math.h"
 #include "mpigrad/core/error.h"
+#include "mpigrad/data/hdf5_dataset.h"
+#include "mpigrad/data/training_data.h"
 #include "mpigrad/nn/encoder_with_head.h"
 #include "mpigrad/nn/onnx/onnx_model.h"
 
@@ -96,8 +99,8 @@ void check_normalization(const TrainConfig& config, const data::FieldInfo& input
 
 // A batch is allocated at every step, and with the read-ahead a few are alive at once: one that
 // cannot fit in memory is refused now, naming the file, the field and the bytes.
-void check_batch_memory(const data::Hdf5Dataset& dataset, const TrainConfig& config,
-                        const char* key, int64_t batch) {
+void check_batch_memory(const data::Dataset& dataset, const TrainConfig& config, const char* key,
+                        int64_t batch) {
   int64_t bytes = 0;
   for (const data::FieldInfo& field : dataset.fields()) {
     const std::string what = std::string(key) + ": " + dataset.describe() + " field '" +
@@ -168,6 +171,88 @@ void check_onnx_outputs(const CheckedRun& run) {
                 " needs ", nn::onnx_shape_text(expected));
 }
 
+// The fields an energy_force run reads, checked on the set's first structure, so a store that
+// lacks one fails before training (on every rank alike).
+void check_atomic_fields(const data::Dataset& dataset, const TrainConfig& config, const char* key) {
+  const std::vector<int64_t> first = {0};
+  const data::Batch batch = dataset.get_batch(first);
+  const EnergyForceLossOptions loss = energy_force_options(config.loss);
+  std::vector<std::pair<std::string, std::string>> needed = {
+      {"positions", "the model's input"},
+      {"atomic_numbers", "the model's input"},
+      {"energy", "the energy term and the metrics"}};
+  if (loss.uses_forces()) needed.push_back({"forces", "[loss] force_weight"});
+  if (loss.uses_stress()) {
+    needed.push_back({"stress", "[loss] stress_weight"});
+    needed.push_back({"cell", "the volume, for [loss] stress_weight"});
+  }
+  if (config.graph.cutoff <= 0) {
+    needed.push_back({"edge_index",
+                      "[graph] cutoff = 0 takes the store's neighbor_list; set a cutoff to "
+                      "build one"});
+  }
+  for (const auto& [name, why] : needed) {
+    MPIGRAD_CHECK(batch.has(name), key, ": ", dataset.describe(), " has no field '", name, "' (",
+                  why, ")");
+  }
+}
+
+// [loss] name = energy_force: atomic stores, an interatomic potential, the neighbor list.
+void check_atomistic_run(CheckedRun& run, int64_t rank, int64_t ranks) {
+  const TrainConfig& config = run.config;
+  MPIGRAD_CHECK(config.train.stage == StageKind::Supervised,
+                "[train] stage: [loss] name = energy_force trains one model (stage = "
+                "supervised), not ",
+                core::enum_name(config.train.stage, kStageKindNames));
+  MPIGRAD_CHECK(config.train.swa_start == 0,
+                "[train] swa_start: SWA's end recomputes BatchNorm and scores a classifier; "
+                "[loss] name = energy_force takes ema_decay for averaged weights");
+  MPIGRAD_CHECK(config.data.augment.empty() && config.data.mean.empty(),
+                "[data] augment, mean and std are for images and features; atomic structures "
+                "take none");
+  // The model first: its keys are checked before any store is read.
+  auto model = make_atomistic_model(config);
+  run.model = model;
+  const auto open = [&](const std::vector<std::string>& paths, const char* key) {
+    std::shared_ptr<data::Dataset> dataset;
+    try {
+      dataset = data::open_training_data(paths);
+    } catch (const core::Error& error) {
+      core::fail(key, ": ", error.what());
+    }
+    MPIGRAD_CHECK(dataset->size() >= std::max<int64_t>(ranks, 1), key, ": ", dataset->describe(),
+                  " has ", dataset->size(), " structure(s), fewer than the ", ranks,
+                  " ranks; every rank needs at least one");
+    check_atomic_fields(*dataset, config, key);
+    return dataset;
+  };
+  run.train_set = open(config.data.train, "[data] train");
+  if (!config.data.test.empty()) run.test_set = open(config.data.test, "[data] test");
+  // The batches of an epoch as the run's sampler will cut them (an atom budget or a mix of
+  // stores changes their count; a shuffled atom budget, from epoch to epoch: the first's is
+  // taken for the schedule's length).
+  const int64_t batches =
+      data::make_batch_sampler(*run.train_set, batching_options(config, rank, ranks))->size();
+  run.steps_per_epoch = core::ceil_div(batches, config.train.grad_accum_steps);
+  run.total_steps = core::checked_mul(config.train.epochs, run.steps_per_epoch,
+                                      "[train] epochs: the run's length in optimizer updates");
+  if (config.train.max_steps > 0) {
+    run.total_steps = std::min(run.total_steps, config.train.max_steps);
+  }
+  check_schedule(config.sched, run.total_steps);
+  if (rank == 0 && !config.train.trace.empty() && !config.dry_run) {
+    check_writable(config.train.trace, "[train] trace");
+  }
+  run.inputs = graph_transform(config.graph);
+  // The model on the first structure: a graph it cannot run (an input it lacks, an op such as
+  // the legacy exporter's index_add) fails here, on every rank, rather than in a rank's step.
+  const std::vector<int64_t> first = {0};
+  data::Batch batch = run.train_set->get_batch(first);
+  if (run.inputs.transform) batch = run.inputs.transform(std::move(batch));
+  core::NoGradGuard no_grad;
+  model->energy(atomic_graph(batch));
+}
+
 }  // namespace
 
 RunInputs CheckedRun::run_inputs() const {
@@ -190,6 +275,13 @@ CheckedRun check_run(const std::vector<std::string>& args, int64_t rank, int64_t
   MPIGRAD_CHECK(!config.train.cuda_graphs,
                 "[train] cuda_graphs: only embedded models (the C API) replay CUDA graphs; "
                 "mpigrad train does not");
+  if (is_atomistic(config)) {
+    check_atomistic_run(run, rank, ranks);
+    return run;
+  }
+  MPIGRAD_CHECK(config.model.name != ModelKind::SchNet,
+                "[model] name = schnet is an interatomic potential; train it with [loss] name = "
+                "energy_force on atomic structures");
   run.train_set = open_dataset(config.data.train, config, "[data] train", rank, ranks);
   if (!config.data.test.empty()) {
     run.test_set = open_dataset(config.data.test, config, "[data] test", rank, ranks);
@@ -201,7 +293,8 @@ CheckedRun check_run(const std::vector<std::string>& args, int64_t rank, int64_t
   MPIGRAD_CHECK(config.loss.name == LossKind::CrossEntropy || config.model.name == ModelKind::Onnx,
                 "[loss] name: mpigrad train trains the built-in models as classifiers "
                 "(cross_entropy); mse and l1 are for [model] name = onnx, and for regression "
-                "through the C API (mpigrad/mpigrad_c.h)");
+                "through the C API (mpigrad/mpigrad_c.h); energy_force for interatomic "
+                "potentials");
   MPIGRAD_CHECK(
       config.loss.name == LossKind::CrossEntropy || config.train.stage == StageKind::Supervised,
       "[loss] name: stage = ", core::enum_name(config.train.stage, kStageKindNames),
@@ -255,6 +348,9 @@ CheckedRun check_run(const std::vector<std::string>& args, int64_t rank, int64_t
   }
   if (rank == 0 && !config.train.trace.empty() && !config.dry_run) {
     check_writable(config.train.trace, "[train] trace");
+  }
+  if (rank == 0 && !config.train.profile_json.empty() && !config.dry_run) {
+    check_writable(config.train.profile_json, "[train] profile_json");
   }
   if (config.model.name == ModelKind::Onnx) check_onnx_outputs(run);
   run.inputs =

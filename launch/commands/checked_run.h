@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "mpigrad/core/shape.h"
-#include "mpigrad/data/hdf5_dataset.h"
+#include "mpigrad/data/dataset.h"
 #include "mpigrad/launch/config/run.h"
 #include "mpigrad/launch/config/train_config.h"
 #include "mpigrad/launch/config/train_setup.h"
@@ -26,13 +26,17 @@ namespace mpigrad::launch {
 // What the checking phase opened and built, and the working phase uses.
 struct CheckedRun {
   TrainConfig config;
-  // test_set is null without [data] test.
-  std::shared_ptr<data::Hdf5Dataset> train_set, test_set;
-  core::Shape sample_shape;     // one sample of [data] x
+  // test_set is null without [data] test. HDF5 files of fields x and y (data::Hdf5Dataset), or
+  // for interatomic potentials ([loss] name = energy_force) atomic stores
+  // (data/training_data.h).
+  std::shared_ptr<data::Dataset> train_set, test_set;
+  core::Shape sample_shape;     // one sample of [data] x (none for atomic structures)
   int64_t outputs = 0;          // the model's outputs: the classes
   int64_t steps_per_epoch = 0;  // optimizer steps, equal on every rank
   int64_t total_steps = 0;      // of the whole run, [train] max_steps applied
-  InputTransform inputs;        // what the model sees of [data] x, for training and testing
+  // What the model sees of [data] x, for training and testing; for atomic structures, the
+  // neighbor list of [graph].
+  InputTransform inputs;
   // On the host; [train] stage's model, its encoder loaded for stage = classifier.
   std::shared_ptr<nn::Module> model;
 

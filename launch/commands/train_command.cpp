@@ -20,7 +20,9 @@
 #include "mpigrad/launch/commands/subcommand.h"
 #include "mpigrad/launch/config/run.h"
 #include "mpigrad/launch/config/train_config.h"
+#include "mpigrad/launch/config/train_setup.h"
 #include "mpigrad/launch/job/distributed_manager.h"
+#include "mpigrad/launch/train/atomistic_steps.h"
 #include "mpigrad/launch/train/hooks/checkpoint_hook.h"
 #include "mpigrad/launch/train/hooks/logging_hook.h"
 #include "mpigrad/launch/train/hooks/preemption_hook.h"
@@ -66,6 +68,53 @@ void describe_first_batch(const CheckedRun& run) {
       *std::min_element(y.begin(), y.end()), *std::max_element(y.begin(), y.end()));
 }
 
+// The same for atomic structures: the first batch's structures, atoms, edges and targets.
+void describe_first_atomic_batch(const CheckedRun& run) {
+  std::vector<int64_t> indices;
+  for (int64_t i = 0; i < std::min(run.config.train.batch_size, run.train_set->size()); ++i) {
+    indices.push_back(i);
+  }
+  data::Batch batch = run.train_set->get_batch(indices);
+  if (run.inputs.transform) batch = run.inputs.transform(std::move(batch));
+  const std::vector<double> energy = batch["energy"].to(core::kFloat64).to_vector<double>();
+  const std::vector<double> atoms =
+      atoms_per_structure(batch).to(core::kFloat64).to_vector<double>();
+  double lo = energy[0] / atoms[0], hi = lo, total_atoms = 0;
+  for (size_t i = 0; i < energy.size(); ++i) {
+    lo = std::min(lo, energy[i] / atoms[i]);
+    hi = std::max(hi, energy[i] / atoms[i]);
+    total_atoms += atoms[i];
+  }
+  std::printf(
+      "mpigrad train: first batch: %lld structures, %.0f atoms, %lld edges; energy per atom "
+      "%.4g to %.4g",
+      static_cast<long long>(batch.size()), total_atoms,
+      static_cast<long long>(batch.has("edge_index") ? batch["edge_index"].size(1) : 0), lo, hi);
+  if (batch.has("forces")) {
+    const std::vector<double> forces = batch["forces"].to(core::kFloat64).to_vector<double>();
+    double largest = 0;
+    for (double f : forces) largest = std::max(largest, std::abs(f));
+    std::printf("; largest force component %.4g", largest);
+  }
+  std::printf("\n");
+}
+
+// What an energy_force run trains on, in one line.
+std::string describe_energy_force(const TrainConfig& config) {
+  const LossSection& loss = config.loss;
+  std::ostringstream text;
+  text << core::enum_name(loss.kind, kErrorKindNames);
+  if (loss.kind == ErrorKind::Huber) text << " (delta " << loss.huber_delta << ")";
+  text << " of energy" << (loss.per_atom_energy ? " per atom" : "") << " x " << loss.energy_weight
+       << ", forces x " << loss.force_weight << ", stress x " << loss.stress_weight;
+  if (loss.switch_step > 0) {
+    const EnergyForceWeights after = energy_force_options(loss).weights_at(loss.switch_step);
+    text << "; from step " << loss.switch_step << ": " << after.energy << ", " << after.force
+         << ", " << after.stress;
+  }
+  return text.str();
+}
+
 // Rank 0 writes out_dir/config.ini (the resolved configuration) and prints what will run.
 void report_start(const CheckedRun& run, Run& training, DistributedManager& manager) {
   if (!manager.is_main_process()) return;
@@ -84,7 +133,11 @@ void report_start(const CheckedRun& run, Run& training, DistributedManager& mana
       static_cast<long long>(model.num_parameters()), static_cast<long long>(run.train_set->size()),
       static_cast<long long>(manager.world_size()), static_cast<long long>(config.train.batch_size),
       static_cast<long long>(run.steps_per_epoch));
-  if (config.loss.name == LossKind::CrossEntropy) {
+  if (is_atomistic(config)) {
+    const std::string potential = model.type_name() + "(" + model.extra_repr() + ")";
+    std::printf("mpigrad train: interatomic potential %s; %s; loss %s\n", potential.c_str(),
+                run.inputs.description.c_str(), describe_energy_force(config).c_str());
+  } else if (config.loss.name == LossKind::CrossEntropy) {
     std::printf("mpigrad train: inputs: %s; labels: field '%s', %lld classes\n",
                 run.inputs.description.c_str(), config.data.y.c_str(),
                 static_cast<long long>(config.data.num_classes));
@@ -119,7 +172,13 @@ void report_start(const CheckedRun& run, Run& training, DistributedManager& mana
     std::printf("mpigrad train: evaluation uses the EMA of the weights (decay %g)\n",
                 config.train.ema_decay);
   }
-  if (config.dry_run) describe_first_batch(run);
+  if (config.dry_run) {
+    if (is_atomistic(config)) {
+      describe_first_atomic_batch(run);
+    } else {
+      describe_first_batch(run);
+    }
+  }
   std::fflush(stdout);
 }
 
@@ -137,6 +196,12 @@ void report_end(const CheckedRun& run, Run& training, DistributedManager& manage
                 static_cast<long long>(context.epoch + 1), static_cast<long long>(context.step),
                 training.hook<LoggingHook>()->samples_per_second());
     if (accuracy != metrics.end()) std::printf("; test accuracy %.4f", accuracy->second);
+    auto energy = metrics.find("val_energy_mae_per_atom");
+    if (energy != metrics.end()) std::printf("; test energy MAE %.4g per atom", energy->second);
+    auto force_mae = metrics.find("val_force_mae"), force_rmse = metrics.find("val_force_rmse");
+    if (force_mae != metrics.end() && force_rmse != metrics.end()) {
+      std::printf(", force MAE %.4g, RMSE %.4g", force_mae->second, force_rmse->second);
+    }
     auto precision = metrics.find("val_precision_at_1"), map = metrics.find("val_map_at_r");
     if (precision != metrics.end() && map != metrics.end()) {
       std::printf("; test precision@1 %.4f, mAP@R %.4f", precision->second, map->second);

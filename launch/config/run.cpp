@@ -5,14 +5,19 @@
 #include <map>
 #include <optional>
 
+#include "mpigrad/core/atomic_file.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/data/augment.h"
+#include "mpigrad/data/training_data.h"
 #include "mpigrad/data/transforms.h"
 #include "mpigrad/launch/ddp/sync_batch_norm.h"
+#include "mpigrad/launch/observe/op_profile.h"
 #include "mpigrad/launch/observe/timeline.h"
+#include "mpigrad/launch/train/atomistic_steps.h"
 #include "mpigrad/launch/train/hooks/checkpoint_hook.h"
 #include "mpigrad/launch/train/hooks/cuda_graph_hook.h"
 #include "mpigrad/launch/train/hooks/ddp_hook.h"
+#include "mpigrad/launch/train/hooks/derived_metrics_hook.h"
 #include "mpigrad/launch/train/hooks/ema_hook.h"
 #include "mpigrad/launch/train/hooks/grad_accumulation_hook.h"
 #include "mpigrad/launch/train/hooks/grad_clip_hook.h"
@@ -146,6 +151,13 @@ void Run::make_loaders() {
     }
     options.transform = data::compose_transforms(std::move(transforms));
   }
+  // Atomic structures: the batches of [data] max_atoms and the mix of several stores
+  // (data/training_data.h), cut for this rank already, so DDPHook keeps them.
+  if (is_atomistic(config_)) {
+    options.batch_sampler = data::make_batch_sampler(
+        *inputs_.train_set,
+        batching_options(config_, manager_ != nullptr ? manager_->rank() : 0, world_size()));
+  }
   // On a GPU the loader stages batches in pinned memory and copies them on its own stream.
   options.device = device_;
   train_loader_ = std::make_unique<data::DataLoader>(inputs_.train_set, options);
@@ -187,12 +199,19 @@ void Run::add_hooks() {
   if (training && train.ema_decay > 0) {
     // Evaluation runs on a second instance of the model holding the averaged weights.
     std::shared_ptr<nn::Module> averaged =
-        make_stage_model(config_.model, train, inputs_.sample_shape, inputs_.outputs);
+        is_atomistic(config_)
+            ? make_atomistic_model(config_)
+            : make_stage_model(config_.model, train, inputs_.sample_shape, inputs_.outputs);
     averaged->to(device_);
     hooks_.push_back(std::make_shared<EMAHook>(*model_, train.ema_decay, averaged));
   }
   if (training && train.stage == StageKind::SupCon) {
     hooks_.push_back(std::make_shared<RetrievalMetricsHook>(config_.data.x, config_.data.y));
+  }
+  if (training && is_atomistic(config_) && !inputs_.evaluate) {
+    // Force MAE and RMSE over all atoms are ratios of global sums (launch/train/atomistic_steps.h).
+    hooks_.push_back(std::make_shared<DerivedMetricsHook>(
+        energy_force_derived_metrics(energy_force_options(config_.loss))));
   }
   if (training && train.swa_start > 0) {
     hooks_.push_back(std::make_shared<SWAHook>(SWASettings{train.swa_start, train.swa_lr}));
@@ -211,6 +230,18 @@ void Run::make_strategy() {
   const TrainConfig& config = config_;
   StepFunction step = inputs_.step;
   EvalFunction evaluate = inputs_.evaluate;
+  // The optimizer steps taken, for a loss whose weights switch at a step: read through the
+  // strategy, which is built below, once the step function is.
+  auto context = std::make_shared<const TrainingContext*>(nullptr);
+  const auto optimizer_step = [context] { return *context != nullptr ? (*context)->step : 0; };
+  if (!step && is_atomistic(config)) {
+    const EnergyForceLossOptions options = energy_force_options(config.loss);
+    Communicator* world = world_size() > 1 ? &manager_->world() : nullptr;
+    step = energy_force_step(options, {world, optimizer_step});
+    if (!evaluate && kind_ == RunKind::Train) {
+      evaluate = energy_force_metrics(options, optimizer_step);
+    }
+  }
   if (!step) {
     step = make_supervised_step(config.loss.name, config.data.x, config.data.y);
     if (config.train.stage == StageKind::SupCon) {
@@ -234,9 +265,9 @@ void Run::make_strategy() {
       std::vector<nn::Module*>{model_.get()}, std::vector<nn::Optimizer*>{optimizer_.get()},
       std::move(step), std::move(evaluate), manager_, device_, hooks_,
       one_step ? 1 : config.train.epochs, one_step ? 1 : config.train.max_steps);
-  TrainingContext& context = strategy_->context();
-  context.scheduler = scheduler_.get();
-  context.quiet = kind_ == RunKind::Embedded;
+  *context = &strategy_->context();
+  strategy_->context().scheduler = scheduler_.get();
+  strategy_->context().quiet = kind_ == RunKind::Embedded;
 }
 
 void Run::read_first_test_batch() {
@@ -258,7 +289,15 @@ bool Run::train() {
     timeline->start(manager_->world());
     strategy.context().timeline = timeline.get();
   }
+  // Every rank profiles (alike, so no rank is slowed alone); rank 0 prints its table.
+  std::unique_ptr<OpProfiler> profiler;
+  const int64_t first_step = strategy.context().step;
+  if (kind_ == RunKind::Train && config_.train.profile && !config_.dry_run) {
+    profiler = std::make_unique<OpProfiler>(timeline.get());
+  }
   strategy.run(*train_loader_, config_.dry_run ? nullptr : test_loader_.get());
+  OpProfileReport profile;
+  if (profiler) profile = profiler->finish(strategy.context().step - first_step);
   const bool preempted = strategy.context().preempted;
   if (kind_ == RunKind::Train && !config_.dry_run && !preempted && hook<SWAHook>() != nullptr) {
     finish_swa();
@@ -274,7 +313,21 @@ bool Run::train() {
           config_.train.trace.c_str());
     }
   }
+  if (profiler && is_main_process()) report_profile(profile);
   return preempted;
+}
+
+void Run::report_profile(const OpProfileReport& profile) const {
+  OpProfileTableOptions options;
+  options.max_rows = size_t(config_.train.profile_rows);
+  std::fputs(format_op_profile(profile, options).c_str(), stdout);
+  if (!config_.train.profile_json.empty()) {
+    core::write_file_atomically(config_.train.profile_json,
+                                [&](std::ostream& out) { out << op_profile_json(profile); });
+    std::printf("mpigrad train: every row of the profile: %s\n",
+                config_.train.profile_json.c_str());
+  }
+  std::fflush(stdout);
 }
 
 void Run::finish_swa() {

@@ -3,12 +3,14 @@
 // builds the model on the rank's device, its gradient communicator and SyncBatchNorm, the
 // optimizer, the scheduler, the loaders, the hooks and the TrainingStrategy that drives them, so
 // a training feature ([train] grad_accum_steps, clip_grad_norm, precision, ema_decay,
-// [distributed] zero, ...) is read from the config here and nowhere else.
+// [distributed] zero, ...) is read from the config here and nowhere else. With [loss] name =
+// energy_force the model is an interatomic potential and the step and evaluation are
+// launch/train/atomistic_steps.h's (the neighbor list of [graph] comes in RunInputs::inputs).
 //
 // What a kind of run takes of the config:
 //   Train     everything: both loaders, checkpoints (resume, keep, preemption), every hook the
-//             config asks for, logging, the trace and SWA's final average; a dry run takes one
-//             step and writes nothing
+//             config asks for, logging, the trace, the profile and SWA's final average; a dry
+//             run takes one step and writes nothing
 //   LrFind    the training loader, DDP, accumulation and clipping, and the caller's sweep hook;
 //             no schedule, checkpoint or log (lr-find writes its own curve)
 //   Embedded  no loaders and no files: the host hands in each batch (TrainingStrategy's
@@ -35,6 +37,8 @@
 #include "mpigrad/launch/train/training_strategy.h"
 
 namespace mpigrad::launch {
+
+struct OpProfileReport;
 
 enum class RunKind : uint8_t { Train, LrFind, Embedded, Evaluate };
 
@@ -73,7 +77,8 @@ class Run {
   Run& operator=(const Run&) = delete;
 
   // Train and LrFind: the epochs of the config (a dry run: one step), then, for Train, the
-  // merged trace and SWA's average. Returns whether the run was preempted (stopped to resume).
+  // merged trace, the per-op profile ([train] profile: rank 0 prints it) and SWA's average.
+  // Returns whether the run was preempted (stopped to resume).
   bool train();
 
   // A loader over `dataset` for evaluation: each rank its padded share, in order, with the
@@ -115,6 +120,8 @@ class Run {
   // A dry run reads the test loader's first batch: a test file that would fail the run fails
   // the dry run.
   void read_first_test_batch();
+  // Rank 0: the profile's table on stdout, and its JSON file when [train] profile_json is set.
+  void report_profile(const OpProfileReport& profile) const;
   int world_size() const;
   bool is_main_process() const;
 

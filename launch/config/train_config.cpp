@@ -230,6 +230,25 @@ struct Duration {
   std::string accepted() const { return "a duration such as 3h50m, 90m, 45s; 0: none"; }
 };
 
+struct Composition {
+  std::optional<data::BatchComposition> parse(const std::string& value,
+                                              const std::string& where) const {
+    const std::string text = trim(value);
+    if (text.empty()) return std::nullopt;
+    try {
+      return data::BatchComposition::parse(text);
+    } catch (const core::Error& error) {
+      core::fail(where, ": ", error.what());
+    }
+  }
+  std::string print(const std::optional<data::BatchComposition>& composition) const {
+    return composition ? composition->text() : "";
+  }
+  std::string accepted() const {
+    return "counts like 16,16, ratios like 0.7,0.3, or balanced; empty: by the stores' sizes";
+  }
+};
+
 struct Augmentations {
   data::AugmentSpec parse(const std::string& value, const std::string& where) const {
     return data::parse_augment(value, where);
@@ -258,9 +277,11 @@ std::vector<ConfigKey> make_config_keys() {
   const Number positive{.low = 0, .low_open = true};
   const Number non_negative{.low = 0};
   const Number fraction{.low = 0, .high = 1, .high_open = true};
+  const Number after_switch{.low = -1};
   return {
       key("data.train", &C::data, &DataSection::train, TextList{},
-          "HDF5 training file(s), comma-separated shards (required)"),
+          "HDF5 training file(s), comma-separated shards, or atomic stores (Zarr folders, or HDF5 "
+          "files with meta/ and core/) (required)"),
       key("data.test", &C::data, &DataSection::test, TextList{},
           "HDF5 test file(s), comma-separated shards"),
       key("data.x", &C::data, &DataSection::x, Text{}, "name of the input field"),
@@ -275,10 +296,23 @@ std::vector<ConfigKey> make_config_keys() {
       key("data.augment", &C::data, &DataSection::augment, Augmentations{},
           "training augmentations: crop:P (zero-pad P, random crop), flip (horizontal, p 0.5), "
           "noise:S (Gaussian, after normalization)"),
+      key("data.samples_per_dataset", &C::data, &DataSection::samples_per_dataset, Composition{},
+          "several atomic stores: each batch's samples of each store (counts sum to "
+          "train.batch_size; ratios and balanced are shared out)"),
+      key("data.epoch_policy", &C::data, &DataSection::epoch_policy,
+          Choice<data::EpochPolicy>{data::kEpochPolicyNames},
+          "several atomic stores: batches per epoch: all samples (dataset_size), until the "
+          "smallest store is used up (min_size), or the largest (max_size)"),
+      key("data.replacement", &C::data, &DataSection::replacement, Boolean{},
+          "several atomic stores: samples may repeat within an epoch (ALCHEMI's default)"),
+      key("data.max_atoms", &C::data, &DataSection::max_atoms, Integer{0},
+          "atomic stores: > 0: batches of at most this many atoms instead of train.batch_size "
+          "structures"),
       key("model.name", &C::model, &ModelSection::name, Choice<ModelKind>{kModelKindNames},
           "the model (conv: fully convolutional, the output keeps the input's size)"),
       key("model.hidden", &C::model, &ModelSection::hidden, IntegerList{1, true},
-          "hidden widths (mlp; none: one linear layer) or fully connected widths (cnn)"),
+          "hidden widths (mlp; none: one linear layer), fully connected widths (cnn), or one "
+          "width (schnet: features per atom and filters per edge)"),
       key("model.channels", &C::model, &ModelSection::channels, IntegerList{1, true},
           "convolution channels (cnn; conv: the widths before its last conv)"),
       key("model.dropout", &C::model, &ModelSection::dropout, fraction,
@@ -302,10 +336,43 @@ std::vector<ConfigKey> make_config_keys() {
           "resnet: channels of the first stage; the stages have w, 2w, 4w, 8w"),
       key("model.file", &C::model, &ModelSection::file, Text{},
           "onnx: the .onnx file exported from PyTorch (relative to the working directory)"),
+      key("model.n_rbf", &C::model, &ModelSection::n_rbf, Integer{1},
+          "schnet: Gaussians of the radial basis of edge lengths, from 0 to [graph] cutoff"),
+      key("model.interactions", &C::model, &ModelSection::interactions, Integer{1},
+          "schnet: continuous-filter convolutions (interaction blocks); its width is hidden"),
+      key("graph.cutoff", &C::graph, &GraphSection::cutoff, non_negative,
+          "interatomic potentials: rebuild each batch's neighbor list with this cutoff, periodic "
+          "images included (schnet's cutoff too); 0: the store's neighbor_list"),
+      key("graph.max_neighbors", &C::graph, &GraphSection::max_neighbors, Integer{0},
+          "keep each atom's nearest N neighbors (0: every one within the cutoff)"),
+      key("graph.self_loops", &C::graph, &GraphSection::self_loops, Boolean{},
+          "an edge from each atom to itself"),
       key("loss.name", &C::loss, &LossSection::name, Choice<LossKind>{kLossKindNames},
-          "the loss: cross_entropy for classes (mpigrad train), mse or l1 for regression"),
+          "the loss: cross_entropy for classes (mpigrad train), mse or l1 for regression, "
+          "energy_force for interatomic potentials"),
       key("loss.temperature", &C::loss, &LossSection::temperature, positive,
           "stage supcon: SupConLoss temperature (and base temperature)"),
+      key("loss.energy_weight", &C::loss, &LossSection::energy_weight, non_negative,
+          "energy_force: the weight of the energy term"),
+      key("loss.force_weight", &C::loss, &LossSection::force_weight, non_negative,
+          "energy_force: the weight of the force term (forces = -dE/dpositions)"),
+      key("loss.stress_weight", &C::loss, &LossSection::stress_weight, non_negative,
+          "energy_force: the weight of the stress term (the strain derivative over the volume)"),
+      key("loss.per_atom_energy", &C::loss, &LossSection::per_atom_energy, Boolean{},
+          "energy_force: score the energy error divided by the structure's atoms"),
+      key("loss.kind", &C::loss, &LossSection::kind, Choice<ErrorKind>{kErrorKindNames},
+          "energy_force: how each error is scored (huber: quadratic below huber_delta, linear "
+          "above)"),
+      key("loss.huber_delta", &C::loss, &LossSection::huber_delta, positive,
+          "energy_force, kind huber: where the quadratic part ends"),
+      key("loss.switch_step", &C::loss, &LossSection::switch_step, Integer{0},
+          "energy_force: from this optimizer step on, the *_weight_after weights (0: never)"),
+      key("loss.energy_weight_after", &C::loss, &LossSection::energy_weight_after, after_switch,
+          "energy_force: energy_weight from switch_step on (-1: unchanged)"),
+      key("loss.force_weight_after", &C::loss, &LossSection::force_weight_after, after_switch,
+          "energy_force: force_weight from switch_step on (-1: unchanged)"),
+      key("loss.stress_weight_after", &C::loss, &LossSection::stress_weight_after, after_switch,
+          "energy_force: stress_weight from switch_step on (-1: unchanged)"),
       key("optim.name", &C::optim, &OptimSection::name, Choice<OptimizerKind>{kOptimizerKindNames},
           "the optimizer"),
       key("optim.lr", &C::optim, &OptimSection::lr, positive, "learning rate"),
@@ -388,6 +455,14 @@ std::vector<ConfigKey> make_config_keys() {
           "rank 0 writes TensorBoard event files (every logged scalar) to out_dir/tb"),
       key("train.trace", &C::train, &TrainSection::trace, Text{},
           "write a Chrome trace-event timeline of every rank to this file (--trace FILE)"),
+      key("train.profile", &C::train, &TrainSection::profile, Boolean{},
+          "time every op, kernel, autograd node, ONNX node and optimizer step, and print rank "
+          "0's table of them at the end (--profile); with trace, they join the timeline"),
+      key("train.profile_rows", &C::train, &TrainSection::profile_rows, Integer{1},
+          "profile: the rows of the table, those with the most self time"),
+      key("train.profile_json", &C::train, &TrainSection::profile_json, Text{},
+          "profile: also write every row of rank 0's table to this JSON file (--profile-json "
+          "FILE; turns profile on)"),
       key("train.precision", &C::train, &TrainSection::precision,
           Choice<nn::Precision>{nn::kPrecisionNames},
           "fp32, or bf16 / fp16: matmul, linear and conv2d in 16 bits with fp32 sums; the rest, "
@@ -466,18 +541,28 @@ void apply(const po::variables_map& values, const std::vector<std::string>& from
                     config.distributed.compression != GradCompression::Float16,
                 "[distributed] reduce_dtype = bf16 and compression = fp16 ask for two different "
                 "reduction dtypes; set one of them");
+  const LossSection& loss = config.loss;
+  MPIGRAD_CHECK(loss.name != LossKind::EnergyForce ||
+                    loss.energy_weight + loss.force_weight + loss.stress_weight > 0,
+                "[loss] energy_weight, force_weight and stress_weight are all 0; energy_force "
+                "needs at least one term to train on");
   MPIGRAD_CHECK(config.train.swa_start == 0 || config.train.stage != StageKind::SupCon,
                 "[train] swa_start: SWA evaluates a classifier; stage = supcon has no classes to "
                 "score (use it with stage = supervised or classifier)");
 }
 
-void require_files(const std::vector<std::string>& paths, const char* key, bool required) {
+// `stores`: atomic stores, which may be folders (Zarr) as well as files (HDF5).
+void require_files(const std::vector<std::string>& paths, const char* key, bool required,
+                   bool stores) {
   MPIGRAD_CHECK(!required || !paths.empty(), key,
                 ": required (an HDF5 file or a comma-separated "
                 "list of shards)");
   for (const std::string& path : paths) {
-    MPIGRAD_CHECK(std::filesystem::is_regular_file(path), key, ": file '", path,
-                  "' does not exist");
+    // An atomic store may be a folder (Zarr, with its zarr.json) as well as an HDF5 file.
+    const bool found = std::filesystem::is_regular_file(path) ||
+                       (stores && std::filesystem::exists(path)) ||
+                       std::filesystem::is_regular_file(std::filesystem::path(path) / "zarr.json");
+    MPIGRAD_CHECK(found, key, stores ? ": store '" : ": file '", path, "' does not exist");
   }
 }
 
@@ -514,7 +599,10 @@ TrainConfig parse_train_config(const std::vector<std::string>& args) {
   po::options_description general("mpigrad train");
   general.add_options()("config", po::value<std::string>(), "INI configuration file")(
       "dry-run", "check the config, the data and the model, run one step, and exit")(
-      "trace", po::value<std::string>(), "the same as --train.trace")("help,h", "show this help");
+      "trace", po::value<std::string>(), "the same as --train.trace")(
+      "profile", "the same as --train.profile=true")("profile-json", po::value<std::string>(),
+                                                     "the same as --train.profile_json")(
+      "help,h", "show this help");
   po::options_description all;
   all.add(general).add(key_options({}));
 
@@ -559,8 +647,20 @@ TrainConfig parse_train_config(const std::vector<std::string>& args) {
     config.train.trace = trim(values["trace"].as<std::string>());
     MPIGRAD_CHECK(!config.train.trace.empty(), "command line: --trace: expected a file name");
   }
-  require_files(config.data.train, "[data] train", true);
-  require_files(config.data.test, "[data] test", false);
+  if (values.count("profile")) config.train.profile = true;
+  if (values.count("profile-json")) {
+    MPIGRAD_CHECK(std::find(from_command_line.begin(), from_command_line.end(),
+                            "train.profile_json") == from_command_line.end(),
+                  "mpigrad train: give --profile-json or --train.profile_json, not both");
+    config.train.profile_json = trim(values["profile-json"].as<std::string>());
+    MPIGRAD_CHECK(!config.train.profile_json.empty(),
+                  "command line: --profile-json: expected a file name");
+  }
+  // A profile file asks for the profile.
+  if (!config.train.profile_json.empty()) config.train.profile = true;
+  const bool stores = config.loss.name == LossKind::EnergyForce;
+  require_files(config.data.train, "[data] train", true, stores);
+  require_files(config.data.test, "[data] test", false, stores);
   const TrainSection& train = config.train;
   if (train.stage == StageKind::Classifier) {
     MPIGRAD_CHECK(!train.init_from.empty(),
@@ -616,8 +716,8 @@ std::string TrainConfig::resolved_text() const {
 
 std::string train_config_help() {
   std::ostringstream out;
-  out << "usage: mpigrad train --config FILE.ini [--dry-run] [--trace FILE] "
-         "[--section.key=value ...]\n\n"
+  out << "usage: mpigrad train --config FILE.ini [--dry-run] [--trace FILE] [--profile] "
+         "[--profile-json FILE] [--section.key=value ...]\n\n"
       << "Trains a model on HDF5 data under mpirun (or as one process). A --section.key flag\n"
       << "overrides the same key of the file.\n\n"
       << "Inputs ([data] x): uint8 inputs are images and are scaled to [0, 1]; every other dtype\n"
@@ -629,7 +729,11 @@ std::string train_config_help() {
       << "[model] name = onnx trains a graph exported from PyTorch ([model] file): its inputs\n"
       << "are fed in the dtype it declares (int64 token ids stay integers), cross_entropy also\n"
       << "takes dense logits [N, C, d1, ...] with labels [N, d1, ...], and [loss] name = mse or\n"
-      << "l1 takes float targets of the output's shape.\n\n"
+      << "l1 takes float targets of the output's shape.\n"
+      << "[loss] name = energy_force trains an interatomic potential ([model] name = schnet, or\n"
+      << "onnx with inputs named positions, atomic_numbers, edge_index, ...) on stores of atomic\n"
+      << "structures, on energies, forces and stress; [graph] builds each batch's neighbor list\n"
+      << "(docs/interatomic-potentials.md).\n\n"
       << "Exit status: 0 when training finished; 75 when it was stopped by one of [train]\n"
       << "stop_signals (default TERM, INT, USR1) or by [train] time_limit, every rank at the same\n"
       << "step, after rank 0 wrote out_dir/ckpt-epochN-stepS.h5: run the same command with\n"

@@ -1,5 +1,5 @@
-// The configuration of `mpigrad train`: an INI file with the sections [data] [model] [loss]
-// [optim] [sched] [train] [distributed], read by Boost.Program_options, where any key can be
+// The configuration of `mpigrad train`: an INI file with the sections [data] [model] [graph]
+// [loss] [optim] [sched] [train] [distributed], read by Boost.Program_options, where any key can be
 // overridden on the command line as --section.key=value.
 //
 // Every key is declared once, in the table behind config_keys() (train_config.cpp): its name,
@@ -17,14 +17,17 @@
 #include <csignal>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "mpigrad/core/enum_names.h"
 #include "mpigrad/data/augment.h"
+#include "mpigrad/data/multi_dataset.h"
 #include "mpigrad/launch/comm/communicator.h"
 #include "mpigrad/launch/ddp/distributed_data_parallel.h"
+#include "mpigrad/launch/train/atomistic_steps.h"
 #include "mpigrad/launch/train/hooks/checkpoint_hook.h"
 #include "mpigrad/nn/encoder_with_head.h"
 #include "mpigrad/nn/layers/conv.h"
@@ -33,17 +36,22 @@
 namespace mpigrad::launch {
 
 // Onnx: a graph exported from PyTorch ([model] file), trained as nn::OnnxModel; its weights and
-// shapes come from the file, so the other [model] keys do not apply to it.
-enum class ModelKind : uint8_t { Mlp, Cnn, Conv, ResNet, Onnx };
-inline constexpr core::EnumName<ModelKind> kModelKindNames[] = {{ModelKind::Mlp, "mlp"},
-                                                                {ModelKind::Cnn, "cnn"},
-                                                                {ModelKind::Conv, "conv"},
-                                                                {ModelKind::ResNet, "resnet"},
-                                                                {ModelKind::Onnx, "onnx"}};
+// shapes come from the file, so the other [model] keys do not apply to it. A graph whose inputs
+// are named positions, atomic_numbers, edge_index, ... is an interatomic potential
+// (nn::OnnxEnergyModel), as SchNet is (docs/interatomic-potentials.md).
+enum class ModelKind : uint8_t { Mlp, Cnn, Conv, ResNet, Onnx, SchNet };
+inline constexpr core::EnumName<ModelKind> kModelKindNames[] = {
+    {ModelKind::Mlp, "mlp"},       {ModelKind::Cnn, "cnn"},   {ModelKind::Conv, "conv"},
+    {ModelKind::ResNet, "resnet"}, {ModelKind::Onnx, "onnx"}, {ModelKind::SchNet, "schnet"}};
 
-enum class LossKind : uint8_t { CrossEntropy, Mse, L1 };
+// EnergyForce: interatomic potentials on energies, forces and stress
+// (launch/train/atomistic_steps.h).
+enum class LossKind : uint8_t { CrossEntropy, Mse, L1, EnergyForce };
 inline constexpr core::EnumName<LossKind> kLossKindNames[] = {
-    {LossKind::CrossEntropy, "cross_entropy"}, {LossKind::Mse, "mse"}, {LossKind::L1, "l1"}};
+    {LossKind::CrossEntropy, "cross_entropy"},
+    {LossKind::Mse, "mse"},
+    {LossKind::L1, "l1"},
+    {LossKind::EnergyForce, "energy_force"}};
 
 enum class OptimizerKind : uint8_t { Sgd, Adam, AdamW };
 inline constexpr core::EnumName<OptimizerKind> kOptimizerKindNames[] = {
@@ -65,7 +73,8 @@ inline constexpr core::EnumName<StageKind> kStageKindNames[] = {
     {StageKind::Classifier, "classifier"}};
 
 struct DataSection {
-  std::vector<std::string> train;  // HDF5 files (shards), joined in order
+  // HDF5 files (shards), joined in order; or atomic stores (data/training_data.h)
+  std::vector<std::string> train;
   std::vector<std::string> test;
   std::string x = "x";  // field names
   std::string y = "y";
@@ -75,6 +84,13 @@ struct DataSection {
   std::vector<double> mean;
   std::vector<double> std;
   data::AugmentSpec augment;  // training loader only (data/augment.h)
+  // Atomic stores (data/training_data.h: BatchingOptions): several stores' share of each batch,
+  // the epoch's length and whether draws repeat (ALCHEMI's MultiDatasetBatchSampler), or an atom
+  // budget per batch instead of train.batch_size structures.
+  std::optional<data::BatchComposition> samples_per_dataset;  // empty: by the stores' sizes
+  data::EpochPolicy epoch_policy = data::EpochPolicy::DatasetSize;
+  bool replacement = true;
+  int64_t max_atoms = 0;  // > 0: batches of at most this many atoms
 };
 
 struct ModelSection {
@@ -93,11 +109,31 @@ struct ModelSection {
   // onnx: the .onnx file; a relative path is taken from the working directory, like [data]
   // train's files (and the C API's, whose config text has no folder of its own).
   std::string file;
+  int64_t n_rbf = 20;        // schnet: Gaussians of the radial basis (hidden: one width)
+  int64_t interactions = 3;  // schnet: continuous-filter convolutions
+};
+
+// The neighbor list of interatomic potentials (data/neighbor_list.h), rebuilt for every batch.
+struct GraphSection {
+  double cutoff = 0.0;        // 0: the store's neighbor_list
+  int64_t max_neighbors = 0;  // 0: no limit
+  bool self_loops = false;
 };
 
 struct LossSection {
   LossKind name = LossKind::CrossEntropy;
   double temperature = 0.1;  // stage supcon (base_temperature is the same, as in BioEncoder)
+  // energy_force (launch/train/atomistic_steps.h):
+  double energy_weight = 1.0;
+  double force_weight = 1.0;
+  double stress_weight = 0.0;
+  bool per_atom_energy = true;
+  ErrorKind kind = ErrorKind::Mse;
+  double huber_delta = 0.01;
+  int64_t switch_step = 0;            // from this optimizer step on, the *_after weights; 0: never
+  double energy_weight_after = -1.0;  // negative: keep energy_weight
+  double force_weight_after = -1.0;
+  double stress_weight_after = -1.0;
 };
 
 struct OptimSection {
@@ -150,6 +186,11 @@ struct TrainSection {
   double swa_lr = 0.0;         // constant lr from swa_start; 0: the schedule's lr is kept
   bool tensorboard = true;     // rank 0 writes TensorBoard event files to out_dir/tb
   std::string trace;           // the merged timeline of every rank (Chrome trace JSON); empty: off
+  // The per-op profile (launch/observe/op_profile.h): rank 0 prints its table at the end, with
+  // the profile_rows rows of most self time, and writes every row to profile_json (when set).
+  bool profile = false;
+  int64_t profile_rows = 30;
+  std::string profile_json;
   nn::Precision precision = nn::Precision::Float32;  // autocast (nn/mixed_precision.h)
   int64_t loss_scale_growth_interval = 2000;         // fp16: clean steps before the scale grows
 };
@@ -177,6 +218,7 @@ struct DistributedSection {
 struct TrainConfig {
   DataSection data;
   ModelSection model;
+  GraphSection graph;
   LossSection loss;
   OptimSection optim;
   SchedSection sched;

@@ -9,12 +9,15 @@
 #include "mpigrad/core/checked_math.h"
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/rng.h"
+#include "mpigrad/data/neighbor_list.h"
 #include "mpigrad/data/transforms.h"
 #include "mpigrad/nn/checkpoint.h"
 #include "mpigrad/nn/models.h"
+#include "mpigrad/nn/onnx/onnx_energy_model.h"
 #include "mpigrad/nn/onnx/onnx_model.h"
 #include "mpigrad/nn/optim/adam.h"
 #include "mpigrad/nn/optim/sgd.h"
+#include "mpigrad/nn/schnet.h"
 
 namespace mpigrad::launch {
 
@@ -104,6 +107,8 @@ void check_model_size(const ModelSection& model, const core::Shape& input_shape,
     }
     case ModelKind::Onnx:
       return;  // the file's weights are its own; reading them checked their sizes
+    case ModelKind::SchNet:
+      return;  // make_model refuses it; make_atomistic_model checks its widths
     case ModelKind::Conv: {
       if (input_shape.size() != 3) return;
       int64_t channels = input_shape[0];
@@ -260,6 +265,10 @@ std::shared_ptr<nn::Module> make_model(const ModelSection& model, const core::Sh
         return nn::make_resnet(input_shape, model.depth, model.width, outputs, generator);
       case ModelKind::Onnx:
         break;  // above
+      case ModelKind::SchNet:
+        core::fail(
+            "[model] name = schnet is an interatomic potential; train it with [loss] name = "
+            "energy_force on atomic structures");
     }
   } catch (const core::Error& error) {
     core::fail("[model]: ", error.what());
@@ -296,6 +305,10 @@ nn::Encoder make_encoder(const ModelSection& model, const core::Shape& input_sha
         core::fail(
             "[model] name = onnx has no encoder to split off (the graph is one piece); "
             "two-stage training takes mlp, cnn or resnet");
+      case ModelKind::SchNet:
+        core::fail(
+            "[model] name = schnet is an interatomic potential; two-stage training takes mlp, "
+            "cnn or resnet");
     }
   } catch (const core::Error& error) {
     core::fail("[model]: ", error.what());
@@ -443,6 +456,90 @@ std::unique_ptr<nn::LRScheduler> make_scheduler(const SchedSection& sched, nn::O
   core::fail("[sched] name: unhandled scheduler kind");
 }
 
+bool is_atomistic(const TrainConfig& config) {
+  return config.loss.name == LossKind::EnergyForce;
+}
+
+data::BatchingOptions batching_options(const TrainConfig& config, int64_t rank, int64_t ranks) {
+  data::BatchingOptions options;
+  options.batch_size = config.train.batch_size;
+  options.max_atoms = config.data.max_atoms;
+  options.samples_per_dataset = config.data.samples_per_dataset;
+  options.epoch_policy = config.data.epoch_policy;
+  options.replacement = config.data.replacement;
+  options.shuffle = config.train.shuffle;
+  options.seed = config.train.seed;
+  options.num_replicas = ranks;
+  options.rank = rank;
+  return options;
+}
+
+std::shared_ptr<nn::AtomisticModel> make_atomistic_model(const TrainConfig& config) {
+  const ModelSection& model = config.model;
+  if (model.name == ModelKind::Onnx) {
+    MPIGRAD_CHECK(!model.file.empty(), "[model] file: name = onnx needs the .onnx file to train");
+    MPIGRAD_CHECK(std::filesystem::is_regular_file(model.file), "[model] file: '", model.file,
+                  "' does not exist");
+    std::shared_ptr<nn::OnnxModel> graph = nn::OnnxModel::load(model.file);
+    MPIGRAD_CHECK(nn::OnnxEnergyModel::is_energy_model(*graph), "[model] file: '", model.file,
+                  "' is not an interatomic potential for [loss] name = energy_force: its inputs ",
+                  "must be named from positions, atomic_numbers, edge_index, edge_shifts, batch, "
+                  "cell (torch.onnx.export(..., input_names=[...]))");
+    return std::make_shared<nn::OnnxEnergyModel>(graph);
+  }
+  MPIGRAD_CHECK(model.name == ModelKind::SchNet,
+                "[model] name: ", core::enum_name(model.name, kModelKindNames),
+                " is not an interatomic potential; [loss] name = energy_force trains schnet, or "
+                "onnx with a potential's graph");
+  MPIGRAD_CHECK(model.hidden.size() == 1,
+                "[model] hidden: schnet takes one width (features per "
+                "atom and filters per edge), e.g. hidden = 64; got ",
+                model.hidden.size(), " values (the default 256,128 is the mlp's)");
+  MPIGRAD_CHECK(config.graph.cutoff > 0,
+                "[graph] cutoff: schnet takes its cutoff from [graph] "
+                "cutoff, which must then be set (the neighbor list is rebuilt with it)");
+  nn::SchNetOptions options;
+  options.hidden = model.hidden.front();
+  options.n_rbf = model.n_rbf;
+  options.interactions = model.interactions;
+  options.cutoff = config.graph.cutoff;
+  MPIGRAD_CHECK(options.hidden >= 2, "[model] hidden: schnet needs a width of at least 2, got ",
+                options.hidden);
+  // Its largest layers are hidden x hidden per interaction: a size that cannot fit names the key.
+  const int64_t square = core::checked_mul(options.hidden, options.hidden, "[model] hidden");
+  const int64_t per_block = core::checked_mul(square, 4, "[model] hidden");
+  check_fits_in_memory(
+      core::checked_mul(core::checked_mul(per_block, options.interactions, "[model] interactions"),
+                        4, "[model] hidden"),
+      "[model] hidden and interactions: schnet's float32 parameters");
+  core::Generator generator(config.train.seed);
+  return std::make_shared<nn::SchNet>(options, generator);
+}
+
+EnergyForceLossOptions energy_force_options(const LossSection& loss) {
+  EnergyForceLossOptions options;
+  options.weights = {loss.energy_weight, loss.force_weight, loss.stress_weight};
+  options.switch_step = loss.switch_step;
+  options.weights_after = {loss.energy_weight_after, loss.force_weight_after,
+                           loss.stress_weight_after};
+  options.per_atom_energy = loss.per_atom_energy;
+  options.kind = loss.kind;
+  options.huber_delta = loss.huber_delta;
+  return options;
+}
+
+InputTransform graph_transform(const GraphSection& graph) {
+  if (graph.cutoff <= 0) return {nullptr, "the store's neighbor lists"};
+  std::ostringstream text;
+  text << "neighbor lists rebuilt per batch, cutoff " << graph.cutoff;
+  if (graph.max_neighbors > 0) text << ", at most " << graph.max_neighbors << " neighbors";
+  if (graph.self_loops) text << ", self loops";
+  return {data::radius_graph_transform({.cutoff = graph.cutoff,
+                                        .max_neighbors = graph.max_neighbors,
+                                        .self_loops = graph.self_loops}),
+          text.str()};
+}
+
 RegressionLoss make_regression_loss(LossKind loss) {
   switch (loss) {
     case LossKind::Mse:
@@ -454,6 +551,7 @@ RegressionLoss make_regression_loss(LossKind loss) {
         return nn::l1_loss(prediction, target, r);
       };
     case LossKind::CrossEntropy:
+    case LossKind::EnergyForce:
       break;
   }
   core::fail("[loss] name: ", core::enum_name(loss, kLossKindNames), " is not a regression loss");

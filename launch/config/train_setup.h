@@ -1,5 +1,5 @@
-// What the [model] [loss] [optim] [sched] sections of a TrainConfig build. `mpigrad train` and
-// the C API (launch/insitu/) both build through these, so a key means the same in both.
+// What the [model] [graph] [loss] [optim] [sched] sections of a TrainConfig build. `mpigrad train`
+// and the C API (launch/insitu/) both build through these, so a key means the same in both.
 #pragma once
 
 #include <cstdint>
@@ -9,8 +9,11 @@
 #include "mpigrad/core/shape.h"
 #include "mpigrad/data/batch.h"
 #include "mpigrad/data/data_loader.h"
+#include "mpigrad/data/training_data.h"
 #include "mpigrad/launch/config/train_config.h"
+#include "mpigrad/launch/train/atomistic_steps.h"
 #include "mpigrad/launch/train/training_steps.h"
+#include "mpigrad/nn/atomistic.h"
 #include "mpigrad/nn/encoder_with_head.h"
 #include "mpigrad/nn/models.h"
 #include "mpigrad/nn/module.h"
@@ -80,6 +83,28 @@ void check_schedule(const SchedSection& sched, int64_t run_steps);
 // when the caller knows it (cosine's length unless [sched] total_steps is set), else 0.
 std::unique_ptr<nn::LRScheduler> make_scheduler(const SchedSection& sched, nn::Optimizer& optimizer,
                                                 int64_t run_steps);
+
+// Interatomic potentials (docs/interatomic-potentials.md) ------------------------------------
+
+// Whether the config trains an interatomic potential: [loss] name = energy_force.
+bool is_atomistic(const TrainConfig& config);
+
+// The order of an atomistic run's training batches on rank `rank` of `ranks`: [train]
+// batch_size, shuffle and seed, and [data] max_atoms, samples_per_dataset, epoch_policy and
+// replacement (data/training_data.h's make_batch_sampler takes them).
+data::BatchingOptions batching_options(const TrainConfig& config, int64_t rank, int64_t ranks);
+
+// The potential of [model]: schnet (hidden: one width, n_rbf, interactions, the cutoff of
+// [graph]) initialized from [train] seed, or an onnx graph whose inputs are named as a
+// potential's (nn::OnnxEnergyModel). Errors name the key at fault.
+std::shared_ptr<nn::AtomisticModel> make_atomistic_model(const TrainConfig& config);
+
+// [loss]'s energy_force settings.
+EnergyForceLossOptions energy_force_options(const LossSection& loss);
+
+// The neighbor list [graph] asks for, as the loaders' transform (data/neighbor_list.h); a null
+// transform with cutoff 0 (the store's list is used).
+InputTransform graph_transform(const GraphSection& graph);
 
 // mse or l1; core::Error for a loss that is not a regression loss.
 RegressionLoss make_regression_loss(LossKind loss);

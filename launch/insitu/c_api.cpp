@@ -110,6 +110,8 @@ mpigrad_status status_of(EmbedErrorKind kind) {
       return MPIGRAD_ERROR_CONFIG;
     case EmbedErrorKind::File:
       return MPIGRAD_ERROR_FILE;
+    case EmbedErrorKind::Value:
+      return MPIGRAD_ERROR_INVALID_ARGUMENT;
   }
   return MPIGRAD_ERROR_RUNTIME;
 }
@@ -286,6 +288,16 @@ void check_samples(const EmbeddedModel& model, const core::Tensor& tensor,
                   " and rank and every extent must match; expected ", want);
 }
 
+// The sample calls refuse an interatomic potential before they look at any array's shape.
+const std::shared_ptr<EmbeddedModel>& samples_model(const std::shared_ptr<EmbeddedModel>& model) {
+  if (model->atomistic()) {
+    throw CallError(MPIGRAD_ERROR_CONFIG,
+                    "this model is an interatomic potential ([loss] name = energy_force): pass "
+                    "atomic structures to mpigrad_atoms_predict and mpigrad_atoms_train_step");
+  }
+  return model;
+}
+
 // Runs `body` with the caller's CUDA stream (a cudaStream_t; null: the current one) as the
 // current stream of the model's device, so every kernel and copy of the call is queued on it,
 // after the caller's work, and nothing waits for the device.
@@ -404,7 +416,7 @@ mpigrad_status mpigrad_train_step_on_stream(mpigrad_model model, const mpigrad_a
                                             const mpigrad_array* label, double* loss,
                                             void* stream) {
   return guarded("mpigrad_train_step", [&] {
-    std::shared_ptr<EmbeddedModel> target = registry().find(model);
+    std::shared_ptr<EmbeddedModel> target = samples_model(registry().find(model));
     on_stream(*target, stream, [&] {
       core::Tensor x = wrap(input, "input");
       core::Tensor y = wrap(label, "label");
@@ -466,7 +478,7 @@ mpigrad_status mpigrad_predict(mpigrad_model model, const mpigrad_array* input,
 mpigrad_status mpigrad_predict_on_stream(mpigrad_model model, const mpigrad_array* input,
                                          const mpigrad_array* output, void* stream) {
   return guarded("mpigrad_predict", [&] {
-    std::shared_ptr<EmbeddedModel> target = registry().find(model);
+    std::shared_ptr<EmbeddedModel> target = samples_model(registry().find(model));
     on_stream(*target, stream, [&] {
       core::Tensor x = wrap(input, "input");
       core::Tensor out = wrap(output, "output");
@@ -538,7 +550,7 @@ mpigrad_status mpigrad_train_step_multi(mpigrad_model model, int32_t n_inputs,
                                         const mpigrad_array* inputs, int32_t n_labels,
                                         const mpigrad_array* labels, double* loss) {
   return guarded("mpigrad_train_step_multi", [&] {
-    std::shared_ptr<EmbeddedModel> target = registry().find(model);
+    std::shared_ptr<EmbeddedModel> target = samples_model(registry().find(model));
     std::vector<core::Tensor> x = wrap_all(n_inputs, inputs, "inputs", target->input_count());
     std::vector<core::Tensor> y = wrap_all(n_labels, labels, "labels", target->output_count());
     core::Tensor value;
@@ -559,7 +571,7 @@ mpigrad_status mpigrad_predict_multi(mpigrad_model model, int32_t n_inputs,
                                      const mpigrad_array* inputs, int32_t n_outputs,
                                      const mpigrad_array* outputs) {
   return guarded("mpigrad_predict_multi", [&] {
-    std::shared_ptr<EmbeddedModel> target = registry().find(model);
+    std::shared_ptr<EmbeddedModel> target = samples_model(registry().find(model));
     std::vector<core::Tensor> x = wrap_all(n_inputs, inputs, "inputs", target->input_count());
     std::vector<core::Tensor> out = wrap_all(n_outputs, outputs, "outputs", target->output_count());
     for (size_t i = 0; i < out.size(); ++i) {
@@ -635,6 +647,84 @@ mpigrad_status mpigrad_copied_bytes(mpigrad_model model, int64_t* bytes) {
   return guarded("mpigrad_copied_bytes", [&] {
     require_pointer(bytes, "bytes");
     *bytes = registry().find(model)->copied_bytes();
+  });
+}
+
+}  // extern "C"
+
+namespace {
+
+// The caller's structures as EmbeddedModel takes them: each array given wrapped where it lies.
+mpigrad::launch::HostAtoms host_atoms(const mpigrad_atoms* atoms) {
+  require_pointer(atoms, "atoms");
+  mpigrad::launch::HostAtoms host;
+  host.positions = wrap(atoms->positions, "positions");
+  host.atomic_numbers = wrap(atoms->atomic_numbers, "atomic_numbers");
+  const auto optional = [](const mpigrad_array* array, const char* name) {
+    return array != nullptr ? wrap(array, name) : core::Tensor();
+  };
+  host.num_atoms = optional(atoms->num_atoms, "num_atoms");
+  host.cell = optional(atoms->cell, "cell");
+  host.pbc = optional(atoms->pbc, "pbc");
+  host.edge_index = optional(atoms->edge_index, "edge_index");
+  host.edge_shifts = optional(atoms->edge_shifts, "edge_shifts");
+  if (atoms->index_base != 0 && atoms->index_base != 1) {
+    throw CallError(MPIGRAD_ERROR_INVALID_ARGUMENT, "index_base is ", atoms->index_base,
+                    "; expected 0 (C) or 1 (Fortran)");
+  }
+  host.index_base = atoms->index_base;
+  return host;
+}
+
+// An output array of floats holding `shape` (C order; energy [B] may also be [B, 1]).
+core::Tensor output_array(const mpigrad_array* array, const char* name, const core::Shape& shape) {
+  core::Tensor out = wrap(array, name);
+  if (!core::is_floating(out.dtype())) {
+    throw CallError(MPIGRAD_ERROR_DTYPE, name, ": dtype ", out.dtype(),
+                    "; energies and forces are written as float64 or float32");
+  }
+  const bool column = shape.size() == 1 && out.dim() == 2 && out.size(1) == 1;
+  if (out.shape() != shape && !(column && out.size(0) == shape[0])) {
+    throw CallError(MPIGRAD_ERROR_SHAPE, name, ": shape ", shape_text(array), "; expected ",
+                    in_caller_order(shape, array->order == MPIGRAD_ORDER_FORTRAN));
+  }
+  return out;
+}
+
+}  // namespace
+
+extern "C" {
+
+mpigrad_status mpigrad_atoms_predict(mpigrad_model model, const mpigrad_atoms* atoms,
+                                     const mpigrad_array* energy, const mpigrad_array* forces) {
+  return guarded("mpigrad_atoms_predict", [&] {
+    std::shared_ptr<EmbeddedModel> target = registry().find(model);
+    const mpigrad::launch::HostAtoms host = host_atoms(atoms);
+    const int64_t structures = mpigrad::launch::structure_count(host);
+    core::Tensor energy_out = output_array(energy, "energy", {structures});
+    core::Tensor forces_out;
+    if (forces != nullptr) {
+      forces_out = output_array(forces, "forces", {host.positions.size(0), 3});
+    }
+    const EmbeddedModel::AtomsPrediction predicted = target->predict_atoms(host, forces != nullptr);
+    core::NoGradGuard no_grad;
+    energy_out.copy_(predicted.energy.reshape(energy_out.shape()));
+    if (forces_out.defined()) forces_out.copy_(predicted.forces);
+  });
+}
+
+mpigrad_status mpigrad_atoms_train_step(mpigrad_model model, const mpigrad_atoms* atoms,
+                                        const mpigrad_array* energy, const mpigrad_array* forces,
+                                        double* loss) {
+  return guarded("mpigrad_atoms_train_step", [&] {
+    std::shared_ptr<EmbeddedModel> target = registry().find(model);
+    // Wrapping fails only on a malformed descriptor; the model's checks of shapes and contents
+    // are agreed between the ranks before the step.
+    const mpigrad::launch::HostAtoms host = host_atoms(atoms);
+    const core::Tensor energy_label = wrap(energy, "energy");
+    const core::Tensor forces_label = forces != nullptr ? wrap(forces, "forces") : core::Tensor();
+    core::Tensor value = target->train_step_atoms(host, energy_label, forces_label);
+    if (loss != nullptr) *loss = value.item<double>();
   });
 }
 

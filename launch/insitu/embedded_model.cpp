@@ -25,6 +25,7 @@ namespace {
 
 // The part of the config table an embedded model reads.
 const std::string kEmbedKeys[] = {"model",
+                                  "graph",
                                   "loss",
                                   "optim",
                                   "sched",
@@ -136,6 +137,12 @@ void EmbeddedModel::build(const std::string& config, std::optional<uint64_t> see
   if (seed) config_.train.seed = *seed;
   const ModelSection& model = config_.model;
   const bool onnx = model.name == ModelKind::Onnx;
+  atomistic_ = is_atomistic(config_);
+  if (atomistic_) {
+    build_atomistic(origin);
+    check_schedule(config_.sched, 0);
+    return;
+  }
   // An ONNX graph declares its input and output shapes; the built-in models need them given.
   MPIGRAD_CHECK(onnx || !model.input_shape.empty(), origin,
                 ": [model] input_shape is required (one "
@@ -177,6 +184,7 @@ void EmbeddedModel::build(const std::string& config, std::optional<uint64_t> see
 // (train_step_multi's "inputs[i]" and "labels[i]"), the sum over the graph's outputs of the
 // loss of each against its label array.
 StepFunction EmbeddedModel::step_function() const {
+  if (atomistic_) return nullptr;  // the Run's energy_force_step, as mpigrad train's
   StepFunction single = make_supervised_step(config_.loss.name, "input", "label");
   if (config_.model.name != ModelKind::Onnx) return single;
   const LossKind loss = config_.loss.name;
@@ -236,6 +244,27 @@ std::string EmbeddedModel::graphs_unavailable() const {
   // The loss scale is a number the capture would keep, while the scaler changes it.
   if (config_.train.precision == nn::Precision::Float16) return "precision = fp16 (loss scaling)";
   return "";
+}
+
+// A potential of [model] and [graph] (make_atomistic_model, as mpigrad train builds it). Its
+// "samples" are atoms: an input of [3] (a position) and an output of [] (an energy) stand for the
+// sample shapes the array calls use, which refuse a potential.
+void EmbeddedModel::build_atomistic(const std::string& origin) {
+  try {
+    module_ = make_atomistic_model(config_);
+  } catch (const core::Error& error) {
+    core::fail(origin, ": ", error.what());
+  }
+  MPIGRAD_CHECK(!energy_force_options(config_.loss).uses_stress(), origin,
+                ": [loss] stress_weight: the atoms calls take no stress labels; set it to 0");
+  input_shapes_ = {core::Shape{3}};
+  output_shapes_ = {core::Shape{}};
+  input_dtypes_ = {core::kFloat32};
+  if (config_.train.cuda_graphs) {
+    graphs_off_ = "an interatomic potential (its neighbor lists change every step)";
+    RankLogger(rank(), world_size(), stderr, stderr)
+        .info("mpigrad: [train] cuda_graphs: off, " + graphs_off_);
+  }
 }
 
 // The graph's inputs, as [model] input_shape (the first) or the file declares them (every
@@ -399,6 +428,7 @@ void EmbeddedModel::check_samples(const core::Tensor& array, ArrayRole role, con
 }
 
 core::Tensor EmbeddedModel::train_step(const core::Tensor& input, const core::Tensor& label) {
+  require_atomistic("train_step", false);
   // With cuda_graphs, the arrays are converted (if they must be) on the step's stream too: a copy
   // made on the caller's stream would go back to that stream's cache while the step still reads it.
   std::optional<CapturedStep::Scope> on_step_stream;
@@ -440,6 +470,7 @@ std::vector<core::Tensor> EmbeddedModel::prepare_inputs(const std::vector<core::
 
 core::Tensor EmbeddedModel::train_step_multi(const std::vector<core::Tensor>& inputs,
                                              const std::vector<core::Tensor>& labels) {
+  require_atomistic("train_step_multi", false);
   graph("train_step_multi");
   std::optional<CapturedStep::Scope> on_step_stream;
   if (CudaGraphHook* graphs = run_->hook<CudaGraphHook>()) {
@@ -466,9 +497,11 @@ core::Tensor EmbeddedModel::train_step_multi(const std::vector<core::Tensor>& in
 // precision), backward (averaged over the ranks by DDP), and the optimizer every
 // grad_accum_steps calls, with loss scaling, clipping and the schedule, as in mpigrad train.
 core::Tensor EmbeddedModel::run_batch(data::Batch& batch, bool arrays_in_place) {
-  const int64_t n = batch.fields.front().second.size(0);
-  batch.indices.resize(size_t(n));
-  std::iota(batch.indices.begin(), batch.indices.end(), int64_t(0));
+  if (batch.indices.empty()) {  // samples; a batch of structures comes with its indices
+    batch.indices.resize(size_t(batch.fields.front().second.size(0)));
+    std::iota(batch.indices.begin(), batch.indices.end(), int64_t(0));
+  }
+  const int64_t n = batch.size();
   if (CudaGraphHook* graphs = run_->hook<CudaGraphHook>()) {
     graphs->set_arrays_in_place(arrays_in_place);
   }
@@ -477,7 +510,9 @@ core::Tensor EmbeddedModel::run_batch(data::Batch& batch, bool arrays_in_place) 
   const double lr = run_->optimizer()->param_groups().front().lr;  // the lr this step uses
   run_->strategy().train_batch(batch);
   last_loss_ = context.loss.detach();
-  last_batch_ = n;
+  // A potential's loss is each rank's part of the global loss already (atomistic_steps.h): the
+  // plain mean of the ranks' is the global batch's.
+  last_batch_ = atomistic_ ? 1 : n;
   if (context.step > steps_before && step_callback_) step_callback_(context.step, lr);
   return last_loss_;
 }
@@ -487,6 +522,7 @@ int64_t EmbeddedModel::steps() const {
 }
 
 std::vector<core::Tensor> EmbeddedModel::predict_multi(const std::vector<core::Tensor>& inputs) {
+  require_atomistic("predict_multi", false);
   nn::OnnxModel& onnx = graph("predict_multi");
   std::vector<core::Tensor> x = prepare_inputs(inputs, "predict_multi");
   core::NoGradGuard no_grad;
@@ -524,6 +560,7 @@ double EmbeddedModel::mean_loss() {
 }
 
 core::Tensor EmbeddedModel::predict(const core::Tensor& input) {
+  require_atomistic("predict", false);
   core::Tensor x = prepare_input(input, "input", 0);
   core::NoGradGuard no_grad;
   const bool was_training = module_->is_training();

@@ -41,6 +41,13 @@
 // Copies: an input or label is used where it lies when it is float32 (labels: float32, or
 // int64 for cross_entropy), dense, and on the model's device; otherwise it is converted or
 // moved first, and copied_bytes() counts what that cost.
+//
+// Interatomic potentials: with [loss] name = energy_force ([model] name = schnet, or an ONNX energy
+// model; docs/interatomic-potentials.md) the model takes atomic structures, not arrays of samples:
+// predict_atoms gives energies and forces, train_step_atoms takes one step of
+// launch/train/atomistic_steps.h's energy_force_step on labelled structures (through the same
+// TrainingStrategy as mpigrad train), and train_step/predict refuse it. The neighbor list is the
+// host's or [graph]'s radius graph (launch/insitu/atoms_batch.h).
 #pragma once
 
 #include <cstdint>
@@ -54,6 +61,7 @@
 #include "mpigrad/core/shape.h"
 #include "mpigrad/core/tensor.h"
 #include "mpigrad/launch/config/train_config.h"
+#include "mpigrad/launch/insitu/atoms_batch.h"
 #include "mpigrad/launch/job/distributed_manager.h"
 #include "mpigrad/launch/train/training_strategy.h"
 #include "mpigrad/nn/module.h"
@@ -67,7 +75,9 @@ namespace mpigrad::launch {
 class Run;
 
 // What an embedded model's failure was about, so the C API can return a code for each kind.
-enum class EmbedErrorKind : uint8_t { Shape, DType, Config, File };
+// Value: an array's contents (an atomic number the model does not know, an edge between two
+// structures).
+enum class EmbedErrorKind : uint8_t { Shape, DType, Config, File, Value };
 
 class EmbedError : public core::Error {
  public:
@@ -122,6 +132,25 @@ class EmbeddedModel {
                                 const std::vector<core::Tensor>& labels);
   std::vector<core::Tensor> predict_multi(const std::vector<core::Tensor>& inputs);
   size_t input_count() const { return input_shapes_.size(); }
+
+  // Interatomic potentials ([loss] name = energy_force). A model of another loss is an
+  // EmbedError (Config); arrays that do not fit are EmbedErrors naming the array (atoms_batch.h),
+  // with " (rank r of n)" when the model is distributed.
+  bool atomistic() const { return atomistic_; }
+  struct AtomsPrediction {
+    core::Tensor energy;  // [B] float32
+    core::Tensor forces;  // [V, 3] float32 (-dE/dpositions); undefined unless asked for
+  };
+  // Energies (and forces) of the structures in evaluation mode. Local.
+  AtomsPrediction predict_atoms(const HostAtoms& atoms, bool forces);
+  // One training step on this rank's labelled structures: energy [B], forces [V, 3] (undefined
+  // when the loss weighs no forces). Collective: the ranks first agree that every rank's arrays
+  // fit (one all-reduce), so a bad array on one rank fails every rank with its message instead of
+  // leaving the others waiting. Returns this rank's part of the global loss (its structures'
+  // errors over the global batch's structure count, times the ranks: mean_loss() averages them
+  // to the loss of the global batch).
+  core::Tensor train_step_atoms(const HostAtoms& atoms, const core::Tensor& energy,
+                                const core::Tensor& forces);
   size_t output_count() const { return output_shapes_.size(); }
 
   // The weights alone, as a checkpoint torch can load (/model/<name>); written by rank 0. A file
@@ -160,6 +189,14 @@ class EmbeddedModel {
   // Why [train] cuda_graphs cannot be honoured for this model, or "".
   std::string graphs_unavailable() const;
   void build_onnx(const std::string& origin);
+  void build_atomistic(const std::string& origin);
+  // EmbedError (Config) naming `call` unless the model is (or, `expected` false, is not) a
+  // potential.
+  void require_atomistic(const char* call, bool expected) const;
+  AtomsBatchOptions atoms_options() const;
+  // Throws on every rank if `local` (this rank's failure) or another rank's is set; the message
+  // names the rank that failed. Collective when distributed.
+  void agree(const std::optional<EmbedError>& local);
   nn::OnnxModel& graph(const char* call);
   core::Tensor prepare_input(const core::Tensor& input, const char* what, size_t index);
   std::vector<core::Tensor> prepare_inputs(const std::vector<core::Tensor>& inputs,
@@ -192,6 +229,7 @@ class EmbeddedModel {
   StepCallback step_callback_;
   int64_t copied_bytes_ = 0;
   std::string graphs_off_;  // why [train] cuda_graphs does not apply, when asked for
+  bool atomistic_ = false;
 };
 
 }  // namespace mpigrad::launch

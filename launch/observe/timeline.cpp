@@ -81,20 +81,27 @@ std::string Timeline::render(int rank, double scale) const {
   for (const TimelineEvent& event : events_) {
     out.append(",\n{\"name\":");
     append_json_string(out, event.name);
-    std::snprintf(number, sizeof(number), ",\"cat\":\"mpigrad\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d",
-                  trace_pid(rank), trace_tid(event.lane));
+    out.append(",\"cat\":");
+    append_json_string(out, event.category != nullptr ? event.category : "mpigrad");
+    std::snprintf(number, sizeof(number), ",\"ph\":\"X\",\"pid\":%d,\"tid\":%d", trace_pid(rank),
+                  trace_tid(event.lane));
     out.append(number);
     std::snprintf(number, sizeof(number), ",\"ts\":%.3f,\"dur\":%.3f",
                   double(event.begin_ns - origin_ns_) * microseconds_per_ns,
                   double(event.duration_ns) * microseconds_per_ns);
     out.append(number);
-    if (event.arg_count > 0) {
+    if (event.arg_count > 0 || event.op_type != nullptr) {
       out.append(",\"args\":{");
       for (int32_t i = 0; i < event.arg_count && i < 2; ++i) {
         if (i > 0) out.push_back(',');
         append_json_string(out, event.arg_names[i]);
         out.push_back(':');
         out.append(std::to_string(event.arg_values[i]));
+      }
+      if (event.op_type != nullptr) {
+        if (event.arg_count > 0) out.push_back(',');
+        out.append("\"op_type\":");
+        append_json_string(out, event.op_type);
       }
       out.push_back('}');
     }

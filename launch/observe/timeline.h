@@ -4,8 +4,8 @@
 //
 // Cost. Code that may record holds a `Timeline*` that is null when tracing is off; a Span on a
 // null timeline is one predictable branch in its constructor and one in its destructor: no
-// clock read, no allocation. On, a span is two steady_clock reads and one push_back of a
-// 64-byte event into a vector reserved ahead; names and argument keys are string literals, kept
+// clock read, no allocation. On, a span is two steady_clock reads and one push_back of an
+// 80-byte event into a vector reserved ahead; names and argument keys are string literals, kept
 // as pointers. A rank keeps at most max_events events (the rest are counted as dropped and the
 // file says how many), so a long run cannot exhaust memory: trace a short run, as with
 // Horovod's timeline.
@@ -24,7 +24,9 @@
 // Output: {"traceEvents": [...]} with one complete event (ph "X", ts and dur in microseconds)
 // per span, pid = rank + 1, tid = lane + 1 (lane 0: the training loop; 1 + b: gradient bucket b,
 // whose averaging overlaps backward; ids start at 1 because Perfetto reads pid 0 and tid 0 as
-// the kernel's swapper), and process_name ("rank N") and thread_name metadata.
+// the kernel's swapper), and process_name ("rank N") and thread_name metadata. With `mpigrad
+// train --profile` the per-op spans (launch/observe/op_profile.h) join lane 0, nested under the
+// loop's stages.
 #pragma once
 
 #include <chrono>
@@ -34,23 +36,27 @@
 #include <string>
 #include <vector>
 
+#include "mpigrad/core/profiler.h"
+
 namespace mpigrad::launch {
 
 class Communicator;
 
 struct TimelineEvent {
-  const char* name;  // a string literal
+  const char* name;  // a string literal, or a name that outlives the timeline (an ONNX node's)
   int64_t begin_ns;  // steady_clock
   int64_t duration_ns;
   int32_t lane;       // the trace's tid
   int32_t arg_count;  // how many of the arguments below are set (0 to 2)
   const char* arg_names[2];
   int64_t arg_values[2];
+  const char* category = nullptr;  // the trace's "cat" (a profiled span's kind); null: "mpigrad"
+  const char* op_type = nullptr;   // an ONNX node's op type, written as the argument "op_type"
 };
 
 class Timeline {
  public:
-  static constexpr size_t kDefaultMaxEvents = size_t(1) << 20;  // 64 MiB of events
+  static constexpr size_t kDefaultMaxEvents = size_t(1) << 20;  // 80 MiB of events
   explicit Timeline(size_t max_events = kDefaultMaxEvents);
 
   static int64_t now_ns() {
@@ -93,11 +99,13 @@ class Timeline {
   std::map<int32_t, std::string> lane_names_;
 };
 
-// Times a scope into a timeline, or does nothing when the timeline is null.
+// Times a scope into a timeline, or does nothing when the timeline is null. It is also a stage
+// ("phase") of the per-op profile when one records on this thread (core/profiler.h), so the
+// loop's stages are rows of `--profile`'s table without a second span in the loop.
 class Span {
  public:
   Span(Timeline* timeline, const char* name, int32_t lane = 0) noexcept
-      : timeline_(timeline), name_(name), lane_(lane) {
+      : timeline_(timeline), name_(name), lane_(lane), profile_(name, core::ProfileKind::Phase) {
     if (timeline_ != nullptr) [[unlikely]]
       begin_ns_ = Timeline::now_ns();
   }
@@ -113,6 +121,7 @@ class Span {
   const char* name_;
   int32_t lane_;
   int64_t begin_ns_ = 0;
+  core::ProfileSpan profile_;
 };
 
 // Collective over `world` (a communicator of host tensors, such as the manager's world): gathers

@@ -8,6 +8,7 @@
 #include "mpigrad/core/error.h"
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/reduce.h"
+#include "mpigrad/core/profiler.h"
 #include "mpigrad/launch/ddp/zero_redundancy.h"
 #include "mpigrad/launch/observe/timeline.h"
 
@@ -200,6 +201,7 @@ void TrainingStrategy::run(data::DataLoader& train_loader, data::DataLoader* val
     call(HookStage::AfterEpoch);
     if (val_loader != nullptr) {
       {
+        core::ProfilePause not_profiled;  // the per-op profile covers the training steps
         Span validation(ctx.timeline, "validation");
         // Without an evaluation function the metrics come from hooks (RetrievalMetricsHook).
         ctx.metrics = evaluate_ ? validate(*val_loader) : std::map<std::string, double>{};

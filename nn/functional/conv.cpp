@@ -57,14 +57,35 @@ void release_weight_gradients_early(const core::Node& node, std::vector<Tensor>&
   for (size_t i = 1; i < grads.size(); ++i) core::release_gradient_early(node, grads, i);
 }
 
+// The convolution family for derivatives of any order (each saves its operands dense, and its
+// backward lets them stand in for its inputs, core::stand_in): C(X, W) the convolution itself (no
+// bias), D(G, W) its data gradient (a transposed convolution) and F(X, G) its filter gradient, all
+// for one Conv2dShape. Each is bilinear, and the derivatives of each are the others:
+//   C(X, W), upstream G:  dX = D(G, W),  dW = F(X, G)
+//   D(G, W), upstream H:  dG = C(H, W),  dW = F(H, G)
+//   F(X, G), upstream K:  dX = D(G, K),  dG = C(X, K)
+// so a backward with create_graph computes convolution gradients as these ops, and they record
+// a graph of their own.
+Tensor convolve(const Tensor& x, const Tensor& w, const core::Conv2dShape& shape);
+Tensor convolve_data_grad(const Tensor& g, const Tensor& w, const core::Conv2dShape& shape);
+Tensor convolve_filter_grad(const Tensor& x, const Tensor& g, const core::Conv2dShape& shape);
+
 struct Conv2dBackward final : core::Node {
   core::Conv2dShape shape;
   core::SavedTensor input, weight;
   bool has_bias = false;
   const char* name() const override { return "Conv2dBackward"; }
+  bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad_output, std::vector<Tensor>& grads) override {
-    const Tensor& x = input.get(*this);
-    const Tensor& w = weight.get(*this);
+    const Tensor x = input.get(*this);
+    const Tensor w = weight.get(*this);
+    if (core::grad_enabled()) {
+      // create_graph: the family's ops, on the saved operands standing in for the inputs.
+      if (next[1]) grads[1] = convolve_filter_grad(core::stand_in(x, next[0]), grad_output, shape);
+      if (has_bias && next[2]) grads[2] = core::sum(grad_output, {0, 2, 3});
+      if (next[0]) grads[0] = convolve_data_grad(grad_output, core::stand_in(w, next[1]), shape);
+      return;
+    }
     Tensor g = grad_output.contiguous();
     auto& backend = core::backend_for(x.device());
     if (next[1]) {
@@ -95,7 +116,22 @@ struct MixedConv2dBackward final : core::Node {
   Tensor input_low, weight_low;
   bool has_bias = false;
   const char* name() const override { return "MixedConv2dBackward"; }
+  bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad_output, std::vector<Tensor>& grads) override {
+    if (core::grad_enabled()) {
+      // create_graph: float32 ops of the family, the 16-bit operands standing in for the inputs.
+      Tensor x32, w32;
+      {
+        core::NoGradGuard no_grad;
+        x32 = input_low.detach().to(core::kFloat32);
+        w32 = weight_low.detach().to(core::kFloat32);
+      }
+      Tensor g = grad_output.to(core::kFloat32);
+      if (next[1]) grads[1] = convolve_filter_grad(core::stand_in(x32, next[0]), g, shape);
+      if (has_bias && next[2]) grads[2] = core::sum(grad_output, {0, 2, 3});
+      if (next[0]) grads[0] = convolve_data_grad(g, core::stand_in(w32, next[1]), shape);
+      return;
+    }
     const core::DType low = input_low.dtype();
     Tensor g = core::detail::copy_as(grad_output, low);
     auto& backend = core::backend_for(input_low.device());
@@ -121,6 +157,96 @@ struct MixedConv2dBackward final : core::Node {
     weight_low = Tensor();
   }
 };
+
+// D(G, W)'s backward: dG = C(H, W), dW = F(H, G).
+struct ConvDataGradBackward final : core::Node {
+  core::Conv2dShape shape;
+  core::SavedTensor grad, weight;
+  const char* name() const override { return "Conv2dDataGradBackward"; }
+  bool differentiable_backward() const override { return true; }
+  // The saved operands stand in for the inputs (their edges), so each product records a graph.
+  void apply(const Tensor& upstream, std::vector<Tensor>& grads) override {
+    if (next[0]) grads[0] = convolve(upstream, core::stand_in(weight.get(*this), next[1]), shape);
+    if (next[1]) {
+      grads[1] = convolve_filter_grad(upstream, core::stand_in(grad.get(*this), next[0]), shape);
+    }
+  }
+  void release_saved() override {
+    grad.release();
+    weight.release();
+  }
+};
+
+// F(X, G)'s backward: dX = D(G, K), dG = C(X, K).
+struct ConvFilterGradBackward final : core::Node {
+  core::Conv2dShape shape;
+  core::SavedTensor input, grad;
+  const char* name() const override { return "Conv2dFilterGradBackward"; }
+  bool differentiable_backward() const override { return true; }
+  void apply(const Tensor& upstream, std::vector<Tensor>& grads) override {
+    if (next[0]) {
+      grads[0] = convolve_data_grad(core::stand_in(grad.get(*this), next[1]), upstream, shape);
+    }
+    if (next[1]) grads[1] = convolve(core::stand_in(input.get(*this), next[0]), upstream, shape);
+  }
+  void release_saved() override {
+    input.release();
+    grad.release();
+  }
+};
+
+Tensor dense(const Tensor& t) {
+  core::NoGradGuard no_grad;
+  return t.contiguous();
+}
+
+Tensor convolve(const Tensor& x_in, const Tensor& w_in, const core::Conv2dShape& shape) {
+  const Tensor x = dense(x_in), w = dense(w_in);
+  Tensor out = core::detail::empty_on(
+      {shape.batch, shape.out_channels, shape.geometry.out_h, shape.geometry.out_w}, x.dtype(),
+      x.device());
+  core::backend_for(x.device())
+      .conv2d_forward(x.dtype(), shape, x.data_ptr(), w.data_ptr(), out.data_ptr());
+  const Tensor no_bias;
+  if (auto node = core::detail::record<Conv2dBackward>(out, {&x_in, &w_in, &no_bias})) {
+    node->shape = shape;
+    node->input = core::SavedTensor(x);
+    node->weight = core::SavedTensor(w);
+  }
+  return out;
+}
+
+Tensor convolve_data_grad(const Tensor& g_in, const Tensor& w_in, const core::Conv2dShape& shape) {
+  const Tensor g = dense(g_in), w = dense(w_in);
+  const auto& geometry = shape.geometry;
+  Tensor out = core::detail::empty_on(
+      {shape.batch, geometry.channels, geometry.height, geometry.width}, g.dtype(), g.device());
+  core::backend_for(g.device())
+      .conv2d_backward_data(g.dtype(), shape, g.data_ptr(), w.data_ptr(), out.data_ptr());
+  if (auto node = core::detail::record<ConvDataGradBackward>(out, {&g_in, &w_in})) {
+    node->shape = shape;
+    node->grad = core::SavedTensor(g);
+    node->weight = core::SavedTensor(w);
+  }
+  return out;
+}
+
+Tensor convolve_filter_grad(const Tensor& x_in, const Tensor& g_in,
+                            const core::Conv2dShape& shape) {
+  const Tensor x = dense(x_in), g = dense(g_in);
+  const auto& geometry = shape.geometry;
+  Tensor out = core::detail::empty_on(
+      {shape.out_channels, geometry.channels / shape.groups, geometry.kernel_h, geometry.kernel_w},
+      x.dtype(), x.device());
+  core::backend_for(x.device())
+      .conv2d_backward_filter(x.dtype(), shape, x.data_ptr(), g.data_ptr(), out.data_ptr());
+  if (auto node = core::detail::record<ConvFilterGradBackward>(out, {&x_in, &g_in})) {
+    node->shape = shape;
+    node->input = core::SavedTensor(x);
+    node->grad = core::SavedTensor(g);
+  }
+  return out;
+}
 
 }  // namespace
 

@@ -6,6 +6,7 @@
 #include "mpigrad/core/backend.h"
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/op_support.h"
+#include "mpigrad/core/ops/reduce.h"
 
 namespace mpigrad::nn::functional {
 
@@ -36,14 +37,69 @@ void* out_or_null(Tensor& t) {
   return t.defined() ? t.data_ptr() : nullptr;
 }
 
+// A normalization's gradients in ops that record a graph, for a backward with create_graph. x
+// (with its history) is shaped so that the statistics over `dims` broadcast against it; the
+// result's gradient g is shaped like x, and w (null: none) broadcasts like the statistics'
+// complement. With x^ = (x - mean) r, r = 1/sqrt(var + eps), and g^ = g w:
+//   dx = r (g^ - mean(g^) - x^ mean(g^ x^)),   dw = sum(g x^),   db = sum(g)
+// with the statistics over `dims` and the parameters' sums over `param_dims` (batch norm: both
+// over batch and space; layer norm: statistics per row, sums over rows). With the statistics given
+// (`mean`, `r`: batch norm in eval mode, whose running statistics are constants), x^ uses them and
+// dx = g^ r.
+struct NormGradients {
+  Tensor input, weight, bias;
+};
+NormGradients normalization_gradients(const Tensor& x, const Tensor& g, const Tensor& w,
+                                      const std::vector<int64_t>& dims,
+                                      const std::vector<int64_t>& param_dims, double eps,
+                                      const Tensor& given_mean = Tensor(),
+                                      const Tensor& given_r = Tensor()) {
+  using namespace mpigrad::core;
+  const bool given = given_mean.defined();
+  Tensor centered = given ? sub(x, given_mean) : sub(x, mean(x, dims, /*keepdim=*/true));
+  Tensor r =
+      given
+          ? given_r
+          : rsqrt(add(mean(mul(centered, centered), dims, /*keepdim=*/true), scalar_like(eps, x)));
+  Tensor normalized = mul(centered, r);
+  Tensor scaled = w.defined() ? mul(g, w) : g;
+  NormGradients out;
+  if (given) {
+    out.input = mul(scaled, r);
+  } else {
+    out.input = mul(r, sub(sub(scaled, mean(scaled, dims, true)),
+                           mul(normalized, mean(mul(scaled, normalized), dims, true))));
+  }
+  out.weight = sum(mul(g, normalized), param_dims);
+  out.bias = sum(g, param_dims);
+  return out;
+}
+
 struct BatchNormBackward final : core::Node {
   core::SavedTensor input, mean, invstd, weight;
   bool training = true, has_weight = false;
   double eps = 1e-5;
   int64_t batch = 0, channels = 0, inner = 0;
   const char* name() const override { return "BatchNormBackward"; }
+  bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad_output, std::vector<Tensor>& grads) override {
-    const Tensor& x = input.get(*this);
+    const Tensor x = input.get(*this);
+    if (core::grad_enabled()) {
+      const core::Shape per_channel{batch, channels, inner}, broadcast{1, channels, 1};
+      Tensor x3 = core::stand_in(x, next[0]).reshape(per_channel);
+      Tensor w3 =
+          has_weight ? core::stand_in(weight.get(*this), next[1]).reshape(broadcast) : Tensor();
+      NormGradients d =
+          training ? normalization_gradients(x3, grad_output.reshape(per_channel), w3, {0, 2},
+                                             {0, 2}, eps)
+                   : normalization_gradients(x3, grad_output.reshape(per_channel), w3, {0, 2},
+                                             {0, 2}, eps, mean.get(*this).reshape(broadcast),
+                                             invstd.get(*this).reshape(broadcast));
+      if (next[0]) grads[0] = d.input.reshape(x.shape());
+      if (next[1]) grads[1] = d.weight;
+      if (next[2]) grads[2] = d.bias;
+      return;
+    }
     Tensor g = grad_output.contiguous();
     Tensor w = has_weight ? weight.get(*this) : Tensor();
     Tensor grad_x = next[0] ? core::detail::empty_on(x.shape(), x.dtype(), x.device()) : Tensor();
@@ -69,11 +125,28 @@ struct BatchNormBackward final : core::Node {
 struct LayerNormBackward final : core::Node {
   core::SavedTensor input, mean, rstd, weight;
   bool has_weight = false;
+  double eps = 1e-5;
   int64_t rows = 0, cols = 0;
   core::Shape param_shape;
   const char* name() const override { return "LayerNormBackward"; }
+  bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad_output, std::vector<Tensor>& grads) override {
-    const Tensor& x = input.get(*this);
+    const Tensor x = input.get(*this);
+    if (core::grad_enabled()) {
+      Tensor x2 = core::stand_in(x, next[0]).reshape({rows, cols});
+      // A stand-in has the shape of the input it stands for (the weight's, not the saved [cols]).
+      Tensor w2 =
+          has_weight
+              ? core::stand_in(weight.get(*this).reshape(param_shape), next[1]).reshape({1, cols})
+              : Tensor();
+      // The statistics are recomputed from x, so that they carry its history.
+      NormGradients d =
+          normalization_gradients(x2, grad_output.reshape({rows, cols}), w2, {1}, {0}, eps);
+      if (next[0]) grads[0] = d.input.reshape(x.shape());
+      if (next[1]) grads[1] = d.weight.reshape(param_shape);
+      if (next[2]) grads[2] = d.bias.reshape(param_shape);
+      return;
+    }
     Tensor g = grad_output.contiguous();
     Tensor w = has_weight ? weight.get(*this) : Tensor();
     Tensor grad_x = next[0] ? core::detail::empty_on(x.shape(), x.dtype(), x.device()) : Tensor();
@@ -231,6 +304,7 @@ Tensor layer_norm(const Tensor& input, const std::vector<int64_t>& normalized_sh
     node->has_weight = w.defined();
     node->rows = rows;
     node->cols = cols;
+    node->eps = eps;
     node->param_shape = core::Shape(normalized_shape);
   }
   return out;

@@ -5,6 +5,7 @@
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/backend.h"
 #include "mpigrad/core/enum_names.h"
+#include "mpigrad/core/ops/indexing.h"
 #include "mpigrad/core/ops/op_support.h"
 #include "mpigrad/kernels/pooling.h"
 
@@ -54,6 +55,27 @@ const void* data_or_null(const Tensor& t) {
   return t.defined() ? t.data_ptr() : nullptr;
 }
 
+Tensor run_pool(PoolKind kind, core::Pool2dMode mode, const Tensor& input,
+                const kernels::Pool2dGeometry& g);
+Tensor average_input_grad(PoolKind kind, core::Pool2dMode mode, const kernels::Pool2dGeometry& g,
+                          const core::Shape& input_shape, const Tensor& grad);
+
+// Max pooling's winners, per output element the flat h*width+w in its plane, for a backward
+// with create_graph. The CPU records them in forward; cuDNN keeps none, so they are found again
+// on the CPU from the input.
+Tensor max_pool_winners(const Tensor& recorded, const Tensor& input,
+                        const kernels::Pool2dGeometry& g) {
+  if (recorded.defined() && recorded.numel() > 0) return recorded;
+  core::NoGradGuard no_grad;
+  const Tensor x = input.to(core::kCPU).contiguous();
+  Tensor pooled = core::detail::empty_on({g.planes * g.out_h * g.out_w}, x.dtype(), core::kCPU);
+  Tensor winners = core::detail::empty_on({g.planes * g.out_h * g.out_w}, core::kInt64, core::kCPU);
+  core::backend_for(core::kCPU)
+      .pool2d_forward(core::Pool2dMode::Max, x.dtype(), g, x.data_ptr(), pooled.data_ptr(),
+                      winners.data<int64_t>());
+  return winners.to(input.device());
+}
+
 struct Pool2dBackward final : core::Node {
   PoolKind kind;
   core::Pool2dMode mode = core::Pool2dMode::Max;
@@ -64,7 +86,24 @@ struct Pool2dBackward final : core::Node {
   Tensor indices, input, output;
   explicit Pool2dBackward(PoolKind kind_) : kind(kind_) {}
   const char* name() const override { return pool_name(kind, kPoolBackwardNames); }
+  bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad_output, std::vector<Tensor>& grads) override {
+    if (core::grad_enabled()) {
+      // create_graph: ops that record a graph. Max pooling adds each output's gradient to its
+      // winner (a scatter, whose gradient gathers); averaging is linear in the gradient.
+      if (kind == PoolKind::Max) {
+        const int64_t planes = geometry.planes;
+        const Tensor winners = max_pool_winners(indices, input, geometry).reshape({planes, -1});
+        Tensor base =
+            core::zeros({planes, geometry.height * geometry.width},
+                        core::TensorOptions(grad_output.dtype()).device(grad_output.device()));
+        grads[0] = core::scatter_add(base, 1, winners, grad_output.reshape({planes, -1}))
+                       .reshape(input_shape);
+      } else {
+        grads[0] = average_input_grad(kind, mode, geometry, input_shape, grad_output);
+      }
+      return;
+    }
     Tensor g = grad_output.contiguous();
     Tensor grad_in = core::detail::empty_on(input_shape, g.dtype(), g.device());
     core::backend_for(g.device())
@@ -79,6 +118,36 @@ struct Pool2dBackward final : core::Node {
     output = Tensor();
   }
 };
+
+// The input gradient of an average pooling, which is linear in the gradient, as an op that records
+// a graph: its own gradient is the pooling of the incoming one.
+struct AverageInputGradBackward final : core::Node {
+  PoolKind kind;
+  core::Pool2dMode mode;
+  kernels::Pool2dGeometry geometry;
+  AverageInputGradBackward(PoolKind kind_, core::Pool2dMode mode_, kernels::Pool2dGeometry g)
+      : kind(kind_), mode(mode_), geometry(g) {}
+  const char* name() const override { return "AvgPool2dInputGradBackward"; }
+  bool differentiable_backward() const override { return true; }
+  void apply(const Tensor& upstream, std::vector<Tensor>& grads) override {
+    grads[0] = run_pool(kind, mode, upstream, geometry);
+  }
+};
+
+Tensor average_input_grad(PoolKind kind, core::Pool2dMode mode, const kernels::Pool2dGeometry& g,
+                          const core::Shape& input_shape, const Tensor& grad) {
+  Tensor dense;
+  {
+    core::NoGradGuard no_grad;
+    dense = grad.contiguous();
+  }
+  Tensor out = core::detail::empty_on(input_shape, grad.dtype(), grad.device());
+  core::backend_for(grad.device())
+      .pool2d_backward(mode, grad.dtype(), g, nullptr, nullptr, nullptr, dense.data_ptr(),
+                       out.data_ptr());
+  core::detail::record<AverageInputGradBackward>(out, {&grad}, kind, mode, g);
+  return out;
+}
 
 // Runs `mode` on the input's backend and records the backward.
 Tensor run_pool(PoolKind kind, core::Pool2dMode mode, const Tensor& input,

@@ -11,6 +11,7 @@
 
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/error.h"
+#include "mpigrad/core/profiler.h"
 #include "mpigrad/nn/layers/batch_norm.h"
 #include "mpigrad/nn/onnx/onnx_file.h"
 #include "mpigrad/nn/onnx/onnx_op_table.h"
@@ -77,6 +78,8 @@ OnnxValueInfo value_info(const onnx::ValueInfoProto& info, const std::string& fi
 struct OnnxModel::Graph {
   struct Node {
     std::string where;
+    std::string name;          // the node's name (its op type and index when it has none), and
+    std::string op_type;       // its op type: the profiler's span (core/profiler.h)
     std::vector<int> inputs;   // value ids; -1 for an empty optional input
     std::vector<int> outputs;  // value ids; -1 for an unused optional output
     onnx_ops::OpFunction run;
@@ -416,6 +419,9 @@ OnnxModel::Graph::Node OnnxModel::Graph::Builder::compile_node(const onnx::NodeP
   const std::string where = node_where(node);
   Node compiled;
   compiled.where = where;
+  compiled.name = node.name().empty() ? node.op_type() + "_" + std::to_string(graph_.nodes.size())
+                                      : node.name();
+  compiled.op_type = node.op_type();
   for (const auto& input : node.input()) {
     if (input.empty()) {
       compiled.inputs.push_back(-1);
@@ -635,6 +641,7 @@ std::vector<Tensor> OnnxModel::forward_all(const std::vector<Tensor>& inputs) {
   std::vector<Tensor> in;
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     const Graph::Node& node = graph.nodes[n];
+    core::ProfileSpan span(node.name.c_str(), core::ProfileKind::OnnxNode, node.op_type.c_str());
     if (node.run_sequence) {
       sequences.resize(values.size());
       is_sequence.resize(values.size());

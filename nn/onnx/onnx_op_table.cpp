@@ -32,6 +32,7 @@ const OpTable& op_table() {
     add_math_ops(t);
     add_nn_ops(t);
     add_shape_ops(t);
+    add_scatter_ops(t);
     add_sequence_ops(t);
     return t;
   }();

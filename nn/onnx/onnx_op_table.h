@@ -5,7 +5,7 @@
 // way).
 //
 // Internal to nn/onnx. The rows are written beside their builders: onnx_ops_math.cpp,
-// onnx_ops_nn.cpp, onnx_ops_shape.cpp and onnx_ops_sequence.cpp.
+// onnx_ops_nn.cpp, onnx_ops_shape.cpp, onnx_ops_scatter.cpp and onnx_ops_sequence.cpp.
 #pragma once
 
 #include <climits>
@@ -97,6 +97,7 @@ const OpTable& op_table();
 void add_math_ops(OpTable& table);
 void add_nn_ops(OpTable& table);
 void add_shape_ops(OpTable& table);
+void add_scatter_ops(OpTable& table);
 void add_sequence_ops(OpTable& table);
 
 }  // namespace mpigrad::nn::onnx_ops

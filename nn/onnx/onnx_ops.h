@@ -5,8 +5,8 @@
 //
 // Internal to nn/onnx. The op families live in onnx_ops_math.cpp (elementwise, activations,
 // Gemm/MatMul, reductions, softmax), onnx_ops_nn.cpp (convolution, pooling, normalization,
-// dropout), onnx_ops_shape.cpp (shape arithmetic, data movement, plumbing) and
-// onnx_ops_sequence.cpp (sequences of tensors). Every op runs on core ops, so autograd, devices
+// dropout), onnx_ops_shape.cpp (shape arithmetic, data movement, plumbing), onnx_ops_scatter.cpp
+// (gathering and scattering by index tuples) and onnx_ops_sequence.cpp (sequences of tensors). Every op runs on core ops, so autograd, devices
 // and dtypes come from core. Integer tensors (shapes, indices) never require grad, which is what
 // keeps shape arithmetic a host-side constant computation.
 #pragma once

@@ -427,6 +427,8 @@ void add_math_ops(OpTable& t) {
   t.add("Exp", unary([](T x) { return core::exp(x); }));
   t.add("Log", unary([](T x) { return core::log(x); }));
   t.add("Erf", unary([](T x) { return core::erf(x); }));
+  t.add("Sin", unary([](T x) { return core::sin(x); }));
+  t.add("Cos", unary([](T x) { return core::cos(x); }));
   t.add("Reciprocal", unary([](T x) { return 1.0 / x; }));
   t.add("Floor", rounding([](double v) { return std::floor(v); }));
   t.add("Ceil", rounding([](double v) { return std::ceil(v); }));

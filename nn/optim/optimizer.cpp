@@ -41,6 +41,8 @@ Tensor* Optimizer::ParamState::find(const std::string& name) {
 }
 
 void Optimizer::zero_grad(bool set_to_none) {
+  core::ProfileSpan span(core::ProfileKind::Optimizer,
+                         [this] { return type_name() + ".zero_grad"; });
   for (const ParamGroup& group : groups_) core::zero_grad(group.params, set_to_none);
 }
 

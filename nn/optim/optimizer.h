@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "mpigrad/core/autograd.h"
+#include "mpigrad/core/profiler.h"
 #include "mpigrad/core/tensor.h"
 #include "mpigrad/nn/state_dict.h"
 
@@ -101,6 +102,7 @@ class Optimizer {
 
 template <typename Slot, typename MakeSlot, typename Launch>
 void Optimizer::step_batched(MakeSlot&& make_slot, Launch&& launch) {
+  core::ProfileSpan span(core::ProfileKind::Optimizer, [this] { return type_name() + ".step"; });
   core::NoGradGuard no_grad;
   std::map<SlotKey, std::vector<Slot>> slots;
   std::vector<Tensor> keep;  // the converted gradients the slots point into

@@ -83,8 +83,8 @@ TEST_CASE("bad values name the key and what is accepted") {
     return error_message([&] { launch::parse_config_text(text, "run.ini"); });
   };
   CHECK(contains(parse("[model]\nname = transformer\n"),
-                 "run.ini: [model] name: expected one of mlp | cnn | conv | resnet | onnx, got "
-                 "'transformer'"));
+                 "run.ini: [model] name: expected one of mlp | cnn | conv | resnet | onnx | "
+                 "schnet, got 'transformer'"));
   CHECK(contains(parse("[distributed]\nbackend = gloo\n"), "expected one of auto | mpi | nccl"));
   CHECK(contains(parse("[train]\nepochs = 0\n"), "[train] epochs: must be at least 1, got 0"));
   CHECK(contains(parse("[optim]\nmomentum = 1\n"), "[optim] momentum: must be in [0, 1), got 1"));
@@ -129,7 +129,7 @@ TEST_CASE("the configuration reference lists every key under its section, with i
     CHECK(contains(line, launch::markdown_table_cell(key.help)));
   }
   // Accepted values hold '|', which would split a table cell: the page escapes it.
-  CHECK(contains(page, "| mlp \\| cnn \\| conv \\| resnet \\| onnx |"));
+  CHECK(contains(page, "| mlp \\| cnn \\| conv \\| resnet \\| onnx \\| schnet |"));
   CHECK(launch::markdown_table_cell("a | b\nc") == "a \\| b c");
 }
 

@@ -282,6 +282,16 @@ inline std::vector<OpCase> op_cases() {
        [](const OpInputs& in) { return erf(in[0]); },
        {2, 3},
        {0.5204998778, -0.9103139782, 0.995322265, 0.9661051465, -0.3286267595, 0.7421009647}},
+      {"sin",
+       {a()},
+       [](const OpInputs& in) { return sin(in[0]); },
+       {2, 3},
+       {0.4794255386, -0.932039086, 0.9092974268, 0.9974949866, -0.2955202067, 0.7173560909}},
+      {"cos",
+       {a()},
+       [](const OpInputs& in) { return cos(in[0]); },
+       {2, 3},
+       {0.8775825619, 0.3623577545, -0.4161468365, 0.0707372017, 0.9553364891, 0.6967067093}},
       {"pow of a tensor exponent (broadcast)",
        {input({2, 3}, p23), input({3}, {1.5, -0.5, 0.7})},
        [](const OpInputs& in) { return pow(in[0], in[1]); },
@@ -644,6 +654,44 @@ inline std::vector<OpCase> op_cases() {
        [](const OpInputs& in) { return embedding(in[0], in[1]); },
        {2, 2, 3},
        {0.75, -0.5, 1.25, -0.75, 1, -0.25, 0.75, -0.5, 1.25, -1.5, 0.25, -1}},
+      // scatter_reduce: repeated positions, positions no update reaches, and for mul a
+      // position with one zero update and one with two (the products stay smooth there).
+      {"scatter_reduce max dim 0, repeated index",
+       {input({3, 2}, {0.5, -1.0, 2.0, 0.25, -0.75, 1.5}),
+        index_input({4, 2}, {0, 2, 0, 0, 1, 0, 0, 2}),
+        input({4, 2}, {1.25, -2.0, 0.75, 0.5, 2.5, -0.5, -1.5, 1.75})},
+       [](const OpInputs& in) {
+         return scatter_reduce(in[0], 0, in[1], in[2], core::ScatterReduceOp::Max);
+       },
+       {3, 2},
+       {1.25, 0.5, 2.5, 0.25, -0.75, 1.75}},
+      {"scatter_reduce min dim 1, repeated index",
+       {input({2, 3}, {0.5, -1.0, 2.0, 0.25, -0.75, 1.5}),
+        index_input({2, 4}, {0, 1, 0, 0, 2, 2, 1, 0}),
+        input({2, 4}, {1.25, -2.0, 0.75, -1.25, 2.5, -0.5, -1.5, 1.75})},
+       [](const OpInputs& in) {
+         return scatter_reduce(in[0], 1, in[1], in[2], core::ScatterReduceOp::Min);
+       },
+       {2, 3},
+       {-1.25, -2.0, 2.0, 0.25, -1.5, -0.5}},
+      {"scatter_reduce mul dim 0, zero updates",
+       {input({3, 2}, {0.5, -1.5, 2.0, 0.75, -1.25, 1.5}),
+        index_input({5, 2}, {0, 1, 0, 1, 1, 1, 0, 2, 2, 1}),
+        input({5, 2}, {1.5, 0.0, -0.5, 2.0, 0.0, 0.0, 1.25, -0.75, 0.5, 1.75})},
+       [](const OpInputs& in) {
+         return scatter_reduce(in[0], 0, in[1], in[2], core::ScatterReduceOp::Mul);
+       },
+       {3, 2},
+       {-0.46875, -1.5, 0.0, 0.0, -0.625, -1.125}},
+      {"scatter_reduce mul dim 1",
+       {input({2, 3}, {0.5, -1.5, 2.0, 0.75, -1.25, 1.5}),
+        index_input({2, 4}, {0, 2, 0, 0, 1, 1, 2, 1}),
+        input({2, 4}, {1.5, -0.5, 2.0, 1.25, -0.75, 0.5, 1.75, -1.25})},
+       [](const OpInputs& in) {
+         return scatter_reduce(in[0], 1, in[1], in[2], core::ScatterReduceOp::Mul);
+       },
+       {2, 3},
+       {1.875, -1.5, -1.0, 0.75, -0.5859375, 2.625}},
       {"one_hot",
        {index_input({3}, {2, 0, 1})},
        [](const OpInputs& in) { return one_hot(in[0], 3); },

@@ -148,6 +148,39 @@ void check_autocast_table(DType dtype) {
   CHECK(checked >= 10);
 }
 
+// Hessian-vector products of the case on `device` in float64: for f = sum(op(x) * w), the
+// gradient is taken with create_graph and grad(sum(g * u)) returned per float input (zeros where
+// the gradient does not depend on that input).
+std::vector<std::vector<double>> hessian_vector(const OpCase& op, Device device) {
+  std::vector<Tensor> inputs, wrt;
+  for (const auto& in : op.inputs) {
+    Tensor t =
+        Tensor::from_vector(in.values, in.shape, in.fixed_dtype.value_or(kFloat64)).to(device);
+    if (!in.fixed_dtype) {
+      t.set_requires_grad(true);
+      wrt.push_back(t);
+    }
+    inputs.push_back(t);
+  }
+  Tensor out = op.build(inputs);
+  Tensor w = ones_like(out) * 0.75;
+  std::vector<Tensor> g = grad({out}, wrt, {w}, {.create_graph = true, .allow_unused = true});
+  Tensor s;
+  for (size_t k = 0; k < g.size(); ++k) {
+    if (!g[k].defined()) continue;
+    Tensor term = sum(g[k] * g[k].detach() * 0.5 + g[k]);
+    s = s.defined() ? s + term : term;
+  }
+  std::vector<Tensor> h(wrt.size());
+  if (s.defined() && s.requires_grad()) h = grad({s}, wrt, {}, {.allow_unused = true});
+  std::vector<std::vector<double>> values;
+  for (size_t k = 0; k < wrt.size(); ++k) {
+    values.push_back(h[k].defined() ? h[k].to(kCPU).to_vector<double>()
+                                    : std::vector<double>(size_t(wrt[k].numel()), 0.0));
+  }
+  return values;
+}
+
 void check_table(DType dtype) {
   for (const OpCase& op : mpigrad::test::op_cases()) check_case(op, dtype);
 }
@@ -165,6 +198,26 @@ MPIGRAD_CUDA_TEST_CASE("op table on CUDA matches the CPU: bfloat16") {
 }
 MPIGRAD_CUDA_TEST_CASE("op table on CUDA matches the CPU: float16") {
   check_table(kFloat16);
+}
+MPIGRAD_CUDA_TEST_CASE("second derivatives of the op table on CUDA match the CPU: float64") {
+  int checked = 0;
+  for (const OpCase& op : mpigrad::test::op_cases()) {
+    if (!op.differentiable) continue;
+    INFO("op case: ", op.name);
+    try {
+      const auto expected = hessian_vector(op, kCPU);
+      const auto actual = hessian_vector(op, cuda(0));
+      REQUIRE(actual.size() == expected.size());
+      for (size_t k = 0; k < actual.size(); ++k) {
+        CHECK_MESSAGE(mpigrad::test::first_mismatch(actual[k], expected[k], 1e-10, 1e-10).empty(),
+                      "second derivative of input ", k);
+      }
+      ++checked;
+    } catch (const std::exception& e) {
+      FAIL_CHECK("threw: " << std::string(e.what()));
+    }
+  }
+  CHECK(checked > 40);
 }
 MPIGRAD_CUDA_TEST_CASE("autocast on CUDA matches autocast on the CPU: bfloat16 and float16") {
   check_autocast_table(kBFloat16);

@@ -193,7 +193,7 @@ static void test_errors(const char* dir) {
   CHECK_STATUS(mpigrad_model_create(&model, "[model]\nname = transformer\n", "cpu"),
                MPIGRAD_ERROR_CONFIG);
   CHECK_ERROR_MENTIONS(
-      "[model] name: expected one of mlp | cnn | conv | resnet | onnx, got 'transformer'");
+      "[model] name: expected one of mlp | cnn | conv | resnet | onnx | schnet, got 'transformer'");
   CHECK_STATUS(mpigrad_model_create(&model, "[model]\nname = mlp\noutputs = 3\n", "cpu"),
                MPIGRAD_ERROR_CONFIG);
   CHECK_ERROR_MENTIONS("[model] input_shape is required");

@@ -232,7 +232,7 @@ int main(int argc, char** argv) {
                    &broken, rank == size - 1 ? "[model]\nname = bogus\n" : kConfig,
                    MPI_Comm_c2f(MPI_COMM_WORLD), "cpu"),
                MPIGRAD_ERROR_CONFIG);
-  CHECK_ERROR_MENTIONS("expected one of mlp | cnn | conv | resnet | onnx, got 'bogus'");
+  CHECK_ERROR_MENTIONS("expected one of mlp | cnn | conv | resnet | onnx | schnet, got 'bogus'");
   CHECK(broken.id == 0);
   /* Models that differ between ranks are refused on every rank. */
   CHECK_STATUS(mpigrad_model_create_distributed(

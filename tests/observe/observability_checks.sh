@@ -7,6 +7,12 @@
 #   tensorboard_off     [train] tensorboard = false writes no out/tb
 #   tensorboard_reader  the same files through the tensorboard package's own reader (skipped,
 #                       exit 77, when python3 cannot import tensorboard)
+#   profile             --profile on an ONNX CNN (tests/data/onnx): rank 0's table names the ONNX
+#                       nodes with their op types, the backward nodes, the kernels with GFLOP/s,
+#                       the loop's stages and the optimizer; --profile-json holds every row;
+#                       without --profile nothing of it is printed
+#   profile_trace       -np 2 with --profile and --trace: the op spans nest in the trace under
+#                       the loop's stages on both ranks, and one table is printed (rank 0's)
 set -euo pipefail
 check=$1 mpigrad=$2 mpiexec=$3 work=$4 check_trace=$5 check_tfevents=$6 source_dir=$7
 source "$source_dir/tests/train/check_lib.sh"
@@ -34,6 +40,23 @@ batch_size = 16
 seed = 3
 log_every = 1
 out_dir = out
+INI
+
+# The profile's checks: an ONNX CNN (tests/data/onnx: two Conv-BatchNorm-ReLU-MaxPool blocks and
+# a Gemm, its nodes named as PyTorch's exporter names them), 160 samples, no test set.
+cat > onnx.ini <<INI
+[data]
+train = $source_dir/tests/data/onnx/cnn_bn.h5
+num_classes = 3
+[model]
+name = onnx
+file = $source_dir/tests/data/onnx/cnn_bn.legacy.onnx
+[train]
+epochs = 1
+batch_size = 8
+log_every = 5
+out_dir = out
+tensorboard = false
 INI
 
 case "$check" in
@@ -88,6 +111,55 @@ case "$check" in
       || { cat out.txt; fail "training failed"; }
     python3 "$source_dir/tests/observe/tensorboard_check.py" out \
       || fail "tensorboard's reader disagrees"
+    ;;
+  profile)
+    profile_ini=(--config onnx.ini)
+    run 1 "$mpigrad" train "${profile_ini[@]}" --profile --profile-json prof/rows.json \
+      --train.profile_rows=1000 > out.txt 2>&1 || { cat out.txt; fail "training with --profile failed"; }
+    grep -q "^mpigrad profile (rank 0): [0-9.]* s profiled, 20 optimizer steps" out.txt \
+      || { cat out.txt; fail "no profile heading (20 steps)"; }
+    # NAME TYPE CALLS: a row of the table.
+    row() {
+      grep -E "^$1 +$2 +$3 " out.txt > /dev/null || { cat out.txt; fail "no row '$1' ($2, $3 calls)"; }
+    }
+    row /features/features.0/Conv onnx:Conv 20
+    row /features/features.4/Conv onnx:Conv 20
+    row /features/features.2/Relu onnx:Relu 20
+    row /features/features.3/MaxPool onnx:MaxPool 20
+    row /classifier/Gemm onnx:Gemm 20
+    row Conv2dBackward backward 40
+    row MatmulBackward backward 20
+    row forward phase 20
+    row backward phase 20
+    row "optimizer step" phase 20
+    row "data wait" phase 21  # the last asks for a batch the epoch does not have
+    row SGD.step optimizer 20
+    # The convolutions' kernels carry GFLOP/s: a number in the last column.
+    for kernel in conv2d_forward conv2d_backward_data conv2d_backward_filter gemm; do
+      grep -E "^$kernel +kernel +[0-9]+ .* [0-9]+\.[0-9]+$" out.txt > /dev/null \
+        || { cat out.txt; fail "no GFLOP/s for $kernel"; }
+    done
+    grep -q "^self time total: " out.txt || fail "no total line"
+    grep -q '"name":"/features/features.0/Conv","type":"onnx:Conv","kind":"onnx","op_type":"Conv","calls":20,' \
+      prof/rows.json || { cat prof/rows.json; fail "prof/rows.json lacks the Conv node"; }
+    [ "$(grep -c '"name":' prof/rows.json)" -eq "$(sed -nE 's/.*; ([0-9]+) of \1 rows.*/\1/p' out.txt)" ] \
+      || fail "prof/rows.json does not hold every row"
+    # The limit keeps the rows with the most self time.
+    run 1 "$mpigrad" train "${profile_ini[@]}" --train.profile=true --train.profile_rows=5 \
+      > five.txt 2>&1 || { cat five.txt; fail "training with [train] profile failed"; }
+    grep -q "; 5 of [0-9]* rows, by self time" five.txt || { cat five.txt; fail "no 5-row limit"; }
+    # Off: no table.
+    run 1 "$mpigrad" train "${profile_ini[@]}" > off.txt 2>&1 || { cat off.txt; fail "training failed"; }
+    grep -q "mpigrad profile" off.txt && fail "a table without --profile"
+    ;;
+  profile_trace)
+    run 2 "$mpigrad" train --config onnx.ini --train.batch_size=4 --profile --trace trace.json \
+      > out.txt 2>&1 || { cat out.txt; fail "training with --profile --trace failed"; }
+    [ "$(grep -c '^mpigrad profile (rank' out.txt)" -eq 1 ] || { cat out.txt; fail "expected one table"; }
+    "$check_trace" trace.json 2 forward backward "optimizer step" /features/features.0/Conv \
+      Conv2dBackward conv2d_forward SGD.step || fail "the op spans are not in the trace"
+    grep -q '"name":"/features/features.0/Conv","cat":"onnx",.*"args":{.*"op_type":"Conv"}' trace.json \
+      || fail "the ONNX node's span lacks its category or op type"
     ;;
   *) fail "unknown check" ;;
 esac

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../nn/gradcheck.h"
+#include "../second_order_check.h"
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/nn/onnx/onnx_model.h"
 #include "onnx_graph.h"
@@ -76,8 +77,8 @@ std::vector<OpCase> op_cases() {
                  g.initializer("d", core::Tensor::scalar(0.7, core::kFloat64));
                  set_attribute(simple(g, "Mod", 1, {"d"}), "fmod", int64_t(1));
                }});
-  for (const char* op : {"Neg", "Exp", "Erf", "Abs", "Relu", "Sigmoid", "Tanh", "Softplus",
-                         "HardSwish", "Elu", "Selu", "HardSigmoid", "Identity"})
+  for (const char* op : {"Neg", "Exp", "Erf", "Sin", "Cos", "Abs", "Relu", "Sigmoid", "Tanh",
+                         "Softplus", "HardSwish", "Elu", "Selu", "HardSigmoid", "Identity"})
     unary(op, -2.0, 2.0);
   unary("Sqrt", 0.5, 2.0);
   unary("Log", 0.5, 2.0);
@@ -330,6 +331,60 @@ std::vector<OpCase> op_cases() {
          set_attribute(g.node("Concat", {"batch1", "minus_one"}, {"target"}), "axis", int64_t(0));
          g.node("Reshape", {"x0", "target"}, {"y"});
        }});
+  // Gathering and scattering by index (graph networks): repeated positions add up.
+  c.push_back(
+      {"ScatterElements (add, repeated indices)", 16, {{{4, 3}}, {{5, 3}}}, [](OnnxGraph& g) {
+         std::vector<int64_t> rows;
+         for (int64_t r : {0, 2, 0, 3, 2}) rows.insert(rows.end(), {r, r, r});
+         g.initializer("index", core::Tensor::from_vector(rows, {5, 3}));
+         set_attribute(g.node("ScatterElements", {"x0", "index", "x1"}, {"y"}), "reduction",
+                       std::string("add"));
+       }});
+  c.push_back(
+      {"ScatterElements (no reduction, axis 1)", 16, {{{3, 4}}, {{3, 2}}}, [](OnnxGraph& g) {
+         g.initializer("index",
+                       core::Tensor::from_vector(std::vector<int64_t>{3, 0, -1, 1, 2, 0}, {3, 2}));
+         set_attribute(g.node("ScatterElements", {"x0", "index", "x1"}, {"y"}), "axis", int64_t(1));
+       }});
+  for (const char* reduction : {"mul", "max", "min"}) {
+    c.push_back({std::string("ScatterElements (") + reduction + ", repeated indices)",
+                 18,
+                 {{{4, 3}}, {{5, 3}}},
+                 [reduction](OnnxGraph& g) {
+                   std::vector<int64_t> rows;
+                   for (int64_t r : {0, 2, 0, 3, 2}) rows.insert(rows.end(), {r, r, r});
+                   g.initializer("index", core::Tensor::from_vector(rows, {5, 3}));
+                   set_attribute(g.node("ScatterElements", {"x0", "index", "x1"}, {"y"}),
+                                 "reduction", std::string(reduction));
+                 }});
+  }
+  c.push_back({"ScatterND (min, repeated rows)", 18, {{{4, 3}}, {{5, 3}}}, [](OnnxGraph& g) {
+                 g.initializer("index", core::Tensor::from_vector(
+                                            std::vector<int64_t>{1, 3, 1, 0, -1}, {5, 1}));
+                 set_attribute(g.node("ScatterND", {"x0", "index", "x1"}, {"y"}), "reduction",
+                               std::string("min"));
+               }});
+  c.push_back({"ScatterND (add, repeated rows)", 16, {{{4, 3}}, {{5, 3}}}, [](OnnxGraph& g) {
+                 g.initializer("index", core::Tensor::from_vector(
+                                            std::vector<int64_t>{1, 3, 1, 0, -1}, {5, 1}));
+                 set_attribute(g.node("ScatterND", {"x0", "index", "x1"}, {"y"}), "reduction",
+                               std::string("add"));
+               }});
+  c.push_back({"ScatterND (no reduction, pairs)", 16, {{{2, 3, 4}}, {{2, 4}}}, [](OnnxGraph& g) {
+                 g.initializer("index",
+                               core::Tensor::from_vector(std::vector<int64_t>{1, 2, 0, 1}, {2, 2}));
+                 g.node("ScatterND", {"x0", "index", "x1"}, {"y"});
+               }});
+  c.push_back({"GatherND", 13, {{{3, 4, 2}}}, [](OnnxGraph& g) {
+                 g.initializer("index", core::Tensor::from_vector(
+                                            std::vector<int64_t>{2, 3, 0, -1, 2, 3}, {3, 2}));
+                 simple(g, "GatherND", 1, {"index"});
+               }});
+  c.push_back({"GatherND (batch_dims 1)", 13, {{{2, 3, 4}}}, [](OnnxGraph& g) {
+                 g.initializer("index", core::Tensor::from_vector(std::vector<int64_t>{2, 0, 1, 1},
+                                                                  {2, 2, 1}));
+                 set_attribute(simple(g, "GatherND", 1, {"index"}), "batch_dims", int64_t(1));
+               }});
   c.push_back({"Dropout (eval is the identity)", 13, {{{2, 3}}}, [](OnnxGraph& g) {
                  simple(g, "Dropout", 1);
                }});
@@ -364,7 +419,60 @@ void check_case(const OpCase& op) {
             float32 ? 1e-3 : 1e-6, float32 ? 1e-3 : 1e-5) == "");
 }
 
+// The case's graph differentiated twice (tests/second_order_check.h), in float64, with respect to
+// its graph inputs.
+std::string second_order_mismatch(const OpCase& op) {
+  OnnxGraph g(op.opset);
+  for (size_t i = 0; i < op.inputs.size(); ++i)
+    g.input(std::string("x").append(std::to_string(i)), op.inputs[i].shape);
+  g.output("y");
+  op.build(g);
+  auto model = nn::OnnxModel::load(g.write(test::scratch_folder("ops2")));
+  model->eval();
+  test::SecondOrderCheck check;
+  for (size_t i = 0; i < op.inputs.size(); ++i) {
+    check.inputs.push_back(
+        test::fd_input(core::Shape(op.inputs[i].shape), 100 + i, op.inputs[i].lo, op.inputs[i].hi));
+    check.differentiable.push_back(true);
+  }
+  if (op.name.rfind("Where", 0) == 0) check.differentiable.back() = false;
+  if (op.name.rfind("BatchNormalization", 0) == 0) {
+    for (size_t i = 3; i < check.differentiable.size(); ++i) check.differentiable[i] = false;
+  }
+  if (op.name.rfind("Mod", 0) == 0) check.differentiable[1] = false;
+  check.build = [&](const std::vector<core::Tensor>& in) { return model->forward_all(in)[0]; };
+  return test::check_second_order(check);
+}
+
 }  // namespace
+
+TEST_CASE("OnnxModel ops: second derivatives of each differentiable op match finite differences") {
+  for (const OpCase& op : op_cases()) {
+    // Through float32 and back, finite differences of a gradient are float32's noise.
+    if (op.name.rfind("Cast", 0) == 0) continue;
+    CAPTURE(op.name);
+    CHECK(second_order_mismatch(op) == "");
+  }
+}
+
+TEST_CASE("a scatter without a reduction names its node when an index repeats") {
+  OnnxGraph g(16);
+  g.input("x0", {4, 3});
+  g.input("x1", {2, 3});
+  g.output("y");
+  g.initializer("index", core::Tensor::from_vector(std::vector<int64_t>{1, 1, 1, 1, 1, 1}, {2, 3}));
+  g.node("ScatterElements", {"x0", "index", "x1"}, {"y"}).set_name("index_add_0");
+  auto model = nn::OnnxModel::load(g.write(test::scratch_folder("scatter")));
+  try {
+    model->forward_all({test::fd_input({4, 3}, 1), test::fd_input({2, 3}, 2)});
+    FAIL("a repeated index was written silently");
+  } catch (const core::Error& error) {
+    const std::string message = error.what();
+    CHECK(message.find("index_add_0") != std::string::npos);
+    CHECK(message.find("repeated index") != std::string::npos);
+    CHECK(message.find("scatter_add") != std::string::npos);
+  }
+}
 
 TEST_CASE("OnnxModel ops: forward and finite-difference gradients of each differentiable op") {
   for (const OpCase& op : op_cases()) {

@@ -195,3 +195,93 @@ mpigrad_status mpigrad_fortran_predict_multi(mpigrad_model model, const void* in
   const mpigrad_fortran_array_list* y = list_or_empty(outputs);
   return mpigrad_predict_multi(model, x->count, x->arrays, y->count, y->arrays);
 }
+
+/* The atoms calls. An optional Fortran argument left out arrives as a NULL descriptor and
+ * becomes a NULL array; a scalar (rank 0, one structure's energy) is described as an array of
+ * one value. Atom numbers in edge_index are Fortran's, from 1. */
+typedef struct fortran_atoms {
+  mpigrad_array arrays[9];
+  int64_t strides[9][MPIGRAD_MAX_RANK];
+  const mpigrad_array* pointers[9];
+} fortran_atoms;
+
+static mpigrad_status describe_optional(const char* function, const char* name,
+                                        const CFI_cdesc_t* descriptor, fortran_atoms* all,
+                                        int slot) {
+  all->pointers[slot] = NULL;
+  if (descriptor == NULL) return MPIGRAD_SUCCESS;
+  if (descriptor->rank == 0 && descriptor->base_addr != NULL) {
+    mpigrad_array* array = &all->arrays[slot];
+    mpigrad_status status;
+    /* A scalar: describe it as what it is, then as one value. */
+    CFI_CDESC_T(1) one;
+    CFI_index_t extent[1] = {1};
+    if (CFI_establish((CFI_cdesc_t*)&one, descriptor->base_addr, CFI_attribute_other,
+                      descriptor->type, descriptor->elem_len, 1, extent) != CFI_SUCCESS) {
+      return mpigrad_record_error(function, MPIGRAD_ERROR_INVALID_ARGUMENT, name);
+    }
+    status = describe(function, name, (const CFI_cdesc_t*)&one, array, all->strides[slot]);
+    if (status != MPIGRAD_SUCCESS) return status;
+    all->pointers[slot] = array;
+    return MPIGRAD_SUCCESS;
+  }
+  {
+    const mpigrad_status status =
+        describe(function, name, descriptor, &all->arrays[slot], all->strides[slot]);
+    if (status != MPIGRAD_SUCCESS) return status;
+  }
+  all->pointers[slot] = &all->arrays[slot];
+  return MPIGRAD_SUCCESS;
+}
+
+/* Describes the nine arrays (positions, atomic_numbers, energy, forces, cell, pbc, num_atoms,
+ * edge_index, edge_shifts) into `all` and `atoms`. */
+static mpigrad_status describe_atoms(const char* function, const CFI_cdesc_t* const given[9],
+                                     fortran_atoms* all, mpigrad_atoms* atoms) {
+  static const char* names[9] = {"positions", "atomic_numbers", "energy",     "forces",     "cell",
+                                 "pbc",       "num_atoms",      "edge_index", "edge_shifts"};
+  int slot;
+  for (slot = 0; slot < 9; ++slot) {
+    const mpigrad_status status = describe_optional(function, names[slot], given[slot], all, slot);
+    if (status != MPIGRAD_SUCCESS) return status;
+  }
+  atoms->positions = all->pointers[0];
+  atoms->atomic_numbers = all->pointers[1];
+  atoms->cell = all->pointers[4];
+  atoms->pbc = all->pointers[5];
+  atoms->num_atoms = all->pointers[6];
+  atoms->edge_index = all->pointers[7];
+  atoms->edge_shifts = all->pointers[8];
+  atoms->index_base = 1;
+  return MPIGRAD_SUCCESS;
+}
+
+mpigrad_status mpigrad_fortran_atoms_predict(mpigrad_model model, const CFI_cdesc_t* positions,
+                                             const CFI_cdesc_t* atomic_numbers,
+                                             const CFI_cdesc_t* energy, const CFI_cdesc_t* forces,
+                                             const CFI_cdesc_t* cell, const CFI_cdesc_t* pbc,
+                                             const CFI_cdesc_t* num_atoms,
+                                             const CFI_cdesc_t* edge_index,
+                                             const CFI_cdesc_t* edge_shifts) {
+  const CFI_cdesc_t* const given[9] = {positions, atomic_numbers, energy,     forces,     cell,
+                                       pbc,       num_atoms,      edge_index, edge_shifts};
+  fortran_atoms all;
+  mpigrad_atoms atoms;
+  const mpigrad_status status = describe_atoms("mpigrad_atoms_predict", given, &all, &atoms);
+  if (status != MPIGRAD_SUCCESS) return status;
+  return mpigrad_atoms_predict(model, &atoms, all.pointers[2], all.pointers[3]);
+}
+
+mpigrad_status mpigrad_fortran_atoms_train_step(
+    mpigrad_model model, const CFI_cdesc_t* positions, const CFI_cdesc_t* atomic_numbers,
+    const CFI_cdesc_t* energy, const CFI_cdesc_t* forces, double* loss, const CFI_cdesc_t* cell,
+    const CFI_cdesc_t* pbc, const CFI_cdesc_t* num_atoms, const CFI_cdesc_t* edge_index,
+    const CFI_cdesc_t* edge_shifts) {
+  const CFI_cdesc_t* const given[9] = {positions, atomic_numbers, energy,     forces,     cell,
+                                       pbc,       num_atoms,      edge_index, edge_shifts};
+  fortran_atoms all;
+  mpigrad_atoms atoms;
+  const mpigrad_status status = describe_atoms("mpigrad_atoms_train_step", given, &all, &atoms);
+  if (status != MPIGRAD_SUCCESS) return status;
+  return mpigrad_atoms_train_step(model, &atoms, all.pointers[2], all.pointers[3], loss);
+}

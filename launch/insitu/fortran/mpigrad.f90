@@ -39,6 +39,12 @@
 ! collective (every rank, same order; destroy before MPI_Finalize); creation broadcasts rank
 ! 0's initial weights. mpigrad_copied_bytes counts the float32 bytes made from arrays that were
 ! not dense float32. Ranks in messages are numbered within the communicator the model was given.
+!
+! Interatomic potentials ([loss] name = energy_force) take atomic structures instead:
+! mpigrad_atoms_predict(model, x, z, energy, forces, cell=, pbc=, num_atoms=, edge_index=,
+! edge_shifts=) and mpigrad_atoms_train_step(model, x, z, energy, forces, loss, ...), with
+! positions x(3, n) and the host's neighbor list as edge_index(edges, 2) of 1-based atom numbers.
+! Their messages give shapes in C order (x(3, n) is [n, 3]) and atoms and edges numbered from 0.
 module mpigrad
   use, intrinsic :: iso_c_binding
   implicit none
@@ -81,6 +87,7 @@ module mpigrad
   public :: mpigrad_set_step_callback, mpigrad_train_step_on_stream, mpigrad_predict_on_stream
   public :: mpigrad_array_list_create, mpigrad_array_list_add, mpigrad_array_list_destroy
   public :: mpigrad_train_step_multi, mpigrad_predict_multi
+  public :: mpigrad_atoms_predict, mpigrad_atoms_train_step
 
   ! The communicator as `use mpi`'s integer or as `use mpi_f08`'s type(MPI_Comm).
   interface mpigrad_model_create_distributed
@@ -138,6 +145,48 @@ module mpigrad
       type(*), dimension(..), intent(in) :: array
       integer(c_int) :: status
     end function mpigrad_array_list_add
+
+    ! Interatomic potentials ([loss] name = energy_force; see "Interatomic potentials" in
+    ! mpigrad/mpigrad_c.h). One structure: positions(3, atoms) real(8) or real(4),
+    ! atomic_numbers(atoms) integer(4) or (8), energy a real scalar (or energy(1)), forces(3,
+    ! atoms). Several: num_atoms(structures), energy(structures), atoms of all structures
+    ! concatenated. Optional, by keyword: cell(3, 3) (cell(:, i) the i-th lattice vector;
+    ! cell(3, 3, structures)), pbc(3) integer, nonzero periodic (pbc(3, structures)), the host's
+    ! neighbor list edge_index(edges, 2) of Fortran atom numbers (from 1; column 1 the sources,
+    ! column 2 the targets, both directions listed; the C API's [2, edges]) and edge_shifts(3,
+    ! edges), the Cartesian image offsets
+    ! (the edge's vector is x(target) - x(source) + shift); without edge_index, mpigrad builds
+    ! the neighbor list with [graph] cutoff. Energies and forces (-dE/dx) are written into
+    ! energy and forces (left out: energy only). Local.
+    function mpigrad_atoms_predict(model, positions, atomic_numbers, energy, forces, cell, pbc, &
+                                   num_atoms, edge_index, edge_shifts) result(status) &
+        bind(c, name="mpigrad_fortran_atoms_predict")
+      import :: mpigrad_model, c_int
+      type(mpigrad_model), value :: model
+      type(*), dimension(..), intent(in) :: positions, atomic_numbers
+      type(*), dimension(..), intent(inout) :: energy
+      type(*), dimension(..), intent(inout), optional :: forces
+      type(*), dimension(..), intent(in), optional :: cell, pbc, num_atoms, edge_index, &
+                                                      edge_shifts
+      integer(c_int) :: status
+    end function mpigrad_atoms_predict
+
+    ! One training step on this rank's labelled structures (the reference energy and forces,
+    ! the arrays as mpigrad_atoms_predict's): the step of mpigrad train's [loss] energy_force,
+    ! with DDP's average over the ranks; collective. `loss` (optional) gets this rank's part of
+    ! the loss of all ranks' structures; mpigrad_mean_loss gives the whole.
+    function mpigrad_atoms_train_step(model, positions, atomic_numbers, energy, forces, loss, &
+                                      cell, pbc, num_atoms, edge_index, edge_shifts) &
+        result(status) bind(c, name="mpigrad_fortran_atoms_train_step")
+      import :: mpigrad_model, c_int, c_double
+      type(mpigrad_model), value :: model
+      type(*), dimension(..), intent(in) :: positions, atomic_numbers, energy
+      type(*), dimension(..), intent(in), optional :: forces
+      real(c_double), intent(out), optional :: loss
+      type(*), dimension(..), intent(in), optional :: cell, pbc, num_atoms, edge_index, &
+                                                      edge_shifts
+      integer(c_int) :: status
+    end function mpigrad_atoms_train_step
 
     function mpigrad_array_list_destroy(list) result(status) &
         bind(c, name="mpigrad_fortran_array_list_destroy")

@@ -1,0 +1,210 @@
+// Derivatives of derivatives (core/autograd.h): the second-order check over the whole op table,
+// Hessian-vector products against analytic values, grad()'s contract (no .grad touched, unused
+// inputs, non-leaf inputs, several outputs), backward with create_graph, and the one error an op
+// without a second derivative raises.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "../second_order_check.h"
+#include "mpigrad/core/autograd.h"
+#include "mpigrad/core/ops/elementwise.h"
+#include "mpigrad/core/ops/linalg.h"
+#include "mpigrad/core/ops/reduce.h"
+#include "mpigrad/core/ops/softmax.h"
+#include "op_cases.h"
+
+namespace {
+
+using namespace mpigrad::core;  // NOLINT
+using mpigrad::test::OpCase;
+
+Tensor leaf(const std::vector<double>& values, Shape shape) {
+  Tensor t = Tensor::from_vector(values, shape, kFloat64);
+  t.set_requires_grad(true);
+  return t;
+}
+
+std::vector<double> values_of(const Tensor& t) {
+  return t.to_vector<double>();
+}
+
+void check_close(const std::vector<double>& actual, const std::vector<double>& expected,
+                 double tolerance = 1e-10) {
+  REQUIRE(actual.size() == expected.size());
+  for (size_t i = 0; i < actual.size(); ++i) {
+    INFO("element ", i);
+    CHECK(actual[i] == doctest::Approx(expected[i]).epsilon(tolerance));
+  }
+}
+
+// A node with a first derivative only: y = 2 x, differentiable once.
+struct FirstOrderOnlyBackward final : Node {
+  const char* name() const override { return "FirstOrderOnlyBackward"; }
+  void apply(const Tensor& grad, std::vector<Tensor>& grads) override { grads[0] = grad * 2.0; }
+};
+
+Tensor first_order_only(const Tensor& x) {
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = x * 2.0;
+  }
+  if (any_requires_grad({&x})) set_history(out, std::make_shared<FirstOrderOnlyBackward>(), {&x});
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("op table: second derivatives match float64 finite differences of the gradient") {
+  uint64_t seed = 100;
+  int checked = 0;
+  for (const OpCase& op : mpigrad::test::op_cases()) {
+    ++seed;
+    if (!op.differentiable) continue;
+    INFO("op case: ", op.name);
+    mpigrad::test::SecondOrderCheck check;
+    check.build = op.build;
+    check.seed = seed;
+    for (const auto& input : op.inputs) {
+      check.inputs.push_back(
+          Tensor::from_vector(input.values, input.shape, input.fixed_dtype.value_or(kFloat64)));
+      check.differentiable.push_back(!input.fixed_dtype.has_value());
+    }
+    try {
+      const std::string mismatch = mpigrad::test::check_second_order(check);
+      CHECK_MESSAGE(mismatch.empty(), mismatch);
+      ++checked;
+    } catch (const std::exception& e) {
+      FAIL_CHECK("threw: " << std::string(e.what()));
+    }
+  }
+  CHECK(checked > 40);
+}
+
+TEST_CASE("Hessian-vector products against analytic values") {
+  const std::vector<double> x0 = {0.3, -1.2, 0.8, 2.0};
+  const std::vector<double> v0 = {1.0, 0.5, -2.0, 0.25};
+  const Tensor v = Tensor::from_vector(v0, {4}, kFloat64);
+
+  SUBCASE("sum(x^3): H v = 6 x v") {
+    Tensor x = leaf(x0, {4});
+    Tensor g = grad({sum(pow(x, 3.0))}, {x}, {}, {.create_graph = true})[0];
+    check_close(values_of(g), {3 * 0.09, 3 * 1.44, 3 * 0.64, 3 * 4.0});
+    Tensor hv = grad({sum(g * v)}, {x})[0];
+    std::vector<double> expected;
+    for (size_t i = 0; i < 4; ++i) expected.push_back(6 * x0[i] * v0[i]);
+    check_close(values_of(hv), expected);
+  }
+  SUBCASE("x^T A x: H v = (A + A^T) v") {
+    const std::vector<double> a = {1, 2, 0, -1, 0.5, 3, 1, 0, -2, 1, 4, 0.5, 0, 1, -1, 2};
+    Tensor A = Tensor::from_vector(a, {4, 4}, kFloat64);
+    Tensor x = leaf(x0, {4});
+    Tensor f = sum(x * matmul(A, x));
+    Tensor g = grad({f}, {x}, {}, {.create_graph = true})[0];
+    Tensor hv = grad({sum(g * v)}, {x})[0];
+    std::vector<double> expected(4, 0.0);
+    for (int i = 0; i < 4; ++i) {
+      for (int j = 0; j < 4; ++j)
+        expected[size_t(i)] += (a[size_t(4 * i + j)] + a[size_t(4 * j + i)]) * v0[size_t(j)];
+    }
+    check_close(values_of(hv), expected);
+  }
+  SUBCASE("log-sum-exp: H = diag(p) - p p^T") {
+    Tensor x = leaf(x0, {4});
+    Tensor f =
+        sum(log_softmax(x, 0) * Tensor::from_vector<double>({-1.0, 0.0, 0.0, 0.0}, {4}, kFloat64));
+    // f = -(x_0 - lse(x)) = lse(x) - x_0; its Hessian is that of lse.
+    Tensor g = grad({f}, {x}, {}, {.create_graph = true})[0];
+    Tensor hv = grad({sum(g * v)}, {x})[0];
+    double z = 0;
+    for (double value : x0) z += std::exp(value);
+    std::vector<double> p;
+    for (double value : x0) p.push_back(std::exp(value) / z);
+    double pv = 0;
+    for (size_t i = 0; i < 4; ++i) pv += p[i] * v0[i];
+    std::vector<double> expected;
+    for (size_t i = 0; i < 4; ++i) expected.push_back(p[i] * v0[i] - p[i] * pv);
+    check_close(values_of(hv), expected);
+  }
+  SUBCASE("a third derivative: d3/dx3 sum(exp(2x)) = 8 exp(2x)") {
+    Tensor x = leaf(x0, {4});
+    Tensor f = sum(exp(x * 2.0));
+    Tensor g1 = grad({f}, {x}, {}, {.create_graph = true})[0];
+    Tensor g2 = grad({sum(g1)}, {x}, {}, {.create_graph = true})[0];
+    Tensor g3 = grad({sum(g2)}, {x})[0];
+    std::vector<double> expected;
+    for (double value : x0) expected.push_back(8 * std::exp(2 * value));
+    check_close(values_of(g3), expected);
+  }
+}
+
+TEST_CASE("grad() returns gradients and leaves .grad alone") {
+  Tensor x = leaf({1.0, 2.0}, {2});
+  Tensor w = leaf({3.0, -1.0}, {2});
+  Tensor y = sum(x * x * w);
+  std::vector<Tensor> grads = grad({y}, {x}, {}, {.retain_graph = true});
+  check_close(values_of(grads[0]), {6.0, -4.0});
+  CHECK_FALSE(grads[0].requires_grad());
+  CHECK_FALSE(x.grad().defined());
+  CHECK_FALSE(w.grad().defined());  // w's accumulator never ran
+  y.backward();
+  check_close(values_of(x.grad()), {6.0, -4.0});
+  check_close(values_of(w.grad()), {1.0, 4.0});
+}
+
+TEST_CASE("grad() takes results of ops, several outputs and their weights") {
+  Tensor x = leaf({1.0, -2.0}, {2});
+  Tensor h = x * 3.0;  // a result, not a leaf
+  Tensor a = sum(h * h), b = h * 2.0;
+  std::vector<Tensor> grads =
+      grad({a, b}, {h, x}, {Tensor(), Tensor::from_vector<double>({1.0, 10.0}, {2}, kFloat64)});
+  // d/dh: 2h + (2, 20); d/dx: 3 times that.
+  check_close(values_of(grads[0]), {6.0 + 2.0, -12.0 + 20.0});
+  check_close(values_of(grads[1]), {24.0, 24.0});
+}
+
+TEST_CASE("grad() names an input the outputs do not use, unless allow_unused") {
+  Tensor x = leaf({1.0}, {1});
+  Tensor unused = leaf({2.0}, {1});
+  Tensor y = sum(x * 5.0);
+  try {
+    grad({y}, {x, unused}, {}, {.retain_graph = true});
+    FAIL("an unused input was accepted");
+  } catch (const Error& error) {
+    CHECK(std::string(error.what()).find("grad: inputs[1] (shape [1]) was not used") !=
+          std::string::npos);
+  }
+  std::vector<Tensor> grads = grad({y}, {x, unused}, {}, {.allow_unused = true});
+  check_close(values_of(grads[0]), {5.0});
+  CHECK_FALSE(grads[1].defined());
+  Tensor constant = Tensor::from_vector<double>({1.0}, {1}, kFloat64);
+  CHECK_THROWS_WITH_AS(grad({sum(x * 2.0)}, {constant}),
+                       doctest::Contains("inputs[0] does not require grad"), Error);
+}
+
+TEST_CASE("backward with create_graph leaves a .grad that can be differentiated again") {
+  Tensor x = leaf({0.5, -1.5}, {2});
+  sum(pow(x, 4.0)).backward(Tensor(), false, /*create_graph=*/true);
+  Tensor first = x.grad();
+  REQUIRE(first.requires_grad());
+  check_close(values_of(first), {4 * 0.125, 4 * -3.375});
+  Tensor second = grad({sum(first)}, {x})[0];
+  check_close(values_of(second), {12 * 0.25, 12 * 2.25});
+}
+
+TEST_CASE("create_graph through an op with no second derivative is one error naming it") {
+  Tensor x = leaf({1.0, 2.0}, {2});
+  Tensor y = sum(first_order_only(x) * x);
+  // First order works as ever.
+  check_close(values_of(grad({y}, {x}, {}, {.retain_graph = true})[0]), {4.0, 8.0});
+  try {
+    grad({y}, {x}, {}, {.create_graph = true});
+    FAIL("create_graph went through an op without a second derivative");
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    CHECK(message.find("FirstOrderOnlyBackward has no second derivative yet") != std::string::npos);
+  }
+}
