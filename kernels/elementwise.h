@@ -82,6 +82,7 @@ enum class UnaryOp : uint8_t {
   Erf,
   Sin,
   Cos,
+  Softplus,  // log(1 + e^x), computed as relu(x) + log1p(e^-|x|) so that it never overflows
 };
 
 enum class BinaryOp : uint8_t {
@@ -140,6 +141,8 @@ constexpr const char* unary_op_name(UnaryOp op) {
       return "sin";
     case UnaryOp::Cos:
       return "cos";
+    case UnaryOp::Softplus:
+      return "softplus";
   }
   return "unary";
 }

@@ -12,8 +12,7 @@
 namespace mpigrad::nn {
 
 Tensor shifted_softplus(const Tensor& x) {
-  // log(1 + e^x) = relu(x) + log(1 + e^-|x|): e^-|x| <= 1 never overflows.
-  return core::relu(x) + core::log(core::exp(-core::abs(x)) + 1.0) - std::numbers::ln2;
+  return core::softplus(x) - std::numbers::ln2;
 }
 
 namespace {

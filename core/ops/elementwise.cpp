@@ -260,6 +260,8 @@ Tensor unary_derivative(UnaryOp op, const Tensor& x, const Tensor& y) {
       return cos(x);
     case UnaryOp::Cos:
       return neg(sin(x));
+    case UnaryOp::Softplus:
+      return sigmoid(x);
     case UnaryOp::Silu: {  // s (1 + x (1 - s)), s = sigmoid(x)
       Tensor s = sigmoid(x);
       return mul(s, add(constant(1.0), mul(x, sub(constant(1.0), s))));
@@ -369,6 +371,9 @@ Tensor silu(const Tensor& x) {
 }
 Tensor sigmoid(const Tensor& x) {
   return unary(UnaryOp::Sigmoid, x);
+}
+Tensor softplus(const Tensor& x) {
+  return unary(UnaryOp::Softplus, x);
 }
 Tensor erf(const Tensor& x) {
   return unary(UnaryOp::Erf, x);

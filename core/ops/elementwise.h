@@ -26,6 +26,8 @@ enum class GeluApproximation { None, Tanh };  // torch's approximate="none" | "t
 Tensor gelu(const Tensor& x, GeluApproximation approximation = GeluApproximation::None);
 Tensor silu(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
+// log(1 + e^x), in one kernel; its derivative is sigmoid(x).
+Tensor softplus(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor erf(const Tensor& x);
 Tensor sin(const Tensor& x);

@@ -213,6 +213,8 @@ void unary_typed(UnaryOp op, DType dtype, const StridedLoop& loop, T* out, const
         return run([](C x) { return std::sin(x); });
       case UnaryOp::Cos:
         return run([](C x) { return std::cos(x); });
+      case UnaryOp::Softplus:
+        return run([](C x) { return (x > C(0) ? x : C(0)) + std::log1p(std::exp(-std::abs(x))); });
     }
     throw_unsupported("unary", std::string("op ") + unary_op_name(op), dtype);
   }
@@ -290,6 +292,8 @@ void unary_backward_typed(UnaryOp op, DType dtype, const StridedLoop& loop, T* g
         return run([](C g, C x, C) { return g * std::cos(x); });
       case UnaryOp::Cos:
         return run([](C g, C x, C) { return -g * std::sin(x); });
+      case UnaryOp::Softplus:
+        return run([](C g, C x, C) { return g * sigmoid(x); });
     }
     throw_unsupported("unary_backward", std::string("op ") + unary_op_name(op), dtype);
   }

@@ -351,6 +351,8 @@ struct UnaryFn {
           return T(detail::m_sin(x));
         case UnaryOp::Cos:
           return T(detail::m_cos(x));
+        case UnaryOp::Softplus:
+          return T((x > C(0) ? x : C(0)) + detail::m_log(C(1) + detail::m_exp(-detail::m_abs(x))));
       }
       return T(C(0));
     }
@@ -420,6 +422,8 @@ struct UnaryBackwardFn {
           return T(g * detail::m_cos(x));
         case UnaryOp::Cos:
           return T(-g * detail::m_sin(x));
+        case UnaryOp::Softplus:
+          return T(g * sigmoid(x));
       }
       return T(C(0));
     }

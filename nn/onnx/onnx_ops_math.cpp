@@ -316,11 +316,6 @@ OpFunction hard_sigmoid(const NodeView& node) {
   };
 }
 
-Tensor softplus(const Tensor& x) {
-  // log(1 + exp(x)) = relu(x) + log(1 + exp(-|x|)), which never overflows.
-  return core::relu(x) + core::log(core::exp(-core::abs(x)) + 1.0);
-}
-
 OpBuilder arg_extremum(bool max) {
   return [max](const NodeView& node) -> OpFunction {
     const int64_t axis = node.get_int("axis", 0);
@@ -441,7 +436,7 @@ void add_math_ops(OpTable& t) {
   t.add("Relu", unary([](T x) { return core::relu(x); }));
   t.add("Sigmoid", unary([](T x) { return core::sigmoid(x); }));
   t.add("Tanh", unary([](T x) { return core::tanh(x); }));
-  t.add("Softplus", unary(softplus));
+  t.add("Softplus", unary([](T x) { return core::softplus(x); }));
   t.add("Softsign", unary([](T x) { return x / (core::abs(x) + 1.0); }));
   t.add("HardSwish", unary([](T x) { return x * core::clamp(x / 6.0 + 0.5, 0.0, 1.0); }));
   t.add("LeakyRelu", alpha_activation(0.01, leaky_relu));
