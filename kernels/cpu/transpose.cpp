@@ -89,12 +89,16 @@ Odometer outer_dims(const StridedLoop& walk, int skip_a, int skip_b) {
 // ---------------------------------------------------------------------------------------------
 // Tiles
 
-// dst[x * dst_ld + y] = src[y * src_ld + x] for y < rows, x < cols, one word at a time.
+// dst[x * dst_ld + y] = src[y * src_ld + x] for y < rows, x < cols, one word at a time. By
+// memcpy, a plain load and store: a word widened from a row of narrower elements (8 or 16
+// bytes from floats) need not be aligned to its own size.
 template <typename Word>
 void transpose_words(const Word* src, int64_t src_ld, Word* dst, int64_t dst_ld, int64_t rows,
                      int64_t cols) {
   for (int64_t x = 0; x < cols; ++x) {
-    for (int64_t y = 0; y < rows; ++y) dst[x * dst_ld + y] = src[y * src_ld + x];
+    for (int64_t y = 0; y < rows; ++y) {
+      std::memcpy(dst + x * dst_ld + y, src + y * src_ld + x, sizeof(Word));
+    }
   }
 }
 

@@ -92,22 +92,26 @@ std::vector<unsigned char> reference_copy(const StridedLoop& loop, int size,
 
 // Copies the permute of `shape` by `order` in `dtype` both ways, through copy() and
 // copy_generic(), and checks both against the reference; returns the number of cases run.
-int check_permute(const Dims& shape, const Dims& order, DType dtype) {
+// `offset` elements in, so that words widened from narrower ones are not aligned to their size.
+int check_permute(const Dims& shape, const Dims& order, DType dtype, int64_t offset = 0) {
   const int size = element_size(dtype);
   const size_t bytes = size_t(count(shape) * size);
-  const std::vector<unsigned char> in = random_bytes(bytes, unsigned(bytes + order[0]));
+  const std::vector<unsigned char> source =
+      random_bytes(bytes + size_t(offset * size), unsigned(bytes + order[0]));
+  const std::vector<unsigned char> in(source.begin() + offset * size, source.end());
   int cases = 0;
   for (bool into_permuted : {true, false}) {
     const StridedLoop loop = permute_loop(shape, order, into_permuted);
     const std::vector<unsigned char> expected = reference_copy(loop, size, in, bytes);
     std::vector<unsigned char> blocked(bytes, 0), generic(bytes, 0);
-    cpu::copy(dtype, dtype, loop, blocked.data(), in.data());
-    cpu::copy_generic(dtype, dtype, loop, generic.data(), in.data());
+    cpu::copy(dtype, dtype, loop, blocked.data(), source.data() + offset * size);
+    cpu::copy_generic(dtype, dtype, loop, generic.data(), source.data() + offset * size);
     std::string what = "shape [";
     for (int64_t extent : shape) what += std::to_string(extent) + " ";
     what += "] order [";
     for (int64_t d : order) what += std::to_string(d) + " ";
     what += "] element size " + std::to_string(size) + (into_permuted ? " gather" : " scatter");
+    what += " offset " + std::to_string(offset);
     CAPTURE(what);
     CHECK(blocked == expected);
     CHECK(generic == expected);
@@ -169,6 +173,18 @@ TEST_CASE("blocked copy: ConvNeXt's NCHW <-> NHWC and the rows a permute keeps t
     }
   }
   CHECK(cases == 7 * (4 + 12) * 2);
+}
+
+TEST_CASE("blocked copy: views that start at an odd element, rows widened into unaligned words") {
+  int cases = 0;
+  for (DType dtype : {DType::Float32, DType::BFloat16, DType::UInt8}) {
+    for (int64_t row : {2, 4, 8}) {
+      cases += check_permute({7, 5, row}, {1, 0, 2}, dtype, 1);
+      cases += check_permute({3, 9, 4, row}, {0, 2, 1, 3}, dtype, 3);
+    }
+    cases += check_permute({19, 23}, {1, 0}, dtype, 1);
+  }
+  CHECK(cases == 3 * 7 * 2);
 }
 
 TEST_CASE("blocked copy: copies large enough to be split across threads") {
