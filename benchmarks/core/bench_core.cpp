@@ -162,6 +162,12 @@ void transpose_figures(mpigrad::bench::Results& results, bool quick) {
       {"nhwc_to_nchw_bf16", {batch, 56, 56, 96}, {0, 3, 1, 2}, kBFloat16, "the same in bf16"},
       {"matrix_t", {3072, 768}, {1, 0}, kFloat32, "[3072,768] f32 -> [768,3072]"},
       {"convnext_stage1", {8, 8, 8, 96}, {0, 3, 1, 2}, kFloat32, "[8,8,8,96] -> NCHW, in cache"},
+      {"heads", {4, 64, 12, 64}, {0, 2, 1, 3}, kFloat32, "[B,T,H,D] -> [B,H,T,D], memcpy rows"},
+      {"heads_d8_bf16",
+       {8, 128, 12, 8},
+       {0, 2, 1, 3},
+       kBFloat16,
+       "[B,T,H,8] bf16 -> [B,H,T,8], 16-byte words"},
   };
   for (const Case& c : cases) {
     const kernels::StridedLoop loop = permuted_copy_loop(c.shape, c.order);
