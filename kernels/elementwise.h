@@ -207,8 +207,15 @@ void where(DType dtype, const StridedLoop& loop, void* out, const void* cond, co
 void clamp(DType dtype, const StridedLoop& loop, void* out, const void* in, double lo, double hi);
 
 // out = in, converting in_dtype to out_dtype. Operands: 0 out, 1 in. This is also how core/
-// makes a view contiguous.
+// makes a view contiguous. Same-dtype copies whose layout is a (batched) transpose go through
+// cache tiles, and rows contiguous on both sides through memcpy (kernels/cpu/transpose.h);
+// MPIGRAD_CPU_COPY=generic, read once, sends them to the element walk instead.
 void copy(DType out_dtype, DType in_dtype, const StridedLoop& loop, void* out, const void* in);
+
+// copy() by the element walk alone, whatever the layout: the reference that tests and
+// benchmarks compare the blocked paths against.
+void copy_generic(DType out_dtype, DType in_dtype, const StridedLoop& loop, void* out,
+                  const void* in);
 
 // Dense conversion of n elements between float32 and a 16-bit float (bfloat16 or float16), either
 // way, bit for bit what BFloat16's and Half's scalar conversions give (round to nearest even,

@@ -11,10 +11,14 @@
 //                           replace, built here for the baseline ISA, on 1 MiB of float32 (the
 //                           hierarchical transport's piece), one thread: ns an element and the
 //                           speed-up; and against memcpy of the float32 bytes
+//   transpose_*             kernels::cpu::copy of a permuted view (the blocked transpose of
+//                           kernels/cpu/transpose.cpp) against copy_generic (the element walk it
+//                           replaces), one thread: GB/s (bytes read + written) and the speed-up
 //
 // Usage: mpigrad-bench-core [--json FILE] [--quick] [--checkpoint-mb 256]
 #include <cblas.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -214,6 +218,65 @@ void checkpoint_figures(mpigrad::bench::Results& results, int64_t megabytes) {
   results.add("checkpoint_over_raw", save / plain, "x", "target <= 1.2");
 }
 
+// A dense copy of `shape` permuted by `order` (out[i] = in[permuted i]), as contiguous() of a
+// permuted view does it.
+mpigrad::kernels::StridedLoop permuted_copy_loop(const std::vector<int64_t>& shape,
+                                                 const std::vector<int64_t>& order) {
+  std::vector<int64_t> in_strides(shape.size(), 1);
+  for (size_t d = shape.size() - 1; d > 0; --d) in_strides[d - 1] = in_strides[d] * shape[d];
+  mpigrad::kernels::StridedLoop loop;
+  loop.ndim = int(shape.size());
+  int64_t out_stride = 1;
+  for (int d = loop.ndim - 1; d >= 0; --d) {
+    loop.size[d] = shape[size_t(order[size_t(d)])];
+    loop.stride[0][d] = out_stride;
+    loop.stride[1][d] = in_strides[size_t(order[size_t(d)])];
+    out_stride *= loop.size[d];
+  }
+  return loop;
+}
+
+void transpose_figures(mpigrad::bench::Results& results, bool quick) {
+  namespace kernels = mpigrad::kernels;
+  struct Case {
+    const char* name;
+    std::vector<int64_t> shape, order;
+    DType dtype;
+    const char* note;
+  };
+  const int64_t batch = quick ? 8 : 64;
+  const std::vector<Case> cases = {
+      {"nhwc_to_nchw", {batch, 56, 56, 96}, {0, 3, 1, 2}, kFloat32, "[N,56,56,96] f32 -> NCHW"},
+      {"nchw_to_nhwc", {batch, 96, 56, 56}, {0, 2, 3, 1}, kFloat32, "[N,96,56,56] f32 -> NHWC"},
+      {"nhwc_to_nchw_bf16", {batch, 56, 56, 96}, {0, 3, 1, 2}, kBFloat16, "the same in bf16"},
+      {"matrix_t", {3072, 768}, {1, 0}, kFloat32, "[3072,768] f32 -> [768,3072]"},
+      {"convnext_stage1", {8, 8, 8, 96}, {0, 3, 1, 2}, kFloat32, "[8,8,8,96] -> NCHW, in cache"},
+      {"heads", {4, 64, 12, 64}, {0, 2, 1, 3}, kFloat32, "[B,T,H,D] -> [B,H,T,D], memcpy rows"},
+      {"heads_d8_bf16",
+       {8, 128, 12, 8},
+       {0, 2, 1, 3},
+       kBFloat16,
+       "[B,T,H,8] bf16 -> [B,H,T,8], 16-byte words"},
+  };
+  for (const Case& c : cases) {
+    const kernels::StridedLoop loop = permuted_copy_loop(c.shape, c.order);
+    const int64_t bytes = loop.numel() * kernels::element_size(c.dtype);
+    std::vector<char> in(size_t(bytes), 1), out(size_t(bytes), 0);
+    const int iterations = int(std::max<int64_t>(2, std::min<int64_t>(2000, (1 << 28) / bytes)));
+    auto gbps = [&](auto&& copy) {
+      return 2.0 * double(bytes) / seconds_per_call(copy, quick ? 2 : iterations) * 1e-9;
+    };
+    const double blocked =
+        gbps([&] { kernels::cpu::copy(c.dtype, c.dtype, loop, out.data(), in.data()); });
+    const double generic =
+        gbps([&] { kernels::cpu::copy_generic(c.dtype, c.dtype, loop, out.data(), in.data()); });
+    const std::string key = std::string("transpose_") + c.name;
+    results.add(key + "_gbps", blocked, "GB/s", std::string(c.note) + ", blocked, 1 thread");
+    results.add(key + "_generic_gbps", generic, "GB/s", "the element walk, same copy");
+    results.add(key + "_speedup", blocked / generic, "x", "blocked over the element walk");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -266,6 +329,9 @@ int main(int argc, char** argv) {
   convert_dense_figures(results, quick ? 20 : 200);
   crc_figures(results, quick ? 2 : 10);
   checkpoint_figures(results, quick ? 16 : checkpoint_mb);
+  set_num_threads(1);
+  transpose_figures(results, quick);
+  set_num_threads(threads);
 
   results.print();
   if (!json_path.empty() && !results.write_json(json_path)) {

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -26,6 +27,7 @@
 
 #include "mpigrad/kernels/cpu/parallel.h"
 #include "mpigrad/kernels/cpu/scalar.h"
+#include "mpigrad/kernels/cpu/transpose.h"
 
 namespace mpigrad::kernels::cpu {
 namespace {
@@ -405,7 +407,17 @@ void copy_bits(const StridedLoop& loop, void* out, const void* in) {
       loop, static_cast<Word*>(out), [](Word x) { return x; }, static_cast<const Word*>(in));
 }
 
-void copy_same_dtype(DType dtype, const StridedLoop& loop, void* out, const void* in) {
+// MPIGRAD_CPU_COPY=generic turns the blocked transpose and row paths off, to measure them.
+bool blocked_copies() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("MPIGRAD_CPU_COPY");
+    return value == nullptr || std::string(value) != "generic";
+  }();
+  return enabled;
+}
+
+void copy_same_dtype(DType dtype, const StridedLoop& loop, void* out, const void* in,
+                     bool blocked) {
   const int size = element_size(dtype);
   if (out == in) return;  // a view copied onto itself; memcpy must not see the overlap
   if (loop.contiguous(2)) {
@@ -417,6 +429,7 @@ void copy_same_dtype(DType dtype, const StridedLoop& loop, void* out, const void
     });
     return;
   }
+  if (blocked && copy_blocked(size, loop, out, in)) return;
   switch (size) {
     case 1:
       return copy_bits<uint8_t>(loop, out, in);
@@ -665,7 +678,7 @@ void clamp(DType dtype, const StridedLoop& loop, void* out, const void* in, doub
 }
 
 void copy(DType out_dtype, DType in_dtype, const StridedLoop& loop, void* out, const void* in) {
-  if (out_dtype == in_dtype) return copy_same_dtype(out_dtype, loop, out, in);
+  if (out_dtype == in_dtype) return copy_same_dtype(out_dtype, loop, out, in, blocked_copies());
   if (loop.contiguous(2) && dense_convertible(out_dtype, in_dtype)) {
     auto* out_bytes = static_cast<char*>(out);
     const auto* in_bytes = static_cast<const char*>(in);
@@ -684,6 +697,12 @@ void copy(DType out_dtype, DType in_dtype, const StridedLoop& loop, void* out, c
           static_cast<const From*>(in));
     });
   });
+}
+
+void copy_generic(DType out_dtype, DType in_dtype, const StridedLoop& loop, void* out,
+                  const void* in) {
+  if (out_dtype == in_dtype) return copy_same_dtype(out_dtype, loop, out, in, false);
+  copy(out_dtype, in_dtype, loop, out, in);
 }
 
 void fill(DType dtype, int64_t n, void* out, double value) {

@@ -258,6 +258,53 @@ TEST_CASE("matmul gradients come out in their operand's layout (W of x W^T stays
   CHECK(a.grad().to_vector<float>() == std::vector<float>{5, 5, 7, 7, 9, 9});
 }
 
+TEST_CASE("matmul [..., m, k] x [k, n] folds the batch into rows: one GEMM, no broadcast weight") {
+  // ConvNeXt's Linear on NHWC, MatMul(x, W^T): broadcast over the batch, W^T would be expanded,
+  // its gradient a [N, H, C, 4C] stack copied contiguous and summed. Folded, the product is one
+  // [N*H*W, C] x [C, 4C] GEMM behind a view, whether x is contiguous or a permuted NCHW tensor
+  // (which the fold's reshape copies). Small integers, so every value is exact.
+  std::vector<float> x_values(48), w_values(20);
+  for (int i = 0; i < 48; ++i) x_values[size_t(i)] = float(i % 7 - 3);
+  for (int i = 0; i < 20; ++i) w_values[size_t(i)] = float(i % 5 - 2);
+  Tensor nchw = Tensor::from_vector<float>(x_values, {2, 4, 3, 2}).set_requires_grad();
+  for (bool permuted : {false, true}) {
+    Tensor w = Tensor::from_vector<float>(w_values, {5, 4}).set_requires_grad();
+    Tensor x = permuted ? nchw.permute({0, 2, 3, 1}) : nchw.detach().view({2, 3, 2, 4});
+    Tensor y = matmul(x, w.t());
+    CHECK(y.shape() == Shape{2, 3, 2, 5});
+    CHECK(std::string(y.grad_fn()->name()) == "ReshapeBackward");  // the GEMM sits behind a view
+    const std::vector<float> xs = x.contiguous().to_vector<float>();
+    const std::vector<float> ys = y.to_vector<float>();
+    for (int row = 0; row < 12; ++row) {
+      for (int j = 0; j < 5; ++j) {
+        float expected = 0;
+        for (int c = 0; c < 4; ++c)
+          expected += xs[size_t(row * 4 + c)] * w_values[size_t(j * 4 + c)];
+        CHECK(ys[size_t(row * 5 + j)] == expected);
+      }
+    }
+    sum(y).backward();
+    // d sum(x W^T) / dW[j][c] = the sum of column c of x over all 12 rows, for every j.
+    std::vector<float> column_sums(4, 0.0f);
+    for (int row = 0; row < 12; ++row) {
+      for (int c = 0; c < 4; ++c) column_sums[size_t(c)] += xs[size_t(row * 4 + c)];
+    }
+    CHECK(w.grad().strides() == w.strides());
+    const std::vector<float> w_grad = w.grad().to_vector<float>();
+    for (int j = 0; j < 5; ++j) {
+      for (int c = 0; c < 4; ++c) CHECK(w_grad[size_t(j * 4 + c)] == column_sums[size_t(c)]);
+    }
+  }
+  // d sum(x W^T) / dx[.., c] = sum_j W[j][c], in NCHW for the permuted input.
+  const std::vector<float> x_grad = nchw.grad().to_vector<float>();
+  for (int i = 0; i < 48; ++i) {
+    const int c = (i / 6) % 4;
+    float expected = 0;
+    for (int j = 0; j < 5; ++j) expected += w_values[size_t(j * 4 + c)];
+    CHECK(x_grad[size_t(i)] == expected);
+  }
+}
+
 TEST_CASE("binary ops with an operand fixed along each row (a broadcast bias) on either side") {
   // [2, 3, 4] against [1, 3, 1]: after coalescing, every row of 4 sees one value of the other
   // operand, which the kernels hoist out of the row; sub checks the operand order both ways.
