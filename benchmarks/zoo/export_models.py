@@ -15,9 +15,9 @@ large and are never committed):
   NAME.ini    the `mpigrad train` config (data, model, loss, optimizer, batch size); run_zoo.py
               adds the steps, the threads and the output folder.
 
-    /work/venv/bin/python benchmarks/zoo/export_models.py                 # the default set
-    /work/venv/bin/python benchmarks/zoo/export_models.py --models gpt2_124m,bert_base
-    /work/venv/bin/python benchmarks/zoo/export_models.py --all           # the large ones too
+    python3 benchmarks/zoo/export_models.py                 # the default set
+    python3 benchmarks/zoo/export_models.py --models gpt2_124m,bert_base
+    python3 benchmarks/zoo/export_models.py --all           # the large ones too
 
 A model already exported is skipped unless --force.
 """

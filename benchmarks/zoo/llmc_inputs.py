@@ -7,7 +7,7 @@ fetches it: build llm.c from its public source in a folder outside this reposito
 script with --out pointing at that folder, and run ./train_gpt2 there. Optional, never needed by
 CI (torch, transformers, numpy).
 
-    /work/venv/bin/python benchmarks/zoo/llmc_inputs.py --out /path/to/llm.c
+    python3 benchmarks/zoo/llmc_inputs.py --out /path/to/llm.c
     cd /path/to/llm.c && OMP_NUM_THREADS=2 ./train_gpt2   # prints "step N: ... (took X ms)"
 
 train_gpt2.c trains B=4, T=64 with AdamW (lr 1e-4, no weight decay), as the zoo's gpt2_124m;

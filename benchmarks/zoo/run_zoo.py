@@ -21,13 +21,16 @@ For each model and thread count, in one run:
 
 Results go to --results (default build/zoo/results), one JSON file per model and thread count;
 a model measured already is not measured again unless --force, so the run can be stopped and
-resumed, and one model can be measured alone while working on it:
+resumed, and one model can be measured alone while working on it. From the repository root,
+after scripts/build.sh (build/bin/mpigrad):
 
-    /work/venv/bin/python benchmarks/zoo/export_models.py --models resnet18
-    /work/venv/bin/python benchmarks/zoo/run_zoo.py --models resnet18 --threads 1 --force
+    python3 benchmarks/zoo/export_models.py --all      # ONNX, data and configs into build/zoo
+    python3 benchmarks/zoo/run_zoo.py                  # the 7 smaller models, 1 and 2 threads
+    python3 benchmarks/zoo/run_zoo.py --models gpt2_124m,bert_base --llmc /path/to/llm.c
+    python3 benchmarks/zoo/run_zoo.py --models resnet18 --threads 1 --force   # one, again
 
     # the table of everything measured so far, and the same into docs/benchmarks.md:
-    /work/venv/bin/python benchmarks/zoo/run_zoo.py --table --update-docs docs/benchmarks.md
+    python3 benchmarks/zoo/run_zoo.py --table --update-docs docs/benchmarks.md
 """
 import argparse
 import datetime
@@ -331,16 +334,22 @@ def load_results(results_dir):
     return [found[key] for key in sorted(found, key=lambda k: (k[1], order.get(k[0], 99), k[0]))]
 
 
+def geometric_mean(values):
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
 def table(results):
     lines = ["| model | threads | PyTorch ms/step | mpigrad ms/step | PyTorch / mpigrad "
              "(rounds' range) | CPU time, PyTorch / mpigrad | peak RSS MiB, PyTorch / mpigrad "
              "| load |", "|---|---|---|---|---|---|---|---|"]
-    by_threads = {}
+    by_threads, cpu_by_threads = {}, {}
     for r in results:
         if "error" in r:
             lines.append(f"| {r['title']} | {r['threads']} | | | fails: {r['error'][:120]} | | | |")
             continue
         by_threads.setdefault(r["threads"], []).append(r["ratio"])
+        if "cpu_ratio" in r:
+            cpu_by_threads.setdefault(r["threads"], []).append(r["cpu_ratio"])
         cpu = f"{r['cpu_ratio']:.2f}" if "cpu_ratio" in r else ""
         lines.append(
             f"| {r['title']} | {r['threads']} | {1e3 * r['torch_step_s']:.1f} | "
@@ -348,9 +357,10 @@ def table(results):
             f"{r['ratio_high']:.2f}) | {cpu} | {r['torch_peak_rss_mib']:.0f} / "
             f"{r['mpigrad_peak_rss_mib']:.0f} | {r['load_before']:.1f}-{r['load_after']:.1f} |")
     for threads, ratios in sorted(by_threads.items()):
-        mean = math.exp(sum(math.log(v) for v in ratios) / len(ratios))
+        cpu = cpu_by_threads.get(threads, [])
+        cpu_mean = f"{geometric_mean(cpu):.2f}" if len(cpu) == len(ratios) else ""
         lines.append(f"| geometric mean ({len(ratios)} models) | {threads} | | | "
-                     f"**{mean:.2f}** | | | |")
+                     f"**{geometric_mean(ratios):.2f}** | {cpu_mean} | | |")
     llmc = [r for r in results if "llmc_step_s" in r]
     if llmc:
         lines += ["", "| model | threads | llm.c ms/step | mpigrad ms/step | llm.c / mpigrad "
