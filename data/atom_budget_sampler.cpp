@@ -57,29 +57,17 @@ std::vector<std::vector<int64_t>> AtomBudgetBatchSampler::grouped() const {
 }
 
 int64_t AtomBudgetBatchSampler::size() const {
-  const int64_t global = int64_t(grouped().size()), ranks = options_.num_replicas;
-  return options_.drop_last ? global / ranks : (global + ranks - 1) / ranks;
+  return batches_per_rank(int64_t(grouped().size()), options_.num_replicas, options_.drop_last);
 }
 
 std::vector<std::vector<int64_t>> AtomBudgetBatchSampler::global_batches_list() const {
   std::vector<std::vector<int64_t>> batches = grouped();
-  const size_t original = batches.size();
-  const size_t total = size_t(size() * options_.num_replicas);
-  if (options_.drop_last) {
-    batches.resize(total);
-  } else {
-    for (size_t i = original; i < total; ++i) batches.push_back(batches[i % original]);
-  }
+  even_out_batches(batches, size(), options_.num_replicas, options_.drop_last);
   return batches;
 }
 
 std::vector<std::vector<int64_t>> AtomBudgetBatchSampler::batches() const {
-  std::vector<std::vector<int64_t>> all = global_batches_list();
-  std::vector<std::vector<int64_t>> mine;
-  for (size_t i = size_t(options_.rank); i < all.size(); i += size_t(options_.num_replicas)) {
-    mine.push_back(std::move(all[i]));
-  }
-  return mine;
+  return rank_batches(global_batches_list(), options_.rank, options_.num_replicas);
 }
 
 }  // namespace mpigrad::data

@@ -411,8 +411,7 @@ MultiDatasetBatchSampler::MultiDatasetBatchSampler(std::vector<int64_t> dataset_
 }
 
 int64_t MultiDatasetBatchSampler::size() const {
-  const int64_t ranks = options_.num_replicas;
-  return options_.drop_last ? global_batches_ / ranks : (global_batches_ + ranks - 1) / ranks;
+  return batches_per_rank(global_batches_, options_.num_replicas, options_.drop_last);
 }
 
 std::vector<std::vector<int64_t>> MultiDatasetBatchSampler::global_batches_list() const {
@@ -452,24 +451,12 @@ std::vector<std::vector<int64_t>> MultiDatasetBatchSampler::global_batches_list(
       batches[b] = std::move(shuffled);
     }
   }
-  const size_t ranks = size_t(options_.num_replicas);
-  const size_t original = batches.size();
-  const size_t total = size_t(size()) * ranks;
-  if (options_.drop_last) {
-    batches.resize(total);
-  } else {
-    for (size_t i = original; i < total; ++i) batches.push_back(batches[i % original]);
-  }
+  even_out_batches(batches, size(), options_.num_replicas, options_.drop_last);
   return batches;
 }
 
 std::vector<std::vector<int64_t>> MultiDatasetBatchSampler::batches() const {
-  std::vector<std::vector<int64_t>> all = global_batches_list();
-  std::vector<std::vector<int64_t>> mine;
-  for (size_t i = size_t(options_.rank); i < all.size(); i += size_t(options_.num_replicas)) {
-    mine.push_back(std::move(all[i]));
-  }
-  return mine;
+  return rank_batches(global_batches_list(), options_.rank, options_.num_replicas);
 }
 
 }  // namespace mpigrad::data

@@ -190,4 +190,26 @@ std::vector<std::vector<int64_t>> BatchSampler::batches() const {
   return result;
 }
 
+int64_t batches_per_rank(int64_t global_batches, int64_t ranks, bool drop_last) {
+  return drop_last ? global_batches / ranks : (global_batches + ranks - 1) / ranks;
+}
+
+void even_out_batches(std::vector<std::vector<int64_t>>& batches, int64_t per_rank, int64_t ranks,
+                      bool drop_last) {
+  const size_t original = batches.size(), total = size_t(per_rank * ranks);
+  if (drop_last) {
+    batches.resize(total);
+  } else {
+    for (size_t i = original; i < total; ++i) batches.push_back(batches[i % original]);
+  }
+}
+
+std::vector<std::vector<int64_t>> rank_batches(std::vector<std::vector<int64_t>> all, int64_t rank,
+                                               int64_t ranks) {
+  std::vector<std::vector<int64_t>> mine;
+  for (size_t i = size_t(rank); i < all.size(); i += size_t(ranks))
+    mine.push_back(std::move(all[i]));
+  return mine;
+}
+
 }  // namespace mpigrad::data

@@ -122,4 +122,14 @@ class BatchSampler : public BatchSamplerBase {
   bool drop_last_;
 };
 
+// Whole batches shared among ranks the way DistributedSampler shares samples (the samplers of
+// ragged batches use these): each rank gets batches_per_rank(...) of them; even_out_batches
+// makes the global list that many times `ranks` long, repeating batches from the start or, with
+// drop_last, cutting the tail; rank r takes batches r, r + ranks, ...
+int64_t batches_per_rank(int64_t global_batches, int64_t ranks, bool drop_last);
+void even_out_batches(std::vector<std::vector<int64_t>>& batches, int64_t per_rank, int64_t ranks,
+                      bool drop_last);
+std::vector<std::vector<int64_t>> rank_batches(std::vector<std::vector<int64_t>> all, int64_t rank,
+                                               int64_t ranks);
+
 }  // namespace mpigrad::data
