@@ -17,20 +17,9 @@
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/reduce.h"
 #include "mpigrad/core/tensor.h"
+#include "nn/gradcheck.h"  // fd_weights: fixed, distinct, non-zero weights
 
 namespace mpigrad::test {
-
-// Fixed pseudo-random weights in [-1, -0.25] U [0.25, 1], distinct and non-zero.
-inline std::vector<double> second_order_weights(int64_t n, uint64_t seed) {
-  std::vector<double> weights;
-  uint64_t state = seed * 6364136223846793005ull + 1442695040888963407ull;
-  for (int64_t i = 0; i < n; ++i) {
-    state = state * 6364136223846793005ull + 1442695040888963407ull;
-    const double u = double(state >> 11) / double(1ull << 53);
-    weights.push_back((u < 0.5 ? -1.0 : 1.0) * (0.25 + 1.5 * std::abs(u - 0.5)));
-  }
-  return weights;
-}
 
 struct SecondOrderCheck {
   using Build = std::function<core::Tensor(const std::vector<core::Tensor>&)>;
@@ -87,10 +76,10 @@ inline std::string check_second_order(const SecondOrderCheck& check) {
   }
   Tensor out = check.build(inputs);
   if (!out.requires_grad()) return "the output does not require grad";
-  const std::vector<double> weights = second_order_weights(out.numel(), check.seed);
+  const std::vector<double> weights = fd_weights(out.numel(), check.seed);
   std::vector<std::vector<double>> directions;
   for (size_t k = 0; k < wrt.size(); ++k) {
-    directions.push_back(second_order_weights(wrt[k].numel(), check.seed * 31 + k + 7));
+    directions.push_back(fd_weights(wrt[k].numel(), check.seed * 31 + k + 7));
   }
   Tensor w = Tensor::from_vector(weights, out.shape(), out.dtype());
   std::vector<Tensor> grads =

@@ -145,6 +145,28 @@ int64_t gather(DType dtype, int64_t outer, int64_t extent, int64_t inner, const 
   return -1;
 }
 
+namespace {
+
+// out[o, index[o, i, j], j] = combine(that, in[o, i, j]) for every (o, i, j). Element (o, i, j)
+// only ever lands in column j of slab o, so (o, tile) slices are disjoint, and within one the
+// updates of a position come in order of i, which is the order of their flat positions.
+template <typename T, typename Combine>
+void scatter_slices(int64_t outer, int64_t extent, int64_t inner, const int64_t* index,
+                    int64_t count, T* out, const T* in, Combine combine) {
+  for_each_slice(outer, inner, count, [&](int64_t o, int64_t first, int64_t width) {
+    T* to = out + o * extent * inner;
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t base = (o * count + i) * inner;
+      for (int64_t j = first; j < first + width; ++j) {
+        T& target = to[index[base + j] * inner + j];
+        target = combine(target, in[base + j]);
+      }
+    }
+  });
+}
+
+}  // namespace
+
 int64_t scatter_add(DType dtype, int64_t outer, int64_t extent, int64_t inner, const int64_t* index,
                     int64_t count, void* out, const void* in) {
   check_sizes("scatter_add", outer, extent, inner, count);
@@ -153,19 +175,9 @@ int64_t scatter_add(DType dtype, int64_t outer, int64_t extent, int64_t inner, c
   if (n == 0) return -1;
   visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    T* dst = static_cast<T*>(out);
-    const T* src = static_cast<const T*>(in);
-    // Element (o, i, j) only ever lands in column j of slab o, so (o, tile) slices are disjoint.
-    for_each_slice(outer, inner, count, [&](int64_t o, int64_t first, int64_t width) {
-      T* to = dst + o * extent * inner;
-      for (int64_t i = 0; i < count; ++i) {
-        const int64_t base = (o * count + i) * inner;
-        for (int64_t j = first; j < first + width; ++j) {
-          T& target = to[index[base + j] * inner + j];
-          target = add(target, src[base + j]);
-        }
-      }
-    });
+    scatter_slices(outer, extent, inner, index, count, static_cast<T*>(out),
+                   static_cast<const T*>(in),
+                   [](T current, T value) { return add(current, value); });
   });
   return -1;
 }
@@ -187,23 +199,6 @@ bool visit_reducible(DType dtype, Fn fn) {
   return taken;
 }
 
-template <typename T>
-inline T reduce_pair(ScatterReduceOp op, T current, T value) {
-  switch (op) {
-    case ScatterReduceOp::Mul:
-      if constexpr (std::is_integral_v<T>) {
-        return wrap_mul(current, value);
-      } else {
-        return current * value;
-      }
-    case ScatterReduceOp::Max:
-      return value > current ? value : current;
-    case ScatterReduceOp::Min:
-      return value < current ? value : current;
-  }
-  return current;
-}
-
 }  // namespace
 
 int64_t scatter_reduce(ScatterReduceOp op, DType dtype, int64_t outer, int64_t extent,
@@ -215,20 +210,26 @@ int64_t scatter_reduce(ScatterReduceOp op, DType dtype, int64_t outer, int64_t e
   if (n == 0) return -1;
   const bool taken = visit_reducible(dtype, [&](auto tag) {
     using T = decltype(tag);
-    T* dst = static_cast<T*>(out);
-    const T* src = static_cast<const T*>(in);
-    // As scatter_add: (o, tile) slices are disjoint, and within one the updates of a position
-    // come in order of i, which is the order of their flat positions.
-    for_each_slice(outer, inner, count, [&](int64_t o, int64_t first, int64_t width) {
-      T* to = dst + o * extent * inner;
-      for (int64_t i = 0; i < count; ++i) {
-        const int64_t base = (o * count + i) * inner;
-        for (int64_t j = first; j < first + width; ++j) {
-          T& target = to[index[base + j] * inner + j];
-          target = reduce_pair(op, target, src[base + j]);
+    const auto run = [&](auto combine) {
+      scatter_slices(outer, extent, inner, index, count, static_cast<T*>(out),
+                     static_cast<const T*>(in), combine);
+    };
+    // The op is chosen once, outside the element loop.
+    switch (op) {
+      case ScatterReduceOp::Mul:
+        if constexpr (std::is_integral_v<T>) {
+          run([](T current, T value) { return wrap_mul(current, value); });
+        } else {
+          run([](T current, T value) { return current * value; });
         }
-      }
-    });
+        break;
+      case ScatterReduceOp::Max:
+        run([](T current, T value) { return value > current ? value : current; });
+        break;
+      case ScatterReduceOp::Min:
+        run([](T current, T value) { return value < current ? value : current; });
+        break;
+    }
   });
   if (!taken) throw_unsupported("scatter_reduce", "", dtype);
   return -1;
