@@ -9,7 +9,7 @@
 # 2 CPU ranks under the bundle's mpirun; then ask `mpigrad devices` for the GPU. Without one, it
 # stops there with one line saying why, quoting the CUDA error, and exit status 2.
 # With a GPU, each step runs under its own timeout, a failing step never stops the next, and the
-# whole run stays under 8 minutes: the CUDA, nn CUDA and NCCL test suites with
+# whole run stays under 9 minutes: the CUDA, nn CUDA and NCCL test suites with
 # MPIGRAD_REQUIRE_GPU=1 (a skip is a failure), the kernel benchmark (bandwidth as a fraction of a
 # device-to-device copy, GEMM against cuBLAS in fp32, bf16 and fp16), an embedded model's step
 # replayed from a CUDA graph against the same step run as usual (the time ratio), the main job's
@@ -17,7 +17,9 @@
 # Fashion-MNIST CNN for 3 epochs on cuda:0 (test accuracy, samples/s), the same CNN for one epoch
 # each in fp32, bf16 and fp16 (autocast: cuBLAS and cuDNN in 16 bits; samples/s against fp32),
 # and the same model, batch and optimizer in PyTorch eager, eager under torch.autocast in bf16
-# and fp16 (GradScaler for fp16), and torch.compile. Every step's log and OUTDIR/summary.json
+# and fp16 (GradScaler for fp16), and torch.compile; then the zoo's GPU arm
+# (benchmarks/zoo/gpu_arm.py: ResNet-18 and a GPT-2 decoder, exported there, PyTorch eager against
+# mpigrad train on the GPU, OUTDIR/zoo.json). Every step's log and OUTDIR/summary.json
 # (rewritten after each step, so a run cut short still leaves one) end up in OUTDIR.
 # Exit status: 0 all passed, 1 something failed, 2 no GPU visible.
 set -uo pipefail
@@ -30,7 +32,7 @@ fi
 mkdir -p "$1" || exit 1
 out=$(cd "$1" && pwd)
 start=$(date +%s)
-budget=470  # seconds for the whole run; each step's timeout is capped by what is left
+budget=530  # seconds for the whole run; each step's timeout is capped by what is left
 setup_log=$out/setup.log
 : >"$setup_log"
 # shellcheck source=/dev/null
@@ -123,6 +125,7 @@ write_summary() {
             "samples_per_s": $(json_number "$train_rate")},
   "amp": {$amp},
   "torch": $(json_file "$out/torch.json"),
+  "zoo": $(json_file "$out/zoo.json"),
   "ratios": {"mpigrad_vs_torch_eager_samples_per_s": $(json_number "$eager_ratio"),
              "mpigrad_vs_torch_compile_samples_per_s": $(json_number "$compile_ratio")}
 }
@@ -353,6 +356,7 @@ run_step() {
   detail=$(grep -E "$outcome" "$out/$name.log" | tail -1)
   [ "$name" != torch ] ||
     detail=$(grep -E '^torch (eager|amp_bf16|amp_fp16|compile)' "$out/$name.log" | tr '\n' ';')
+  [ "$name" != zoo ] || detail=$(grep -E '^zoo ' "$out/$name.log" | tr '\n' ';')
   [ -n "$detail" ] || detail=$(grep -v '^[[:space:]]*$' "$out/$name.log" | tail -1)
   detail=${detail:0:400}
   local seconds
@@ -435,11 +439,19 @@ if [ -n "$torch_python" ]; then
     --train "$data/train-00000-of-00002.h5,$data/train-00001-of-00002.h5" --test "$data/test.h5" \
     --epochs 3 --amp-epochs 1 --modes eager,amp_bf16,amp_fp16,compile \
     --json "$out/torch.json" --time-limit "$((left < 100 ? left : 100))"
+  # The zoo's GPU arm: its python runs without the bundle's libraries, the mpigrad it starts
+  # with them. A model that would start after --time-limit is left out, not cut off.
+  left=$((budget - $(elapsed) - 30))
+  run_step zoo 90 env -u LD_LIBRARY_PATH "$torch_python" "$bundle/benchmarks/zoo/gpu_arm.py" \
+    --mpigrad "$bundle/bin/mpigrad" --ld-library-path "${LD_LIBRARY_PATH:-}" --work "$out/zoo" \
+    --json "$out/zoo.json" --time-limit "$((left < 45 ? left : 45))"
 else
-  steps_json+=("{\"name\": \"torch\", \"status\": \"not run\", \"detail\":\
+  for name in torch zoo; do
+    steps_json+=("{\"name\": \"$name\", \"status\": \"not run\", \"detail\":\
  $(json_string "no python3 with torch and h5py (tried ${pythons[*]-none})")}")
-  failures=$((failures + 1))
-  printf 'gpu-check: %-16s not run: no python3 with torch and h5py\n' torch
+    failures=$((failures + 1))
+    printf 'gpu-check: %-16s not run: no python3 with torch and h5py\n' "$name"
+  done
 fi
 
 if [ "$failures" -eq 0 ]; then

@@ -10,8 +10,8 @@
 # every shared library they load except glibc, libstdc++/libgcc_s and the CUDA, cuDNN and NCCL
 # libraries (run.sh finds those on the GPU machine), Open MPI's programs, components, help and
 # configuration files and PMIx's (run.sh points OPAL_*/PMIX_* at them, so mpirun needs no Open MPI
-# installed there), the converted Fashion-MNIST HDF5 files, the example config and the PyTorch
-# comparison script. Every copied ELF file loses its RPATH, so nothing in it can reach back to
+# installed there), the converted Fashion-MNIST HDF5 files, the example config, the PyTorch
+# comparison script and the zoo's GPU arm (benchmarks/zoo/gpu_arm.py and the zoo modules it uses). Every copied ELF file loses its RPATH, so nothing in it can reach back to
 # this machine's build tree. The script fails if `ldd`, with DIR/lib and this machine's CUDA
 # libraries on the library path, finds anything missing, or if DIR packs (DIR.tar.xz, written
 # beside it: the file to carry to the GPU machine) to more than 60 MiB.
@@ -93,13 +93,15 @@ fi
 
 # ---- 3. The folder --------------------------------------------------------------------------
 rm -rf "$bundle" "$bundle.tar.gz" "$bundle.tar.xz"
-mkdir -p "$bundle"/{bin,lib/openmpi,lib/pmix,share,etc,data/fashion-mnist,examples,benchmarks}
+mkdir -p "$bundle"/{bin,lib/openmpi,lib/pmix,share,etc,data/fashion-mnist,examples,benchmarks/zoo}
 for program in "${programs[@]}"; do cp -L "$build_dir/$program" "$bundle/bin/"; done
 for file in "${data_files[@]}"; do cp "$data_dir/$file" "$bundle/data/fashion-mnist/"; done
 cp "$repo/examples/fashion_mnist_cnn.ini" "$bundle/examples/"
 cp "$repo/examples/fashion_mnist_onnx.ini" "$repo/tests/data/onnx/fashion_cnn.legacy.onnx" \
   "$bundle/examples/"
 cp "$repo/benchmarks/gpu_check/torch_fashion_mnist.py" "$bundle/benchmarks/"
+# The zoo's GPU arm (it exports its models on the GPU machine, so no ONNX file travels).
+cp "$repo"/benchmarks/zoo/{gpu_arm,zoo_models,export_models,run_zoo}.py "$bundle/benchmarks/zoo/"
 cp "$repo/scripts/gpu-check-run.sh" "$bundle/run.sh"
 chmod +x "$bundle/run.sh"
 

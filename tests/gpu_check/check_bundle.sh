@@ -95,13 +95,13 @@ rc=$?
 set -e
 summary=$work/pretend-out/summary.json
 [ "$rc" -eq 1 ] || fail "pretend GPU: exit status $rc, expected 1; output: $output"
-printf '%s\n' "$output" | tail -1 | grep -q '^gpu-check: 12 step(s) failed or did not run' ||
+printf '%s\n' "$output" | tail -1 | grep -q '^gpu-check: 13 step(s) failed or did not run' ||
   fail "pretend GPU: unexpected last line: $output"
 if command -v python3 >/dev/null; then
   python3 -m json.tool "$summary" >/dev/null || fail "pretend GPU: summary.json is not JSON"
 fi
 for step in cuda_tests nn_cuda_tests nccl_tests nccl_tests_mpirun bench_kernels bench_cuda_graphs \
-  train_onnx train amp_fp32 amp_bf16 amp_fp16 torch; do
+  train_onnx train amp_fp32 amp_bf16 amp_fp16 torch zoo; do
   grep -q "\"name\": \"$step\"" "$summary" || fail "pretend GPU: no step $step in summary.json"
 done
 if grep -qE '"exit_code": (134|139|124|137)' "$summary"; then
@@ -117,7 +117,7 @@ done
 # NCCL's timeout job needs 2 GPUs; with the one pretend GPU it is recorded as skipped, not failed.
 grep -q '"name": "nccl_timeout", "status": "skipped", "detail": "needs 2 GPUs (1 visible)"' \
   "$summary" || fail "pretend GPU: nccl_timeout is not recorded as skipped for want of 2 GPUs"
-echo "pretend GPU: all 12 steps ran and failed cleanly, nccl_timeout skipped (needs 2 GPUs);" \
+echo "pretend GPU: all 13 steps ran and failed cleanly, nccl_timeout skipped (needs 2 GPUs);" \
   "summary.json records each"
 
 # ---- The chroot, where allowed ----------------------------------------------------------------
