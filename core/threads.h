@@ -10,6 +10,18 @@
 // default. A program's own set_num_threads beats them all, before or after the backend's first
 // use: a default never overrides an explicit choice.
 //
+// One pool of threads: OpenMP's. The BLAS library is set to 1 thread and called from mpigrad's
+// own parallel regions (kernels/cpu/matmul.cpp cuts large products into a block per thread), so
+// no second pool of BLAS workers busy-waits beside OpenMP's (docs/threads.md has the figures).
+//
+// OpenMP's workers themselves busy-wait after every parallel region before they sleep: libgomp
+// spins GOMP_SPINCOUNT times (300000 by default, milliseconds) unless OMP_WAIT_POLICY says
+// otherwise, which burns the other cores of a node between regions and, on cores shared with
+// other processes, slows everyone. libgomp reads both variables once, when it is loaded, before
+// main: a setenv in the running program changes nothing. So programs call
+// apply_openmp_wait_defaults(argv) first thing in main (the `mpigrad` program does); embedding
+// codes set the variables in the job script.
+//
 // Debian's OpenBLAS 0.3.21 does not recognise some AVX-512 CPUs and falls back to its generic
 // "Prescott" kernels, which makes sgemm about 6x slower. The first use of the CPU backend checks
 // for that and prints one warning saying to set OPENBLAS_CORETYPE (the library reads it at load
@@ -22,7 +34,8 @@
 namespace mpigrad::core {
 
 int num_threads();
-// An explicit choice, for CPU kernels and BLAS alike (at least 1): no default replaces it.
+// An explicit choice, for CPU kernels and the BLAS products they cut up alike (at least 1): no
+// default replaces it.
 void set_num_threads(int threads);
 
 // The thread count and, for logs, where it came from ("set_num_threads", "MPIGRAD_NUM_THREADS",
@@ -61,6 +74,24 @@ std::string blas_core_warning();
 // a launcher: the one process of a job that prints the once-per-job warnings of core, which runs
 // before (or without) any communicator.
 bool launcher_rank_zero();
+
+// libgomp's spin count between parallel regions that mpigrad programs run with unless the user
+// set OMP_WAIT_POLICY or GOMP_SPINCOUNT: a fraction of a millisecond of spinning (each count is
+// one pause instruction, 10 to 150 cycles), long enough to catch the next region of a run of
+// kernels, short enough that a worker sleeps through the serial parts of a step.
+inline constexpr const char* kOpenMPSpinCount = "10000";
+
+// For a program's main, before anything else runs: when neither OMP_WAIT_POLICY nor
+// GOMP_SPINCOUNT is set, sets GOMP_SPINCOUNT=kOpenMPSpinCount and executes the program again
+// (/proc/self/exe, the same argv and environment, the same process id, so mpirun and Slurm see
+// nothing), because the running OpenMP runtime has read its environment already. Returns
+// without doing anything when either variable is set (as it is in the program executed again),
+// and carries on unchanged if the exec fails.
+void apply_openmp_wait_defaults(char** argv);
+
+// The spin count OpenMP's runtime uses in this process, as it reports it (omp_display_env, read
+// back by pointing stderr at a file for the call), or -1 if it does not say.
+long openmp_spin_count();
 
 // Applies the default thread count, unless one was already applied or chosen, and prints the
 // BLAS warning once per process; idempotent. Called by the CPU backend on first use, so programs
