@@ -172,7 +172,10 @@ bool launcher_rank_zero() {
 
 void apply_openmp_wait_defaults(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
-  if (setenv("GOMP_SPINCOUNT", kOpenMPSpinCount, 1) != 0) return;
+  // One thread has no workers to spin (MPIGRAD_NUM_THREADS=1, one core in the mask), and the
+  // second start costs about 0.1 s of CPU.
+  if (default_thread_choice().threads == 1) return;
+  if (setenv("OMP_WAIT_POLICY", kOpenMPWaitPolicy, 1) != 0) return;
   execv("/proc/self/exe", argv);
   // The exec failed (no /proc): run on with the runtime's defaults, and say nothing, since
   // nothing is wrong. The variable stays set for any child process.

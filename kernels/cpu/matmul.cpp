@@ -11,7 +11,7 @@
 // keeps a second pool of workers that busy-wait up to ~0.1 s after every gemm, while OpenMP's
 // workers busy-wait after every region of the kernels around it (im2col, elementwise); on a
 // node with as many threads as cores the two pools take turns spinning on each other's cores,
-// and 2 threads ran ResNet-18 14x slower than 1 (docs/threads.md).
+// and 2 threads ran ResNet-18 14x slower than 1 (docs/clusters.md, Threads).
 // The BLAS-specific entry points are looked up with dlsym, so any CBLAS links.
 #include "mpigrad/kernels/matmul.h"
 

@@ -198,11 +198,11 @@ TEST_CASE("a large matmul cut into a block per thread equals the product on one 
 #if defined(MPIGRAD_OPENMP_SPIN_PROBE)
 namespace {
 
-// The probe's output ("<spin count the runtime uses> <GOMP_SPINCOUNT>") under `environment`
+// The probe's output ("<spin count the runtime uses> <OMP_WAIT_POLICY>") under `environment`
 // (arguments to env(1)).
 std::string run_probe(const std::string& environment) {
-  const std::string command =
-      "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT " + environment + " " MPIGRAD_OPENMP_SPIN_PROBE;
+  const std::string command = "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u MPIGRAD_NUM_THREADS " +
+                              environment + " " MPIGRAD_OPENMP_SPIN_PROBE;
   std::FILE* pipe = popen(command.c_str(), "r");
   REQUIRE(pipe != nullptr);
   char buffer[256] = {};
@@ -215,12 +215,19 @@ std::string run_probe(const std::string& environment) {
 
 }  // namespace
 
-TEST_CASE("OpenMP's spin count: mpigrad's default unless the user chose one, set before start") {
-  // A program that starts like `mpigrad` runs with the short spin, not libgomp's 300000.
-  CHECK(run_probe("") == std::string(kOpenMPSpinCount) + " " + kOpenMPSpinCount);
+TEST_CASE(
+    "OpenMP's wait policy: passive unless the user chose one, set before the runtime starts") {
+  // A program that starts like `mpigrad` runs passive (no spinning), not with libgomp's 300000.
+  CHECK(run_probe("MPIGRAD_NUM_THREADS=2") == std::string("0 ") + kOpenMPWaitPolicy);
   // The user's choice stays, either variable.
-  CHECK(run_probe("GOMP_SPINCOUNT=7") == "7 7");
-  CHECK(run_probe("OMP_WAIT_POLICY=passive") == "0 unset");
+  CHECK(run_probe("MPIGRAD_NUM_THREADS=2 GOMP_SPINCOUNT=7") == "7 unset");
+  const std::string active = run_probe("MPIGRAD_NUM_THREADS=2 OMP_WAIT_POLICY=active");
+  CHECK(active.substr(active.find(' ')) == " active");
+  CHECK(active.substr(0, active.find(' ')) != "0");
+  // One thread has nothing to spin: the program is not started again.
+  const std::string alone = run_probe("MPIGRAD_NUM_THREADS=1");
+  CHECK(alone.substr(alone.find(' ')) == " unset");
+  CHECK(alone.substr(0, alone.find(' ')) != "0");
   // Why the program must execute itself again: a variable set in the running process is never
   // read, the runtime having read its environment when it was loaded.
   const long before = openmp_spin_count();
