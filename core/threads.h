@@ -77,9 +77,9 @@ bool launcher_rank_zero();
 
 // The OpenMP wait policy mpigrad programs run with unless the user set OMP_WAIT_POLICY or
 // GOMP_SPINCOUNT: passive, a worker sleeps as soon as it has nothing to do. Measured on the 2-core
-// development VM (shared, load 8-9), ResNet-18 at 2 threads (one pool): libgomp's default
-// 300000 spins 0.82-0.90 s a step (0.41-0.43 s of CPU), GOMP_SPINCOUNT=1000 0.14-0.15 s (0.13 s),
-// passive 0.09 s (0.09 s of CPU, as at 1 thread): any spinning costs more than waking a worker.
+// development VM (shared, load 8-9), ResNet-18 at 2 threads (one pool): GOMP_SPINCOUNT=10000
+// 0.82-0.90 s a step (0.41-0.43 s of CPU), 1000 0.14-0.15 s (0.13 s), passive 0.09 s (0.09 s of
+// CPU, as at 1 thread); on the quiet VM 10000 gained nothing over passive and cost CPU.
 inline constexpr const char* kOpenMPWaitPolicy = "passive";
 
 // For a program's main, before anything else runs: when neither OMP_WAIT_POLICY nor
