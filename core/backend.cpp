@@ -434,16 +434,10 @@ class CpuBackend final : public Backend {
   }
 
   void sgd_step(DType dtype, int64_t count, const SgdSlot* slots) override {
-    for (int64_t i = 0; i < count; ++i) {
-      const SgdSlot& s = slots[i];
-      kernels::cpu::sgd_step(dtype, s.numel, s.hyper, s.param, s.grad, s.momentum_buffer);
-    }
+    kernels::cpu::sgd_step_multi(dtype, count, slots);
   }
   void adam_step(DType dtype, int64_t count, const AdamSlot* slots) override {
-    for (int64_t i = 0; i < count; ++i) {
-      const AdamSlot& s = slots[i];
-      kernels::cpu::adam_step(dtype, s.numel, s.hyper, s.param, s.grad, s.exp_avg, s.exp_avg_sq);
-    }
+    kernels::cpu::adam_step_multi(dtype, count, slots);
   }
 };
 

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -12,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "mpigrad/kernels/matmul.h"
 
@@ -41,9 +43,10 @@ ThreadState& thread_state() {
   return state;
 }
 
+// OpenMP gets the count; BLAS always runs on 1 thread, inside OpenMP's regions (one pool).
 void apply(int threads) {
   omp_set_num_threads(threads);
-  kernels::cpu::set_blas_threads(threads);
+  kernels::cpu::set_blas_threads(1);
 }
 
 // Applies `choice` unless a choice was made explicitly or, with `first_only`, any default was
@@ -165,6 +168,40 @@ bool launcher_rank_zero() {
   if (rank == nullptr) rank = std::getenv("PMI_RANK");
   if (rank == nullptr) rank = std::getenv("SLURM_PROCID");
   return rank == nullptr || std::strcmp(rank, "0") == 0;
+}
+
+void apply_openmp_wait_defaults(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
+  // One thread has no workers to spin (MPIGRAD_NUM_THREADS=1, one core in the mask), and the
+  // second start costs about 0.1 s of CPU.
+  if (default_thread_choice().threads == 1) return;
+  if (setenv("OMP_WAIT_POLICY", kOpenMPWaitPolicy, 1) != 0) return;
+  execv("/proc/self/exe", argv);
+  // The exec failed (no /proc): run on with the runtime's defaults, and say nothing, since
+  // nothing is wrong. The variable stays set for any child process.
+}
+
+long openmp_spin_count() {
+  std::FILE* capture = std::tmpfile();
+  if (capture == nullptr) return -1;
+  std::fflush(stderr);
+  const int saved = dup(STDERR_FILENO);
+  long count = -1;
+  if (saved >= 0 && dup2(fileno(capture), STDERR_FILENO) >= 0) {
+    omp_display_env(1);
+    std::fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    std::rewind(capture);
+    std::vector<char> line(4096);
+    while (std::fgets(line.data(), int(line.size()), capture) != nullptr) {
+      // libgomp prints "  GOMP_SPINCOUNT = '10000'".
+      const char* at = std::strstr(line.data(), "GOMP_SPINCOUNT = '");
+      if (at != nullptr) count = std::strtol(at + std::strlen("GOMP_SPINCOUNT = '"), nullptr, 10);
+    }
+  }
+  if (saved >= 0) close(saved);
+  std::fclose(capture);
+  return count;
 }
 
 void initialize_cpu_runtime() {

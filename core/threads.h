@@ -10,6 +10,18 @@
 // default. A program's own set_num_threads beats them all, before or after the backend's first
 // use: a default never overrides an explicit choice.
 //
+// One pool of threads: OpenMP's. The BLAS library is set to 1 thread and called from mpigrad's
+// own parallel regions (kernels/cpu/matmul.cpp cuts large products into a block per thread), so
+// no second pool of BLAS workers busy-waits beside OpenMP's (docs/clusters.md, Threads).
+//
+// OpenMP's workers themselves busy-wait after every parallel region before they sleep: libgomp
+// spins GOMP_SPINCOUNT times (300000 by default, milliseconds) unless OMP_WAIT_POLICY says
+// otherwise, which burns the other cores of a node between regions and, where cores are shared
+// with other processes, keeps the thread that has work off the core. libgomp reads both variables
+// once, when it is loaded, before main: a setenv in the running program changes nothing. So
+// programs call apply_openmp_wait_defaults(argv) first thing in main (the `mpigrad` program does);
+// embedding codes set the variables in the job script.
+//
 // Debian's OpenBLAS 0.3.21 does not recognise some AVX-512 CPUs and falls back to its generic
 // "Prescott" kernels, which makes sgemm about 6x slower. The first use of the CPU backend checks
 // for that and prints one warning saying to set OPENBLAS_CORETYPE (the library reads it at load
@@ -22,7 +34,8 @@
 namespace mpigrad::core {
 
 int num_threads();
-// An explicit choice, for CPU kernels and BLAS alike (at least 1): no default replaces it.
+// An explicit choice, for CPU kernels and the BLAS products they cut up alike (at least 1): no
+// default replaces it.
 void set_num_threads(int threads);
 
 // The thread count and, for logs, where it came from ("set_num_threads", "MPIGRAD_NUM_THREADS",
@@ -61,6 +74,26 @@ std::string blas_core_warning();
 // a launcher: the one process of a job that prints the once-per-job warnings of core, which runs
 // before (or without) any communicator.
 bool launcher_rank_zero();
+
+// The OpenMP wait policy mpigrad programs run with unless the user set OMP_WAIT_POLICY or
+// GOMP_SPINCOUNT: passive, a worker sleeps as soon as it has nothing to do. Measured on the 2-core
+// development VM (shared, load 8-9), ResNet-18 at 2 threads (one pool): GOMP_SPINCOUNT=10000
+// 0.82-0.90 s a step (0.41-0.43 s of CPU), 1000 0.14-0.15 s (0.13 s), passive 0.09 s (0.09 s of
+// CPU, as at 1 thread); on the quiet VM 10000 gained nothing over passive and cost CPU.
+inline constexpr const char* kOpenMPWaitPolicy = "passive";
+
+// For a program's main, before anything else runs: when neither OMP_WAIT_POLICY nor
+// GOMP_SPINCOUNT is set, sets OMP_WAIT_POLICY=kOpenMPWaitPolicy and executes the program again
+// (/proc/self/exe, the same argv and environment, the same process id, so mpirun and Slurm see
+// nothing), because the running OpenMP runtime has read its environment already. Returns
+// without doing anything when either variable is set (as it is in the program executed again)
+// or when the default thread count is 1, and carries on unchanged if the exec fails. A program
+// run under valgrind should set the variable itself: valgrind does not follow the exec.
+void apply_openmp_wait_defaults(char** argv);
+
+// The spin count OpenMP's runtime uses in this process, as it reports it (omp_display_env, read
+// back by pointing stderr at a file for the call), or -1 if it does not say.
+long openmp_spin_count();
 
 // Applies the default thread count, unless one was already applied or chosen, and prints the
 // BLAS warning once per process; idempotent. Called by the CPU backend on first use, so programs

@@ -23,7 +23,8 @@ struct AdamHyper {
 };
 
 // One tensor's update in a multi-tensor step (core::Backend::sgd_step / adam_step): its dense
-// buffers of `numel` elements (device memory for the CUDA kernels) and its hyperparameters.
+// buffers of `numel` elements (host memory for the CPU kernels, device memory for the CUDA ones)
+// and its hyperparameters.
 struct SgdSlot {
   void* param = nullptr;
   const void* grad = nullptr;
@@ -43,14 +44,16 @@ struct AdamSlot {
 
 namespace cpu {
 
-// d = g + wd*p; buf = first ? d : momentum*buf + (1-dampening)*d;
-// d = nesterov ? d + momentum*buf : buf (when momentum != 0); p -= lr*d.
-// momentum_buffer may be null when momentum == 0.
-void sgd_step(DType dtype, int64_t n, const SgdHyper& hyper, void* param, const void* grad,
-              void* momentum_buffer);
-
-void adam_step(DType dtype, int64_t n, const AdamHyper& hyper, void* param, const void* grad,
-               void* exp_avg, void* exp_avg_sq);
+// Multi-tensor updates: one call steps every tensor of the list, each with its own
+// hyperparameters, in one pass over its buffers and one parallel region over all elements of all
+// tensors together (kernels/cpu/optimizer.cpp). All tensors share one dtype, Float32 or Float64.
+// SGD: d = g + wd*p; buf = first ? d : momentum*buf + (1-dampening)*d;
+// d = nesterov ? d + momentum*buf : buf (when momentum != 0); p -= lr*d. momentum_buffer may be
+// null when momentum == 0.
+void sgd_step_multi(DType dtype, int64_t count, const SgdSlot* slots);
+// Adam: g += wd*p (L2) or p *= 1 - lr*wd (AdamW); m = beta1*m + (1-beta1)*g;
+// v = beta2*v + (1-beta2)*g*g; p -= lr/(1-beta1^t) * m / (sqrt(v)/sqrt(1-beta2^t) + eps).
+void adam_step_multi(DType dtype, int64_t count, const AdamSlot* slots);
 
 }  // namespace cpu
 

@@ -5,6 +5,7 @@
 //   op_overhead_profiled_ns the same while the per-op profiler records (mpigrad train
 //                           --profile, launch/observe/op_profile.h), and what it adds per span
 //   sgemm_ratio_vs_cblas    mpigrad matmul throughput / direct cblas_sgemm, 1024^3, same threads
+//                           (mpigrad's own split into a block per thread against BLAS's pool)
 //   add_bw_ratio_vs_memcpy  64 MiB float add bandwidth / memcpy bandwidth, both single-threaded
 //   convert_*               kernels::cpu::convert_dense and add_16bit_dense (float32 <-> bfloat16
 //                           and float16, the 16-bit sum) against the plain element loop they
@@ -30,6 +31,7 @@
 
 #include "../common/bench_util.h"
 #include "mpigrad/core/crc32c.h"
+#include "mpigrad/kernels/matmul.h"
 #include "mpigrad/mpigrad.h"
 
 using namespace mpigrad::core;
@@ -78,12 +80,16 @@ GemmResult sgemm(int64_t n, int iterations) {
   double ours = seconds_per_call([&] { (void)matmul(a, b); }, iterations);
   const float* pa = a.data<float>();
   const float* pb = b.data<float>();
+  // mpigrad runs BLAS on 1 thread inside its own regions (core/threads.h); the library called
+  // directly threads itself, with as many threads.
+  mpigrad::kernels::cpu::set_blas_threads(num_threads());
   double theirs = seconds_per_call(
       [&] {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(n), int(n), 1.0f, pa,
                     int(n), pb, int(n), 0.0f, c.data(), int(n));
       },
       iterations);
+  mpigrad::kernels::cpu::set_blas_threads(1);
   return {flops / ours * 1e-9, flops / theirs * 1e-9};
 }
 

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "devices_command.h"
+#include "mpigrad/core/threads.h"
 #include "mpigrad/data/data_tool.h"
 #include "mpigrad/launch/commands/embed_command.h"
 #include "mpigrad/launch/commands/lr_find_command.h"
@@ -57,6 +58,9 @@ void usage(std::FILE* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before anything else: OpenMP's workers must not busy-wait for milliseconds after every
+  // parallel region, and only a program started with the setting gets it (core/threads.h).
+  mpigrad::core::apply_openmp_wait_defaults(argv);
   if (argc < 2) {
     usage(stderr);
     return 2;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "mpigrad/core/ops/elementwise.h"
+#include "mpigrad/core/ops/join.h"
 #include "mpigrad/core/ops/linalg.h"
 #include "mpigrad/core/ops/reduce.h"
 #include "mpigrad/core/ops/softmax.h"
@@ -158,3 +160,86 @@ TEST_CASE("results are identical with 1 and 4 threads") {
   for (float v : x.to_vector<float>()) host_sum += v;
   CHECK(std::abs(serial[0][0] - host_sum) <= 1e-3 + 1e-6 * std::abs(host_sum));
 }
+
+TEST_CASE("a large matmul cut into a block per thread equals the product on one thread") {
+  ThreadCountRestorer restore;
+  Generator generator(7);
+  // Tall (cut by rows) and wide (cut by columns) products, each with A or B stored transposed,
+  // over OpenBLAS's single-thread threshold, with sizes that do not divide evenly.
+  const Tensor tall = randn({517, 300}, generator), wide = randn({37, 300}, generator);
+  const Tensor right = randn({300, 1031}, generator), narrow = randn({300, 45}, generator);
+  auto compute = [&] {
+    std::vector<std::vector<float>> results;
+    results.push_back(matmul(tall, narrow).to_vector<float>());
+    results.push_back(matmul(tall.t().contiguous().t(), narrow).to_vector<float>());
+    results.push_back(matmul(wide, right).to_vector<float>());
+    results.push_back(matmul(wide, right.t().contiguous().t()).to_vector<float>());
+    // A batch of fewer large entries than threads: each entry is cut up.
+    results.push_back(matmul(stack({tall, tall * 2.0}), narrow).to_vector<float>());
+    return results;
+  };
+  set_num_threads(1);
+  const auto serial = compute();
+  set_num_threads(4);
+  const auto parallel = compute();
+  REQUIRE(serial.size() == parallel.size());
+  for (size_t i = 0; i < serial.size(); ++i) {
+    INFO("product ", i);
+    CHECK(serial[i] == parallel[i]);
+  }
+  // And the product is right: one element against a double dot product.
+  double dot = 0;
+  const std::vector<float> a = tall.to_vector<float>(), b = narrow.to_vector<float>();
+  for (int64_t k = 0; k < 300; ++k)
+    dot += double(a[size_t(516 * 300 + k)]) * b[size_t(k * 45 + 44)];
+  CHECK(serial[0][size_t(516 * 45 + 44)] == doctest::Approx(dot).epsilon(1e-4));
+}
+
+#if defined(MPIGRAD_OPENMP_SPIN_PROBE)
+namespace {
+
+// The probe's output ("<spin count the runtime uses> <OMP_WAIT_POLICY>") under `environment`
+// (arguments to env(1)).
+std::string run_probe(const std::string& environment) {
+  const std::string command = "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u MPIGRAD_NUM_THREADS " +
+                              environment + " " MPIGRAD_OPENMP_SPIN_PROBE;
+  std::FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buffer[256] = {};
+  std::string out;
+  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) out += buffer;
+  CHECK(pclose(pipe) == 0);
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "OpenMP's wait policy: passive unless the user chose one, set before the runtime starts") {
+  // A program that starts like `mpigrad` runs passive (no spinning), not with libgomp's 300000.
+  CHECK(run_probe("MPIGRAD_NUM_THREADS=2") == std::string("0 ") + kOpenMPWaitPolicy);
+  // The user's choice stays, either variable.
+  CHECK(run_probe("MPIGRAD_NUM_THREADS=2 GOMP_SPINCOUNT=7") == "7 unset");
+  const std::string active = run_probe("MPIGRAD_NUM_THREADS=2 OMP_WAIT_POLICY=active");
+  CHECK(active.substr(active.find(' ')) == " active");
+  CHECK(active.substr(0, active.find(' ')) != "0");
+  // One thread has nothing to spin: the program is not started again.
+  const std::string alone = run_probe("MPIGRAD_NUM_THREADS=1");
+  CHECK(alone.substr(alone.find(' ')) == " unset");
+  CHECK(alone.substr(0, alone.find(' ')) != "0");
+  // Why the program must execute itself again: a variable set in the running process is never
+  // read, the runtime having read its environment when it was loaded.
+  const long before = openmp_spin_count();
+  REQUIRE(before >= 0);
+  const char* previous = std::getenv("GOMP_SPINCOUNT");
+  const std::string saved = previous ? previous : "";
+  setenv("GOMP_SPINCOUNT", std::to_string(before + 12345).c_str(), 1);
+  CHECK(openmp_spin_count() == before);
+  if (previous) {
+    setenv("GOMP_SPINCOUNT", saved.c_str(), 1);
+  } else {
+    unsetenv("GOMP_SPINCOUNT");
+  }
+}
+#endif
