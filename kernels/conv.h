@@ -1,12 +1,16 @@
-// A 2-d convolution becomes one matrix product per image: im2col unrolls every receptive field
-// of an image [channels, height, width] into a column of a dense [channels*kh*kw, out_h*out_w]
-// buffer, so out = weight[out_channels, channels*kh*kw] x columns. col2im is its adjoint and
-// scatters column gradients back onto the image. Both work on one image; the CPU backend
-// (core/backend.cpp) loops over the batch and over groups (a group's channels are a contiguous
-// block of rows).
+// The CPU's 2-d convolution has two paths, chosen per shape and pass (conv2d_path):
+//  * GEMM: one matrix product per image. im2col unrolls every receptive field of an image
+//    [channels, height, width] into a column of a dense [channels*kh*kw, out_h*out_w] buffer, so
+//    out = weight[out_channels, channels*kh*kw] x columns. col2im is its adjoint and scatters
+//    column gradients back onto the image. Both work on one image; the CPU backend
+//    (core/backend.cpp) loops over the batch and over groups (a group's channels are a
+//    contiguous block of rows).
+//  * oneDNN (kernels/cpu/conv_dnnl.cpp): its direct convolutions, which reorder the plain NCHW
+//    tensors to its blocked layouts inside each call.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "mpigrad/kernels/dtype.h"
 
@@ -37,6 +41,39 @@ void im2col(DType dtype, const Conv2dGeometry& geometry, const void* image, void
 
 // The adjoint of im2col: image += scatter(columns). Adds with `+=` (zero the image first).
 void col2im(DType dtype, const Conv2dGeometry& geometry, const void* columns, void* image);
+
+// ---- The oneDNN path and the choice between the two ---------------------------------------------
+
+enum class ConvPass : uint8_t { Forward, BackwardData, BackwardFilter };
+
+// Rule: the measured per-family choice (conv2d_path). Gemm and OneDnn force a path.
+enum class ConvPath : uint8_t { Rule, Gemm, OneDnn };
+
+// The path `pass` of `shape` takes with operands of `operand` (Float32, or BFloat16/Float16 in
+// mixed precision): Gemm or OneDnn, never Rule. The rule is a fixed function of the shape (the
+// figures behind it: docs/benchmarks.md, "Convolution paths"), so runs are reproducible; the
+// override (conv2d_path_override), else MPIGRAD_CPU_CONV=gemm|dnnl read once, forces a path.
+// Float64, Float16 and BFloat16 without AVX512-BF16 always take Gemm: oneDNN has no fast
+// kernels for them here.
+ConvPath conv2d_path(ConvPass pass, DType operand, const Conv2dShape& shape);
+
+// Sets the path every convolution takes from now on (Rule: back to the rule) and returns the
+// previous setting, for tests and benchmarks that run one case through both paths.
+ConvPath set_conv2d_path_override(ConvPath path);
+
+// Runs `pass` on oneDNN: Forward (x, w) -> y, BackwardData (grad_y, w) -> grad_x,
+// BackwardFilter (x, grad_y) -> grad_w, dense NCHW / [out, in/groups, kh, kw] tensors, outputs
+// written with `=`. Inputs of `operand` (Float32, or BFloat16 with a Float32 output: mixed
+// precision), output of `out_dtype`. Returns false, having written nothing, when oneDNN has
+// only its reference kernel for the case, so the caller runs the GEMM path instead. Primitives
+// are built once per shape, pass and thread count and kept per thread.
+bool conv2d_onednn(ConvPass pass, DType operand, DType out_dtype, const Conv2dShape& shape,
+                   const void* first, const void* second, void* out);
+
+// Which implementation oneDNN chose for the case (its impl_info_str, e.g. "jit:avx512_core"),
+// for benchmarks and the tests' log.
+std::string conv2d_onednn_implementation(ConvPass pass, DType operand, DType out_dtype,
+                                         const Conv2dShape& shape);
 
 }  // namespace cpu
 }  // namespace mpigrad::kernels
