@@ -186,12 +186,21 @@ void batch_norm_channel_update(int64_t channels, int64_t count, double factor, d
 
 using kernels::cpu::ConvPass;
 
-// A convolution pass on oneDNN when the rule (or MPIGRAD_CPU_CONV) picks it there and oneDNN has
-// a real kernel for it; false, with nothing written, sends it to CpuConv (kernels/conv.h).
-bool onednn_conv(ConvPass pass, DType operand, DType out, const Conv2dShape& shape,
-                 const void* first, const void* second, void* result) {
-  return kernels::cpu::conv2d_path(pass, operand, shape) == kernels::cpu::ConvPath::OneDnn &&
-         kernels::cpu::conv2d_onednn(pass, operand, out, shape, first, second, result);
+// A convolution pass on oneDNN or the direct depthwise kernels when the rule (or
+// MPIGRAD_CPU_CONV) picks one of them and it can run the case; false, with nothing written, sends
+// it to CpuConv (kernels/conv.h).
+bool other_conv_path(ConvPass pass, DType operand, DType out, const Conv2dShape& shape,
+                     const void* first, const void* second, void* result) {
+  switch (kernels::cpu::conv2d_path(pass, operand, shape)) {
+    case kernels::cpu::ConvPath::OneDnn:
+      return kernels::cpu::conv2d_onednn(pass, operand, out, shape, first, second, result);
+    case kernels::cpu::ConvPath::Direct:
+      if (operand != out) return false;
+      kernels::cpu::depthwise_conv2d(pass, operand, shape, first, second, result);
+      return true;
+    default:
+      return false;
+  }
 }
 
 // The FLOPs the profiler's kernel spans carry (core/profiler.h).
@@ -330,7 +339,7 @@ class CpuBackend final : public Backend {
                       void* y) override {
     ProfileSpan span("conv2d_forward", ProfileKind::Kernel,
                      [&] { return conv_shape_flops(shape); });
-    if (!onednn_conv(ConvPass::Forward, dtype, dtype, shape, x, w, y)) {
+    if (!other_conv_path(ConvPass::Forward, dtype, dtype, shape, x, w, y)) {
       CpuConv(dtype, shape).forward(x, w, y);
     }
   }
@@ -338,7 +347,7 @@ class CpuBackend final : public Backend {
                             const void* w, void* grad_x) override {
     ProfileSpan span("conv2d_backward_data", ProfileKind::Kernel,
                      [&] { return conv_shape_flops(shape); });
-    if (!onednn_conv(ConvPass::BackwardData, dtype, dtype, shape, grad_y, w, grad_x)) {
+    if (!other_conv_path(ConvPass::BackwardData, dtype, dtype, shape, grad_y, w, grad_x)) {
       CpuConv(dtype, shape).backward_data(grad_y, w, grad_x);
     }
   }
@@ -346,7 +355,7 @@ class CpuBackend final : public Backend {
                               const void* grad_y, void* grad_w) override {
     ProfileSpan span("conv2d_backward_filter", ProfileKind::Kernel,
                      [&] { return conv_shape_flops(shape); });
-    if (!onednn_conv(ConvPass::BackwardFilter, dtype, dtype, shape, x, grad_y, grad_w)) {
+    if (!other_conv_path(ConvPass::BackwardFilter, dtype, dtype, shape, x, grad_y, grad_w)) {
       CpuConv(dtype, shape).backward_filter(x, grad_y, grad_w);
     }
   }
@@ -354,7 +363,7 @@ class CpuBackend final : public Backend {
                             float* y) override {
     ProfileSpan span("conv2d_forward_mixed", ProfileKind::Kernel,
                      [&] { return conv_shape_flops(shape); });
-    if (!onednn_conv(ConvPass::Forward, operand, DType::Float32, shape, x, w, y)) {
+    if (!other_conv_path(ConvPass::Forward, operand, DType::Float32, shape, x, w, y)) {
       CpuConv(DType::Float32, operand, shape).forward(x, w, y);
     }
   }
@@ -362,7 +371,8 @@ class CpuBackend final : public Backend {
                                   const void* w, float* grad_x) override {
     ProfileSpan span("conv2d_backward_data_mixed", ProfileKind::Kernel,
                      [&] { return conv_shape_flops(shape); });
-    if (!onednn_conv(ConvPass::BackwardData, operand, DType::Float32, shape, grad_y, w, grad_x)) {
+    if (!other_conv_path(ConvPass::BackwardData, operand, DType::Float32, shape, grad_y, w,
+                         grad_x)) {
       CpuConv(DType::Float32, operand, shape).backward_data(grad_y, w, grad_x);
     }
   }
@@ -370,7 +380,8 @@ class CpuBackend final : public Backend {
                                     const void* grad_y, float* grad_w) override {
     ProfileSpan span("conv2d_backward_filter_mixed", ProfileKind::Kernel,
                      [&] { return conv_shape_flops(shape); });
-    if (!onednn_conv(ConvPass::BackwardFilter, operand, DType::Float32, shape, x, grad_y, grad_w)) {
+    if (!other_conv_path(ConvPass::BackwardFilter, operand, DType::Float32, shape, x, grad_y,
+                         grad_w)) {
       CpuConv(DType::Float32, operand, shape).backward_filter(x, grad_y, grad_w);
     }
   }

@@ -1,14 +1,16 @@
-// mpigrad-bench-conv-paths: the CPU convolution's two paths, im2col + sgemm and oneDNN's direct
-// kernels, on the convolutions of the zoo's CNNs, side by side in one run.
+// mpigrad-bench-conv-paths: the CPU convolution's paths, im2col + sgemm, oneDNN's direct kernels
+// and (depthwise shapes) mpigrad's direct depthwise loops, on the convolutions of the zoo's CNNs,
+// side by side in one run.
 //
 // Each row is one convolution of ResNet-18/50, MobileNetV3 / EfficientNet-B0 or ConvNeXt-Tiny
 // as the zoo trains them (batch 8, 32x32 input images), timed through the CPU backend for each
 // pass (forward, backward data, backward filter) on each path, forced with
 // kernels::cpu::set_conv2d_path_override, and reported in GFLOP/s (2 * multiply-adds of the
 // convolution, the same count for all three passes). The last column is the path the rule
-// (kernels::cpu::conv2d_path) takes; the summary adds up each family's time on each path and
-// on the rule's choices, which is what the rule must get right. docs/benchmarks.md,
-// "Convolution paths", holds a run of it.
+// (kernels::cpu::conv2d_path) takes; the summary adds up each family's time on each path (direct:
+// where a shape is not depthwise, its GEMM time) and on the rule's choices, which is what the
+// rule must get right. The FLOPs count every tap, padding included, as the GEMM path computes.
+// docs/benchmarks.md, "Convolution paths", holds a run of it.
 //
 //   mpigrad-bench-conv-paths [--threads N (1)] [--json FILE] [--quick]
 #include <algorithm>
@@ -136,7 +138,7 @@ double time_pass(ConvPass pass, ConvPath path, const core::Conv2dShape& s, const
 }
 
 struct Totals {
-  double gemm = 0, onednn = 0, rule = 0;
+  double gemm = 0, onednn = 0, direct = 0, rule = 0;
 };
 
 }  // namespace
@@ -181,31 +183,43 @@ int main(int argc, char** argv) {
     for (ConvPass pass : {ConvPass::Forward, ConvPass::BackwardData, ConvPass::BackwardFilter}) {
       const double gemm_s = time_pass(pass, ConvPath::Gemm, s, x, w, y, quick);
       const double onednn_s = time_pass(pass, ConvPath::OneDnn, s, x, w, y, quick);
+      const bool depthwise = kernels::cpu::is_depthwise(s);
+      const double direct_s = depthwise ? time_pass(pass, ConvPath::Direct, s, x, w, y, quick) : 0;
       const ConvPath chosen = kernels::cpu::conv2d_path(pass, core::kFloat32, s);
       const std::string kernel =
           kernels::cpu::conv2d_onednn_implementation(pass, core::kFloat32, core::kFloat32, s);
       Totals& t = totals[c.family][pass];
       t.gemm += gemm_s;
       t.onednn += onednn_s;
-      t.rule += chosen == ConvPath::OneDnn ? onednn_s : gemm_s;
-      std::printf("%-36s %-10s %10.1f %10.1f %7.2f  %-6s %s\n", c.name, pass_name(pass),
-                  flops / gemm_s / 1e9, flops / onednn_s / 1e9, gemm_s / onednn_s,
-                  chosen == ConvPath::OneDnn ? "dnnl" : "gemm", kernel.c_str());
+      t.direct += depthwise ? direct_s : gemm_s;
+      t.rule += chosen == ConvPath::OneDnn   ? onednn_s
+                : chosen == ConvPath::Direct ? direct_s
+                                             : gemm_s;
+      const char* chosen_name = chosen == ConvPath::OneDnn   ? "dnnl"
+                                : chosen == ConvPath::Direct ? "direct"
+                                                             : "gemm";
+      char direct_text[32] = "-";
+      if (depthwise) std::snprintf(direct_text, sizeof direct_text, "%.1f", flops / direct_s / 1e9);
+      std::printf("%-36s %-10s %9.1f %9.1f %9s  %-6s %s\n", c.name, pass_name(pass),
+                  flops / gemm_s / 1e9, flops / onednn_s / 1e9, direct_text, chosen_name,
+                  kernel.c_str());
       const std::string key = std::string(c.name) + " " + pass_name(pass);
       results.add(key + " gemm", flops / gemm_s / 1e9, "GFLOP/s");
+      if (depthwise) results.add(key + " direct", flops / direct_s / 1e9, "GFLOP/s");
       results.add(key + " dnnl", flops / onednn_s / 1e9, "GFLOP/s");
     }
   }
-  std::printf("\n%-16s %-10s %10s %10s %10s %8s\n", "family", "pass", "gemm ms", "dnnl ms",
-              "rule ms", "dnnl/x");
+  std::printf("\n%-16s %-10s %9s %9s %9s %9s\n", "family", "pass", "gemm ms", "dnnl ms",
+              "direct ms", "rule ms");
   for (const std::string& family : families) {
     for (ConvPass pass : {ConvPass::Forward, ConvPass::BackwardData, ConvPass::BackwardFilter}) {
       const Totals& t = totals[family][pass];
-      std::printf("%-16s %-10s %10.3f %10.3f %10.3f %8.2f\n", family.c_str(), pass_name(pass),
-                  t.gemm * 1e3, t.onednn * 1e3, t.rule * 1e3, t.gemm / t.onednn);
+      std::printf("%-16s %-10s %9.3f %9.3f %9.3f %9.3f\n", family.c_str(), pass_name(pass),
+                  t.gemm * 1e3, t.onednn * 1e3, t.direct * 1e3, t.rule * 1e3);
       const std::string key = family + " " + pass_name(pass);
       results.add(key + " gemm_ms", t.gemm * 1e3, "ms");
       results.add(key + " dnnl_ms", t.onednn * 1e3, "ms");
+      results.add(key + " direct_ms", t.direct * 1e3, "ms");
       results.add(key + " rule_ms", t.rule * 1e3, "ms");
     }
   }

@@ -47,8 +47,10 @@ ConvPath environment_path() {
   const std::string text(value);
   if (text == "gemm") return ConvPath::Gemm;
   if (text == "dnnl") return ConvPath::OneDnn;
+  if (text == "direct") return ConvPath::Direct;
   throw std::invalid_argument("MPIGRAD_CPU_CONV=" + text +
-                              " is not a convolution path: use gemm or dnnl (or leave it unset)");
+                              " is not a convolution path: use gemm, dnnl or direct (or leave it "
+                              "unset for the measured rule)");
 }
 
 std::atomic<ConvPath>& path_override() {
@@ -56,39 +58,9 @@ std::atomic<ConvPath>& path_override() {
   return path;
 }
 
-// ---- The rule -----------------------------------------------------------------------------------
-
 bool onednn_operand(DType operand) {
   if (operand == DType::Float32) return true;
   return operand == DType::BFloat16 && has_native_bf16();
-}
-
-// The measured choice (benchmarks/kernels/bench_conv_paths.cpp, 1 thread, the zoo's shapes at
-// batch 8; docs/benchmarks.md, "Convolution paths", has the table):
-//  * grouped and depthwise: oneDNN. Its jit_dw kernels ran depthwise 3x3 to 7x7 at 5-55x the
-//    GEMM path, which makes one tiny GEMM per group; its filter gradient is no slower.
-//  * dense kxk: oneDNN, 1.1-4x, the more the smaller the image; except the data gradient of a
-//    stem (under 8 input channels), where oneDNN's kernel ran at 0.2-0.4x.
-//  * 1x1 strided: oneDNN, 1.04-1.3x.
-//  * 1x1 stride 1: the GEMM path reads NCHW as its matrix with no im2col, while oneDNN pays a
-//    reorder of input and output to its blocked layout; that costs more than it saves on thin
-//    layers (MobileNet's 16 -> 72 ran at 0.5x). oneDNN wins forward and data gradient once each
-//    output value sums enough (channels * out / (channels + out) >= 48) over enough pixels
-//    (batch * out_h * out_w >= 16): ResNet-50's 512 -> 128 and 1024 -> 256 at 1.2-4x. Its
-//    filter gradient stays on GEMM (0.6-1.05x).
-ConvPath rule(ConvPass pass, const Conv2dShape& s) {
-  const auto& g = s.geometry;
-  if (s.groups > 1) return ConvPath::OneDnn;
-  const bool pointwise = g.kernel_h == 1 && g.kernel_w == 1;
-  if (!pointwise) {
-    const bool stem = g.channels < 8;
-    return stem && pass == ConvPass::BackwardData ? ConvPath::Gemm : ConvPath::OneDnn;
-  }
-  if (g.stride_h > 1 || g.stride_w > 1 || g.pad_h > 0 || g.pad_w > 0) return ConvPath::OneDnn;
-  if (pass == ConvPass::BackwardFilter) return ConvPath::Gemm;
-  const int64_t depth = g.channels * s.out_channels / (g.channels + s.out_channels);
-  const int64_t pixels = s.batch * g.out_h * g.out_w;
-  return depth >= 48 && pixels >= 16 ? ConvPath::OneDnn : ConvPath::Gemm;
 }
 
 // ---- Plans --------------------------------------------------------------------------------------
@@ -270,6 +242,46 @@ const Plan& plan_for(ConvPass pass, DType operand, DType out_dtype, const Conv2d
   return plans.emplace(key, make_plan(pass, operand, out_dtype, s)).first->second;
 }
 
+// ---- The rule ----------------------------------------------------------------------------------
+
+// The measured choice (benchmarks/kernels/bench_conv_paths.cpp, 1 thread, the zoo's shapes at
+// batch 8; docs/benchmarks.md, "Convolution paths", has the table). `direct` and `onednn` say
+// which paths can take the case.
+//  * depthwise: oneDNN where it has its depthwise kernel (jit_dw) for the pass, 5-50x the GEMM
+//    path, which makes one tiny GEMM per channel. Where oneDNN has only its GEMM-based kernel
+//    (most filter gradients, and forward on the late stages' 1x1 and 2x2 images with 5x5 and 7x7
+//    kernels) the direct loops, 2-10x both GEMMs: they skip the taps that fall on padding.
+//  * other grouped: oneDNN, 1.4-6x.
+//  * dense kxk: oneDNN, 1.1-4x, the more the smaller the image; except the data gradient of a
+//    stem (under 8 input channels), where oneDNN's kernel ran at 0.2-0.4x.
+//  * 1x1 strided: oneDNN, 1.04-1.3x.
+//  * 1x1 stride 1: the GEMM path reads NCHW as its matrix with no im2col, while oneDNN pays a
+//    reorder of input and output to its blocked layout; that costs more than it saves on thin
+//    layers (MobileNet's 16 -> 72 ran at 0.5x). oneDNN wins forward and data gradient once each
+//    output value sums enough (channels * out / (channels + out) >= 48) over enough pixels
+//    (batch * out_h * out_w >= 16): ResNet-50's 512 -> 128 and 1024 -> 256 at 1.2-4x. Its
+//    filter gradient stays on GEMM (0.6-1.05x).
+ConvPath rule(ConvPass pass, DType operand, const Conv2dShape& s, bool direct, bool onednn) {
+  const auto& g = s.geometry;
+  if (direct && onednn) {
+    const std::string kernel = plan_for(pass, operand, DType::Float32, s).implementation;
+    const bool gemm_based = kernel.find("gemm") != std::string::npos || is_reference(kernel);
+    return gemm_based ? ConvPath::Direct : ConvPath::OneDnn;
+  }
+  if (direct) return ConvPath::Direct;
+  if (s.groups > 1) return ConvPath::OneDnn;
+  const bool pointwise = g.kernel_h == 1 && g.kernel_w == 1;
+  if (!pointwise) {
+    const bool stem = g.channels < 8;
+    return stem && pass == ConvPass::BackwardData ? ConvPath::Gemm : ConvPath::OneDnn;
+  }
+  if (g.stride_h > 1 || g.stride_w > 1 || g.pad_h > 0 || g.pad_w > 0) return ConvPath::OneDnn;
+  if (pass == ConvPass::BackwardFilter) return ConvPath::Gemm;
+  const int64_t depth = g.channels * s.out_channels / (g.channels + s.out_channels);
+  const int64_t pixels = s.batch * g.out_h * g.out_w;
+  return depth >= 48 && pixels >= 16 ? ConvPath::OneDnn : ConvPath::Gemm;
+}
+
 // The thread's scratch for blocked copies: grows to the largest call and is kept.
 class Scratch {
  public:
@@ -336,10 +348,15 @@ ConvPath set_conv2d_path_override(ConvPath path) {
 }
 
 ConvPath conv2d_path(ConvPass pass, DType operand, const Conv2dShape& shape) {
-  if (!onednn_operand(operand)) return ConvPath::Gemm;
-  const ConvPath forced = path_override().load();
-  if (forced != ConvPath::Rule) return forced;
-  return rule(pass, shape);
+  const bool onednn = onednn_operand(operand);
+  const bool direct =
+      (operand == DType::Float32 || operand == DType::Float64) && is_depthwise(shape);
+  ConvPath path = path_override().load();
+  if (path == ConvPath::Rule) path = rule(pass, operand, shape, direct, onednn);
+  if ((path == ConvPath::OneDnn && !onednn) || (path == ConvPath::Direct && !direct)) {
+    return ConvPath::Gemm;
+  }
+  return path;
 }
 
 bool conv2d_onednn(ConvPass pass, DType operand, DType out_dtype, const Conv2dShape& shape,

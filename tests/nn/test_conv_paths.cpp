@@ -1,8 +1,8 @@
-// The CPU convolution's two paths (kernels/conv.h): every case runs forward and backward through
-// im2col + GEMM and through oneDNN, forced with kernels::cpu::set_conv2d_path_override, and the
-// outputs and all gradients must agree within float32 rounding (and within bfloat16 rounding
-// under autocast, where the CPU has AVX512-BF16). Also: the rule's per-family choices and the
-// dtypes that never leave the GEMM path.
+// The CPU convolution's paths (kernels/conv.h): every case runs forward and backward through
+// im2col + GEMM, through oneDNN and (depthwise cases) through the direct loops, forced with
+// kernels::cpu::set_conv2d_path_override, and the outputs and all gradients must agree within
+// float32 rounding (and bfloat16 rounding under autocast, where the CPU has AVX512-BF16). Also:
+// the rule's per-family choices and the dtypes that never reach oneDNN.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -146,7 +146,7 @@ core::Conv2dShape shape_of(const PathCase& c) {
 
 }  // namespace
 
-TEST_CASE("conv2d: the oneDNN path matches the im2col + GEMM path, float32, every pass") {
+TEST_CASE("conv2d: oneDNN and direct paths match the im2col + GEMM path, float32, every pass") {
   core::Generator generator(33);
   for (const PathCase& c : kCases) {
     INFO("case: ", c.name);
@@ -161,7 +161,12 @@ TEST_CASE("conv2d: the oneDNN path matches the im2col + GEMM path, float32, ever
     check_close(gemm.grad_x, onednn.grad_x, 1e-5, "grad x");
     check_close(gemm.grad_w, onednn.grad_w, 1e-5, "grad w");
     check_close(gemm.grad_b, onednn.grad_b, 1e-5, "grad b");
-    // And both agree with the rule's mix of paths.
+    const Results direct = run(ConvPath::Direct, x, w, b, options);  // GEMM unless depthwise
+    check_close(gemm.y, direct.y, 1e-5, "output (direct)");
+    check_close(gemm.grad_x, direct.grad_x, 1e-5, "grad x (direct)");
+    check_close(gemm.grad_w, direct.grad_w, 1e-5, "grad w (direct)");
+    check_close(gemm.grad_b, direct.grad_b, 1e-5, "grad b (direct)");
+    // And all agree with the rule's mix of paths.
     const Results rule = run(ConvPath::Rule, x, w, b, options);
     check_close(gemm.y, rule.y, 1e-5, "output (rule)");
     check_close(gemm.grad_x, rule.grad_x, 1e-5, "grad x (rule)");
@@ -290,11 +295,20 @@ TEST_CASE("conv2d paths: the rule sends each zoo family where the benchmark meas
   const auto path = [](ConvPass pass, const core::Conv2dShape& s) {
     return kernels::cpu::conv2d_path(pass, core::kFloat32, s);
   };
-  // Depthwise (ConvNeXt's 7x7, MobileNet's and EfficientNet's 3x3 and 5x5) and dense 3x3: oneDNN.
+  // Depthwise (ConvNeXt's 7x7, MobileNet's and EfficientNet's 3x3 and 5x5): oneDNN's depthwise
+  // kernel where it has one, else the direct loops, never im2col. Dense 3x3: oneDNN.
   for (ConvPass pass : {ConvPass::Forward, ConvPass::BackwardData, ConvPass::BackwardFilter}) {
     INFO("pass ", int(pass));
-    CHECK(path(pass, shape(96, 8, 96, 7, 1, 3, 96)) == ConvPath::OneDnn);
-    CHECK(path(pass, shape(32, 16, 32, 3, 1, 1, 32)) == ConvPath::OneDnn);
+    for (const core::Conv2dShape& s :
+         {shape(96, 8, 96, 7, 1, 3, 96), shape(768, 1, 768, 7, 1, 3, 768),
+          shape(32, 16, 32, 3, 1, 1, 32), shape(144, 8, 144, 5, 2, 2, 144)}) {
+      const std::string kernel =
+          kernels::cpu::conv2d_onednn_implementation(pass, core::kFloat32, core::kFloat32, s);
+      INFO("oneDNN kernel ", kernel);
+      const bool gemm_based = kernel.find("gemm") != std::string::npos;
+      CHECK(path(pass, s) == (gemm_based ? ConvPath::Direct : ConvPath::OneDnn));
+      CHECK(kernels::cpu::conv2d_path(pass, core::kFloat64, s) == ConvPath::Direct);
+    }
     CHECK(path(pass, shape(64, 8, 64, 3, 1, 1, 1)) == ConvPath::OneDnn);
   }
   // The stem's data gradient (3 input channels): GEMM.
