@@ -1,4 +1,5 @@
-// CPU convolution on oneDNN (kernels/conv.h), and the rule that picks it or the GEMM path.
+// CPU convolution on oneDNN (kernels/conv.h), and the rule that picks it, the GEMM path or the
+// direct depthwise loops.
 //
 // Tensors arrive and leave as plain NCHW (x, y) and [out, in/groups, kh, kw] (w); each call
 // reorders them to the blocked layouts oneDNN's direct kernels chose (format_tag::any) and back.
@@ -29,13 +30,15 @@ namespace {
 
 using dnnl::memory;
 
+// One engine for the process; a stream per thread, as the plans are per thread.
 struct OneDnn {
-  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::engine& engine;
   dnnl::stream stream{engine};
 };
 
 OneDnn& onednn() {
-  static OneDnn instance;
+  static dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  thread_local OneDnn instance{engine};
   return instance;
 }
 
