@@ -167,8 +167,8 @@ int main(int argc, char** argv) {
   core::Generator gen(0);
   std::map<std::string, std::map<ConvPass, Totals>> totals;
   std::vector<std::string> families;
-  std::printf("%-36s %-10s %10s %10s %7s  %-6s %s\n", "convolution (batch 8)", "pass", "gemm GF/s",
-              "dnnl GF/s", "dnnl/x", "rule", "oneDNN kernel");
+  std::printf("%-36s %-10s %9s %9s %9s  %-6s %s\n", "convolution (batch 8)", "pass", "gemm GF/s",
+              "dnnl GF/s", "dir GF/s", "rule", "oneDNN kernel");
   for (const Case& c : kCases) {
     const core::Conv2dShape s = shape_of(c);
     const auto& g = s.geometry;

@@ -355,7 +355,11 @@ ConvPath conv2d_path(ConvPass pass, DType operand, const Conv2dShape& shape) {
   const bool direct =
       (operand == DType::Float32 || operand == DType::Float64) && is_depthwise(shape);
   ConvPath path = path_override().load();
-  if (path == ConvPath::Rule) path = rule(pass, operand, shape, direct, onednn);
+  try {
+    if (path == ConvPath::Rule) path = rule(pass, operand, shape, direct, onednn);
+  } catch (const dnnl::error& e) {
+    rethrow(e, "conv2d_path");
+  }
   if ((path == ConvPath::OneDnn && !onednn) || (path == ConvPath::Direct && !direct)) {
     return ConvPath::Gemm;
   }
