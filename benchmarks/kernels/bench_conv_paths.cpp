@@ -12,7 +12,10 @@
 // rule must get right. The FLOPs count every tap, padding included, as the GEMM path computes.
 // docs/benchmarks.md, "Convolution paths", holds a run of it.
 //
-//   mpigrad-bench-conv-paths [--threads N (1)] [--json FILE] [--quick]
+// --bf16 times the mixed-precision passes instead (bfloat16 x, w and grad_y, float32 results:
+// autocast's convolution), where direct loops do not apply.
+//
+//   mpigrad-bench-conv-paths [--threads N (1)] [--json FILE] [--quick] [--bf16]
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -25,6 +28,7 @@
 #include "mpigrad/core/rng.h"
 #include "mpigrad/core/threads.h"
 #include "mpigrad/kernels/conv.h"
+#include "mpigrad/kernels/matmul.h"
 
 using namespace mpigrad;  // NOLINT
 using kernels::cpu::ConvPass;
@@ -110,22 +114,41 @@ const char* pass_name(ConvPass pass) {
   return "?";
 }
 
-// Seconds per call of `pass` on `path`.
-double time_pass(ConvPass pass, ConvPath path, const core::Conv2dShape& s, const core::Tensor& x,
-                 const core::Tensor& w, const core::Tensor& y, bool quick) {
+// One case's tensors: x, w and y as the passes read them (float32, or bfloat16 with --bf16),
+// and float32 ones the passes write.
+struct Operands {
+  core::Tensor x, w, y, x_out, w_out, y_out;
+};
+
+// Seconds per call of `pass` on `path`; mixed precision when the operands are bfloat16.
+double time_pass(ConvPass pass, ConvPath path, const core::Conv2dShape& s, const Operands& o,
+                 bool quick) {
   auto& backend = core::backend_for(core::kCPU);
   const ConvPath previous = kernels::cpu::set_conv2d_path_override(path);
+  const bool mixed = o.x.dtype() != core::kFloat32;
   auto call = [&] {
     switch (pass) {
       case ConvPass::Forward:
-        backend.conv2d_forward(core::kFloat32, s, x.data_ptr(), w.data_ptr(), y.data_ptr());
-        break;
+        if (mixed) {
+          return backend.conv2d_forward_mixed(o.x.dtype(), s, o.x.data_ptr(), o.w.data_ptr(),
+                                              o.y_out.data<float>());
+        }
+        return backend.conv2d_forward(core::kFloat32, s, o.x.data_ptr(), o.w.data_ptr(),
+                                      o.y_out.data_ptr());
       case ConvPass::BackwardData:
-        backend.conv2d_backward_data(core::kFloat32, s, y.data_ptr(), w.data_ptr(), x.data_ptr());
-        break;
+        if (mixed) {
+          return backend.conv2d_backward_data_mixed(o.x.dtype(), s, o.y.data_ptr(), o.w.data_ptr(),
+                                                    o.x_out.data<float>());
+        }
+        return backend.conv2d_backward_data(core::kFloat32, s, o.y.data_ptr(), o.w.data_ptr(),
+                                            o.x_out.data_ptr());
       case ConvPass::BackwardFilter:
-        backend.conv2d_backward_filter(core::kFloat32, s, x.data_ptr(), y.data_ptr(), w.data_ptr());
-        break;
+        if (mixed) {
+          return backend.conv2d_backward_filter_mixed(o.x.dtype(), s, o.x.data_ptr(),
+                                                      o.y.data_ptr(), o.w_out.data<float>());
+        }
+        return backend.conv2d_backward_filter(core::kFloat32, s, o.x.data_ptr(), o.y.data_ptr(),
+                                              o.w_out.data_ptr());
     }
   };
   // About 20 ms a timing (5 ms with --quick), at least 3 calls.
@@ -147,6 +170,7 @@ int main(int argc, char** argv) {
   std::string json;
   int threads = 1;
   bool quick = false;
+  core::DType operand = core::kFloat32;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
       json = argv[++i];
@@ -154,9 +178,12 @@ int main(int argc, char** argv) {
       threads = std::max(1, std::atoi(argv[++i]));
     } else if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
+    } else if (std::strcmp(argv[i], "--bf16") == 0) {
+      operand = core::kBFloat16;
     } else {
-      std::fprintf(stderr,
-                   "usage: mpigrad-bench-conv-paths [--threads N] [--json FILE] [--quick]\n");
+      std::fprintf(
+          stderr,
+          "usage: mpigrad-bench-conv-paths [--threads N] [--json FILE] [--quick] [--bf16]\n");
       return 2;
     }
   }
@@ -164,6 +191,10 @@ int main(int argc, char** argv) {
   bench::Results results;
   results.add_text("threads", std::to_string(threads));
   results.add_text("batch", std::to_string(kBatch));
+  results.add_text("operands", core::dtype_name(operand));
+  if (operand != core::kFloat32 && !kernels::cpu::has_native_bf16()) {
+    std::printf("this CPU has no AVX512-BF16: bf16 never reaches oneDNN, both columns are GEMM\n");
+  }
   core::Generator gen(0);
   std::map<std::string, std::map<ConvPass, Totals>> totals;
   std::vector<std::string> families;
@@ -172,22 +203,26 @@ int main(int argc, char** argv) {
   for (const Case& c : kCases) {
     const core::Conv2dShape s = shape_of(c);
     const auto& g = s.geometry;
-    const core::Tensor x = core::randn({kBatch, c.channels, c.size, c.size}, gen);
-    const core::Tensor w =
-        core::randn({c.out_channels, c.channels / c.groups, c.kernel, c.kernel}, gen);
-    const core::Tensor y = core::randn({kBatch, c.out_channels, g.out_h, g.out_w}, gen);
+    Operands o;
+    o.x_out = core::randn({kBatch, c.channels, c.size, c.size}, gen);
+    o.w_out = core::randn({c.out_channels, c.channels / c.groups, c.kernel, c.kernel}, gen);
+    o.y_out = core::randn({kBatch, c.out_channels, g.out_h, g.out_w}, gen);
+    o.x = o.x_out.to(operand);
+    o.w = o.w_out.to(operand);
+    o.y = o.y_out.to(operand);
     const double flops = flops_of(s);
     if (std::find(families.begin(), families.end(), c.family) == families.end()) {
       families.push_back(c.family);
     }
     for (ConvPass pass : {ConvPass::Forward, ConvPass::BackwardData, ConvPass::BackwardFilter}) {
-      const double gemm_s = time_pass(pass, ConvPath::Gemm, s, x, w, y, quick);
-      const double onednn_s = time_pass(pass, ConvPath::OneDnn, s, x, w, y, quick);
-      const bool depthwise = kernels::cpu::is_depthwise(s);
-      const double direct_s = depthwise ? time_pass(pass, ConvPath::Direct, s, x, w, y, quick) : 0;
-      const ConvPath chosen = kernels::cpu::conv2d_path(pass, core::kFloat32, s);
+      const double gemm_s = time_pass(pass, ConvPath::Gemm, s, o, quick);
+      const double onednn_s = time_pass(pass, ConvPath::OneDnn, s, o, quick);
+      // The direct loops take float32 and float64 only.
+      const bool depthwise = kernels::cpu::is_depthwise(s) && operand == core::kFloat32;
+      const double direct_s = depthwise ? time_pass(pass, ConvPath::Direct, s, o, quick) : 0;
+      const ConvPath chosen = kernels::cpu::conv2d_path(pass, operand, s);
       const std::string kernel =
-          kernels::cpu::conv2d_onednn_implementation(pass, core::kFloat32, core::kFloat32, s);
+          kernels::cpu::conv2d_onednn_implementation(pass, operand, core::kFloat32, s);
       Totals& t = totals[c.family][pass];
       t.gemm += gemm_s;
       t.onednn += onednn_s;
