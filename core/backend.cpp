@@ -1,8 +1,10 @@
 // The CPU backend (forwards to kernels/cpu) and the device -> backend dispatch.
 //
-// Convolution runs as im2col + one GEMM per image over the groups (1x1 stride-1 convolutions
-// skip im2col, the image already being its column matrix); backward recomputes each image's
-// columns instead of saving them, so memory stays at one image's worth of columns.
+// Convolution runs on oneDNN's direct kernels or as im2col + GEMM, per shape family and pass as
+// kernels::cpu::conv2d_path decides (kernels/conv.h). The GEMM path (CpuConv) runs one GEMM per
+// image over the groups (1x1 stride-1 convolutions skip im2col, the image already being its
+// column matrix); backward recomputes each image's columns instead of saving them, so memory
+// stays at one image's worth of columns.
 #include "mpigrad/core/backend.h"
 
 #include <cmath>
@@ -182,6 +184,25 @@ void batch_norm_channel_update(int64_t channels, int64_t count, double factor, d
   }
 }
 
+using kernels::cpu::ConvPass;
+
+// A convolution pass on oneDNN or the direct depthwise kernels when the rule (or
+// MPIGRAD_CPU_CONV) picks one of them and it can run the case; false, with nothing written, sends
+// it to CpuConv (kernels/conv.h).
+bool other_conv_path(ConvPass pass, DType operand, DType out, const Conv2dShape& shape,
+                     const void* first, const void* second, void* result) {
+  switch (kernels::cpu::conv2d_path(pass, operand, shape)) {
+    case kernels::cpu::ConvPath::OneDnn:
+      return kernels::cpu::conv2d_onednn(pass, operand, out, shape, first, second, result);
+    case kernels::cpu::ConvPath::Direct:
+      if (operand != out) return false;
+      kernels::cpu::depthwise_conv2d(pass, operand, shape, first, second, result);
+      return true;
+    default:
+      return false;
+  }
+}
+
 // The FLOPs the profiler's kernel spans carry (core/profiler.h).
 double gemm_shape_flops(const GemmShape& s) {
   return gemm_flops(s.batch, s.m, s.n, s.k);
@@ -318,37 +339,51 @@ class CpuBackend final : public Backend {
                       void* y) override {
     ProfileSpan span("conv2d_forward", ProfileKind::Kernel,
                      [&] { return conv_shape_flops(shape); });
-    CpuConv(dtype, shape).forward(x, w, y);
+    if (!other_conv_path(ConvPass::Forward, dtype, dtype, shape, x, w, y)) {
+      CpuConv(dtype, shape).forward(x, w, y);
+    }
   }
   void conv2d_backward_data(DType dtype, const Conv2dShape& shape, const void* grad_y,
                             const void* w, void* grad_x) override {
     ProfileSpan span("conv2d_backward_data", ProfileKind::Kernel,
                      [&] { return conv_shape_flops(shape); });
-    CpuConv(dtype, shape).backward_data(grad_y, w, grad_x);
+    if (!other_conv_path(ConvPass::BackwardData, dtype, dtype, shape, grad_y, w, grad_x)) {
+      CpuConv(dtype, shape).backward_data(grad_y, w, grad_x);
+    }
   }
   void conv2d_backward_filter(DType dtype, const Conv2dShape& shape, const void* x,
                               const void* grad_y, void* grad_w) override {
     ProfileSpan span("conv2d_backward_filter", ProfileKind::Kernel,
                      [&] { return conv_shape_flops(shape); });
-    CpuConv(dtype, shape).backward_filter(x, grad_y, grad_w);
+    if (!other_conv_path(ConvPass::BackwardFilter, dtype, dtype, shape, x, grad_y, grad_w)) {
+      CpuConv(dtype, shape).backward_filter(x, grad_y, grad_w);
+    }
   }
   void conv2d_forward_mixed(DType operand, const Conv2dShape& shape, const void* x, const void* w,
                             float* y) override {
     ProfileSpan span("conv2d_forward_mixed", ProfileKind::Kernel,
                      [&] { return conv_shape_flops(shape); });
-    CpuConv(DType::Float32, operand, shape).forward(x, w, y);
+    if (!other_conv_path(ConvPass::Forward, operand, DType::Float32, shape, x, w, y)) {
+      CpuConv(DType::Float32, operand, shape).forward(x, w, y);
+    }
   }
   void conv2d_backward_data_mixed(DType operand, const Conv2dShape& shape, const void* grad_y,
                                   const void* w, float* grad_x) override {
     ProfileSpan span("conv2d_backward_data_mixed", ProfileKind::Kernel,
                      [&] { return conv_shape_flops(shape); });
-    CpuConv(DType::Float32, operand, shape).backward_data(grad_y, w, grad_x);
+    if (!other_conv_path(ConvPass::BackwardData, operand, DType::Float32, shape, grad_y, w,
+                         grad_x)) {
+      CpuConv(DType::Float32, operand, shape).backward_data(grad_y, w, grad_x);
+    }
   }
   void conv2d_backward_filter_mixed(DType operand, const Conv2dShape& shape, const void* x,
                                     const void* grad_y, float* grad_w) override {
     ProfileSpan span("conv2d_backward_filter_mixed", ProfileKind::Kernel,
                      [&] { return conv_shape_flops(shape); });
-    CpuConv(DType::Float32, operand, shape).backward_filter(x, grad_y, grad_w);
+    if (!other_conv_path(ConvPass::BackwardFilter, operand, DType::Float32, shape, x, grad_y,
+                         grad_w)) {
+      CpuConv(DType::Float32, operand, shape).backward_filter(x, grad_y, grad_w);
+    }
   }
 
   int64_t max_pool2d_indices(const Pool2dGeometry& g) override {

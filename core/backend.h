@@ -126,7 +126,9 @@ class Backend {
   // Tensors are dense, float32 or float64 (the optimizers: the dtypes their kernels take), and
   // outputs are written with `=`.
 
-  // 2-d convolution without bias (kernels/conv.h): y = conv(x, w), and its two backward passes.
+  // 2-d convolution without bias (kernels/conv.h): y = conv(x, w), and its two backward passes;
+  // on the CPU each pass takes the path kernels::cpu::conv2d_path picks (im2col + GEMM, oneDNN, or
+  // the direct depthwise loops).
   // A batch of 0 is valid: forward and backward data write nothing, backward filter zeros.
   virtual void conv2d_forward(DType dtype, const Conv2dShape& shape, const void* x, const void* w,
                               void* y) = 0;
@@ -137,9 +139,10 @@ class Backend {
 
   // The same three in mixed precision (core/autocast.h): x, w and grad_y of `operand` (BFloat16
   // or Float16), y, grad_x and grad_w Float32, accumulated in fp32. The default widens the 16-bit
-  // operands to fp32 and calls the fp32 kernels; the CPU backend overrides it with im2col in
-  // 16 bits and gemm_mixed, the cuDNN one with cuDNN's 16-bit convolutions (whose result is
-  // rounded to `operand` before it is widened: cuDNN writes y in the dtype of x and w).
+  // operands to fp32 and calls the fp32 kernels; the CPU backend overrides it with oneDNN's bf16
+  // convolutions or im2col in 16 bits and gemm_mixed (kernels/conv.h), the cuDNN one with cuDNN's
+  // 16-bit convolutions (whose result is rounded to `operand` before it is widened: cuDNN writes y
+  // in the dtype of x and w).
   virtual void conv2d_forward_mixed(DType operand, const Conv2dShape& shape, const void* x,
                                     const void* w, float* y);
   virtual void conv2d_backward_data_mixed(DType operand, const Conv2dShape& shape,

@@ -1,12 +1,18 @@
-// A 2-d convolution becomes one matrix product per image: im2col unrolls every receptive field
-// of an image [channels, height, width] into a column of a dense [channels*kh*kw, out_h*out_w]
-// buffer, so out = weight[out_channels, channels*kh*kw] x columns. col2im is its adjoint and
-// scatters column gradients back onto the image. Both work on one image; the CPU backend
-// (core/backend.cpp) loops over the batch and over groups (a group's channels are a contiguous
-// block of rows).
+// The CPU's 2-d convolution has two paths, chosen per shape and pass (conv2d_path):
+//  * GEMM: one matrix product per image. im2col unrolls every receptive field of an image
+//    [channels, height, width] into a column of a dense [channels*kh*kw, out_h*out_w] buffer, so
+//    out = weight[out_channels, channels*kh*kw] x columns. col2im is its adjoint and scatters
+//    column gradients back onto the image. Both work on one image; the CPU backend
+//    (core/backend.cpp) loops over the batch and over groups (a group's channels are a
+//    contiguous block of rows).
+//  * oneDNN (kernels/cpu/conv_dnnl.cpp): its direct convolutions, which reorder the plain NCHW
+//    tensors to its blocked layouts inside each call.
+//  * Direct depthwise (groups == channels; kernels/cpu/conv.cpp): plain loops over the taps and
+//    pixels inside the image, on NCHW as it is.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "mpigrad/kernels/dtype.h"
 
@@ -37,6 +43,49 @@ void im2col(DType dtype, const Conv2dGeometry& geometry, const void* image, void
 
 // The adjoint of im2col: image += scatter(columns). Adds with `+=` (zero the image first).
 void col2im(DType dtype, const Conv2dGeometry& geometry, const void* columns, void* image);
+
+// ---- The other paths and the choice between them ------------------------------------------------
+
+enum class ConvPass : uint8_t { Forward, BackwardData, BackwardFilter };
+
+// Rule: the measured per-family choice (conv2d_path). The others force a path: Gemm (im2col +
+// GEMM), OneDnn, Direct (depthwise shapes only; others then take Gemm).
+enum class ConvPath : uint8_t { Rule, Gemm, OneDnn, Direct };
+
+// The path `pass` of `shape` takes with operands of `operand` (Float32 or Float64, or
+// BFloat16/Float16 in mixed precision): Gemm, OneDnn or Direct, never Rule. The rule is a fixed
+// function of the shape and of which kernel oneDNN has for it on this CPU (the figures behind it:
+// docs/benchmarks.md, "Convolution paths"), never a timing, so runs are reproducible; the override
+// (set_conv2d_path_override), else MPIGRAD_CPU_CONV=gemm|dnnl|direct read once, forces a path where
+// the dtype and shape allow it. oneDNN takes Float32, and BFloat16 on a CPU with AVX512-BF16;
+// Direct takes Float32 and Float64 depthwise shapes; Gemm takes everything.
+ConvPath conv2d_path(ConvPass pass, DType operand, const Conv2dShape& shape);
+
+// Sets the path every convolution takes from now on (Rule: back to the rule) and returns the
+// previous setting, for tests and benchmarks that run one case through both paths.
+ConvPath set_conv2d_path_override(ConvPath path);
+
+// Runs `pass` on oneDNN: Forward (x, w) -> y, BackwardData (grad_y, w) -> grad_x,
+// BackwardFilter (x, grad_y) -> grad_w, dense NCHW / [out, in/groups, kh, kw] tensors, outputs
+// written with `=`. Inputs of `operand` (Float32, or BFloat16 with a Float32 output: mixed
+// precision), output of `out_dtype`. Returns false, having written nothing, when oneDNN has
+// only its reference kernel for the case, so the caller runs the GEMM path instead. Primitives
+// are built once per shape, pass and thread count and kept per thread.
+bool conv2d_onednn(ConvPass pass, DType operand, DType out_dtype, const Conv2dShape& shape,
+                   const void* first, const void* second, void* out);
+
+// groups == channels (any multiplier out_channels / groups), the shapes depthwise_conv2d takes.
+bool is_depthwise(const Conv2dShape& shape);
+
+// Runs `pass` of a depthwise shape directly, with the operands and outputs of conv2d_onednn, all
+// of `dtype` (Float32 or Float64). Outputs written with `=`.
+void depthwise_conv2d(ConvPass pass, DType dtype, const Conv2dShape& shape, const void* first,
+                      const void* second, void* out);
+
+// Which implementation oneDNN chose for the case (its impl_info_str, e.g. "jit:avx512_core"),
+// for benchmarks and the tests' log.
+std::string conv2d_onednn_implementation(ConvPass pass, DType operand, DType out_dtype,
+                                         const Conv2dShape& shape);
 
 }  // namespace cpu
 }  // namespace mpigrad::kernels

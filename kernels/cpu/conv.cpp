@@ -1,10 +1,16 @@
-// CPU im2col / col2im for convolution as GEMM.
+// CPU im2col / col2im for convolution as GEMM, and the direct depthwise convolution.
 //
 // Layout: one image [channels, height, width], columns [channels*kh*kw, out_h*out_w], both dense.
 // Threading: im2col splits the column rows over threads (each row is written by one thread);
 // col2im splits the channels (each channel's pixels are only touched by its own rows), so no two
 // threads ever add into the same pixel and the result does not depend on the thread count.
+// The depthwise kernels split output planes (forward), input planes (data gradient) or output
+// channels (filter gradient) the same way: each value is summed by one thread, in one order.
 #include "mpigrad/kernels/conv.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
 
 #include "mpigrad/kernels/cpu/parallel.h"
 #include "mpigrad/kernels/cpu/scalar.h"
@@ -91,6 +97,156 @@ void col2im_typed(const Conv2dGeometry& g, const T* columns, T* image) {
   });
 }
 
+// ---- Direct depthwise convolution ---------------------------------------------------------------
+// Output channel o reads input channel o / multiplier only, so each kernel tap (i, j) is a scaled
+// shifted copy of a plane: the loops visit only the taps and pixels that fall inside the image,
+// which on the small late-stage images of a CNN (a 7x7 kernel on 2x2 or 1x1) is a few percent of
+// what im2col and a GEMM multiply by the padding's zeros.
+
+// The output rows [lo, hi) of kernel row ki that read inside the image.
+ColumnSpan row_span(const Conv2dGeometry& g, int64_t ki) {
+  ColumnSpan span;
+  const int64_t stride = g.stride_h;
+  span.x0 = ki * g.dilation_h - g.pad_h;
+  span.lo = span.x0 < 0 ? std::min(g.out_h, (-span.x0 + stride - 1) / stride) : 0;
+  const int64_t inside = span.x0 >= g.height ? 0 : (g.height - span.x0 + stride - 1) / stride;
+  span.hi = std::max(span.lo, std::min(g.out_h, inside));
+  return span;
+}
+
+// The spans of every kernel row and column, worked out once per call, and the rows and columns
+// that reach inside the image at all: the only taps the loops visit.
+struct TapSpans {
+  std::vector<ColumnSpan> rows, columns;
+  std::vector<int64_t> valid_rows, valid_columns;
+  explicit TapSpans(const Conv2dGeometry& g) {
+    for (int64_t ki = 0; ki < g.kernel_h; ++ki) {
+      rows.push_back(row_span(g, ki));
+      if (rows.back().hi > rows.back().lo) valid_rows.push_back(ki);
+    }
+    for (int64_t kj = 0; kj < g.kernel_w; ++kj) {
+      columns.push_back(column_span(g, kj));
+      if (columns.back().hi > columns.back().lo) valid_columns.push_back(kj);
+    }
+  }
+};
+
+template <typename T>
+void depthwise_forward_typed(const Conv2dShape& s, const T* x, const T* w, T* y) {
+  const Conv2dGeometry& g = s.geometry;
+  const TapSpans spans(g);
+  const int64_t multiplier = s.out_channels / s.groups;
+  const int64_t in_plane = g.height * g.width, out_plane = g.out_h * g.out_w;
+  const int64_t planes = s.batch * s.out_channels;
+  const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(out_plane, 1));
+  parallel_for(0, planes, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t plane = begin; plane < end; ++plane) {
+      const int64_t n = plane / s.out_channels, o = plane % s.out_channels;
+      const T* image = x + (n * g.channels + o / multiplier) * in_plane;
+      const T* taps = w + o * g.kernel_h * g.kernel_w;
+      T* out = y + plane * out_plane;
+      std::fill(out, out + out_plane, T(0));
+      for (int64_t ki : spans.valid_rows) {
+        const ColumnSpan rows = spans.rows[size_t(ki)];
+        for (int64_t kj : spans.valid_columns) {
+          const T tap = taps[ki * g.kernel_w + kj];
+          const auto [x0, lo, hi] = spans.columns[size_t(kj)];
+          const int64_t stride = g.stride_w;
+          for (int64_t oy = rows.lo; oy < rows.hi; ++oy) {
+            const T* in_row = image + (oy * g.stride_h + rows.x0) * g.width + x0;
+            T* out_row = out + oy * g.out_w;
+            if (stride == 1) {
+              for (int64_t ox = lo; ox < hi; ++ox) out_row[ox] += tap * in_row[ox];
+            } else {
+              for (int64_t ox = lo; ox < hi; ++ox) out_row[ox] += tap * in_row[ox * stride];
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+void depthwise_backward_data_typed(const Conv2dShape& s, const T* grad_y, const T* w, T* grad_x) {
+  const Conv2dGeometry& g = s.geometry;
+  const TapSpans spans(g);
+  const int64_t multiplier = s.out_channels / s.groups;
+  const int64_t in_plane = g.height * g.width, out_plane = g.out_h * g.out_w;
+  const int64_t planes = s.batch * g.channels;
+  const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(out_plane * multiplier, 1));
+  parallel_for(0, planes, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t plane = begin; plane < end; ++plane) {
+      const int64_t n = plane / g.channels, c = plane % g.channels;
+      T* image = grad_x + plane * in_plane;
+      std::fill(image, image + in_plane, T(0));
+      for (int64_t o = c * multiplier; o < (c + 1) * multiplier; ++o) {
+        const T* grad = grad_y + (n * s.out_channels + o) * out_plane;
+        const T* taps = w + o * g.kernel_h * g.kernel_w;
+        for (int64_t ki : spans.valid_rows) {
+          const ColumnSpan rows = spans.rows[size_t(ki)];
+          for (int64_t kj : spans.valid_columns) {
+            const T tap = taps[ki * g.kernel_w + kj];
+            const auto [x0, lo, hi] = spans.columns[size_t(kj)];
+            const int64_t stride = g.stride_w;
+            for (int64_t oy = rows.lo; oy < rows.hi; ++oy) {
+              T* image_row = image + (oy * g.stride_h + rows.x0) * g.width + x0;
+              const T* grad_row = grad + oy * g.out_w;
+              if (stride == 1) {
+                for (int64_t ox = lo; ox < hi; ++ox) image_row[ox] += tap * grad_row[ox];
+              } else {
+                for (int64_t ox = lo; ox < hi; ++ox) image_row[ox * stride] += tap * grad_row[ox];
+              }
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+void depthwise_backward_filter_typed(const Conv2dShape& s, const T* x, const T* grad_y, T* grad_w) {
+  const Conv2dGeometry& g = s.geometry;
+  const TapSpans spans(g);
+  const int64_t multiplier = s.out_channels / s.groups;
+  const int64_t in_plane = g.height * g.width, out_plane = g.out_h * g.out_w;
+  const int64_t taps = g.kernel_h * g.kernel_w;
+  const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(s.batch * out_plane, 1));
+  parallel_for(0, s.out_channels, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t o = begin; o < end; ++o) {
+      const int64_t c = o / multiplier;
+      std::fill(grad_w + o * taps, grad_w + (o + 1) * taps, T(0));  // taps wholly on padding
+      for (int64_t ki : spans.valid_rows) {
+        const ColumnSpan rows = spans.rows[size_t(ki)];
+        for (int64_t kj : spans.valid_columns) {
+          const auto [x0, lo, hi] = spans.columns[size_t(kj)];
+          const int64_t stride = g.stride_w;
+          T total = 0;
+          for (int64_t n = 0; n < s.batch; ++n) {
+            const T* image = x + (n * g.channels + c) * in_plane;
+            const T* grad = grad_y + (n * s.out_channels + o) * out_plane;
+            for (int64_t oy = rows.lo; oy < rows.hi; ++oy) {
+              const T* in_row = image + (oy * g.stride_h + rows.x0) * g.width + x0;
+              const T* grad_row = grad + oy * g.out_w;
+              T row_total = 0;
+              if (stride == 1) {
+#pragma omp simd reduction(+ : row_total)
+                for (int64_t ox = lo; ox < hi; ++ox) row_total += grad_row[ox] * in_row[ox];
+              } else {
+                for (int64_t ox = lo; ox < hi; ++ox)
+                  row_total += grad_row[ox] * in_row[ox * stride];
+              }
+              total += row_total;
+            }
+          }
+          grad_w[o * taps + ki * g.kernel_w + kj] = total;
+        }
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void im2col(DType dtype, const Conv2dGeometry& geometry, const void* image, void* columns) {
@@ -119,6 +275,41 @@ void col2im(DType dtype, const Conv2dGeometry& geometry, const void* columns, vo
                           static_cast<double*>(image));
     default:
       throw_unsupported("col2im", "", dtype);
+  }
+}
+
+bool is_depthwise(const Conv2dShape& shape) {
+  return shape.groups > 1 && shape.groups == shape.geometry.channels;
+}
+
+void depthwise_conv2d(ConvPass pass, DType dtype, const Conv2dShape& shape, const void* first,
+                      const void* second, void* out) {
+  if (!is_depthwise(shape)) {
+    throw_invalid("depthwise_conv2d",
+                  "groups " + std::to_string(shape.groups) + " differ from the " +
+                      std::to_string(shape.geometry.channels) + " input channels");
+  }
+  auto run = [&](auto typed) {
+    using T = decltype(typed);
+    const T* a = static_cast<const T*>(first);
+    const T* b = static_cast<const T*>(second);
+    T* result = static_cast<T*>(out);
+    switch (pass) {
+      case ConvPass::Forward:
+        return depthwise_forward_typed(shape, a, b, result);
+      case ConvPass::BackwardData:
+        return depthwise_backward_data_typed(shape, a, b, result);
+      case ConvPass::BackwardFilter:
+        return depthwise_backward_filter_typed(shape, a, b, result);
+    }
+  };
+  switch (dtype) {
+    case DType::Float32:
+      return run(float());
+    case DType::Float64:
+      return run(double());
+    default:
+      throw_unsupported("cpu", "depthwise_conv2d", "", dtype);
   }
 }
 

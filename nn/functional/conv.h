@@ -1,6 +1,7 @@
 // 2-d convolution of NCHW input with an [out_channels, in_channels/groups, kh, kw] weight, with
 // stride, zero padding, dilation and groups (torch.nn.functional.conv2d). The device's backend
-// runs it (core/backend.h: im2col + GEMM on the CPU, cuDNN on CUDA); the bias is a broadcast
+// runs it (core/backend.h: oneDNN, direct depthwise loops or im2col + GEMM on the CPU, as
+// kernels/conv.h's rule picks; cuDNN on CUDA); the bias is a broadcast
 // add, and its gradient a sum, in core ops. Under autocast (core/autocast.h) x and w are read in
 // 16 bits and the result is float32.
 #pragma once

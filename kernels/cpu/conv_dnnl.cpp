@@ -1,0 +1,394 @@
+// CPU convolution on oneDNN (kernels/conv.h), and the rule that picks it, the GEMM path or the
+// direct depthwise loops.
+//
+// Tensors arrive and leave as plain NCHW (x, y) and [out, in/groups, kh, kw] (w); each call
+// reorders them to the blocked layouts oneDNN's direct kernels chose (format_tag::any) and back.
+// Keeping the blocked layout across a run of layers would save those reorders; it is not done
+// here. Building a primitive costs far more than running one on the small images of a training
+// step, so each (pass, dtype, shape, thread count) gets its primitive and its reorders once, kept
+// per thread as kernels/cpu/matmul_mixed.cpp keeps its matmuls. The blocked copies live in one
+// scratch buffer per thread that grows to the largest convolution and is reused by every call.
+// oneDNN runs on OpenMP with omp_get_max_threads() threads: the count core/threads.cpp set.
+#include <omp.h>
+
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <dnnl.hpp>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "mpigrad/kernels/conv.h"
+#include "mpigrad/kernels/matmul.h"
+#include "mpigrad/kernels/unsupported.h"
+
+namespace mpigrad::kernels::cpu {
+namespace {
+
+using dnnl::memory;
+
+// One engine for the process; a stream per thread, as the plans are per thread.
+struct OneDnn {
+  dnnl::engine& engine;
+  dnnl::stream stream{engine};
+};
+
+OneDnn& onednn() {
+  static dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  thread_local OneDnn instance{engine};
+  return instance;
+}
+
+// ---- The path override --------------------------------------------------------------------------
+
+ConvPath environment_path() {
+  const char* value = std::getenv("MPIGRAD_CPU_CONV");
+  if (value == nullptr || *value == '\0') return ConvPath::Rule;
+  const std::string text(value);
+  if (text == "gemm") return ConvPath::Gemm;
+  if (text == "dnnl") return ConvPath::OneDnn;
+  if (text == "direct") return ConvPath::Direct;
+  throw std::invalid_argument("MPIGRAD_CPU_CONV=" + text +
+                              " is not a convolution path: use gemm, dnnl or direct (or leave it "
+                              "unset for the measured rule)");
+}
+
+std::atomic<ConvPath>& path_override() {
+  static std::atomic<ConvPath> path{environment_path()};
+  return path;
+}
+
+bool onednn_operand(DType operand) {
+  if (operand == DType::Float32) return true;
+  return operand == DType::BFloat16 && has_native_bf16();
+}
+
+// ---- Plans --------------------------------------------------------------------------------------
+
+memory::data_type dnnl_type(DType dtype) {
+  switch (dtype) {
+    case DType::Float32:
+      return memory::data_type::f32;
+    case DType::BFloat16:
+      return memory::data_type::bf16;
+    default:
+      throw_unsupported("cpu", "conv2d_onednn", "", dtype);
+  }
+}
+
+// One tensor of a call: its plain descriptor (the caller's pointer), the primitive's, and the
+// reorder between them when they differ.
+struct Operand {
+  memory::desc plain, blocked;
+  dnnl::reorder reorder;  // plain -> blocked for inputs, blocked -> plain for the output
+  bool reordered = false;
+  size_t scratch_offset = 0;  // of the blocked copy in the thread's scratch buffer
+};
+
+struct Plan {
+  dnnl::primitive primitive;
+  Operand first, second,
+      out;  // the pass's two inputs and its output, in the order of kernels/conv.h
+  int first_arg = 0, second_arg = 0, out_arg = 0;
+  size_t scratch_bytes = 0;
+  bool reference = false;
+  std::string implementation;
+};
+
+constexpr size_t kScratchAlign = 64;
+
+void prepare_input(Operand& op, const memory::desc& blocked, const dnnl::engine& engine,
+                   size_t& scratch) {
+  op.blocked = blocked;
+  op.reordered = blocked != op.plain;
+  if (!op.reordered) return;
+  op.reorder = dnnl::reorder(dnnl::reorder::primitive_desc(engine, op.plain, engine, blocked));
+  op.scratch_offset = scratch;
+  scratch += (blocked.get_size() + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
+}
+
+void prepare_output(Operand& op, const memory::desc& blocked, const dnnl::engine& engine,
+                    size_t& scratch) {
+  op.blocked = blocked;
+  op.reordered = blocked != op.plain;
+  if (!op.reordered) return;
+  op.reorder = dnnl::reorder(dnnl::reorder::primitive_desc(engine, blocked, engine, op.plain));
+  op.scratch_offset = scratch;
+  scratch += (blocked.get_size() + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
+}
+
+struct Descriptors {
+  memory::desc x_plain, w_plain, y_plain;  // the caller's layouts, input dtype
+  memory::desc x_any, w_any, y_any;
+  memory::dims strides, dilations, padding;
+};
+
+// out_dtype applies to the pass's output only (y, grad_x or grad_w), the others are `operand`.
+Descriptors descriptors(ConvPass pass, DType operand, DType out_dtype, const Conv2dShape& s) {
+  const auto& g = s.geometry;
+  const auto in_type = dnnl_type(operand), out_type = dnnl_type(out_dtype);
+  const auto x_type = pass == ConvPass::BackwardData ? out_type : in_type;
+  const auto w_type = pass == ConvPass::BackwardFilter ? out_type : in_type;
+  const auto y_type = pass == ConvPass::Forward ? out_type : in_type;
+  const memory::dims x_dims{s.batch, g.channels, g.height, g.width};
+  const memory::dims y_dims{s.batch, s.out_channels, g.out_h, g.out_w};
+  const bool grouped = s.groups > 1;
+  const memory::dims w_dims =
+      grouped ? memory::dims{s.groups, s.out_channels / s.groups, g.channels / s.groups, g.kernel_h,
+                             g.kernel_w}
+              : memory::dims{s.out_channels, g.channels, g.kernel_h, g.kernel_w};
+  // [out, in/groups, kh, kw] is goihw with out = groups * (out/groups), the same bytes.
+  const auto w_tag = grouped ? memory::format_tag::goihw : memory::format_tag::oihw;
+  Descriptors d;
+  d.x_plain = memory::desc(x_dims, x_type, memory::format_tag::nchw);
+  d.w_plain = memory::desc(w_dims, w_type, w_tag);
+  d.y_plain = memory::desc(y_dims, y_type, memory::format_tag::nchw);
+  d.x_any = memory::desc(x_dims, x_type, memory::format_tag::any);
+  d.w_any = memory::desc(w_dims, w_type, memory::format_tag::any);
+  d.y_any = memory::desc(y_dims, y_type, memory::format_tag::any);
+  d.strides = {g.stride_h, g.stride_w};
+  d.dilations = {g.dilation_h - 1, g.dilation_w - 1};  // oneDNN counts the gaps
+  d.padding = {g.pad_h, g.pad_w};
+  return d;
+}
+
+// The forward primitive descriptor: the pass itself, or the hint a backward pass needs.
+dnnl::convolution_forward::primitive_desc forward_pd(const Descriptors& d,
+                                                     const dnnl::engine& engine) {
+  dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_training,
+                                       dnnl::algorithm::convolution_direct, d.x_any, d.w_any,
+                                       d.y_any, d.strides, d.dilations, d.padding, d.padding);
+  return dnnl::convolution_forward::primitive_desc(desc, engine);
+}
+
+bool is_reference(const std::string& implementation) {
+  return implementation.rfind("ref", 0) == 0;
+}
+
+Plan make_plan(ConvPass pass, DType operand, DType out_dtype, const Conv2dShape& s) {
+  const dnnl::engine& engine = onednn().engine;
+  const Descriptors d = descriptors(pass, operand, out_dtype, s);
+  // The hint of a backward pass: the forward of the same operands, all of the operand type.
+  const Descriptors hint = descriptors(ConvPass::Forward, operand, operand, s);
+  Plan plan;
+  size_t scratch = 0;
+  if (pass == ConvPass::Forward) {
+    auto pd = forward_pd(d, engine);
+    plan.primitive = dnnl::convolution_forward(pd);
+    plan.implementation = pd.impl_info_str();
+    plan.first.plain = d.x_plain;
+    plan.second.plain = d.w_plain;
+    plan.out.plain = d.y_plain;
+    prepare_input(plan.first, pd.src_desc(), engine, scratch);
+    prepare_input(plan.second, pd.weights_desc(), engine, scratch);
+    prepare_output(plan.out, pd.dst_desc(), engine, scratch);
+    plan.first_arg = DNNL_ARG_SRC;
+    plan.second_arg = DNNL_ARG_WEIGHTS;
+    plan.out_arg = DNNL_ARG_DST;
+  } else if (pass == ConvPass::BackwardData) {
+    auto hint_pd = forward_pd(hint, engine);
+    dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, d.x_any,
+                                               d.w_any, d.y_any, d.strides, d.dilations, d.padding,
+                                               d.padding);
+    dnnl::convolution_backward_data::primitive_desc pd(desc, engine, hint_pd);
+    plan.primitive = dnnl::convolution_backward_data(pd);
+    plan.implementation = pd.impl_info_str();
+    plan.first.plain = d.y_plain;
+    plan.second.plain = d.w_plain;
+    plan.out.plain = d.x_plain;
+    prepare_input(plan.first, pd.diff_dst_desc(), engine, scratch);
+    prepare_input(plan.second, pd.weights_desc(), engine, scratch);
+    prepare_output(plan.out, pd.diff_src_desc(), engine, scratch);
+    plan.first_arg = DNNL_ARG_DIFF_DST;
+    plan.second_arg = DNNL_ARG_WEIGHTS;
+    plan.out_arg = DNNL_ARG_DIFF_SRC;
+  } else {
+    auto hint_pd = forward_pd(hint, engine);
+    dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct, d.x_any,
+                                                  d.w_any, d.y_any, d.strides, d.dilations,
+                                                  d.padding, d.padding);
+    dnnl::convolution_backward_weights::primitive_desc pd(desc, engine, hint_pd);
+    plan.primitive = dnnl::convolution_backward_weights(pd);
+    plan.implementation = pd.impl_info_str();
+    plan.first.plain = d.x_plain;
+    plan.second.plain = d.y_plain;
+    plan.out.plain = d.w_plain;
+    prepare_input(plan.first, pd.src_desc(), engine, scratch);
+    prepare_input(plan.second, pd.diff_dst_desc(), engine, scratch);
+    prepare_output(plan.out, pd.diff_weights_desc(), engine, scratch);
+    plan.first_arg = DNNL_ARG_SRC;
+    plan.second_arg = DNNL_ARG_DIFF_DST;
+    plan.out_arg = DNNL_ARG_DIFF_WEIGHTS;
+  }
+  plan.scratch_bytes = scratch;
+  plan.reference = is_reference(plan.implementation);
+  return plan;
+}
+
+using PlanKey = std::array<int64_t, 19>;
+
+const Plan& plan_for(ConvPass pass, DType operand, DType out_dtype, const Conv2dShape& s) {
+  thread_local std::map<PlanKey, Plan> plans;
+  const auto& g = s.geometry;
+  const PlanKey key{int64_t(pass), int64_t(operand), int64_t(out_dtype),
+                    s.batch,       g.channels,       g.height,
+                    g.width,       s.out_channels,   s.groups,
+                    g.kernel_h,    g.kernel_w,       g.stride_h,
+                    g.stride_w,    g.pad_h,          g.pad_w,
+                    g.dilation_h,  g.dilation_w,     omp_get_max_threads(),
+                    g.out_h};
+  auto found = plans.find(key);
+  if (found != plans.end()) return found->second;
+  return plans.emplace(key, make_plan(pass, operand, out_dtype, s)).first->second;
+}
+
+// ---- The rule ----------------------------------------------------------------------------------
+
+// The measured choice (benchmarks/kernels/bench_conv_paths.cpp, 1 thread, the zoo's shapes at
+// batch 8; docs/benchmarks.md, "Convolution paths", has the table). `direct` and `onednn` say
+// which paths can take the case.
+//  * depthwise: oneDNN where it has its depthwise kernel (jit_dw) for the pass, 5-50x the GEMM
+//    path, which makes one tiny GEMM per channel. Where oneDNN has only its GEMM-based kernel
+//    (most filter gradients, and forward on the late stages' 1x1 and 2x2 images with 5x5 and 7x7
+//    kernels) the direct loops, 2-10x both GEMMs: they skip the taps that fall on padding.
+//  * other grouped: oneDNN, 1.4-6x.
+//  * dense kxk: oneDNN, 1.1-4x, the more the smaller the image; except the data gradient of a
+//    stem (under 8 input channels), where oneDNN's kernel ran at 0.2-0.4x.
+//  * 1x1 strided: oneDNN, 1.04-1.3x.
+//  * 1x1 stride 1: the GEMM path reads NCHW as its matrix with no im2col, while oneDNN pays a
+//    reorder of input and output to its blocked layout; that costs more than it saves on thin
+//    layers (MobileNet's 16 -> 72 ran at 0.5x). oneDNN wins forward and data gradient once each
+//    output value sums enough (channels * out / (channels + out) >= 48) over enough pixels
+//    (batch * out_h * out_w >= 16): ResNet-50's 512 -> 128 and 1024 -> 256 at 1.2-4x. Its
+//    filter gradient stays on GEMM (0.6-1.05x).
+ConvPath rule(ConvPass pass, DType operand, const Conv2dShape& s, bool direct, bool onednn) {
+  const auto& g = s.geometry;
+  if (direct && onednn) {
+    const std::string kernel = plan_for(pass, operand, DType::Float32, s).implementation;
+    const bool gemm_based = kernel.find("gemm") != std::string::npos || is_reference(kernel);
+    return gemm_based ? ConvPath::Direct : ConvPath::OneDnn;
+  }
+  if (direct) return ConvPath::Direct;
+  if (s.groups > 1) return ConvPath::OneDnn;
+  const bool pointwise = g.kernel_h == 1 && g.kernel_w == 1;
+  if (!pointwise) {
+    const bool stem = g.channels < 8;
+    return stem && pass == ConvPass::BackwardData ? ConvPath::Gemm : ConvPath::OneDnn;
+  }
+  if (g.stride_h > 1 || g.stride_w > 1 || g.pad_h > 0 || g.pad_w > 0) return ConvPath::OneDnn;
+  if (pass == ConvPass::BackwardFilter) return ConvPath::Gemm;
+  const int64_t depth = g.channels * s.out_channels / (g.channels + s.out_channels);
+  const int64_t pixels = s.batch * g.out_h * g.out_w;
+  return depth >= 48 && pixels >= 16 ? ConvPath::OneDnn : ConvPath::Gemm;
+}
+
+// The thread's scratch for blocked copies: grows to the largest call and is kept.
+class Scratch {
+ public:
+  char* reserve(size_t bytes) {
+    if (bytes > capacity_) {
+      buffer_.reset(static_cast<char*>(std::aligned_alloc(kScratchAlign, bytes)));
+      if (!buffer_) throw std::bad_alloc();
+      capacity_ = bytes;
+    }
+    return buffer_.get();
+  }
+
+ private:
+  struct Free {
+    void operator()(char* p) const { std::free(p); }
+  };
+  std::unique_ptr<char, Free> buffer_;
+  size_t capacity_ = 0;
+};
+
+void run(const Plan& plan, const void* first, const void* second, void* out) {
+  thread_local Scratch scratch;
+  char* base = scratch.reserve(plan.scratch_bytes);
+  OneDnn& dnn = onednn();
+  auto plain_memory = [&](const Operand& op, const void* pointer) {
+    return memory(op.plain, dnn.engine, const_cast<void*>(pointer));
+  };
+  auto used_memory = [&](const Operand& op, const memory& plain) {
+    return op.reordered ? memory(op.blocked, dnn.engine, base + op.scratch_offset) : plain;
+  };
+  memory first_plain = plain_memory(plan.first, first);
+  memory second_plain = plain_memory(plan.second, second);
+  memory out_plain = plain_memory(plan.out, out);
+  memory first_used = used_memory(plan.first, first_plain);
+  memory second_used = used_memory(plan.second, second_plain);
+  memory out_used = used_memory(plan.out, out_plain);
+  if (plan.first.reordered) plan.first.reorder.execute(dnn.stream, first_plain, first_used);
+  if (plan.second.reordered) plan.second.reorder.execute(dnn.stream, second_plain, second_used);
+  plan.primitive.execute(
+      dnn.stream,
+      {{plan.first_arg, first_used}, {plan.second_arg, second_used}, {plan.out_arg, out_used}});
+  if (plan.out.reordered) plan.out.reorder.execute(dnn.stream, out_used, out_plain);
+  dnn.stream.wait();
+}
+
+void check_dtypes(DType operand, DType out_dtype) {
+  const bool fp32 = operand == DType::Float32 && out_dtype == DType::Float32;
+  const bool mixed = operand == DType::BFloat16 && out_dtype == DType::Float32;
+  if (!fp32 && !mixed) {
+    throw_unsupported("cpu", "conv2d_onednn", std::string("output dtype ") + dtype_name(out_dtype),
+                      operand);
+  }
+}
+
+[[noreturn]] void rethrow(const dnnl::error& e, const char* where) {
+  throw std::runtime_error(std::string("mpigrad::kernels::cpu::") + where +
+                           ": oneDNN: " + e.what());
+}
+
+}  // namespace
+
+ConvPath set_conv2d_path_override(ConvPath path) {
+  return path_override().exchange(path);
+}
+
+ConvPath conv2d_path(ConvPass pass, DType operand, const Conv2dShape& shape) {
+  const bool onednn = onednn_operand(operand);
+  const bool direct =
+      (operand == DType::Float32 || operand == DType::Float64) && is_depthwise(shape);
+  ConvPath path = path_override().load();
+  try {
+    if (path == ConvPath::Rule) path = rule(pass, operand, shape, direct, onednn);
+  } catch (const dnnl::error& e) {
+    rethrow(e, "conv2d_path");
+  }
+  if ((path == ConvPath::OneDnn && !onednn) || (path == ConvPath::Direct && !direct)) {
+    return ConvPath::Gemm;
+  }
+  return path;
+}
+
+bool conv2d_onednn(ConvPass pass, DType operand, DType out_dtype, const Conv2dShape& shape,
+                   const void* first, const void* second, void* out) {
+  check_dtypes(operand, out_dtype);
+  if (operand == DType::BFloat16 && !has_native_bf16()) return false;
+  if (shape.batch == 0) return false;  // nothing for oneDNN to do; the GEMM path's contract
+  try {
+    const Plan& plan = plan_for(pass, operand, out_dtype, shape);
+    if (plan.reference) return false;
+    run(plan, first, second, out);
+    return true;
+  } catch (const dnnl::error& e) {
+    rethrow(e, "conv2d_onednn");
+  }
+}
+
+std::string conv2d_onednn_implementation(ConvPass pass, DType operand, DType out_dtype,
+                                         const Conv2dShape& shape) {
+  check_dtypes(operand, out_dtype);
+  try {
+    return plan_for(pass, operand, out_dtype, shape).implementation;
+  } catch (const dnnl::error& e) {
+    rethrow(e, "conv2d_onednn_implementation");
+  }
+}
+
+}  // namespace mpigrad::kernels::cpu

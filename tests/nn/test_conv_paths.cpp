@@ -1,0 +1,319 @@
+// The CPU convolution's paths (kernels/conv.h): every case runs forward and backward through
+// im2col + GEMM, through oneDNN and (depthwise cases) through the direct loops, forced with
+// kernels::cpu::set_conv2d_path_override, and the outputs and all gradients must agree within
+// float32 rounding (and bfloat16 rounding under autocast, where the CPU has AVX512-BF16). Also:
+// the rule's per-family choices and the dtypes that never reach oneDNN.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mpigrad/core/autocast.h"
+#include "mpigrad/core/autograd.h"
+#include "mpigrad/core/backend.h"
+#include "mpigrad/core/ops/elementwise.h"
+#include "mpigrad/core/ops/join.h"
+#include "mpigrad/core/ops/reduce.h"
+#include "mpigrad/core/rng.h"
+#include "mpigrad/kernels/conv.h"
+#include "mpigrad/kernels/matmul.h"
+#include "mpigrad/nn/functional/conv.h"
+
+namespace {
+
+using namespace mpigrad;  // NOLINT
+using core::Tensor;
+using kernels::cpu::ConvPass;
+using kernels::cpu::ConvPath;
+
+// Forces a path for the guard's lifetime.
+class PathGuard {
+ public:
+  explicit PathGuard(ConvPath path) : previous_(kernels::cpu::set_conv2d_path_override(path)) {}
+  ~PathGuard() { kernels::cpu::set_conv2d_path_override(previous_); }
+  PathGuard(const PathGuard&) = delete;
+  PathGuard& operator=(const PathGuard&) = delete;
+
+ private:
+  ConvPath previous_;
+};
+
+struct PathCase {
+  const char* name;
+  int64_t batch, channels, height, width, out_channels, kernel_h, kernel_w;
+  int64_t stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups;
+  bool bias;
+};
+
+const PathCase kCases[] = {
+    {"3x3 padding 1, bias", 2, 8, 9, 9, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},
+    {"3x3 no bias, batch 1", 1, 16, 7, 7, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, false},
+    {"7x7 stride 2 stem, 3 channels", 2, 3, 17, 17, 16, 7, 7, 2, 2, 3, 3, 1, 1, 1, true},
+    {"4x4 stride 4 patchify", 2, 3, 16, 16, 24, 4, 4, 4, 4, 0, 0, 1, 1, 1, true},
+    {"stride 2, even input (a row of padding unused)", 3, 8, 8, 10, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1,
+     false},
+    {"asymmetric kernel, stride, padding", 2, 5, 9, 11, 7, 2, 3, 1, 2, 0, 1, 1, 1, 1, true},
+    {"dilation 2", 2, 6, 10, 10, 6, 3, 3, 1, 1, 2, 2, 2, 2, 1, true},
+    {"dilation 2x3 with stride 2", 1, 4, 13, 12, 8, 3, 3, 2, 2, 2, 3, 2, 3, 1, false},
+    {"groups 2", 2, 8, 6, 6, 12, 3, 3, 1, 1, 1, 1, 1, 1, 2, true},
+    {"groups 4, 1x1", 2, 16, 5, 5, 8, 1, 1, 1, 1, 0, 0, 1, 1, 4, false},
+    {"depthwise 3x3", 2, 32, 8, 8, 32, 3, 3, 1, 1, 1, 1, 1, 1, 32, true},
+    {"depthwise 3x3 stride 2, odd channels", 2, 17, 9, 9, 17, 3, 3, 2, 2, 1, 1, 1, 1, 17, false},
+    {"depthwise 5x5 stride 2", 3, 48, 8, 8, 48, 5, 5, 2, 2, 2, 2, 1, 1, 48, true},
+    {"depthwise 7x7 on 2x2 (kernel mostly padding)", 2, 64, 2, 2, 64, 7, 7, 1, 1, 3, 3, 1, 1, 64,
+     true},
+    {"depthwise 7x7 on 1x1", 4, 32, 1, 1, 32, 7, 7, 1, 1, 3, 3, 1, 1, 32, false},
+    {"depthwise multiplier 2", 2, 8, 6, 6, 16, 3, 3, 1, 1, 1, 1, 1, 1, 8, true},
+    {"1x1", 2, 24, 6, 6, 40, 1, 1, 1, 1, 0, 0, 1, 1, 1, true},
+    {"1x1 stride 2", 2, 16, 8, 8, 32, 1, 1, 2, 2, 0, 0, 1, 1, 1, false},
+    {"1x1 on 1x1 images", 8, 64, 1, 1, 96, 1, 1, 1, 1, 0, 0, 1, 1, 1, true},
+    {"2x2 stride 2 downsample", 2, 16, 8, 8, 32, 2, 2, 2, 2, 0, 0, 1, 1, 1, true},
+};
+
+nn::functional::Conv2dOptions options_of(const PathCase& c) {
+  nn::functional::Conv2dOptions o;
+  o.stride = {c.stride_h, c.stride_w};
+  o.padding = {c.pad_h, c.pad_w};
+  o.dilation = {c.dilation_h, c.dilation_w};
+  o.groups = c.groups;
+  return o;
+}
+
+struct Results {
+  std::vector<float> y, grad_x, grad_w, grad_b;
+};
+
+// Forward and backward (with a fixed, uneven upstream gradient) on `path`.
+Results run(ConvPath path, const Tensor& x0, const Tensor& w0, const Tensor& b0,
+            const nn::functional::Conv2dOptions& options,
+            std::optional<core::DType> autocast = std::nullopt) {
+  PathGuard guard(path);
+  Tensor x = x0.detach().set_requires_grad(true);
+  Tensor w = w0.detach().set_requires_grad(true);
+  Tensor b = b0.defined() ? b0.detach().set_requires_grad(true) : Tensor();
+  Tensor y;
+  {
+    core::AutocastGuard cast(autocast);
+    y = nn::functional::conv2d(x, w, b, options);
+  }
+  const Tensor upstream =
+      core::sin(core::arange(y.numel(), core::kFloat32).view(y.shape()) * 0.37) + 0.25;
+  core::sum(y * upstream).backward();
+  Results r{y.to_vector<float>(), x.grad().to_vector<float>(), w.grad().to_vector<float>(), {}};
+  if (b.defined()) r.grad_b = b.grad().to_vector<float>();
+  return r;
+}
+
+// |a - b| <= tolerance * (1 + max |reference|), element by element.
+void check_close(const std::vector<float>& gemm, const std::vector<float>& onednn, double tolerance,
+                 const char* what) {
+  INFO(what);
+  REQUIRE(gemm.size() == onednn.size());
+  double scale = 1;
+  for (float v : gemm) scale = std::max(scale, double(std::fabs(v)));
+  double worst = 0;
+  for (size_t i = 0; i < gemm.size(); ++i) {
+    CHECK(std::isfinite(onednn[i]));
+    worst = std::max(worst, std::fabs(double(gemm[i]) - double(onednn[i])));
+  }
+  CHECK_MESSAGE(worst <= tolerance * scale, "max difference ", worst, " at scale ", scale);
+}
+
+core::Conv2dShape shape_of(const PathCase& c) {
+  core::Conv2dShape s;
+  s.batch = c.batch;
+  s.out_channels = c.out_channels;
+  s.groups = c.groups;
+  auto& g = s.geometry;
+  g.channels = c.channels;
+  g.height = c.height;
+  g.width = c.width;
+  g.kernel_h = c.kernel_h;
+  g.kernel_w = c.kernel_w;
+  g.stride_h = c.stride_h;
+  g.stride_w = c.stride_w;
+  g.pad_h = c.pad_h;
+  g.pad_w = c.pad_w;
+  g.dilation_h = c.dilation_h;
+  g.dilation_w = c.dilation_w;
+  g.out_h = (c.height + 2 * c.pad_h - c.dilation_h * (c.kernel_h - 1) - 1) / c.stride_h + 1;
+  g.out_w = (c.width + 2 * c.pad_w - c.dilation_w * (c.kernel_w - 1) - 1) / c.stride_w + 1;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("conv2d: oneDNN and direct paths match the im2col + GEMM path, float32, every pass") {
+  core::Generator generator(33);
+  for (const PathCase& c : kCases) {
+    INFO("case: ", c.name);
+    const Tensor x = core::randn({c.batch, c.channels, c.height, c.width}, generator);
+    const Tensor w =
+        core::randn({c.out_channels, c.channels / c.groups, c.kernel_h, c.kernel_w}, generator);
+    const Tensor b = c.bias ? core::randn({c.out_channels}, generator) : Tensor();
+    const auto options = options_of(c);
+    const Results gemm = run(ConvPath::Gemm, x, w, b, options);
+    const Results onednn = run(ConvPath::OneDnn, x, w, b, options);
+    check_close(gemm.y, onednn.y, 1e-5, "output");
+    check_close(gemm.grad_x, onednn.grad_x, 1e-5, "grad x");
+    check_close(gemm.grad_w, onednn.grad_w, 1e-5, "grad w");
+    check_close(gemm.grad_b, onednn.grad_b, 1e-5, "grad b");
+    const Results direct = run(ConvPath::Direct, x, w, b, options);  // GEMM unless depthwise
+    check_close(gemm.y, direct.y, 1e-5, "output (direct)");
+    check_close(gemm.grad_x, direct.grad_x, 1e-5, "grad x (direct)");
+    check_close(gemm.grad_w, direct.grad_w, 1e-5, "grad w (direct)");
+    check_close(gemm.grad_b, direct.grad_b, 1e-5, "grad b (direct)");
+    // And all agree with the rule's mix of paths.
+    const Results rule = run(ConvPath::Rule, x, w, b, options);
+    check_close(gemm.y, rule.y, 1e-5, "output (rule)");
+    check_close(gemm.grad_x, rule.grad_x, 1e-5, "grad x (rule)");
+    check_close(gemm.grad_w, rule.grad_w, 1e-5, "grad w (rule)");
+  }
+}
+
+TEST_CASE("conv2d: forcing oneDNN really runs oneDNN's own kernels for float32") {
+  // conv2d_onednn returns false (the GEMM path then runs) only where oneDNN has nothing but its
+  // reference kernel; none of these cases may fall back, or the comparison above proves nothing.
+  core::Generator generator(34);
+  for (const PathCase& c : kCases) {
+    INFO("case: ", c.name);
+    const core::Conv2dShape s = shape_of(c);
+    const auto& g = s.geometry;
+    const Tensor x = core::randn({c.batch, c.channels, c.height, c.width}, generator);
+    const Tensor w =
+        core::randn({c.out_channels, c.channels / c.groups, c.kernel_h, c.kernel_w}, generator);
+    const Tensor gy = core::randn({c.batch, c.out_channels, g.out_h, g.out_w}, generator);
+    Tensor y = core::empty(gy.shape()), gx = core::empty(x.shape()), gw = core::empty(w.shape());
+    for (ConvPass pass : {ConvPass::Forward, ConvPass::BackwardData, ConvPass::BackwardFilter}) {
+      const std::string kernel =
+          kernels::cpu::conv2d_onednn_implementation(pass, core::kFloat32, core::kFloat32, s);
+      INFO("pass ", int(pass), ": ", kernel);
+      CHECK(kernel.rfind("ref", 0) != 0);
+    }
+    CHECK(kernels::cpu::conv2d_onednn(ConvPass::Forward, core::kFloat32, core::kFloat32, s,
+                                      x.data_ptr(), w.data_ptr(), y.data_ptr()));
+    CHECK(kernels::cpu::conv2d_onednn(ConvPass::BackwardData, core::kFloat32, core::kFloat32, s,
+                                      gy.data_ptr(), w.data_ptr(), gx.data_ptr()));
+    CHECK(kernels::cpu::conv2d_onednn(ConvPass::BackwardFilter, core::kFloat32, core::kFloat32, s,
+                                      x.data_ptr(), gy.data_ptr(), gw.data_ptr()));
+  }
+}
+
+TEST_CASE("conv2d: asymmetric padding (explicit pad, then a valid convolution) on both paths") {
+  // ONNX pads a convolution asymmetrically through an explicit pad (nn/onnx/onnx_ops_nn.cpp):
+  // here one column on the right and one row on top, as zeros joined on.
+  core::Generator generator(35);
+  const Tensor x0 = core::randn({2, 6, 7, 9}, generator);
+  const Tensor w = core::randn({6, 1, 3, 3}, generator);
+  const Tensor b = core::randn({6}, generator);
+  nn::functional::Conv2dOptions options;
+  options.groups = 6;
+  options.stride = {2, 2};
+  std::vector<std::vector<float>> outputs;
+  for (ConvPath path : {ConvPath::Gemm, ConvPath::OneDnn}) {
+    PathGuard guard(path);
+    Tensor x = x0.detach().set_requires_grad(true);
+    Tensor wider = core::cat({x, core::zeros({2, 6, 7, 1})}, 3);
+    Tensor padded = core::cat({core::zeros({2, 6, 1, 10}), wider}, 2);
+    Tensor y = nn::functional::conv2d(padded, w, b, options);
+    core::sum(y * y).backward();
+    outputs.push_back(y.to_vector<float>());
+    outputs.push_back(x.grad().to_vector<float>());
+  }
+  check_close(outputs[0], outputs[2], 1e-5, "output");
+  check_close(outputs[1], outputs[3], 1e-5, "grad x");
+}
+
+TEST_CASE("conv2d: the oneDNN path matches the GEMM path under bfloat16 autocast") {
+  if (!kernels::cpu::has_native_bf16()) {
+    MESSAGE("skipped: this CPU has no AVX512-BF16, so bf16 convolution never reaches oneDNN");
+    return;
+  }
+  core::Generator generator(36);
+  for (const PathCase& c : kCases) {
+    INFO("case: ", c.name);
+    const Tensor x = core::randn({c.batch, c.channels, c.height, c.width}, generator);
+    const Tensor w =
+        core::randn({c.out_channels, c.channels / c.groups, c.kernel_h, c.kernel_w}, generator);
+    const Tensor b = c.bias ? core::randn({c.out_channels}, generator) : Tensor();
+    const auto options = options_of(c);
+    const Results gemm = run(ConvPath::Gemm, x, w, b, options, core::kBFloat16);
+    const Results onednn = run(ConvPath::OneDnn, x, w, b, options, core::kBFloat16);
+    // Both read the same bf16 operands and accumulate in fp32: only the summation order differs.
+    check_close(gemm.y, onednn.y, 1e-4, "output");
+    check_close(gemm.grad_x, onednn.grad_x, 1e-4, "grad x");
+    check_close(gemm.grad_w, onednn.grad_w, 1e-4, "grad w");
+  }
+}
+
+TEST_CASE("conv2d paths: the override, and the dtypes that stay on the GEMM path") {
+  const core::Conv2dShape depthwise = shape_of(kCases[10]);
+  {
+    PathGuard guard(ConvPath::Gemm);
+    CHECK(kernels::cpu::conv2d_path(ConvPass::Forward, core::kFloat32, depthwise) ==
+          ConvPath::Gemm);
+  }
+  {
+    PathGuard guard(ConvPath::OneDnn);
+    CHECK(kernels::cpu::conv2d_path(ConvPass::Forward, core::kFloat32, depthwise) ==
+          ConvPath::OneDnn);
+    // float64 and float16 have no oneDNN kernels here: forcing oneDNN leaves them on GEMM.
+    CHECK(kernels::cpu::conv2d_path(ConvPass::Forward, core::kFloat64, depthwise) ==
+          ConvPath::Gemm);
+    CHECK(kernels::cpu::conv2d_path(ConvPass::Forward, core::kFloat16, depthwise) ==
+          ConvPath::Gemm);
+    CHECK(kernels::cpu::conv2d_path(ConvPass::Forward, core::kBFloat16, depthwise) ==
+          (kernels::cpu::has_native_bf16() ? ConvPath::OneDnn : ConvPath::Gemm));
+  }
+  // A float64 convolution with oneDNN forced still runs (on GEMM) and agrees with float32.
+  PathGuard guard(ConvPath::OneDnn);
+  core::Generator generator(37);
+  const Tensor x = core::randn({2, 4, 5, 5}, generator, core::kFloat64);
+  const Tensor w = core::randn({4, 1, 3, 3}, generator, core::kFloat64);
+  nn::functional::Conv2dOptions options;
+  options.groups = 4;
+  options.padding = {1, 1};
+  const auto y64 = nn::functional::conv2d(x, w, Tensor(), options).to_vector<double>();
+  const auto y32 =
+      nn::functional::conv2d(x.to(core::kFloat32), w.to(core::kFloat32), Tensor(), options)
+          .to_vector<float>();
+  REQUIRE(y64.size() == y32.size());
+  for (size_t i = 0; i < y64.size(); ++i) CHECK(y32[i] == doctest::Approx(y64[i]).epsilon(1e-5));
+}
+
+TEST_CASE("conv2d paths: the rule sends each zoo family where the benchmark measured it faster") {
+  auto shape = [](int64_t channels, int64_t size, int64_t out, int64_t kernel, int64_t stride,
+                  int64_t pad, int64_t groups) {
+    PathCase c{"",     8,      channels, size, size, out, kernel, kernel,
+               stride, stride, pad,      pad,  1,    1,   groups, false};
+    return shape_of(c);
+  };
+  PathGuard guard(ConvPath::Rule);
+  const auto path = [](ConvPass pass, const core::Conv2dShape& s) {
+    return kernels::cpu::conv2d_path(pass, core::kFloat32, s);
+  };
+  // Depthwise (ConvNeXt's 7x7, MobileNet's and EfficientNet's 3x3 and 5x5): oneDNN's depthwise
+  // kernel where it has one, else the direct loops, never im2col. Dense 3x3: oneDNN.
+  for (ConvPass pass : {ConvPass::Forward, ConvPass::BackwardData, ConvPass::BackwardFilter}) {
+    INFO("pass ", int(pass));
+    for (const core::Conv2dShape& s :
+         {shape(96, 8, 96, 7, 1, 3, 96), shape(768, 1, 768, 7, 1, 3, 768),
+          shape(32, 16, 32, 3, 1, 1, 32), shape(144, 8, 144, 5, 2, 2, 144)}) {
+      const std::string kernel =
+          kernels::cpu::conv2d_onednn_implementation(pass, core::kFloat32, core::kFloat32, s);
+      INFO("oneDNN kernel ", kernel);
+      const bool gemm_based = kernel.find("gemm") != std::string::npos;
+      CHECK(path(pass, s) == (gemm_based ? ConvPath::Direct : ConvPath::OneDnn));
+      CHECK(kernels::cpu::conv2d_path(pass, core::kFloat64, s) == ConvPath::Direct);
+    }
+    CHECK(path(pass, shape(64, 8, 64, 3, 1, 1, 1)) == ConvPath::OneDnn);
+  }
+  // The stem's data gradient (3 input channels): GEMM.
+  CHECK(path(ConvPass::BackwardData, shape(3, 32, 64, 7, 2, 3, 1)) == ConvPath::Gemm);
+  CHECK(path(ConvPass::Forward, shape(3, 32, 64, 7, 2, 3, 1)) == ConvPath::OneDnn);
+  // A thin 1x1 (MobileNet's 16 -> 72): GEMM, which reads NCHW as it is.
+  CHECK(path(ConvPass::Forward, shape(16, 8, 72, 1, 1, 0, 1)) == ConvPath::Gemm);
+}
