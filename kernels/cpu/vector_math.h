@@ -15,6 +15,8 @@
 
 #include <cstdint>
 
+#include "mpigrad/kernels/scalar.h"
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define MPIGRAD_HAS_AVX2_MATH 1
 #include <immintrin.h>
@@ -140,6 +142,79 @@ MPIGRAD_AVX2 inline void scale_row(int64_t n, float* x, float factor) {
   int64_t j = 0;
   for (; j + 8 <= n; j += 8) _mm256_storeu_ps(x + j, _mm256_mul_ps(_mm256_loadu_ps(x + j), f));
   for (; j < n; ++j) x[j] *= factor;
+}
+
+// 1 + erf(z), to about 1e-6 relative even where it is tiny (z far below 0): the
+// Chebyshev-fitted erfc of Numerical Recipes (fractional error under 1.2e-7),
+// erfc(a) = t exp(-a^2 - 1.26551223 + t P(t)), t = 1 / (1 + a / 2), a = |z|.
+MPIGRAD_AVX2 inline __m256 one_plus_erf8(__m256 z) {
+  const __m256 a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), z);
+  const __m256 t = _mm256_div_ps(_mm256_set1_ps(1.0f),
+                                 _mm256_fmadd_ps(a, _mm256_set1_ps(0.5f), _mm256_set1_ps(1.0f)));
+  const float coefficients[] = {0.17087277f,  -0.82215223f, 1.48851587f, -1.13520398f, 0.27886807f,
+                                -0.18628806f, 0.09678418f,  0.37409196f, 1.00002368f};
+  __m256 p = _mm256_set1_ps(coefficients[0]);
+  for (int k = 1; k < 9; ++k) p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(coefficients[k]));
+  p = _mm256_fmsub_ps(p, t, _mm256_set1_ps(1.26551223f));
+  const __m256 erfc = _mm256_mul_ps(t, exp8(_mm256_fnmadd_ps(a, a, p)));
+  const __m256 positive = _mm256_cmp_ps(z, _mm256_setzero_ps(), _CMP_GE_OQ);
+  return _mm256_blendv_ps(erfc, _mm256_sub_ps(_mm256_set1_ps(2.0f), erfc), positive);
+}
+
+// GELU's two forms (kernels/scalar.h's constants), and d gelu / dx times g.
+// tanh form as a sigmoid: 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u)), which also keeps the small
+// values of x far below 0 that 1 + tanh(u) would cancel to 0.
+MPIGRAD_AVX2 inline __m256 gelu_tanh_sigmoid8(__m256 x) {
+  const __m256 x2 = _mm256_mul_ps(x, x);
+  const __m256 minus_2u =
+      _mm256_mul_ps(x, _mm256_fmadd_ps(x2, _mm256_set1_ps(float(-2 * kSqrt2OverPi * kGeluCubic)),
+                                       _mm256_set1_ps(float(-2 * kSqrt2OverPi))));
+  return _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(_mm256_set1_ps(1.0f), exp8(minus_2u)));
+}
+
+MPIGRAD_AVX2 inline __m256 gelu8(bool tanh_form, __m256 x) {
+  if (tanh_form) return _mm256_mul_ps(x, gelu_tanh_sigmoid8(x));
+  const __m256 half_x = _mm256_mul_ps(x, _mm256_set1_ps(0.5f));
+  return _mm256_mul_ps(half_x, one_plus_erf8(_mm256_mul_ps(x, _mm256_set1_ps(float(kSqrtHalf)))));
+}
+
+MPIGRAD_AVX2 inline __m256 gelu_grad8(bool tanh_form, __m256 g, __m256 x) {
+  const __m256 x2 = _mm256_mul_ps(x, x);
+  if (tanh_form) {
+    // s + 2 x s (1 - s) du/dx, du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+    const __m256 s = gelu_tanh_sigmoid8(x);
+    const __m256 du = _mm256_fmadd_ps(x2, _mm256_set1_ps(float(kSqrt2OverPi * 3 * kGeluCubic)),
+                                      _mm256_set1_ps(float(kSqrt2OverPi)));
+    const __m256 slope = _mm256_mul_ps(_mm256_mul_ps(_mm256_add_ps(x, x), s),
+                                       _mm256_mul_ps(_mm256_sub_ps(_mm256_set1_ps(1.0f), s), du));
+    return _mm256_mul_ps(g, _mm256_add_ps(s, slope));
+  }
+  // Phi(x) + x phi(x).
+  const __m256 cdf = _mm256_mul_ps(
+      _mm256_set1_ps(0.5f), one_plus_erf8(_mm256_mul_ps(x, _mm256_set1_ps(float(kSqrtHalf)))));
+  const __m256 pdf = _mm256_mul_ps(_mm256_set1_ps(float(kInvSqrt2Pi)),
+                                   exp8(_mm256_mul_ps(x2, _mm256_set1_ps(-0.5f))));
+  return _mm256_mul_ps(g, _mm256_fmadd_ps(x, pdf, cdf));
+}
+
+// y[i] = gelu(x[i]) over dense float32.
+MPIGRAD_AVX2 inline void gelu_forward(bool tanh_form, int64_t n, const float* x, float* y) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, gelu8(tanh_form, _mm256_loadu_ps(x + i)));
+  if (i < n) store_tail(y + i, n - i, gelu8(tanh_form, load_tail(x + i, n - i, 0.0f)));
+}
+
+// dx[i] = g[i] gelu'(x[i]) over dense float32.
+MPIGRAD_AVX2 inline void gelu_backward(bool tanh_form, int64_t n, const float* g, const float* x,
+                                       float* dx) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(dx + i, gelu_grad8(tanh_form, _mm256_loadu_ps(g + i), _mm256_loadu_ps(x + i)));
+  }
+  if (i < n) {
+    store_tail(dx + i, n - i,
+               gelu_grad8(tanh_form, load_tail(g + i, n - i, 0.0f), load_tail(x + i, n - i, 0.0f)));
+  }
 }
 
 }  // namespace vector_math

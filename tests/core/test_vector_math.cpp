@@ -1,5 +1,7 @@
 // kernels/cpu/vector_math.h's exp8 against std::exp: within 2 ulp wherever the result is a normal
 // float, 0 below, +inf above, NaN kept. Skipped (with a line saying so) on a CPU without AVX2.
+// And the Float32 GELU it serves (both forms, forward and backward, dense and strided) against
+// the scalar Float64 path of the same op.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -9,6 +11,8 @@
 #include <limits>
 #include <vector>
 
+#include "mpigrad/core/ops/elementwise.h"
+#include "mpigrad/core/tensor.h"
 #include "mpigrad/kernels/cpu/vector_math.h"
 
 namespace {
@@ -66,4 +70,80 @@ TEST_CASE("vector_math: exp8 within 2 ulp of std::exp, and its edges") {
 #else
   std::printf("vector_math: not an x86-64 GCC/Clang build; exp8 is not used, not tested\n");
 #endif
+}
+
+// GELU and its derivative in double, in the forms that do not cancel for x far below 0 (where
+// 1 + erf and 1 + tanh lose every digit even in double): erfc, and the tanh form as x sigmoid(2u).
+double gelu_reference(bool tanh_form, double x, double* slope) {
+  if (tanh_form) {
+    const double u = std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
+    const double s = 1.0 / (1.0 + std::exp(-2.0 * u));
+    const double du = std::sqrt(2.0 / M_PI) * (1.0 + 3.0 * 0.044715 * x * x);
+    *slope = s + 2.0 * x * s * (1.0 - s) * du;
+    return x * s;
+  }
+  const double cdf = 0.5 * std::erfc(-x / std::sqrt(2.0));
+  *slope = cdf + x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI);
+  return x * cdf;
+}
+
+TEST_CASE("vector_math: Float32 GELU forward and backward against a double reference") {
+  using namespace mpigrad::core;  // NOLINT
+  for (bool tanh_form : {false, true}) {
+    const GeluApproximation form = tanh_form ? GeluApproximation::Tanh : GeluApproximation::None;
+    for (int64_t n : {1, 7, 8, 9, 33, 1001}) {
+      std::vector<float> values(static_cast<size_t>(n)), weights(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        values[size_t(i)] = n == 1 ? 0.0f : float(-12.0 + 24.0 * double(i) / double(n - 1));
+        weights[size_t(i)] = float(1.0 + 0.5 * std::sin(double(i)));
+      }
+      for (bool strided : {false, true}) {
+        INFO("tanh form ", tanh_form, ", n ", n, ", strided ", strided);
+        // Every other element of a [n, 2] buffer: the scalar loops, whose 1 + erf and 1 + tanh
+        // cancel below x = -4 or so; they are held to an absolute bound there.
+        Tensor x;
+        if (strided) {
+          std::vector<float> wide;
+          for (float v : values) wide.insert(wide.end(), {v, 99.0f});
+          x = Tensor::from_vector(wide, {n, 2}).set_requires_grad(true);
+        } else {
+          x = Tensor::from_vector(values, {n}).set_requires_grad(true);
+        }
+        const Tensor input = strided ? x.select(1, 0) : x;
+        Tensor y = gelu(input, form);
+        y.backward(Tensor::from_vector(weights, {n}));
+        const auto forward = y.contiguous().to_vector<float>();
+        const Tensor grad = x.grad();
+        const auto backward = (strided ? grad.select(1, 0) : grad).contiguous().to_vector<float>();
+        // gelu' crosses 0 near x = -0.75, where cdf + x pdf cancels to float's absolute error.
+        const double absolute = strided ? 1e-6 : 1e-30, absolute_grad = strided ? 1e-6 : 1e-7;
+        int bad = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          const auto k = size_t(i);
+          double slope = 0;
+          const double expected = gelu_reference(tanh_form, double(values[k]), &slope);
+          const double expected_grad = slope * double(weights[k]);
+          bad += std::abs(double(forward[k]) - expected) > 2e-5 * std::abs(expected) + absolute;
+          bad += std::abs(double(backward[k]) - expected_grad) >
+                 2e-5 * std::abs(expected_grad) + absolute_grad;
+        }
+        CHECK(bad == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("vector_math: Float32 GELU keeps the scalar path's infinities and NaN") {
+  using namespace mpigrad::core;  // NOLINT
+  const float inf = std::numeric_limits<float>::infinity();
+  for (GeluApproximation form : {GeluApproximation::None, GeluApproximation::Tanh}) {
+    const std::vector<float> in = {inf, -inf, std::nanf(""), 0.0f, -0.0f, 1.0f, -1.0f, 3.0f, 40.0f};
+    const auto y = gelu(Tensor::from_vector(in, {9}), form).to_vector<float>();
+    CHECK(y[0] == inf);
+    CHECK(std::isnan(y[1]));  // -inf * 0, as the formula gives in double
+    CHECK(std::isnan(y[2]));
+    CHECK(y[3] == 0.0f);
+    CHECK(y[4] == 0.0f);
+    CHECK(y[8] == 40.0f);
+  }
 }
