@@ -1,7 +1,7 @@
 // kernels/cpu/vector_math.h's exp8 against std::exp: within 2 ulp wherever the result is a normal
 // float, 0 below, +inf above, NaN kept. Skipped (with a line saying so) on a CPU without AVX2.
-// And the Float32 GELU it serves (both forms, forward and backward, dense and strided) against
-// the scalar Float64 path of the same op.
+// And what it serves: Float32 GELU (both forms, forward and backward, dense and strided) against a
+// double reference, and Float32 softmax rows against Float64.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "mpigrad/core/ops/elementwise.h"
+#include "mpigrad/core/ops/softmax.h"
 #include "mpigrad/core/tensor.h"
 #include "mpigrad/kernels/cpu/vector_math.h"
 
@@ -145,5 +146,38 @@ TEST_CASE("vector_math: Float32 GELU keeps the scalar path's infinities and NaN"
     CHECK(y[3] == 0.0f);
     CHECK(y[4] == 0.0f);
     CHECK(y[8] == 40.0f);
+  }
+}
+
+// Attention's rows: lengths around the vector blocks, a causal mask's -inf entries, in place.
+TEST_CASE("vector_math: Float32 softmax and log_softmax rows against double") {
+  using namespace mpigrad::core;  // NOLINT
+  for (int64_t cols : {1, 5, 8, 13, 64, 77}) {
+    const int64_t rows = 4;
+    std::vector<double> values(static_cast<size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < cols; ++j) {
+        // Row r masks the columns after r * cols / 4 as a causal mask does (never column 0).
+        values[size_t(r * cols + j)] =
+            j > r * cols / 4 ? -INFINITY : 6.0 * std::sin(0.7 * double(j) + double(r));
+      }
+    }
+    for (bool log : {false, true}) {
+      INFO("cols ", cols, ", log ", log);
+      const Tensor x32 = Tensor::from_vector(values, {rows, cols}, kFloat32);
+      const Tensor x64 = Tensor::from_vector(values, {rows, cols}, kFloat64);
+      const auto got =
+          (log ? log_softmax(x32, 1) : softmax(x32, 1)).to(kFloat64).to_vector<double>();
+      const auto want = (log ? log_softmax(x64, 1) : softmax(x64, 1)).to_vector<double>();
+      int bad = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (std::isinf(want[i])) {
+          bad += got[i] != want[i];
+        } else {
+          bad += std::abs(got[i] - want[i]) > 1e-6 * std::abs(want[i]) + 1e-7;
+        }
+      }
+      CHECK(bad == 0);
+    }
   }
 }
