@@ -5,6 +5,8 @@
 // the results do not depend on the thread count.
 // Precision: Float64 accumulates in double; Float32, Float16 and BFloat16 compute and
 // accumulate in float. Forward subtracts the row maximum, so exp never overflows.
+// Float32 forward rows run in AVX2 where the CPU has it (kernels/cpu/vector_math.h): attention's
+// softmax over [batch, heads, T, T] scores is all exp.
 #include "mpigrad/kernels/softmax.h"
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 
 #include "mpigrad/kernels/cpu/parallel.h"
 #include "mpigrad/kernels/cpu/scalar.h"
+#include "mpigrad/kernels/cpu/vector_math.h"
 
 namespace mpigrad::kernels::cpu {
 namespace {
@@ -23,10 +26,29 @@ namespace {
 // exp costs far more than an add, so rows are worth threading sooner than plain elementwise.
 constexpr int64_t kSoftmaxGrain = 8192;
 
+#if defined(MPIGRAD_HAS_AVX2_MATH)
+// forward_row's Float32 formulas in vector code; out may alias in here too.
+MPIGRAD_AVX2 void forward_row_avx2(bool log, int64_t cols, float* out, const float* in) {
+  const float row_max = vector_math::row_max(cols, in);
+  if (!log) {
+    const float sum = vector_math::exp_sum(cols, in, 1.0f, row_max, out);
+    vector_math::scale_row(cols, out, 1.0f / sum);
+    return;
+  }
+  const float shift = row_max + std::log(vector_math::exp_sum(cols, in, 1.0f, row_max, nullptr));
+  for (int64_t j = 0; j < cols; ++j) out[j] = in[j] - shift;
+}
+#endif
+
 // out may alias in (an in-place softmax): every pass reads in[j] before it writes out[j].
 template <typename T>
 void forward_row(bool log, int64_t cols, T* out, const T* in) {
   using Acc = acc_t<T>;
+#if defined(MPIGRAD_HAS_AVX2_MATH)
+  if constexpr (std::is_same_v<T, float>) {
+    if (has_avx2_fma()) return forward_row_avx2(log, cols, out, in);
+  }
+#endif
   Acc row_max = -std::numeric_limits<Acc>::infinity();
   for (int64_t j = 0; j < cols; ++j) row_max = std::max(row_max, Acc(in[j]));
 

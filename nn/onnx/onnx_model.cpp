@@ -14,6 +14,7 @@
 #include "mpigrad/core/profiler.h"
 #include "mpigrad/nn/layers/batch_norm.h"
 #include "mpigrad/nn/onnx/onnx_file.h"
+#include "mpigrad/nn/onnx/onnx_fusion.h"
 #include "mpigrad/nn/onnx/onnx_op_table.h"
 
 namespace mpigrad::nn {
@@ -102,7 +103,8 @@ struct OnnxModel::Graph {
   core::Device device = core::kCPU;
   std::shared_ptr<core::Generator> dropout_generator;  // registered as "dropout"
 
-  static void build(OnnxModel& model, const onnx::ModelProto& proto, const std::string& file);
+  // Rewrites proto's fusable chains (onnx_fusion.h) first.
+  static void build(OnnxModel& model, onnx::ModelProto& proto, const std::string& file);
   class Builder;  // the steps of build
 
   // Each input checked against its declaration and in the dtype the graph computes in.
@@ -188,8 +190,8 @@ class OnnxModel::Graph::Builder {
   std::set<int> known_;  // values defined so far (inputs, initializers, earlier outputs)
 };
 
-void OnnxModel::Graph::build(OnnxModel& model, const onnx::ModelProto& proto,
-                             const std::string& file) {
+void OnnxModel::Graph::build(OnnxModel& model, onnx::ModelProto& proto, const std::string& file) {
+  onnx_ops::fuse_gelu(*proto.mutable_graph());
   Builder builder(model, proto, file);
   builder.check_ops_supported();
   builder.index_initializers();
@@ -555,7 +557,7 @@ OnnxModel::OnnxModel() : graph_(std::make_unique<Graph>()) {}
 OnnxModel::~OnnxModel() = default;
 
 std::shared_ptr<OnnxModel> OnnxModel::load(const std::string& path) {
-  const onnx::ModelProto proto = read_onnx_model(path);
+  onnx::ModelProto proto = read_onnx_model(path);
   std::shared_ptr<OnnxModel> model(new OnnxModel());
   Graph::build(*model, proto, path);
   return model;
@@ -563,7 +565,7 @@ std::shared_ptr<OnnxModel> OnnxModel::load(const std::string& path) {
 
 std::shared_ptr<OnnxModel> OnnxModel::load_from_bytes(const std::string& bytes,
                                                       const std::string& name) {
-  const onnx::ModelProto proto = parse_onnx_model(bytes, name, std::filesystem::path("."));
+  onnx::ModelProto proto = parse_onnx_model(bytes, name, std::filesystem::path("."));
   std::shared_ptr<OnnxModel> model(new OnnxModel());
   Graph::build(*model, proto, name);
   return model;

@@ -422,6 +422,38 @@ TEST_CASE("LayerNorm values and gradients") {
   CHECK_MESSAGE(mismatch.empty(), mismatch);
 }
 
+// Rows wider than the kernel's 64-column blocks for the weight and bias gradients (150: two
+// blocks and a tail), with and without the affine vectors, against the same normalization written
+// in core ops, forward and backward.
+TEST_CASE("LayerNorm over wide rows matches its formula in core ops") {
+  const int64_t rows = 5, cols = 150;
+  Tensor x = fd_input({rows, cols}, 61);
+  Tensor weight = fd_input({cols}, 62), bias = fd_input({cols}, 63);
+  Tensor upstream = fd_input({rows, cols}, 64);
+  for (bool affine : {true, false}) {
+    INFO("affine ", affine);
+    Tensor a = x.detach().clone().set_requires_grad(true);
+    Tensor b = x.detach().clone().set_requires_grad(true);
+    Tensor w1 = weight.detach().clone().set_requires_grad(true);
+    Tensor w2 = weight.detach().clone().set_requires_grad(true);
+    Tensor c1 = bias.detach().clone().set_requires_grad(true);
+    Tensor c2 = bias.detach().clone().set_requires_grad(true);
+    Tensor y =
+        nn::functional::layer_norm(a, {cols}, affine ? w1 : Tensor(), affine ? c1 : Tensor(), 1e-5);
+    const Tensor centred = b - core::mean(b, {1}, true);
+    Tensor expected = centred / core::sqrt(core::mean(centred * centred, {1}, true) + 1e-5);
+    if (affine) expected = expected * w2 + c2;
+    CHECK(core::max(core::abs(y - expected)).item<double>() < 1e-12);
+    core::sum(y * upstream).backward();
+    core::sum(expected * upstream).backward();
+    CHECK(core::max(core::abs(a.grad() - b.grad())).item<double>() < 1e-12);
+    if (affine) {
+      CHECK(core::max(core::abs(w1.grad() - w2.grad())).item<double>() < 1e-12);
+      CHECK(core::max(core::abs(c1.grad() - c2.grad())).item<double>() < 1e-12);
+    }
+  }
+}
+
 TEST_CASE("pooling values and gradients") {
   // 1x1x4x4 with distinct values (no ties, so max pooling is differentiable everywhere).
   std::vector<double> values;

@@ -1,0 +1,183 @@
+// kernels/cpu/vector_math.h's exp8 against std::exp: within 2 ulp wherever the result is a normal
+// float, 0 below, +inf above, NaN kept. Skipped (with a line saying so) on a CPU without AVX2.
+// And what it serves: Float32 GELU (both forms, forward and backward, dense and strided) against a
+// double reference, and Float32 softmax rows against Float64.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "mpigrad/core/ops/elementwise.h"
+#include "mpigrad/core/ops/softmax.h"
+#include "mpigrad/core/tensor.h"
+#include "mpigrad/kernels/cpu/vector_math.h"
+
+namespace {
+
+#if defined(MPIGRAD_HAS_AVX2_MATH)
+MPIGRAD_AVX2 void exp_of(const float* in, float* out) {
+  _mm256_storeu_ps(out, mpigrad::kernels::cpu::vector_math::exp8(_mm256_loadu_ps(in)));
+}
+
+int64_t ulps(float a, float b) {
+  int32_t ia, ib;
+  std::memcpy(&ia, &a, 4);
+  std::memcpy(&ib, &b, 4);
+  return std::abs(int64_t(ia) - int64_t(ib));
+}
+#endif
+
+}  // namespace
+
+TEST_CASE("vector_math: exp8 within 2 ulp of std::exp, and its edges") {
+#if defined(MPIGRAD_HAS_AVX2_MATH)
+  if (!mpigrad::kernels::cpu::has_avx2_fma()) {
+    std::printf("vector_math: this CPU has no AVX2/FMA; exp8 is not used, not tested\n");
+    return;
+  }
+  int64_t worst = 0;
+  float worst_at = 0;
+  for (float x = -87.0f; x < 88.3f; x += 0.000731f * (1.0f + std::abs(x))) {
+    float in[8], out[8];
+    for (int k = 0; k < 8; ++k) in[k] = x + 1e-4f * float(k);
+    exp_of(in, out);
+    for (int k = 0; k < 8; ++k) {
+      const int64_t u = ulps(out[k], float(std::exp(double(in[k]))));
+      if (u > worst) {
+        worst = u;
+        worst_at = in[k];
+      }
+    }
+  }
+  INFO("worst ", worst, " ulp at x = ", worst_at);
+  CHECK(worst <= 2);
+
+  const float inf = std::numeric_limits<float>::infinity();
+  const float in[8] = {0.0f, -inf, inf, std::nanf(""), -100.0f, 100.0f, 1.0f, -1.0f};
+  float out[8];
+  exp_of(in, out);
+  CHECK(out[0] == 1.0f);
+  CHECK(out[1] == 0.0f);
+  CHECK(out[2] == inf);
+  CHECK(std::isnan(out[3]));
+  CHECK(out[4] == 0.0f);
+  CHECK(out[5] == inf);
+  CHECK(ulps(out[6], float(std::exp(1.0))) <= 2);
+  CHECK(ulps(out[7], float(std::exp(-1.0))) <= 2);
+#else
+  std::printf("vector_math: not an x86-64 GCC/Clang build; exp8 is not used, not tested\n");
+#endif
+}
+
+// GELU and its derivative in double, in the forms that do not cancel for x far below 0 (where
+// 1 + erf and 1 + tanh lose every digit even in double): erfc, and the tanh form as x sigmoid(2u).
+double gelu_reference(bool tanh_form, double x, double* slope) {
+  if (tanh_form) {
+    const double u = std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
+    const double s = 1.0 / (1.0 + std::exp(-2.0 * u));
+    const double du = std::sqrt(2.0 / M_PI) * (1.0 + 3.0 * 0.044715 * x * x);
+    *slope = s + 2.0 * x * s * (1.0 - s) * du;
+    return x * s;
+  }
+  const double cdf = 0.5 * std::erfc(-x / std::sqrt(2.0));
+  *slope = cdf + x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI);
+  return x * cdf;
+}
+
+TEST_CASE("vector_math: Float32 GELU forward and backward against a double reference") {
+  using namespace mpigrad::core;  // NOLINT
+  for (bool tanh_form : {false, true}) {
+    const GeluApproximation form = tanh_form ? GeluApproximation::Tanh : GeluApproximation::None;
+    for (int64_t n : {1, 7, 8, 9, 33, 1001}) {
+      std::vector<float> values(static_cast<size_t>(n)), weights(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        values[size_t(i)] = n == 1 ? 0.0f : float(-12.0 + 24.0 * double(i) / double(n - 1));
+        weights[size_t(i)] = float(1.0 + 0.5 * std::sin(double(i)));
+      }
+      for (bool strided : {false, true}) {
+        INFO("tanh form ", tanh_form, ", n ", n, ", strided ", strided);
+        // Every other element of a [n, 2] buffer: the scalar loops, whose 1 + erf and 1 + tanh
+        // cancel below x = -4 or so; they are held to an absolute bound there.
+        Tensor x;
+        if (strided) {
+          std::vector<float> wide;
+          for (float v : values) wide.insert(wide.end(), {v, 99.0f});
+          x = Tensor::from_vector(wide, {n, 2}).set_requires_grad(true);
+        } else {
+          x = Tensor::from_vector(values, {n}).set_requires_grad(true);
+        }
+        const Tensor input = strided ? x.select(1, 0) : x;
+        Tensor y = gelu(input, form);
+        y.backward(Tensor::from_vector(weights, {n}));
+        const auto forward = y.contiguous().to_vector<float>();
+        const Tensor grad = x.grad();
+        const auto backward = (strided ? grad.select(1, 0) : grad).contiguous().to_vector<float>();
+        // gelu' crosses 0 near x = -0.75, where cdf + x pdf cancels to float's absolute error.
+        const double absolute = strided ? 1e-6 : 1e-30, absolute_grad = strided ? 1e-6 : 1e-7;
+        int bad = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          const auto k = size_t(i);
+          double slope = 0;
+          const double expected = gelu_reference(tanh_form, double(values[k]), &slope);
+          const double expected_grad = slope * double(weights[k]);
+          bad += std::abs(double(forward[k]) - expected) > 2e-5 * std::abs(expected) + absolute;
+          bad += std::abs(double(backward[k]) - expected_grad) >
+                 2e-5 * std::abs(expected_grad) + absolute_grad;
+        }
+        CHECK(bad == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("vector_math: Float32 GELU keeps the scalar path's infinities and NaN") {
+  using namespace mpigrad::core;  // NOLINT
+  const float inf = std::numeric_limits<float>::infinity();
+  for (GeluApproximation form : {GeluApproximation::None, GeluApproximation::Tanh}) {
+    const std::vector<float> in = {inf, -inf, std::nanf(""), 0.0f, -0.0f, 1.0f, -1.0f, 3.0f, 40.0f};
+    const auto y = gelu(Tensor::from_vector(in, {9}), form).to_vector<float>();
+    CHECK(y[0] == inf);
+    CHECK(std::isnan(y[1]));  // -inf * 0, as the formula gives in double
+    CHECK(std::isnan(y[2]));
+    CHECK(y[3] == 0.0f);
+    CHECK(y[4] == 0.0f);
+    CHECK(y[8] == 40.0f);
+  }
+}
+
+// Attention's rows: lengths around the vector blocks, a causal mask's -inf entries, in place.
+TEST_CASE("vector_math: Float32 softmax and log_softmax rows against double") {
+  using namespace mpigrad::core;  // NOLINT
+  for (int64_t cols : {1, 5, 8, 13, 64, 77}) {
+    const int64_t rows = 4;
+    std::vector<double> values(static_cast<size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < cols; ++j) {
+        // Row r masks the columns after r * cols / 4 as a causal mask does (never column 0).
+        values[size_t(r * cols + j)] =
+            j > r * cols / 4 ? -INFINITY : 6.0 * std::sin(0.7 * double(j) + double(r));
+      }
+    }
+    for (bool log : {false, true}) {
+      INFO("cols ", cols, ", log ", log);
+      const Tensor x32 = Tensor::from_vector(values, {rows, cols}, kFloat32);
+      const Tensor x64 = Tensor::from_vector(values, {rows, cols}, kFloat64);
+      const auto got =
+          (log ? log_softmax(x32, 1) : softmax(x32, 1)).to(kFloat64).to_vector<double>();
+      const auto want = (log ? log_softmax(x64, 1) : softmax(x64, 1)).to_vector<double>();
+      int bad = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (std::isinf(want[i])) {
+          bad += got[i] != want[i];
+        } else {
+          bad += std::abs(got[i] - want[i]) > 1e-6 * std::abs(want[i]) + 1e-7;
+        }
+      }
+      CHECK(bad == 0);
+    }
+  }
+}
