@@ -36,10 +36,10 @@ SchNetInteraction::SchNetInteraction(int64_t hidden, int64_t n_rbf, core::Genera
 Tensor SchNetInteraction::update(const Tensor& features, const Tensor& basis,
                                  const Tensor& envelope, const Tensor& source,
                                  const Tensor& target) {
-  const Tensor filters = (*filter_)(basis)*envelope;                                    // [E, F]
-  const Tensor messages = core::index_select((*in2f_)(features), 0, source) * filters;  // [E, F]
-  const Tensor aggregated = core::index_add(core::zeros_like(features).detach(), 0, target,
-                                            messages);  // [V, F]
+  const Tensor filters = (*filter_)(basis)*envelope;  // [E, F]
+  // The messages in2f(h)[source] * filters, added onto their targets in one pass: [V, F].
+  const Tensor aggregated =
+      core::gather_mul_scatter((*in2f_)(features), source, filters, target, features.size(0));
   return (*f2out_)(aggregated);
 }
 

@@ -3,8 +3,9 @@
 //   h = embedding(atomic number)                                   [V, F]
 //   `interactions` times, a continuous-filter convolution and a residual update:
 //     W = filter(rbf(|r_ts|)) * cosine_cutoff(|r_ts|)              [E, F], one filter per edge
-//     m = in2f(h)[source] * W                                      messages, by index_select
-//     h = h + f2out(index_add over targets of m)                   aggregated onto the targets
+//     m = in2f(h)[source] * W                                      messages [E, F]
+//     h = h + f2out(sum of m over each atom's incoming edges)      aggregated onto the targets
+// (the messages and their sum are one pass, core::gather_mul_scatter, which never holds m)
 //   E = sum over the structure's atoms of output(h)                one number per structure
 // with rbf the `n_rbf` Gaussians centred from 0 to the cutoff (width the spacing), the cosine
 // cutoff 0.5 (cos(pi d / cutoff) + 1) (zero from the cutoff on), filter = Linear(n_rbf, F), ssp,
