@@ -479,13 +479,14 @@ Tensor gather(const Tensor& x, int64_t dim_in, const Tensor& index_in) {
 }
 
 Tensor gather_mul_scatter(const Tensor& x, const Tensor& source, const Tensor& weight,
-                          const Tensor& target, int64_t num_targets) {
+                          const Tensor& target, int64_t num_targets, const Tensor& weight_index) {
   ProfileSpan span("gather_mul_scatter");
   static constexpr ProductNames kNames{"gather_mul_scatter", "source", "weight", "target"};
   MPIGRAD_CHECK(source.defined() && target.defined(),
                 "gather_mul_scatter: undefined source or target index");
   MPIGRAD_CHECK(num_targets >= 0, "gather_mul_scatter: negative num_targets ", num_targets);
-  return indexed_product(x, source, weight, Tensor(), target, num_targets, source.numel(), kNames);
+  return indexed_product(x, source, weight, weight_index, target, num_targets, source.numel(),
+                         kNames);
 }
 
 Tensor gather_product(const Tensor& a, const Tensor& index_a, const Tensor& b,
