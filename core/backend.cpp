@@ -303,6 +303,9 @@ class CpuBackend final : public Backend {
                          const void* in) override {
     return kernels::cpu::scatter_reduce(op, dtype, outer, extent, inner, index, count, out, in);
   }
+  int64_t gather_mul_scatter(DType dtype, const kernels::GatherMulScatterArgs& args) override {
+    return kernels::cpu::gather_mul_scatter(dtype, args);
+  }
   void scatter_winner(DType dtype, int64_t outer, int64_t extent, int64_t inner,
                       const int64_t* index, int64_t count, const void* out, const void* base,
                       const void* in, int64_t* winner) override {

@@ -21,6 +21,7 @@
 #include "mpigrad/kernels/elementwise.h"
 #include "mpigrad/kernels/index.h"
 #include "mpigrad/kernels/matmul.h"
+#include "mpigrad/kernels/message_passing.h"
 #include "mpigrad/kernels/optimizer.h"
 #include "mpigrad/kernels/pooling.h"
 #include "mpigrad/kernels/reduce.h"
@@ -103,6 +104,9 @@ class Backend {
   virtual void scatter_winner(DType dtype, int64_t outer, int64_t extent, int64_t inner,
                               const int64_t* index, int64_t count, const void* out,
                               const void* base, const void* in, int64_t* winner) = 0;
+  // out[target[e]] (+)= a[a_index[e]] * b[b_index[e]] (kernels/message_passing.h); returns
+  // which * edges + e of the first index out of range, or -1.
+  virtual int64_t gather_mul_scatter(DType dtype, const kernels::GatherMulScatterArgs& args) = 0;
   // The all-pairs radius graph of a batch (kernels/neighbor_list.h), every pointer on this
   // device: count returns the first atom with a coordinate that is not finite, or -1.
   virtual int64_t radius_graph_count(const kernels::RadiusGraphArgs& args, int64_t* counts) = 0;

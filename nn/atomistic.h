@@ -40,6 +40,22 @@ void check_atomic_graph(const AtomicGraph& graph, const std::string& where);
 // the shifts.
 Tensor edge_vectors(const AtomicGraph& graph);
 
+// The edges of a neighbor list that come in reverse pairs: edge e (source s, target t, shift
+// v) and an edge (t, s, -v), whose vectors are each other's negatives for any positions, so
+// their lengths (and whatever a model computes from the length alone) are equal. A full
+// neighbor list holds every pair both ways, so a model can compute a filter once per pair.
+// Pairs are matched on the values of edge_index and edge_shifts (copied to the host); an edge
+// without a partner (a self loop, a list cut by max_neighbors) stands alone.
+struct EdgePairs {
+  Tensor first;  // int64 [P]: one edge of each pair, and each unpaired edge, in edge order
+  Tensor pair;   // int64 [E]: for every edge, its entry of `first`
+  int64_t count = 0;
+};
+EdgePairs pair_reverse_edges(const AtomicGraph& graph);
+
+// The vectors of the edges `edges` (int64 [n]) only: edge_vectors(graph)[edges].
+Tensor edge_vectors(const AtomicGraph& graph, const Tensor& edges);
+
 // Per-atom values [V] (or [V, 1]) summed into each structure: [B].
 Tensor sum_over_structures(const Tensor& per_atom, const AtomicGraph& graph);
 

@@ -34,12 +34,12 @@ SchNetInteraction::SchNetInteraction(int64_t hidden, int64_t n_rbf, core::Genera
 }
 
 Tensor SchNetInteraction::update(const Tensor& features, const Tensor& basis,
-                                 const Tensor& envelope, const Tensor& source,
-                                 const Tensor& target) {
-  const Tensor filters = (*filter_)(basis)*envelope;                                    // [E, F]
-  const Tensor messages = core::index_select((*in2f_)(features), 0, source) * filters;  // [E, F]
-  const Tensor aggregated = core::index_add(core::zeros_like(features).detach(), 0, target,
-                                            messages);  // [V, F]
+                                 const Tensor& envelope, const Tensor& source, const Tensor& target,
+                                 const Tensor& pair) {
+  const Tensor filters = (*filter_)(basis)*envelope;  // [P, F]
+  // The messages in2f(h)[source] * filters[pair], added onto their targets in one pass: [V, F].
+  const Tensor aggregated =
+      core::gather_mul_scatter((*in2f_)(features), source, filters, target, features.size(0), pair);
   return (*f2out_)(aggregated);
 }
 
@@ -80,20 +80,31 @@ SchNet::SchNet(SchNetOptions options, core::Generator& generator) : options_(opt
 Tensor SchNet::energy(const AtomicGraph& graph) {
   check_atomic_graph(graph, "SchNet");
   const double cutoff = options_.cutoff;
-  const Tensor vectors = edge_vectors(graph);  // [E, 3]
+  const Tensor source = graph.edge_index.select(0, 0);
+  const Tensor target = graph.edge_index.select(0, 1);
+  // The filters depend on an edge's length alone, and a full neighbor list holds each pair of
+  // atoms both ways, with lengths equal for any positions: the filters (most of the work) are
+  // computed once per pair, and each edge reads its pair's. Not while the shifts are inputs to
+  // differentiate: then the two directions' shifts are independent, and so are the lengths.
+  Tensor vectors, pair;  // pair: each edge's row of the filters; undefined, its own
+  if (options_.share_pair_filters && !graph.edge_shifts.requires_grad()) {
+    const EdgePairs pairs = pair_reverse_edges(graph);
+    vectors = edge_vectors(graph, pairs.first);
+    pair = pairs.pair;
+  } else {
+    vectors = edge_vectors(graph);
+  }
   // A tiny floor keeps the gradient of the length finite on a zero-length edge (a self loop).
-  const Tensor length = core::sqrt(core::sum(vectors * vectors, {1}, true) + 1e-12);  // [E, 1]
+  const Tensor length = core::sqrt(core::sum(vectors * vectors, {1}, true) + 1e-12);  // [P, 1]
   const double spacing = options_.n_rbf > 1 ? cutoff / double(options_.n_rbf - 1) : cutoff;
   const Tensor offset = length - *centers_;
-  const Tensor basis = core::exp(offset * offset * (-0.5 / (spacing * spacing)));  // [E, n_rbf]
+  const Tensor basis = core::exp(offset * offset * (-0.5 / (spacing * spacing)));  // [P, n_rbf]
   // Zero from the cutoff on, where the clamp also stops the gradient.
   const Tensor envelope =
       (core::cos(core::clamp(length, 0.0, cutoff) * (std::numbers::pi / cutoff)) + 1.0) * 0.5;
-  const Tensor source = graph.edge_index.select(0, 0);
-  const Tensor target = graph.edge_index.select(0, 1);
   Tensor features = (*embedding_)(graph.atomic_numbers);  // [V, F]
   for (const auto& interaction : interactions_) {
-    features = features + interaction->update(features, basis, envelope, source, target);
+    features = features + interaction->update(features, basis, envelope, source, target, pair);
   }
   return sum_over_structures((*output_)(features), graph);
 }

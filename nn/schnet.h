@@ -3,8 +3,10 @@
 //   h = embedding(atomic number)                                   [V, F]
 //   `interactions` times, a continuous-filter convolution and a residual update:
 //     W = filter(rbf(|r_ts|)) * cosine_cutoff(|r_ts|)              [E, F], one filter per edge
-//     m = in2f(h)[source] * W                                      messages, by index_select
-//     h = h + f2out(index_add over targets of m)                   aggregated onto the targets
+//                                  (computed once for the two directions of a pair of atoms)
+//     m = in2f(h)[source] * W                                      messages [E, F]
+//     h = h + f2out(sum of m over each atom's incoming edges)      aggregated onto the targets
+// (the messages and their sum are one pass, core::gather_mul_scatter, which never holds m)
 //   E = sum over the structure's atoms of output(h)                one number per structure
 // with rbf the `n_rbf` Gaussians centred from 0 to the cutoff (width the spacing), the cosine
 // cutoff 0.5 (cos(pi d / cutoff) + 1) (zero from the cutoff on), filter = Linear(n_rbf, F), ssp,
@@ -36,6 +38,10 @@ struct SchNetOptions {
   int64_t interactions = 3;         // continuous-filter convolutions
   double cutoff = 5.0;              // where the filters reach zero (the neighbor list's cutoff)
   int64_t max_atomic_number = 100;  // the embedding's rows are 0 .. this
+  // Compute each filter once for the two directions of a pair of atoms (nn::pair_reverse_edges):
+  // the same energy and derivatives in exact arithmetic, about half the work. Off: one filter
+  // per edge (for tests that compare the two).
+  bool share_pair_filters = true;
 };
 
 // x -> log(1 + e^x) - log 2, in the form that never overflows; differentiable to any order.
@@ -52,9 +58,10 @@ class ShiftedSoftplus : public Module {
 class SchNetInteraction : public Module {
  public:
   SchNetInteraction(int64_t hidden, int64_t n_rbf, core::Generator& generator);
-  // The update to add to `features`, from the edges' radial basis [E, n_rbf] and cutoff [E, 1].
+  // The update to add to `features`, from the radial basis [P, n_rbf] and cutoff [P, 1] of the
+  // edges' lengths; edge e reads row pair[e] of them (row e where pair is undefined).
   Tensor update(const Tensor& features, const Tensor& basis, const Tensor& envelope,
-                const Tensor& source, const Tensor& target);
+                const Tensor& source, const Tensor& target, const Tensor& pair = Tensor());
   Tensor forward(const Tensor& input) override;  // an error: call update()
   std::string type_name() const override { return "SchNetInteraction"; }
 

@@ -207,6 +207,13 @@ int64_t CudaBackend::scatter_add(DType dtype, int64_t outer, int64_t extent, int
   });
 }
 
+int64_t CudaBackend::gather_mul_scatter(DType dtype, const kernels::GatherMulScatterArgs& args) {
+  return launch(device_, [&] {
+    Scratch flag(allocator_, kernels::cuda::kMessagePassingCheckBytes);
+    return kernels::cuda::gather_mul_scatter(dtype, args, flag.get(), stream());
+  });
+}
+
 int64_t CudaBackend::scatter_reduce(ScatterReduceOp op, DType dtype, int64_t outer, int64_t extent,
                                     int64_t inner, const int64_t* index, int64_t count, void* out,
                                     const void* in) {

@@ -120,6 +120,7 @@ class CudaBackend : public Backend {
   void scatter_winner(DType dtype, int64_t outer, int64_t extent, int64_t inner,
                       const int64_t* index, int64_t count, const void* out, const void* base,
                       const void* in, int64_t* winner) override;
+  int64_t gather_mul_scatter(DType dtype, const kernels::GatherMulScatterArgs& args) override;
   int64_t radius_graph_count(const kernels::RadiusGraphArgs& args, int64_t* counts) override;
   void radius_graph_write(const kernels::RadiusGraphArgs& args,
                           const kernels::RadiusGraphOutput& out) override;

@@ -1,5 +1,7 @@
 #include "mpigrad/core/ops/indexing.h"
 
+#include <algorithm>
+
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/op_support.h"
 #include "mpigrad/core/ops/reduce.h"
@@ -231,6 +233,137 @@ struct ScatterReduceBackward final : Node {
   }
 };
 
+// ---- gather_mul_scatter and gather_product: one op, out[t(e)] (+)= a[ia(e)] * b[ib(e)] ----------
+
+// The three index roles, named as the public op calls them, for errors.
+struct ProductNames {
+  const char* op;
+  const char* a_index;
+  const char* b_index;
+  const char* target;
+};
+
+Tensor indexed_product(const Tensor& a, const Tensor& a_index, const Tensor& b,
+                       const Tensor& b_index, const Tensor& target, int64_t out_rows, int64_t edges,
+                       const ProductNames& names);
+
+// The gradient of out[t(e)] += a[ia(e)] * b[ib(e)] in a is grad[t(e)] * b[ib(e)] added at
+// ia(e): the same op with the roles of ia and t swapped, and likewise for b. Written in the op
+// itself, so a create_graph backward records it and every order of derivative follows. Only the
+// gradients a grad() asks for are computed (the forces of a potential need the positions', not
+// the weights').
+struct IndexedProductBackward final : Node {
+  SavedTensor a, b;
+  Tensor a_index, b_index, target;  // int64 [edges], or undefined: e itself
+  int64_t edges = 0, a_rows = 0, b_rows = 0;
+  const char* name() const override {
+    return target.defined() ? "GatherMulScatterBackward" : "GatherProductBackward";
+  }
+  bool differentiable_backward() const override { return true; }
+  void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
+    static constexpr ProductNames kNames{"gather_mul_scatter backward", "index", "index", "index"};
+    if (next[1] && next[1]->needed) {
+      grads[1] =
+          indexed_product(grad, target, a.get(*this), a_index, b_index, b_rows, edges, kNames);
+    }
+    if (next[0] && next[0]->needed) {
+      grads[0] =
+          indexed_product(grad, target, b.get(*this), b_index, a_index, a_rows, edges, kNames);
+    }
+  }
+  void release_saved() override {
+    a.release();
+    b.release();
+  }
+};
+
+// An index of one row per edge as int64 [edges], or undefined for "e itself" (then the operand
+// must have `edges` rows).
+Tensor edge_index_of(const Tensor& index, int64_t edges, int64_t rows, Device device,
+                     const char* op, const char* role) {
+  if (!index.defined()) {
+    MPIGRAD_CHECK(rows == edges, op, ": the ", role, " side has ", rows, " rows for ", edges,
+                  " edges");
+    return Tensor();
+  }
+  MPIGRAD_CHECK(index.dim() == 1 && index.numel() == edges, op, ": the ", role, " index must be [",
+                edges, "] (one entry per edge), got shape ", index.shape());
+  return prepare_index(index, device, op);
+}
+
+Tensor indexed_product(const Tensor& a_in, const Tensor& a_index_in, const Tensor& b_in,
+                       const Tensor& b_index_in, const Tensor& target_in, int64_t out_rows,
+                       int64_t edges, const ProductNames& names) {
+  const char* op = names.op;
+  MPIGRAD_CHECK(a_in.defined() && b_in.defined(), op, ": undefined operand");
+  detail::check_same_device(op, {&a_in, &b_in});
+  MPIGRAD_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1, op,
+                ": the operands must have a row dim, got shapes ", a_in.shape(), " and ",
+                b_in.shape());
+  MPIGRAD_CHECK(
+      a_in.dtype() == b_in.dtype() && (a_in.dtype() == kFloat32 || a_in.dtype() == kFloat64), op,
+      ": takes two float32 or two float64 operands, got ", a_in.dtype(), " and ", b_in.dtype());
+  Shape out_shape = a_in.shape();
+  int64_t width = 1;
+  for (int d = 1; d < a_in.dim(); ++d) width *= a_in.shape()[d];
+  bool same_rows = a_in.dim() == b_in.dim();
+  for (int d = 1; same_rows && d < a_in.dim(); ++d) same_rows = a_in.shape()[d] == b_in.shape()[d];
+  MPIGRAD_CHECK(same_rows, op, ": the operands' rows must have one shape, got ", a_in.shape(),
+                " and ", b_in.shape());
+  const Device device = a_in.device();
+  const Tensor a_index =
+      edge_index_of(a_index_in, edges, a_in.shape()[0], device, op, names.a_index);
+  const Tensor b_index =
+      edge_index_of(b_index_in, edges, b_in.shape()[0], device, op, names.b_index);
+  Tensor target;
+  if (target_in.defined()) {
+    MPIGRAD_CHECK(out_rows >= 0, op, ": negative number of output rows ", out_rows);
+    target = edge_index_of(target_in, edges, out_rows, device, op, names.target);
+  }
+  out_shape[0] = target.defined() ? out_rows : edges;
+  Tensor a, b, out;
+  {
+    NoGradGuard no_grad;
+    a = a_in.contiguous();
+    b = b_in.contiguous();
+    out = target.defined() ? zeros(out_shape, TensorOptions(a.dtype()).device(device))
+                           : detail::empty_on(out_shape, a.dtype(), device);
+  }
+  kernels::GatherMulScatterArgs args;
+  args.edges = edges;
+  args.width = width;
+  args.a_index = a_index.defined() ? a_index.data<int64_t>() : nullptr;
+  args.a_rows = a.shape()[0];
+  args.a = a.data_ptr();
+  args.b_index = b_index.defined() ? b_index.data<int64_t>() : nullptr;
+  args.b_rows = b.shape()[0];
+  args.b = b.data_ptr();
+  args.target = target.defined() ? target.data<int64_t>() : nullptr;
+  args.out_rows = out_shape[0];
+  args.out = out.data_ptr();
+  const int64_t bad = backend_for(device).gather_mul_scatter(a.dtype(), args);
+  if (bad >= 0) {
+    const int64_t which = bad / std::max<int64_t>(edges, 1),
+                  position = bad % std::max<int64_t>(edges, 1);
+    const Tensor& index = which == 0 ? a_index : which == 1 ? b_index : target;
+    const char* role = which == 0 ? names.a_index : which == 1 ? names.b_index : names.target;
+    const int64_t rows = which == 0 ? args.a_rows : which == 1 ? args.b_rows : args.out_rows;
+    fail(op, ": ", role, " index ", index.select(0, position).item<int64_t>(), " (at position ",
+         position, ") is out of range for ", rows, " rows; valid indices are 0..", rows - 1);
+  }
+  if (auto node = detail::record<IndexedProductBackward>(out, {&a_in, &b_in})) {
+    node->a = a_in;
+    node->b = b_in;
+    node->a_index = a_index;
+    node->b_index = b_index;
+    node->target = target;
+    node->edges = edges;
+    node->a_rows = args.a_rows;
+    node->b_rows = args.b_rows;
+  }
+  return out;
+}
+
 }  // namespace
 
 Tensor scatter_reduce(const Tensor& base, int64_t dim_in, const Tensor& index_in, const Tensor& src,
@@ -343,6 +476,25 @@ Tensor gather(const Tensor& x, int64_t dim_in, const Tensor& index_in) {
     node->index = index;
   }
   return out;
+}
+
+Tensor gather_mul_scatter(const Tensor& x, const Tensor& source, const Tensor& weight,
+                          const Tensor& target, int64_t num_targets, const Tensor& weight_index) {
+  ProfileSpan span("gather_mul_scatter");
+  static constexpr ProductNames kNames{"gather_mul_scatter", "source", "weight", "target"};
+  MPIGRAD_CHECK(source.defined() && target.defined(),
+                "gather_mul_scatter: undefined source or target index");
+  MPIGRAD_CHECK(num_targets >= 0, "gather_mul_scatter: negative num_targets ", num_targets);
+  return indexed_product(x, source, weight, weight_index, target, num_targets, source.numel(),
+                         kNames);
+}
+
+Tensor gather_product(const Tensor& a, const Tensor& index_a, const Tensor& b,
+                      const Tensor& index_b) {
+  ProfileSpan span("gather_product");
+  static constexpr ProductNames kNames{"gather_product", "index_a", "index_b", "target"};
+  MPIGRAD_CHECK(index_a.defined() && index_b.defined(), "gather_product: undefined index");
+  return indexed_product(a, index_a, b, index_b, Tensor(), 0, index_a.numel(), kNames);
 }
 
 Tensor one_hot(const Tensor& labels, int64_t num_classes) {

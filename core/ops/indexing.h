@@ -34,6 +34,23 @@ Tensor scatter_reduce(const Tensor& base, int64_t dim, const Tensor& index, cons
 // base + src's slices added at the entries index[i] along dim (torch's index_add): src has
 // base's shape with index.numel() entries along dim. Differentiable in base and src.
 Tensor index_add(const Tensor& base, int64_t dim, const Tensor& index, const Tensor& src);
+// Message passing in one pass, for graph networks: x [V, ...] and weight [E, ...] (the same
+// trailing shape), int64 source and target [E]; out [num_targets, ...] with
+//     out[target[e]] = sum of x[source[e]] * weight[e]
+// which is index_add(zeros, 0, target, index_select(x, 0, source) * weight) without the
+// [E, ...] gathered rows or products. Repeated targets add up; with no edges out is zeros.
+// Float32 or Float64, x and weight of one dtype. Differentiable in x and weight to any order:
+// x's gradient is this op with source and target swapped, weight's is gather_product, and
+// gather_product's gradients are this op again. With `weight_index` [E], edge e reads weight
+// row weight_index[e] instead of row e (edges that share a filter, such as the two directions
+// of one pair of atoms).
+Tensor gather_mul_scatter(const Tensor& x, const Tensor& source, const Tensor& weight,
+                          const Tensor& target, int64_t num_targets,
+                          const Tensor& weight_index = Tensor());
+// out[e] = a[index_a[e]] * b[index_b[e]]: two gathered rows multiplied, without either gathered
+// operand in memory. a [Ra, ...] and b [Rb, ...] share a trailing shape; the indices are [E].
+Tensor gather_product(const Tensor& a, const Tensor& index_a, const Tensor& b,
+                      const Tensor& index_b);
 // Int64 tensor of shape labels.shape + [num_classes]; not differentiable.
 Tensor one_hot(const Tensor& labels, int64_t num_classes);
 // Rows of weight [num_embeddings, dim] for each index: shape indices.shape + [dim].

@@ -659,6 +659,20 @@ inline std::vector<OpCase> op_cases() {
        [](const OpInputs& in) { return embedding(in[0], in[1]); },
        {2, 2, 3},
        {0.75, -0.5, 1.25, -0.75, 1, -0.25, 0.75, -0.5, 1.25, -1.5, 0.25, -1}},
+      // Message passing: repeated sources and targets, and a target no edge reaches.
+      {"gather_mul_scatter, repeated indices",
+       {input({3, 2}, {0.5, -1.25, 1.5, 0.75, -2.0, 1.0}), index_input({5}, {2, 0, 2, 1, 0}),
+        input({5, 2}, {1.5, -0.5, 0.25, 2.0, -1.0, 0.75, 2.5, -1.5, 0.5, 1.25}),
+        index_input({5}, {1, 3, 1, 0, 1})},
+       [](const OpInputs& in) { return gather_mul_scatter(in[0], in[1], in[2], in[3], 4); },
+       {4, 2},
+       {3.75, -1.125, -0.75, -1.3125, 0, 0, 0.125, -2.5}},
+      {"gather_product, repeated indices",
+       {input({3, 2}, {0.5, -1.25, 1.5, 0.75, -2.0, 1.0}), index_input({4}, {2, 0, 2, 1}),
+        input({2, 2}, {1.5, -0.5, 0.25, 2.0}), index_input({4}, {1, 1, 0, 0})},
+       [](const OpInputs& in) { return gather_product(in[0], in[1], in[2], in[3]); },
+       {4, 2},
+       {-0.5, 2.0, 0.125, -2.5, -3.0, -0.5, 2.25, -0.375}},
       // scatter_reduce: repeated positions, positions no update reaches, and for mul a
       // position with one zero update and one with two (the products stay smooth there).
       {"scatter_reduce max dim 0, repeated index",

@@ -17,6 +17,7 @@
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/hdf5.h"
 #include "mpigrad/core/ops/elementwise.h"
+#include "mpigrad/core/ops/indexing.h"
 #include "mpigrad/core/ops/reduce.h"
 #include "mpigrad/nn/onnx/onnx_energy_model.h"
 #include "mpigrad/nn/schnet.h"
@@ -103,10 +104,14 @@ nn::AtomicGraph graph_of(const std::vector<Structure>& structures, double cutoff
   return graph;
 }
 
-std::shared_ptr<nn::SchNet> small_schnet(double cutoff = 2.5) {
+std::shared_ptr<nn::SchNet> small_schnet(double cutoff = 2.5, bool share_pair_filters = true) {
   core::Generator generator(3);
-  return std::make_shared<nn::SchNet>(
-      nn::SchNetOptions{.hidden = 8, .n_rbf = 6, .interactions = 2, .cutoff = cutoff}, generator);
+  return std::make_shared<nn::SchNet>(nn::SchNetOptions{.hidden = 8,
+                                                        .n_rbf = 6,
+                                                        .interactions = 2,
+                                                        .cutoff = cutoff,
+                                                        .share_pair_filters = share_pair_filters},
+                                      generator);
 }
 
 std::vector<double> energies(nn::AtomisticModel& model, const nn::AtomicGraph& graph) {
@@ -227,6 +232,95 @@ TEST_CASE(
     CAPTURE(name);
     CHECK(parameter.grad().defined());
   }
+}
+
+TEST_CASE("pair_reverse_edges: each edge with its reverse, and unpaired edges alone") {
+  nn::AtomicGraph graph =
+      graph_of({random_structure(5, true, 8), random_structure(4, false, 9)}, 2.5);
+  const int64_t edges = graph.edge_index.size(1);
+  REQUIRE(edges > 20);
+  const nn::EdgePairs pairs = nn::pair_reverse_edges(graph);
+  CHECK(pairs.count * 2 == edges);  // a full list: every edge has its reverse
+  const std::vector<int64_t> first = pairs.first.to_vector<int64_t>();
+  const std::vector<int64_t> pair = pairs.pair.to_vector<int64_t>();
+  const std::vector<int64_t> index = graph.edge_index.to_vector<int64_t>();
+  const std::vector<double> shifts = graph.edge_shifts.to_vector<double>();
+  std::vector<int> members(size_t(pairs.count), 0);
+  for (int64_t e = 0; e < edges; ++e) {
+    CAPTURE(e);
+    const int64_t f = first[size_t(pair[size_t(e)])];
+    ++members[size_t(pair[size_t(e)])];
+    CHECK(f <= e);
+    if (f == e) continue;
+    CHECK(index[size_t(f)] == index[size_t(edges + e)]);  // source of one, target of the other
+    CHECK(index[size_t(edges + f)] == index[size_t(e)]);
+    for (int c = 0; c < 3; ++c) CHECK(shifts[size_t(3 * f + c)] == -shifts[size_t(3 * e + c)]);
+  }
+  for (int m : members) CHECK(m == 2);
+  // Without edge 0's partner (the list cut short), edge 0 stands alone.
+  const int64_t partner = [&] {
+    for (int64_t e = 1; e < edges; ++e) {
+      if (pair[size_t(e)] == pair[0]) return e;
+    }
+    return int64_t(-1);
+  }();
+  REQUIRE(partner > 0);
+  std::vector<int64_t> kept;
+  for (int64_t e = 0; e < edges; ++e) {
+    if (e != partner) kept.push_back(e);
+  }
+  const Tensor keep = Tensor::from_vector<int64_t>(kept, {edges - 1});
+  graph.edge_index = core::index_select(graph.edge_index, 1, keep);
+  graph.edge_shifts = core::index_select(graph.edge_shifts, 0, keep);
+  const nn::EdgePairs cut = nn::pair_reverse_edges(graph);
+  CHECK(cut.count == pairs.count);
+  CHECK(cut.pair.to_vector<int64_t>()[0] == 0);
+  for (int64_t p : cut.pair.to_vector<int64_t>()) CHECK(p < cut.count);
+}
+
+TEST_CASE("SchNet: filters shared by the two directions of a pair give the per-edge model") {
+  // The same weights with and without sharing: energies, forces, and the gradient of a force
+  // loss in every parameter (the double backward of training) agree to float64 rounding; and
+  // the forces' own derivatives match finite differences with sharing on.
+  auto shared = small_schnet(2.5, true), per_edge = small_schnet(2.5, false);
+  shared->to(core::kFloat64);
+  per_edge->to(core::kFloat64);
+  const nn::AtomicGraph graph = graph_of(
+      {random_structure(5, true, 10), random_structure(4, false, 11)}, 2.5, core::kFloat64);
+  const auto run = [&](nn::SchNet& model) {
+    model.zero_grad();
+    Tensor positions = graph.positions.clone().set_requires_grad(true);
+    nn::AtomicGraph g = graph;
+    g.positions = positions;
+    const Tensor energy = model.energy(g);
+    const Tensor forces =
+        -core::grad({core::sum(energy)}, {positions}, {}, {.create_graph = true})[0];
+    (core::sum(forces * forces * forces) + core::sum(energy)).backward();
+    std::vector<double> values = energy.detach().to_vector<double>();
+    const std::vector<double> f = forces.detach().to_vector<double>();
+    values.insert(values.end(), f.begin(), f.end());
+    for (const auto& [name, parameter] : model.named_parameters()) {
+      if (!parameter.grad().defined()) continue;
+      const std::vector<double> gradient = parameter.grad().to_vector<double>();
+      values.insert(values.end(), gradient.begin(), gradient.end());
+    }
+    return values;
+  };
+  const std::vector<double> a = run(*shared), b = run(*per_edge);
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    CAPTURE(i);
+    CHECK(a[i] == doctest::Approx(b[i]).epsilon(1e-10).scale(1e-6));
+  }
+  test::SecondOrderCheck check;
+  check.build = [&](const std::vector<Tensor>& inputs) {
+    nn::AtomicGraph g = graph;
+    g.positions = inputs[0];
+    return shared->energy(g);
+  };
+  check.inputs = {graph.positions};
+  check.differentiable = {true};
+  CHECK(test::check_second_order(check) == "");
 }
 
 TEST_CASE("OnnxEnergyModel: a potential exported from PyTorch, its inputs bound by name") {
