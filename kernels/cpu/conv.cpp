@@ -28,14 +28,20 @@ struct ColumnSpan {
   int64_t x0 = 0, lo = 0, hi = 0;
 };
 
-ColumnSpan column_span(const Conv2dGeometry& g, int64_t kj) {
+// Along one axis: kernel tap k of a convolution over `extent` input positions with `out_extent`
+// outputs.
+ColumnSpan tap_span(int64_t k, int64_t dilation, int64_t pad, int64_t stride, int64_t extent,
+                    int64_t out_extent) {
   ColumnSpan span;
-  const int64_t stride = g.stride_w;
-  span.x0 = kj * g.dilation_w - g.pad_w;
-  span.lo = span.x0 < 0 ? std::min(g.out_w, (-span.x0 + stride - 1) / stride) : 0;
-  const int64_t inside = span.x0 >= g.width ? 0 : (g.width - span.x0 + stride - 1) / stride;
-  span.hi = std::max(span.lo, std::min(g.out_w, inside));
+  span.x0 = k * dilation - pad;
+  span.lo = span.x0 < 0 ? std::min(out_extent, (-span.x0 + stride - 1) / stride) : 0;
+  const int64_t inside = span.x0 >= extent ? 0 : (extent - span.x0 + stride - 1) / stride;
+  span.hi = std::max(span.lo, std::min(out_extent, inside));
   return span;
+}
+
+ColumnSpan column_span(const Conv2dGeometry& g, int64_t kj) {
+  return tap_span(kj, g.dilation_w, g.pad_w, g.stride_w, g.width, g.out_w);
 }
 
 template <typename T>
@@ -105,13 +111,7 @@ void col2im_typed(const Conv2dGeometry& g, const T* columns, T* image) {
 
 // The output rows [lo, hi) of kernel row ki that read inside the image.
 ColumnSpan row_span(const Conv2dGeometry& g, int64_t ki) {
-  ColumnSpan span;
-  const int64_t stride = g.stride_h;
-  span.x0 = ki * g.dilation_h - g.pad_h;
-  span.lo = span.x0 < 0 ? std::min(g.out_h, (-span.x0 + stride - 1) / stride) : 0;
-  const int64_t inside = span.x0 >= g.height ? 0 : (g.height - span.x0 + stride - 1) / stride;
-  span.hi = std::max(span.lo, std::min(g.out_h, inside));
-  return span;
+  return tap_span(ki, g.dilation_h, g.pad_h, g.stride_h, g.height, g.out_h);
 }
 
 // The spans of every kernel row and column, worked out once per call, and the rows and columns
