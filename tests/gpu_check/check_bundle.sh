@@ -44,8 +44,11 @@ check_run() {
   echo "$what: $output"
 }
 
+# The loader writes one log per process (a run makes well over a thousand), so they go in their
+# own folder, removed once they have been read and found clean.
+mkdir -p "$work/ld"
 set +e
-output=$(env -i PATH=/usr/bin:/bin LD_DEBUG=files LD_DEBUG_OUTPUT="$work/ld" \
+output=$(env -i PATH=/usr/bin:/bin LD_DEBUG=files LD_DEBUG_OUTPUT="$work/ld/log" \
   "$bundle/run.sh" "$work/out" 2>&1)
 rc=$?
 set -e
@@ -56,7 +59,7 @@ allowed='^(/lib|/usr/lib)(64)?(/x86_64-linux-gnu)?/'
 allowed+='(ld-linux-x86-64|libc|libm|libmvec|libpthread|libdl|librt|libresolv|libutil|libanl'
 allowed+='|libstdc\+\+|libgcc_s)\.so|^/usr/local/cuda[^/]*/|^/etc/ld\.so\.cache$'
 strays=""
-for log in "$work"/ld.*; do
+for log in "$work"/ld/log.*; do
   # sed quits at its first match: `sed | head -1` under pipefail ends this script silently when
   # sed is still writing as head exits (SIGPIPE), which a busy CI machine made happen.
   program=$(sed -n 's/.*initialize program: \(.*\)$/\1/;T;p;q' "$log")
@@ -73,6 +76,7 @@ done
 $strays"
 echo "loader log: every library the bundle's programs loaded is the bundle's, glibc's," \
   "the C++ runtime's or CUDA's"
+rm -rf "$work/ld"
 
 # ---- The GPU half's bookkeeping, with a pretend GPU ---------------------------------------------
 # A copy of the bundle whose `mpigrad devices` claims a GPU: every step then runs, fails the way a
