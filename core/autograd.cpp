@@ -42,9 +42,11 @@ SavedTensor::SavedTensor(const Tensor& tensor, bool /*is_output*/)
 }
 
 Tensor SavedTensor::get(const Node& owner) const {
-  MPIGRAD_CHECK(!released_, "backward through ", owner.name(),
-                " a second time: its saved tensors were freed after the first backward; pass "
-                "retain_graph=true to the first backward to keep them");
+  MPIGRAD_CHECK(!released_, "Trying to backward through the graph a second time (or to use ",
+                owner.name(),
+                "'s saved tensors after they were freed): a backward without retain_graph frees "
+                "each node's saved tensors as soon as that node has run. Pass retain_graph=true "
+                "to the first backward (or grad()) to keep them");
   MPIGRAD_CHECK(tensor_.version() == version_, "a tensor needed by ", owner.name(),
                 " for backward was modified by an in-place "
                 "operation: it is a ",

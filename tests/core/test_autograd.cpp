@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -65,6 +66,45 @@ TEST_CASE("a second backward without retain_graph says how to fix it") {
     FAIL("second backward did not throw");
   } catch (const Error& e) {
     CHECK(std::string(e.what()).find("retain_graph") != std::string::npos);
+  }
+}
+
+TEST_CASE("a second backward names the graph and the node whose saved tensors are gone") {
+  Tensor x = leaf({2.0, 3.0});
+  Tensor y = sum(x * x);
+  y.backward();
+  try {
+    y.backward();
+    FAIL("second backward did not throw");
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    CHECK(message.find("Trying to backward through the graph a second time") != std::string::npos);
+    CHECK(message.find("MulBackward") != std::string::npos);
+  }
+}
+
+TEST_CASE("backward frees each saved activation once its node has run, unless retained") {
+  for (bool retain : {false, true}) {
+    CAPTURE(retain);
+    Tensor x = leaf(std::vector<double>(1000, 0.5));
+    // h is saved only by the product below; the graph is its last owner once h goes.
+    Tensor h = x * 2.0;
+    std::weak_ptr<Storage> activation = h.storage();
+    Tensor y = sum(h * h);
+    h = Tensor();
+    REQUIRE_FALSE(activation.expired());
+    // x's hook runs after the product's node and before backward returns.
+    bool freed_at_hook = false;
+    x.register_grad_ready_hook([&](Tensor&) { freed_at_hook = activation.expired(); });
+    y.backward(Tensor(), retain);
+    CHECK(freed_at_hook == !retain);
+    CHECK(activation.expired() == !retain);
+    CHECK(grad_of(x) == std::vector<double>(1000, 4.0));  // d/dx sum((2x)^2) = 8x
+    if (retain) {
+      y.backward();  // the retained graph runs again, and frees this time
+      CHECK(grad_of(x) == std::vector<double>(1000, 8.0));
+      CHECK(activation.expired());
+    }
   }
 }
 
