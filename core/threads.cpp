@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -170,15 +171,97 @@ bool launcher_rank_zero() {
   return rank == nullptr || std::strcmp(rank, "0") == 0;
 }
 
+namespace {
+
+constexpr const char* kWaitReasonVariable = "MPIGRAD_OPENMP_WAIT";
+
+std::string format_load(double load) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2f", load);
+  return text;
+}
+
+}  // namespace
+
+OpenMPWaitChoice choose_openmp_wait(const NodeLoad& node) {
+  const int threads = std::max(1, node.threads_per_rank), ranks = std::max(1, node.ranks_on_node);
+  const int cpus = std::max(1, node.cpus);
+  const int64_t demand = int64_t(threads) * ranks;
+  std::string shape = std::to_string(threads) + (threads == 1 ? " thread x " : " threads x ") +
+                      std::to_string(ranks) + (ranks == 1 ? " rank on " : " ranks on ") +
+                      std::to_string(cpus) + (cpus == 1 ? " CPU" : " CPUs");
+  const OpenMPWaitChoice passive{"OMP_WAIT_POLICY", "passive", ""};
+  if (demand > cpus) return {passive.variable, passive.value, shape + ": oversubscribed"};
+  if (node.load_average < 0) {
+    return {passive.variable, passive.value, shape + ", load unknown"};
+  }
+  // A job that ended a moment ago still weighs on the 1-minute average, but no longer runs; our
+  // own ranks run now but are not other load.
+  double others = node.load_average;
+  if (node.running_now >= 0)
+    others = std::min(others, double(std::max(0, node.running_now - ranks)));
+  shape += ", other load " + format_load(others);
+  if (others > double(cpus - demand) + kFreeCoreLoadSlack) {
+    return {passive.variable, passive.value, shape + ": cores busy"};
+  }
+  return {"GOMP_SPINCOUNT", std::to_string(kOpenMPShortSpin), shape + ": cores free"};
+}
+
+NodeLoad observe_node_load() {
+  NodeLoad node;
+  node.cpus = int(affinity_cpus().size());
+  int ranks = env_positive_int("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (ranks == 0) ranks = env_positive_int("MPI_LOCALNRANKS");
+  node.ranks_on_node = std::max(1, ranks);
+  // What the DistributedManager will apply later: the override, or an equal share of the mask.
+  const int forced = env_positive_int("MPIGRAD_NUM_THREADS");
+  node.threads_per_rank = forced > 0 ? forced : std::max(1, node.cpus / node.ranks_on_node);
+  // "0.25 0.97 1.05 4/128 12458": three averages, then runnable / all tasks.
+  if (std::FILE* file = std::fopen("/proc/loadavg", "r")) {
+    double one = 0, five = 0, fifteen = 0;
+    int running = 0, total = 0;
+    const int read =
+        std::fscanf(file, "%lf %lf %lf %d/%d", &one, &five, &fifteen, &running, &total);
+    std::fclose(file);
+    if (read >= 1) node.load_average = one;
+    if (read == 5) node.running_now = running;
+  }
+  return node;
+}
+
 void apply_openmp_wait_defaults(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
-  // One thread has no workers to spin (MPIGRAD_NUM_THREADS=1, one core in the mask), and the
+  const NodeLoad node = observe_node_load();
+  // One thread has no workers to wait (MPIGRAD_NUM_THREADS=1, one core per rank), and the
   // second start costs about 0.1 s of CPU.
-  if (default_thread_choice().threads == 1) return;
-  if (setenv("OMP_WAIT_POLICY", kOpenMPWaitPolicy, 1) != 0) return;
+  if (node.threads_per_rank == 1) return;
+  const OpenMPWaitChoice choice = choose_openmp_wait(node);
+  const std::string described = choice.variable + "=" + choice.value + " (" + choice.reason + ")";
+  if (setenv(kWaitReasonVariable, described.c_str(), 1) != 0) return;
+  if (setenv(choice.variable.c_str(), choice.value.c_str(), 1) != 0) return;
   execv("/proc/self/exe", argv);
   // The exec failed (no /proc): run on with the runtime's defaults, and say nothing, since
-  // nothing is wrong. The variable stays set for any child process.
+  // nothing is wrong. The variables stay set for any child process.
+}
+
+std::string openmp_wait_description() {
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  const char* spin = std::getenv("GOMP_SPINCOUNT");
+  if (policy == nullptr && spin == nullptr) return "the OpenMP runtime's default (nothing set)";
+  // Ours only while the variable still holds what we set (a child may have been given its own).
+  if (const char* reason = std::getenv(kWaitReasonVariable)) {
+    const std::string text = reason;
+    const size_t equals = text.find('='), space = text.find(' ');
+    if (equals != std::string::npos && space != std::string::npos && equals < space) {
+      const char* now = std::getenv(text.substr(0, equals).c_str());
+      if (now != nullptr && text.substr(equals + 1, space - equals - 1) == now) return text;
+    }
+  }
+  std::string described;
+  if (policy != nullptr) described = std::string("OMP_WAIT_POLICY=") + policy;
+  if (spin != nullptr)
+    described += (described.empty() ? "" : " ") + std::string("GOMP_SPINCOUNT=") + spin;
+  return described + " (set by the user)";
 }
 
 long openmp_spin_count() {

@@ -75,21 +75,62 @@ std::string blas_core_warning();
 // before (or without) any communicator.
 bool launcher_rank_zero();
 
-// The OpenMP wait policy mpigrad programs run with unless the user set OMP_WAIT_POLICY or
-// GOMP_SPINCOUNT: passive, a worker sleeps as soon as it has nothing to do. Measured on the 2-core
-// development VM (shared, load 8-9), ResNet-18 at 2 threads (one pool): GOMP_SPINCOUNT=10000
-// 0.82-0.90 s a step (0.41-0.43 s of CPU), 1000 0.14-0.15 s (0.13 s), passive 0.09 s (0.09 s of
-// CPU, as at 1 thread); on the quiet VM 10000 gained nothing over passive and cost CPU.
-inline constexpr const char* kOpenMPWaitPolicy = "passive";
+// What OpenMP's idle workers do between parallel regions, chosen for a program that did not say
+// (neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT set). Spinning loses badly where cores are shared:
+// on the 2-core development VM with load 8-9, ResNet-18 at 2 threads took 0.82-0.90 s a step
+// with GOMP_SPINCOUNT=10000 against 0.09 s passive. On free cores a short spin wins, because
+// oneDNN's convolutions run many short regions and a sleeping worker takes long to wake: idle VM,
+// 2 threads, ResNet-18 42.5 ms passive against 31.1 ms with GOMP_SPINCOUNT=10000 (ResNet-50 128
+// against 71 ms). So the default depends on whether the cores look free.
+inline constexpr long kOpenMPShortSpin = 10000;  // GOMP_SPINCOUNT where cores are free
+// How much other load (in runnable tasks) a node may carry beyond the cores our threads leave
+// idle and still count as free: a load average is an average, and half a core of other work now
+// and then costs a 10000-iteration spin (microseconds) little.
+inline constexpr double kFreeCoreLoadSlack = 0.5;
+
+// What the choice is made from: our own demand, the cores we may run on, and the other load.
+struct NodeLoad {
+  int threads_per_rank = 1;  // the OpenMP threads each rank of the node will run
+  int ranks_on_node = 1;     // the job's processes on this node, this one among them
+  int cpus = 1;              // CPUs in this process's affinity mask
+  double load_average = -1;  // 1-minute load average (/proc/loadavg); negative: unknown
+  int running_now = -1;      // runnable tasks now, ours among them; negative: unknown
+};
+
+// An environment variable to set, and why, for logs.
+struct OpenMPWaitChoice {
+  std::string variable;  // "GOMP_SPINCOUNT" or "OMP_WAIT_POLICY"
+  std::string value;     // "10000" or "passive"
+  std::string reason;    // "2 threads x 1 rank on 2 CPUs, other load 0.1: cores free"
+};
+
+// The rule, a pure function. The demand is threads_per_rank x ranks_on_node threads; the other
+// load is the 1-minute load average, but no more than the tasks runnable now less our own ranks
+// (which are starting up, and are the only load left of a job that just ended before this one).
+// A short spin (kOpenMPShortSpin) when the demand fits the CPUs and the other load fits in what
+// it leaves, give or take kFreeCoreLoadSlack; passive when the threads outnumber the CPUs, when
+// the other load does not fit, or when the load cannot be read.
+OpenMPWaitChoice choose_openmp_wait(const NodeLoad& node);
+
+// The node as this process sees it before MPI starts: MPIGRAD_NUM_THREADS or the mask's share
+// per rank, the launcher's local rank count (OMPI_COMM_WORLD_LOCAL_SIZE, MPICH's
+// MPI_LOCALNRANKS; 1 without a launcher), sched_getaffinity and /proc/loadavg.
+NodeLoad observe_node_load();
 
 // For a program's main, before anything else runs: when neither OMP_WAIT_POLICY nor
-// GOMP_SPINCOUNT is set, sets OMP_WAIT_POLICY=kOpenMPWaitPolicy and executes the program again
-// (/proc/self/exe, the same argv and environment, the same process id, so mpirun and Slurm see
-// nothing), because the running OpenMP runtime has read its environment already. Returns
+// GOMP_SPINCOUNT is set, sets the variable choose_openmp_wait(observe_node_load()) names and
+// executes the program again (/proc/self/exe, the same argv and environment, the same process id,
+// so mpirun and Slurm see nothing), because the running OpenMP runtime has read its environment
+// already. The reason goes along in MPIGRAD_OPENMP_WAIT, for openmp_wait_description. Returns
 // without doing anything when either variable is set (as it is in the program executed again)
-// or when the default thread count is 1, and carries on unchanged if the exec fails. A program
-// run under valgrind should set the variable itself: valgrind does not follow the exec.
+// or when each rank runs 1 thread, and carries on unchanged if the exec fails. A program run
+// under valgrind should set the variable itself: valgrind does not follow the exec.
 void apply_openmp_wait_defaults(char** argv);
+
+// For the program's log: the wait setting in effect and where it came from ("GOMP_SPINCOUNT=10000
+// (2 threads x 1 rank on 2 CPUs, other load 0.1: cores free)", "OMP_WAIT_POLICY=active (set by
+// the user)", or the runtime's default when nothing was set).
+std::string openmp_wait_description();
 
 // The spin count OpenMP's runtime uses in this process, as it reports it (omp_display_env, read
 // back by pointing stderr at a file for the call), or -1 if it does not say.

@@ -7,6 +7,7 @@
 
 #include "mpigrad/core/atomic_file.h"
 #include "mpigrad/core/error.h"
+#include "mpigrad/core/threads.h"
 #include "mpigrad/data/augment.h"
 #include "mpigrad/data/training_data.h"
 #include "mpigrad/data/transforms.h"
@@ -87,8 +88,8 @@ void Run::prepare_model() {
     // The count and where it came from (the affinity mask, the node's ranks sharing it, or an
     // override): a rank with more threads than cores of its own runs several times slower.
     const core::ThreadChoice& threads = manager_->threads();
-    std::printf("mpigrad train: %d CPU thread(s) on rank 0 (%s)\n", threads.threads,
-                threads.source.c_str());
+    std::printf("mpigrad train: %d CPU thread(s) on rank 0 (%s), OpenMP waits: %s\n",
+                threads.threads, threads.source.c_str(), core::openmp_wait_description().c_str());
   }
   if (world_size() > 1) {
     // Gradients (and SyncBatchNorm's statistics) travel on a communicator of the configured

@@ -195,14 +195,99 @@ TEST_CASE("a large matmul cut into a block per thread equals the product on one 
   CHECK(serial[0][size_t(516 * 45 + 44)] == doctest::Approx(dot).epsilon(1e-4));
 }
 
+TEST_CASE("OpenMP's wait: a short spin on free cores, passive when oversubscribed or loaded") {
+  const std::string spin = std::to_string(kOpenMPShortSpin);
+  // The idle 2-core VM, 2 threads: free, so spin.
+  OpenMPWaitChoice idle = choose_openmp_wait({2, 1, 2, 0.05, 2});
+  CHECK(idle.variable == "GOMP_SPINCOUNT");
+  CHECK(idle.value == spin);
+  CHECK(idle.reason == "2 threads x 1 rank on 2 CPUs, other load 0.05: cores free");
+  // More threads than CPUs: passive whatever the load.
+  OpenMPWaitChoice over = choose_openmp_wait({2, 2, 2, 0.0, 2});
+  CHECK(over.variable == "OMP_WAIT_POLICY");
+  CHECK(over.value == "passive");
+  CHECK(over.reason == "2 threads x 2 ranks on 2 CPUs: oversubscribed");
+  CHECK(choose_openmp_wait({4, 1, 2, 0.0, 1}).value == "passive");
+  // The loaded VM (load 8-9, tasks runnable now): passive.
+  OpenMPWaitChoice loaded = choose_openmp_wait({2, 1, 2, 8.5, 10});
+  CHECK(loaded.value == "passive");
+  CHECK(loaded.reason == "2 threads x 1 rank on 2 CPUs, other load 8.50: cores busy");
+  // One other task on the cores we need: busy. Half a core of it: still free.
+  CHECK(choose_openmp_wait({2, 1, 2, 1.0, 2}).value == "passive");
+  CHECK(choose_openmp_wait({2, 1, 2, 0.5, 2}).value == spin);
+  // Room left by our threads takes other load: 8 of 16 CPUs used, 7 others running.
+  CHECK(choose_openmp_wait({4, 2, 16, 7.0, 9}).value == spin);
+  CHECK(choose_openmp_wait({4, 2, 16, 9.0, 11}).value == "passive");
+  // A job that just ended weighs on the average but runs no more: only our own ranks run now.
+  OpenMPWaitChoice after = choose_openmp_wait({2, 1, 2, 1.6, 1});
+  CHECK(after.value == spin);
+  CHECK(after.reason.find("other load 0.00") != std::string::npos);
+  // A burst of tasks now on a quiet average: the average decides.
+  CHECK(choose_openmp_wait({2, 1, 2, 0.1, 6}).value == spin);
+  // Without /proc/loadavg, or without its running count.
+  CHECK(choose_openmp_wait({2, 1, 2, -1, -1}).reason ==
+        "2 threads x 1 rank on 2 CPUs, load unknown");
+  CHECK(choose_openmp_wait({2, 1, 2, -1, -1}).value == "passive");
+  CHECK(choose_openmp_wait({2, 1, 2, 0.2, -1}).value == spin);
+  CHECK(choose_openmp_wait({2, 1, 2, 3.0, -1}).value == "passive");
+}
+
+TEST_CASE("OpenMP's wait: the node as seen from the environment, mask and /proc/loadavg") {
+  CleanThreadEnvironment clean;
+  const int cpus = int(affinity_cpus().size());
+  NodeLoad alone = observe_node_load();
+  CHECK(alone.cpus == cpus);
+  CHECK(alone.ranks_on_node == 1);
+  CHECK(alone.threads_per_rank == cpus);
+  CHECK(alone.load_average >= 0);
+  CHECK(alone.running_now >= 1);  // this process runs
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
+  CHECK(observe_node_load().ranks_on_node == 2);
+  CHECK(observe_node_load().threads_per_rank == std::max(1, cpus / 2));
+  unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  setenv("MPI_LOCALNRANKS", "3", 1);
+  CHECK(observe_node_load().ranks_on_node == 3);
+  setenv("MPIGRAD_NUM_THREADS", "5", 1);
+  CHECK(observe_node_load().threads_per_rank == 5);
+}
+
+TEST_CASE("OpenMP's wait: the log says what is set and who chose it") {
+  constexpr const char* kNames[] = {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "MPIGRAD_OPENMP_WAIT"};
+  std::vector<std::optional<std::string>> saved;
+  for (const char* name : kNames) {
+    const char* value = std::getenv(name);
+    saved.push_back(value ? std::optional<std::string>(value) : std::nullopt);
+    unsetenv(name);
+  }
+  CHECK(openmp_wait_description() == "the OpenMP runtime's default (nothing set)");
+  setenv("GOMP_SPINCOUNT", "7", 1);
+  CHECK(openmp_wait_description() == "GOMP_SPINCOUNT=7 (set by the user)");
+  // What apply_openmp_wait_defaults chose, while the variable still holds it.
+  setenv("MPIGRAD_OPENMP_WAIT", "GOMP_SPINCOUNT=7 (1 thread x 1 rank on 1 CPU: cores free)", 1);
+  CHECK(openmp_wait_description() == "GOMP_SPINCOUNT=7 (1 thread x 1 rank on 1 CPU: cores free)");
+  setenv("GOMP_SPINCOUNT", "8", 1);
+  CHECK(openmp_wait_description() == "GOMP_SPINCOUNT=8 (set by the user)");
+  setenv("OMP_WAIT_POLICY", "active", 1);
+  CHECK(openmp_wait_description() == "OMP_WAIT_POLICY=active GOMP_SPINCOUNT=8 (set by the user)");
+  for (size_t i = 0; i < saved.size(); ++i) {
+    if (saved[i]) {
+      setenv(kNames[i], saved[i]->c_str(), 1);
+    } else {
+      unsetenv(kNames[i]);
+    }
+  }
+}
+
 #if defined(MPIGRAD_OPENMP_SPIN_PROBE)
 namespace {
 
-// The probe's output ("<spin count the runtime uses> <OMP_WAIT_POLICY>") under `environment`
-// (arguments to env(1)).
+// The probe's output ("<spin count the runtime uses> <OMP_WAIT_POLICY> <GOMP_SPINCOUNT>") under
+// `environment` (arguments to env(1)).
 std::string run_probe(const std::string& environment) {
-  const std::string command = "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u MPIGRAD_NUM_THREADS " +
-                              environment + " " MPIGRAD_OPENMP_SPIN_PROBE;
+  const std::string command =
+      "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u MPIGRAD_NUM_THREADS -u MPIGRAD_OPENMP_WAIT "
+      "-u OMPI_COMM_WORLD_LOCAL_SIZE -u MPI_LOCALNRANKS " +
+      environment + " " MPIGRAD_OPENMP_SPIN_PROBE;
   std::FILE* pipe = popen(command.c_str(), "r");
   REQUIRE(pipe != nullptr);
   char buffer[256] = {};
@@ -215,18 +300,21 @@ std::string run_probe(const std::string& environment) {
 
 }  // namespace
 
-TEST_CASE(
-    "OpenMP's wait policy: passive unless the user chose one, set before the runtime starts") {
-  // A program that starts like `mpigrad` runs passive (no spinning), not with libgomp's 300000.
-  CHECK(run_probe("MPIGRAD_NUM_THREADS=2") == std::string("0 ") + kOpenMPWaitPolicy);
+TEST_CASE("OpenMP's wait policy: chosen unless the user chose one, set before the runtime starts") {
+  // Oversubscribed (2 threads x 64 ranks): passive, no spinning, not libgomp's 300000.
+  CHECK(run_probe("MPIGRAD_NUM_THREADS=2 OMPI_COMM_WORLD_LOCAL_SIZE=64") == "0 passive unset");
+  // Alone, the choice depends on the machine's load now; the runtime runs with whichever was set.
+  const std::string chosen = run_probe("MPIGRAD_NUM_THREADS=2 OMPI_COMM_WORLD_LOCAL_SIZE=1");
+  const std::string spin = std::to_string(kOpenMPShortSpin);
+  CHECK((chosen == "0 passive unset" || chosen == spin + " unset " + spin));
   // The user's choice stays, either variable.
-  CHECK(run_probe("MPIGRAD_NUM_THREADS=2 GOMP_SPINCOUNT=7") == "7 unset");
+  CHECK(run_probe("MPIGRAD_NUM_THREADS=2 GOMP_SPINCOUNT=7") == "7 unset 7");
   const std::string active = run_probe("MPIGRAD_NUM_THREADS=2 OMP_WAIT_POLICY=active");
-  CHECK(active.substr(active.find(' ')) == " active");
+  CHECK(active.substr(active.find(' ')) == " active unset");
   CHECK(active.substr(0, active.find(' ')) != "0");
   // One thread has nothing to spin: the program is not started again.
   const std::string alone = run_probe("MPIGRAD_NUM_THREADS=1");
-  CHECK(alone.substr(alone.find(' ')) == " unset");
+  CHECK(alone.substr(alone.find(' ')) == " unset unset");
   CHECK(alone.substr(0, alone.find(' ')) != "0");
   // Why the program must execute itself again: a variable set in the running process is never
   // read, the runtime having read its environment when it was loaded.
