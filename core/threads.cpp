@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -174,6 +175,7 @@ bool launcher_rank_zero() {
 namespace {
 
 constexpr const char* kWaitReasonVariable = "MPIGRAD_OPENMP_WAIT";
+constexpr int kRunnableSamples = 5;
 
 std::string format_load(double load) {
   char text[32];
@@ -216,15 +218,19 @@ NodeLoad observe_node_load() {
   // What the DistributedManager will apply later: the override, or an equal share of the mask.
   const int forced = env_positive_int("MPIGRAD_NUM_THREADS");
   node.threads_per_rank = forced > 0 ? forced : std::max(1, node.cpus / node.ranks_on_node);
-  // "0.25 0.97 1.05 4/128 12458": three averages, then runnable / all tasks.
-  if (std::FILE* file = std::fopen("/proc/loadavg", "r")) {
+  // "0.25 0.97 1.05 4/128 12458": three averages, then runnable / all tasks. The runnable count
+  // is a snapshot, and a busy node's may be low at one instant: the most of a few, 10 ms apart.
+  for (int sample = 0; sample < kRunnableSamples; ++sample) {
+    if (sample > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::FILE* file = std::fopen("/proc/loadavg", "r");
+    if (file == nullptr) break;
     double one = 0, five = 0, fifteen = 0;
     int running = 0, total = 0;
     const int read =
         std::fscanf(file, "%lf %lf %lf %d/%d", &one, &five, &fifteen, &running, &total);
     std::fclose(file);
     if (read >= 1) node.load_average = one;
-    if (read == 5) node.running_now = running;
+    if (read == 5) node.running_now = std::max(node.running_now, running);
   }
   return node;
 }

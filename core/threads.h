@@ -114,7 +114,8 @@ OpenMPWaitChoice choose_openmp_wait(const NodeLoad& node);
 
 // The node as this process sees it before MPI starts: MPIGRAD_NUM_THREADS or the mask's share
 // per rank, the launcher's local rank count (OMPI_COMM_WORLD_LOCAL_SIZE, MPICH's
-// MPI_LOCALNRANKS; 1 without a launcher), sched_getaffinity and /proc/loadavg.
+// MPI_LOCALNRANKS; 1 without a launcher), sched_getaffinity and /proc/loadavg (its runnable
+// count the most of 5 readings 10 ms apart: one reading of a busy node may catch it idle).
 NodeLoad observe_node_load();
 
 // For a program's main, before anything else runs: when neither OMP_WAIT_POLICY nor
