@@ -263,7 +263,7 @@ const Plan& plan_for(ConvPass pass, DType operand, DType out_dtype, const Conv2d
 //    layers (MobileNet's 16 -> 72 ran at 0.5x). oneDNN wins forward and data gradient once each
 //    output value sums enough (channels * out / (channels + out) >= 48) over enough pixels
 //    (batch * out_h * out_w >= 16): ResNet-50's 512 -> 128 and 1024 -> 256 at 1.2-4x. Its
-//    filter gradient stays on GEMM (0.6-1.05x).
+//    filter gradient stays on GEMM (0.6-1.05x). In bfloat16 small images go to oneDNN (below).
 ConvPath rule(ConvPass pass, DType operand, const Conv2dShape& s, bool direct, bool onednn) {
   const auto& g = s.geometry;
   if (direct && onednn) {
