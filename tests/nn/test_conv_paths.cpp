@@ -317,3 +317,33 @@ TEST_CASE("conv2d paths: the rule sends each zoo family where the benchmark meas
   // A thin 1x1 (MobileNet's 16 -> 72): GEMM, which reads NCHW as it is.
   CHECK(path(ConvPass::Forward, shape(16, 8, 72, 1, 1, 0, 1)) == ConvPath::Gemm);
 }
+
+TEST_CASE("conv2d paths: in bfloat16 a 1x1 convolution on small images goes to oneDNN") {
+  if (!kernels::cpu::has_native_bf16()) {
+    MESSAGE("skipped: no AVX512-BF16, bfloat16 convolutions never reach oneDNN on this CPU");
+    return;
+  }
+  auto shape = [](int64_t channels, int64_t size, int64_t out) {
+    PathCase c{"", 8, channels, size, size, out, 1, 1, 1, 1, 0, 0, 1, 1, 1, false};
+    return shape_of(c);
+  };
+  PathGuard guard(ConvPath::Rule);
+  const auto path = [](ConvPass pass, core::DType operand, const core::Conv2dShape& s) {
+    return kernels::cpu::conv2d_path(pass, operand, s);
+  };
+  // ResNet-50's last stage on 32x32 inputs (2048 -> 512 on a 1x1 image): float32 keeps the GEMM
+  // path (8 pixels); bfloat16 would make 8 matrix-vector products there, so every pass goes to
+  // oneDNN.
+  const core::Conv2dShape last = shape(2048, 1, 512);
+  for (ConvPass pass : {ConvPass::Forward, ConvPass::BackwardData, ConvPass::BackwardFilter}) {
+    INFO("pass ", int(pass));
+    CHECK(path(pass, core::kFloat32, last) == ConvPath::Gemm);
+    CHECK(path(pass, core::kBFloat16, last) == ConvPath::OneDnn);
+  }
+  // On 2x2 images the filter gradient's per-image products sum 4 pixels each: GEMM in both.
+  const core::Conv2dShape third = shape(1024, 2, 256);
+  CHECK(path(ConvPass::Forward, core::kBFloat16, third) == ConvPath::OneDnn);
+  CHECK(path(ConvPass::BackwardFilter, core::kBFloat16, third) == ConvPath::Gemm);
+  // Thin layers stay on the GEMM path in bfloat16 too (MobileNet's 16 -> 72).
+  CHECK(path(ConvPass::Forward, core::kBFloat16, shape(16, 1, 72)) == ConvPath::Gemm);
+}
