@@ -25,6 +25,17 @@
 // shaped like the gathered rows, the Slice the identity) is known only at run time; when they
 // do not, the node runs the chain it replaced, kept in its `chain` attribute. A chain whose
 // gathered rows or products anything else reads (Shape included) is left as it was.
+//
+// Then the filters of a pair of atoms are computed once, as nn::SchNet does: where the weight
+// of a fused node is a row-by-row function (elementwise ops with constants of at most one dim,
+// Gemm or MatMul by a constant matrix) of a squared edge length
+//   ReduceSum(v * v) over the dims after the first, v = positions[edge_index[r]] -
+//   positions[edge_index[1 - r]] +- edge_shifts,
+// those functions run on one row per pair (an mpigrad.EdgePairs node, nn::pair_reverse_edges,
+// picks them: edge e and its reverse have v and -v bit for bit, so the same length), and the
+// fused node reads row pair[e] for edge e. Any other reader of such a value gets the edges'
+// rows back (a Gather by pair). The energy and its derivatives of every order are those of
+// the graph as written (the two directions' lengths are one function of the positions).
 // Internal to nn/onnx.
 #pragma once
 
@@ -38,6 +49,12 @@ int fuse_gelu(onnx::GraphProto& graph);
 // The op type of the fused message-passing node: not an ONNX op, written only by
 // fuse_message_passing (a dotted name no ONNX op has).
 inline constexpr char kGatherMulScatterOp[] = "mpigrad.GatherMulScatter";
+
+// The op type of the node that pairs reverse edges (onnx_ops_scatter.cpp): inputs
+// (edge_index, edge_shifts, rows), outputs first [P] and pair [E] of nn::EdgePairs; every edge
+// its own pair unless edge_index is [2, E], edge_shifts [E, 3] and rows [E, 1, ...] (2 dims or
+// more).
+inline constexpr char kEdgePairsOp[] = "mpigrad.EdgePairs";
 
 // How many message-passing chains were rewritten into mpigrad.GatherMulScatter nodes.
 int fuse_message_passing(onnx::GraphProto& graph);

@@ -187,6 +187,356 @@ void add_int(onnx::NodeProto& node, const char* name, int64_t value) {
   a->set_i(value);
 }
 
+// ---- Filters shared by the two directions of a pair of atoms ------------------------------
+
+// The constants of a graph with their ranks: initializers, Constant nodes, and Cast, CastLike
+// or Identity of one. Broadcasting a constant of at most one dim against values of rank 2 or more
+// keeps their rows apart.
+class Constants {
+ public:
+  explicit Constants(const onnx::GraphProto& graph) {
+    for (const auto& tensor : graph.initializer()) rank_[tensor.name()] = tensor.dims_size();
+    for (const auto& node : graph.node()) {
+      if (!node.domain().empty() || node.output_size() != 1) continue;
+      if (node.op_type() == "Constant") {
+        for (const auto& a : node.attribute()) {
+          if (a.name() == "value" && a.type() == onnx::AttributeProto::TENSOR) {
+            rank_[node.output(0)] = a.t().dims_size();
+            tensors_[node.output(0)] = &a.t();
+          }
+          if (a.name() == "value_float" || a.name() == "value_int") rank_[node.output(0)] = 0;
+          if (a.name() == "value_floats" || a.name() == "value_ints") rank_[node.output(0)] = 1;
+        }
+      } else if ((node.op_type() == "Cast" || node.op_type() == "Identity" ||
+                  node.op_type() == "CastLike") &&
+                 rank_.count(node.input(0))) {
+        rank_[node.output(0)] = rank_[node.input(0)];
+      }
+    }
+  }
+  bool is_constant(const std::string& value) const { return rank_.count(value) > 0; }
+  bool small(const std::string& value) const {
+    const auto it = rank_.find(value);
+    return it != rank_.end() && it->second <= 1;
+  }
+  int rank(const std::string& value) const {
+    const auto it = rank_.find(value);
+    return it == rank_.end() ? -1 : it->second;
+  }
+  // The integers of a Constant node's tensor.
+  std::optional<std::vector<int64_t>> ints(const std::string& value) const {
+    const auto it = tensors_.find(value);
+    if (it == tensors_.end()) return std::nullopt;
+    const int type = it->second->data_type();
+    if (type != onnx::TensorProto::INT64 && type != onnx::TensorProto::INT32) return std::nullopt;
+    try {
+      const core::Tensor t = tensor_from_proto(*it->second, "constant '" + value + "'");
+      return t.to(core::kInt64).reshape({t.numel()}).to_vector<int64_t>();
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  }
+
+ private:
+  std::map<std::string, int> rank_;
+  std::map<std::string, const onnx::TensorProto*> tensors_;
+};
+
+// A squared edge length: ReduceSum(v * v) over dims other than the first, keepdims, where
+//   v = (positions[edge_index[r]] - positions[edge_index[1 - r]]) +- shifts     (either order)
+// Edge e and its reverse (edge_index rows swapped, shifts negated) have v and -v, bit for bit,
+// so the same squared length: everything computed from it row by row is a function of the
+// pair, which nn::pair_reverse_edges finds from edge_index and shifts.
+struct PairRoot {
+  int reduce = -1;
+  std::string value, edge_index, shifts;
+};
+
+class PairRootMatcher {
+ public:
+  PairRootMatcher(const Graph& graph, const Constants& constants)
+      : graph_(graph), constants_(constants) {}
+
+  std::optional<PairRoot> match(int n) const {
+    const onnx::NodeProto& reduce = graph_.node(n);
+    if (reduce.op_type() != "ReduceSum" || !reduce.domain().empty() || reduce.output_size() != 1 ||
+        int_attribute(reduce, "keepdims", 1) != 1)
+      return std::nullopt;
+    std::optional<std::vector<int64_t>> axes;  // an input from opset 13, an attribute before
+    if (reduce.input_size() == 2) {
+      axes = constants_.ints(reduce.input(1));
+    } else if (const auto* a = attribute(reduce, "axes")) {
+      axes = std::vector<int64_t>(a->ints().begin(), a->ints().end());
+    }
+    if (!axes || axes->empty()) return std::nullopt;
+    for (int64_t axis : *axes)
+      if (axis == 0 || axis < -1) return std::nullopt;  // -1: v has at least 2 dims (checked later)
+    const std::string& square = reduce.input(0);
+    std::string v;
+    if (const int mul = graph_.produced_by(square, "Mul"); mul >= 0) {
+      const onnx::NodeProto& node = graph_.node(mul);
+      if (node.input_size() == 2 && node.input(0) == node.input(1)) v = node.input(0);
+    }
+    if (v.empty()) return std::nullopt;
+    PairRoot root;
+    root.reduce = n;
+    root.value = reduce.output(0);
+    for (const char* op : {"Add", "Sub"}) {
+      const int combine = graph_.produced_by(v, op);
+      if (combine < 0) continue;
+      const onnx::NodeProto& node = graph_.node(combine);
+      for (int side = 0; side < 2 && node.input_size() == 2; ++side) {
+        if (difference(node.input(side), root)) {
+          root.shifts = node.input(1 - side);
+          return root;
+        }
+      }
+    }
+    return std::nullopt;
+  }
+
+ private:
+  // positions[edge_index[r]] - positions[edge_index[1 - r]].
+  bool difference(const std::string& value, PairRoot& root) const {
+    const int sub = graph_.produced_by(value, "Sub");
+    if (sub < 0 || graph_.node(sub).input_size() != 2) return false;
+    const auto a = edge_row(graph_.node(sub).input(0));
+    const auto b = edge_row(graph_.node(sub).input(1));
+    if (!a || !b || a->positions != b->positions || a->edge_index != b->edge_index ||
+        a->row == b->row)
+      return false;
+    root.edge_index = a->edge_index;
+    return true;
+  }
+
+  struct EdgeRow {
+    std::string positions, edge_index;
+    int64_t row = 0;
+  };
+  // Gather(positions, Gather(edge_index, r)) on axis 0, r a constant 0 or 1; or the dynamo
+  // exporter's GatherND(positions, Unsqueeze(Gather(edge_index, r), -1)) under an identity
+  // Transpose, with its no-op Transpose, Expand and single-input Max and Concat.
+  std::optional<EdgeRow> edge_row(const std::string& value) const {
+    const std::string rows_value = same(value);
+    std::string positions, picked;
+    if (const int gather = graph_.produced_by(rows_value, "Gather"); gather >= 0) {
+      if (int_attribute(graph_.node(gather), "axis", 0) != 0) return std::nullopt;
+      positions = graph_.node(gather).input(0);
+      picked = graph_.node(gather).input(1);
+    } else if (const int nd = graph_.produced_by(rows_value, "GatherND"); nd >= 0) {
+      const onnx::NodeProto& node = graph_.node(nd);
+      const int unsqueeze = graph_.produced_by(same(node.input(1)), "Unsqueeze");
+      if (int_attribute(node, "batch_dims", 0) != 0 || unsqueeze < 0) return std::nullopt;
+      const onnx::NodeProto& column = graph_.node(unsqueeze);
+      std::optional<std::vector<int64_t>> axes;
+      if (column.input_size() == 2) axes = constants_.ints(column.input(1));
+      if (!axes || axes->size() != 1 || ((*axes)[0] != -1 && (*axes)[0] != 1)) return std::nullopt;
+      positions = node.input(0);
+      picked = column.input(0);
+    } else {
+      return std::nullopt;
+    }
+    const int pick = graph_.produced_by(same(picked), "Gather");
+    if (pick < 0 || int_attribute(graph_.node(pick), "axis", 0) != 0) return std::nullopt;
+    const onnx::NodeProto& inner = graph_.node(pick);
+    if (constants_.rank(inner.input(1)) != 0) return std::nullopt;
+    const auto row = constants_.ints(inner.input(1));
+    if (!row || row->size() != 1) return std::nullopt;
+    const int64_t r = (*row)[0] < 0 ? (*row)[0] + 2 : (*row)[0];
+    if (r != 0 && r != 1) return std::nullopt;
+    return EdgeRow{same(positions), same(inner.input(0)), r};
+  }
+
+  // The value `value` equals by construction: through Identity, an identity Transpose, a
+  // single-input Max, Min or Concat, and Expand(x, Shape(y)) with y equal to x.
+  std::string same(const std::string& value) const {
+    std::string current = value;
+    for (int step = 0; step < 16; ++step) {
+      const std::string next = same_once(current);
+      if (next.empty()) return current;
+      current = next;
+    }
+    return current;
+  }
+  std::string same_once(const std::string& value) const {
+    for (const char* op : {"Identity", "Max", "Min", "Concat"}) {
+      const int n = graph_.produced_by(value, op);
+      if (n >= 0 && graph_.node(n).input_size() == 1) return graph_.node(n).input(0);
+    }
+    if (const int n = graph_.produced_by(value, "Transpose"); n >= 0) {
+      const auto* perm = attribute(graph_.node(n), "perm");
+      if (perm == nullptr) return "";
+      for (int d = 0; d < perm->ints_size(); ++d)
+        if (perm->ints(d) != d) return "";
+      return graph_.node(n).input(0);
+    }
+    if (const int n = graph_.produced_by(value, "Expand"); n >= 0) {
+      const onnx::NodeProto& expand = graph_.node(n);
+      const int shape = graph_.produced_by(expand.input(1), "Shape");
+      if (shape < 0 || int_attribute(graph_.node(shape), "start", 0) != 0 ||
+          attribute(graph_.node(shape), "end") != nullptr)
+        return "";
+      if (same(graph_.node(shape).input(0)) == same(expand.input(0))) return expand.input(0);
+    }
+    return "";
+  }
+
+  const Graph& graph_;
+  const Constants& constants_;
+};
+
+bool is_unary_row_op(const std::string& op) {
+  static const std::set<std::string> ops = {
+      "Sqrt", "Exp",      "Log",  "Cos",  "Sin",       "Tanh", "Sigmoid",    "Softplus",
+      "Relu", "Neg",      "Abs",  "Erf",  "Identity",  "Gelu", "Reciprocal", "Elu",
+      "Selu", "Softsign", "Cast", "Silu", "LeakyRelu", "Mish", "HardSigmoid"};
+  return ops.count(op) > 0;
+}
+
+bool is_binary_row_op(const std::string& op) {
+  static const std::set<std::string> ops = {"Add",
+                                            "Sub",
+                                            "Mul",
+                                            "Div",
+                                            "Pow",
+                                            "Max",
+                                            "Min",
+                                            "Greater",
+                                            "Less",
+                                            "Equal",
+                                            "GreaterOrEqual",
+                                            "LessOrEqual"};
+  return ops.count(op) > 0;
+}
+
+// Whether `node` computes its output row by row from values in `rows` (at least one) and
+// constants that keep rows apart, so that on the pairs' rows it gives the pairs' outputs.
+bool row_wise(const onnx::NodeProto& node, const std::set<std::string>& rows,
+              const Constants& constants) {
+  if (!node.domain().empty() || node.output_size() != 1 || node.input_size() == 0) return false;
+  const std::string& op = node.op_type();
+  const auto in_rows = [&](int i) { return rows.count(node.input(i)) > 0; };
+  const auto optional_small = [&](int i) {
+    return i >= node.input_size() || node.input(i).empty() || constants.small(node.input(i));
+  };
+  if (is_unary_row_op(op)) return node.input_size() == 1 && in_rows(0);
+  if (op == "Clip") return in_rows(0) && optional_small(1) && optional_small(2);
+  // CastLike reads only the dtype of its second input.
+  if (op == "CastLike")
+    return node.input_size() == 2 && in_rows(1) && (in_rows(0) || constants.small(node.input(0)));
+  if (op == "Where") {
+    if (node.input_size() != 3) return false;
+    for (int i = 0; i < 3; ++i)
+      if (!in_rows(i) && !constants.small(node.input(i))) return false;
+    return in_rows(0) || in_rows(1) || in_rows(2);
+  }
+  if (is_binary_row_op(op)) {
+    if (node.input_size() != 2 || (!in_rows(0) && !in_rows(1))) return false;
+    return (in_rows(0) || constants.small(node.input(0))) &&
+           (in_rows(1) || constants.small(node.input(1)));
+  }
+  if (op == "Gemm")
+    return in_rows(0) && int_attribute(node, "transA", 0) == 0 && node.input_size() >= 2 &&
+           constants.rank(node.input(1)) == 2 && optional_small(2);
+  if (op == "MatMul")
+    return node.input_size() == 2 && in_rows(0) && constants.rank(node.input(1)) == 2;
+  return false;
+}
+
+onnx::NodeProto make_node(const char* op, const std::string& name,
+                          const std::vector<std::string>& inputs,
+                          const std::vector<std::string>& outputs) {
+  onnx::NodeProto node;
+  node.set_op_type(op);
+  node.set_name(name);
+  for (const auto& input : inputs) node.add_input(input);
+  for (const auto& output : outputs) node.add_output(output);
+  return node;
+}
+
+// Rewrites the row-wise functions of one squared edge length to run on one row per pair of
+// atoms. Returns false (and leaves the graph) unless one of them is a fused node's weight.
+bool share_pairs(onnx::GraphProto& graph, const PairRoot& root, int serial) {
+  const Graph index(graph);
+  const Constants constants(graph);
+  std::set<std::string> rows = {root.value};
+  std::set<int> cone;
+  for (int n = root.reduce + 1; n < graph.node_size(); ++n) {
+    if (row_wise(graph.node(n), rows, constants)) {
+      cone.insert(n);
+      rows.insert(graph.node(n).output(0));
+    }
+  }
+  const std::string prefix = "mpigrad_pairs_" + std::to_string(serial) + "_";
+  const std::string first = prefix + "first", pair = prefix + "pair";
+  const auto on_pairs = [&](const std::string& value) { return value + "/" + prefix + "rows"; };
+  // Readers outside the cone: a fused node's weight reads the pairs' rows with weight_index
+  // `pair`; any other reader gets the edges' rows back, gathered by `pair`.
+  std::set<std::string> expand_back;
+  bool feeds_fused = false;
+  for (int n = 0; n < graph.node_size(); ++n) {
+    if (cone.count(n)) continue;
+    const onnx::NodeProto& node = graph.node(n);
+    for (int i = 0; i < node.input_size(); ++i) {
+      if (!rows.count(node.input(i)) || node.input(i) == root.value) continue;
+      if (node.op_type() == kGatherMulScatterOp && i == 3) {
+        feeds_fused = true;
+      } else {
+        expand_back.insert(node.input(i));
+      }
+    }
+  }
+  if (!feeds_fused) return false;
+  for (const auto& output : graph.output())
+    if (rows.count(output.name()) && output.name() != root.value) expand_back.insert(output.name());
+
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+  for (int n = 0; n < graph.node_size(); ++n) {
+    onnx::NodeProto node = graph.node(n);
+    if (cone.count(n)) {
+      for (int i = 0; i < node.input_size(); ++i)
+        if (rows.count(node.input(i))) node.set_input(i, on_pairs(node.input(i)));
+      node.set_output(0, on_pairs(node.output(0)));
+    } else if (node.op_type() == kGatherMulScatterOp && rows.count(node.input(3)) &&
+               node.input(3) != root.value) {
+      node.set_input(3, on_pairs(node.input(3)));
+      while (node.input_size() < 10) node.add_input("");
+      node.add_input(pair);
+    }
+    const std::string produced = node.output_size() == 1 ? graph.node(n).output(0) : "";
+    *nodes.Add() = std::move(node);
+    if (n == root.reduce) {
+      *nodes.Add() = make_node(kEdgePairsOp, prefix + "edges",
+                               {root.edge_index, root.shifts, root.value}, {first, pair});
+      *nodes.Add() =
+          make_node("Gather", prefix + "rows", {root.value, first}, {on_pairs(root.value)});
+    }
+    if (cone.count(n) && expand_back.count(produced))
+      *nodes.Add() =
+          make_node("Gather", prefix + "back_" + produced, {on_pairs(produced), pair}, {produced});
+  }
+  graph.mutable_node()->Swap(&nodes);
+  return true;
+}
+
+int share_pair_filters(onnx::GraphProto& graph) {
+  int shared = 0;
+  std::set<std::string> tried;
+  for (bool found = true; found;) {
+    found = false;
+    const Graph index(graph);
+    const Constants constants(graph);
+    const PairRootMatcher matcher(index, constants);
+    for (int n = 0; n < graph.node_size() && !found; ++n) {
+      const auto root = matcher.match(n);
+      if (!root || !tried.insert(root->value).second) continue;
+      found = true;
+      if (share_pairs(graph, *root, shared)) ++shared;
+    }
+  }
+  return shared;
+}
+
 }  // namespace
 
 int fuse_message_passing(onnx::GraphProto& graph) {
@@ -263,6 +613,7 @@ int fuse_message_passing(onnx::GraphProto& graph) {
     *nodes.Add() = std::move(*graph.mutable_node(n));
   }
   graph.mutable_node()->Swap(&nodes);
+  share_pair_filters(graph);
   return int(matches.size());
 }
 

@@ -17,7 +17,8 @@
 // update per position. Both give the same values and the same winners.
 //
 // mpigrad.GatherMulScatter is the node onnx_fusion_message.cpp writes for a message-passing
-// chain: core::gather_mul_scatter when the shapes it meets fit that op, else the chain itself.
+// chain: core::gather_mul_scatter when the shapes it meets fit that op, else the chain itself;
+// mpigrad.EdgePairs pairs the reverse edges of a neighbor list for it.
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -29,6 +30,7 @@
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/indexing.h"
 #include "mpigrad/core/ops/reduce.h"
+#include "mpigrad/nn/atomistic.h"
 #include "mpigrad/nn/onnx/onnx_fusion.h"
 #include "mpigrad/nn/onnx/onnx_op_table.h"
 
@@ -282,7 +284,16 @@ OpFunction scatter_nd(const NodeView& node) {
 }
 
 // The inputs of mpigrad.GatherMulScatter, in the order fuse_message_passing writes them.
-enum MessageInput { kData, kX, kSource, kWeight, kColumn, kIndex, kSliceStarts };
+enum MessageInput {
+  kData,
+  kX,
+  kSource,
+  kWeight,
+  kColumn,
+  kIndex,
+  kSliceStarts,
+  kWeightIndex = kSliceStarts + 4  // row of the weight for each edge, where pairs share one
+};
 
 bool is_index_dtype(const Tensor& t) {
   return t.dtype() == core::kInt64 || t.dtype() == core::kInt32;
@@ -335,8 +346,19 @@ std::optional<Tensor> fused_message(const std::vector<Tensor>& in, bool src_tupl
   if (source.dim() != 1) return std::nullopt;
   core::Shape rows = x.shape();
   rows[0] = source.numel();
-  if (weight.shape() != rows || in[kIndex].shape() != rows || data.dim() != x.dim())
+  Tensor weight_index;
+  if (in.size() > kWeightIndex && in[kWeightIndex].defined()) {
+    weight_index = in[kWeightIndex];
+    if (!is_index_dtype(weight_index) || weight_index.dim() != 1 ||
+        weight_index.numel() != rows[0] || weight.dim() != x.dim())
+      return std::nullopt;
+    for (int d = 1; d < rows.size(); ++d)
+      if (weight.shape()[d] != rows[d]) return std::nullopt;
+    weight_index = on_device_of(weight_index, x).to(core::kInt64);
+  } else if (weight.shape() != rows) {
     return std::nullopt;
+  }
+  if (in[kIndex].shape() != rows || data.dim() != x.dim()) return std::nullopt;
   const core::Shape& column = in[kColumn].shape();
   if (column.size() != rows.size() || column[0] != rows[0]) return std::nullopt;
   for (int d = 1; d < rows.size(); ++d)
@@ -348,7 +370,7 @@ std::optional<Tensor> fused_message(const std::vector<Tensor>& in, bool src_tupl
   const Tensor to_in = on_device_of(in[kColumn], x).to(core::kInt64).reshape({rows[0]});
   const Tensor from = wrapped(from_in, x, core::scalar_like(double(x.shape()[0]), from_in));
   const Tensor to = wrapped(to_in, x, core::scalar_like(double(targets), to_in));
-  Tensor out = core::gather_mul_scatter(x, from, weight, to, targets);
+  Tensor out = core::gather_mul_scatter(x, from, weight, to, targets, weight_index);
   if (!zero_base) out = core::add(data, out);
   return out;
 }
@@ -381,8 +403,12 @@ OpFunction gather_mul_scatter(const NodeView& node) {
   return [=](const std::vector<Tensor>& in, RunContext& context) {
     if (auto fused = fused_message(in, src_tuple, zero_base)) return std::vector<Tensor>{*fused};
     std::map<std::string, Tensor> values;
-    for (size_t i = 0; i < names.size() && i < in.size(); ++i)
+    for (size_t i = 0; i < names.size() && i < in.size() && i < kWeightIndex; ++i)
       if (!names[i].empty()) values[names[i]] = in[i];
+    if (in.size() > kWeightIndex && in[kWeightIndex].defined()) {
+      const Tensor rows = on_device_of(in[kWeightIndex], in[kWeight]).to(core::kInt64);
+      values[names[kWeight]] = core::index_select(in[kWeight], 0, rows.reshape({rows.numel()}));
+    }
     for (const ChainStep& step : chain) {
       std::vector<Tensor> args;
       for (const std::string& name : step.inputs)
@@ -395,10 +421,39 @@ OpFunction gather_mul_scatter(const NodeView& node) {
   };
 }
 
+// mpigrad.EdgePairs (onnx_fusion.h): nn::pair_reverse_edges of edge_index and edge_shifts,
+// or every edge its own pair where the shapes are not those of a neighbor list.
+OpFunction edge_pairs(const NodeView&) {
+  return [](const std::vector<Tensor>& in, RunContext&) {
+    core::NoGradGuard no_grad;
+    const Tensor& edge_index = in[0];
+    const Tensor& shifts = in[1];
+    const Tensor& rows = in[2];
+    const int64_t edges = rows.dim() >= 1 ? rows.shape()[0] : 1;
+    bool neighbor_list = rows.dim() >= 2;
+    for (int d = 1; d < rows.dim() && neighbor_list; ++d) neighbor_list = rows.shape()[d] == 1;
+    neighbor_list = neighbor_list && edge_index.dim() == 2 && edge_index.shape()[0] == 2 &&
+                    edge_index.shape()[1] == edges && is_index_dtype(edge_index) &&
+                    shifts.dim() == 2 && shifts.shape()[0] == edges && shifts.shape()[1] == 3 &&
+                    core::is_floating(shifts.dtype());
+    if (!neighbor_list) {
+      const Tensor each =
+          core::arange(edges, core::TensorOptions(core::kInt64).device(rows.device()));
+      return std::vector<Tensor>{each, each};
+    }
+    nn::AtomicGraph graph;
+    graph.edge_index = on_device_of(edge_index, rows).to(core::kInt64);
+    graph.edge_shifts = shifts;
+    const nn::EdgePairs pairs = nn::pair_reverse_edges(graph);
+    return std::vector<Tensor>{pairs.first, pairs.pair};
+  };
+}
+
 }  // namespace
 
 void add_scatter_ops(OpTable& t) {
-  t.add(kGatherMulScatterOp, gather_mul_scatter).inputs(6, 10).settings_from(kColumn);
+  t.add(kEdgePairsOp, edge_pairs).inputs(3, 3);
+  t.add(kGatherMulScatterOp, gather_mul_scatter).inputs(6, 11).settings_from(kColumn);
   t.add("ScatterElements", scatter_elements).inputs(3, 3);
   t.add("ScatterND", scatter_nd).inputs(3, 3);
   t.add("GatherND", gather_nd).inputs(2, 2);

@@ -3,15 +3,20 @@
 // Slice and in the dynamo exporter's with GatherND) loads as one mpigrad.GatherMulScatter node,
 // and gives the values, first derivatives and double-backward gradients of the same graph with
 // the rewrite defeated (an Identity after the gather, which the matcher does not look through).
-// Shapes that core::gather_mul_scatter cannot take run the replaced chain, with the same result;
-// the SchNet-like potentials the parity tests train are rewritten, one chain per interaction.
+// Shapes that core::gather_mul_scatter cannot take run the replaced chain, with the same result.
+// The SchNet-like potentials the parity tests train are rewritten, one chain per interaction,
+// their filters computed once per pair of atoms; energy, forces and the force loss's gradients
+// match the graph as written, with the full neighbor list and with one cut short.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "mpigrad/core/autograd.h"
+#include "mpigrad/core/hdf5.h"
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/reduce.h"
 #include "mpigrad/nn/onnx/onnx_file.h"
@@ -193,6 +198,64 @@ void check_form(Form form, const std::string& name) {
   if (form == Form::ThreeFactor) check_close(a.second_c, b.second_c, "second derivatives in c");
 }
 
+const std::string kAtomistic = std::string(MPIGRAD_SOURCE_DIR) + "/tests/data/atomistic/";
+
+// `file` as it is, or (`plain`) with each ScatterElements' updates also a graph output, which
+// keeps every chain, and so every filter, as the exporter wrote it.
+std::shared_ptr<nn::OnnxModel> load_potential(const std::string& file, bool plain) {
+  onnx::ModelProto proto = nn::read_onnx_model(kAtomistic + file);
+  if (plain) {
+    std::vector<std::string> updates;
+    for (const auto& node : proto.graph().node())
+      if (node.op_type() == "ScatterElements") updates.push_back(node.input(2));
+    for (const std::string& name : updates) {
+      auto* output = proto.mutable_graph()->add_output();
+      output->set_name(name);
+      output->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+    }
+  }
+  return nn::OnnxModel::load_from_bytes(proto.SerializeAsString(), file);
+}
+
+// Energy [B], forces, and the gradients in the parameters of energy + 10 x |forces|^2 (a
+// training step's double backward), on reference.h5's batch with its first `edges` edges.
+struct PotentialDerivatives {
+  core::Tensor energy, forces;
+  std::vector<core::Tensor> parameters;
+};
+
+PotentialDerivatives evaluate(nn::OnnxModel& model, int64_t edges) {
+  const core::hdf5::File file = core::hdf5::File::open(kAtomistic + "reference.h5");
+  core::Tensor positions = file.read_tensor("positions").to(core::kFloat32).set_requires_grad(true);
+  const core::Tensor edge_index = file.read_tensor("edge_index").narrow(1, 0, edges).contiguous();
+  const core::Tensor shifts =
+      file.read_tensor("edge_shifts").to(core::kFloat32).narrow(0, 0, edges).contiguous();
+  PotentialDerivatives d;
+  d.energy = model.forward_all({positions, file.read_tensor("atomic_numbers"), edge_index, shifts,
+                                file.read_tensor("batch"),
+                                file.read_tensor("cell").to(core::kFloat32)})[0];
+  core::GradOptions options;
+  options.create_graph = true;
+  d.forces = -core::grad({core::sum(d.energy)}, {positions}, {}, options)[0];
+  const core::Tensor loss = core::sum(d.energy) + core::sum(d.forces * d.forces) * 10.0;
+  d.parameters = core::grad({loss}, model.parameters());
+  return d;
+}
+
+// Float32 values against the unshared graph's, to a part in 1e-4 of the largest.
+void check_near(const core::Tensor& got, const core::Tensor& expected, const std::string& what) {
+  INFO(what);
+  REQUIRE(got.shape() == expected.shape());
+  const auto a = got.to(core::kFloat64).to_vector<double>();
+  const auto b = expected.to(core::kFloat64).to_vector<double>();
+  double scale = 1e-6;
+  for (double v : b) scale = std::max(scale, std::abs(v));
+  for (size_t i = 0; i < a.size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::abs(a[i] - b[i]) <= 1e-4 * scale);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("ONNX message fusion: the legacy exporter's scatter_add, values and double backward") {
@@ -220,10 +283,36 @@ TEST_CASE("ONNX message fusion: a product read elsewhere is left alone") {
 }
 
 TEST_CASE("ONNX message fusion: the exported SchNet-like potentials, one chain per interaction") {
-  for (const char* file : {"parity.legacy.onnx", "parity.dynamo.onnx"}) {
+  for (const std::string file : {"parity.legacy.onnx", "parity.dynamo.onnx"}) {
     INFO(file);
     onnx::ModelProto proto =
         nn::read_onnx_model(std::string(MPIGRAD_SOURCE_DIR) + "/tests/data/atomistic/" + file);
     CHECK(nn::onnx_ops::fuse_message_passing(*proto.mutable_graph()) == 2);
+    // One pairing of the edges, read by both interactions' fused nodes as their weight_index.
+    int pairings = 0, shared = 0;
+    for (const auto& node : proto.graph().node()) {
+      pairings += node.op_type() == nn::onnx_ops::kEdgePairsOp;
+      shared += node.op_type() == nn::onnx_ops::kGatherMulScatterOp && node.input_size() == 11;
+    }
+    CHECK(pairings == 1);
+    CHECK(shared == 2);
+  }
+}
+
+TEST_CASE("ONNX message fusion: shared pair filters give the exported potential's derivatives") {
+  for (const std::string file : {"parity.legacy.onnx", "parity.dynamo.onnx"}) {
+    auto fused = load_potential(file, false);
+    auto plain = load_potential(file, true);
+    CHECK(compute_nodes(*plain) > compute_nodes(*fused));
+    // All 32 edges come in reverse pairs; the first 27 leave some edges without a partner.
+    for (int64_t edges : {32, 27}) {
+      INFO(file, ", ", edges, " edges");
+      const PotentialDerivatives a = evaluate(*fused, edges), b = evaluate(*plain, edges);
+      check_near(a.energy, b.energy, "energy");
+      check_near(a.forces, b.forces, "forces");
+      REQUIRE(a.parameters.size() == b.parameters.size());
+      for (size_t p = 0; p < a.parameters.size(); ++p)
+        check_near(a.parameters[p], b.parameters[p], "parameter " + std::to_string(p));
+    }
   }
 }
