@@ -24,7 +24,8 @@
 // by Mul nodes written before it. Whether the shapes fit (1-D indices, the weight and the index
 // shaped like the gathered rows, the Slice the identity) is known only at run time; when they
 // do not, the node runs the chain it replaced, kept in its `chain` attribute. A chain whose
-// gathered rows or products anything else reads (Shape included) is left as it was.
+// gathered rows or products anything else reads (Shape included) is left as it was, and so is
+// a graph with subgraphs (If, Loop, Scan), which may read any value by name.
 //
 // Then the filters of a pair of atoms are computed once, as nn::SchNet does: where the weight
 // of a fused node is a row-by-row function (elementwise ops with constants of at most one dim,

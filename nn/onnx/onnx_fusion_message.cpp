@@ -540,6 +540,11 @@ int share_pair_filters(onnx::GraphProto& graph) {
 }  // namespace
 
 int fuse_message_passing(onnx::GraphProto& graph) {
+  // A subgraph (If, Loop, Scan) may read any outer value by name, unseen by the reader counts.
+  for (const auto& node : graph.node())
+    for (const auto& a : node.attribute())
+      if (a.type() == onnx::AttributeProto::GRAPH || a.type() == onnx::AttributeProto::GRAPHS)
+        return 0;
   std::vector<MessageMatch> matches;
   {
     const Graph index(graph);

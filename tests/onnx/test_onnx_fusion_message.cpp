@@ -274,12 +274,19 @@ TEST_CASE("ONNX message fusion: a broadcast weight runs the replaced chain, with
   check_form(Form::Broadcast, "broadcast");
 }
 
-TEST_CASE("ONNX message fusion: a product read elsewhere is left alone") {
+TEST_CASE("ONNX message fusion: a product read elsewhere, or maybe by a subgraph, is left alone") {
   OnnxGraph g = message_graph(Form::Legacy, false);
   g.output("product");
   CHECK(nn::onnx_ops::fuse_message_passing(*g.proto().mutable_graph()) == 0);
   OnnxGraph sliced = message_graph(Form::Legacy, false);
   CHECK(nn::onnx_ops::fuse_message_passing(*sliced.proto().mutable_graph()) == 1);
+  // Nor in a graph with a subgraph, which may read the product by name.
+  OnnxGraph branching = message_graph(Form::Legacy, false);
+  auto& branch = branching.node("If", {"zero"}, {"unused"});
+  auto* then_branch = branch.add_attribute();
+  then_branch->set_name("then_branch");
+  then_branch->set_type(onnx::AttributeProto::GRAPH);
+  CHECK(nn::onnx_ops::fuse_message_passing(*branching.proto().mutable_graph()) == 0);
 }
 
 TEST_CASE("ONNX message fusion: the exported SchNet-like potentials, one chain per interaction") {
