@@ -457,7 +457,6 @@ onnx::NodeProto make_node(const char* op, const std::string& name,
 // Rewrites the row-wise functions of one squared edge length to run on one row per pair of
 // atoms. Returns false (and leaves the graph) unless one of them is a fused node's weight.
 bool share_pairs(onnx::GraphProto& graph, const PairRoot& root, int serial) {
-  const Graph index(graph);
   const Constants constants(graph);
   std::set<std::string> rows = {root.value};
   std::set<int> cone;
