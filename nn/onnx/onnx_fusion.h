@@ -23,8 +23,9 @@
 // a backward of two fused passes instead of five ops. The weight factors are multiplied first,
 // by Mul nodes written before it. Whether the shapes fit (1-D indices, the weight and the index
 // shaped like the gathered rows, the Slice the identity) is known only at run time; when they
-// do not, the node runs the chain it replaced, kept in its `chain` attribute. A chain whose
-// gathered rows or products anything else reads (Shape included) is left as it was, and so is
+// do not, the node runs the chain it replaced, kept in its `chain` attribute. A Shape of the
+// product (torch's index.expand_as(messages)) becomes an mpigrad.ProductShape node; a chain
+// whose gathered rows or products anything else reads is left as it was, and so is
 // a graph with subgraphs (If, Loop, Scan), which may read any value by name.
 //
 // Then the filters of a pair of atoms are computed once, as nn::SchNet does: where the weight
@@ -56,6 +57,11 @@ inline constexpr char kGatherMulScatterOp[] = "mpigrad.GatherMulScatter";
 // its own pair unless edge_index is [2, E], edge_shifts [E, 3] and rows [E, 1, ...] (2 dims or
 // more).
 inline constexpr char kEdgePairsOp[] = "mpigrad.EdgePairs";
+
+// The op type of the node that replaces a Shape of the fused product (torch's expand_as of the
+// scatter index): inputs (x, src, weight), attributes src_tuple and Shape's start and end; the
+// shape of rows(x, src) * weight, without computing them.
+inline constexpr char kProductShapeOp[] = "mpigrad.ProductShape";
 
 // How many message-passing chains were rewritten into mpigrad.GatherMulScatter nodes.
 int fuse_message_passing(onnx::GraphProto& graph);

@@ -48,6 +48,11 @@ class Graph {
   }
   const onnx::NodeProto& node(int n) const { return graph_.node(n); }
   // Read by exactly one node input, and not a graph output.
+  // The nodes reading `value` (-1 for a graph output), one entry per input that reads it.
+  std::vector<int> readers(const std::string& value) const {
+    const auto it = readers_.find(value);
+    return it == readers_.end() ? std::vector<int>{} : it->second;
+  }
   bool read_once(const std::string& value) const {
     const auto it = readers_.find(value);
     return it != readers_.end() && it->second.size() == 1 && it->second[0] >= 0;
@@ -70,6 +75,7 @@ struct MessageMatch {
   int slice = -1;
   std::vector<int> gather_nodes;  // what computes `gathered`, in file order
   std::vector<int> product_nodes;
+  std::vector<int> shape_readers;  // Shape nodes of the product (torch's expand_as)
 };
 
 class MessageMatcher {
@@ -94,14 +100,25 @@ class MessageMatcher {
       found.column = graph_.node(expand).input(0);
     // The updates: the product, or a Slice of it (the legacy exporter's scatter_add).
     std::string product = scatter.input(2);
-    if (!graph_.read_once(product)) return std::nullopt;
     if (const int slice = graph_.produced_by(product, "Slice"); slice >= 0) {
       const onnx::NodeProto& node = graph_.node(slice);
-      if (node.input_size() < 3 || node.attribute_size() != 0) return std::nullopt;  // opset < 10
+      if (!graph_.read_once(product) || node.input_size() < 3 || node.attribute_size() != 0)
+        return std::nullopt;  // opset < 10 has attributes
       found.slice = slice;
       product = node.input(0);
-      if (!graph_.read_once(product)) return std::nullopt;
     }
+    // Read once, or also by Shape nodes, which a node computing its shape replaces.
+    int other_readers = 0;
+    for (int reader : graph_.readers(product)) {
+      const bool shape = reader >= 0 && graph_.node(reader).op_type() == "Shape" &&
+                         graph_.node(reader).domain().empty();
+      if (shape) {
+        found.shape_readers.push_back(reader);
+      } else {
+        ++other_readers;
+      }
+    }
+    if (other_readers != 1) return std::nullopt;
     if (!split_product(product, found, 0) || found.factors.empty()) return std::nullopt;
     if (const int constant = graph_.produced_by(found.data, "ConstantOfShape"); constant >= 0)
       found.zero_base = is_zero_fill(graph_.node(constant));
@@ -109,7 +126,8 @@ class MessageMatcher {
   }
 
  private:
-  // `value` (read once) = gathered * factor * ...: Mul nodes over exactly one gathered leaf.
+  // `value` = gathered * factor * ...: Mul nodes over exactly one gathered leaf, each inner
+  // value read once.
   bool split_product(const std::string& value, MessageMatch& found, int depth) const {
     const int mul = graph_.produced_by(value, "Mul");
     if (mul < 0 || depth > 4) return false;
@@ -552,10 +570,13 @@ int fuse_message_passing(onnx::GraphProto& graph) {
       if (auto found = matcher.match(n)) matches.push_back(std::move(*found));
   }
   if (matches.empty()) return 0;
-  // Each scatter node becomes the fused node, after Mul nodes that multiply the weight's factors:
-  // every input of the chain is computed before its first node, so the order stays valid.
+  // Each scatter node becomes the fused node. Mul nodes that multiply the weight's factors take
+  // the place of the outermost product, whose Shape readers become nodes computing its shape
+  // from x, src and the weight; every input of the chain is computed before its first node, so
+  // the order stays valid.
   std::set<int> removed;
   std::map<int, std::vector<onnx::NodeProto>> inserted_before;
+  std::vector<std::pair<int, onnx::NodeProto>> replaced;
   for (size_t m = 0; m < matches.size(); ++m) {
     const MessageMatch& match = matches[m];
     onnx::NodeProto& scatter = *graph.mutable_node(match.scatter);
@@ -569,7 +590,7 @@ int fuse_message_passing(onnx::GraphProto& graph) {
       mul.add_input(match.factors[f]);
       weight = prefix + "weight_" + std::to_string(f);
       mul.add_output(weight);
-      inserted_before[match.scatter].push_back(std::move(mul));
+      inserted_before[match.product_nodes.back()].push_back(std::move(mul));
     }
     // What the fused node runs when the shapes do not fit core::gather_mul_scatter: the
     // original chain with the product as one Mul by the weight (the same value up to rounding).
@@ -588,6 +609,14 @@ int fuse_message_passing(onnx::GraphProto& graph) {
     for (int n : match.product_nodes) removed.insert(n);
     if (match.slice >= 0) removed.insert(match.slice);
 
+    for (int reader : match.shape_readers) {
+      const onnx::NodeProto& shape = graph.node(reader);
+      onnx::NodeProto node =
+          make_node(kProductShapeOp, shape.name(), {match.x, match.src, weight}, {shape.output(0)});
+      for (const auto& a : shape.attribute()) *node.add_attribute() = a;  // start, end
+      add_int(node, "src_tuple", match.src_tuple ? 1 : 0);
+      replaced.emplace_back(reader, std::move(node));
+    }
     const onnx::NodeProto* slice = match.slice >= 0 ? &graph.node(match.slice) : nullptr;
     const std::string output = scatter.output(0);
     const std::string name = scatter.name();
@@ -609,12 +638,12 @@ int fuse_message_passing(onnx::GraphProto& graph) {
     fallback->set_type(onnx::AttributeProto::GRAPH);
     *fallback->mutable_g() = std::move(chain);
   }
+  for (auto& [n, node] : replaced) *graph.mutable_node(n) = std::move(node);
   google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
   for (int n = 0; n < graph.node_size(); ++n) {
-    if (removed.count(n)) continue;
     if (const auto it = inserted_before.find(n); it != inserted_before.end())
       for (auto& mul : it->second) *nodes.Add() = std::move(mul);
-    *nodes.Add() = std::move(*graph.mutable_node(n));
+    if (!removed.count(n)) *nodes.Add() = std::move(*graph.mutable_node(n));
   }
   graph.mutable_node()->Swap(&nodes);
   share_pair_filters(graph);

@@ -449,9 +449,44 @@ OpFunction edge_pairs(const NodeView&) {
   };
 }
 
+// mpigrad.ProductShape (onnx_fusion.h): Shape(rows(x, src) * weight), with Shape's start and
+// end, from the shapes alone.
+OpFunction product_shape(const NodeView& node) {
+  const bool src_tuple = node.get_int("src_tuple", 0) != 0;
+  const int64_t start_attribute = node.get_int("start", 0);
+  const std::optional<int64_t> end_attribute =
+      node.has("end") ? std::optional<int64_t>(node.get_int("end", 0)) : std::nullopt;
+  const std::string where = node.where();
+  return [=](const std::vector<Tensor>& in, RunContext&) {
+    const Tensor& x = in[0];
+    const core::Shape& index = in[1].shape();
+    std::vector<int64_t> rows;
+    int64_t first_kept = 1;  // Gather on axis 0 replaces x's first dim by the index's dims
+    if (src_tuple) {
+      MPIGRAD_CHECK(index.size() >= 1, where, ": GatherND indices need a dim");
+      first_kept = index[index.size() - 1];
+      for (int d = 0; d + 1 < index.size(); ++d) rows.push_back(index[d]);
+    } else {
+      for (int d = 0; d < index.size(); ++d) rows.push_back(index[d]);
+    }
+    for (int64_t d = first_kept; d < x.dim(); ++d) rows.push_back(x.shape()[int(d)]);
+    const core::Shape shape =
+        core::broadcast_shapes(core::Shape(rows), in[2].shape(), "mpigrad.ProductShape");
+    const int64_t rank = int64_t(shape.size());
+    const auto clamp = [&](int64_t v) {
+      return std::clamp<int64_t>(v < 0 ? v + rank : v, 0, rank);
+    };
+    const int64_t start = clamp(start_attribute), end = clamp(end_attribute.value_or(rank));
+    std::vector<int64_t> dims;
+    for (int64_t d = start; d < end; ++d) dims.push_back(shape[int(d)]);
+    return std::vector<Tensor>{int64_vector(dims)};
+  };
+}
+
 }  // namespace
 
 void add_scatter_ops(OpTable& t) {
+  t.add(kProductShapeOp, product_shape).inputs(3, 3);
   t.add(kEdgePairsOp, edge_pairs).inputs(3, 3);
   t.add(kGatherMulScatterOp, gather_mul_scatter).inputs(6, 11).settings_from(kColumn);
   t.add("ScatterElements", scatter_elements).inputs(3, 3);

@@ -57,6 +57,8 @@ enum class Form {
   ThreeFactor,  // the legacy form with (rows * w) * c, c [E, 1]
   Dynamo,       // GatherND under an identity Transpose, no Slice, zeros from Expand
   Broadcast,    // w [E, 1]: a product core::gather_mul_scatter cannot take
+  ExpandAs,     // the three-factor form with the index expanded to Shape(product), a second
+                // Shape(product)[1:] output
 };
 
 // y[V, F] = sum over edges e of x[src e] * weight[e] at row dst e, edge_index = [src; dst].
@@ -65,9 +67,11 @@ OnnxGraph message_graph(Form form, bool defeated) {
   OnnxGraph g(17);
   g.input("x", {-1, kFeatures});
   g.input("w", {-1, form == Form::Broadcast ? 1 : kFeatures});
-  if (form == Form::ThreeFactor) g.input("c", {-1, 1});
+  const bool three = form == Form::ThreeFactor || form == Form::ExpandAs;
+  if (three) g.input("c", {-1, 1});
   g.input("edge_index", {2, -1}, onnx::TensorProto::INT64);
   g.output("y");
+  if (form == Form::ExpandAs) g.output("width", onnx::TensorProto::INT64);
   g.node("Gather", {"edge_index", ints(g, "zero", {0}, core::Shape{})}, {"src"});
   g.node("Gather", {"edge_index", ints(g, "one", {1}, core::Shape{})}, {"dst"});
   std::string rows = "rows";
@@ -88,14 +92,20 @@ OnnxGraph message_graph(Form form, bool defeated) {
     rows = "rows_again";
   }
   std::string product = "product";
-  if (form == Form::ThreeFactor) {
+  if (three) {
     g.node("Mul", {"w", rows}, {"partial"});
     g.node("Mul", {"partial", "c"}, {product});
   } else {
     g.node("Mul", {rows, "w"}, {product});
   }
   g.node("Unsqueeze", {"dst", ints(g, "axis1", {1}, {1})}, {"dst_column"});
-  g.node("Expand", {"dst_column", ints(g, "row_shape", {1, kFeatures}, {2})}, {"index"});
+  if (form == Form::ExpandAs) {
+    g.node("Shape", {product}, {"product_shape"});
+    g.node("Expand", {"dst_column", "product_shape"}, {"index"});
+    set_int(g.node("Shape", {product}, {"width"}), "start", -1);
+  } else {
+    g.node("Expand", {"dst_column", ints(g, "row_shape", {1, kFeatures}, {2})}, {"index"});
+  }
   g.node("Shape", {"x"}, {"x_shape"});
   std::string updates = product;
   if (form != Form::Dynamo) {
@@ -157,10 +167,13 @@ Derivatives run(nn::OnnxModel& model, Form form) {
   core::Tensor c = core::Tensor::from_vector(c_values, {kEdges, 1}).set_requires_grad(true);
   const core::Tensor edge_index = core::Tensor::from_vector(edges, {2, kEdges});
   std::vector<core::Tensor> inputs = {x, w};
-  if (form == Form::ThreeFactor) inputs.push_back(c);
+  const bool three = form == Form::ThreeFactor || form == Form::ExpandAs;
+  if (three) inputs.push_back(c);
   inputs.push_back(edge_index);
   Derivatives d;
-  d.y = model.forward_all(inputs)[0];
+  const std::vector<core::Tensor> outputs = model.forward_all(inputs);
+  d.y = outputs[0];
+  if (form == Form::ExpandAs) CHECK(outputs[1].to_vector<int64_t>() == std::vector<int64_t>{4});
   core::Tensor mix = core::Tensor::from_vector(x_values, {kAtoms, kFeatures});
   core::GradOptions options;
   options.create_graph = true;
@@ -168,12 +181,12 @@ Derivatives run(nn::OnnxModel& model, Form form) {
   const auto first = core::grad({core::sum(d.y * d.y * mix)}, wrt, {}, options);
   d.first_x = first[0];
   d.first_w = first[1];
-  if (form == Form::ThreeFactor) wrt.push_back(c);
+  if (three) wrt.push_back(c);
   const auto second =
       core::grad({core::sum(d.first_x * d.first_x) + core::sum(d.first_w * d.first_w)}, wrt);
   d.second_x = second[0];
   d.second_w = second[1];
-  if (form == Form::ThreeFactor) d.second_c = second[2];
+  if (three) d.second_c = second[2];
   return d;
 }
 
@@ -186,8 +199,9 @@ void check_form(Form form, const std::string& name) {
   auto plain = nn::OnnxModel::load(message_graph(form, true).write(scratch(name + "-plain")));
   // The gather (with the dynamo form's Transpose), the product's Mul nodes and the Slice go;
   // the plain graph also has its Identity. The three-factor form multiplies c into w first.
-  const int64_t replaced = form == Form::Dynamo ? 5 : form == Form::ThreeFactor ? 6 : 5;
-  const int64_t added = form == Form::ThreeFactor ? 2 : 1;
+  const bool three = form == Form::ThreeFactor || form == Form::ExpandAs;
+  const int64_t replaced = three ? 6 : 5;
+  const int64_t added = three ? 2 : 1;
   CHECK(compute_nodes(*plain) - compute_nodes(*fused) == replaced - added);
   const Derivatives a = run(*fused, form), b = run(*plain, form);
   check_close(a.y, b.y, "y");
@@ -195,14 +209,14 @@ void check_form(Form form, const std::string& name) {
   check_close(a.first_w, b.first_w, "dy/dw");
   check_close(a.second_x, b.second_x, "second derivatives in x");
   check_close(a.second_w, b.second_w, "second derivatives in w");
-  if (form == Form::ThreeFactor) check_close(a.second_c, b.second_c, "second derivatives in c");
+  if (three) check_close(a.second_c, b.second_c, "second derivatives in c");
 }
 
 const std::string kAtomistic = std::string(MPIGRAD_SOURCE_DIR) + "/tests/data/atomistic/";
 
 // `file` as it is, or (`plain`) with each ScatterElements' updates also a graph output, which
 // keeps every chain, and so every filter, as the exporter wrote it.
-std::shared_ptr<nn::OnnxModel> load_potential(const std::string& file, bool plain) {
+onnx::ModelProto potential_proto(const std::string& file, bool plain) {
   onnx::ModelProto proto = nn::read_onnx_model(kAtomistic + file);
   if (plain) {
     std::vector<std::string> updates;
@@ -214,7 +228,11 @@ std::shared_ptr<nn::OnnxModel> load_potential(const std::string& file, bool plai
       output->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
     }
   }
-  return nn::OnnxModel::load_from_bytes(proto.SerializeAsString(), file);
+  return proto;
+}
+
+std::shared_ptr<nn::OnnxModel> load_potential(const std::string& file, bool plain) {
+  return nn::OnnxModel::load_from_bytes(potential_proto(file, plain).SerializeAsString(), file);
 }
 
 // Energy [B], forces, and the gradients in the parameters of energy + 10 x |forces|^2 (a
@@ -266,6 +284,10 @@ TEST_CASE("ONNX message fusion: a product of several factors multiplies the weig
   check_form(Form::ThreeFactor, "three");
 }
 
+TEST_CASE("ONNX message fusion: the index expanded as the product, its Shape computed apart") {
+  check_form(Form::ExpandAs, "expand-as");
+}
+
 TEST_CASE("ONNX message fusion: the dynamo exporter's GatherND under a Transpose") {
   check_form(Form::Dynamo, "dynamo");
 }
@@ -290,11 +312,15 @@ TEST_CASE("ONNX message fusion: a product read elsewhere, or maybe by a subgraph
 }
 
 TEST_CASE("ONNX message fusion: the exported SchNet-like potentials, one chain per interaction") {
-  for (const std::string file : {"parity.legacy.onnx", "parity.dynamo.onnx"}) {
+  // The parity potentials have two interactions; make_models.py's one, with its messages times
+  // a cutoff and its index expanded as the messages (a Shape of the product).
+  for (const auto& [file, chains] :
+       std::vector<std::pair<std::string, int>>{{"parity.legacy.onnx", 2},
+                                                {"parity.dynamo.onnx", 2},
+                                                {"potential.scatter_add.onnx", 1}}) {
     INFO(file);
-    onnx::ModelProto proto =
-        nn::read_onnx_model(std::string(MPIGRAD_SOURCE_DIR) + "/tests/data/atomistic/" + file);
-    CHECK(nn::onnx_ops::fuse_message_passing(*proto.mutable_graph()) == 2);
+    onnx::ModelProto proto = nn::read_onnx_model(kAtomistic + file);
+    CHECK(nn::onnx_ops::fuse_message_passing(*proto.mutable_graph()) == chains);
     // One pairing of the edges, read by both interactions' fused nodes as their weight_index.
     int pairings = 0, shared = 0;
     for (const auto& node : proto.graph().node()) {
@@ -302,15 +328,17 @@ TEST_CASE("ONNX message fusion: the exported SchNet-like potentials, one chain p
       shared += node.op_type() == nn::onnx_ops::kGatherMulScatterOp && node.input_size() == 11;
     }
     CHECK(pairings == 1);
-    CHECK(shared == 2);
+    CHECK(shared == chains);
   }
 }
 
 TEST_CASE("ONNX message fusion: shared pair filters give the exported potential's derivatives") {
-  for (const std::string file : {"parity.legacy.onnx", "parity.dynamo.onnx"}) {
+  for (const std::string file :
+       {"parity.legacy.onnx", "parity.dynamo.onnx", "potential.scatter_add.onnx"}) {
     auto fused = load_potential(file, false);
     auto plain = load_potential(file, true);
-    CHECK(compute_nodes(*plain) > compute_nodes(*fused));
+    onnx::ModelProto as_written = potential_proto(file, true);
+    CHECK(nn::onnx_ops::fuse_message_passing(*as_written.mutable_graph()) == 0);
     // All 32 edges come in reverse pairs; the first 27 leave some edges without a partner.
     for (int64_t edges : {32, 27}) {
       INFO(file, ", ", edges, " edges");
