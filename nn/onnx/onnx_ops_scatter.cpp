@@ -15,7 +15,13 @@
 // value, or the first extreme update) with where and index_select, so the gradient reaches the
 // winner only; mul multiplies the data by one factor per round, where a round holds at most one
 // update per position. Both give the same values and the same winners.
+//
+// mpigrad.GatherMulScatter is the node onnx_fusion_message.cpp writes for a message-passing
+// chain: core::gather_mul_scatter when the shapes it meets fit that op, else the chain itself;
+// mpigrad.EdgePairs pairs the reverse edges of a neighbor list for it.
 #include <algorithm>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +30,8 @@
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/indexing.h"
 #include "mpigrad/core/ops/reduce.h"
+#include "mpigrad/nn/atomistic.h"
+#include "mpigrad/nn/onnx/onnx_fusion.h"
 #include "mpigrad/nn/onnx/onnx_op_table.h"
 
 namespace mpigrad::nn::onnx_ops {
@@ -275,9 +283,212 @@ OpFunction scatter_nd(const NodeView& node) {
   };
 }
 
+// The inputs of mpigrad.GatherMulScatter, in the order fuse_message_passing writes them.
+enum MessageInput {
+  kData,
+  kX,
+  kSource,
+  kWeight,
+  kColumn,
+  kIndex,
+  kSliceStarts,
+  kWeightIndex = kSliceStarts + 4  // row of the weight for each edge, where pairs share one
+};
+
+bool is_index_dtype(const Tensor& t) {
+  return t.dtype() == core::kInt64 || t.dtype() == core::kInt32;
+}
+
+// Whether Slice(starts, ends, axes, steps) of a tensor of `shape` keeps all of it.
+bool slice_keeps_all(const std::vector<Tensor>& in, const core::Shape& shape) {
+  const int64_t rank = int64_t(shape.size());
+  const std::vector<int64_t> starts = host_ints(in[kSliceStarts]);
+  const std::vector<int64_t> ends = host_ints(in.at(kSliceStarts + 1));
+  std::vector<int64_t> axes, steps;
+  if (in.size() > kSliceStarts + 2 && in[kSliceStarts + 2].defined())
+    axes = host_ints(in[kSliceStarts + 2]);
+  if (in.size() > kSliceStarts + 3 && in[kSliceStarts + 3].defined())
+    steps = host_ints(in[kSliceStarts + 3]);
+  if (axes.empty())
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(int64_t(i));
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+    return false;
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const int64_t axis = axes[i] < 0 ? axes[i] + rank : axes[i];
+    if (axis < 0 || axis >= rank || steps[i] != 1) return false;
+    const int64_t length = shape[int(axis)];
+    const int64_t start = starts[i] < 0 ? starts[i] + length : starts[i];
+    const int64_t end = ends[i] < 0 ? ends[i] + length : ends[i];
+    if (start > 0 || end < length) return false;
+  }
+  return true;
+}
+
+// The chain as core::gather_mul_scatter, or nothing when the shapes do not fit it. The scatter
+// index is known to be Expand(column) (or the column itself): with the column [E, 1, ..., 1] and
+// the index shaped like the gathered rows [E, F...], row e of the index holds column[e]
+// throughout, which makes the scatter an index_add over rows to the targets column[:, 0...].
+std::optional<Tensor> fused_message(const std::vector<Tensor>& in, bool src_tuple, bool zero_base) {
+  const Tensor& data = in[kData];
+  const Tensor& x = in[kX];
+  const Tensor& weight = in[kWeight];
+  Tensor source = in[kSource];
+  const core::DType dtype = x.dtype();
+  if ((dtype != core::kFloat32 && dtype != core::kFloat64) || weight.dtype() != dtype ||
+      data.dtype() != dtype || x.dim() < 1 || !is_index_dtype(source) ||
+      !is_index_dtype(in[kColumn]))
+    return std::nullopt;
+  if (src_tuple) {
+    if (source.dim() != 2 || source.shape()[1] != 1) return std::nullopt;
+    source = source.reshape({source.shape()[0]});
+  }
+  if (source.dim() != 1) return std::nullopt;
+  core::Shape rows = x.shape();
+  rows[0] = source.numel();
+  Tensor weight_index;
+  if (in.size() > kWeightIndex && in[kWeightIndex].defined()) {
+    weight_index = in[kWeightIndex];
+    if (!is_index_dtype(weight_index) || weight_index.dim() != 1 ||
+        weight_index.numel() != rows[0] || weight.dim() != x.dim())
+      return std::nullopt;
+    for (int d = 1; d < rows.size(); ++d)
+      if (weight.shape()[d] != rows[d]) return std::nullopt;
+    weight_index = on_device_of(weight_index, x).to(core::kInt64);
+  } else if (weight.shape() != rows) {
+    return std::nullopt;
+  }
+  if (in[kIndex].shape() != rows || data.dim() != x.dim()) return std::nullopt;
+  const core::Shape& column = in[kColumn].shape();
+  if (column.size() != rows.size() || column[0] != rows[0]) return std::nullopt;
+  for (int d = 1; d < rows.size(); ++d)
+    if (column[d] != 1 || data.shape()[d] != rows[d]) return std::nullopt;
+  if (in.size() > kSliceStarts && in[kSliceStarts].defined() && !slice_keeps_all(in, rows))
+    return std::nullopt;
+  const int64_t targets = data.shape()[0];
+  const Tensor from_in = on_device_of(source, x).to(core::kInt64);
+  const Tensor to_in = on_device_of(in[kColumn], x).to(core::kInt64).reshape({rows[0]});
+  const Tensor from = wrapped(from_in, x, core::scalar_like(double(x.shape()[0]), from_in));
+  const Tensor to = wrapped(to_in, x, core::scalar_like(double(targets), to_in));
+  Tensor out = core::gather_mul_scatter(x, from, weight, to, targets, weight_index);
+  if (!zero_base) out = core::add(data, out);
+  return out;
+}
+
+// One node of the replaced chain, compiled as the loader compiles it.
+struct ChainStep {
+  OpFunction run;
+  std::vector<std::string> inputs, outputs;
+};
+
+OpFunction gather_mul_scatter(const NodeView& node) {
+  const onnx::AttributeProto* chain_attribute = nullptr;
+  for (const auto& attribute : node.proto().attribute())
+    if (attribute.name() == "chain" && attribute.type() == onnx::AttributeProto::GRAPH)
+      chain_attribute = &attribute;
+  if (chain_attribute == nullptr || chain_attribute->g().node_size() == 0)
+    node.fail("no chain to fall back on");
+  std::vector<ChainStep> chain;
+  for (const auto& step : chain_attribute->g().node()) {
+    const OpInfo* op = op_table().find(step.op_type());
+    if (op == nullptr || op->is_sequence_op()) node.fail("cannot run " + step.op_type());
+    const NodeView view(step, node.opset(), node.where() + ", from node '" + step.name() + "'");
+    chain.push_back({std::get<OpBuilder>(op->build)(view),
+                     {step.input().begin(), step.input().end()},
+                     {step.output().begin(), step.output().end()}});
+  }
+  const std::vector<std::string> names(node.proto().input().begin(), node.proto().input().end());
+  const bool src_tuple = node.get_int("src_tuple", 0) != 0;
+  const bool zero_base = node.get_int("zero_base", 0) != 0;
+  return [=](const std::vector<Tensor>& in, RunContext& context) {
+    if (auto fused = fused_message(in, src_tuple, zero_base)) return std::vector<Tensor>{*fused};
+    std::map<std::string, Tensor> values;
+    for (size_t i = 0; i < names.size() && i < in.size() && i < kWeightIndex; ++i)
+      if (!names[i].empty()) values[names[i]] = in[i];
+    if (in.size() > kWeightIndex && in[kWeightIndex].defined()) {
+      const Tensor rows = on_device_of(in[kWeightIndex], in[kWeight]).to(core::kInt64);
+      values[names[kWeight]] = core::index_select(in[kWeight], 0, rows.reshape({rows.numel()}));
+    }
+    for (const ChainStep& step : chain) {
+      std::vector<Tensor> args;
+      for (const std::string& name : step.inputs)
+        args.push_back(name.empty() ? Tensor() : values.at(name));
+      std::vector<Tensor> out = step.run(args, context);
+      for (size_t k = 0; k < out.size() && k < step.outputs.size(); ++k)
+        values[step.outputs[k]] = std::move(out[k]);
+    }
+    return std::vector<Tensor>{values.at(chain.back().outputs.at(0))};
+  };
+}
+
+// mpigrad.EdgePairs (onnx_fusion.h): nn::pair_reverse_edges of edge_index and edge_shifts,
+// or every edge its own pair where the shapes are not those of a neighbor list.
+OpFunction edge_pairs(const NodeView&) {
+  return [](const std::vector<Tensor>& in, RunContext&) {
+    core::NoGradGuard no_grad;
+    const Tensor& edge_index = in[0];
+    const Tensor& shifts = in[1];
+    const Tensor& rows = in[2];
+    const int64_t edges = rows.dim() >= 1 ? rows.shape()[0] : 1;
+    bool neighbor_list = rows.dim() >= 2;
+    for (int d = 1; d < rows.dim() && neighbor_list; ++d) neighbor_list = rows.shape()[d] == 1;
+    neighbor_list = neighbor_list && edge_index.dim() == 2 && edge_index.shape()[0] == 2 &&
+                    edge_index.shape()[1] == edges && is_index_dtype(edge_index) &&
+                    shifts.dim() == 2 && shifts.shape()[0] == edges && shifts.shape()[1] == 3 &&
+                    core::is_floating(shifts.dtype());
+    if (!neighbor_list) {
+      const Tensor each =
+          core::arange(edges, core::TensorOptions(core::kInt64).device(rows.device()));
+      return std::vector<Tensor>{each, each};
+    }
+    nn::AtomicGraph graph;
+    graph.edge_index = on_device_of(edge_index, rows).to(core::kInt64);
+    graph.edge_shifts = shifts;
+    const nn::EdgePairs pairs = nn::pair_reverse_edges(graph);
+    return std::vector<Tensor>{pairs.first, pairs.pair};
+  };
+}
+
+// mpigrad.ProductShape (onnx_fusion.h): Shape(rows(x, src) * weight), with Shape's start and
+// end, from the shapes alone.
+OpFunction product_shape(const NodeView& node) {
+  const bool src_tuple = node.get_int("src_tuple", 0) != 0;
+  const int64_t start_attribute = node.get_int("start", 0);
+  const std::optional<int64_t> end_attribute =
+      node.has("end") ? std::optional<int64_t>(node.get_int("end", 0)) : std::nullopt;
+  const std::string where = node.where();
+  return [=](const std::vector<Tensor>& in, RunContext&) {
+    const Tensor& x = in[0];
+    const core::Shape& index = in[1].shape();
+    std::vector<int64_t> rows;
+    int64_t first_kept = 1;  // Gather on axis 0 replaces x's first dim by the index's dims
+    if (src_tuple) {
+      MPIGRAD_CHECK(index.size() >= 1, where, ": GatherND indices need a dim");
+      first_kept = index[index.size() - 1];
+      for (int d = 0; d + 1 < index.size(); ++d) rows.push_back(index[d]);
+    } else {
+      for (int d = 0; d < index.size(); ++d) rows.push_back(index[d]);
+    }
+    for (int64_t d = first_kept; d < x.dim(); ++d) rows.push_back(x.shape()[int(d)]);
+    const core::Shape shape =
+        core::broadcast_shapes(core::Shape(rows), in[2].shape(), "mpigrad.ProductShape");
+    const int64_t rank = int64_t(shape.size());
+    const auto clamp = [&](int64_t v) {
+      return std::clamp<int64_t>(v < 0 ? v + rank : v, 0, rank);
+    };
+    const int64_t start = clamp(start_attribute), end = clamp(end_attribute.value_or(rank));
+    std::vector<int64_t> dims;
+    for (int64_t d = start; d < end; ++d) dims.push_back(shape[int(d)]);
+    return std::vector<Tensor>{int64_vector(dims)};
+  };
+}
+
 }  // namespace
 
 void add_scatter_ops(OpTable& t) {
+  t.add(kProductShapeOp, product_shape).inputs(3, 3);
+  t.add(kEdgePairsOp, edge_pairs).inputs(3, 3);
+  t.add(kGatherMulScatterOp, gather_mul_scatter).inputs(6, 11).settings_from(kColumn);
   t.add("ScatterElements", scatter_elements).inputs(3, 3);
   t.add("ScatterND", scatter_nd).inputs(3, 3);
   t.add("GatherND", gather_nd).inputs(2, 2);
