@@ -274,13 +274,13 @@ class CpuBackend final : public Backend {
     }
     return kernels::cpu::bf16_gemm_path();
   }
-  void softmax_forward(bool log, DType dtype, int64_t rows, int64_t cols, void* out,
-                       const void* in) override {
-    kernels::cpu::softmax_forward(log, dtype, rows, cols, out, in);
+  void softmax_forward(bool log, DType dtype, int64_t rows, int64_t cols, void* out, const void* in,
+                       const kernels::SoftmaxScaleMask& input) override {
+    kernels::cpu::softmax_forward(log, dtype, rows, cols, out, in, input);
   }
   void softmax_backward(bool log, DType dtype, int64_t rows, int64_t cols, void* grad_in,
-                        const void* grad_out, const void* out) override {
-    kernels::cpu::softmax_backward(log, dtype, rows, cols, grad_in, grad_out, out);
+                        const void* grad_out, const void* out, double scale) override {
+    kernels::cpu::softmax_backward(log, dtype, rows, cols, grad_in, grad_out, out, scale);
   }
   int64_t index_select(DType dtype, int64_t outer, int64_t extent, int64_t inner,
                        const int64_t* index, int64_t count, void* out, const void* in) override {

@@ -86,9 +86,9 @@ class Backend {
   // (core/autocast.h autocast_kernels); a backend that would widen says so.
   virtual std::string mixed_precision_kernels(DType operand);
   virtual void softmax_forward(bool log, DType dtype, int64_t rows, int64_t cols, void* out,
-                               const void* in) = 0;
+                               const void* in, const kernels::SoftmaxScaleMask& input) = 0;
   virtual void softmax_backward(bool log, DType dtype, int64_t rows, int64_t cols, void* grad_in,
-                                const void* grad_out, const void* out) = 0;
+                                const void* grad_out, const void* out, double scale) = 0;
   // Index kernels return the position of the first index out of range, or -1.
   virtual int64_t index_select(DType dtype, int64_t outer, int64_t extent, int64_t inner,
                                const int64_t* index, int64_t count, void* out, const void* in) = 0;

@@ -159,15 +159,16 @@ std::string CudaBackend::mixed_precision_kernels(DType operand) {
 }
 
 void CudaBackend::softmax_forward(bool log, DType dtype, int64_t rows, int64_t cols, void* out,
-                                  const void* in) {
+                                  const void* in, const kernels::SoftmaxScaleMask& input) {
   launch(device_,
-         [&] { kernels::cuda::softmax_forward(log, dtype, rows, cols, out, in, stream()); });
+         [&] { kernels::cuda::softmax_forward(log, dtype, rows, cols, out, in, input, stream()); });
 }
 
 void CudaBackend::softmax_backward(bool log, DType dtype, int64_t rows, int64_t cols, void* grad_in,
-                                   const void* grad_out, const void* out) {
+                                   const void* grad_out, const void* out, double scale) {
   launch(device_, [&] {
-    kernels::cuda::softmax_backward(log, dtype, rows, cols, grad_in, grad_out, out, stream());
+    kernels::cuda::softmax_backward(log, dtype, rows, cols, grad_in, grad_out, out, scale,
+                                    stream());
   });
 }
 

@@ -102,10 +102,10 @@ class CudaBackend : public Backend {
   void gemm_mixed(DType operand, const GemmShape& shape, double alpha, const void* a, const void* b,
                   double beta, float* c) override;
   std::string mixed_precision_kernels(DType operand) override;
-  void softmax_forward(bool log, DType dtype, int64_t rows, int64_t cols, void* out,
-                       const void* in) override;
+  void softmax_forward(bool log, DType dtype, int64_t rows, int64_t cols, void* out, const void* in,
+                       const kernels::SoftmaxScaleMask& input) override;
   void softmax_backward(bool log, DType dtype, int64_t rows, int64_t cols, void* grad_in,
-                        const void* grad_out, const void* out) override;
+                        const void* grad_out, const void* out, double scale) override;
   int64_t index_select(DType dtype, int64_t outer, int64_t extent, int64_t inner,
                        const int64_t* index, int64_t count, void* out, const void* in) override;
   int64_t index_add(DType dtype, int64_t outer, int64_t extent, int64_t inner, const int64_t* index,

@@ -4,6 +4,8 @@
 // the primitive is the backend's gemm_mixed.
 #include "mpigrad/core/ops/linalg.h"
 
+#include <vector>
+
 #include "mpigrad/core/autocast.h"
 #include "mpigrad/core/ops/op_support.h"
 #include "mpigrad/core/profiler.h"
@@ -12,11 +14,10 @@ namespace mpigrad::core {
 
 namespace {
 
-// How BLAS sees the last two dims of a [..., rows, cols] tensor, and one stride for the batch.
+// How BLAS sees the last two dims of a [..., rows, cols] tensor.
 struct MatrixLayout {
   bool transposed = false;
   int64_t leading_dim = 0;
-  int64_t batch_stride = 0;
 };
 
 bool describe_matrix(const Tensor& t, MatrixLayout& layout) {
@@ -24,30 +25,54 @@ bool describe_matrix(const Tensor& t, MatrixLayout& layout) {
   int64_t rows = t.shape()[nd - 2], cols = t.shape()[nd - 1];
   int64_t row_stride = t.strides()[nd - 2], col_stride = t.strides()[nd - 1];
   if ((col_stride == 1 || cols == 1) && row_stride >= std::max<int64_t>(1, cols)) {
-    layout = {false, row_stride, 0};
+    layout = {false, row_stride};
   } else if ((row_stride == 1 || rows == 1) && col_stride >= std::max<int64_t>(1, rows)) {
-    layout = {true, col_stride, 0};
+    layout = {true, col_stride};
   } else if (rows == 1 && cols == 1) {
-    layout = {false, 1, 0};
+    layout = {false, 1};
   } else {
     return false;
   }
-  // The batch dims must step through memory with one stride (or all be broadcast).
-  int64_t expected = -1;
-  for (int d = nd - 3; d >= 0; --d) {
-    int64_t extent = t.shape()[d];
-    if (extent == 1) continue;
-    int64_t stride = t.strides()[d];
-    if (expected < 0) {
-      layout.batch_stride = stride;
-      expected = stride * extent;
-    } else if (layout.batch_stride == 0 ? stride != 0 : stride != expected) {
-      return false;
-    } else {
-      expected = stride * extent;
-    }
-  }
   return true;
+}
+
+// The batch dims of a product [..., m, k] x [..., k, n] -> [..., m, n] (shared by a, b and the
+// contiguous result), grouped into runs that each operand steps through with one stride. BLAS
+// walks one run per call (GemmShape's batch strides); the runs outside it are a loop of calls.
+// Why: attention's Q, K and V are [B, H, T, D] views permuted from [B, T, H*D], whose B and H
+// dims step with two strides (T*H*D and D); one strided call per sequence reads them where they
+// lie instead of copying each head out first.
+struct BatchRun {
+  int64_t extent = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+};
+
+// Runs innermost first; dims of extent 1 are left out, and an empty list is one product.
+std::vector<BatchRun> batch_runs(const Tensor& a, const Tensor& b, int64_t m, int64_t n) {
+  std::vector<BatchRun> runs;
+  int64_t stride_c = m * n;
+  for (int d = a.dim() - 3; d >= 0; --d) {
+    const int64_t extent = a.shape()[d];
+    if (extent == 1) continue;
+    const int64_t stride_a = a.strides()[d], stride_b = b.strides()[d];
+    if (!runs.empty()) {
+      BatchRun& run = runs.back();
+      if (stride_a == run.stride_a * run.extent && stride_b == run.stride_b * run.extent) {
+        run.extent *= extent;  // the result is contiguous, so its stride always continues
+        stride_c *= extent;
+        continue;
+      }
+    }
+    runs.push_back({extent, stride_a, stride_b, stride_c});
+    stride_c *= extent;
+  }
+  return runs;
+}
+
+// One operand's batch dims as one run (each stride the extent times the next), or broadcast.
+bool single_run(const Tensor& t) {
+  const std::vector<BatchRun> runs = batch_runs(t, t, 1, 1);
+  return runs.size() <= 1;
 }
 
 Tensor batched_matmul(const Tensor& a, const Tensor& b);
@@ -57,7 +82,7 @@ Tensor batched_matmul(const Tensor& a, const Tensor& b);
 bool column_major(const Tensor& t) {
   MatrixLayout layout;
   return t.shape()[t.dim() - 2] > 1 && t.shape()[t.dim() - 1] > 1 && describe_matrix(t, layout) &&
-         layout.transposed;
+         layout.transposed && single_run(t);
 }
 
 // d(A B) = dA B + A dB: grad_A = G B^T, grad_B = A^T G (transposes are views, not copies).
@@ -94,7 +119,10 @@ struct BatchedMatmulBackward final : Node {
 };
 
 // [..., m, k] x [..., k, n] -> [..., m, n] with identical batch dims, without autograd. With
-// `mixed`, a and b are 16-bit and the product (fp32 sums) is float32.
+// `mixed`, a and b are 16-bit and the product (fp32 sums) is float32. Batch dims that no single
+// stride walks become a loop of strided batched calls when each call still has at least as many
+// products as the loop has calls (attention's heads, per sequence); otherwise the operand is
+// copied dense first, so that one call spreads the whole batch over the threads.
 Tensor product(const Tensor& a_in, const Tensor& b_in, bool mixed) {
   int nd = a_in.dim();
   int64_t m = a_in.shape()[nd - 2], k = a_in.shape()[nd - 1], n = b_in.shape()[nd - 1];
@@ -106,6 +134,16 @@ Tensor product(const Tensor& a_in, const Tensor& b_in, bool mixed) {
   Tensor a = a_in, b = b_in;
   if (!describe_matrix(a, la)) describe_matrix(a = a_in.detach().contiguous(), la);
   if (!describe_matrix(b, lb)) describe_matrix(b = b_in.detach().contiguous(), lb);
+  std::vector<BatchRun> runs = batch_runs(a, b, m, n);
+  if (runs.size() > 1) {
+    int64_t calls = 1;
+    for (size_t r = 1; r < runs.size(); ++r) calls *= runs[r].extent;
+    if (calls > runs[0].extent) {
+      if (!single_run(a)) describe_matrix(a = a.detach().contiguous(), la);
+      if (!single_run(b)) describe_matrix(b = b.detach().contiguous(), lb);
+      runs = batch_runs(a, b, m, n);
+    }
+  }
   if (out.numel() > 0 && k == 0) {
     backend.fill(out.dtype(), out.numel(), out.data_ptr(), 0.0);
   } else if (out.numel() > 0) {
@@ -118,14 +156,36 @@ Tensor product(const Tensor& a_in, const Tensor& b_in, bool mixed) {
     shape.lda = la.leading_dim;
     shape.ldb = lb.leading_dim;
     shape.ldc = std::max<int64_t>(1, n);
-    shape.batch = out.numel() / (m * n);
-    shape.batch_stride_a = la.batch_stride;
-    shape.batch_stride_b = lb.batch_stride;
-    shape.batch_stride_c = m * n;
-    if (mixed) {
-      backend.gemm_mixed(a.dtype(), shape, 1.0, a.data_ptr(), b.data_ptr(), 0.0, out.data<float>());
-    } else {
-      backend.gemm(a.dtype(), shape, 1.0, a.data_ptr(), b.data_ptr(), 0.0, out.data_ptr());
+    if (!runs.empty()) {
+      shape.batch = runs[0].extent;
+      shape.batch_stride_a = runs[0].stride_a;
+      shape.batch_stride_b = runs[0].stride_b;
+      shape.batch_stride_c = runs[0].stride_c;
+    }
+    const int64_t a_size = element_size(a.dtype()), c_size = element_size(out.dtype());
+    const auto* a_base = static_cast<const char*>(a.data_ptr());
+    const auto* b_base = static_cast<const char*>(b.data_ptr());
+    auto* c_base = static_cast<char*>(out.data_ptr());
+    // An odometer over the outer runs (runs[1..]), each step one strided batched call.
+    std::vector<int64_t> index(runs.size(), 0);
+    for (;;) {
+      int64_t offset_a = 0, offset_b = 0, offset_c = 0;
+      for (size_t r = 1; r < runs.size(); ++r) {
+        offset_a += index[r] * runs[r].stride_a;
+        offset_b += index[r] * runs[r].stride_b;
+        offset_c += index[r] * runs[r].stride_c;
+      }
+      const void* a_ptr = a_base + offset_a * a_size;
+      const void* b_ptr = b_base + offset_b * a_size;
+      void* c_ptr = c_base + offset_c * c_size;
+      if (mixed) {
+        backend.gemm_mixed(a.dtype(), shape, 1.0, a_ptr, b_ptr, 0.0, static_cast<float*>(c_ptr));
+      } else {
+        backend.gemm(a.dtype(), shape, 1.0, a_ptr, b_ptr, 0.0, c_ptr);
+      }
+      size_t r = 1;
+      while (r < runs.size() && ++index[r] == runs[r].extent) index[r++] = 0;
+      if (r >= runs.size()) break;
     }
   }
   return out;

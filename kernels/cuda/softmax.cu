@@ -8,7 +8,9 @@
 // registers, so the row is read once; a block reads its (long) row a second time, which mostly
 // hits L1/L2, so a row costs close to one read and one write of DRAM either way.
 // Precision: Float64 accumulates in double; Float32, Float16 and BFloat16 in float, as on the CPU.
-// out may alias in: every element is read before it is written, by the same thread.
+// out may alias in: every element is read before it is written, by the same thread. Forward may
+// read scale * in + mask (kernels/softmax.h, SoftmaxScaleMask), and backward then multiplies by
+// the scale.
 #include <type_traits>
 
 #include "mpigrad/kernels/cuda/common.cuh"
@@ -21,12 +23,26 @@ namespace {
 using detail::as_stream;
 
 template <bool kWarpPerRow, typename T>
-__global__ void softmax_forward_kernel(bool log, int64_t rows, int64_t cols, T* out, const T* in) {
+__global__ void softmax_forward_kernel(bool log, int64_t rows, int64_t cols, T* out, const T* in,
+                                       SoftmaxScaleMask input) {
   using Acc = acc_t<T>;
   const detail::RowGroup group = detail::row_group<kWarpPerRow>(blockIdx.x);
   const bool valid = group.row < rows;
   const T* x = in + (valid ? group.row : 0) * cols;
   T* y = out + (valid ? group.row : 0) * cols;
+  // scale * x + mask, rounded to T after each op as the separate mul and add round.
+  const T* mask = nullptr;
+  if (input.mask != nullptr) {
+    const int64_t row = valid ? group.row : 0, inner = input.mask_inner;
+    mask = static_cast<const T*>(input.mask) +
+           (row / (inner * input.mask_repeat) * inner + row % inner) * cols;
+  }
+  const Acc scale = Acc(T(Acc(input.scale)));
+  const bool scaled = input.scale != 1.0;
+  auto load = [&](int64_t j) -> Acc {
+    Acc v = scaled ? Acc(T(Acc(x[j]) * scale)) : Acc(x[j]);
+    return mask != nullptr ? Acc(T(v + Acc(mask[j]))) : v;
+  };
 
   detail::MaxSum<Acc> ms = detail::online_init<Acc>();
   if constexpr (kWarpPerRow) {
@@ -37,7 +53,7 @@ __global__ void softmax_forward_kernel(bool log, int64_t rows, int64_t cols, T* 
 #pragma unroll
     for (int k = 0; k < kPerThread; ++k) {
       const int64_t j = group.lane + 32 * k;
-      cache[k] = valid && j < cols ? Acc(x[j]) : Acc(0);
+      cache[k] = valid && j < cols ? load(j) : Acc(0);
     }
 #pragma unroll
     for (int k = 0; k < kPerThread; ++k) {
@@ -57,24 +73,24 @@ __global__ void softmax_forward_kernel(bool log, int64_t rows, int64_t cols, T* 
     return;
   }
   if (valid) {
-    for (int64_t j = group.lane; j < cols; j += group.threads) detail::online_add(ms, Acc(x[j]));
+    for (int64_t j = group.lane; j < cols; j += group.threads) detail::online_add(ms, load(j));
   }
   ms = detail::group_merge<kWarpPerRow>(ms);
   if (!valid) return;
   if (log) {
     const Acc shift = ms.max + detail::m_log(ms.sum);
-    for (int64_t j = group.lane; j < cols; j += group.threads) y[j] = T(Acc(x[j]) - shift);
+    for (int64_t j = group.lane; j < cols; j += group.threads) y[j] = T(load(j) - shift);
   } else {
     const Acc inverse = Acc(1) / ms.sum;
     for (int64_t j = group.lane; j < cols; j += group.threads) {
-      y[j] = T(detail::m_exp(Acc(x[j]) - ms.max) * inverse);
+      y[j] = T(detail::m_exp(load(j) - ms.max) * inverse);
     }
   }
 }
 
 template <bool kWarpPerRow, typename T>
 __global__ void softmax_backward_kernel(bool log, int64_t rows, int64_t cols, T* grad_in,
-                                        const T* grad_out, const T* out) {
+                                        const T* grad_out, const T* out, double scale) {
   using Acc = acc_t<T>;
   const detail::RowGroup group = detail::row_group<kWarpPerRow>(blockIdx.x);
   const bool valid = group.row < rows;
@@ -91,9 +107,11 @@ __global__ void softmax_backward_kernel(bool log, int64_t rows, int64_t cols, T*
   }
   total = detail::group_sum<kWarpPerRow>(total);
   if (!valid) return;
+  const Acc factor = Acc(T(Acc(scale)));
   for (int64_t j = group.lane; j < cols; j += group.threads) {
-    gi[j] =
+    const T value =
         log ? T(Acc(g[j]) - detail::m_exp(Acc(y[j])) * total) : T(Acc(y[j]) * (Acc(g[j]) - total));
+    gi[j] = scale != 1.0 ? T(Acc(value) * factor) : value;  // the scale's mul, after rounding
   }
 }
 
@@ -120,7 +138,7 @@ void dispatch_float(DType dtype, Launch launch) {
 }  // namespace
 
 void softmax_forward(bool log, DType dtype, int64_t rows, int64_t cols, void* out, const void* in,
-                     void* stream) {
+                     const SoftmaxScaleMask& input, void* stream) {
   if (!check("softmax_forward", dtype, rows, cols)) return;
   cudaStream_t s = as_stream(stream);
   dispatch_float(dtype, [&](auto tag) {
@@ -128,17 +146,17 @@ void softmax_forward(bool log, DType dtype, int64_t rows, int64_t cols, void* ou
     if (cols <= detail::kWarpRowMax) {
       const unsigned grid = unsigned(detail::row_blocks(true, rows));
       softmax_forward_kernel<true, T><<<grid, 32 * detail::kRowsPerBlock, 0, s>>>(
-          log, rows, cols, static_cast<T*>(out), static_cast<const T*>(in));
+          log, rows, cols, static_cast<T*>(out), static_cast<const T*>(in), input);
     } else {
       softmax_forward_kernel<false, T><<<unsigned(rows), detail::kRowThreads, 0, s>>>(
-          log, rows, cols, static_cast<T*>(out), static_cast<const T*>(in));
+          log, rows, cols, static_cast<T*>(out), static_cast<const T*>(in), input);
     }
   });
   detail::check_launch("softmax_forward", stream);
 }
 
 void softmax_backward(bool log, DType dtype, int64_t rows, int64_t cols, void* grad_in,
-                      const void* grad_out, const void* out, void* stream) {
+                      const void* grad_out, const void* out, double scale, void* stream) {
   if (!check("softmax_backward", dtype, rows, cols)) return;
   cudaStream_t s = as_stream(stream);
   dispatch_float(dtype, [&](auto tag) {
@@ -147,11 +165,11 @@ void softmax_backward(bool log, DType dtype, int64_t rows, int64_t cols, void* g
       const unsigned grid = unsigned(detail::row_blocks(true, rows));
       softmax_backward_kernel<true, T><<<grid, 32 * detail::kRowsPerBlock, 0, s>>>(
           log, rows, cols, static_cast<T*>(grad_in), static_cast<const T*>(grad_out),
-          static_cast<const T*>(out));
+          static_cast<const T*>(out), scale);
     } else {
       softmax_backward_kernel<false, T><<<unsigned(rows), detail::kRowThreads, 0, s>>>(
           log, rows, cols, static_cast<T*>(grad_in), static_cast<const T*>(grad_out),
-          static_cast<const T*>(out));
+          static_cast<const T*>(out), scale);
     }
   });
   detail::check_launch("softmax_backward", stream);

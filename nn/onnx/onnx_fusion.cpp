@@ -1,6 +1,6 @@
-// The GELU rewrite of onnx_fusion.h: a matcher over value names (who produces a value, how
-// many nodes read it, which values are one-element constants), then an in-place edit of the
-// node list that keeps the file's topological order.
+// The GELU and attention-softmax rewrites of onnx_fusion.h: a matcher over value names (who
+// produces a value, how many nodes read it, which values are one-element constants), then an
+// in-place edit of the node list that keeps the file's topological order.
 #include "mpigrad/nn/onnx/onnx_fusion.h"
 
 #include <cmath>
@@ -201,7 +201,112 @@ class GeluMatcher {
   const GraphIndex& index_;
 };
 
+// Deletes the nodes at `removed`, keeping the others in their order.
+void remove_nodes(onnx::GraphProto& graph, const std::set<int>& removed) {
+  int kept = 0;
+  for (int n = 0; n < graph.node_size(); ++n) {
+    if (removed.count(n)) continue;
+    if (kept != n) graph.mutable_node()->SwapElements(kept, n);
+    ++kept;
+  }
+  graph.mutable_node()->DeleteSubrange(kept, graph.node_size() - kept);
+}
+
+// One attention softmax found: its scores x, scale and mask ("" for none), the Softmax node and
+// the nodes it absorbs.
+struct SoftmaxMatch {
+  std::string x, mask;
+  double scale = 1.0;
+  int softmax = -1;
+  std::vector<int> absorbed;
+};
+
+// `value` = Mul(x, c) or Mul(c, x), or Div(x, c) with 1/c exact, read once; c a float constant.
+std::optional<SoftmaxMatch> scaled_scores(const GraphIndex& index, const std::string& value) {
+  if (!index.read_once(value)) return std::nullopt;
+  // A float attribute must hold c exactly, for the fused op to round as the Mul did.
+  auto exact = [](std::optional<double> c) { return c && double(float(*c)) == *c && *c != 0; };
+  SoftmaxMatch found;
+  if (const auto* mul = index.produced_by(value, "Mul"); mul != nullptr && mul->input_size() == 2) {
+    for (int side = 0; side < 2; ++side) {
+      const auto c = index.scalar(mul->input(side));
+      if (!exact(c)) continue;
+      found.x = mul->input(1 - side);
+      found.scale = *c;
+      found.absorbed.push_back(index.index_of(*mul));
+      return found;
+    }
+  }
+  if (const auto* div = index.produced_by(value, "Div"); div != nullptr && div->input_size() == 2) {
+    const auto c = index.scalar(div->input(1));
+    int exponent = 0;
+    if (exact(c) && std::abs(std::frexp(*c, &exponent)) == 0.5) {  // a power of two
+      found.x = div->input(0);
+      found.scale = 1.0 / *c;
+      found.absorbed.push_back(index.index_of(*div));
+      return found;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<SoftmaxMatch> match_attention_softmax(const GraphIndex& index,
+                                                    const onnx::NodeProto& softmax) {
+  if (softmax.op_type() != "Softmax" || !softmax.domain().empty() || softmax.input_size() != 1)
+    return std::nullopt;
+  // The last axis, said explicitly: before opset 13 the default axis is 1.
+  bool last_axis = false;
+  for (const auto& attribute : softmax.attribute()) {
+    if (attribute.name() == "axis") last_axis = attribute.i() == -1;
+  }
+  if (!last_axis) return std::nullopt;
+  const std::string& scores = softmax.input(0);
+  std::optional<SoftmaxMatch> found;
+  if (const auto* add = index.produced_by(scores, "Add")) {
+    if (!index.read_once(scores) || add->input_size() != 2) return std::nullopt;
+    for (int side = 0; side < 2 && !found; ++side) {
+      found = scaled_scores(index, add->input(side));
+      if (found) {
+        found->mask = add->input(1 - side);
+        found->absorbed.push_back(index.index_of(*add));
+      }
+    }
+  } else {
+    found = scaled_scores(index, scores);
+  }
+  if (found) found->softmax = index.index_of(softmax);
+  return found;
+}
+
 }  // namespace
+
+int fuse_attention_softmax(onnx::GraphProto& graph) {
+  std::vector<SoftmaxMatch> matches;
+  {
+    const GraphIndex index(graph);
+    for (const auto& node : graph.node()) {
+      if (auto found = match_attention_softmax(index, node)) matches.push_back(std::move(*found));
+    }
+  }
+  // The Softmax node becomes the fused one, keeping its name, output and place: x and the mask
+  // are computed before the Mul and Add that read them, which come before the Softmax.
+  std::set<int> removed;
+  for (const auto& match : matches) {
+    onnx::NodeProto& node = *graph.mutable_node(match.softmax);
+    node.set_op_type(kSoftmaxScaleMaskOp);
+    node.clear_input();
+    node.add_input(match.x);
+    if (!match.mask.empty()) node.add_input(match.mask);
+    node.clear_attribute();
+    auto* scale = node.add_attribute();
+    scale->set_name("scale");
+    scale->set_type(onnx::AttributeProto::FLOAT);
+    scale->set_f(float(match.scale));
+    removed.insert(match.absorbed.begin(), match.absorbed.end());
+  }
+  if (!matches.empty()) remove_nodes(graph, removed);
+  return int(matches.size());
+}
 
 int fuse_gelu(onnx::GraphProto& graph) {
   std::vector<GeluMatch> matches;
@@ -236,13 +341,7 @@ int fuse_gelu(onnx::GraphProto& graph) {
     approximate->set_s(match.tanh ? "tanh" : "none");
     removed.insert(match.nodes.begin(), match.nodes.end() - 1);
   }
-  int kept = 0;
-  for (int n = 0; n < graph.node_size(); ++n) {
-    if (removed.count(n)) continue;
-    if (kept != n) graph.mutable_node()->SwapElements(kept, n);
-    ++kept;
-  }
-  graph.mutable_node()->DeleteSubrange(kept, graph.node_size() - kept);
+  remove_nodes(graph, removed);
   return int(matches.size());
 }
 

@@ -66,4 +66,19 @@ inline constexpr char kProductShapeOp[] = "mpigrad.ProductShape";
 // How many message-passing chains were rewritten into mpigrad.GatherMulScatter nodes.
 int fuse_message_passing(onnx::GraphProto& graph);
 
+// The op type of the fused attention softmax: softmax(scale * x + mask) along the last axis,
+// inputs x and an optional mask, a float attribute "scale". An mpigrad op (a dotted name no ONNX
+// op has).
+inline constexpr char kSoftmaxScaleMaskOp[] = "mpigrad.SoftmaxScaleMask";
+
+// Attention's scores normalized as exporters write them, Softmax(axis -1) of
+//   Add(Mul(x, c), mask)  (GPT-2: the scale, then the additive causal mask)
+//   Mul(x, c)             (BERT without a mask)
+// with c a one-element Constant on either side of the Mul, or Div(x, c) with c a power of two
+// (1/c is then exact), the mask on either side of the Add: rewritten into one
+// kSoftmaxScaleMaskOp node running core::softmax_scale_mask (one pass each way instead of three,
+// and the same rounding). Only when nothing else reads the scaled or masked scores. How many
+// were rewritten.
+int fuse_attention_softmax(onnx::GraphProto& graph);
+
 }  // namespace mpigrad::nn::onnx_ops

@@ -192,6 +192,7 @@ class OnnxModel::Graph::Builder {
 
 void OnnxModel::Graph::build(OnnxModel& model, onnx::ModelProto& proto, const std::string& file) {
   onnx_ops::fuse_gelu(*proto.mutable_graph());
+  onnx_ops::fuse_attention_softmax(*proto.mutable_graph());
   onnx_ops::fuse_message_passing(*proto.mutable_graph());
   Builder builder(model, proto, file);
   builder.check_ops_supported();

@@ -9,6 +9,7 @@
 #include "mpigrad/core/ops/linalg.h"
 #include "mpigrad/core/ops/reduce.h"
 #include "mpigrad/core/ops/softmax.h"
+#include "mpigrad/nn/onnx/onnx_fusion.h"
 #include "mpigrad/nn/onnx/onnx_op_table.h"
 
 namespace mpigrad::nn::onnx_ops {
@@ -203,6 +204,16 @@ OpFunction gemm(const NodeView& node) {
       y = y + (beta == 1.0 ? c : c * beta);
     }
     return std::vector<Tensor>{y};
+  };
+}
+
+// softmax(scale * x + mask) along the last axis: attention's Mul (or Div), Add and Softmax as the
+// importer's fusion writes them (onnx_fusion.h, fuse_attention_softmax); not an ONNX op.
+OpFunction softmax_scale_mask_op(const NodeView& node) {
+  const double scale = node.get_float("scale", 1.0);
+  return [scale](const std::vector<Tensor>& in, RunContext&) {
+    const Tensor mask = in.size() > 1 && in[1].defined() ? on_device_of(in[1], in[0]) : Tensor();
+    return std::vector<Tensor>{core::softmax_scale_mask(in[0], scale, mask)};
   };
 }
 
@@ -487,6 +498,7 @@ void add_math_ops(OpTable& t) {
   t.add("ArgMin", arg_extremum(false));
   t.add("Softmax", softmax(false));
   t.add("LogSoftmax", softmax(true));
+  t.add(kSoftmaxScaleMaskOp, softmax_scale_mask_op).inputs(1, 2);  // x, mask
 }
 
 }  // namespace mpigrad::nn::onnx_ops

@@ -1,7 +1,8 @@
 // The GELU rewrite of nn/onnx/onnx_fusion.h: the chains the legacy exporter writes (GPT-2's tanh
 // form with its Constant nodes, BERT's erf form) load as one Gelu node each, and the model gives
 // the decomposed formula's values, gradients and second derivatives; a chain whose intermediate
-// value is read elsewhere, or whose constants differ, is left alone and still right.
+// value is read elsewhere, or whose constants differ, is left alone and still right. Likewise
+// attention's scaled, masked softmax (Mul or Div, Add, Softmax) as one node.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/reduce.h"
+#include "mpigrad/core/ops/softmax.h"
 #include "mpigrad/nn/onnx/onnx_model.h"
 #include "onnx_graph.h"
 
@@ -140,5 +142,132 @@ TEST_CASE("ONNX GELU fusion: chains that are not exactly GELU stay as they are")
     const auto expected = (x * 0.5 * (core::tanh(u) + 1.0)).to_vector<double>();
     const auto values = model->forward(x).to_vector<double>();
     for (size_t i = 0; i < values.size(); ++i) CHECK(values[i] == doctest::Approx(expected[i]));
+  }
+}
+
+// ---- attention's scaled, masked softmax -------------------------------------------------------
+
+namespace {
+
+constexpr int64_t kTokens = 5;
+
+// A Constant node holding a [T, T] causal mask: 0 on and below the diagonal, -1e4 above.
+std::string causal_mask(OnnxGraph& g, const std::string& name) {
+  std::vector<double> values(size_t(kTokens * kTokens));
+  for (int64_t i = 0; i < kTokens; ++i) {
+    for (int64_t j = 0; j < kTokens; ++j) values[size_t(i * kTokens + j)] = j > i ? -1e4 : 0.0;
+  }
+  auto& node = g.node("Constant", {}, {name});
+  auto* attribute = node.add_attribute();
+  attribute->set_name("value");
+  attribute->set_type(onnx::AttributeProto::TENSOR);
+  nn::tensor_to_proto(core::Tensor::from_vector(values, {kTokens, kTokens}),
+                      *attribute->mutable_t());
+  return name;
+}
+
+enum class Scaling { Mul, MulConstantFirst, DivByEight, DivByThree };
+
+// Softmax(axis -1) of Add(Mul(x, 0.125), mask), as GPT-2's exporter writes it, or of the scaled
+// scores alone (BERT); the scale as a Mul either way round or a Div.
+OnnxGraph attention_softmax_graph(Scaling scaling, bool masked, bool scaled_also_output = false) {
+  OnnxGraph g(17);
+  g.input("x", {-1, 2, kTokens, kTokens}).output("y");
+  switch (scaling) {
+    case Scaling::Mul:
+      g.node("Mul", {"x", constant(g, "c", 0.125)}, {"s"});
+      break;
+    case Scaling::MulConstantFirst:
+      g.node("Mul", {constant(g, "c", 0.125), "x"}, {"s"});
+      break;
+    case Scaling::DivByEight:
+      g.node("Div", {"x", constant(g, "c", 8.0)}, {"s"});
+      break;
+    case Scaling::DivByThree:
+      g.node("Div", {"x", constant(g, "c", 3.0)}, {"s"});
+      break;
+  }
+  std::string scores = "s";
+  if (masked) {
+    g.node("Add", {"s", causal_mask(g, "mask")}, {"m"});
+    scores = "m";
+  }
+  auto& softmax = g.node("Softmax", {scores}, {"y"});
+  auto* axis = softmax.add_attribute();
+  axis->set_name("axis");
+  axis->set_type(onnx::AttributeProto::INT);
+  axis->set_i(-1);
+  if (scaled_also_output) g.output("s");
+  return g;
+}
+
+core::Tensor attention_reference(const core::Tensor& x, double scale, bool masked) {
+  core::Tensor s = x * scale;
+  if (masked) {
+    std::vector<double> values(size_t(kTokens * kTokens));
+    for (int64_t i = 0; i < kTokens; ++i) {
+      for (int64_t j = 0; j < kTokens; ++j) values[size_t(i * kTokens + j)] = j > i ? -1e4 : 0.0;
+    }
+    s = s + core::Tensor::from_vector(values, {kTokens, kTokens});
+  }
+  return core::softmax(s, -1);
+}
+
+// Values, first and second derivatives of the model's y against the reference formula's.
+void check_attention(nn::OnnxModel& model, double scale, bool masked) {
+  std::vector<double> values(size_t(3 * 2 * kTokens * kTokens)), weights(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i] = std::sin(double(i) * 0.7) * 9.0;
+    weights[i] = std::cos(double(i) * 0.3);
+  }
+  const core::Shape shape{3, 2, kTokens, kTokens};
+  const core::Tensor w = core::Tensor::from_vector(weights, shape);
+  core::Tensor x = core::Tensor::from_vector(values, shape).set_requires_grad(true);
+  core::Tensor x_ref = core::Tensor::from_vector(values, shape).set_requires_grad(true);
+  const core::Tensor y = model.forward(x), y_ref = attention_reference(x_ref, scale, masked);
+  const auto got = y.to_vector<double>(), expected = y_ref.to_vector<double>();
+  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(expected[i]));
+  core::GradOptions options;
+  options.create_graph = true;
+  const core::Tensor g = core::grad({core::sum(y * w)}, {x}, {}, options)[0];
+  const core::Tensor g_ref = core::grad({core::sum(y_ref * w)}, {x_ref}, {}, options)[0];
+  const auto grads = g.to_vector<double>(), expected_grads = g_ref.to_vector<double>();
+  for (size_t i = 0; i < grads.size(); ++i) CHECK(grads[i] == doctest::Approx(expected_grads[i]));
+  const auto second = core::grad({core::sum(g * g)}, {x})[0].to_vector<double>();
+  const auto second_ref = core::grad({core::sum(g_ref * g_ref)}, {x_ref})[0].to_vector<double>();
+  for (size_t i = 0; i < second.size(); ++i) {
+    CHECK(second[i] == doctest::Approx(second_ref[i]).epsilon(1e-9).scale(1.0));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("ONNX attention softmax fusion: GPT-2's Mul, Add and Softmax are one node") {
+  for (const Scaling scaling : {Scaling::Mul, Scaling::MulConstantFirst, Scaling::DivByEight}) {
+    INFO("scaling ", int(scaling));
+    auto model = nn::OnnxModel::load(attention_softmax_graph(scaling, true).write(scratch("gpt2")));
+    CHECK(compute_nodes(*model) == 1);  // Mul (or Div), Add and Softmax before
+    check_attention(*model, 0.125, true);
+  }
+}
+
+TEST_CASE("ONNX attention softmax fusion: BERT's Mul and Softmax (no mask) are one node") {
+  auto model =
+      nn::OnnxModel::load(attention_softmax_graph(Scaling::Mul, false).write(scratch("bert")));
+  CHECK(compute_nodes(*model) == 1);
+  check_attention(*model, 0.125, false);
+}
+
+TEST_CASE("ONNX attention softmax fusion: chains it cannot fuse exactly stay as they are") {
+  SUBCASE("a Div by a constant whose reciprocal is not exact") {
+    auto model = nn::OnnxModel::load(
+        attention_softmax_graph(Scaling::DivByThree, true).write(scratch("div3")));
+    CHECK(compute_nodes(*model) == 3);
+    check_attention(*model, 1.0 / 3.0, true);
+  }
+  SUBCASE("the scaled scores are also a graph output") {
+    auto model = nn::OnnxModel::load(
+        attention_softmax_graph(Scaling::Mul, true, true).write(scratch("read")));
+    CHECK(compute_nodes(*model) == 3);
   }
 }
