@@ -261,14 +261,17 @@ void count_dependencies(const std::vector<Node*>& roots, uint64_t task, std::vec
 // grad(): a node is needed when a tensor asked for lies at or below it; only those run, and only
 // they receive gradients. Every parent of a needed node is needed too, so the pending counts of
 // the needed ones stay right. Children are older than their parents (a node's inputs were
-// computed first), so one pass in creation order settles each node after its children.
+// computed first), so one pass in creation order settles each node after its children; but a
+// leaf's accumulator, which has no children, sorts last (AccumulateGrad): each node's own mark,
+// set first, is already final for those.
 void mark_needed(std::vector<Node*>& reachable, const std::vector<Node*>& asked_for) {
+  for (Node* node : reachable) {
+    node->needed = std::find(asked_for.begin(), asked_for.end(), node) != asked_for.end();
+  }
   std::sort(reachable.begin(), reachable.end(),
             [](const Node* a, const Node* b) { return a->sequence_nr < b->sequence_nr; });
   for (Node* node : reachable) {
-    bool needed = std::find(asked_for.begin(), asked_for.end(), node) != asked_for.end();
-    for (const auto& child : node->next) needed = needed || (child && child->needed);
-    node->needed = needed;
+    for (const auto& child : node->next) node->needed = node->needed || (child && child->needed);
   }
 }
 
@@ -373,6 +376,12 @@ void run_node(BackwardRun& run, Node* node, std::vector<Tensor>& grad_inputs, bo
 }
 
 }  // namespace
+
+bool gradient_needed(const Node& node, size_t index) {
+  if (index >= node.next.size() || !node.next[index]) return false;
+  // The engine's marks are current for the nodes below the one it runs.
+  return running == nullptr || running->node != &node || node.next[index]->needed;
+}
 
 void release_gradient_early(const Node& node, std::vector<Tensor>& grads, size_t index) {
   if (running == nullptr || running->node != &node) return;

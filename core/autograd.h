@@ -163,6 +163,13 @@ void check_inplace(const Tensor& tensor, const char* op);
 // an index already handed over.
 void release_gradient_early(const Node& node, std::vector<Tensor>& grads, size_t index);
 
+// Inside node.apply: whether the gradient of input `index` goes anywhere: its edge is not null
+// and, in a grad() call, leads to a tensor asked for. A node may leave the others undefined
+// instead of computing what would be dropped: grad(energy, positions) then computes no weight's
+// gradient (in backward() every edge that is not null leads somewhere). Where the engine is not
+// running `node` (a test calling apply directly), whether the edge is not null.
+bool gradient_needed(const Node& node, size_t index);
+
 // A result of an op that has `grad_fn` as its history: an alias of `data` (no copy) that requires
 // grad. For nodes that rebuild a saved result, and for tests.
 Tensor with_history(const Tensor& data, std::shared_ptr<Node> grad_fn);
