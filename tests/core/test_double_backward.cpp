@@ -302,3 +302,34 @@ TEST_CASE(
   const std::vector<Tensor> together = grad({e}, {x, w, b});
   check_close(values_of(alone[0]), values_of(together[0]), 1e-15);
 }
+
+// A force pass makes the positions a leaf inside the step function; once that returns, nobody
+// holds them, and the training backward must not compute their gradient.
+TEST_CASE("backward() runs no node whose gradient could reach only leaves nobody holds") {
+  Tensor w = leaf({0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8}, {4, 2});
+  const std::vector<double> x_values = {0.5, -1.0, 2.0, 0.25, 1.5, -0.75};
+  Tensor kept_x;
+  const auto energy = [&](bool keep_x) {
+    Tensor x = leaf(x_values, {3, 2});
+    if (keep_x) kept_x = x;
+    return sum(tanh(matmul(x, w.t())));
+  };
+  const auto run = [&](bool keep_x) {
+    w.set_grad(Tensor());
+    Tensor e = energy(keep_x);
+    CountSpans sink;
+    {
+      ProfileSession session(sink);
+      e.backward();
+    }
+    return std::make_pair(sink.counts, values_of(w.grad()));
+  };
+  const auto [dead_counts, dead_grad] = run(false);
+  const auto [live_counts, live_grad] = run(true);
+  CHECK(dead_counts.at("gemm") == 1);  // the weight's gradient alone
+  CHECK(live_counts.at("gemm") == 2);
+  CHECK(dead_counts.at("AccumulateGrad") == 1);
+  CHECK(live_counts.at("AccumulateGrad") == 2);
+  check_close(dead_grad, live_grad, 1e-15);
+  REQUIRE(kept_x.grad().defined());
+}
