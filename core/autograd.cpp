@@ -223,6 +223,7 @@ struct LaterFirst {
 struct EngineScratch {
   std::vector<Node*> stack;
   std::vector<Node*> reachable;
+  std::vector<Node*> marked;  // the nodes asked for, or the live leaves' accumulators
   std::vector<Node*> ready;
   std::vector<Tensor> grad_inputs;
   std::vector<size_t> early;
@@ -263,15 +264,38 @@ void count_dependencies(const std::vector<Node*>& roots, uint64_t task, std::vec
 // grad(): a node is needed when a tensor asked for lies at or below it; only those run, and only
 // they receive gradients. Every parent of a needed node is needed too, so the pending counts of
 // the needed ones stay right. Children are older than their parents (a node's inputs were
-// computed first), so one pass in creation order settles each node after its children.
-void mark_needed(std::vector<Node*>& reachable, const std::vector<Node*>& asked_for) {
+// computed first), so one pass in creation order settles each node after its children; but a
+// leaf's accumulator, which has no children, sorts last (AccumulateGrad): each node's own mark,
+// set first, is already final for those.
+void mark_needed(std::vector<Node*>& reachable, const std::vector<Node*>& asked_for,
+                 uint64_t task) {
+  for (Node* node : reachable) node->needed = false;
+  for (Node* node : asked_for) node->needed = node->needed || node->graph_task == task;
   std::sort(reachable.begin(), reachable.end(),
             [](const Node* a, const Node* b) { return a->sequence_nr < b->sequence_nr; });
   for (Node* node : reachable) {
-    bool needed = std::find(asked_for.begin(), asked_for.end(), node) != asked_for.end();
-    for (const auto& child : node->next) needed = needed || (child && child->needed);
-    node->needed = needed;
+    for (const auto& child : node->next) node->needed = node->needed || (child && child->needed);
   }
+}
+
+// backward(): a gradient that can flow only into leaves nobody holds any more could be read by
+// nobody, so the nodes that lead to no other leaf need not run: the marks of a grad() that asks
+// for the live leaves. Where every leaf is alive (most backwards) every node stays needed.
+void skip_dead_leaves(std::vector<Node*>& reachable, std::vector<Node*>& live, uint64_t task) {
+  live.clear();
+  bool any_dead = false;
+  for (Node* node : reachable) {
+    // Accumulators alone carry the highest sequence number: the cast is for those only.
+    if (node->sequence_nr != std::numeric_limits<uint64_t>::max()) continue;
+    const auto* accumulator = dynamic_cast<const AccumulateGrad*>(node);
+    if (accumulator == nullptr) continue;
+    if (accumulator->leaf_alive()) {
+      live.push_back(node);
+    } else {
+      any_dead = true;
+    }
+  }
+  if (any_dead) mark_needed(reachable, live, task);
 }
 
 }  // namespace
@@ -376,6 +400,12 @@ void run_node(BackwardRun& run, Node* node, std::vector<Tensor>& grad_inputs, bo
 
 }  // namespace
 
+bool gradient_needed(const Node& node, size_t index) {
+  if (index >= node.next.size() || !node.next[index]) return false;
+  // The engine's marks are current for the nodes below the one it runs.
+  return running == nullptr || running->node != &node || node.next[index]->needed;
+}
+
 void release_gradient_early(const Node& node, std::vector<Tensor>& grads, size_t index) {
   if (running == nullptr || running->node != &node) return;
   BackwardRun& run = *running;
@@ -446,11 +476,14 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
   const uint64_t task = next_graph_task.fetch_add(1, std::memory_order_relaxed);
   EngineScratch scratch = std::move(scratch_cache);
   scratch.reachable.clear();
-  count_dependencies(roots, task, scratch.stack, asked ? &scratch.reachable : nullptr);
+  count_dependencies(roots, task, scratch.stack, &scratch.reachable);
+  std::vector<Node*>& marked = scratch.marked;
+  marked.clear();
   if (asked != nullptr) {
-    std::vector<Node*> asked_nodes;
-    for (const AskedFor& entry : *asked) asked_nodes.push_back(entry.node);
-    mark_needed(scratch.reachable, asked_nodes);
+    for (const AskedFor& entry : *asked) marked.push_back(entry.node);
+    mark_needed(scratch.reachable, marked, task);
+  } else {
+    skip_dead_leaves(scratch.reachable, marked, task);
   }
   // Gradients are differentiated again exactly when create_graph asks for it.
   GradModeScope grad_mode(create_graph);

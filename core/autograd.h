@@ -122,6 +122,8 @@ class AccumulateGrad final : public Node {
   void apply(const Tensor& grad_output, std::vector<Tensor>& grad_inputs) override;
   // Under create_graph, .grad keeps the gradient's history.
   bool differentiable_backward() const override { return true; }
+  // False once nobody holds the leaf: nobody can read its gradient then.
+  bool leaf_alive() const { return !leaf_.expired(); }
 
  private:
   std::weak_ptr<TensorImpl> leaf_;
@@ -163,6 +165,13 @@ void check_inplace(const Tensor& tensor, const char* op);
 // an index already handed over.
 void release_gradient_early(const Node& node, std::vector<Tensor>& grads, size_t index);
 
+// Inside node.apply: whether the gradient of input `index` goes anywhere: its edge is not null
+// and, in a grad() call, leads to a tensor asked for. A node may leave the others undefined
+// instead of computing what would be dropped: grad(energy, positions) then computes no weight's
+// gradient (in backward() every edge that is not null leads somewhere). Where the engine is not
+// running `node` (a test calling apply directly), whether the edge is not null.
+bool gradient_needed(const Node& node, size_t index);
+
 // A result of an op that has `grad_fn` as its history: an alias of `data` (no copy) that requires
 // grad. For nodes that rebuild a saved result, and for tests.
 Tensor with_history(const Tensor& data, std::shared_ptr<Node> grad_fn);
@@ -175,8 +184,11 @@ Tensor stand_in(const Tensor& data, std::shared_ptr<Node> edge);
 
 // ---- Backward ----------------------------------------------------------------------------------
 // Runs backward from `root` with `gradient` (ones for a one-element root if undefined) and adds
-// into the .grad of every leaf it reaches. With create_graph, the gradients (and so .grad) carry
-// a graph of their own and can be differentiated again; the graph is then kept (retain_graph).
+// into the .grad of every leaf it reaches. Nodes whose gradients could reach only leaves that
+// nobody holds any more run not at all (a force pass's positions, made a leaf inside the step
+// function: the training backward computes no gradient of the positions). With create_graph, the
+// gradients (and so .grad) carry a graph of their own and can be differentiated again; the graph is
+// then kept (retain_graph).
 void backward(const Tensor& root, const Tensor& gradient = Tensor(), bool retain_graph = false,
               bool create_graph = false);
 

@@ -81,8 +81,8 @@ struct AddBackward final : Node {
   const char* name() const override { return b_sign > 0 ? "AddBackward" : "SubBackward"; }
   bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
-    if (next[0]) grads[0] = sum_to(grad, a_shape);
-    if (next[1]) grads[1] = sum_to(b_sign > 0 ? grad : neg(grad), b_shape);
+    if (gradient_needed(*this, 0)) grads[0] = sum_to(grad, a_shape);
+    if (gradient_needed(*this, 1)) grads[1] = sum_to(b_sign > 0 ? grad : neg(grad), b_shape);
   }
 };
 
@@ -91,8 +91,8 @@ struct MulBackward final : Node {
   const char* name() const override { return "MulBackward"; }
   bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
-    if (next[0]) grads[0] = sum_to(mul(grad, b.get(*this)), a.get(*this).shape());
-    if (next[1]) grads[1] = sum_to(mul(grad, a.get(*this)), b.get(*this).shape());
+    if (gradient_needed(*this, 0)) grads[0] = sum_to(mul(grad, b.get(*this)), a.get(*this).shape());
+    if (gradient_needed(*this, 1)) grads[1] = sum_to(mul(grad, a.get(*this)), b.get(*this).shape());
   }
   void release_saved() override {
     a.release();
@@ -107,8 +107,8 @@ struct DivBackward final : Node {
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
     const Tensor& denominator = b.get(*this);
     Tensor grad_over_b = div(grad, denominator);
-    if (next[0]) grads[0] = sum_to(grad_over_b, a.get(*this).shape());
-    if (next[1]) {
+    if (gradient_needed(*this, 0)) grads[0] = sum_to(grad_over_b, a.get(*this).shape());
+    if (gradient_needed(*this, 1)) {
       // d(a/b)/db = -a / b^2
       grads[1] = sum_to(neg(div(mul(grad_over_b, a.get(*this)), denominator)), denominator.shape());
     }
@@ -134,8 +134,10 @@ struct ExtremumBackward final : Node {
     Tensor tie = eq(x, y);
     Tensor a_wins = is_max ? gt(x, y) : lt(x, y);
     Tensor b_wins = is_max ? lt(x, y) : gt(x, y);
-    if (next[0]) grads[0] = sum_to(where(a_wins, grad, where(tie, half, zero)), x.shape());
-    if (next[1]) grads[1] = sum_to(where(b_wins, grad, where(tie, half, zero)), y.shape());
+    if (gradient_needed(*this, 0))
+      grads[0] = sum_to(where(a_wins, grad, where(tie, half, zero)), x.shape());
+    if (gradient_needed(*this, 1))
+      grads[1] = sum_to(where(b_wins, grad, where(tie, half, zero)), y.shape());
   }
   void release_saved() override {
     a.release();
@@ -436,8 +438,8 @@ struct WhereBackward final : Node {
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
     const Tensor& cond = condition.get(*this);
     Tensor zero = scalar_like(0.0, grad);
-    if (next[0]) grads[0] = sum_to(where(cond, grad, zero), a_shape);
-    if (next[1]) grads[1] = sum_to(where(cond, zero, grad), b_shape);
+    if (gradient_needed(*this, 0)) grads[0] = sum_to(where(cond, grad, zero), a_shape);
+    if (gradient_needed(*this, 1)) grads[1] = sum_to(where(cond, zero, grad), b_shape);
   }
   void release_saved() override { condition.release(); }
 };
@@ -469,9 +471,9 @@ struct PowTensorBackward final : Node {
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
     const Tensor& x = a.get(*this);
     const Tensor& e = b.get(*this);
-    if (next[0])
+    if (gradient_needed(*this, 0))
       grads[0] = sum_to(mul(grad, mul(e, pow(x, sub(e, scalar_like(1.0, e))))), x.shape());
-    if (next[1]) {
+    if (gradient_needed(*this, 1)) {
       Tensor positive = gt(x, scalar_like(0.0, x));
       Tensor safe = where(positive, x, scalar_like(1.0, x));
       grads[1] = sum_to(mul(grad, mul(pow(safe, e), log(safe))), e.shape());

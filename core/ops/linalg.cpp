@@ -98,14 +98,14 @@ struct BatchedMatmulBackward final : Node {
   const char* name() const override { return "MatmulBackward"; }
   bool differentiable_backward() const override { return true; }  // products of matmuls
   void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
-    if (next[1]) {
+    if (gradient_needed(*this, 1)) {
       const Tensor& b_saved = b.get(*this);
       grads[1] = column_major(b_saved)
                      ? batched_matmul(grad.transpose(-1, -2), a.get(*this)).transpose(-1, -2)
                      : batched_matmul(a.get(*this).transpose(-1, -2), grad);
-      if (next[0]) release_gradient_early(*this, grads, 1);
+      if (gradient_needed(*this, 0)) release_gradient_early(*this, grads, 1);
     }
-    if (next[0]) {
+    if (gradient_needed(*this, 0)) {
       const Tensor& a_saved = a.get(*this);
       grads[0] = column_major(a_saved)
                      ? batched_matmul(b.get(*this), grad.transpose(-1, -2)).transpose(-1, -2)

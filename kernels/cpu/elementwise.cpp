@@ -153,25 +153,41 @@ inline C sigmoid(C x) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// GELU on dense Float32 in AVX2 (kernels/cpu/vector_math.h): the MLP activation of every
-// transformer, where the scalar erf/tanh cost as much as the GEMMs around it in small models.
-// False when this call is not one it handles (then the scalar loops below run).
+// GELU, softplus, sigmoid and SiLU on dense Float32 in AVX2 (kernels/cpu/vector_math.h): the
+// activations whose scalar erf/tanh/exp/log1p cost as much as the GEMMs around them in small
+// models (a transformer's MLP, SchNet's filters on every edge). `g` null: the forward op into
+// out; otherwise g times its derivative at x. False when this call is not one it handles (then
+// the scalar loops below run).
 
-bool gelu_dense_float(UnaryOp op, const StridedLoop& loop, int operands, const float* g,
-                      const float* x, float* out) {
+bool activation_dense_float(UnaryOp op, const StridedLoop& loop, int operands, const float* g,
+                            const float* x, float* out) {
 #if defined(MPIGRAD_HAS_AVX2_MATH)
-  if ((op != UnaryOp::GeluTanh && op != UnaryOp::GeluErf) || !loop.contiguous(operands) ||
-      !has_avx2_fma()) {
-    return false;
+  using vector_math::Activation;
+  void (*piece)(int64_t, const float*, const float*, float*) = nullptr;
+  switch (op) {
+    case UnaryOp::GeluTanh:
+      piece = vector_math::activation<Activation::GeluTanh>;
+      break;
+    case UnaryOp::GeluErf:
+      piece = vector_math::activation<Activation::GeluErf>;
+      break;
+    case UnaryOp::Softplus:
+      piece = vector_math::activation<Activation::Softplus>;
+      break;
+    case UnaryOp::Silu:
+      piece = vector_math::activation<Activation::Silu>;
+      break;
+    case UnaryOp::Sigmoid:
+      // Its backward is g y (1 - y), from the output, which the scalar loop vectorizes.
+      if (g == nullptr) piece = vector_math::activation<Activation::Sigmoid>;
+      break;
+    default:
+      break;
   }
-  const bool tanh_form = op == UnaryOp::GeluTanh;
-  // About 20 flops and an exp (two for the erf form's gradient) per element.
+  if (piece == nullptr || !loop.contiguous(operands) || !has_avx2_fma()) return false;
+  // About 20 flops and an exp or two per element.
   parallel_for(0, loop.numel(), kElementwiseGrain / 8, [&](int64_t b, int64_t e) {
-    if (g == nullptr) {
-      vector_math::gelu_forward(tanh_form, e - b, x + b, out + b);
-    } else {
-      vector_math::gelu_backward(tanh_form, e - b, g + b, x + b, out + b);
-    }
+    piece(e - b, g == nullptr ? nullptr : g + b, x + b, out + b);
   });
   return true;
 #else
@@ -187,7 +203,7 @@ template <typename T>
 void unary_typed(UnaryOp op, DType dtype, const StridedLoop& loop, T* out, const T* in) {
   using C = compute_t<T>;
   if constexpr (std::is_same_v<T, float>) {
-    if (gelu_dense_float(op, loop, 2, nullptr, in, out)) return;
+    if (activation_dense_float(op, loop, 2, nullptr, in, out)) return;
   }
   auto run = [&](auto f) {
     for_each_element(
@@ -262,7 +278,7 @@ void unary_backward_typed(UnaryOp op, DType dtype, const StridedLoop& loop, T* g
                           const T* grad_out, const T* in, const T* out) {
   using C = compute_t<T>;
   if constexpr (std::is_same_v<T, float>) {
-    if (gelu_dense_float(op, loop, 3, grad_out, in, grad_in)) return;
+    if (activation_dense_float(op, loop, 3, grad_out, in, grad_in)) return;
   }
   auto run = [&](auto f) {
     for_each_element(

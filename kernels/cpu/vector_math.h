@@ -1,8 +1,8 @@
 // Internal to kernels/cpu: exp and the row reductions around it, 8 floats at a time with AVX2 and
 // FMA, for the kernels whose time is their exp (cross-entropy over a 50k vocabulary, softmax,
-// GELU). The library is built for baseline x86-64, so each vector routine carries a target
-// attribute (MPIGRAD_AVX2) and a caller picks it at run time with has_avx2_fma(), keeping its
-// scalar loop for other CPUs and for the 16-bit and Float64 types.
+// GELU, softplus, sigmoid, SiLU). The library is built for baseline x86-64, so each vector routine
+// carries a target attribute (MPIGRAD_AVX2) and a caller picks it at run time with has_avx2_fma(),
+// keeping its scalar loop for other CPUs and for the 16-bit and Float64 types.
 //
 // exp8: n = round(x log2 e), r = x - n ln 2 (in two parts, so r is exact to float rounding),
 // exp(r) by its Taylor series to r^7 (|r| <= ln2 / 2: the first term left out is below 5e-9
@@ -60,6 +60,61 @@ MPIGRAD_AVX2 inline __m256 exp8(__m256 x) {
   result = _mm256_blendv_ps(result, _mm256_set1_ps(__builtin_inff()),
                             _mm256_cmp_ps(x, highest, _CMP_GT_OQ));
   return _mm256_blendv_ps(result, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+// log(1 + u) for u >= 0 (and +inf; NaN kept), within 2 ulp of std::log1p: w = 1 + u rounded,
+// w = m 2^e with m in [sqrt(1/2), sqrt(2)), log(m) = 2 atanh(s), s = (m - 1) / (m + 1), by its
+// series to s^9 (|s| <= 0.1716: the first term left out is below 1e-9 relative), plus e ln 2 (in
+// two parts), plus (u - (w - 1)) / w, the part of u that the rounding of w lost: without it, a
+// small u would keep only the bits of u that fit beside the 1.
+MPIGRAD_AVX2 inline __m256 log1p8(__m256 u) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 w = _mm256_add_ps(one, u);
+  const __m256 lost = _mm256_div_ps(_mm256_sub_ps(u, _mm256_sub_ps(w, one)), w);
+  const __m256i bits = _mm256_castps_si256(w);
+  __m256i exponent = _mm256_sub_epi32(_mm256_srli_epi32(bits, 23), _mm256_set1_epi32(127));
+  __m256 m = _mm256_castsi256_ps(_mm256_or_si256(
+      _mm256_and_si256(bits, _mm256_set1_epi32(0x007fffff)), _mm256_castps_si256(one)));
+  // m in [1, 2): above sqrt(2), halve it and count one more in the exponent.
+  const __m256 above = _mm256_cmp_ps(m, _mm256_set1_ps(1.41421356f), _CMP_GT_OQ);
+  m = _mm256_blendv_ps(m, _mm256_mul_ps(m, _mm256_set1_ps(0.5f)), above);
+  exponent = _mm256_sub_epi32(exponent, _mm256_castps_si256(above));  // all ones (-1): adds 1
+  const __m256 f = _mm256_sub_ps(m, one);
+  const __m256 s = _mm256_div_ps(f, _mm256_add_ps(f, _mm256_set1_ps(2.0f)));
+  const __m256 s2 = _mm256_mul_ps(s, s);
+  __m256 p = _mm256_set1_ps(float(1.0 / 9));
+  p = _mm256_fmadd_ps(p, s2, _mm256_set1_ps(float(1.0 / 7)));
+  p = _mm256_fmadd_ps(p, s2, _mm256_set1_ps(float(1.0 / 5)));
+  p = _mm256_fmadd_ps(p, s2, _mm256_set1_ps(float(1.0 / 3)));
+  // 2 s + 2 s^3 p, so that the leading term keeps its own rounding.
+  const __m256 two_s = _mm256_add_ps(s, s);
+  const __m256 log_m = _mm256_fmadd_ps(_mm256_mul_ps(two_s, s2), p, two_s);
+  const __m256 e = _mm256_cvtepi32_ps(exponent);
+  // ln 2 = 0.693359375 (exact in 9 bits, so e * it is exact) - 2.12194440e-4.
+  const __m256 low =
+      _mm256_add_ps(_mm256_fmadd_ps(e, _mm256_set1_ps(-2.12194440e-4f), lost), log_m);
+  __m256 result = _mm256_fmadd_ps(e, _mm256_set1_ps(0.693359375f), low);
+  result =
+      _mm256_blendv_ps(result, u, _mm256_cmp_ps(u, _mm256_set1_ps(__builtin_inff()), _CMP_EQ_OQ));
+  return _mm256_blendv_ps(result, u, _mm256_cmp_ps(u, u, _CMP_UNORD_Q));
+}
+
+// 1 / (1 + exp(-x)), never exponentiating a large positive number: with e = exp(-|x|) in (0, 1],
+// 1 / (1 + e) for x >= 0 and e / (1 + e) below, as the scalar kernels compute it.
+MPIGRAD_AVX2 inline __m256 sigmoid8(__m256 x) {
+  const __m256 magnitude = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
+  const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), magnitude));
+  const __m256 r = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+  const __m256 negative = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ);
+  return _mm256_blendv_ps(r, _mm256_mul_ps(e, r), negative);
+}
+
+// log(1 + e^x) as max(x, 0) + log1p(exp(-|x|)): it never overflows. NaN stays NaN (max gives 0
+// for it, and exp and log1p keep it).
+MPIGRAD_AVX2 inline __m256 softplus8(__m256 x) {
+  const __m256 magnitude = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
+  const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), magnitude));
+  return _mm256_add_ps(_mm256_max_ps(x, _mm256_setzero_ps()), log1p8(e));
 }
 
 MPIGRAD_AVX2 inline float sum8(__m256 v) {
@@ -197,23 +252,53 @@ MPIGRAD_AVX2 inline __m256 gelu_grad8(bool tanh_form, __m256 g, __m256 x) {
   return _mm256_mul_ps(g, _mm256_fmadd_ps(x, pdf, cdf));
 }
 
-// y[i] = gelu(x[i]) over dense float32.
-MPIGRAD_AVX2 inline void gelu_forward(bool tanh_form, int64_t n, const float* x, float* y) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, gelu8(tanh_form, _mm256_loadu_ps(x + i)));
-  if (i < n) store_tail(y + i, n - i, gelu8(tanh_form, load_tail(x + i, n - i, 0.0f)));
+// The activations of the dense Float32 unary kernels, forward and d/dx times g: GELU's two
+// forms, and those whose time is their exp and log1p (SchNet's shifted softplus runs on every
+// edge's filter).
+enum class Activation { GeluTanh, GeluErf, Softplus, Sigmoid, Silu };
+
+template <Activation A>
+MPIGRAD_AVX2 inline __m256 activation8(__m256 x) {
+  if constexpr (A == Activation::GeluTanh || A == Activation::GeluErf) {
+    return gelu8(A == Activation::GeluTanh, x);
+  }
+  if constexpr (A == Activation::Softplus) return softplus8(x);
+  if constexpr (A == Activation::Sigmoid) return sigmoid8(x);
+  if constexpr (A == Activation::Silu) return _mm256_mul_ps(x, sigmoid8(x));
 }
 
-// dx[i] = g[i] gelu'(x[i]) over dense float32.
-MPIGRAD_AVX2 inline void gelu_backward(bool tanh_form, int64_t n, const float* g, const float* x,
-                                       float* dx) {
+template <Activation A>
+MPIGRAD_AVX2 inline __m256 activation_grad8(__m256 g, __m256 x) {
+  if constexpr (A == Activation::GeluTanh || A == Activation::GeluErf) {
+    return gelu_grad8(A == Activation::GeluTanh, g, x);
+  } else {
+    const __m256 s = sigmoid8(x);
+    if constexpr (A == Activation::Softplus) return _mm256_mul_ps(g, s);
+    const __m256 one_minus_s = _mm256_sub_ps(_mm256_set1_ps(1.0f), s);
+    if constexpr (A == Activation::Sigmoid) return _mm256_mul_ps(g, _mm256_mul_ps(s, one_minus_s));
+    // silu' = s (1 + x (1 - s)).
+    if constexpr (A == Activation::Silu) {
+      return _mm256_mul_ps(g,
+                           _mm256_mul_ps(s, _mm256_fmadd_ps(x, one_minus_s, _mm256_set1_ps(1.0f))));
+    }
+  }
+}
+
+// out[i] = A(x[i]) when g is null, else g[i] A'(x[i]).
+template <Activation A>
+MPIGRAD_AVX2 inline void activation(int64_t n, const float* g, const float* x, float* out) {
   int64_t i = 0;
+  if (g == nullptr) {
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, activation8<A>(_mm256_loadu_ps(x + i)));
+    if (i < n) store_tail(out + i, n - i, activation8<A>(load_tail(x + i, n - i, 0.0f)));
+    return;
+  }
   for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(dx + i, gelu_grad8(tanh_form, _mm256_loadu_ps(g + i), _mm256_loadu_ps(x + i)));
+    _mm256_storeu_ps(out + i, activation_grad8<A>(_mm256_loadu_ps(g + i), _mm256_loadu_ps(x + i)));
   }
   if (i < n) {
-    store_tail(dx + i, n - i,
-               gelu_grad8(tanh_form, load_tail(g + i, n - i, 0.0f), load_tail(x + i, n - i, 0.0f)));
+    store_tail(out + i, n - i,
+               activation_grad8<A>(load_tail(g + i, n - i, 0.0f), load_tail(x + i, n - i, 0.0f)));
   }
 }
 

@@ -1,10 +1,12 @@
 // Derivatives of derivatives (core/autograd.h): the second-order check over the whole op table,
 // Hessian-vector products against analytic values, grad()'s contract (no .grad touched, unused
-// inputs, non-leaf inputs, several outputs), backward with create_graph, and the one error an op
-// without a second derivative raises.
+// inputs, non-leaf inputs, several outputs, no gradient computed for an input not asked for),
+// backward with create_graph, and the one error an op without a second derivative raises.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,7 @@
 #include "mpigrad/core/ops/linalg.h"
 #include "mpigrad/core/ops/reduce.h"
 #include "mpigrad/core/ops/softmax.h"
+#include "mpigrad/core/profiler.h"
 #include "op_cases.h"
 
 namespace {
@@ -207,4 +210,126 @@ TEST_CASE("create_graph through an op with no second derivative is one error nam
     const std::string message = error.what();
     CHECK(message.find("FirstOrderOnlyBackward has no second derivative yet") != std::string::npos);
   }
+}
+
+namespace {
+
+// Passes its gradient to both inputs unchanged, and notes what gradient_needed said for each.
+struct NeededProbe final : Node {
+  std::vector<std::vector<bool>> seen;
+  const char* name() const override { return "NeededProbe"; }
+  bool differentiable_backward() const override { return true; }
+  void apply(const Tensor& grad, std::vector<Tensor>& grads) override {
+    seen.push_back({gradient_needed(*this, 0), gradient_needed(*this, 1)});
+    if (seen.back()[0]) grads[0] = grad;
+    if (seen.back()[1]) grads[1] = grad;
+  }
+};
+
+// Counts the spans of each name.
+class CountSpans final : public ProfileSink {
+ public:
+  void record(const ProfileEvent& event) noexcept override { ++counts[event.name]; }
+  std::map<std::string, int> counts;
+};
+
+}  // namespace
+
+// grad() runs only what leads to the tensors asked for, and tells a node which of its inputs
+// those are, so that grad(energy, positions) computes no weight's gradient.
+TEST_CASE("gradient_needed: in grad(), only the inputs that lead to a tensor asked for") {
+  Tensor a = leaf({1.0, 2.0}, {2});
+  Tensor w = leaf({3.0, 4.0}, {1, 2});
+  // The second input reaches its leaf through a transpose, as a Linear's weight does: the
+  // accumulator behind it must not count as asked for (it sorts after its parents).
+  const Tensor twice = a * 2.0;
+  const Tensor w_t = w.t().reshape({2});
+  auto probe = std::make_shared<NeededProbe>();
+  Tensor y = twice.detach() + w_t.detach();
+  set_history(y, probe, {&twice, &w_t});
+  const Tensor out = sum(y * y);
+
+  std::vector<Tensor> da = grad({out}, {a}, {}, {.retain_graph = true});
+  REQUIRE(probe->seen.size() == 1);
+  CHECK(probe->seen[0] == std::vector<bool>{true, false});
+  CHECK(da[0].defined());
+  std::vector<Tensor> dw = grad({out}, {w}, {}, {.retain_graph = true});
+  REQUIRE(probe->seen.size() == 2);
+  CHECK(probe->seen[1] == std::vector<bool>{false, true});
+  CHECK(dw[0].defined());
+  std::vector<Tensor> both = grad({out}, {w, a}, {}, {.retain_graph = true});
+  REQUIRE(probe->seen.size() == 3);
+  CHECK(probe->seen[2] == std::vector<bool>{true, true});
+  // backward() fills every leaf's .grad: every edge is needed.
+  out.backward();
+  REQUIRE(probe->seen.size() == 4);
+  CHECK(probe->seen[3] == std::vector<bool>{true, true});
+  CHECK(a.grad().defined());
+  CHECK(w.grad().defined());
+  // Outside the engine: whether the edge exists.
+  CHECK(gradient_needed(*probe, 0));
+  CHECK_FALSE(gradient_needed(*probe, 2));
+}
+
+TEST_CASE(
+    "gradient_needed: a Linear's backward in grad() wrt its input skips the weight and bias") {
+  // x W^T + b, then a nonlinearity, as in a force pass: grad() wrt x with create_graph.
+  Tensor x = leaf({0.5, -1.0, 2.0, 0.25, 1.5, -0.75}, {3, 2});
+  Tensor w = leaf({0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8}, {4, 2});
+  Tensor b = leaf({0.1, -0.1, 0.2, -0.2}, {4});
+  const auto energy = [&] { return sum(tanh(matmul(x, w.t()) + b)); };
+  const auto count = [&](bool only_x) {
+    Tensor e = energy();
+    CountSpans sink;
+    {
+      ProfileSession session(sink);
+      if (only_x) {
+        grad({e}, {x}, {}, {.create_graph = true});
+      } else {
+        grad({e}, {x, w, b}, {}, {.create_graph = true});
+      }
+    }
+    return sink.counts;
+  };
+  std::map<std::string, int> only_x = count(true), all = count(false);
+  CHECK(only_x["gemm"] == 1);  // the input's gradient alone
+  CHECK(all["gemm"] == 2);
+  CHECK(only_x["sum"] == 0);  // no bias gradient summed over the rows
+  CHECK(all["sum"] == 1);
+  // And the gradient is the same either way.
+  const Tensor e = energy();
+  const std::vector<Tensor> alone = grad({e}, {x}, {}, {.retain_graph = true});
+  const std::vector<Tensor> together = grad({e}, {x, w, b});
+  check_close(values_of(alone[0]), values_of(together[0]), 1e-15);
+}
+
+// A force pass makes the positions a leaf inside the step function; once that returns, nobody
+// holds them, and the training backward must not compute their gradient.
+TEST_CASE("backward() runs no node whose gradient could reach only leaves nobody holds") {
+  Tensor w = leaf({0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8}, {4, 2});
+  const std::vector<double> x_values = {0.5, -1.0, 2.0, 0.25, 1.5, -0.75};
+  Tensor kept_x;
+  const auto energy = [&](bool keep_x) {
+    Tensor x = leaf(x_values, {3, 2});
+    if (keep_x) kept_x = x;
+    return sum(tanh(matmul(x, w.t())));
+  };
+  const auto run = [&](bool keep_x) {
+    w.set_grad(Tensor());
+    Tensor e = energy(keep_x);
+    CountSpans sink;
+    {
+      ProfileSession session(sink);
+      e.backward();
+    }
+    return std::make_pair(sink.counts, values_of(w.grad()));
+  };
+  const auto [dead_counts, dead_grad] = run(false);
+  const auto [live_counts, live_grad] = run(true);
+  CHECK(dead_counts.at("gemm") == 1);  // the weight's gradient alone
+  CHECK(live_counts.at("gemm") == 2);
+  CHECK(dead_counts.at("AccumulateGrad") == 1);
+  CHECK(live_counts.at("AccumulateGrad") == 2);
+  check_close(dead_grad, live_grad, 1e-15);
+  REQUIRE(kept_x.grad().defined());
 }

@@ -1,26 +1,34 @@
 // kernels/cpu/vector_math.h's exp8 against std::exp: within 2 ulp wherever the result is a normal
-// float, 0 below, +inf above, NaN kept. Skipped (with a line saying so) on a CPU without AVX2.
-// And what it serves: Float32 GELU (both forms, forward and backward, dense and strided) against a
-// double reference, and Float32 softmax rows against Float64.
+// float, 0 below, +inf above, NaN kept; log1p8 against std::log1p. Skipped (with a line saying so)
+// on a CPU without AVX2. And what they serve: Float32 GELU, softplus, sigmoid and SiLU (forward
+// and backward, dense and strided) against a double reference, and Float32 softmax rows against
+// Float64.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/softmax.h"
 #include "mpigrad/core/tensor.h"
 #include "mpigrad/kernels/cpu/vector_math.h"
+#include "mpigrad/kernels/elementwise.h"
 
 namespace {
 
 #if defined(MPIGRAD_HAS_AVX2_MATH)
 MPIGRAD_AVX2 void exp_of(const float* in, float* out) {
   _mm256_storeu_ps(out, mpigrad::kernels::cpu::vector_math::exp8(_mm256_loadu_ps(in)));
+}
+
+MPIGRAD_AVX2 void log1p_of(const float* in, float* out) {
+  _mm256_storeu_ps(out, mpigrad::kernels::cpu::vector_math::log1p8(_mm256_loadu_ps(in)));
 }
 
 int64_t ulps(float a, float b) {
@@ -71,6 +79,143 @@ TEST_CASE("vector_math: exp8 within 2 ulp of std::exp, and its edges") {
 #else
   std::printf("vector_math: not an x86-64 GCC/Clang build; exp8 is not used, not tested\n");
 #endif
+}
+
+TEST_CASE("vector_math: log1p8 within 2 ulp of std::log1p from 1e-30 to 1e30, and its edges") {
+#if defined(MPIGRAD_HAS_AVX2_MATH)
+  if (!mpigrad::kernels::cpu::has_avx2_fma()) {
+    std::printf("vector_math: this CPU has no AVX2/FMA; log1p8 is not used, not tested\n");
+    return;
+  }
+  int64_t worst = 0;
+  float worst_at = 0;
+  // Tiny u (where 1 + u keeps none of u's bits), around 1 and the sqrt(2) split, and huge u.
+  for (float u = 1e-30f; u < 1e30f; u *= 1.0007f) {
+    float in[8], out[8];
+    for (int k = 0; k < 8; ++k) in[k] = u * (1.0f + 1e-5f * float(k));
+    log1p_of(in, out);
+    for (int k = 0; k < 8; ++k) {
+      const int64_t u_lp = ulps(out[k], float(std::log1p(double(in[k]))));
+      if (u_lp > worst) {
+        worst = u_lp;
+        worst_at = in[k];
+      }
+    }
+  }
+  INFO("worst ", worst, " ulp at u = ", worst_at);
+  CHECK(worst <= 2);
+
+  const float inf = std::numeric_limits<float>::infinity();
+  const float in[8] = {0.0f, inf, std::nanf(""), 1.0f, 1e-45f, 0.41421356f, 0.41421360f, 3e38f};
+  float out[8];
+  log1p_of(in, out);
+  CHECK(out[0] == 0.0f);
+  CHECK(out[1] == inf);
+  CHECK(std::isnan(out[2]));
+  CHECK(ulps(out[3], float(std::log(2.0))) <= 1);
+  CHECK(out[4] == 1e-45f);
+  for (int k = 5; k < 8; ++k) CHECK(ulps(out[k], float(std::log1p(double(in[k])))) <= 2);
+#else
+  std::printf("vector_math: not an x86-64 GCC/Clang build; log1p8 is not used, not tested\n");
+#endif
+}
+
+// softplus, sigmoid and SiLU and their derivatives in double: softplus as max(x, 0) +
+// log1p(e^-|x|), sigmoid from e^-|x| on both sides, so that neither cancels nor overflows.
+double activation_reference(mpigrad::kernels::UnaryOp op, double x, double* slope) {
+  const double e = std::exp(-std::abs(x));
+  const double s = x >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
+  switch (op) {
+    case mpigrad::kernels::UnaryOp::Softplus:
+      *slope = s;
+      return std::max(x, 0.0) + std::log1p(e);
+    case mpigrad::kernels::UnaryOp::Sigmoid:
+      *slope = s * (1.0 - s);
+      return s;
+    default:  // Silu
+      *slope = s * (1.0 + x * (1.0 - s));
+      return x * s;
+  }
+}
+
+// Float32 softplus, sigmoid and SiLU, forward and backward, dense (the AVX2 loops) and strided
+// (the scalar ones), held to a few float roundings of the double reference. Inputs run from -80
+// (where the results are tiny but still normal floats) to 80.
+TEST_CASE("vector_math: Float32 softplus, sigmoid and SiLU against a double reference") {
+  using namespace mpigrad::core;  // NOLINT
+  using mpigrad::kernels::UnaryOp;
+  for (UnaryOp op : {UnaryOp::Softplus, UnaryOp::Sigmoid, UnaryOp::Silu}) {
+    const auto apply = [op](const Tensor& x) {
+      return op == UnaryOp::Softplus ? softplus(x) : op == UnaryOp::Sigmoid ? sigmoid(x) : silu(x);
+    };
+    for (int64_t n : {1, 7, 8, 9, 33, 4001}) {
+      std::vector<float> values(static_cast<size_t>(n)), weights(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        values[size_t(i)] = n == 1 ? 0.5f : float(-80.0 + 160.0 * double(i) / double(n - 1));
+        weights[size_t(i)] = float(1.0 + 0.5 * std::sin(double(i)));
+      }
+      for (bool strided : {false, true}) {
+        INFO(std::string(mpigrad::kernels::unary_op_name(op)), ", n ", n, ", strided ", strided);
+        Tensor x;
+        if (strided) {
+          std::vector<float> wide;
+          for (float v : values) wide.insert(wide.end(), {v, 99.0f});
+          x = Tensor::from_vector(wide, {n, 2}).set_requires_grad(true);
+        } else {
+          x = Tensor::from_vector(values, {n}).set_requires_grad(true);
+        }
+        const Tensor input = strided ? x.select(1, 0) : x;
+        Tensor y = apply(input);
+        y.backward(Tensor::from_vector(weights, {n}));
+        const auto forward = y.contiguous().to_vector<float>();
+        const Tensor grad = x.grad();
+        const auto backward = (strided ? grad.select(1, 0) : grad).contiguous().to_vector<float>();
+        int bad = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          const auto k = size_t(i);
+          double slope = 0;
+          const double expected = activation_reference(op, double(values[k]), &slope);
+          const double expected_grad = slope * double(weights[k]);
+          // 1 - s in float is off by up to float's epsilon where s nears 1 (sigmoid's and SiLU's
+          // slopes, in both paths), and SiLU's slope crosses 0 near x = -1.28, where
+          // s (1 + x (1 - s)) cancels.
+          const double absolute_grad = op == UnaryOp::Softplus ? 1e-37 : 3e-7;
+          bad += std::abs(double(forward[k]) - expected) > 1e-6 * std::abs(expected) + 1e-37;
+          bad += std::abs(double(backward[k]) - expected_grad) >
+                 1e-6 * std::abs(expected_grad) + absolute_grad;
+        }
+        CHECK(bad == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("vector_math: Float32 softplus, sigmoid and SiLU keep the infinities and NaN") {
+  using namespace mpigrad::core;  // NOLINT
+  const float inf = std::numeric_limits<float>::infinity();
+  // Nine values: the dense loop's vector of eight and a tail of one.
+  const std::vector<float> in = {inf,    -inf, std::nanf(""), 0.0f, -200.0f,
+                                 200.0f, 1.0f, -1.0f,         3.0f};
+  const Tensor x = Tensor::from_vector(in, {9});
+  const auto softplus_y = softplus(x).to_vector<float>();
+  CHECK(softplus_y[0] == inf);
+  CHECK(softplus_y[1] == 0.0f);
+  CHECK(std::isnan(softplus_y[2]));
+  CHECK(softplus_y[3] == doctest::Approx(std::log(2.0)).epsilon(1e-7));
+  CHECK(softplus_y[4] == 0.0f);
+  CHECK(softplus_y[5] == 200.0f);
+  const auto sigmoid_y = sigmoid(x).to_vector<float>();
+  CHECK(sigmoid_y[0] == 1.0f);
+  CHECK(sigmoid_y[1] == 0.0f);
+  CHECK(std::isnan(sigmoid_y[2]));
+  CHECK(sigmoid_y[3] == 0.5f);
+  CHECK(sigmoid_y[4] == 0.0f);
+  CHECK(sigmoid_y[5] == 1.0f);
+  const auto silu_y = silu(x).to_vector<float>();
+  CHECK(silu_y[0] == inf);
+  CHECK(std::isnan(silu_y[1]));  // -inf * 0, as the scalar formula gives
+  CHECK(std::isnan(silu_y[2]));
+  CHECK(silu_y[5] == 200.0f);
 }
 
 // GELU and its derivative in double, in the forms that do not cancel for x far below 0 (where
