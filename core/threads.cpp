@@ -219,7 +219,8 @@ NodeLoad observe_node_load() {
   const int forced = env_positive_int("MPIGRAD_NUM_THREADS");
   node.threads_per_rank = forced > 0 ? forced : std::max(1, node.cpus / node.ranks_on_node);
   // "0.25 0.97 1.05 4/128 12458": three averages, then runnable / all tasks. The runnable count
-  // is a snapshot, and a busy node's may be low at one instant: the most of a few, 10 ms apart.
+  // is a snapshot: the median of a few, 10 ms apart.
+  std::vector<int> readings;
   for (int sample = 0; sample < kRunnableSamples; ++sample) {
     if (sample > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     std::FILE* file = std::fopen("/proc/loadavg", "r");
@@ -230,9 +231,17 @@ NodeLoad observe_node_load() {
         std::fscanf(file, "%lf %lf %lf %d/%d", &one, &five, &fifteen, &running, &total);
     std::fclose(file);
     if (read >= 1) node.load_average = one;
-    if (read == 5) node.running_now = std::max(node.running_now, running);
+    if (read == 5) readings.push_back(running);
   }
+  node.running_now = runnable_from_readings(std::move(readings));
   return node;
+}
+
+int runnable_from_readings(std::vector<int> readings) {
+  if (readings.empty()) return -1;
+  const auto middle = readings.begin() + std::ptrdiff_t(readings.size() / 2);
+  std::nth_element(readings.begin(), middle, readings.end());
+  return *middle;
 }
 
 void apply_openmp_wait_defaults(char** argv) {

@@ -115,8 +115,13 @@ OpenMPWaitChoice choose_openmp_wait(const NodeLoad& node);
 // The node as this process sees it before MPI starts: MPIGRAD_NUM_THREADS or the mask's share
 // per rank, the launcher's local rank count (OMPI_COMM_WORLD_LOCAL_SIZE, MPICH's
 // MPI_LOCALNRANKS; 1 without a launcher), sched_getaffinity and /proc/loadavg (its runnable
-// count the most of 5 readings 10 ms apart: one reading of a busy node may catch it idle).
+// count read 5 times 10 ms apart, runnable_from_readings of them).
 NodeLoad observe_node_load();
+
+// The runnable count to believe of several snapshots: their median, so neither one snapshot
+// that catches a busy node idle nor one that catches an idle node in a kernel thread's instant
+// decides. -1 (unknown) for none.
+int runnable_from_readings(std::vector<int> readings);
 
 // For a program's main, before anything else runs: when neither OMP_WAIT_POLICY nor
 // GOMP_SPINCOUNT is set, sets the variable choose_openmp_wait(observe_node_load()) names and

@@ -232,6 +232,14 @@ TEST_CASE("OpenMP's wait: a short spin on free cores, passive when oversubscribe
   CHECK(choose_openmp_wait({2, 1, 2, 3.0, -1}).value == "passive");
 }
 
+TEST_CASE("OpenMP's wait: the runnable count is the median of the snapshots") {
+  CHECK(runnable_from_readings({}) == -1);
+  CHECK(runnable_from_readings({3}) == 3);
+  CHECK(runnable_from_readings({1, 1, 5, 1, 1}) == 1);  // one kernel thread's instant
+  CHECK(runnable_from_readings({4, 0, 4, 4, 3}) == 4);  // one idle instant of a busy node
+  CHECK(runnable_from_readings({2, 9, 1, 7, 5}) == 5);
+}
+
 TEST_CASE("OpenMP's wait: the node as seen from the environment, mask and /proc/loadavg") {
   CleanThreadEnvironment clean;
   const int cpus = int(affinity_cpus().size());
