@@ -61,6 +61,44 @@ struct WorstUlps {
 };
 #endif
 
+// An elementwise op applied to x, with the gradient of sum(weights * op(x)): x is dense, or
+// (strided) every other element of an [n, 2] buffer, which sends the op to its scalar loops.
+struct UnaryRun {
+  std::vector<float> forward, backward;
+};
+
+template <typename Op>
+UnaryRun run_unary(Op op, const std::vector<float>& values, const std::vector<float>& weights,
+                   bool strided) {
+  using mpigrad::core::Tensor;
+  const auto n = int64_t(values.size());
+  Tensor x;
+  if (strided) {
+    std::vector<float> wide;
+    for (float v : values) wide.insert(wide.end(), {v, 99.0f});
+    x = Tensor::from_vector(wide, {n, 2}).set_requires_grad(true);
+  } else {
+    x = Tensor::from_vector(values, {n}).set_requires_grad(true);
+  }
+  Tensor y = op(strided ? x.select(1, 0) : x);
+  y.backward(Tensor::from_vector(weights, {n}));
+  const Tensor grad = x.grad();
+  return {y.contiguous().to_vector<float>(),
+          (strided ? grad.select(1, 0) : grad).contiguous().to_vector<float>()};
+}
+
+// n inputs evenly from low to high (mid when n is 1), and weights between 0.5 and 1.5.
+void ramp(int64_t n, double low, double high, std::vector<float>& values,
+          std::vector<float>& weights) {
+  values.assign(size_t(n), 0.0f);
+  weights.assign(size_t(n), 0.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    values[size_t(i)] =
+        n == 1 ? float((low + high) / 2) : float(low + (high - low) * double(i) / double(n - 1));
+    weights[size_t(i)] = float(1.0 + 0.5 * std::sin(double(i)));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("vector_math: exp8 within 2 ulp of std::exp, and its edges") {
@@ -155,27 +193,11 @@ TEST_CASE("vector_math: Float32 softplus, sigmoid and SiLU against a double refe
       return op == UnaryOp::Softplus ? softplus(x) : op == UnaryOp::Sigmoid ? sigmoid(x) : silu(x);
     };
     for (int64_t n : {1, 7, 8, 9, 33, 4001}) {
-      std::vector<float> values(static_cast<size_t>(n)), weights(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) {
-        values[size_t(i)] = n == 1 ? 0.5f : float(-80.0 + 160.0 * double(i) / double(n - 1));
-        weights[size_t(i)] = float(1.0 + 0.5 * std::sin(double(i)));
-      }
+      std::vector<float> values, weights;
+      ramp(n, n == 1 ? 0.5 : -80.0, n == 1 ? 0.5 : 80.0, values, weights);
       for (bool strided : {false, true}) {
         INFO(std::string(mpigrad::kernels::unary_op_name(op)), ", n ", n, ", strided ", strided);
-        Tensor x;
-        if (strided) {
-          std::vector<float> wide;
-          for (float v : values) wide.insert(wide.end(), {v, 99.0f});
-          x = Tensor::from_vector(wide, {n, 2}).set_requires_grad(true);
-        } else {
-          x = Tensor::from_vector(values, {n}).set_requires_grad(true);
-        }
-        const Tensor input = strided ? x.select(1, 0) : x;
-        Tensor y = apply(input);
-        y.backward(Tensor::from_vector(weights, {n}));
-        const auto forward = y.contiguous().to_vector<float>();
-        const Tensor grad = x.grad();
-        const auto backward = (strided ? grad.select(1, 0) : grad).contiguous().to_vector<float>();
+        const auto [forward, backward] = run_unary(apply, values, weights, strided);
         int bad = 0;
         for (int64_t i = 0; i < n; ++i) {
           const auto k = size_t(i);
@@ -244,29 +266,14 @@ TEST_CASE("vector_math: Float32 GELU forward and backward against a double refer
   for (bool tanh_form : {false, true}) {
     const GeluApproximation form = tanh_form ? GeluApproximation::Tanh : GeluApproximation::None;
     for (int64_t n : {1, 7, 8, 9, 33, 1001}) {
-      std::vector<float> values(static_cast<size_t>(n)), weights(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) {
-        values[size_t(i)] = n == 1 ? 0.0f : float(-12.0 + 24.0 * double(i) / double(n - 1));
-        weights[size_t(i)] = float(1.0 + 0.5 * std::sin(double(i)));
-      }
+      std::vector<float> values, weights;
+      ramp(n, -12.0, 12.0, values, weights);
       for (bool strided : {false, true}) {
         INFO("tanh form ", tanh_form, ", n ", n, ", strided ", strided);
-        // Every other element of a [n, 2] buffer: the scalar loops, whose 1 + erf and 1 + tanh
-        // cancel below x = -4 or so; they are held to an absolute bound there.
-        Tensor x;
-        if (strided) {
-          std::vector<float> wide;
-          for (float v : values) wide.insert(wide.end(), {v, 99.0f});
-          x = Tensor::from_vector(wide, {n, 2}).set_requires_grad(true);
-        } else {
-          x = Tensor::from_vector(values, {n}).set_requires_grad(true);
-        }
-        const Tensor input = strided ? x.select(1, 0) : x;
-        Tensor y = gelu(input, form);
-        y.backward(Tensor::from_vector(weights, {n}));
-        const auto forward = y.contiguous().to_vector<float>();
-        const Tensor grad = x.grad();
-        const auto backward = (strided ? grad.select(1, 0) : grad).contiguous().to_vector<float>();
+        // Strided runs the scalar loops, whose 1 + erf and 1 + tanh cancel below x = -4 or so;
+        // they are held to an absolute bound there.
+        const auto [forward, backward] =
+            run_unary([form](const Tensor& x) { return gelu(x, form); }, values, weights, strided);
         // gelu' crosses 0 near x = -0.75, where cdf + x pdf cancels to float's absolute error.
         const double absolute = strided ? 1e-6 : 1e-30, absolute_grad = strided ? 1e-6 : 1e-7;
         int bad = 0;
