@@ -177,6 +177,64 @@ namespace {
 constexpr const char* kWaitReasonVariable = "MPIGRAD_OPENMP_WAIT";
 constexpr int kRunnableSamples = 5;
 
+// /proc/stat's first line, in clock ticks summed over the online CPUs: all time, and all but
+// idle and iowait less this process's own.
+struct CpuTimes {
+  bool known = false;
+  uint64_t total = 0, busy = 0;
+  int cpus = 0;
+};
+
+CpuTimes read_cpu_times() {
+  CpuTimes times;
+  std::FILE* file = std::fopen("/proc/stat", "r");
+  if (file == nullptr) return times;
+  char line[512];
+  int cpus = 0;
+  bool first = true;
+  while (std::fgets(line, sizeof(line), file) != nullptr) {
+    if (std::strncmp(line, "cpu", 3) != 0) break;
+    if (first) {
+      // cpu  user nice system idle iowait irq softirq steal ...
+      unsigned long long field[8] = {};
+      const int read =
+          std::sscanf(line + 3, "%llu %llu %llu %llu %llu %llu %llu %llu", &field[0], &field[1],
+                      &field[2], &field[3], &field[4], &field[5], &field[6], &field[7]);
+      if (read < 5) break;
+      for (int i = 0; i < read; ++i) times.total += field[i];
+      times.busy = times.total - field[3] - field[4];
+      first = false;
+    } else {
+      ++cpus;  // one "cpuN" line per online CPU
+    }
+  }
+  std::fclose(file);
+  times.cpus = cpus;
+  times.known = !first && cpus > 0;
+  // Less this process's own time (every thread): a BLAS library's workers, started as it loads,
+  // may still be spinning, and they are not other load.
+  if (times.known) {
+    std::FILE* self = std::fopen("/proc/self/stat", "r");
+    if (self == nullptr) return times;
+    char text[1024];
+    const size_t length = std::fread(text, 1, sizeof(text) - 1, self);
+    std::fclose(self);
+    text[length] = '\0';
+    // "pid (comm) state ppid ...": utime and stime are the 12th and 13th fields after the
+    // parenthesis (which may hold spaces).
+    const char* after = std::strrchr(text, ')');
+    unsigned long long user = 0, system = 0;
+    if (after == nullptr ||
+        std::sscanf(after + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &user,
+                    &system) != 2) {
+      times.known = false;
+      return times;
+    }
+    times.busy -= std::min<uint64_t>(times.busy, user + system);
+  }
+  return times;
+}
+
 std::string format_load(double load) {
   char text[32];
   std::snprintf(text, sizeof(text), "%.2f", load);
@@ -202,6 +260,7 @@ OpenMPWaitChoice choose_openmp_wait(const NodeLoad& node) {
   double others = node.load_average;
   if (node.running_now >= 0)
     others = std::min(others, double(std::max(0, node.running_now - ranks)));
+  if (node.busy_cpus >= 0) others = std::min(others, node.busy_cpus);
   shape += ", other load " + format_load(others);
   if (others > double(cpus - demand) + kFreeCoreLoadSlack) {
     return {passive.variable, passive.value, shape + ": cores busy"};
@@ -221,6 +280,7 @@ NodeLoad observe_node_load() {
   // "0.25 0.97 1.05 4/128 12458": three averages, then runnable / all tasks. The runnable count
   // is a snapshot: the median of a few, 10 ms apart.
   std::vector<int> readings;
+  const CpuTimes first = read_cpu_times();
   for (int sample = 0; sample < kRunnableSamples; ++sample) {
     if (sample > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     std::FILE* file = std::fopen("/proc/loadavg", "r");
@@ -234,6 +294,11 @@ NodeLoad observe_node_load() {
     if (read == 5) readings.push_back(running);
   }
   node.running_now = runnable_from_readings(std::move(readings));
+  const CpuTimes last = read_cpu_times();
+  if (first.known && last.known && last.total > first.total) {
+    node.busy_cpus =
+        double(last.busy - first.busy) / double(last.total - first.total) * double(last.cpus);
+  }
   return node;
 }
 

@@ -95,6 +95,7 @@ struct NodeLoad {
   int cpus = 1;              // CPUs in this process's affinity mask
   double load_average = -1;  // 1-minute load average (/proc/loadavg); negative: unknown
   int running_now = -1;      // runnable tasks now, ours among them; negative: unknown
+  double busy_cpus = -1;     // CPUs' worth of time not idle while observed; negative: unknown
 };
 
 // An environment variable to set, and why, for logs.
@@ -106,7 +107,9 @@ struct OpenMPWaitChoice {
 
 // The rule, a pure function. The demand is threads_per_rank x ranks_on_node threads; the other
 // load is the 1-minute load average, but no more than the tasks runnable now less our own ranks
-// (which are starting up, and are the only load left of a job that just ended before this one).
+// (which are starting up, and are the only load left of a job that just ended before this one),
+// and no more than the CPU time the node's CPUs actually spent busy while observed (a VM's load
+// average can sit near 1 on idle CPUs).
 // A short spin (kOpenMPShortSpin) when the demand fits the CPUs and the other load fits in what
 // it leaves, give or take kFreeCoreLoadSlack; passive when the threads outnumber the CPUs, when
 // the other load does not fit, or when the load cannot be read.
@@ -115,7 +118,8 @@ OpenMPWaitChoice choose_openmp_wait(const NodeLoad& node);
 // The node as this process sees it before MPI starts: MPIGRAD_NUM_THREADS or the mask's share
 // per rank, the launcher's local rank count (OMPI_COMM_WORLD_LOCAL_SIZE, MPICH's
 // MPI_LOCALNRANKS; 1 without a launcher), sched_getaffinity and /proc/loadavg (its runnable
-// count read 5 times 10 ms apart, runnable_from_readings of them).
+// count read 5 times 10 ms apart, runnable_from_readings of them) and /proc/stat's busy time
+// over those 40 ms.
 NodeLoad observe_node_load();
 
 // The runnable count to believe of several snapshots: their median, so neither one snapshot

@@ -224,6 +224,13 @@ TEST_CASE("OpenMP's wait: a short spin on free cores, passive when oversubscribe
   CHECK(after.reason.find("other load 0.00") != std::string::npos);
   // A burst of tasks now on a quiet average: the average decides.
   CHECK(choose_openmp_wait({2, 1, 2, 0.1, 6}).value == spin);
+  // A load average near 1 on CPUs that were idle while observed (a VM's): free. CPUs that
+  // were busy: the average decides.
+  CHECK(choose_openmp_wait({2, 1, 2, 0.9, 2, 0.02}).value == spin);
+  CHECK(choose_openmp_wait({2, 1, 2, 0.9, 2, 0.02}).reason.find("other load 0.02") !=
+        std::string::npos);
+  CHECK(choose_openmp_wait({2, 1, 2, 1.0, 2, 1.0}).value == "passive");
+  CHECK(choose_openmp_wait({2, 1, 2, 8.5, 10, 2.0}).value == "passive");
   // Without /proc/loadavg, or without its running count.
   CHECK(choose_openmp_wait({2, 1, 2, -1, -1}).reason ==
         "2 threads x 1 rank on 2 CPUs, load unknown");
@@ -249,6 +256,8 @@ TEST_CASE("OpenMP's wait: the node as seen from the environment, mask and /proc/
   CHECK(alone.threads_per_rank == cpus);
   CHECK(alone.load_average >= 0);
   CHECK(alone.running_now >= 1);  // this process runs
+  CHECK(alone.busy_cpus >= 0);
+  CHECK(alone.busy_cpus <= double(std::thread::hardware_concurrency()) + 0.01);
   setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
   CHECK(observe_node_load().ranks_on_node == 2);
   CHECK(observe_node_load().threads_per_rank == std::max(1, cpus / 2));
