@@ -131,6 +131,37 @@ struct TapSpans {
   }
 };
 
+// Calls visit(tap, rows, columns) for each tap (index ki * kernel_w + kj) that touches the
+// image somewhere, with its output rows and columns.
+template <typename Visit>
+void for_each_valid_tap(const Conv2dGeometry& g, const TapSpans& spans, Visit visit) {
+  for (int64_t ki : spans.valid_rows) {
+    for (int64_t kj : spans.valid_columns) {
+      visit(ki * g.kernel_w + kj, spans.rows[size_t(ki)], spans.columns[size_t(kj)]);
+    }
+  }
+}
+
+// Calls visit(image_offset, out_offset) for each output row of one tap: the offsets of the
+// row's first image element (stride_w apart after it) and first output element.
+template <typename Visit>
+void for_each_tap_row(const Conv2dGeometry& g, ColumnSpan rows, ColumnSpan columns, Visit visit) {
+  for (int64_t oy = rows.lo; oy < rows.hi; ++oy) {
+    visit((oy * g.stride_h + rows.x0) * g.width + columns.x0, oy * g.out_w);
+  }
+}
+
+// dst[i * dst_stride] += tap * src[i * src_stride] for i in [lo, hi).
+template <typename T>
+void add_scaled_row(T* dst, int64_t dst_stride, const T* src, int64_t src_stride, T tap, int64_t lo,
+                    int64_t hi) {
+  if (dst_stride == 1 && src_stride == 1) {
+    for (int64_t i = lo; i < hi; ++i) dst[i] += tap * src[i];
+  } else {
+    for (int64_t i = lo; i < hi; ++i) dst[i * dst_stride] += tap * src[i * src_stride];
+  }
+}
+
 template <typename T>
 void depthwise_forward_typed(const Conv2dShape& s, const T* x, const T* w, T* y) {
   const Conv2dGeometry& g = s.geometry;
@@ -146,23 +177,12 @@ void depthwise_forward_typed(const Conv2dShape& s, const T* x, const T* w, T* y)
       const T* taps = w + o * g.kernel_h * g.kernel_w;
       T* out = y + plane * out_plane;
       std::fill(out, out + out_plane, T(0));
-      for (int64_t ki : spans.valid_rows) {
-        const ColumnSpan rows = spans.rows[size_t(ki)];
-        for (int64_t kj : spans.valid_columns) {
-          const T tap = taps[ki * g.kernel_w + kj];
-          const auto [x0, lo, hi] = spans.columns[size_t(kj)];
-          const int64_t stride = g.stride_w;
-          for (int64_t oy = rows.lo; oy < rows.hi; ++oy) {
-            const T* in_row = image + (oy * g.stride_h + rows.x0) * g.width + x0;
-            T* out_row = out + oy * g.out_w;
-            if (stride == 1) {
-              for (int64_t ox = lo; ox < hi; ++ox) out_row[ox] += tap * in_row[ox];
-            } else {
-              for (int64_t ox = lo; ox < hi; ++ox) out_row[ox] += tap * in_row[ox * stride];
-            }
-          }
-        }
-      }
+      for_each_valid_tap(g, spans, [&](int64_t tap, ColumnSpan rows, ColumnSpan columns) {
+        for_each_tap_row(g, rows, columns, [&](int64_t in_at, int64_t out_at) {
+          add_scaled_row(out + out_at, 1, image + in_at, g.stride_w, taps[tap], columns.lo,
+                         columns.hi);
+        });
+      });
     }
   });
 }
@@ -183,23 +203,12 @@ void depthwise_backward_data_typed(const Conv2dShape& s, const T* grad_y, const 
       for (int64_t o = c * multiplier; o < (c + 1) * multiplier; ++o) {
         const T* grad = grad_y + (n * s.out_channels + o) * out_plane;
         const T* taps = w + o * g.kernel_h * g.kernel_w;
-        for (int64_t ki : spans.valid_rows) {
-          const ColumnSpan rows = spans.rows[size_t(ki)];
-          for (int64_t kj : spans.valid_columns) {
-            const T tap = taps[ki * g.kernel_w + kj];
-            const auto [x0, lo, hi] = spans.columns[size_t(kj)];
-            const int64_t stride = g.stride_w;
-            for (int64_t oy = rows.lo; oy < rows.hi; ++oy) {
-              T* image_row = image + (oy * g.stride_h + rows.x0) * g.width + x0;
-              const T* grad_row = grad + oy * g.out_w;
-              if (stride == 1) {
-                for (int64_t ox = lo; ox < hi; ++ox) image_row[ox] += tap * grad_row[ox];
-              } else {
-                for (int64_t ox = lo; ox < hi; ++ox) image_row[ox * stride] += tap * grad_row[ox];
-              }
-            }
-          }
-        }
+        for_each_valid_tap(g, spans, [&](int64_t tap, ColumnSpan rows, ColumnSpan columns) {
+          for_each_tap_row(g, rows, columns, [&](int64_t in_at, int64_t out_at) {
+            add_scaled_row(image + in_at, g.stride_w, grad + out_at, 1, taps[tap], columns.lo,
+                           columns.hi);
+          });
+        });
       }
     }
   });
@@ -217,32 +226,28 @@ void depthwise_backward_filter_typed(const Conv2dShape& s, const T* x, const T* 
     for (int64_t o = begin; o < end; ++o) {
       const int64_t c = o / multiplier;
       std::fill(grad_w + o * taps, grad_w + (o + 1) * taps, T(0));  // taps wholly on padding
-      for (int64_t ki : spans.valid_rows) {
-        const ColumnSpan rows = spans.rows[size_t(ki)];
-        for (int64_t kj : spans.valid_columns) {
-          const auto [x0, lo, hi] = spans.columns[size_t(kj)];
-          const int64_t stride = g.stride_w;
-          T total = 0;
-          for (int64_t n = 0; n < s.batch; ++n) {
-            const T* image = x + (n * g.channels + c) * in_plane;
-            const T* grad = grad_y + (n * s.out_channels + o) * out_plane;
-            for (int64_t oy = rows.lo; oy < rows.hi; ++oy) {
-              const T* in_row = image + (oy * g.stride_h + rows.x0) * g.width + x0;
-              const T* grad_row = grad + oy * g.out_w;
-              T row_total = 0;
-              if (stride == 1) {
+      for_each_valid_tap(g, spans, [&](int64_t tap, ColumnSpan rows, ColumnSpan columns) {
+        const auto [x0, lo, hi] = columns;
+        const int64_t stride = g.stride_w;
+        T total = 0;
+        for (int64_t n = 0; n < s.batch; ++n) {
+          const T* image = x + (n * g.channels + c) * in_plane;
+          const T* grad = grad_y + (n * s.out_channels + o) * out_plane;
+          for_each_tap_row(g, rows, columns, [&](int64_t in_at, int64_t out_at) {
+            const T* in_row = image + in_at;
+            const T* grad_row = grad + out_at;
+            T row_total = 0;
+            if (stride == 1) {
 #pragma omp simd reduction(+ : row_total)
-                for (int64_t ox = lo; ox < hi; ++ox) row_total += grad_row[ox] * in_row[ox];
-              } else {
-                for (int64_t ox = lo; ox < hi; ++ox)
-                  row_total += grad_row[ox] * in_row[ox * stride];
-              }
-              total += row_total;
+              for (int64_t ox = lo; ox < hi; ++ox) row_total += grad_row[ox] * in_row[ox];
+            } else {
+              for (int64_t ox = lo; ox < hi; ++ox) row_total += grad_row[ox] * in_row[ox * stride];
             }
-          }
-          grad_w[o * taps + ki * g.kernel_w + kj] = total;
+            total += row_total;
+          });
         }
-      }
+        grad_w[o * taps + tap] = total;
+      });
     }
   });
 }
