@@ -164,6 +164,26 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Descriptors& d,
   return dnnl::convolution_forward::primitive_desc(desc, engine);
 }
 
+// One operand of a pass: its plain layout, the layout the primitive chose, and its argument.
+struct Binding {
+  memory::desc plain, blocked;
+  int arg;
+};
+
+// The pass's two inputs and its output, with their reorders and scratch.
+void bind_operands(Plan& plan, const dnnl::engine& engine, size_t& scratch, const Binding& first,
+                   const Binding& second, const Binding& out) {
+  plan.first.plain = first.plain;
+  plan.second.plain = second.plain;
+  plan.out.plain = out.plain;
+  prepare_input(plan.first, first.blocked, engine, scratch);
+  prepare_input(plan.second, second.blocked, engine, scratch);
+  prepare_output(plan.out, out.blocked, engine, scratch);
+  plan.first_arg = first.arg;
+  plan.second_arg = second.arg;
+  plan.out_arg = out.arg;
+}
+
 bool is_reference(const std::string& implementation) {
   return implementation.rfind("ref", 0) == 0;
 }
@@ -179,15 +199,9 @@ Plan make_plan(ConvPass pass, DType operand, DType out_dtype, const Conv2dShape&
     auto pd = forward_pd(d, engine);
     plan.primitive = dnnl::convolution_forward(pd);
     plan.implementation = pd.impl_info_str();
-    plan.first.plain = d.x_plain;
-    plan.second.plain = d.w_plain;
-    plan.out.plain = d.y_plain;
-    prepare_input(plan.first, pd.src_desc(), engine, scratch);
-    prepare_input(plan.second, pd.weights_desc(), engine, scratch);
-    prepare_output(plan.out, pd.dst_desc(), engine, scratch);
-    plan.first_arg = DNNL_ARG_SRC;
-    plan.second_arg = DNNL_ARG_WEIGHTS;
-    plan.out_arg = DNNL_ARG_DST;
+    bind_operands(plan, engine, scratch, {d.x_plain, pd.src_desc(), DNNL_ARG_SRC},
+                  {d.w_plain, pd.weights_desc(), DNNL_ARG_WEIGHTS},
+                  {d.y_plain, pd.dst_desc(), DNNL_ARG_DST});
   } else if (pass == ConvPass::BackwardData) {
     auto hint_pd = forward_pd(hint, engine);
     dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, d.x_any,
@@ -196,15 +210,9 @@ Plan make_plan(ConvPass pass, DType operand, DType out_dtype, const Conv2dShape&
     dnnl::convolution_backward_data::primitive_desc pd(desc, engine, hint_pd);
     plan.primitive = dnnl::convolution_backward_data(pd);
     plan.implementation = pd.impl_info_str();
-    plan.first.plain = d.y_plain;
-    plan.second.plain = d.w_plain;
-    plan.out.plain = d.x_plain;
-    prepare_input(plan.first, pd.diff_dst_desc(), engine, scratch);
-    prepare_input(plan.second, pd.weights_desc(), engine, scratch);
-    prepare_output(plan.out, pd.diff_src_desc(), engine, scratch);
-    plan.first_arg = DNNL_ARG_DIFF_DST;
-    plan.second_arg = DNNL_ARG_WEIGHTS;
-    plan.out_arg = DNNL_ARG_DIFF_SRC;
+    bind_operands(plan, engine, scratch, {d.y_plain, pd.diff_dst_desc(), DNNL_ARG_DIFF_DST},
+                  {d.w_plain, pd.weights_desc(), DNNL_ARG_WEIGHTS},
+                  {d.x_plain, pd.diff_src_desc(), DNNL_ARG_DIFF_SRC});
   } else {
     auto hint_pd = forward_pd(hint, engine);
     dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct, d.x_any,
@@ -213,15 +221,9 @@ Plan make_plan(ConvPass pass, DType operand, DType out_dtype, const Conv2dShape&
     dnnl::convolution_backward_weights::primitive_desc pd(desc, engine, hint_pd);
     plan.primitive = dnnl::convolution_backward_weights(pd);
     plan.implementation = pd.impl_info_str();
-    plan.first.plain = d.x_plain;
-    plan.second.plain = d.y_plain;
-    plan.out.plain = d.w_plain;
-    prepare_input(plan.first, pd.src_desc(), engine, scratch);
-    prepare_input(plan.second, pd.diff_dst_desc(), engine, scratch);
-    prepare_output(plan.out, pd.diff_weights_desc(), engine, scratch);
-    plan.first_arg = DNNL_ARG_SRC;
-    plan.second_arg = DNNL_ARG_DIFF_DST;
-    plan.out_arg = DNNL_ARG_DIFF_WEIGHTS;
+    bind_operands(plan, engine, scratch, {d.x_plain, pd.src_desc(), DNNL_ARG_SRC},
+                  {d.y_plain, pd.diff_dst_desc(), DNNL_ARG_DIFF_DST},
+                  {d.w_plain, pd.diff_weights_desc(), DNNL_ARG_DIFF_WEIGHTS});
   }
   plan.scratch_bytes = scratch;
   plan.reference = is_reference(plan.implementation);
