@@ -220,17 +220,17 @@ struct MixedMatmulBackward final : Node {
       }
       a32 = stand_in(a32, next[0]);
       b32 = stand_in(b32, next[1]);
-      if (next[1]) grads[1] = batched_matmul(a32.transpose(-1, -2), grad);
-      if (next[0]) grads[0] = batched_matmul(grad, b32.transpose(-1, -2));
+      if (gradient_needed(*this, 1)) grads[1] = batched_matmul(a32.transpose(-1, -2), grad);
+      if (gradient_needed(*this, 0)) grads[0] = batched_matmul(grad, b32.transpose(-1, -2));
       return;
     }
     const Tensor g = detail::copy_as(grad, a_low.dtype());
-    if (next[1]) {
+    if (gradient_needed(*this, 1)) {
       grads[1] = b_column_major ? product(g.transpose(-1, -2), a_low, true).transpose(-1, -2)
                                 : product(a_low.transpose(-1, -2), g, true);
-      if (next[0]) release_gradient_early(*this, grads, 1);
+      if (gradient_needed(*this, 0)) release_gradient_early(*this, grads, 1);
     }
-    if (next[0]) {
+    if (gradient_needed(*this, 0)) {
       grads[0] = a_column_major ? product(b_low, g.transpose(-1, -2), true).transpose(-1, -2)
                                 : product(g, b_low.transpose(-1, -2), true);
     }
