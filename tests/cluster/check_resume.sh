@@ -72,15 +72,19 @@ grep -qE "^\[rank 0/$ranks\] mpigrad train: error: \[train\] resume: rank $((ran
 grep -q '"step": 9,' "$scratch/part/metrics.jsonl" && fail "a step was trained despite the error"
 
 # A file of the same name on node1 that holds other tensors (another run's) is not that checkpoint.
+# One process per node touches node1's scratch: with 2 ranks on node1, two cp's racing to
+# create the same file fail with "File exists".
+on_node1_once() {
+  "$CLUSTER_SIM_MPIRUN" sh -c "[ \$(hostname) = node0 ] || [ \${OMPI_COMM_WORLD_LOCAL_RANK:-0} != 0 ] || { $1; }"
+}
 cp "$scratch/full/ckpt-epoch1.h5" impostor.h5
-"$CLUSTER_SIM_MPIRUN" sh -c "[ \$(hostname) = node0 ] || { mkdir -p $scratch/part && cp impostor.h5 $ckpt; }" ||
-  fail "could not put the other file on node1"
+on_node1_once "mkdir -p $scratch/part && cp impostor.h5 $ckpt" || fail "could not put the other file on node1"
 status=0
 run "$mpigrad" train --config base.ini --train.out_dir="$scratch/part" >impostor.txt 2>&1 || status=$?
 [[ $status -ne 0 ]] || { cat impostor.txt; fail "resumed from another file of the same name"; }
 grep -qE "^\[rank 0/$ranks\] .*rank $((ranks / 2)) on node1 cannot read $ckpt, the checkpoint rank 0 chose: it holds tensors with CRC-32C [0-9]+, and the file rank 0 chose has [0-9]+ \(another file of the same name\)" impostor.txt ||
   { cat impostor.txt; fail "the error does not say the file on node1 is another one"; }
-"$CLUSTER_SIM_MPIRUN" sh -c "[ \$(hostname) = node0 ] || rm -rf $scratch" || fail "could not clean node1"
+on_node1_once "rm -rf $scratch" || fail "could not clean node1"
 
 # node_local: rank 0 sends it; the result is the uninterrupted run's.
 run "$mpigrad" train --config base.ini --train.out_dir="$scratch/part" \
