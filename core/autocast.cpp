@@ -29,7 +29,8 @@ constexpr AutocastPolicy kAutocastPolicy[] = {
     {"optimizer_step", AutocastRule::Float32},
 };
 
-thread_local std::optional<DType> current_dtype;
+// Read by every op: initial-exec, as grad mode (core/autograd.cpp) is.
+[[gnu::tls_model("initial-exec")]] thread_local std::optional<DType> current_dtype;
 
 struct CacheEntry {
   std::weak_ptr<Storage> storage;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <limits>
+#include <span>
 
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/profiler.h"
@@ -12,7 +13,10 @@ namespace mpigrad::core {
 // ---- Grad mode -------------------------------------------------------------------------------
 
 namespace {
-thread_local bool grad_mode_enabled = true;
+// Read by every op. initial-exec: a plain %fs-relative load instead of a call to __tls_get_addr
+// (the default model of a shared library). It takes static TLS, so only a few small per-op
+// variables use it; a dlopen'ed libmpigrad still finds that much in glibc's spare static TLS.
+[[gnu::tls_model("initial-exec")]] thread_local bool grad_mode_enabled = true;
 std::atomic<uint64_t> next_sequence_nr{0};
 std::atomic<uint64_t> next_graph_task{1};
 }  // namespace
@@ -65,28 +69,53 @@ Tensor SavedTensor::get(const Node& owner) const {
 Node::Node() : sequence_nr(next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
 
 namespace {
+// The nodes a node's destruction still has to release: a stack that holds its first few on
+// the stack frame, so that freeing a small graph (one op's) allocates nothing.
+class ReleaseList {
+ public:
+  void push(std::shared_ptr<Node>&& node) {
+    if (inline_count_ < kInline) {
+      inline_[inline_count_++] = std::move(node);
+    } else {
+      more_.push_back(std::move(node));
+    }
+  }
+  // The last one pushed, or null when none is left.
+  std::shared_ptr<Node> pop() {
+    if (!more_.empty()) {
+      std::shared_ptr<Node> node = std::move(more_.back());
+      more_.pop_back();
+      return node;
+    }
+    return inline_count_ == 0 ? nullptr : std::move(inline_[--inline_count_]);
+  }
+
+ private:
+  static constexpr size_t kInline = 8;
+  std::shared_ptr<Node> inline_[kInline];
+  size_t inline_count_ = 0;
+  std::vector<std::shared_ptr<Node>> more_;
+};
+
 // While a node is being destroyed, the nodes it releases hand their edges to this work list
 // instead of destroying their own successors: freeing a 1M-op chain takes no stack.
-thread_local std::vector<std::shared_ptr<Node>>* nodes_to_release = nullptr;
+[[gnu::tls_model("initial-exec")]] thread_local ReleaseList* nodes_to_release = nullptr;
 }  // namespace
 
 Node::~Node() {
   if (nodes_to_release != nullptr) {
     for (auto& edge : next) {
-      if (edge) nodes_to_release->push_back(std::move(edge));
+      if (edge) nodes_to_release->push(std::move(edge));
     }
     return;
   }
-  std::vector<std::shared_ptr<Node>> work;
+  ReleaseList work;
   for (auto& edge : next) {
-    if (edge) work.push_back(std::move(edge));
+    if (edge) work.push(std::move(edge));
   }
   nodes_to_release = &work;
-  while (!work.empty()) {
-    std::shared_ptr<Node> node = std::move(work.back());
-    work.pop_back();
-    node.reset();  // if this was the last owner, its ~Node appends its edges to `work`
-  }
+  // If the popped node's last owner was the list, its ~Node pushes its own edges.
+  while (std::shared_ptr<Node> node = work.pop()) node.reset();
   nodes_to_release = nullptr;
 }
 
@@ -221,6 +250,8 @@ struct LaterFirst {
 // Scratch buffers of one backward, kept per thread so a training step allocates none of them.
 // A hook that itself calls backward gets fresh ones (the outer call holds these).
 struct EngineScratch {
+  std::vector<std::shared_ptr<Node>> root_nodes;  // held while the run lasts
+  std::vector<Node*> roots;
   std::vector<Node*> stack;
   std::vector<Node*> reachable;
   std::vector<Node*> marked;  // the nodes asked for, or the live leaves' accumulators
@@ -335,7 +366,7 @@ struct BackwardRun {
            early->end();
   }
 };
-thread_local BackwardRun* running = nullptr;
+[[gnu::tls_model("initial-exec")]] thread_local BackwardRun* running = nullptr;  // see grad_mode_enabled
 
 void run_node(BackwardRun& run, Node* node, std::vector<Tensor>& grad_inputs, bool leaf_chain);
 
@@ -464,17 +495,19 @@ struct AskedFor {
 // Runs the graph below `outputs`, seeded with `seeds`. With `asked` (grad()), only the nodes
 // leading to those run, each one's complete gradient is stored into `results`, and no leaf's
 // accumulator runs; otherwise every reachable node runs (backward()).
-void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& seeds,
+void run_backward(std::span<const Tensor> outputs, std::span<const Tensor> seeds,
                   bool retain_graph, bool create_graph, const std::vector<AskedFor>* asked,
                   std::vector<Tensor>* results) {
-  std::vector<std::shared_ptr<Node>> root_nodes;
-  std::vector<Node*> roots;
+  EngineScratch scratch = std::move(scratch_cache);
+  std::vector<std::shared_ptr<Node>>& root_nodes = scratch.root_nodes;
+  std::vector<Node*>& roots = scratch.roots;
+  root_nodes.clear();
+  roots.clear();
   for (const Tensor& output : outputs) {
     root_nodes.push_back(gradient_edge(output));
     roots.push_back(root_nodes.back().get());
   }
   const uint64_t task = next_graph_task.fetch_add(1, std::memory_order_relaxed);
-  EngineScratch scratch = std::move(scratch_cache);
   scratch.reachable.clear();
   count_dependencies(roots, task, scratch.stack, &scratch.reachable);
   std::vector<Node*>& marked = scratch.marked;
@@ -492,8 +525,10 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
   for (size_t i = 0; i < roots.size(); ++i) {
     Node* root = roots[i];
     if (!root->needed) continue;
-    // A seed the caller passed keeps its history only when it is to be differentiated.
-    Tensor seed = create_graph ? seeds[i] : seeds[i].detach();
+    // A seed the caller passed keeps its history only when it is to be differentiated. (One
+    // with no history is taken as it is: the engine only reads it, and a leaf's accumulator
+    // copies a buffer that the caller still holds.)
+    Tensor seed = create_graph || !seeds[i].requires_grad() ? seeds[i] : seeds[i].detach();
     root->grad_sum = root->grad_sum.defined() ? add(root->grad_sum, seed) : seed;
   }
   for (Node* root : roots) {
@@ -549,6 +584,7 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
     run_node(run, node, grad_inputs, /*leaf_chain=*/false);
   }
   grad_inputs.clear();
+  root_nodes.clear();
   scratch_cache = std::move(scratch);
   running = outer_run;
   // Callbacks may queue further callbacks; run until none are left.
@@ -563,7 +599,7 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
 void backward(const Tensor& root, const Tensor& gradient, bool retain_graph, bool create_graph) {
   Tensor seed = seed_for(root, gradient, "backward");
   // An implied seed of ones is the engine's own buffer; a passed one is the caller's.
-  run_backward({root}, {seed}, retain_graph, create_graph, nullptr, nullptr);
+  run_backward({&root, 1}, {&seed, 1}, retain_graph, create_graph, nullptr, nullptr);
 }
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,

@@ -2,9 +2,22 @@
 
 namespace mpigrad::core::detail {
 
-StridedLoop make_loop(const Shape& shape, std::initializer_list<const Tensor*> operands) {
+namespace {
+
+StridedLoop flat_loop(int64_t numel, int num_operands) {
   StridedLoop loop;
-  int num_operands = int(operands.size());
+  loop.ndim = 1;
+  loop.size[0] = numel;
+  for (int op = 0; op < num_operands; ++op) loop.stride[op][0] = 1;
+  return loop;
+}
+
+}  // namespace
+
+// Both returns are prvalues, so the 328-byte loop is built in the caller's slot, not copied
+// (a named `return loop` beside `return coalesced(...)` defeats that; it showed in op overhead).
+StridedLoop make_loop(const Shape& shape, std::initializer_list<const Tensor*> operands) {
+  const int num_operands = int(operands.size());
   // The common case, every operand dense with the full shape, is one flat loop.
   bool all_dense = true;
   for (const Tensor* operand : operands) {
@@ -13,12 +26,8 @@ StridedLoop make_loop(const Shape& shape, std::initializer_list<const Tensor*> o
       break;
     }
   }
-  if (all_dense) {
-    loop.ndim = 1;
-    loop.size[0] = shape.numel();
-    for (int op = 0; op < num_operands; ++op) loop.stride[op][0] = 1;
-    return loop;
-  }
+  if (all_dense) return flat_loop(shape.numel(), num_operands);
+  StridedLoop loop;
   // Align every operand's strides to `shape` (broadcast dims get 0), then merge.
   loop.ndim = shape.size();
   for (int d = 0; d < shape.size(); ++d) {

@@ -12,6 +12,7 @@
 
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/ops/elementwise.h"
+#include "mpigrad/core/ops/join.h"
 #include "mpigrad/core/ops/linalg.h"
 #include "mpigrad/core/ops/reduce.h"
 #include "mpigrad/core/tensor.h"
@@ -456,6 +457,40 @@ TEST_CASE("a 100000-op chain backprops and is destroyed without overflowing the 
     CHECK(h.requires_grad());
   }
   CHECK(hook_calls == 1);
+}
+
+TEST_CASE("freeing a graph whose node has more inputs than fit inline frees every node") {
+  // ~Node releases its inputs through a list that keeps its first 8 on the stack frame and
+  // the rest on the heap; a concatenation of 20 long chains needs both.
+  Tensor x = leaf({1.0, 2.0});
+  std::vector<std::weak_ptr<Node>> watched;
+  {
+    std::vector<Tensor> parts;
+    for (int p = 0; p < 20; ++p) {
+      Tensor h = x * double(p + 1);
+      for (int i = 0; i < 5000; ++i) h = h + x;
+      watched.push_back(h.grad_fn());
+      parts.push_back(h);
+    }
+    Tensor joined = cat(parts, 0);
+    watched.push_back(joined.grad_fn());
+    parts.clear();
+    for (const auto& node : watched) CHECK_FALSE(node.expired());
+    sum(joined).backward();
+  }
+  for (const auto& node : watched) CHECK(node.expired());
+  // d/dx of sum over p of (p + 1) x + 5000 x, in both halves of the concatenation.
+  const double expected = 210.0 + 20 * 5000.0;
+  CHECK(grad_of(x) == std::vector<double>{expected, expected});
+}
+
+TEST_CASE("a seed passed to backward is read, never kept: changing it later leaves .grad alone") {
+  Tensor x = leaf({1.0, 2.0});
+  Tensor seed = Tensor::from_vector<double>({3.0, 4.0}, {2});
+  x.backward(seed);  // the root is x's own accumulator: the seed would become .grad if adopted
+  (x * 2.0).backward(seed);
+  seed.mul_(10.0);
+  CHECK(grad_of(x) == std::vector<double>{9.0, 12.0});
 }
 
 TEST_CASE("callbacks queued during backward run once it has finished") {
