@@ -1,7 +1,9 @@
 // core/hdf5.h: round trips of every DType, rows and blocks, attributes, groups, chunked and
 // compressed layouts, the atomic writer, and errors that name the call, file and object.
 #include <doctest/doctest.h>
+#include <hdf5.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -90,6 +92,39 @@ TEST_CASE("hdf5: rows, blocks and unions of hyperslabs, contiguous and chunked+g
     dataset.read_selection(selection, both.data(),
                            core::kFloat32);  // file order: row 0, then row 8
     CHECK(both == std::vector<float>{0, 1, 2, 3, 32, 33, 34, 35});
+  }
+}
+
+TEST_CASE("hdf5: scattered rows are read through a one-page sieve buffer, and read right") {
+  // HDF5's default 64 KiB sieve buffer made each row of a shuffled batch read 64 KiB.
+  TempDir dir;
+  const std::string path = dir.file("scattered.h5");
+  constexpr int64_t kRows = 3000, kCols = 301;  // 1204-byte rows: many straddle a page
+  std::vector<float> data(size_t(kRows * kCols));
+  for (size_t i = 0; i < data.size(); ++i) data[i] = float(i);
+  {
+    hdf5::File file = hdf5::File::create(path);
+    file.create_dataset("x", core::kFloat32, {kRows, kCols}).write_rows(0, kRows, data.data(),
+                                                                        core::kFloat32);
+  }
+  hdf5::File file = hdf5::File::open(path);
+  const hid_t access = H5Fget_access_plist(file.id());
+  REQUIRE(access >= 0);
+  size_t sieve = 0;
+  CHECK(H5Pget_sieve_buf_size(access, &sieve) >= 0);
+  H5Pclose(access);
+  CHECK(sieve == 4096);
+  hdf5::Dataset dataset = file.open_dataset("x");
+  const std::vector<int64_t> wanted = {3, 4, 17, 18, 1500, 2998, 2999};  // file order
+  hdf5::Dataspace selection = dataset.space();
+  selection.select_rows(wanted[0], 1);
+  for (size_t i = 1; i < wanted.size(); ++i) selection.add_rows(wanted[i], 1);
+  std::vector<float> rows(wanted.size() * kCols);
+  dataset.read_selection(selection, rows.data(), core::kFloat32);
+  for (size_t i = 0; i < wanted.size(); ++i) {
+    CAPTURE(wanted[i]);
+    CHECK(std::equal(rows.begin() + int64_t(i) * kCols, rows.begin() + int64_t(i + 1) * kCols,
+                     data.begin() + wanted[i] * kCols));
   }
 }
 
