@@ -39,6 +39,23 @@ void AtomicFile::commit() {
   committed_ = true;
 }
 
+bool link_file_atomically(const std::string& existing, const std::string& path) {
+  AtomicFile file(path);
+  std::error_code error;
+  std::filesystem::remove(file.temp_path(), error);  // a leftover from a killed run
+  std::filesystem::create_hard_link(existing, file.temp_path(), error);
+  if (error == std::errc::operation_not_permitted || error == std::errc::not_supported ||
+      error == std::errc::cross_device_link || error == std::errc::too_many_links) {
+    return false;
+  }
+  if (error) {
+    fail("cannot make '", path, "' a link to '", existing, "': linking '", file.temp_path(),
+         "' failed: ", error.message());
+  }
+  file.commit();
+  return true;
+}
+
 void write_file_atomically(const std::string& path,
                            const std::function<void(std::ostream&)>& write) {
   AtomicFile file(path);

@@ -76,6 +76,29 @@ TEST_CASE("atomic file: a complete write replaces the target and leaves nothing 
   CHECK(dir.names() == std::vector<std::string>{"out.txt"});
 }
 
+TEST_CASE("atomic file: a link makes the target another name of a file, with nothing copied") {
+  using mpigrad::core::link_file_atomically;
+  ScratchDir dir;
+  const std::string epoch = dir.file("ckpt-epoch1.h5"), last = dir.file("last.h5");
+  write_file_atomically(epoch, [](std::ostream& out) { out << "epoch 1"; });
+  write_file_atomically(last, [](std::ostream& out) { out << "an older epoch"; });
+  std::ofstream(last + ".tmp") << "left over by a killed run";
+  REQUIRE(link_file_atomically(epoch, last));  // this machine's /tmp has hard links
+  CHECK(fs::equivalent(epoch, last));
+  CHECK(read_all(last) == "epoch 1");
+  CHECK(dir.names() == std::vector<std::string>{"ckpt-epoch1.h5", "last.h5"});
+  // The next epoch's file is written atomically, so the link's other name keeps the old bytes;
+  // and removing one name leaves the other.
+  write_file_atomically(epoch, [](std::ostream& out) { out << "epoch 2"; });
+  CHECK(read_all(last) == "epoch 1");
+  fs::remove(epoch);
+  CHECK(read_all(last) == "epoch 1");
+  const std::string message = error_message([&] { link_file_atomically(epoch, last); });
+  CHECK(contains(message, "cannot make '" + last + "' a link to '" + epoch + "'"));
+  CHECK(read_all(last) == "epoch 1");
+  CHECK(dir.names() == std::vector<std::string>{"last.h5"});
+}
+
 TEST_CASE("atomic file: the temporary file sits beside the target until the rename") {
   ScratchDir dir;
   const std::string path = dir.file("out.txt");

@@ -260,6 +260,11 @@ TEST_CASE("stopped mid-epoch and resumed from its checkpoint, a run ends as an u
     return run;
   };
   auto full = train("", 0, (dir / "full").string());
+  if (manager.is_main_process()) {
+    // last.h5 is the newest epoch's file under a second name, not a second write of it.
+    CHECK(fs::equivalent(dir / "full" / "last.h5", dir / "full" / "ckpt-epoch3.h5"));
+    CHECK_FALSE(fs::equivalent(dir / "full" / "last.h5", dir / "full" / "ckpt-epoch2.h5"));
+  }
   const int64_t ranks = manager.world_size(), epoch_steps = 24 / ranks;
   // Step 14 is in the first epoch on 1 rank (24 batches an epoch), the second on 2 (12) and the
   // third on 4 (6); the other stop is at the end of the first epoch, before its checkpoint.
