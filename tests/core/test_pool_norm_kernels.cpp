@@ -1,7 +1,7 @@
-// The CPU max-pooling and batch-norm kernels' Float32 paths (AVX2 where the CPU has it) against
-// their Float64 versions, which run the scalar loops: 2x2 max pooling must agree exactly (values,
-// winners on ties, NaN and signed zeros, odd widths and heights, every tail length), batch norm to
-// float rounding, including data whose mean is far larger than its spread.
+// The CPU max-pooling, batch-norm and ReLU kernels' Float32 paths (AVX2 where the CPU has it)
+// against their Float64 versions, which run the scalar loops: 2x2 max pooling must agree exactly
+// (values, winners on ties, NaN and signed zeros, odd widths and heights, every tail length), batch
+// norm to float rounding, including data whose mean is far larger than its spread.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -11,6 +11,9 @@
 #include <random>
 #include <vector>
 
+#include "mpigrad/core/ops/elementwise.h"
+#include "mpigrad/core/ops/reduce.h"
+#include "mpigrad/core/tensor.h"
 #include "mpigrad/kernels/normalization.h"
 #include "mpigrad/kernels/pooling.h"
 
@@ -257,5 +260,27 @@ TEST_CASE("batch norm forward and backward in Float32 match Float64 to float rou
         CHECK(db[c] == doctest::Approx(db_ref[c]).epsilon(1e-5));
       }
     }
+  }
+}
+
+TEST_CASE("ReLU in Float32, forward and backward: NaN passes, -0 stays, the gradient is g or +0") {
+  using namespace mpigrad::core;  // NOLINT
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  // 19 elements: two vectors of 8 and a tail of 3.
+  const std::vector<float> values = {-1,   2,     -0.0f, 0,  nan, 3.5f, -inf, inf, 1e-30f, -1e-30f,
+                                     0.5f, -0.5f, 7,     -7, 0,   nan,  -2,   4,   -0.0f};
+  const std::vector<float> upstream = {1,   -2,    3, 4, 5,  6, 7, -8,    9, 10,
+                                       inf, -0.0f, 1, 1, -1, 2, 3, -0.0f, 2};
+  Tensor x = Tensor::from_vector(values, {19}).set_requires_grad();
+  Tensor y = relu(x);
+  sum(y * Tensor::from_vector(upstream, {19})).backward();
+  const auto out = y.to_vector<float>();
+  const auto grad = x.grad().to_vector<float>();
+  for (size_t i = 0; i < values.size(); ++i) {
+    INFO("element ", i, " x ", values[i]);
+    const float expected = values[i] < 0 ? 0.0f : values[i];
+    CHECK(same(out[i], expected));
+    CHECK(same(grad[i], values[i] > 0 ? upstream[i] : 0.0f));
   }
 }
