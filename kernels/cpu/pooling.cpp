@@ -75,9 +75,11 @@ MPIGRAD_AVX2 inline __m256 unshuffle(__m256 v) {
 }
 
 // Outputs [0, count) of one output row: row0 and row1 are the window's two input rows from its
-// first column, `first` the plane index of row0[0].
+// first column, `first` the plane index of row0[0]. out and indices have room for `room` >= count
+// elements, and those past the row are written again after it by the caller: a tail's stores are
+// then whole vectors where they fit in the room, not the slower partial ones.
 MPIGRAD_AVX2 void max_2x2_row(const float* row0, const float* row1, int64_t count, int32_t first,
-                              int32_t width, float* out, int64_t* indices) {
+                              int32_t width, int64_t room, float* out, int64_t* indices) {
   const __m256i step = _mm256_setr_epi32(0, 2, 8, 10, 4, 6, 12, 14);  // shuffled, as the data
   const __m256 at_b = _mm256_castsi256_ps(_mm256_set1_epi32(1));
   const __m256 at_c = _mm256_castsi256_ps(_mm256_set1_epi32(width));
@@ -115,7 +117,7 @@ MPIGRAD_AVX2 void max_2x2_row(const float* row0, const float* row1, int64_t coun
     const __m256i ordered = _mm256_permute4x64_epi64(index, 0xD8);
     const __m256i low = _mm256_cvtepi32_epi64(_mm256_castsi256_si128(ordered));
     const __m256i high = _mm256_cvtepi32_epi64(_mm256_extracti128_si256(ordered, 1));
-    if (n == 8) {
+    if (ox + 8 <= room) {
       _mm256_storeu_ps(out + ox, unshuffle(best));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(indices + ox), low);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(indices + ox + 4), high);
@@ -150,8 +152,11 @@ bool max_forward_2x2(const Pool2dGeometry& g, const T* in, T* out, int64_t* indi
                        const float* plane = in + p * g.height * width;
                        for (int64_t oy = 0; oy < out_h; ++oy) {
                          const int64_t row = (p * out_h + oy) * out_w;
+                         // A tail may run into the rows that follow in this chunk, which are
+                         // written after it; not past the chunk (another thread's, or the end).
+                         const int64_t room = end * out_h * out_w - row;
                          avx2::max_2x2_row(plane + 2 * oy * width, plane + (2 * oy + 1) * width,
-                                           out_w, int32_t(2 * oy * width), int32_t(width),
+                                           out_w, int32_t(2 * oy * width), int32_t(width), room,
                                            out + row, indices + row);
                        }
                      }

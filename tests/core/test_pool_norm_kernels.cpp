@@ -76,9 +76,16 @@ Pooled pool_both(const Pool2dGeometry& g, const std::vector<float>& x,
   Pooled r;
   const size_t outputs = size_t(g.planes * g.out_h * g.out_w);
   const size_t inputs = size_t(g.planes * g.height * g.width);
-  r.out.assign(outputs, 7.0f);
-  r.indices.assign(outputs, -1);
+  // 8 guard elements past the end: a tail's whole-vector stores must stop short of them.
+  r.out.assign(outputs + 8, 7.0f);
+  r.indices.assign(outputs + 8, -1);
   cpu::max_pool2d_forward(DType::Float32, g, x.data(), r.out.data(), r.indices.data());
+  for (size_t k = outputs; k < outputs + 8; ++k) {
+    CHECK(r.out[k] == 7.0f);
+    CHECK(r.indices[k] == -1);
+  }
+  r.out.resize(outputs);
+  r.indices.resize(outputs);
   const std::vector<double> xd(x.begin(), x.end());
   r.out_ref.assign(outputs, 7.0);
   r.indices_ref.assign(outputs, -1);
@@ -96,11 +103,13 @@ Pooled pool_both(const Pool2dGeometry& g, const std::vector<float>& x,
 }  // namespace
 
 TEST_CASE("2x2 max pooling in Float32 matches the scalar rule: ties, NaN, zeros, every tail") {
+  // 3 planes run on one thread; 60 planes of 18x29 are split between threads (when there are
+  // several), whose chunk boundaries the tails must not write across.
   for (int64_t width = 2; width <= 37; ++width) {
-    for (int64_t height : {2, 3, 6}) {
+    for (int64_t height : {2, 3, 6, 18}) {
       for (bool with_nan : {false, true}) {
         INFO("height ", height, " width ", width, " NaN ", with_nan);
-        const Pool2dGeometry g = pool_2x2(3, height, width);
+        const Pool2dGeometry g = pool_2x2(height == 18 ? 60 : 3, height, width);
         const auto x =
             pooling_input(g.planes * height * width, uint32_t(width * 31 + height), with_nan);
         // Gradients with signed zeros too: the scalar 0 + g turns -0 into +0.
