@@ -153,11 +153,11 @@ inline C sigmoid(C x) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// GELU, softplus, sigmoid and SiLU on dense Float32 in AVX2 (kernels/cpu/vector_math.h): the
-// activations whose scalar erf/tanh/exp/log1p cost as much as the GEMMs around them in small
-// models (a transformer's MLP, SchNet's filters on every edge). `g` null: the forward op into
-// out; otherwise g times its derivative at x. False when this call is not one it handles (then
-// the scalar loops below run).
+// ReLU (a CNN's), GELU, softplus, sigmoid and SiLU on dense Float32 in AVX2
+// (kernels/cpu/vector_math.h): the others' scalar erf/tanh/exp/log1p cost as much as the GEMMs
+// around them in small models (a transformer's MLP, SchNet's filters on every edge). `g` null:
+// the forward op into out; otherwise g times its derivative at x. False when this call is not
+// one it handles (then the scalar loops below run).
 
 bool activation_dense_float(UnaryOp op, const StridedLoop& loop, int operands, const float* g,
                             const float* x, float* out) {
@@ -165,6 +165,17 @@ bool activation_dense_float(UnaryOp op, const StridedLoop& loop, int operands, c
   using vector_math::Activation;
   void (*piece)(int64_t, const float*, const float*, float*) = nullptr;
   switch (op) {
+    case UnaryOp::Relu:  // max(0, x) keeps NaN and -0; g & (x > 0) is +0 where the select is 0
+      piece = [](int64_t n, const float* dy, const float* in, float* y) MPIGRAD_AVX2 {
+        int64_t i = 0;
+        for (const __m256 zero = _mm256_setzero_ps(); i + 8 <= n; i += 8) {
+          const __m256 v = _mm256_loadu_ps(in + i), keep = _mm256_cmp_ps(v, zero, _CMP_GT_OQ);
+          _mm256_storeu_ps(
+              y + i, dy ? _mm256_and_ps(_mm256_loadu_ps(dy + i), keep) : _mm256_max_ps(zero, v));
+        }
+        for (; i < n; ++i) y[i] = dy ? (in[i] > 0 ? dy[i] : 0.0f) : (in[i] < 0 ? 0.0f : in[i]);
+      };
+      break;
     case UnaryOp::GeluTanh:
       piece = vector_math::activation<Activation::GeluTanh>;
       break;
@@ -185,8 +196,8 @@ bool activation_dense_float(UnaryOp op, const StridedLoop& loop, int operands, c
       break;
   }
   if (piece == nullptr || !loop.contiguous(operands) || !has_avx2_fma()) return false;
-  // About 20 flops and an exp or two per element.
-  parallel_for(0, loop.numel(), kElementwiseGrain / 8, [&](int64_t b, int64_t e) {
+  const int64_t grain = kElementwiseGrain / (op == UnaryOp::Relu ? 1 : 8);  // others ~20 flops, exp
+  parallel_for(0, loop.numel(), grain, [&](int64_t b, int64_t e) {
     piece(e - b, g == nullptr ? nullptr : g + b, x + b, out + b);
   });
   return true;

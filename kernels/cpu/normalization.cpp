@@ -10,9 +10,11 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <type_traits>
 
 #include "mpigrad/kernels/cpu/parallel.h"
 #include "mpigrad/kernels/cpu/scalar.h"
+#include "mpigrad/kernels/cpu/vector_math.h"
 
 namespace mpigrad::kernels::cpu {
 namespace {
@@ -52,10 +54,195 @@ void add_lanes(int64_t n, LaneSums (&sums)[Sums], Term term) {
   }
 }
 
+#if defined(MPIGRAD_HAS_AVX2_MATH)
+// Float32 batch norm, 8 floats at a time (AVX2), for one channel: its `batch` rows of `inner`
+// elements, `stride` apart. Sums run in float lanes over blocks of at most kBlock elements of a
+// row (at most kBlock / 32 additions a lane), and each block's lanes are added into double
+// lanes; the order depends only on batch and inner, never on the thread count. A row's tail
+// goes through masked loads, so nothing past it is read.
+namespace avx2 {
+
+constexpr int64_t kBlock = 1024;
+
+MPIGRAD_AVX2 inline __m256i lanes_below(int64_t count) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(std::min<int64_t>(count, 8))),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+MPIGRAD_AVX2 inline __m256d widen(__m256 v) {
+  return _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)),
+                       _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+}
+
+MPIGRAD_AVX2 inline double total(__m256d v) {
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, v);
+  return (lanes[0] + lanes[2]) + (lanes[1] + lanes[3]);
+}
+
+// For each block of each row: body(offset, 8 lanes valid mask or null) over the block in steps
+// of 8, then flush() adds the block's float lanes into the double ones.
+template <typename Step, typename Flush>
+MPIGRAD_AVX2 inline void for_each_block(int64_t batch, int64_t stride, int64_t inner, Step step,
+                                        Flush flush) {
+  for (int64_t n = 0; n < batch; ++n) {
+    for (int64_t first = 0; first < inner; first += kBlock) {
+      const int64_t last = std::min(inner, first + kBlock);
+      int64_t i = first;
+      for (; i + 8 <= last; i += 8) step(n * stride + i, 8);
+      if (i < last) step(n * stride + i, last - i);
+      flush();
+    }
+  }
+}
+
+MPIGRAD_AVX2 inline __m256 load(const float* p, int64_t count) {
+  return count == 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, lanes_below(count));
+}
+
+// Two passes: a first mean m, then d = x - float(m) summed and squared. The mean is float(m) plus
+// the mean of d and the variance the mean of d^2 less its square: with d centred to float
+// rounding, no cancellation, and float(m)'s own rounding is corrected for.
+MPIGRAD_AVX2 void channel_statistics(int64_t batch, int64_t stride, int64_t inner, const float* x,
+                                     float& mean, float& variance) {
+  const double count = double(batch * inner);
+  __m256 s = _mm256_setzero_ps();
+  __m256d sum = _mm256_setzero_pd();
+  for_each_block(
+      batch, stride, inner,
+      [&](int64_t at, int64_t n) MPIGRAD_AVX2 { s = _mm256_add_ps(s, load(x + at, n)); },
+      [&]() MPIGRAD_AVX2 {
+        sum = _mm256_add_pd(sum, widen(s));
+        s = _mm256_setzero_ps();
+      });
+  const float shift = float(total(sum) / count);
+  const __m256 centre = _mm256_set1_ps(shift);
+  __m256 ds = _mm256_setzero_ps(), dd = _mm256_setzero_ps();
+  __m256d sum_d = _mm256_setzero_pd(), sum_dd = _mm256_setzero_pd();
+  for_each_block(
+      batch, stride, inner,
+      [&](int64_t at, int64_t n) MPIGRAD_AVX2 {
+        __m256 d = _mm256_sub_ps(load(x + at, n), centre);
+        if (n < 8) d = _mm256_and_ps(d, _mm256_castsi256_ps(lanes_below(n)));
+        ds = _mm256_add_ps(ds, d);
+        dd = _mm256_fmadd_ps(d, d, dd);
+      },
+      [&]() MPIGRAD_AVX2 {
+        sum_d = _mm256_add_pd(sum_d, widen(ds));
+        sum_dd = _mm256_add_pd(sum_dd, widen(dd));
+        ds = dd = _mm256_setzero_ps();
+      });
+  const double mean_d = total(sum_d) / count;
+  mean = float(double(shift) + mean_d);
+  variance = float(std::max(total(sum_dd) / count - mean_d * mean_d, 0.0));
+}
+
+// y = x * scale + shift, and with `relu` max(that, 0) (max(0, v) keeps a NaN, as relu does).
+MPIGRAD_AVX2 void channel_forward(int64_t batch, int64_t stride, int64_t inner, const float* x,
+                                  float scale, float shift, bool relu, float* y) {
+  const __m256 a = _mm256_set1_ps(scale), b = _mm256_set1_ps(shift), zero = _mm256_setzero_ps();
+  for (int64_t n = 0; n < batch; ++n) {
+    const float* in = x + n * stride;
+    float* out = y + n * stride;
+    int64_t i = 0;
+    for (; i + 8 <= inner; i += 8) {
+      __m256 v = _mm256_fmadd_ps(_mm256_loadu_ps(in + i), a, b);
+      if (relu) v = _mm256_max_ps(zero, v);
+      _mm256_storeu_ps(out + i, v);
+    }
+    if (i < inner) {
+      __m256 v = _mm256_fmadd_ps(load(in + i, inner - i), a, b);
+      if (relu) v = _mm256_max_ps(zero, v);
+      // Not a masked store: vmaskmov stores take tens of cycles on some CPUs.
+      vector_math::store_tail(out + i, inner - i, v);
+    }
+  }
+}
+
+// dy, zeroed where the ReLU after batch norm (its output y, when not null) was not positive.
+MPIGRAD_AVX2 inline __m256 masked_grad(const float* dy, const float* y, int64_t at, int64_t n) {
+  const __m256 g = load(dy + at, n);
+  if (y == nullptr) return g;
+  return _mm256_and_ps(g, _mm256_cmp_ps(load(y + at, n), _mm256_setzero_ps(), _CMP_GT_OQ));
+}
+
+// The channel's sums of dy and dy (x - mean), dy masked by y > 0 when y is not null.
+MPIGRAD_AVX2 void channel_grad_sums(int64_t batch, int64_t stride, int64_t inner, const float* x,
+                                    const float* dy, const float* y, float mean, double& sum_dy,
+                                    double& sum_dy_xc) {
+  const __m256 m = _mm256_set1_ps(mean);
+  __m256 g = _mm256_setzero_ps(), gx = _mm256_setzero_ps();
+  __m256d sum_g = _mm256_setzero_pd(), sum_gx = _mm256_setzero_pd();
+  for_each_block(
+      batch, stride, inner,
+      [&](int64_t at, int64_t n) MPIGRAD_AVX2 {
+        // Masked lanes of a tail load as 0, so their dy adds nothing.
+        const __m256 d = masked_grad(dy, y, at, n);
+        g = _mm256_add_ps(g, d);
+        gx = _mm256_fmadd_ps(d, _mm256_sub_ps(load(x + at, n), m), gx);
+      },
+      [&]() MPIGRAD_AVX2 {
+        sum_g = _mm256_add_pd(sum_g, widen(g));
+        sum_gx = _mm256_add_pd(sum_gx, widen(gx));
+        g = gx = _mm256_setzero_ps();
+      });
+  sum_dy = total(sum_g);
+  sum_dy_xc = total(sum_gx);
+}
+
+// dx = a dy + b x + k, dy masked as in channel_grad_sums.
+MPIGRAD_AVX2 void channel_grad_input(int64_t batch, int64_t stride, int64_t inner, const float* x,
+                                     const float* dy, const float* y, float a, float b, float k,
+                                     float* dx) {
+  const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b), vk = _mm256_set1_ps(k);
+  for (int64_t n = 0; n < batch; ++n) {
+    const int64_t row = n * stride;
+    int64_t i = 0;
+    for (; i + 8 <= inner; i += 8) {
+      const __m256 v = _mm256_fmadd_ps(va, masked_grad(dy, y, row + i, 8),
+                                       _mm256_fmadd_ps(vb, _mm256_loadu_ps(x + row + i), vk));
+      _mm256_storeu_ps(dx + row + i, v);
+    }
+    if (i < inner) {
+      const __m256 v = _mm256_fmadd_ps(va, masked_grad(dy, y, row + i, inner - i),
+                                       _mm256_fmadd_ps(vb, load(x + row + i, inner - i), vk));
+      vector_math::store_tail(dx + row + i, inner - i, v);
+    }
+  }
+}
+
+}  // namespace avx2
+#endif
+
+// Whether the Float32 routines of namespace avx2 run: this CPU has AVX2 and rows are long enough
+// to fill a vector (BatchNorm1d's [N, C], inner 1, stays on the lane sums below).
+template <typename T>
+bool use_avx2(int64_t inner) {
+#if defined(MPIGRAD_HAS_AVX2_MATH)
+  return std::is_same_v<T, float> && inner >= 8 && has_avx2_fma();
+#else
+  (void)inner;
+  return false;
+#endif
+}
+
 template <typename T>
 void bn_statistics(int64_t batch, int64_t channels, int64_t inner, const T* x, T* mean,
                    T* variance) {
   const double count = double(batch * inner);
+#if defined(MPIGRAD_HAS_AVX2_MATH)
+  if constexpr (std::is_same_v<T, float>) {
+    if (use_avx2<T>(inner)) {
+      parallel_for(0, channels, channel_grain(batch, inner), [&](int64_t begin, int64_t end) {
+        for (int64_t c = begin; c < end; ++c) {
+          avx2::channel_statistics(batch, channels * inner, inner, x + c * inner, mean[c],
+                                   variance[c]);
+        }
+      });
+      return;
+    }
+  }
+#endif
   parallel_for(0, channels, channel_grain(batch, inner), [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
       LaneSums total[1];
@@ -86,6 +273,15 @@ void bn_forward(int64_t batch, int64_t channels, int64_t inner, const T* x, cons
     for (int64_t c = begin; c < end; ++c) {
       const T scale = invstd[c] * (weight ? weight[c] : T(1));
       const T shift = (bias ? bias[c] : T(0)) - mean[c] * scale;
+#if defined(MPIGRAD_HAS_AVX2_MATH)
+      if constexpr (std::is_same_v<T, float>) {
+        if (use_avx2<T>(inner)) {
+          avx2::channel_forward(batch, channels * inner, inner, x + c * inner, scale, shift, false,
+                                y + c * inner);
+          continue;
+        }
+      }
+#endif
       for (int64_t n = 0; n < batch; ++n) {
         const T* in = x + (n * channels + c) * inner;
         T* out = y + (n * channels + c) * inner;
@@ -103,15 +299,29 @@ void bn_backward(int64_t batch, int64_t channels, int64_t inner, bool training, 
   parallel_for(0, channels, channel_grain(batch, inner), [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
       const double m = double(mean[c]), s = double(invstd[c]);
-      LaneSums sums[2];  // dy and dy * (x - m)
-      for (int64_t n = 0; n < batch; ++n) {
-        const T* in = x + (n * channels + c) * inner;
-        const T* dy = grad_y + (n * channels + c) * inner;
-        add_lanes(inner, sums, [in, dy, m](int64_t i) {
-          return std::array<double, 2>{double(dy[i]), double(dy[i]) * (double(in[i]) - m)};
-        });
+      double sum_dy = 0, sum_dy_xc = 0;  // of dy and dy * (x - m)
+      const bool vector = use_avx2<T>(inner);
+#if defined(MPIGRAD_HAS_AVX2_MATH)
+      if constexpr (std::is_same_v<T, float>) {
+        if (vector) {
+          avx2::channel_grad_sums(batch, channels * inner, inner, x + c * inner, grad_y + c * inner,
+                                  nullptr, mean[c], sum_dy, sum_dy_xc);
+        }
       }
-      const double sum_dy = sums[0].total(), sum_dy_xhat = sums[1].total() * s;
+#endif
+      if (!vector) {
+        LaneSums sums[2];
+        for (int64_t n = 0; n < batch; ++n) {
+          const T* in = x + (n * channels + c) * inner;
+          const T* dy = grad_y + (n * channels + c) * inner;
+          add_lanes(inner, sums, [in, dy, m](int64_t i) {
+            return std::array<double, 2>{double(dy[i]), double(dy[i]) * (double(in[i]) - m)};
+          });
+        }
+        sum_dy = sums[0].total();
+        sum_dy_xc = sums[1].total();
+      }
+      const double sum_dy_xhat = sum_dy_xc * s;
       if (grad_weight) grad_weight[c] = T(sum_dy_xhat);
       if (grad_bias) grad_bias[c] = T(sum_dy);
       if (!grad_x) continue;
@@ -123,6 +333,15 @@ void bn_backward(int64_t batch, int64_t channels, int64_t inner, bool training, 
       const double a = w * s, b = -w * s * s * mean_dy_xhat;
       const double k = -w * s * mean_dy + w * s * s * m * mean_dy_xhat;
       const T ta = T(a), tb = T(b), tk = T(k);
+#if defined(MPIGRAD_HAS_AVX2_MATH)
+      if constexpr (std::is_same_v<T, float>) {
+        if (vector) {
+          avx2::channel_grad_input(batch, channels * inner, inner, x + c * inner,
+                                   grad_y + c * inner, nullptr, ta, tb, tk, grad_x + c * inner);
+          continue;
+        }
+      }
+#endif
       for (int64_t n = 0; n < batch; ++n) {
         const T* in = x + (n * channels + c) * inner;
         const T* dy = grad_y + (n * channels + c) * inner;

@@ -7,6 +7,7 @@
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/op_support.h"
 #include "mpigrad/core/ops/reduce.h"
+#include "mpigrad/core/profiler.h"
 
 namespace mpigrad::nn::functional {
 
@@ -215,6 +216,7 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
                   const Tensor& weight, const Tensor& bias, bool training, double factor,
                   double eps) {
   const char* name = "batch_norm";
+  core::ProfileSpan span(name);
   check_input(name, input);
   MPIGRAD_CHECK(input.dim() >= 2, name, ": input must be [N, C, *], got shape ", input.shape());
   const int64_t batch = input.shape()[0], channels = input.shape()[1];
@@ -270,6 +272,7 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
 Tensor layer_norm(const Tensor& input, const std::vector<int64_t>& normalized_shape,
                   const Tensor& weight, const Tensor& bias, double eps) {
   const char* name = "layer_norm";
+  core::ProfileSpan span(name);
   check_input(name, input);
   const int k = int(normalized_shape.size());
   MPIGRAD_CHECK(k >= 1 && input.dim() >= k, name, ": normalized shape of ", k,

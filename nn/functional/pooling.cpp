@@ -7,6 +7,7 @@
 #include "mpigrad/core/enum_names.h"
 #include "mpigrad/core/ops/indexing.h"
 #include "mpigrad/core/ops/op_support.h"
+#include "mpigrad/core/profiler.h"
 #include "mpigrad/kernels/pooling.h"
 
 namespace mpigrad::nn::functional {
@@ -152,6 +153,7 @@ Tensor average_input_grad(PoolKind kind, core::Pool2dMode mode, const kernels::P
 // Runs `mode` on the input's backend and records the backward.
 Tensor run_pool(PoolKind kind, core::Pool2dMode mode, const Tensor& input,
                 const kernels::Pool2dGeometry& g) {
+  core::ProfileSpan span(pool_name(kind));
   Tensor x;
   {
     core::NoGradGuard no_grad;
