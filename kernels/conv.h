@@ -1,4 +1,4 @@
-// The CPU's 2-d convolution has two paths, chosen per shape and pass (conv2d_path):
+// The CPU's 2-d convolution has four paths, chosen per shape and pass (conv2d_path):
 //  * GEMM: one matrix product per image. im2col unrolls every receptive field of an image
 //    [channels, height, width] into a column of a dense [channels*kh*kw, out_h*out_w] buffer, so
 //    out = weight[out_channels, channels*kh*kw] x columns. col2im is its adjoint and scatters

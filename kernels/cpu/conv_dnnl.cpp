@@ -1,5 +1,5 @@
 // CPU convolution on oneDNN (kernels/conv.h), and the rule that picks it, the GEMM path or the
-// direct depthwise loops.
+// direct loops (depthwise, and stems of 1 to 4 input channels).
 //
 // Tensors arrive and leave as plain NCHW (x, y) and [out, in/groups, kh, kw] (w); each call
 // reorders them to the blocked layouts oneDNN's direct kernels chose (format_tag::any) and back.
@@ -8,7 +8,8 @@
 // step, so each (pass, dtype, shape, thread count) gets its primitive and its reorders once, kept
 // per thread as kernels/cpu/matmul_mixed.cpp keeps its matmuls. The blocked copies live in one
 // scratch buffer per thread that grows to the largest convolution and is reused by every call.
-// oneDNN runs on OpenMP with omp_get_max_threads() threads: the count core/threads.cpp set.
+// oneDNN runs on OpenMP with omp_get_max_threads() threads: the count core/threads.cpp set;
+// reorders of small tensors run on the calling thread alone (kSerialReorderBytes).
 #include <omp.h>
 
 #include <array>
