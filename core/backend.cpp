@@ -186,7 +186,7 @@ void batch_norm_channel_update(int64_t channels, int64_t count, double factor, d
 
 using kernels::cpu::ConvPass;
 
-// A convolution pass on oneDNN or the direct depthwise kernels when the rule (or
+// A convolution pass on oneDNN or the direct kernels when the rule (or
 // MPIGRAD_CPU_CONV) picks one of them and it can run the case; false, with nothing written, sends
 // it to CpuConv (kernels/conv.h).
 bool other_conv_path(ConvPass pass, DType operand, DType out, const Conv2dShape& shape,
@@ -196,7 +196,7 @@ bool other_conv_path(ConvPass pass, DType operand, DType out, const Conv2dShape&
       return kernels::cpu::conv2d_onednn(pass, operand, out, shape, first, second, result);
     case kernels::cpu::ConvPath::Direct:
       if (operand != out) return false;
-      kernels::cpu::depthwise_conv2d(pass, operand, shape, first, second, result);
+      kernels::cpu::direct_conv2d(pass, operand, shape, first, second, result);
       return true;
     default:
       return false;

@@ -1,4 +1,4 @@
-// The CPU's 2-d convolution has two paths, chosen per shape and pass (conv2d_path):
+// The CPU's 2-d convolution has four paths, chosen per shape and pass (conv2d_path):
 //  * GEMM: one matrix product per image. im2col unrolls every receptive field of an image
 //    [channels, height, width] into a column of a dense [channels*kh*kw, out_h*out_w] buffer, so
 //    out = weight[out_channels, channels*kh*kw] x columns. col2im is its adjoint and scatters
@@ -9,6 +9,8 @@
 //    tensors to its blocked layouts inside each call.
 //  * Direct depthwise (groups == channels; kernels/cpu/conv.cpp): plain loops over the taps and
 //    pixels inside the image, on NCHW as it is.
+//  * Direct stems (groups 1, 1 to 4 input channels; kernels/cpu/conv_small.cpp): vector loops over
+//    output columns and channels on NCHW as it is, forward and filter gradient.
 #pragma once
 
 #include <cstdint>
@@ -49,7 +51,7 @@ void col2im(DType dtype, const Conv2dGeometry& geometry, const void* columns, vo
 enum class ConvPass : uint8_t { Forward, BackwardData, BackwardFilter };
 
 // Rule: the measured per-family choice (conv2d_path). The others force a path: Gemm (im2col +
-// GEMM), OneDnn, Direct (depthwise shapes only; others then take Gemm).
+// GEMM), OneDnn, Direct (where has_direct_conv2d; others then take Gemm).
 enum class ConvPath : uint8_t { Rule, Gemm, OneDnn, Direct };
 
 // The path `pass` of `shape` takes with operands of `operand` (Float32 or Float64, or
@@ -58,7 +60,7 @@ enum class ConvPath : uint8_t { Rule, Gemm, OneDnn, Direct };
 // docs/benchmarks.md, "Convolution paths"), never a timing, so runs are reproducible; the override
 // (set_conv2d_path_override), else MPIGRAD_CPU_CONV=gemm|dnnl|direct read once, forces a path where
 // the dtype and shape allow it. oneDNN takes Float32, and BFloat16 on a CPU with AVX512-BF16;
-// Direct takes Float32 and Float64 depthwise shapes; Gemm takes everything.
+// Direct takes what has_direct_conv2d says; Gemm takes everything.
 ConvPath conv2d_path(ConvPass pass, DType operand, const Conv2dShape& shape);
 
 // Sets the path every convolution takes from now on (Rule: back to the rule) and returns the
@@ -81,6 +83,30 @@ bool is_depthwise(const Conv2dShape& shape);
 // of `dtype` (Float32 or Float64). Outputs written with `=`.
 void depthwise_conv2d(ConvPass pass, DType dtype, const Conv2dShape& shape, const void* first,
                       const void* second, void* out);
+
+// The stems the direct small-channel kernels are for: groups 1 and 1 to kSmallChannels input
+// channels.
+constexpr int64_t kSmallChannels = 4;
+bool is_small_channel(const Conv2dShape& shape);
+
+// Whether small_channel_conv2d runs `pass` of `shape` in `dtype`: Float32 forward and filter
+// gradient of is_small_channel shapes, on a CPU with AVX2 and FMA.
+bool has_small_channel_conv2d(ConvPass pass, DType dtype, const Conv2dShape& shape);
+
+// Runs `pass` of a small-channel shape directly, with the operands and outputs of
+// conv2d_onednn, all Float32. Outputs written with `=`. Throws where has_small_channel_conv2d
+// is false.
+void small_channel_conv2d(ConvPass pass, DType dtype, const Conv2dShape& shape, const void* first,
+                          const void* second, void* out);
+
+// Whether the Direct path can run `pass` of `shape` in `dtype`: depthwise shapes in Float32 and
+// Float64, and the small-channel ones above.
+bool has_direct_conv2d(ConvPass pass, DType dtype, const Conv2dShape& shape);
+
+// Runs `pass` on the Direct path (depthwise_conv2d or small_channel_conv2d), where
+// has_direct_conv2d; throws elsewhere.
+void direct_conv2d(ConvPass pass, DType dtype, const Conv2dShape& shape, const void* first,
+                   const void* second, void* out);
 
 // Which implementation oneDNN chose for the case (its impl_info_str, e.g. "jit:avx512_core"),
 // for benchmarks and the tests' log.

@@ -1,21 +1,24 @@
 // mpigrad-bench-conv-paths: the CPU convolution's paths, im2col + sgemm, oneDNN's direct kernels
-// and (depthwise shapes) mpigrad's direct depthwise loops, on the convolutions of the zoo's CNNs,
-// side by side in one run.
+// and mpigrad's direct loops (depthwise shapes, and stems of 1 to 4 input channels), on the
+// convolutions of the zoo's CNNs and of the built-in Fashion-MNIST CNN, side by side in one run.
 //
 // Each row is one convolution of ResNet-18/50, MobileNetV3 / EfficientNet-B0 or ConvNeXt-Tiny
-// as the zoo trains them (batch 8, 32x32 input images), timed through the CPU backend for each
+// as the zoo trains them (batch 8, 32x32 input images), or of examples/fashion_mnist_cnn.ini
+// (batch 64, 28x28 grayscale images), timed through the CPU backend for each
 // pass (forward, backward data, backward filter) on each path, forced with
 // kernels::cpu::set_conv2d_path_override, and reported in GFLOP/s (2 * multiply-adds of the
 // convolution, the same count for all three passes). The last column is the path the rule
 // (kernels::cpu::conv2d_path) takes; the summary adds up each family's time on each path (direct:
-// where a shape is not depthwise, its GEMM time) and on the rule's choices, which is what the
-// rule must get right. The FLOPs count every tap, padding included, as the GEMM path computes.
-// docs/benchmarks.md, "Convolution paths", holds a run of it.
+// where the direct loops cannot take a pass, its GEMM time) and on the rule's choices, which is
+// what the rule must get right. The FLOPs count every tap, padding included, as the GEMM path
+// computes. docs/benchmarks.md, "Convolution paths", holds a run of it.
 //
 // --bf16 times the mixed-precision passes instead (bfloat16 x, w and grad_y, float32 results:
 // autocast's convolution), where direct loops do not apply.
 //
-//   mpigrad-bench-conv-paths [--threads N (1)] [--json FILE] [--quick] [--bf16]
+// --family NAME (e.g. "mnist cnn") times one family's cases only.
+//
+//   mpigrad-bench-conv-paths [--threads N (1)] [--json FILE] [--quick] [--bf16] [--family NAME]
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -40,9 +43,8 @@ struct Case {
   const char* family;
   const char* name;
   int64_t channels, size, out_channels, kernel, stride, pad, groups;
+  int64_t batch = 8;
 };
-
-constexpr int64_t kBatch = 8;
 
 // The zoo's convolutions at 32x32 input (benchmarks/zoo/zoo_models.py): the spatial size each
 // layer sees after the stems' downsampling.
@@ -79,11 +81,19 @@ const Case kCases[] = {
     {"depthwise 7x7", "convnext dw7x7 192 @4", 192, 4, 192, 7, 1, 3, 192},
     {"depthwise 7x7", "convnext dw7x7 384 @2", 384, 2, 384, 7, 1, 3, 384},
     {"depthwise 7x7", "convnext dw7x7 768 @1", 768, 1, 768, 7, 1, 3, 768},
+    // examples/fashion_mnist_cnn.ini at its batch of 64.
+    {"mnist cnn", "mnist conv1 3x3 1->16 @28 b64", 1, 28, 16, 3, 1, 1, 1, 64},
+    {"mnist cnn", "mnist conv2 3x3 16->32 @14 b64", 16, 14, 32, 3, 1, 1, 1, 64},
+    // Grayscale and RGB stems at stride 1 and 2, the direct stem loops' other shapes.
+    {"small stem", "gray 5x5 1->32 @28 b64", 1, 28, 32, 5, 1, 2, 1, 64},
+    {"small stem", "gray 3x3 s2 1->16 @28 b64", 1, 28, 16, 3, 2, 1, 1, 64},
+    {"small stem", "rgb 3x3 3->32 @32 b64", 3, 32, 32, 3, 1, 1, 1, 64},
+    {"small stem", "rgba 3x3 s2 4->24 @33 b64", 4, 33, 24, 3, 2, 1, 1, 64},
 };
 
 core::Conv2dShape shape_of(const Case& c) {
   core::Conv2dShape s;
-  s.batch = kBatch;
+  s.batch = c.batch;
   s.out_channels = c.out_channels;
   s.groups = c.groups;
   auto& g = s.geometry;
@@ -170,6 +180,7 @@ int main(int argc, char** argv) {
   std::string json;
   int threads = 1;
   bool quick = false;
+  std::string only;  // --family: time that family's cases only
   core::DType operand = core::kFloat32;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
@@ -178,19 +189,21 @@ int main(int argc, char** argv) {
       threads = std::max(1, std::atoi(argv[++i]));
     } else if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
+    } else if (std::strcmp(argv[i], "--family") == 0 && i + 1 < argc) {
+      only = argv[++i];
     } else if (std::strcmp(argv[i], "--bf16") == 0) {
       operand = core::kBFloat16;
     } else {
-      std::fprintf(
-          stderr,
-          "usage: mpigrad-bench-conv-paths [--threads N] [--json FILE] [--quick] [--bf16]\n");
+      std::fprintf(stderr,
+                   "usage: mpigrad-bench-conv-paths [--threads N] [--json FILE] [--quick] [--bf16] "
+                   "[--family NAME]\n");
       return 2;
     }
   }
   core::set_num_threads(threads);
   bench::Results results;
   results.add_text("threads", std::to_string(threads));
-  results.add_text("batch", std::to_string(kBatch));
+  results.add_text("batch", "8 (the zoo's shapes), 64 (mnist cnn, small stem)");
   results.add_text("operands", core::dtype_name(operand));
   if (operand != core::kFloat32 && !kernels::cpu::has_native_bf16()) {
     std::printf("this CPU has no AVX512-BF16: bf16 never reaches oneDNN, both columns are GEMM\n");
@@ -198,15 +211,16 @@ int main(int argc, char** argv) {
   core::Generator gen(0);
   std::map<std::string, std::map<ConvPass, Totals>> totals;
   std::vector<std::string> families;
-  std::printf("%-36s %-10s %9s %9s %9s  %-6s %s\n", "convolution (batch 8)", "pass", "gemm GF/s",
-              "dnnl GF/s", "dir GF/s", "rule", "oneDNN kernel");
+  std::printf("%-36s %-10s %9s %9s %9s  %-6s %s\n", "convolution", "pass", "gemm GF/s", "dnnl GF/s",
+              "dir GF/s", "rule", "oneDNN kernel");
   for (const Case& c : kCases) {
+    if (!only.empty() && only != c.family) continue;
     const core::Conv2dShape s = shape_of(c);
     const auto& g = s.geometry;
     Operands o;
-    o.x_out = core::randn({kBatch, c.channels, c.size, c.size}, gen);
+    o.x_out = core::randn({c.batch, c.channels, c.size, c.size}, gen);
     o.w_out = core::randn({c.out_channels, c.channels / c.groups, c.kernel, c.kernel}, gen);
-    o.y_out = core::randn({kBatch, c.out_channels, g.out_h, g.out_w}, gen);
+    o.y_out = core::randn({c.batch, c.out_channels, g.out_h, g.out_w}, gen);
     o.x = o.x_out.to(operand);
     o.w = o.w_out.to(operand);
     o.y = o.y_out.to(operand);
@@ -217,16 +231,15 @@ int main(int argc, char** argv) {
     for (ConvPass pass : {ConvPass::Forward, ConvPass::BackwardData, ConvPass::BackwardFilter}) {
       const double gemm_s = time_pass(pass, ConvPath::Gemm, s, o, quick);
       const double onednn_s = time_pass(pass, ConvPath::OneDnn, s, o, quick);
-      // The direct loops take float32 and float64 only.
-      const bool depthwise = kernels::cpu::is_depthwise(s) && operand == core::kFloat32;
-      const double direct_s = depthwise ? time_pass(pass, ConvPath::Direct, s, o, quick) : 0;
+      const bool direct = kernels::cpu::has_direct_conv2d(pass, operand, s);
+      const double direct_s = direct ? time_pass(pass, ConvPath::Direct, s, o, quick) : 0;
       const ConvPath chosen = kernels::cpu::conv2d_path(pass, operand, s);
       const std::string kernel =
           kernels::cpu::conv2d_onednn_implementation(pass, operand, core::kFloat32, s);
       Totals& t = totals[c.family][pass];
       t.gemm += gemm_s;
       t.onednn += onednn_s;
-      t.direct += depthwise ? direct_s : gemm_s;
+      t.direct += direct ? direct_s : gemm_s;
       t.rule += chosen == ConvPath::OneDnn   ? onednn_s
                 : chosen == ConvPath::Direct ? direct_s
                                              : gemm_s;
@@ -234,13 +247,13 @@ int main(int argc, char** argv) {
                                 : chosen == ConvPath::Direct ? "direct"
                                                              : "gemm";
       char direct_text[32] = "-";
-      if (depthwise) std::snprintf(direct_text, sizeof direct_text, "%.1f", flops / direct_s / 1e9);
+      if (direct) std::snprintf(direct_text, sizeof direct_text, "%.1f", flops / direct_s / 1e9);
       std::printf("%-36s %-10s %9.1f %9.1f %9s  %-6s %s\n", c.name, pass_name(pass),
                   flops / gemm_s / 1e9, flops / onednn_s / 1e9, direct_text, chosen_name,
                   kernel.c_str());
       const std::string key = std::string(c.name) + " " + pass_name(pass);
       results.add(key + " gemm", flops / gemm_s / 1e9, "GFLOP/s");
-      if (depthwise) results.add(key + " direct", flops / direct_s / 1e9, "GFLOP/s");
+      if (direct) results.add(key + " direct", flops / direct_s / 1e9, "GFLOP/s");
       results.add(key + " dnnl", flops / onednn_s / 1e9, "GFLOP/s");
     }
   }

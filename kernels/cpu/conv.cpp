@@ -318,4 +318,15 @@ void depthwise_conv2d(ConvPass pass, DType dtype, const Conv2dShape& shape, cons
   }
 }
 
+bool has_direct_conv2d(ConvPass pass, DType dtype, const Conv2dShape& shape) {
+  if (is_depthwise(shape)) return dtype == DType::Float32 || dtype == DType::Float64;
+  return has_small_channel_conv2d(pass, dtype, shape);
+}
+
+void direct_conv2d(ConvPass pass, DType dtype, const Conv2dShape& shape, const void* first,
+                   const void* second, void* out) {
+  if (is_depthwise(shape)) return depthwise_conv2d(pass, dtype, shape, first, second, out);
+  small_channel_conv2d(pass, dtype, shape, first, second, out);
+}
+
 }  // namespace mpigrad::kernels::cpu

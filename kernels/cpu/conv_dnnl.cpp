@@ -1,5 +1,5 @@
 // CPU convolution on oneDNN (kernels/conv.h), and the rule that picks it, the GEMM path or the
-// direct depthwise loops.
+// direct loops (depthwise, and stems of 1 to 4 input channels).
 //
 // Tensors arrive and leave as plain NCHW (x, y) and [out, in/groups, kh, kw] (w); each call
 // reorders them to the blocked layouts oneDNN's direct kernels chose (format_tag::any) and back.
@@ -8,7 +8,8 @@
 // step, so each (pass, dtype, shape, thread count) gets its primitive and its reorders once, kept
 // per thread as kernels/cpu/matmul_mixed.cpp keeps its matmuls. The blocked copies live in one
 // scratch buffer per thread that grows to the largest convolution and is reused by every call.
-// oneDNN runs on OpenMP with omp_get_max_threads() threads: the count core/threads.cpp set.
+// oneDNN runs on OpenMP with omp_get_max_threads() threads: the count core/threads.cpp set;
+// reorders of small tensors run on the calling thread alone (kSerialReorderBytes).
 #include <omp.h>
 
 #include <array>
@@ -258,7 +259,12 @@ const Plan& plan_for(ConvPass pass, DType operand, DType out_dtype, const Conv2d
 //    kernels) the direct loops, 2-10x both GEMMs: they skip the taps that fall on padding.
 //  * other grouped: oneDNN, 1.4-6x.
 //  * dense kxk: oneDNN, 1.1-4x, the more the smaller the image; except the data gradient of a
-//    stem (under 8 input channels), where oneDNN's kernel ran at 0.2-0.4x.
+//    stem (under 8 input channels), where oneDNN's kernel ran at 0.2-0.4x, and the unstrided
+//    forward and filter gradient of 1 to 4 input channels (the Fashion-MNIST CNN's first layer,
+//    grayscale and RGB stems at full resolution): the direct stem loops, 0.8-1.1x oneDNN's kernel
+//    alone (batch 64, 1 thread, caches warm), without its reorders to and from the blocked layout
+//    (a 3.2 MB output reordered after the MNIST CNN's first layer, 0.5 ms a step in training).
+//    Strided stems stay on oneDNN, 1.4-2x the direct loops.
 //  * 1x1 strided: oneDNN, 1.04-1.3x.
 //  * 1x1 stride 1: the GEMM path reads NCHW as its matrix with no im2col, while oneDNN pays a
 //    reorder of input and output to its blocked layout; that costs more than it saves on thin
@@ -268,16 +274,20 @@ const Plan& plan_for(ConvPass pass, DType operand, DType out_dtype, const Conv2d
 //    filter gradient stays on GEMM (0.6-1.05x). In bfloat16 small images go to oneDNN (below).
 ConvPath rule(ConvPass pass, DType operand, const Conv2dShape& s, bool direct, bool onednn) {
   const auto& g = s.geometry;
-  if (direct && onednn) {
-    const std::string kernel = plan_for(pass, operand, DType::Float32, s).implementation;
-    const bool gemm_based = kernel.find("gemm") != std::string::npos || is_reference(kernel);
-    return gemm_based ? ConvPath::Direct : ConvPath::OneDnn;
+  if (is_depthwise(s)) {
+    if (direct && onednn) {
+      const std::string kernel = plan_for(pass, operand, DType::Float32, s).implementation;
+      const bool gemm_based = kernel.find("gemm") != std::string::npos || is_reference(kernel);
+      return gemm_based ? ConvPath::Direct : ConvPath::OneDnn;
+    }
+    if (direct) return ConvPath::Direct;
   }
-  if (direct) return ConvPath::Direct;
   if (s.groups > 1) return ConvPath::OneDnn;
   const bool pointwise = g.kernel_h == 1 && g.kernel_w == 1;
   if (!pointwise) {
     const bool stem = g.channels < 8;
+    // The direct stem loops (1 to 4 input channels, forward and filter gradient) where unstrided.
+    if (direct && g.stride_h == 1 && g.stride_w == 1) return ConvPath::Direct;
     return stem && pass == ConvPass::BackwardData ? ConvPath::Gemm : ConvPath::OneDnn;
   }
   if (g.stride_h > 1 || g.stride_w > 1 || g.pad_h > 0 || g.pad_w > 0) return ConvPath::OneDnn;
@@ -314,6 +324,22 @@ class Scratch {
   size_t capacity_ = 0;
 };
 
+// Reorders of tensors under 2 MiB run on the calling thread alone. Each oneDNN call is an OpenMP
+// region of its own, and waking the other threads for one costs about as much as such a copy, far
+// more where other processes share the cores: in the MNIST CNN's training step on 2 threads (its
+// second convolution, ONEDNN_VERBOSE, a shared 2-core VM) the 18 KB weight reorders took
+// 0.02-0.14 ms each, the 0.8 and 1.6 MB activations 0.13-0.26 and 0.17-0.24 ms (7-20 GB/s);
+// on one thread 0.10-0.11 and 0.14-0.15 ms.
+constexpr size_t kSerialReorderBytes = size_t(2) << 20;
+
+void reorder(const Operand& op, dnnl::stream& stream, memory from, memory to) {
+  const int threads = omp_get_max_threads();
+  const bool serial = threads > 1 && op.plain.get_size() < kSerialReorderBytes;
+  if (serial) omp_set_num_threads(1);  // oneDNN reads it at each execute
+  op.reorder.execute(stream, from, to);
+  if (serial) omp_set_num_threads(threads);
+}
+
 void run(const Plan& plan, const void* first, const void* second, void* out) {
   thread_local Scratch scratch;
   char* base = scratch.reserve(plan.scratch_bytes);
@@ -330,12 +356,12 @@ void run(const Plan& plan, const void* first, const void* second, void* out) {
   memory first_used = used_memory(plan.first, first_plain);
   memory second_used = used_memory(plan.second, second_plain);
   memory out_used = used_memory(plan.out, out_plain);
-  if (plan.first.reordered) plan.first.reorder.execute(dnn.stream, first_plain, first_used);
-  if (plan.second.reordered) plan.second.reorder.execute(dnn.stream, second_plain, second_used);
+  if (plan.first.reordered) reorder(plan.first, dnn.stream, first_plain, first_used);
+  if (plan.second.reordered) reorder(plan.second, dnn.stream, second_plain, second_used);
   plan.primitive.execute(
       dnn.stream,
       {{plan.first_arg, first_used}, {plan.second_arg, second_used}, {plan.out_arg, out_used}});
-  if (plan.out.reordered) plan.out.reorder.execute(dnn.stream, out_used, out_plain);
+  if (plan.out.reordered) reorder(plan.out, dnn.stream, out_used, out_plain);
   dnn.stream.wait();
 }
 
@@ -361,8 +387,7 @@ ConvPath set_conv2d_path_override(ConvPath path) {
 
 ConvPath conv2d_path(ConvPass pass, DType operand, const Conv2dShape& shape) {
   const bool onednn = onednn_operand(operand);
-  const bool direct =
-      (operand == DType::Float32 || operand == DType::Float64) && is_depthwise(shape);
+  const bool direct = has_direct_conv2d(pass, operand, shape);
   ConvPath path = path_override().load();
   try {
     if (path == ConvPath::Rule) path = rule(pass, operand, shape, direct, onednn);
