@@ -40,18 +40,17 @@ void AtomicFile::commit() {
 }
 
 bool link_file_atomically(const std::string& existing, const std::string& path) {
-  AtomicFile file(path);
   std::error_code error;
+  // Already the same file: a rename between two names of one file does nothing (POSIX), so the
+  // temporary link would stay behind.
+  if (std::filesystem::equivalent(existing, path, error)) return true;
+  AtomicFile file(path);
   std::filesystem::remove(file.temp_path(), error);  // a leftover from a killed run
+  // Whatever keeps the link from being made (no hard links: EPERM, ENOTSUP, a FUSE mount's
+  // ENOSYS; another file system; too many links; `existing` gone), the caller can write the file
+  // instead, so none of it is an error here; the destructor removes any temporary.
   std::filesystem::create_hard_link(existing, file.temp_path(), error);
-  if (error == std::errc::operation_not_permitted || error == std::errc::not_supported ||
-      error == std::errc::cross_device_link || error == std::errc::too_many_links) {
-    return false;
-  }
-  if (error) {
-    fail("cannot make '", path, "' a link to '", existing, "': linking '", file.temp_path(),
-         "' failed: ", error.message());
-  }
+  if (error) return false;
   file.commit();
   return true;
 }

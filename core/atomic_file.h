@@ -49,8 +49,9 @@ void write_file_atomically(const std::string& path,
 
 // Makes `path` name the same file as `existing` (a hard link made beside `path`, then renamed
 // over it), without copying a byte: readers of `path` see the old file or the new one. False,
-// with nothing changed, where the file system has no hard links (or `existing` is on another):
-// the caller then writes the file again. Other failures throw core::Error naming both paths.
+// with nothing changed, where the link cannot be made (a file system without hard links, another
+// file system, `existing` missing): the caller then writes the file itself. A failed rename of
+// the link throws core::Error naming both paths.
 bool link_file_atomically(const std::string& existing, const std::string& path);
 
 }  // namespace mpigrad::core

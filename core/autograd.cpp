@@ -14,8 +14,9 @@ namespace mpigrad::core {
 
 namespace {
 // Read by every op. initial-exec: a plain %fs-relative load instead of a call to __tls_get_addr
-// (the default model of a shared library). It takes static TLS, so only a few small per-op
-// variables use it; a dlopen'ed libmpigrad still finds that much in glibc's spare static TLS.
+// (the default model of a shared library). The library's TLS block (about 640 bytes) then needs
+// static TLS; a dlopen'ed libmpigrad still finds that in glibc's spare static TLS (checked with
+// ctypes.CDLL on glibc 2.36, also with glibc.rtld.optional_static_tls=0).
 [[gnu::tls_model("initial-exec")]] thread_local bool grad_mode_enabled = true;
 std::atomic<uint64_t> next_sequence_nr{0};
 std::atomic<uint64_t> next_graph_task{1};

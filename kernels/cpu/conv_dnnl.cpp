@@ -335,9 +335,15 @@ constexpr size_t kSerialReorderBytes = size_t(2) << 20;
 void reorder(const Operand& op, dnnl::stream& stream, memory from, memory to) {
   const int threads = omp_get_max_threads();
   const bool serial = threads > 1 && op.plain.get_size() < kSerialReorderBytes;
-  if (serial) omp_set_num_threads(1);  // oneDNN reads it at each execute
+  // oneDNN reads the count at each execute; the guard puts it back even if execute throws.
+  struct ThreadCount {
+    int restore;
+    ~ThreadCount() {
+      if (restore > 0) omp_set_num_threads(restore);
+    }
+  } guard{serial ? threads : 0};
+  if (serial) omp_set_num_threads(1);
   op.reorder.execute(stream, from, to);
-  if (serial) omp_set_num_threads(threads);
 }
 
 void run(const Plan& plan, const void* first, const void* second, void* out) {
