@@ -8,9 +8,12 @@
 // step, so each (pass, dtype, shape, thread count) gets its primitive and its reorders once, kept
 // per thread as kernels/cpu/matmul_mixed.cpp keeps its matmuls. The blocked copies live in one
 // scratch buffer per thread that grows to the largest convolution and is reused by every call.
-// oneDNN runs on OpenMP with omp_get_max_threads() threads: the count core/threads.cpp set.
+// oneDNN runs on OpenMP with omp_get_max_threads() threads: the count core/threads.cpp set, or 1
+// for a convolution too small to share (kSerialConvFlops), which then gives the same bits at
+// every thread count.
 #include <omp.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdlib>
@@ -41,6 +44,46 @@ OneDnn& onednn() {
   thread_local OneDnn instance{engine};
   return instance;
 }
+
+// ---- Threads ------------------------------------------------------------------------------------
+
+// Below this many floating-point operations (2 x multiply-adds, padding taps counted) a call runs
+// its primitive and reorders on the calling thread alone. Such a call lasts 5-50 us on one core,
+// and its 3-4 OpenMP regions (reorder in, convolution, reorder out) cost more to fork, join and
+// balance than the second core saves: MobileNetV3-Small's convolutions took 21 -> 27 us (forward)
+// and 30 -> 39 us (filter gradient) a call from 1 to 2 threads. Where another process shares the
+// cores every region's barrier can wait a time slice for a preempted thread; 2-core VM, load 5-6:
+// MobileNetV3-Small at 2 threads 47-112 ms a step all parallel, 18 ms with this threshold (1
+// thread: 8.5). ResNet-18's 3x3 convolutions (19-38 MFLOP) stay threaded: they scale 1.9-2.1x.
+constexpr double kSerialConvFlops = 4e6;
+
+double conv_flops(const Conv2dShape& s) {
+  const auto& g = s.geometry;
+  return 2.0 * double(s.batch) * double(g.out_h * g.out_w) * double(s.out_channels) *
+         double(g.channels / std::max<int64_t>(s.groups, 1)) * double(g.kernel_h * g.kernel_w);
+}
+
+// The thread count a convolution's primitive is built and run with.
+int conv_threads(const Conv2dShape& s) {
+  return conv_flops(s) < kSerialConvFlops ? 1 : omp_get_max_threads();
+}
+
+// Sets this thread's OpenMP count for a scope (oneDNN reads it when it builds a primitive and when
+// it runs one) and puts the old one back.
+class ThreadScope {
+ public:
+  explicit ThreadScope(int threads) : saved_(omp_get_max_threads()) {
+    if (threads != saved_) omp_set_num_threads(threads);
+  }
+  ~ThreadScope() {
+    if (omp_get_max_threads() != saved_) omp_set_num_threads(saved_);
+  }
+  ThreadScope(const ThreadScope&) = delete;
+  ThreadScope& operator=(const ThreadScope&) = delete;
+
+ private:
+  int saved_;
+};
 
 // ---- The path override --------------------------------------------------------------------------
 
@@ -365,6 +408,7 @@ ConvPath conv2d_path(ConvPass pass, DType operand, const Conv2dShape& shape) {
       (operand == DType::Float32 || operand == DType::Float64) && is_depthwise(shape);
   ConvPath path = path_override().load();
   try {
+    const ThreadScope threads(conv_threads(shape));
     if (path == ConvPath::Rule) path = rule(pass, operand, shape, direct, onednn);
   } catch (const dnnl::error& e) {
     rethrow(e, "conv2d_path");
@@ -381,6 +425,7 @@ bool conv2d_onednn(ConvPass pass, DType operand, DType out_dtype, const Conv2dSh
   if (operand == DType::BFloat16 && !has_native_bf16()) return false;
   if (shape.batch == 0) return false;  // nothing for oneDNN to do; the GEMM path's contract
   try {
+    const ThreadScope threads(conv_threads(shape));
     const Plan& plan = plan_for(pass, operand, out_dtype, shape);
     if (plan.reference) return false;
     run(plan, first, second, out);
@@ -394,6 +439,7 @@ std::string conv2d_onednn_implementation(ConvPass pass, DType operand, DType out
                                          const Conv2dShape& shape) {
   check_dtypes(operand, out_dtype);
   try {
+    const ThreadScope threads(conv_threads(shape));
     return plan_for(pass, operand, out_dtype, shape).implementation;
   } catch (const dnnl::error& e) {
     rethrow(e, "conv2d_onednn_implementation");
