@@ -50,11 +50,14 @@ OneDnn& onednn() {
 // Below this many floating-point operations (2 x multiply-adds, padding taps counted) a call runs
 // its primitive and reorders on the calling thread alone. Such a call lasts 5-50 us on one core,
 // and its 3-4 OpenMP regions (reorder in, convolution, reorder out) cost more to fork, join and
-// balance than the second core saves: MobileNetV3-Small's convolutions took 21 -> 27 us (forward)
-// and 30 -> 39 us (filter gradient) a call from 1 to 2 threads. Where another process shares the
-// cores every region's barrier can wait a time slice for a preempted thread; 2-core VM, load 5-6:
-// MobileNetV3-Small at 2 threads 47-112 ms a step all parallel, 18 ms with this threshold (1
-// thread: 8.5). ResNet-18's 3x3 convolutions (19-38 MFLOP) stay threaded: they scale 1.9-2.1x.
+// balance than the second core saves: in MobileNetV3-Small's training step its convolutions took
+// 21 -> 27 us (forward) and 30 -> 39 us (filter gradient) a call from 1 to 2 threads. Where other
+// processes share the cores each region's barrier can also wait a time slice for a preempted
+// thread. 2-core VM, MobileNetV3-Small at 2 threads, one library with and without the threshold,
+// A B A B: 10.3 -> 9.6 ms a step and 1.49 -> 1.22 s of CPU time a run on idle cores; 12.0
+// -> 9.4-11.1 ms with OMP_WAIT_POLICY=passive and 31-64 -> 19-21 ms with a 10000-spin wait
+// beside 1.2-1.8 cores of other work. ResNet-18's 3x3 convolutions (19-38 MFLOP) stay
+// threaded: 1.9-2.1x.
 constexpr double kSerialConvFlops = 4e6;
 
 double conv_flops(const Conv2dShape& s) {
@@ -408,6 +411,7 @@ ConvPath conv2d_path(ConvPass pass, DType operand, const Conv2dShape& shape) {
       (operand == DType::Float32 || operand == DType::Float64) && is_depthwise(shape);
   ConvPath path = path_override().load();
   try {
+    // The rule reads the kernel of the plan the call will run, built with the call's threads.
     const ThreadScope threads(conv_threads(shape));
     if (path == ConvPath::Rule) path = rule(pass, operand, shape, direct, onednn);
   } catch (const dnnl::error& e) {
