@@ -8,10 +8,13 @@
 // step, so each (pass, dtype, shape, thread count) gets its primitive and its reorders once, kept
 // per thread as kernels/cpu/matmul_mixed.cpp keeps its matmuls. The blocked copies live in one
 // scratch buffer per thread that grows to the largest convolution and is reused by every call.
-// oneDNN runs on OpenMP with omp_get_max_threads() threads: the count core/threads.cpp set;
-// reorders of small tensors run on the calling thread alone (kSerialReorderBytes).
+// oneDNN runs on OpenMP with omp_get_max_threads() threads: the count core/threads.cpp set, or 1
+// for a convolution too small to share (kSerialConvFlops), which then gives the same bits at
+// every thread count; reorders of small tensors run on the calling thread alone
+// (kSerialReorderBytes).
 #include <omp.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdlib>
@@ -42,6 +45,49 @@ OneDnn& onednn() {
   thread_local OneDnn instance{engine};
   return instance;
 }
+
+// ---- Threads ------------------------------------------------------------------------------------
+
+// Below this many floating-point operations (2 x multiply-adds, padding taps counted) a call runs
+// its primitive and reorders on the calling thread alone. Such a call lasts 5-50 us on one core,
+// and its 3-4 OpenMP regions (reorder in, convolution, reorder out) cost more to fork, join and
+// balance than the second core saves: in MobileNetV3-Small's training step its convolutions took
+// 21 -> 27 us (forward) and 30 -> 39 us (filter gradient) a call from 1 to 2 threads. Where other
+// processes share the cores each region's barrier can also wait a time slice for a preempted
+// thread. 2-core VM, MobileNetV3-Small at 2 threads, one library with and without the threshold,
+// A B A B: 10.3 -> 9.6 ms a step and 1.49 -> 1.22 s of CPU time a run on idle cores; 12.0
+// -> 9.4-11.1 ms with OMP_WAIT_POLICY=passive and 31-64 -> 19-21 ms with a 10000-spin wait
+// beside 1.2-1.8 cores of other work. ResNet-18's 3x3 convolutions (19-38 MFLOP) stay
+// threaded: 1.9-2.1x.
+constexpr double kSerialConvFlops = 4e6;
+
+double conv_flops(const Conv2dShape& s) {
+  const auto& g = s.geometry;
+  return 2.0 * double(s.batch) * double(g.out_h * g.out_w) * double(s.out_channels) *
+         double(g.channels / std::max<int64_t>(s.groups, 1)) * double(g.kernel_h * g.kernel_w);
+}
+
+// The thread count a convolution's primitive is built and run with.
+int conv_threads(const Conv2dShape& s) {
+  return conv_flops(s) < kSerialConvFlops ? 1 : omp_get_max_threads();
+}
+
+// Sets this thread's OpenMP count for a scope (oneDNN reads it when it builds a primitive and when
+// it runs one) and puts the old one back.
+class ThreadScope {
+ public:
+  explicit ThreadScope(int threads) : saved_(omp_get_max_threads()) {
+    if (threads != saved_) omp_set_num_threads(threads);
+  }
+  ~ThreadScope() {
+    if (omp_get_max_threads() != saved_) omp_set_num_threads(saved_);
+  }
+  ThreadScope(const ThreadScope&) = delete;
+  ThreadScope& operator=(const ThreadScope&) = delete;
+
+ private:
+  int saved_;
+};
 
 // ---- The path override --------------------------------------------------------------------------
 
@@ -333,16 +379,8 @@ class Scratch {
 constexpr size_t kSerialReorderBytes = size_t(2) << 20;
 
 void reorder(const Operand& op, dnnl::stream& stream, memory from, memory to) {
-  const int threads = omp_get_max_threads();
-  const bool serial = threads > 1 && op.plain.get_size() < kSerialReorderBytes;
-  // oneDNN reads the count at each execute; the guard puts it back even if execute throws.
-  struct ThreadCount {
-    int restore;
-    ~ThreadCount() {
-      if (restore > 0) omp_set_num_threads(restore);
-    }
-  } guard{serial ? threads : 0};
-  if (serial) omp_set_num_threads(1);
+  const bool serial = op.plain.get_size() < kSerialReorderBytes;
+  const ThreadScope threads(serial ? 1 : omp_get_max_threads());  // read at each execute
   op.reorder.execute(stream, from, to);
 }
 
@@ -396,6 +434,8 @@ ConvPath conv2d_path(ConvPass pass, DType operand, const Conv2dShape& shape) {
   const bool direct = has_direct_conv2d(pass, operand, shape);
   ConvPath path = path_override().load();
   try {
+    // The rule reads the kernel of the plan the call will run, built with the call's threads.
+    const ThreadScope threads(conv_threads(shape));
     if (path == ConvPath::Rule) path = rule(pass, operand, shape, direct, onednn);
   } catch (const dnnl::error& e) {
     rethrow(e, "conv2d_path");
@@ -412,6 +452,7 @@ bool conv2d_onednn(ConvPass pass, DType operand, DType out_dtype, const Conv2dSh
   if (operand == DType::BFloat16 && !has_native_bf16()) return false;
   if (shape.batch == 0) return false;  // nothing for oneDNN to do; the GEMM path's contract
   try {
+    const ThreadScope threads(conv_threads(shape));
     const Plan& plan = plan_for(pass, operand, out_dtype, shape);
     if (plan.reference) return false;
     run(plan, first, second, out);
@@ -425,6 +466,7 @@ std::string conv2d_onednn_implementation(ConvPass pass, DType operand, DType out
                                          const Conv2dShape& shape) {
   check_dtypes(operand, out_dtype);
   try {
+    const ThreadScope threads(conv_threads(shape));
     return plan_for(pass, operand, out_dtype, shape).implementation;
   } catch (const dnnl::error& e) {
     rethrow(e, "conv2d_onednn_implementation");
