@@ -102,9 +102,12 @@ MPIGRAD_AVX2 inline __m256 load(const float* p, int64_t count) {
 
 // Two passes: a first mean m, then d = x - float(m) summed and squared. The mean is float(m) plus
 // the mean of d and the variance the mean of d^2 less its square: with d centred to float
-// rounding, no cancellation, and float(m)'s own rounding is corrected for.
+// rounding, no cancellation, and float(m)'s own rounding is corrected for. With `warm` (the
+// channel's output, laid out as x), the second pass, which reads x from L2 and has load slots to
+// spare, also fetches the output's lines into cache, so the stores of the normalize pass that
+// follows do not each wait for their line to come from memory.
 MPIGRAD_AVX2 void channel_statistics(int64_t batch, int64_t stride, int64_t inner, const float* x,
-                                     float& mean, float& variance) {
+                                     float& mean, float& variance, const float* warm) {
   const double count = double(batch * inner);
   __m256 s = _mm256_setzero_ps();
   __m256d sum = _mm256_setzero_pd();
@@ -122,6 +125,7 @@ MPIGRAD_AVX2 void channel_statistics(int64_t batch, int64_t stride, int64_t inne
   for_each_block(
       batch, stride, inner,
       [&](int64_t at, int64_t n) MPIGRAD_AVX2 {
+        if (warm != nullptr) _mm_prefetch(reinterpret_cast<const char*>(warm + at), _MM_HINT_T0);
         __m256 d = _mm256_sub_ps(load(x + at, n), centre);
         if (n < 8) d = _mm256_and_ps(d, _mm256_castsi256_ps(lanes_below(n)));
         ds = _mm256_add_ps(ds, d);
@@ -226,18 +230,21 @@ bool use_avx2(int64_t inner) {
 #endif
 }
 
-// One channel's mean and biased variance; the AVX2 path for Float32 rows of 8 or more.
+// One channel's mean and biased variance; the AVX2 path for Float32 rows of 8 or more, which
+// also brings the channel's part of `warm` into cache when it is not null.
 template <typename T>
 void channel_statistics(int64_t batch, int64_t channels, int64_t inner, const T* x, int64_t c,
-                        T& mean, T& variance) {
+                        T& mean, T& variance, const T* warm = nullptr) {
 #if defined(MPIGRAD_HAS_AVX2_MATH)
   if constexpr (std::is_same_v<T, float>) {
     if (use_avx2<T>(inner)) {
-      avx2::channel_statistics(batch, channels * inner, inner, x + c * inner, mean, variance);
+      const float* out = warm == nullptr ? nullptr : warm + c * inner;
+      avx2::channel_statistics(batch, channels * inner, inner, x + c * inner, mean, variance, out);
       return;
     }
   }
 #endif
+  (void)warm;
   const double count = double(batch * inner);
   LaneSums total[1];
   for (int64_t n = 0; n < batch; ++n) {
@@ -302,9 +309,10 @@ void bn_forward(int64_t batch, int64_t channels, int64_t inner, const T* x, cons
 
 // Each channel's statistics, invstd and running statistics, then its y while the channel (200 KB
 // for [64, C, 28, 28] Float32) is still in cache: the statistics and the normalization in turn
-// read it from memory twice. The per-channel arithmetic is core's ops' in T (invstd =
-// 1 / sqrt(variance + eps); running = running * (1 - factor) + stat * factor, the variance
-// unbiased), one rounding per operation as batch_norm_statistics + those ops +
+// read it from memory twice, and fork and join the threads twice. The statistics also fetch the
+// channel's lines of y, which the normalization then writes. The per-channel arithmetic is core's
+// ops' in T (invstd = 1 / sqrt(variance + eps); running = running * (1 - factor) + stat * factor,
+// the variance unbiased), one rounding per operation as batch_norm_statistics + those ops +
 // batch_norm_forward give.
 template <typename T>
 void bn_forward_training(int64_t batch, int64_t channels, int64_t inner, double factor, double eps,
@@ -316,7 +324,7 @@ void bn_forward_training(int64_t batch, int64_t channels, int64_t inner, double 
   parallel_for(0, channels, channel_grain(batch, inner), [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
       T variance;
-      channel_statistics(batch, channels, inner, x, c, mean[c], variance);
+      channel_statistics(batch, channels, inner, x, c, mean[c], variance, y);
       const T shifted = variance + T(eps);
       invstd[c] = T(1) / std::sqrt(shifted);
       if (running_mean != nullptr) {
