@@ -163,27 +163,6 @@ class CpuConv {
   bool direct_ = false;
 };
 
-// The per-channel arithmetic of training batch norm, in the data's type T as core's ops would
-// do it (invstd = rsqrt(variance + eps); running = running * (1 - factor) + stat * factor).
-template <typename T>
-void batch_norm_channel_update(int64_t channels, int64_t count, double factor, double eps,
-                               const T* mean, const T* variance, T* invstd, T* running_mean,
-                               T* running_var) {
-  const T unbias = T(double(count) / (double(count) - 1.0));
-  for (int64_t c = 0; c < channels; ++c) {
-    const T shifted = variance[c] + T(eps);
-    invstd[c] = T(1) / std::sqrt(shifted);
-    if (running_mean == nullptr) continue;
-    const T keep_mean = running_mean[c] * T(1.0 - factor);
-    const T add_mean = mean[c] * T(factor);
-    running_mean[c] = keep_mean + add_mean;
-    const T unbiased = variance[c] * unbias;
-    const T keep_var = running_var[c] * T(1.0 - factor);
-    const T add_var = unbiased * T(factor);
-    running_var[c] = keep_var + add_var;
-  }
-}
-
 using kernels::cpu::ConvPass;
 
 // A convolution pass on oneDNN or the direct kernels when the rule (or
@@ -424,24 +403,8 @@ class CpuBackend final : public Backend {
                                    double factor, double eps, const void* x, const void* weight,
                                    const void* bias, void* running_mean, void* running_var, void* y,
                                    void* mean, void* invstd) override {
-    HostScratch variance(size_t(channels) * size_t(element_size(dtype)));
-    kernels::cpu::batch_norm_statistics(dtype, batch, channels, inner, x, mean, variance.get());
-    const int64_t count = batch * inner;
-    if (dtype == DType::Float32) {
-      batch_norm_channel_update(channels, count, factor, eps, static_cast<const float*>(mean),
-                                static_cast<const float*>(variance.get()),
-                                static_cast<float*>(invstd), static_cast<float*>(running_mean),
-                                static_cast<float*>(running_var));
-    } else if (dtype == DType::Float64) {
-      batch_norm_channel_update(channels, count, factor, eps, static_cast<const double*>(mean),
-                                static_cast<const double*>(variance.get()),
-                                static_cast<double*>(invstd), static_cast<double*>(running_mean),
-                                static_cast<double*>(running_var));
-    } else {
-      fail("batch_norm: input must be float32 or float64, got ", dtype);
-    }
-    kernels::cpu::batch_norm_forward(dtype, batch, channels, inner, x, mean, invstd, weight, bias,
-                                     y);
+    kernels::cpu::batch_norm_forward_training(dtype, batch, channels, inner, factor, eps, x, weight,
+                                              bias, running_mean, running_var, y, mean, invstd);
   }
   void batch_norm_forward_inference(DType dtype, int64_t batch, int64_t channels, int64_t inner,
                                     double /*eps*/, const void* x, const void* weight,

@@ -22,6 +22,16 @@ void batch_norm_forward(DType dtype, int64_t batch, int64_t channels, int64_t in
                         const void* mean, const void* invstd, const void* weight, const void* bias,
                         void* y);
 
+// Training forward in one call: each channel's mean and invstd (1 / sqrt(variance + eps)), the
+// running statistics blended in place when running_mean is not null (running * (1 - factor) +
+// stat * factor, with the unbiased variance), then y as batch_norm_forward writes it, while the
+// channel is still in cache. Bitwise the same as batch_norm_statistics, that arithmetic in T, and
+// batch_norm_forward in turn.
+void batch_norm_forward_training(DType dtype, int64_t batch, int64_t channels, int64_t inner,
+                                 double factor, double eps, const void* x, const void* weight,
+                                 const void* bias, void* running_mean, void* running_var, void* y,
+                                 void* mean, void* invstd);
+
 // With `training`, mean and invstd are the batch's own statistics and grad_x includes their
 // dependence on x; otherwise they are constants (running statistics in eval mode).
 void batch_norm_backward(DType dtype, int64_t batch, int64_t channels, int64_t inner, bool training,
