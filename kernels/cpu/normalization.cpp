@@ -57,7 +57,7 @@ void add_lanes(int64_t n, LaneSums (&sums)[Sums], Term term) {
 #if defined(MPIGRAD_HAS_AVX2_MATH)
 // Float32 batch norm, 8 floats at a time (AVX2), for one channel: its `batch` rows of `inner`
 // elements, `stride` apart. Sums run in float lanes over blocks of at most kBlock elements of a
-// row (at most kBlock / 32 additions a lane), and each block's lanes are added into double
+// row (at most kBlock / 8 additions a lane), and each block's lanes are added into double
 // lanes; the order depends only on batch and inner, never on the thread count. A row's tail
 // goes through masked loads, so nothing past it is read.
 namespace avx2 {
@@ -141,38 +141,28 @@ MPIGRAD_AVX2 void channel_statistics(int64_t batch, int64_t stride, int64_t inne
   variance = float(std::max(total(sum_dd) / count - mean_d * mean_d, 0.0));
 }
 
-// y = x * scale + shift, and with `relu` max(that, 0) (max(0, v) keeps a NaN, as relu does).
+// y = x * scale + shift.
 MPIGRAD_AVX2 void channel_forward(int64_t batch, int64_t stride, int64_t inner, const float* x,
-                                  float scale, float shift, bool relu, float* y) {
-  const __m256 a = _mm256_set1_ps(scale), b = _mm256_set1_ps(shift), zero = _mm256_setzero_ps();
+                                  float scale, float shift, float* y) {
+  const __m256 a = _mm256_set1_ps(scale), b = _mm256_set1_ps(shift);
   for (int64_t n = 0; n < batch; ++n) {
     const float* in = x + n * stride;
     float* out = y + n * stride;
     int64_t i = 0;
     for (; i + 8 <= inner; i += 8) {
-      __m256 v = _mm256_fmadd_ps(_mm256_loadu_ps(in + i), a, b);
-      if (relu) v = _mm256_max_ps(zero, v);
-      _mm256_storeu_ps(out + i, v);
+      _mm256_storeu_ps(out + i, _mm256_fmadd_ps(_mm256_loadu_ps(in + i), a, b));
     }
     if (i < inner) {
-      __m256 v = _mm256_fmadd_ps(load(in + i, inner - i), a, b);
-      if (relu) v = _mm256_max_ps(zero, v);
+      const __m256 v = _mm256_fmadd_ps(load(in + i, inner - i), a, b);
       // Not a masked store: vmaskmov stores take tens of cycles on some CPUs.
       vector_math::store_tail(out + i, inner - i, v);
     }
   }
 }
 
-// dy, zeroed where the ReLU after batch norm (its output y, when not null) was not positive.
-MPIGRAD_AVX2 inline __m256 masked_grad(const float* dy, const float* y, int64_t at, int64_t n) {
-  const __m256 g = load(dy + at, n);
-  if (y == nullptr) return g;
-  return _mm256_and_ps(g, _mm256_cmp_ps(load(y + at, n), _mm256_setzero_ps(), _CMP_GT_OQ));
-}
-
-// The channel's sums of dy and dy (x - mean), dy masked by y > 0 when y is not null.
+// The channel's sums of dy and dy (x - mean).
 MPIGRAD_AVX2 void channel_grad_sums(int64_t batch, int64_t stride, int64_t inner, const float* x,
-                                    const float* dy, const float* y, float mean, double& sum_dy,
+                                    const float* dy, float mean, double& sum_dy,
                                     double& sum_dy_xc) {
   const __m256 m = _mm256_set1_ps(mean);
   __m256 g = _mm256_setzero_ps(), gx = _mm256_setzero_ps();
@@ -181,7 +171,7 @@ MPIGRAD_AVX2 void channel_grad_sums(int64_t batch, int64_t stride, int64_t inner
       batch, stride, inner,
       [&](int64_t at, int64_t n) MPIGRAD_AVX2 {
         // Masked lanes of a tail load as 0, so their dy adds nothing.
-        const __m256 d = masked_grad(dy, y, at, n);
+        const __m256 d = load(dy + at, n);
         g = _mm256_add_ps(g, d);
         gx = _mm256_fmadd_ps(d, _mm256_sub_ps(load(x + at, n), m), gx);
       },
@@ -194,21 +184,20 @@ MPIGRAD_AVX2 void channel_grad_sums(int64_t batch, int64_t stride, int64_t inner
   sum_dy_xc = total(sum_gx);
 }
 
-// dx = a dy + b x + k, dy masked as in channel_grad_sums.
+// dx = a dy + b x + k.
 MPIGRAD_AVX2 void channel_grad_input(int64_t batch, int64_t stride, int64_t inner, const float* x,
-                                     const float* dy, const float* y, float a, float b, float k,
-                                     float* dx) {
+                                     const float* dy, float a, float b, float k, float* dx) {
   const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b), vk = _mm256_set1_ps(k);
   for (int64_t n = 0; n < batch; ++n) {
     const int64_t row = n * stride;
     int64_t i = 0;
     for (; i + 8 <= inner; i += 8) {
-      const __m256 v = _mm256_fmadd_ps(va, masked_grad(dy, y, row + i, 8),
+      const __m256 v = _mm256_fmadd_ps(va, _mm256_loadu_ps(dy + row + i),
                                        _mm256_fmadd_ps(vb, _mm256_loadu_ps(x + row + i), vk));
       _mm256_storeu_ps(dx + row + i, v);
     }
     if (i < inner) {
-      const __m256 v = _mm256_fmadd_ps(va, masked_grad(dy, y, row + i, inner - i),
+      const __m256 v = _mm256_fmadd_ps(va, load(dy + row + i, inner - i),
                                        _mm256_fmadd_ps(vb, load(x + row + i, inner - i), vk));
       vector_math::store_tail(dx + row + i, inner - i, v);
     }
@@ -274,7 +263,7 @@ void channel_normalize(int64_t batch, int64_t channels, int64_t inner, const T* 
 #if defined(MPIGRAD_HAS_AVX2_MATH)
   if constexpr (std::is_same_v<T, float>) {
     if (use_avx2<T>(inner)) {
-      avx2::channel_forward(batch, channels * inner, inner, x + c * inner, scale, shift, false,
+      avx2::channel_forward(batch, channels * inner, inner, x + c * inner, scale, shift,
                             y + c * inner);
       return;
     }
@@ -355,7 +344,7 @@ void bn_backward(int64_t batch, int64_t channels, int64_t inner, bool training, 
       if constexpr (std::is_same_v<T, float>) {
         if (vector) {
           avx2::channel_grad_sums(batch, channels * inner, inner, x + c * inner, grad_y + c * inner,
-                                  nullptr, mean[c], sum_dy, sum_dy_xc);
+                                  mean[c], sum_dy, sum_dy_xc);
         }
       }
 #endif
@@ -387,7 +376,7 @@ void bn_backward(int64_t batch, int64_t channels, int64_t inner, bool training, 
       if constexpr (std::is_same_v<T, float>) {
         if (vector) {
           avx2::channel_grad_input(batch, channels * inner, inner, x + c * inner,
-                                   grad_y + c * inner, nullptr, ta, tb, tk, grad_x + c * inner);
+                                   grad_y + c * inner, ta, tb, tk, grad_x + c * inner);
           continue;
         }
       }
