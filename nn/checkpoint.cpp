@@ -1,6 +1,7 @@
 #include "mpigrad/nn/checkpoint.h"
 
 #include <algorithm>
+#include <future>
 #include <cstring>
 
 #include "mpigrad/core/crc32c.h"
@@ -104,9 +105,32 @@ StateDict read_optional(const hdf5::File& file, const std::string& root, core::D
   return out;
 }
 
+// Whether every tensor of the checkpoint is in host memory.
+bool all_on_cpu(const CheckpointData& data) {
+  const auto on_cpu = [](const StateDict& state) {
+    for (const auto& [key, tensor] : state.tensors()) {
+      if (!tensor.device().is_cpu()) return false;
+    }
+    return true;
+  };
+  if (!on_cpu(data.model) || !on_cpu(data.optimizer) || !on_cpu(data.scheduler)) return false;
+  for (const auto& [name, state] : data.hooks) {
+    if (!on_cpu(state)) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 void save_checkpoint(const std::string& path, const CheckpointData& data) {
+  // The content checksum reads every byte once more. On a thread of its own it runs while HDF5
+  // writes (it makes no HDF5 call and only reads the tensors): GPT-2 124M with its AdamW state,
+  // 1.4 GiB, 0.42-0.47 s a write with the checksum first, 0.31-0.32 s beside it, against
+  // 0.29-0.46 s for the bare bytes (mpigrad-bench-core --checkpoint-mb 1424, 2-core VM, idle).
+  // Device tensors would be copied from that thread without its device set: those stay serial.
+  std::future<int64_t> checksum =
+      std::async(all_on_cpu(data) ? std::launch::async : std::launch::deferred,
+                 [&data] { return content_checksum(data); });
   hdf5::AtomicFileWriter writer(path);
   hdf5::File& file = writer.file();
   file.write_attribute("/", "format", kFormat);
@@ -119,7 +143,6 @@ void save_checkpoint(const std::string& path, const CheckpointData& data) {
   file.write_attribute("/", "micro_batches", data.micro_batches);
   file.write_attribute("/", "epoch_batches", data.epoch_batches);
   file.write_attribute("/", "epoch_order_crc32c", data.epoch_order_crc32c);
-  file.write_attribute("/", kChecksum, content_checksum(data));
   write_flat(file, "/model", data.model);
   write_nested(file, "/optimizer", data.optimizer);
   write_nested(file, "/scheduler", data.scheduler);
@@ -136,6 +159,7 @@ void save_checkpoint(const std::string& path, const CheckpointData& data) {
     std::memcpy(bits.data(), raw, sizeof(raw));
     file.write_tensor("/rng/" + name, core::Tensor::from_vector(bits, {2}));
   }
+  file.write_attribute("/", kChecksum, checksum.get());
   writer.commit();
 }
 
