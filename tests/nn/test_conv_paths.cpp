@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "conv_path_guard.h"
 #include "mpigrad/core/autocast.h"
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/backend.h"
@@ -29,17 +30,7 @@ using core::Tensor;
 using kernels::cpu::ConvPass;
 using kernels::cpu::ConvPath;
 
-// Forces a path for the guard's lifetime.
-class PathGuard {
- public:
-  explicit PathGuard(ConvPath path) : previous_(kernels::cpu::set_conv2d_path_override(path)) {}
-  ~PathGuard() { kernels::cpu::set_conv2d_path_override(previous_); }
-  PathGuard(const PathGuard&) = delete;
-  PathGuard& operator=(const PathGuard&) = delete;
-
- private:
-  ConvPath previous_;
-};
+using test::PathGuard;
 
 struct PathCase {
   const char* name;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "conv_path_guard.h"
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/backend.h"
 #include "mpigrad/core/ops/elementwise.h"
@@ -26,16 +27,7 @@ using core::Tensor;
 using kernels::cpu::ConvPass;
 using kernels::cpu::ConvPath;
 
-class PathGuard {
- public:
-  explicit PathGuard(ConvPath path) : previous_(kernels::cpu::set_conv2d_path_override(path)) {}
-  ~PathGuard() { kernels::cpu::set_conv2d_path_override(previous_); }
-  PathGuard(const PathGuard&) = delete;
-  PathGuard& operator=(const PathGuard&) = delete;
-
- private:
-  ConvPath previous_;
-};
+using test::PathGuard;
 
 struct StemCase {
   int64_t batch, channels, height, width, out_channels, kernel_h, kernel_w;
