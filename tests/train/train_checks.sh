@@ -220,6 +220,7 @@ case "$check" in
       --train.out_dir=z4 > z4.txt 2>&1 || { cat z4.txt; fail "ZeRO-1 4-rank run failed"; }
     grep -q "ZeRO-1: reduce-scattered, optimizer state sharded" z4.txt || { cat z4.txt; fail "the log does not say ZeRO-1"; }
     grep -q "optimizer state: .* MiB on rank 0 (its ZeRO-1 shard)" z4.txt || { cat z4.txt; fail "no optimizer state size"; }
+    [[ z4/last.h5 -ef z4/ckpt-epoch1.h5 ]] || fail "under ZeRO-1 last.h5 is not the epoch's checkpoint under a second name"
     run 2 "$mpigrad" train "${z[@]}" --train.batch_size=32 --train.out_dir=z4 \
       --train.resume=z4/ckpt-epoch1.h5 > z4b.txt 2>&1 || { cat z4b.txt; fail "plain resume of a ZeRO-1 checkpoint failed"; }
     "$compare" full/last.h5 z4/last.h5 1e-5 || fail "ZeRO-1 on 4 ranks, then plain on 2: weights differ"

@@ -488,13 +488,17 @@ void CheckpointHook::on(HookStage stage, TrainingContext& context) {
         checkpoint_path(settings_.out_dir, "ckpt-epoch" + std::to_string(finished) + ".h5");
     const std::string last = checkpoint_path(settings_.out_dir, "last.h5");
     save(context, epoch_file);
-    if (context.zero != nullptr) {
-      save(context, last);  // ZeRO-1 gathers its shards on every rank: none may skip the gather
-    } else if (context.is_main_process() && !core::link_file_atomically(epoch_file, last)) {
-      save(context, last);  // no hard links here: the bytes are written a second time
+    // last.h5 holds the same bytes: rank 0 makes it another name of the epoch's file (GPT-2 124M
+    // with its Adam state is 1.5 GB, written once instead of twice; neither file is ever written
+    // in place). Where the link cannot be made the bytes are written again, and under ZeRO-1
+    // every rank gathers its shard for that write, so every rank learns whether it was made.
+    bool linked = context.is_main_process() && core::link_file_atomically(epoch_file, last);
+    if (context.zero != nullptr && context.world_size() > 1) {
+      core::Tensor made = core::Tensor::from_vector<int64_t>({linked ? 1 : 0}, {1});
+      context.manager->world().broadcast(made, 0);
+      linked = made.item<int64_t>() == 1;
     }
-    // (Otherwise last.h5 became another name of the epoch's file: GPT-2 124M with its Adam state
-    // is 1.5 GB, written once instead of twice. Neither file is ever written in place.)
+    if (!linked) save(context, last);
     context.epoch = current;
     remove_old_checkpoints(context);
   } else if (stage == HookStage::AfterTraining) {
