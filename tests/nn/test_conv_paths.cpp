@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "conv_path_guard.h"
+#include "conv_test_util.h"
 #include "mpigrad/core/autocast.h"
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/backend.h"
@@ -114,25 +114,7 @@ void check_close(const std::vector<float>& gemm, const std::vector<float>& onedn
 }
 
 core::Conv2dShape shape_of(const PathCase& c) {
-  core::Conv2dShape s;
-  s.batch = c.batch;
-  s.out_channels = c.out_channels;
-  s.groups = c.groups;
-  auto& g = s.geometry;
-  g.channels = c.channels;
-  g.height = c.height;
-  g.width = c.width;
-  g.kernel_h = c.kernel_h;
-  g.kernel_w = c.kernel_w;
-  g.stride_h = c.stride_h;
-  g.stride_w = c.stride_w;
-  g.pad_h = c.pad_h;
-  g.pad_w = c.pad_w;
-  g.dilation_h = c.dilation_h;
-  g.dilation_w = c.dilation_w;
-  g.out_h = (c.height + 2 * c.pad_h - c.dilation_h * (c.kernel_h - 1) - 1) / c.stride_h + 1;
-  g.out_w = (c.width + 2 * c.pad_w - c.dilation_w * (c.kernel_w - 1) - 1) / c.stride_w + 1;
-  return s;
+  return test::conv_shape_of(c);
 }
 
 }  // namespace
