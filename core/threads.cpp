@@ -295,11 +295,17 @@ NodeLoad observe_node_load() {
   }
   node.running_now = runnable_from_readings(std::move(readings));
   const CpuTimes last = read_cpu_times();
-  if (first.known && last.known && last.total > first.total) {
-    node.busy_cpus =
-        double(last.busy - first.busy) / double(last.total - first.total) * double(last.cpus);
-  }
+  if (first.known && last.known)
+    node.busy_cpus = busy_cpus_between(first.busy, first.total, last.busy, last.total, last.cpus);
   return node;
+}
+
+double busy_cpus_between(uint64_t busy_before, uint64_t total_before, uint64_t busy_after,
+                         uint64_t total_after, int cpus) {
+  if (total_after <= total_before || cpus <= 0) return -1;
+  if (busy_after <= busy_before) return 0;
+  const double share = double(busy_after - busy_before) / double(total_after - total_before);
+  return std::min(share, 1.0) * double(cpus);
 }
 
 int runnable_from_readings(std::vector<int> readings) {

@@ -28,6 +28,7 @@
 // time, so it must be set before the program starts).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -126,6 +127,14 @@ NodeLoad observe_node_load();
 // that catches a busy node idle nor one that catches an idle node in a kernel thread's instant
 // decides. -1 (unknown) for none.
 int runnable_from_readings(std::vector<int> readings);
+
+// CPUs' worth of busy time between two /proc/stat readings (busy and total in clock ticks over
+// `cpus` CPUs), within [0, cpus]; -1 (unknown) when the total did not advance. The busy count
+// excludes this process's own time, read from /proc/self/stat at a different instant and
+// rounding, so on an idle node it can go down between readings: that is no busy time, not a
+// wrapped unsigned difference.
+double busy_cpus_between(uint64_t busy_before, uint64_t total_before, uint64_t busy_after,
+                         uint64_t total_after, int cpus);
 
 // For a program's main, before anything else runs: when neither OMP_WAIT_POLICY nor
 // GOMP_SPINCOUNT is set, sets the variable choose_openmp_wait(observe_node_load()) names and

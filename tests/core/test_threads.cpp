@@ -247,6 +247,15 @@ TEST_CASE("OpenMP's wait: the runnable count is the median of the snapshots") {
   CHECK(runnable_from_readings({2, 9, 1, 7, 5}) == 5);
 }
 
+TEST_CASE("OpenMP's wait: busy CPUs between two /proc/stat readings") {
+  CHECK(busy_cpus_between(100, 1000, 150, 1100, 2) == doctest::Approx(1.0));
+  CHECK(busy_cpus_between(100, 1000, 100, 1000, 2) == -1);  // no time passed
+  CHECK(busy_cpus_between(100, 1000, 100, 990, 2) == -1);   // went back: unknown
+  // This process's own ticks, taken out of busy, grew faster than the node's: idle, not 5e18.
+  CHECK(busy_cpus_between(500, 1000, 497, 1100, 2) == 0);
+  CHECK(busy_cpus_between(100, 1000, 400, 1100, 2) == 2);  // more than all: capped
+}
+
 TEST_CASE("OpenMP's wait: the node as seen from the environment, mask and /proc/loadavg") {
   CleanThreadEnvironment clean;
   const int cpus = int(affinity_cpus().size());
