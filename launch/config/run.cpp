@@ -117,10 +117,17 @@ std::unique_ptr<data::DataLoader> Run::evaluation_loader(std::shared_ptr<data::D
   options.batch_size = batch_size;
   options.num_replicas = world_size();  // a DistributedSampler without shuffle, padded
   options.rank = manager_ != nullptr ? manager_->rank() : 0;
-  options.num_workers = 1;
+  options.num_workers = loader_workers();
   options.transform = inputs_.inputs.transform;
   options.device = device_;
   return std::make_unique<data::DataLoader>(std::move(dataset), options);
+}
+
+int Run::loader_workers() const {
+  // The node's ranks all run this many threads (their share of the cores, or the one override).
+  return launch::loader_workers(config_.data.read_ahead, device_.is_cpu(), core::num_threads(),
+                                manager_ != nullptr ? manager_->local_size() : 1,
+                                int64_t(core::affinity_cpus().size()));
 }
 
 // Training batches: crop and flip on the stored values into the views (two for SupCon), then
@@ -140,7 +147,7 @@ void Run::make_loaders() {
   options.batch_size = config_.train.batch_size;
   options.shuffle = config_.train.shuffle;
   options.seed = config_.train.seed;
-  options.num_workers = 1;  // one thread reads ahead; compute keeps the cores
+  options.num_workers = loader_workers();
   options.transform = inputs_.inputs.transform;
   if (!augment.empty() || views > 1) {
     std::vector<data::BatchTransform> transforms = {

@@ -85,6 +85,8 @@ class Run {
   // input transform, on the rank's device.
   std::unique_ptr<data::DataLoader> evaluation_loader(std::shared_ptr<data::Dataset> dataset,
                                                       int64_t batch_size) const;
+  // The loaders' reader threads ([data] read_ahead; train_setup.h's loader_workers).
+  int loader_workers() const;
 
   const TrainConfig& config() const { return config_; }
   RunKind kind() const { return kind_; }

@@ -308,6 +308,10 @@ std::vector<ConfigKey> make_config_keys() {
       key("data.max_atoms", &C::data, &DataSection::max_atoms, Integer{0},
           "atomic stores: > 0: batches of at most this many atoms instead of train.batch_size "
           "structures"),
+      key("data.read_ahead", &C::data, &DataSection::read_ahead,
+          Choice<ReadAhead>{kReadAheadNames},
+          "a thread reads the next batches while a step computes; auto: unless the CPU compute "
+          "threads of the node's ranks fill this rank's cores"),
       key("model.name", &C::model, &ModelSection::name, Choice<ModelKind>{kModelKindNames},
           "the model (conv: fully convolutional, the output keeps the input's size)"),
       key("model.hidden", &C::model, &ModelSection::hidden, IntegerList{1, true},

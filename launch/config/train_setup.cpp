@@ -456,6 +456,13 @@ std::unique_ptr<nn::LRScheduler> make_scheduler(const SchedSection& sched, nn::O
   core::fail("[sched] name: unhandled scheduler kind");
 }
 
+int loader_workers(ReadAhead read_ahead, bool cpu_device, int64_t threads, int64_t ranks,
+                   int64_t cpus) {
+  if (read_ahead != ReadAhead::Auto) return read_ahead == ReadAhead::On ? 1 : 0;
+  if (!cpu_device) return 1;  // the GPU computes; the host's cores are free to read
+  return threads * ranks < cpus ? 1 : 0;
+}
+
 bool is_atomistic(const TrainConfig& config) {
   return config.loss.name == LossKind::EnergyForce;
 }

@@ -84,6 +84,13 @@ void check_schedule(const SchedSection& sched, int64_t run_steps);
 std::unique_ptr<nn::LRScheduler> make_scheduler(const SchedSection& sched, nn::Optimizer& optimizer,
                                                 int64_t run_steps);
 
+// The DataLoader's reader threads for [data] read_ahead: on 1, off 0; auto 1 unless the device
+// is the CPU and the node's ranks' compute threads (`threads` each, `ranks` ranks) fill the
+// `cpus` CPUs this rank may run on. There a reader takes a core from a parallel region, which
+// then waits for its slowest thread, and reading in the step's own thread is faster.
+int loader_workers(ReadAhead read_ahead, bool cpu_device, int64_t threads, int64_t ranks,
+                   int64_t cpus);
+
 // Interatomic potentials (docs/interatomic-potentials.md) ------------------------------------
 
 // Whether the config trains an interatomic potential: [loss] name = energy_force.

@@ -15,6 +15,7 @@
 #include "mpigrad/core/error.h"
 #include "mpigrad/launch/config/config_reference.h"
 #include "mpigrad/launch/config/train_config.h"
+#include "mpigrad/launch/config/train_setup.h"
 
 using namespace mpigrad;
 using launch::ConfigKey;
@@ -78,6 +79,22 @@ TEST_CASE("the resolved config.ini parses back to the same configuration") {
   }
 }
 
+TEST_CASE("[data] read_ahead: a reader thread unless CPU compute threads fill the cores") {
+  using launch::ReadAhead;
+  CHECK(launch::parse_config_text("[data]\nread_ahead = off\n", "run.ini").data.read_ahead ==
+        ReadAhead::Off);
+  CHECK(launch::TrainConfig{}.data.read_ahead == ReadAhead::Auto);
+  // auto: 2 threads x 1 rank on 2 CPUs, 1 x 2 on 2, 1 x 2 ranks bound to 1 CPU each: full.
+  CHECK(launch::loader_workers(ReadAhead::Auto, true, 2, 1, 2) == 0);
+  CHECK(launch::loader_workers(ReadAhead::Auto, true, 1, 2, 2) == 0);
+  CHECK(launch::loader_workers(ReadAhead::Auto, true, 1, 2, 1) == 0);
+  CHECK(launch::loader_workers(ReadAhead::Auto, true, 1, 1, 2) == 1);  // a core is free
+  CHECK(launch::loader_workers(ReadAhead::Auto, true, 3, 1, 4) == 1);
+  CHECK(launch::loader_workers(ReadAhead::Auto, false, 8, 1, 8) == 1);  // a GPU computes
+  CHECK(launch::loader_workers(ReadAhead::On, true, 2, 1, 2) == 1);
+  CHECK(launch::loader_workers(ReadAhead::Off, false, 1, 1, 8) == 0);
+}
+
 TEST_CASE("bad values name the key and what is accepted") {
   auto parse = [](const std::string& text) {
     return error_message([&] { launch::parse_config_text(text, "run.ini"); });
@@ -86,6 +103,8 @@ TEST_CASE("bad values name the key and what is accepted") {
                  "run.ini: [model] name: expected one of mlp | cnn | conv | resnet | onnx | "
                  "schnet, got 'transformer'"));
   CHECK(contains(parse("[distributed]\nbackend = gloo\n"), "expected one of auto | mpi | nccl"));
+  CHECK(contains(parse("[data]\nread_ahead = yes\n"),
+                 "run.ini: [data] read_ahead: expected one of auto | on | off, got 'yes'"));
   CHECK(contains(parse("[train]\nepochs = 0\n"), "[train] epochs: must be at least 1, got 0"));
   CHECK(contains(parse("[optim]\nmomentum = 1\n"), "[optim] momentum: must be in [0, 1), got 1"));
   CHECK(contains(parse("[optim]\nlr = fast\n"), "[optim] lr: expected a number, got 'fast'"));
