@@ -1,5 +1,8 @@
 // Reductions: any set of axes is brought to the kernels' [outer, extent, inner] layout, by a
-// permuted copy only when the reduced axes are not already one contiguous block.
+// permuted copy only when the reduced axes are not already one contiguous block. A float sum
+// over leading and trailing axes around kept ones (a convolution's bias gradient, dims {0, 2, 3}
+// of NCHW) runs in two passes instead: the trailing block first, then the leading one over the
+// small result, which reads the input once and copies nothing.
 #include "mpigrad/core/ops/reduce.h"
 
 #include <algorithm>
@@ -15,14 +18,22 @@ namespace mpigrad::core {
 namespace {
 
 struct ReductionPlan {
-  Tensor input;  // contiguous, laid out as [outer, extent, inner]
+  Tensor input;  // contiguous, laid out as [outer, extent, inner] (x trailing, see below)
   int64_t outer = 1, extent = 1, inner = 1;
+  // > 1: the input is [extent, inner, trailing], reduced over the first and last axes (outer 1);
+  // for sums only.
+  int64_t trailing = 1;
+  int64_t reduced_count() const { return extent * trailing; }  // elements in each result
   Shape keepdim_shape;  // output shape with reduced dims kept as 1
   Shape out_shape;      // output shape as requested
 };
 
+// Trailing rows shorter than this are copied into place instead (ReductionPlan::trailing).
+constexpr int64_t kTwoPassMinRow = 16;
+
+// `sums`: the plan is for a Sum (and may take two passes).
 ReductionPlan plan_reduction(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim,
-                             const char* op) {
+                             const char* op, bool sums = false) {
   MPIGRAD_CHECK(x.defined(), op, ": undefined operand");
   std::vector<bool> reduced(size_t(x.dim()), dims_in.empty());
   for (int64_t dim : dims_in) {
@@ -63,6 +74,30 @@ ReductionPlan plan_reduction(const Tensor& x, const std::vector<int64_t>& dims_i
     }
     return plan;
   }
+  // Reduced axes before and after one block of kept ones: two passes, no copy. Float32 and
+  // Float64 only (the partial sums of 16-bit floats would round to 16 bits), on the CPU, with
+  // trailing rows long enough that the first pass is not mostly per-row overhead.
+  int kept_first = first;
+  while (kept_first < x.dim() && reduced[size_t(kept_first)]) ++kept_first;
+  int kept_last = kept_first;
+  while (kept_last < x.dim() && !reduced[size_t(kept_last)]) ++kept_last;  // one past
+  const bool two_pass =
+      sums && first == 0 && kept_last < x.dim() &&
+      std::all_of(reduced.begin() + kept_last, reduced.end(), [](bool r) { return r; }) &&
+      (x.dtype() == kFloat32 || x.dtype() == kFloat64) && x.device().is_cpu();
+  if (two_pass) {
+    int64_t lead = 1, kept = 1, trail = 1;
+    for (int d = 0; d < x.dim(); ++d) {
+      (d < kept_first ? lead : d < kept_last ? kept : trail) *= x.shape()[d];
+    }
+    if (trail >= kTwoPassMinRow) {
+      plan.input = x.contiguous();
+      plan.extent = lead;
+      plan.inner = kept;
+      plan.trailing = trail;
+      return plan;
+    }
+  }
   // Kept axes first, reduced axes last, then one dense copy.
   std::vector<int64_t> order;
   for (int d = 0; d < x.dim(); ++d) {
@@ -91,10 +126,18 @@ Tensor run_reduction(ReduceOp op, const ReductionPlan& plan, Tensor* indices) {
     *indices = detail::empty_on(plan.out_shape, kInt64, device);
     index_ptr = indices->data<int64_t>();
   }
-  if (out.numel() > 0) {
-    backend_for(device).reduce(op, plan.input.dtype(), plan.outer, plan.extent, plan.inner,
-                               out.data_ptr(), index_ptr, plan.input.data_ptr());
+  if (out.numel() == 0) return out;
+  if (plan.trailing > 1) {
+    // [extent, inner, trailing] -> [extent, inner] -> [inner]
+    Tensor rows = detail::empty_on({plan.extent * plan.inner}, out_dtype, device);
+    backend_for(device).reduce(op, plan.input.dtype(), plan.extent * plan.inner, plan.trailing,
+                               1, rows.data_ptr(), nullptr, plan.input.data_ptr());
+    backend_for(device).reduce(op, out_dtype, 1, plan.extent, plan.inner, out.data_ptr(),
+                               nullptr, rows.data_ptr());
+    return out;
   }
+  backend_for(device).reduce(op, plan.input.dtype(), plan.outer, plan.extent, plan.inner,
+                             out.data_ptr(), index_ptr, plan.input.data_ptr());
   return out;
 }
 
@@ -167,7 +210,7 @@ Tensor sum(const Tensor& x) {
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   ProfileSpan span("sum");
-  ReductionPlan plan = plan_reduction(x, dims, keepdim, "sum");
+  ReductionPlan plan = plan_reduction(x, dims, keepdim, "sum", /*sums=*/true);
   Tensor out = run_reduction(ReduceOp::Sum, plan, nullptr);
   if (is_floating(x.dtype())) {
     detail::record<SumBackward>(out, {&x}, x.shape(), plan.keepdim_shape, 1.0);
@@ -182,10 +225,11 @@ Tensor mean(const Tensor& x) {
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   ProfileSpan span("mean");
   detail::check_floating("mean", x);
-  ReductionPlan plan = plan_reduction(x, dims, keepdim, "mean");
+  ReductionPlan plan = plan_reduction(x, dims, keepdim, "mean", /*sums=*/true);
   Tensor out = run_reduction(ReduceOp::Sum, plan, nullptr);
-  double scale = plan.extent > 0 ? 1.0 / double(plan.extent) : 0.0;
-  if (plan.extent == 0) {
+  const int64_t count = plan.reduced_count();
+  double scale = count > 0 ? 1.0 / double(count) : 0.0;
+  if (count == 0) {
     out.fill_(std::numeric_limits<double>::quiet_NaN());  // mean of nothing, as in PyTorch
   } else {
     NoGradGuard no_grad;

@@ -218,6 +218,37 @@ TEST_CASE("sum_to reduces a broadcast gradient back to the operand's shape") {
   CHECK(sum_to(grad, {2, 3, 4}).to_vector<double>() == grad.to_vector<double>());
 }
 
+TEST_CASE("sums over leading and trailing axes around kept ones, as a bias gradient takes") {
+  // [2, 3, 4, 5] over {0, 2, 3} (trailing rows of 20: two passes, no copy), over {0, 3} (rows
+  // of 5: the permuted copy), and [3, 2, 40] over {0, 2}; integers, so every order is exact.
+  for (DType dtype : {kFloat32, kFloat64}) {
+    CAPTURE(dtype);
+    Tensor x = Tensor::from_vector(mpigrad::test::ramp(120, 1.0, 1.0), {2, 3, 4, 5}, dtype);
+    std::vector<double> bias(3, 0.0), rows(12, 0.0);
+    for (int n = 0; n < 2; ++n)
+      for (int c = 0; c < 3; ++c)
+        for (int i = 0; i < 20; ++i) {
+          bias[size_t(c)] += double(((n * 3 + c) * 20 + i) + 1);
+          rows[size_t(c * 4 + i / 5)] += double(((n * 3 + c) * 20 + i) + 1);
+        }
+    CHECK(sum(x, {0, 2, 3}).to_vector<double>() == bias);
+    CHECK(sum(x, {0, 2, 3}).dtype() == dtype);
+    CHECK(sum(x, {0, 2, 3}, true).shape() == Shape{1, 3, 1, 1});
+    CHECK(sum(x, {0, 3}).to_vector<double>() == rows);
+    const std::vector<double> means = mean(x, {0, 2, 3}).to_vector<double>();
+    for (size_t c = 0; c < 3; ++c) CHECK(means[c] == doctest::Approx(bias[c] / 40));
+    Tensor y = Tensor::from_vector(mpigrad::test::ramp(240, 1.0, 0.0), {3, 2, 40}, dtype);
+    CHECK(sum(y, {0, 2}).to_vector<double>() ==
+          std::vector<double>{double(sum(y.select(1, 0)).item<double>()),
+                              double(sum(y.select(1, 1)).item<double>())});
+    // A view that is not contiguous reads right, and the gradient spreads back.
+    Tensor z = x.transpose(2, 3).detach().set_requires_grad(true);
+    CHECK(sum(z, {0, 2, 3}).to_vector<double>() == bias);
+    sum(mul(sum(z, {0, 2, 3}), Tensor::from_vector<double>({1, 2, 3}, {3}).to(dtype))).backward();
+    CHECK(z.grad().select(1, 2).to_vector<double>() == std::vector<double>(40, 3.0));
+  }
+}
+
 TEST_CASE("float32 sums accumulate in double") {
   // A float accumulator drifts by about 1% on this sum; a double one is exact to ~1e-9.
   Tensor x = full({1000000}, 0.1, kFloat32);
