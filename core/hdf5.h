@@ -15,6 +15,7 @@
 //                         attributes; ObjectKind
 //   atomic_file_writer.h  AtomicFileWriter: a new file written under a temporary name, renamed
 //                         into place on commit
+//   mapped_rows.h         MappedRows: a contiguous dataset's rows as bytes from a memory map
 // Their .cpp files share core/hdf5/internal.h (the checked calls, with <hdf5.h>), which callers
 // never include.
 #pragma once
@@ -24,4 +25,5 @@
 #include "mpigrad/core/hdf5/dataspace.h"
 #include "mpigrad/core/hdf5/file.h"
 #include "mpigrad/core/hdf5/handle.h"
+#include "mpigrad/core/hdf5/mapped_rows.h"
 #include "mpigrad/core/hdf5/types.h"

@@ -110,6 +110,9 @@ Hdf5Dataset::OpenShard Hdf5Dataset::open_shard(int shard_index,
           std::max<int64_t>(521, 100 * chunks) | 1;  // HDF5 advises ~100x chunks
       dataset = shard.file.open_dataset(name, access);
     }
+    shard.mapped.push_back(options_.open_file
+                               ? std::nullopt
+                               : hdf5::MappedRows::open(dataset, info.dtype));
     shard.datasets.push_back(std::move(dataset));
     infos.push_back(std::move(info));
   }
@@ -176,6 +179,12 @@ Hdf5Dataset::OpenShard& Hdf5Dataset::acquire(int shard) const {
   }
   found->second.last_use = use_clock_;
   return found->second;
+}
+
+void Hdf5Dataset::read_rows(const OpenShard& shard, size_t f, int64_t row, int64_t count,
+                            char* out) const {
+  if (shard.mapped[f]) return shard.mapped[f]->read(row, count, out);
+  shard.datasets[f].read_rows(row, count, out, fields_[f].dtype);
 }
 
 int Hdf5Dataset::shard_of(int64_t global) const {
@@ -256,9 +265,8 @@ void Hdf5Dataset::read_consecutive(int64_t first, int64_t count, const std::vect
     const int64_t rows = std::min(count - done, shard.begin + shard.size - global);
     OpenShard& opened = acquire(s);
     for (size_t i = 0; i < fields.size(); ++i) {
-      const FieldInfo& info = fields_[fields[i]];
-      opened.datasets[fields[i]].read_rows(global - shard.begin, rows,
-                                           outputs[i] + done * info.sample_bytes(), info.dtype);
+      read_rows(opened, fields[i], global - shard.begin, rows,
+                outputs[i] + done * fields_[fields[i]].sample_bytes());
     }
     done += rows;
   }
@@ -366,7 +374,15 @@ void Hdf5Dataset::read_global(const std::vector<int64_t>& globals,
         const Run& run = runs[i];
         if (is_direct(run)) {
           int64_t position = order[size_t(group_begin[size_t(run.first)])];
-          dataset.read_rows(run.row, run.length, out + position * row_bytes, fields_[f].dtype);
+          read_rows(opened, f, run.row, run.length, out + position * row_bytes);
+          continue;
+        }
+        if (opened.mapped[f]) {  // every position that asks for a row gets it from the map
+          for (int64_t k = 0; k < run.length; ++k) {
+            const int64_t u = run.first + k;
+            for (int64_t j = group_begin[size_t(u)]; j < group_begin[size_t(u + 1)]; ++j)
+              opened.mapped[f]->read(run.row + k, 1, out + order[size_t(j)] * row_bytes);
+          }
           continue;
         }
         if (!selection) {

@@ -5,7 +5,9 @@
 //
 // Reading a batch sorts its indices, merges neighbours into runs, reads each shard's runs with
 // one hyperslab selection per field, and scatters the rows back into the requested order (a run
-// that is already in order goes straight into the batch tensor, no copy). At most
+// that is already in order goes straight into the batch tensor, no copy). A contiguous field
+// stored as it is read (h5py's default layout) skips HDF5 for its rows: they are copied from a
+// read-only map of the file (core/hdf5/mapped_rows.h), with no system call per row. At most
 // max_open_files shards are open at once (least recently used closed first), and each chunked
 // dataset's chunk cache is sized for the access pattern.
 //
@@ -107,6 +109,9 @@ class Hdf5Dataset : public Dataset {
   struct OpenShard {
     core::hdf5::File file;
     std::vector<core::hdf5::Dataset> datasets;  // one per field
+    // Per field: its rows as bytes from a map of the file, where they can be (MappedRows);
+    // files opened through options.open_file are never mapped.
+    std::vector<std::optional<core::hdf5::MappedRows>> mapped;
     uint64_t last_use = 0;
   };
   // A maximal run of consecutive global indices inside one shard.
@@ -120,6 +125,8 @@ class Hdf5Dataset : public Dataset {
   OpenShard open_shard(int shard, std::vector<FieldInfo>* infos_out) const;
   static void check_backed(const core::hdf5::Dataset& dataset, const core::hdf5::File& file);
   OpenShard& acquire(int shard) const;  // caller holds mutex_
+  // Rows [row, row + count) of field f of an open shard into `out`: from its map, or HDF5.
+  void read_rows(const OpenShard& shard, size_t f, int64_t row, int64_t count, char* out) const;
   int shard_of(int64_t global) const;
   void read_global(const std::vector<int64_t>& globals, std::vector<void*>& outputs) const;
   void read_consecutive(int64_t first, int64_t count, const std::vector<size_t>& fields,

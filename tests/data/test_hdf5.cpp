@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "../error_message.h"
 #include "data_test_util.h"
@@ -126,6 +127,55 @@ TEST_CASE("hdf5: scattered rows are read through a one-page sieve buffer, and re
     CHECK(std::equal(rows.begin() + int64_t(i) * kCols, rows.begin() + int64_t(i + 1) * kCols,
                      data.begin() + wanted[i] * kCols));
   }
+}
+
+TEST_CASE("hdf5: MappedRows reads contiguous rows stored as memory wants, and nothing else") {
+  TempDir dir;
+  const std::string path = dir.file("mapped.h5");
+  constexpr int64_t kRows = 1000, kCols = 7;
+  std::vector<float> data(size_t(kRows * kCols));
+  for (size_t i = 0; i < data.size(); ++i) data[i] = float(i) * 0.5f;
+  {
+    hdf5::File file = hdf5::File::create(path);
+    // A small dataset first, so the next one starts away from a page boundary.
+    file.create_dataset("pad", core::kUInt8, {13}).write(std::vector<uint8_t>(13, 1).data(),
+                                                         core::kUInt8);
+    file.create_dataset("x", core::kFloat32, {kRows, kCols}).write(data.data(), core::kFloat32);
+    file.create_dataset("chunked", core::kFloat32, {kRows, kCols}, {.chunk_rows = 64})
+        .write(data.data(), core::kFloat32);
+    // Big-endian floats: read as float32 they need a conversion, not a copy.
+    const hsize_t extents[2] = {hsize_t(kRows), hsize_t(kCols)};
+    const hid_t space = H5Screate_simple(2, extents, nullptr);
+    const hid_t big = H5Dcreate2(file.id(), "big_endian", H5T_IEEE_F32BE, space, H5P_DEFAULT,
+                                 H5P_DEFAULT, H5P_DEFAULT);
+    REQUIRE(big >= 0);
+    CHECK(H5Dwrite(big, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()) >= 0);
+    H5Dclose(big);
+    H5Sclose(space);
+    file.create_dataset("empty", core::kFloat32, {0, kCols});
+  }
+  hdf5::File file = hdf5::File::open(path);
+  std::optional<hdf5::MappedRows> mapped = hdf5::MappedRows::open(file.open_dataset("x"),
+                                                                  core::kFloat32);
+  REQUIRE(mapped.has_value());
+  CHECK(mapped->rows() == kRows);
+  CHECK(mapped->row_bytes() == kCols * 4);
+  for (int64_t row : {int64_t(0), int64_t(1), int64_t(517), kRows - 2}) {
+    std::vector<float> two(2 * kCols);
+    mapped->read(row, 2, two.data());
+    CHECK(std::equal(two.begin(), two.end(), data.begin() + row * kCols));
+  }
+  // Moved maps stay valid; the moved-from one owns nothing.
+  hdf5::MappedRows moved = std::move(*mapped);
+  float first = -1;
+  moved.read(kRows - 1, 1, &first);  // reads one float of the last row's 7
+  CHECK(first == data[size_t((kRows - 1) * kCols)]);
+  // Read as another type, chunked, or with nothing stored: HDF5 reads those.
+  CHECK_FALSE(hdf5::MappedRows::open(file.open_dataset("x"), core::kFloat64).has_value());
+  CHECK_FALSE(hdf5::MappedRows::open(file.open_dataset("chunked"), core::kFloat32).has_value());
+  CHECK_FALSE(hdf5::MappedRows::open(file.open_dataset("big_endian"), core::kFloat32).has_value());
+  CHECK(hdf5::MappedRows::open(file.open_dataset("pad"), core::kUInt8).has_value());
+  CHECK_FALSE(hdf5::MappedRows::open(file.open_dataset("empty"), core::kFloat32).has_value());
 }
 
 TEST_CASE("hdf5: attributes of every kind, on the file, groups and datasets") {
