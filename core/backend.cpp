@@ -435,10 +435,10 @@ class CpuBackend final : public Backend {
   }
   void batch_norm_relu_backward(DType dtype, int64_t batch, int64_t channels, int64_t inner,
                                 const void* x, const void* y, const void* grad_y, const void* mean,
-                                const void* invstd, const void* weight, void* grad_x,
-                                void* grad_weight, void* grad_bias) override {
+                                const void* invstd, const void* weight, const void* bias,
+                                void* grad_x, void* grad_weight, void* grad_bias) override {
     kernels::cpu::batch_norm_relu_backward(dtype, batch, channels, inner, x, y, grad_y, mean,
-                                           invstd, weight, grad_x, grad_weight, grad_bias);
+                                           invstd, weight, bias, grad_x, grad_weight, grad_bias);
   }
 
   void layer_norm_forward(DType dtype, int64_t rows, int64_t cols, double eps, const void* x,
@@ -523,7 +523,7 @@ void Backend::batch_norm_relu_forward_training(DType dtype, int64_t, int64_t, in
 
 void Backend::batch_norm_relu_backward(DType dtype, int64_t, int64_t, int64_t, const void*,
                                        const void*, const void*, const void*, const void*,
-                                       const void*, void*, void*, void*) {
+                                       const void*, const void*, void*, void*, void*) {
   fail("batch_norm_relu backward: this backend has no fused batch norm + ReLU for ",
        dtype_name(dtype), " (check supports_batch_norm_relu and compose batch_norm and relu)");
 }

@@ -172,34 +172,40 @@ MPIGRAD_AVX2 void channel_forward(int64_t batch, int64_t stride, int64_t inner, 
   }
 }
 
-// `count` lanes of the gradient that reaches batch norm's output: dy, or with Relu dy where the
-// ReLU's output y is positive and +0 elsewhere, as the ReLU's backward writes it.
+// The gradient that reaches batch norm's output from `dy` (its lanes past a row's tail loaded as
+// 0): dy itself, or with Relu dy where the ReLU's output is positive and +0 elsewhere, as the
+// ReLU's backward writes it. The forward wrote y = max(0, fma(x, scale, shift)), so y > 0 exactly
+// where fma(x, scale, shift) > 0: the same instruction on the same operands recomputes the mask
+// from `xv`, which the backward reads anyway, and y (another stream the size of x) is not read.
 template <bool Relu>
-MPIGRAD_AVX2 inline __m256 load_grad(const float* dy, const float* y, int64_t count) {
-  const __m256 g = load(dy, count);
+MPIGRAD_AVX2 inline __m256 grad_through(__m256 dy, __m256 xv, __m256 scale, __m256 shift) {
   if constexpr (Relu) {
-    return _mm256_and_ps(g, _mm256_cmp_ps(load(y, count), _mm256_setzero_ps(), _CMP_GT_OQ));
+    const __m256 z = _mm256_fmadd_ps(xv, scale, shift);
+    return _mm256_and_ps(dy, _mm256_cmp_ps(z, _mm256_setzero_ps(), _CMP_GT_OQ));
   } else {
-    (void)y;
-    return g;
+    (void)xv, (void)scale, (void)shift;
+    return dy;
   }
 }
 
-// The channel's sums of dy and dy (x - mean), dy through the ReLU (y its output) with Relu.
+// The channel's sums of dy and dy (x - mean); with Relu, dy through the ReLU that followed the
+// forward's y = x * scale + shift.
 template <bool Relu>
 MPIGRAD_AVX2 void channel_grad_sums(int64_t batch, int64_t stride, int64_t inner, const float* x,
-                                    const float* y, const float* dy, float mean, double& sum_dy,
-                                    double& sum_dy_xc) {
+                                    const float* dy, float mean, float scale, float shift,
+                                    double& sum_dy, double& sum_dy_xc) {
   const __m256 m = _mm256_set1_ps(mean);
+  const __m256 a = _mm256_set1_ps(scale), b = _mm256_set1_ps(shift);
   __m256 g = _mm256_setzero_ps(), gx = _mm256_setzero_ps();
   __m256d sum_g = _mm256_setzero_pd(), sum_gx = _mm256_setzero_pd();
   for_each_block(
       batch, stride, inner,
       [&](int64_t at, int64_t n) MPIGRAD_AVX2 {
         // Masked lanes of a tail load as 0, so their dy adds nothing.
-        const __m256 d = load_grad<Relu>(dy + at, y + at, n);
+        const __m256 xv = load(x + at, n);
+        const __m256 d = grad_through<Relu>(load(dy + at, n), xv, a, b);
         g = _mm256_add_ps(g, d);
-        gx = _mm256_fmadd_ps(d, _mm256_sub_ps(load(x + at, n), m), gx);
+        gx = _mm256_fmadd_ps(d, _mm256_sub_ps(xv, m), gx);
       },
       [&]() MPIGRAD_AVX2 {
         sum_g = _mm256_add_pd(sum_g, widen(g));
@@ -210,24 +216,27 @@ MPIGRAD_AVX2 void channel_grad_sums(int64_t batch, int64_t stride, int64_t inner
   sum_dy_xc = total(sum_gx);
 }
 
-// dx = a dy + b x + k, dy through the ReLU with Relu.
+// dx = a dy + b x + k; with Relu, dy through the ReLU as in channel_grad_sums.
 template <bool Relu>
 MPIGRAD_AVX2 void channel_grad_input(int64_t batch, int64_t stride, int64_t inner, const float* x,
-                                     const float* y, const float* dy, float a, float b, float k,
-                                     float* dx) {
+                                     const float* dy, float scale, float shift, float a, float b,
+                                     float k, float* dx) {
   const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b), vk = _mm256_set1_ps(k);
+  const __m256 vscale = _mm256_set1_ps(scale), vshift = _mm256_set1_ps(shift);
+  const auto row_piece = [&](const float* in, const float* grad, int64_t count) MPIGRAD_AVX2 {
+    const __m256 xv = load(in, count);
+    const __m256 g = grad_through<Relu>(load(grad, count), xv, vscale, vshift);
+    return _mm256_fmadd_ps(va, g, _mm256_fmadd_ps(vb, xv, vk));
+  };
   for (int64_t n = 0; n < batch; ++n) {
     const int64_t row = n * stride;
     int64_t i = 0;
     for (; i + 8 <= inner; i += 8) {
-      const __m256 v = _mm256_fmadd_ps(va, load_grad<Relu>(dy + row + i, y + row + i, 8),
-                                       _mm256_fmadd_ps(vb, _mm256_loadu_ps(x + row + i), vk));
-      _mm256_storeu_ps(dx + row + i, v);
+      _mm256_storeu_ps(dx + row + i, row_piece(x + row + i, dy + row + i, 8));
     }
     if (i < inner) {
-      const __m256 v = _mm256_fmadd_ps(va, load_grad<Relu>(dy + row + i, y + row + i, inner - i),
-                                       _mm256_fmadd_ps(vb, load(x + row + i, inner - i), vk));
-      vector_math::store_tail(dx + row + i, inner - i, v);
+      vector_math::store_tail(dx + row + i, inner - i,
+                              row_piece(x + row + i, dy + row + i, inner - i));
     }
   }
 }
@@ -282,13 +291,22 @@ void channel_statistics(int64_t batch, int64_t channels, int64_t inner, const T*
   variance = T(squares[0].total() / count);
 }
 
-// y = (x - mean) * invstd * weight[c] + bias[c] over one channel, as y = x * scale + shift; with
-// Relu, max(0, that) as the ReLU kernel writes it (`v < 0 ? 0 : v`: NaN and -0 pass).
+// Channel c's y = (x - mean) * invstd * weight[c] + bias[c] as y = x * scale + shift. The forward
+// and the fused backward's recomputed ReLU mask both take scale and shift from here.
+template <typename T>
+inline void channel_affine(int64_t c, T mean, T invstd, const T* weight, const T* bias, T& scale,
+                           T& shift) {
+  scale = invstd * (weight ? weight[c] : T(1));
+  shift = (bias ? bias[c] : T(0)) - mean * scale;
+}
+
+// y = x * scale + shift over one channel (channel_affine); with Relu, max(0, that) as the ReLU
+// kernel writes it (`v < 0 ? 0 : v`: NaN and -0 pass).
 template <bool Relu, typename T>
 void channel_normalize(int64_t batch, int64_t channels, int64_t inner, const T* x, int64_t c,
                        T mean, T invstd, const T* weight, const T* bias, T* y) {
-  const T scale = invstd * (weight ? weight[c] : T(1));
-  const T shift = (bias ? bias[c] : T(0)) - mean * scale;
+  T scale, shift;
+  channel_affine(c, mean, invstd, weight, bias, scale, shift);
 #if defined(MPIGRAD_HAS_AVX2_MATH)
   if constexpr (std::is_same_v<T, float>) {
     if (use_avx2<T>(inner)) {
@@ -378,13 +396,15 @@ void bn_forward_training(int64_t batch, int64_t channels, int64_t inner, double 
   });
 }
 
-// With Relu, grad_y is the gradient of y = relu(batch norm), `relu_output` that y, and each read
-// of grad_y goes through the ReLU's derivative (grad_through): the same values, summed in the same
-// order, as the ReLU's backward followed by this one without Relu.
+// With Relu, grad_y is the gradient of y = relu(batch norm), `relu_output` that y and `bias` the
+// forward's, and each read of grad_y goes through the ReLU's derivative: the same values, summed
+// in the same order, as the ReLU's backward followed by this one without Relu. The AVX2 path
+// recomputes the ReLU's mask from x (avx2::grad_through); the scalar one, whose rounding of
+// x * scale + shift the compiler may contract differently from the forward's, reads y.
 template <bool Relu, typename T>
 void bn_backward(int64_t batch, int64_t channels, int64_t inner, bool training, const T* x,
                  const T* relu_output, const T* grad_y, const T* mean, const T* invstd,
-                 const T* weight, T* grad_x, T* grad_weight, T* grad_bias) {
+                 const T* weight, const T* bias, T* grad_x, T* grad_weight, T* grad_bias) {
   // Without Relu nothing reads the output; grad_y stands in so no offset is taken from null.
   const T* y = Relu ? relu_output : grad_y;
   const double count = double(batch * inner);
@@ -393,11 +413,13 @@ void bn_backward(int64_t batch, int64_t channels, int64_t inner, bool training, 
       const double m = double(mean[c]), s = double(invstd[c]);
       double sum_dy = 0, sum_dy_xc = 0;  // of dy and dy * (x - m)
       const bool vector = use_avx2<T>(inner);
+      T scale = T(1), shift = T(0);  // the forward's, for the recomputed mask
+      if (Relu) channel_affine(c, mean[c], invstd[c], weight, bias, scale, shift);
 #if defined(MPIGRAD_HAS_AVX2_MATH)
       if constexpr (std::is_same_v<T, float>) {
         if (vector) {
           avx2::channel_grad_sums<Relu>(batch, channels * inner, inner, x + c * inner,
-                                        y + c * inner, grad_y + c * inner, mean[c], sum_dy,
+                                        grad_y + c * inner, mean[c], scale, shift, sum_dy,
                                         sum_dy_xc);
         }
       }
@@ -432,7 +454,7 @@ void bn_backward(int64_t batch, int64_t channels, int64_t inner, bool training, 
       if constexpr (std::is_same_v<T, float>) {
         if (vector) {
           avx2::channel_grad_input<Relu>(batch, channels * inner, inner, x + c * inner,
-                                         y + c * inner, grad_y + c * inner, ta, tb, tk,
+                                         grad_y + c * inner, scale, shift, ta, tb, tk,
                                          grad_x + c * inner);
           continue;
         }
@@ -627,18 +649,20 @@ void batch_norm_backward(DType dtype, int64_t batch, int64_t channels, int64_t i
       "batch_norm_backward",
       bn_backward<false>(batch, channels, inner, training, in_ptr<T>(x), in_ptr<T>(nullptr),
                          in_ptr<T>(grad_y), in_ptr<T>(mean), in_ptr<T>(invstd), in_ptr<T>(weight),
-                         out_ptr<T>(grad_x), out_ptr<T>(grad_weight), out_ptr<T>(grad_bias)))
+                         in_ptr<T>(nullptr), out_ptr<T>(grad_x), out_ptr<T>(grad_weight),
+                         out_ptr<T>(grad_bias)))
 }
 
 void batch_norm_relu_backward(DType dtype, int64_t batch, int64_t channels, int64_t inner,
                               const void* x, const void* y, const void* grad_y, const void* mean,
-                              const void* invstd, const void* weight, void* grad_x,
-                              void* grad_weight, void* grad_bias) {
+                              const void* invstd, const void* weight, const void* bias,
+                              void* grad_x, void* grad_weight, void* grad_bias) {
   MPIGRAD_NORM_DISPATCH(
       "batch_norm_relu_backward",
       bn_backward<true>(batch, channels, inner, /*training=*/true, in_ptr<T>(x), in_ptr<T>(y),
                         in_ptr<T>(grad_y), in_ptr<T>(mean), in_ptr<T>(invstd), in_ptr<T>(weight),
-                        out_ptr<T>(grad_x), out_ptr<T>(grad_weight), out_ptr<T>(grad_bias)))
+                        in_ptr<T>(bias), out_ptr<T>(grad_x), out_ptr<T>(grad_weight),
+                        out_ptr<T>(grad_bias)))
 }
 
 void layer_norm_forward(DType dtype, int64_t rows, int64_t cols, double eps, const void* x,

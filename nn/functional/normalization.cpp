@@ -80,8 +80,8 @@ NormGradients normalization_gradients(const Tensor& x, const Tensor& g, const Te
 // and the gradient reaching batch norm is grad_output where y > 0 and 0 elsewhere, as ReLU's
 // backward gives it (y > 0 exactly where ReLU's input is).
 struct BatchNormBackward final : core::Node {
-  core::SavedTensor input, mean, invstd, weight, output;
-  bool training = true, has_weight = false, relu = false;
+  core::SavedTensor input, mean, invstd, weight, bias, output;  // bias, output: relu only
+  bool training = true, has_weight = false, has_bias = false, relu = false;
   double eps = 1e-5;
   int64_t batch = 0, channels = 0, inner = 0;
   const char* name() const override { return relu ? "BatchNormReluBackward" : "BatchNormBackward"; }
@@ -110,6 +110,7 @@ struct BatchNormBackward final : core::Node {
     }
     Tensor g = grad_output.contiguous();
     Tensor w = has_weight ? weight.get(*this) : Tensor();
+    Tensor b = has_bias ? bias.get(*this) : Tensor();
     Tensor grad_x = next[0] ? core::detail::empty_on(x.shape(), x.dtype(), x.device()) : Tensor();
     Tensor grad_w = next[1] ? core::detail::empty_on({channels}, x.dtype(), x.device()) : Tensor();
     Tensor grad_b = next[2] ? core::detail::empty_on({channels}, x.dtype(), x.device()) : Tensor();
@@ -118,7 +119,7 @@ struct BatchNormBackward final : core::Node {
       backend.batch_norm_relu_backward(
           x.dtype(), batch, channels, inner, x.data_ptr(), output.get(*this).data_ptr(),
           g.data_ptr(), mean.get(*this).data_ptr(), invstd.get(*this).data_ptr(), ptr_or_null(w),
-          out_or_null(grad_x), out_or_null(grad_w), out_or_null(grad_b));
+          ptr_or_null(b), out_or_null(grad_x), out_or_null(grad_w), out_or_null(grad_b));
     } else {
       backend.batch_norm_backward(x.dtype(), batch, channels, inner, training, eps, x.data_ptr(),
                                   g.data_ptr(), mean.get(*this).data_ptr(),
@@ -134,6 +135,7 @@ struct BatchNormBackward final : core::Node {
     mean.release();
     invstd.release();
     weight.release();
+    bias.release();
     output.release();
   }
 };
@@ -287,7 +289,11 @@ Tensor batch_norm_op(const Tensor& input, const Tensor& running_mean, const Tens
     node->channels = channels;
     node->inner = inner;
     node->relu = relu;
-    if (relu) node->output = core::SavedTensor(out, /*is_output=*/true);
+    if (relu) {
+      node->output = core::SavedTensor(out, /*is_output=*/true);
+      if (b.defined()) node->bias = core::SavedTensor(b);
+      node->has_bias = b.defined();
+    }
   }
   return out;
 }
