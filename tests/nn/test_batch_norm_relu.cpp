@@ -3,8 +3,9 @@
 // the running statistics and every gradient must match to the bit, at 1 and 2 threads, on shapes
 // that take each kernel path. The fused op must run where it should (its node says so) and the
 // composition where it should not: eval mode, Float64, a pair that is not exactly BatchNorm then
-// ReLU. A create_graph backward through the fused node must give the composition's first and
-// second derivatives. The CNN that make_cnn builds keeps its modules, names and parameter count.
+// ReLU. Without running statistics or affine parameters it must match too. A create_graph
+// backward through the fused node must give the composition's first and second derivatives. The
+// CNN that make_cnn builds keeps its modules, names and parameter count.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -144,6 +145,28 @@ TEST_CASE("batch_norm_relu in training is bitwise batch_norm then relu, forward 
       CHECK(zeros > 0.2);
       CHECK(zeros < 0.8);
       check_same_results(a, ya, b, yb, normal(shape, 6, 0.0, 1.0));
+    }
+  }
+}
+
+TEST_CASE("batch_norm_relu without running statistics or affine parameters is bitwise the same") {
+  const Shape shape{4, 5, 6, 6};
+  for (bool affine : {true, false}) {
+    CAPTURE(affine);
+    const BatchNormInputs start = make_inputs(shape);
+    BatchNormInputs a = start.copy(), b = start.copy();
+    a.running_mean = a.running_var = b.running_mean = b.running_var = Tensor();
+    if (!affine) a.weight = a.bias = b.weight = b.bias = Tensor();
+    Tensor ya = fused(a), yb = composed(b);
+    CHECK(node_name(ya) == std::string("BatchNormReluBackward"));
+    CHECK(same_bits(ya, yb));
+    Tensor grad = normal(shape, 11, 0.0, 1.0);
+    ya.backward(grad);
+    yb.backward(grad);
+    CHECK(same_bits(a.x.grad(), b.x.grad()));
+    if (affine) {
+      CHECK(same_bits(a.weight.grad(), b.weight.grad()));
+      CHECK(same_bits(a.bias.grad(), b.bias.grad()));
     }
   }
 }
