@@ -45,7 +45,8 @@ void batch_norm_relu_forward_training(DType dtype, int64_t batch, int64_t channe
 // elsewhere (the ReLU's backward) inside batch norm's reductions and its grad_x pass, so the
 // results are bitwise the ReLU's backward followed by batch_norm_backward, without the
 // intermediate gradient buffer. The Float32 AVX2 path finds where y > 0 from x and the forward's
-// arithmetic instead of reading y.
+// arithmetic instead of reading y. grad_x may be grad_y: each element of grad_y is read before
+// that of grad_x is written.
 void batch_norm_relu_backward(DType dtype, int64_t batch, int64_t channels, int64_t inner,
                               const void* x, const void* y, const void* grad_y, const void* mean,
                               const void* invstd, const void* weight, const void* bias,

@@ -189,11 +189,14 @@ MPIGRAD_AVX2 inline __m256 grad_through(__m256 dy, __m256 xv, __m256 scale, __m2
 }
 
 // The channel's sums of dy and dy (x - mean); with Relu, dy through the ReLU that followed the
-// forward's y = x * scale + shift.
+// forward's y = x * scale + shift. With `warm` (the channel's grad_x, laid out as x), it also
+// fetches grad_x's lines, as channel_statistics does y's: grad_x is often a block that has left
+// the cache, and channel_grad_input's stores would otherwise each wait for theirs (profiled in
+// training: that pass ran 3x slower than with a block still in cache).
 template <bool Relu>
 MPIGRAD_AVX2 void channel_grad_sums(int64_t batch, int64_t stride, int64_t inner, const float* x,
                                     const float* dy, float mean, float scale, float shift,
-                                    double& sum_dy, double& sum_dy_xc) {
+                                    double& sum_dy, double& sum_dy_xc, const float* warm) {
   const __m256 m = _mm256_set1_ps(mean);
   const __m256 a = _mm256_set1_ps(scale), b = _mm256_set1_ps(shift);
   __m256 g = _mm256_setzero_ps(), gx = _mm256_setzero_ps();
@@ -201,6 +204,7 @@ MPIGRAD_AVX2 void channel_grad_sums(int64_t batch, int64_t stride, int64_t inner
   for_each_block(
       batch, stride, inner,
       [&](int64_t at, int64_t n) MPIGRAD_AVX2 {
+        if (warm != nullptr) _mm_prefetch(reinterpret_cast<const char*>(warm + at), _MM_HINT_T0);
         // Masked lanes of a tail load as 0, so their dy adds nothing.
         const __m256 xv = load(x + at, n);
         const __m256 d = grad_through<Relu>(load(dy + at, n), xv, a, b);
@@ -407,6 +411,8 @@ void bn_backward(int64_t batch, int64_t channels, int64_t inner, bool training, 
                  const T* weight, const T* bias, T* grad_x, T* grad_weight, T* grad_bias) {
   // Without Relu nothing reads the output; grad_y stands in so no offset is taken from null.
   const T* y = Relu ? relu_output : grad_y;
+  // grad_x written over grad_y is already in cache.
+  const bool warm = grad_x != nullptr && grad_x != grad_y;
   const double count = double(batch * inner);
   parallel_for(0, channels, channel_grain(batch, inner), [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
@@ -420,7 +426,7 @@ void bn_backward(int64_t batch, int64_t channels, int64_t inner, bool training, 
         if (vector) {
           avx2::channel_grad_sums<Relu>(batch, channels * inner, inner, x + c * inner,
                                         grad_y + c * inner, mean[c], scale, shift, sum_dy,
-                                        sum_dy_xc);
+                                        sum_dy_xc, warm ? grad_x + c * inner : nullptr);
         }
       }
 #endif

@@ -111,7 +111,17 @@ struct BatchNormBackward final : core::Node {
     Tensor g = grad_output.contiguous();
     Tensor w = has_weight ? weight.get(*this) : Tensor();
     Tensor b = has_bias ? bias.get(*this) : Tensor();
-    Tensor grad_x = next[0] ? core::detail::empty_on(x.shape(), x.dtype(), x.device()) : Tensor();
+    Tensor grad_x;
+    if (next[0]) {
+      // The fused kernel may write grad_x over grad_y, so it takes the incoming buffer when
+      // nothing else can see it (the engine's handle and g; no view), as AccumulateGrad adopts
+      // one: that buffer was just written and is in cache, where a fresh block's every store
+      // waits for its line to come from memory.
+      const bool adopt = relu && g.dtype() == x.dtype() && g.numel() == x.numel() &&
+                         g.impl_shared().use_count() <= 2 && g.storage().use_count() == 1;
+      grad_x = adopt ? g.detach().reshape(x.shape())
+                     : core::detail::empty_on(x.shape(), x.dtype(), x.device());
+    }
     Tensor grad_w = next[1] ? core::detail::empty_on({channels}, x.dtype(), x.device()) : Tensor();
     Tensor grad_b = next[2] ? core::detail::empty_on({channels}, x.dtype(), x.device()) : Tensor();
     core::Backend& backend = core::backend_for(x.device());
