@@ -296,10 +296,12 @@ void channel_statistics(int64_t batch, int64_t channels, int64_t inner, const T*
 }
 
 // Channel c's y = (x - mean) * invstd * weight[c] + bias[c] as y = x * scale + shift. The forward
-// and the fused backward's recomputed ReLU mask both take scale and shift from here.
+// and the fused backward's recomputed ReLU mask both take scale and shift from here, bitwise the
+// same: not inlined, so that a build allowed to contract a - b * c into one fma cannot do so in
+// one caller and not in the other.
 template <typename T>
-inline void channel_affine(int64_t c, T mean, T invstd, const T* weight, const T* bias, T& scale,
-                           T& shift) {
+[[gnu::noinline]] void channel_affine(int64_t c, T mean, T invstd, const T* weight, const T* bias,
+                                      T& scale, T& shift) {
   scale = invstd * (weight ? weight[c] : T(1));
   shift = (bias ? bias[c] : T(0)) - mean * scale;
 }
