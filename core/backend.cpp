@@ -421,6 +421,26 @@ class CpuBackend final : public Backend {
                                       invstd, weight, grad_x, grad_weight, grad_bias);
   }
 
+  // Float32 only: the fusion is for the CNNs that train in it; Float64 (gradient checks) keeps
+  // the composition.
+  bool supports_batch_norm_relu(DType dtype) const override { return dtype == DType::Float32; }
+  void batch_norm_relu_forward_training(DType dtype, int64_t batch, int64_t channels, int64_t inner,
+                                        double factor, double eps, const void* x,
+                                        const void* weight, const void* bias, void* running_mean,
+                                        void* running_var, void* y, void* mean,
+                                        void* invstd) override {
+    kernels::cpu::batch_norm_relu_forward_training(dtype, batch, channels, inner, factor, eps, x,
+                                                   weight, bias, running_mean, running_var, y, mean,
+                                                   invstd);
+  }
+  void batch_norm_relu_backward(DType dtype, int64_t batch, int64_t channels, int64_t inner,
+                                const void* x, const void* y, const void* grad_y, const void* mean,
+                                const void* invstd, const void* weight, const void* bias,
+                                void* grad_x, void* grad_weight, void* grad_bias) override {
+    kernels::cpu::batch_norm_relu_backward(dtype, batch, channels, inner, x, y, grad_y, mean,
+                                           invstd, weight, bias, grad_x, grad_weight, grad_bias);
+  }
+
   void layer_norm_forward(DType dtype, int64_t rows, int64_t cols, double eps, const void* x,
                           const void* weight, const void* bias, void* y, void* mean,
                           void* rstd) override {
@@ -492,6 +512,20 @@ void Backend::gemm_mixed(DType operand, const GemmShape& s, double alpha, const 
                     span_of(s.batch, s.batch_stride_b, s.transpose_b ? s.n : s.k,
                             s.transpose_b ? s.k : s.n, s.ldb));
   gemm(DType::Float32, s, alpha, a32.get(), b32.get(), beta, c);
+}
+
+void Backend::batch_norm_relu_forward_training(DType dtype, int64_t, int64_t, int64_t, double,
+                                               double, const void*, const void*, const void*, void*,
+                                               void*, void*, void*, void*) {
+  fail("batch_norm_relu: this backend has no fused batch norm + ReLU for ", dtype_name(dtype),
+       " (check supports_batch_norm_relu and compose batch_norm and relu)");
+}
+
+void Backend::batch_norm_relu_backward(DType dtype, int64_t, int64_t, int64_t, const void*,
+                                       const void*, const void*, const void*, const void*,
+                                       const void*, const void*, void*, void*, void*) {
+  fail("batch_norm_relu backward: this backend has no fused batch norm + ReLU for ",
+       dtype_name(dtype), " (check supports_batch_norm_relu and compose batch_norm and relu)");
 }
 
 std::string Backend::mixed_precision_kernels(DType operand) {

@@ -187,6 +187,21 @@ class Backend {
                                    bool training, double eps, const void* x, const void* grad_y,
                                    const void* mean, const void* invstd, const void* weight,
                                    void* grad_x, void* grad_weight, void* grad_bias) = 0;
+  // Training batch norm followed by ReLU in one pass, and its backward from that output y and
+  // the forward's inputs (bias included): a fusion a backend offers for the dtypes it names in
+  // supports_batch_norm_relu. Where it does not, callers compose batch norm and relu, and these
+  // two are a core::Error. The results are bitwise the composition's (kernels/normalization.h).
+  virtual bool supports_batch_norm_relu(DType /*dtype*/) const { return false; }
+  virtual void batch_norm_relu_forward_training(DType dtype, int64_t batch, int64_t channels,
+                                                int64_t inner, double factor, double eps,
+                                                const void* x, const void* weight, const void* bias,
+                                                void* running_mean, void* running_var, void* y,
+                                                void* mean, void* invstd);
+  virtual void batch_norm_relu_backward(DType dtype, int64_t batch, int64_t channels, int64_t inner,
+                                        const void* x, const void* y, const void* grad_y,
+                                        const void* mean, const void* invstd, const void* weight,
+                                        const void* bias, void* grad_x, void* grad_weight,
+                                        void* grad_bias);
 
   // Layer norm over the rows of [rows, cols] (kernels/normalization.h); weight and bias [cols] or
   // null; unwanted gradients null.

@@ -32,6 +32,26 @@ void batch_norm_forward_training(DType dtype, int64_t batch, int64_t channels, i
                                  const void* bias, void* running_mean, void* running_var, void* y,
                                  void* mean, void* invstd);
 
+// batch_norm_forward_training followed by a ReLU in the same pass: y = max(0, batch norm), NaN
+// and -0 passing as the ReLU kernel lets them (kernels/cpu/elementwise.cpp). Every output is
+// bitwise what batch_norm_forward_training and then the ReLU write; y is written once.
+void batch_norm_relu_forward_training(DType dtype, int64_t batch, int64_t channels, int64_t inner,
+                                      double factor, double eps, const void* x, const void* weight,
+                                      const void* bias, void* running_mean, void* running_var,
+                                      void* y, void* mean, void* invstd);
+
+// The training backward of y = relu(batch norm(x)), y the output batch_norm_relu_forward_training
+// wrote from these x, mean, invstd, weight and bias: grad_y passes where y > 0 and is +0
+// elsewhere (the ReLU's backward) inside batch norm's reductions and its grad_x pass, so the
+// results are bitwise the ReLU's backward followed by batch_norm_backward, without the
+// intermediate gradient buffer. The Float32 AVX2 path finds where y > 0 from x and the forward's
+// arithmetic instead of reading y. grad_x may be grad_y: each element of grad_y is read before
+// that of grad_x is written.
+void batch_norm_relu_backward(DType dtype, int64_t batch, int64_t channels, int64_t inner,
+                              const void* x, const void* y, const void* grad_y, const void* mean,
+                              const void* invstd, const void* weight, const void* bias,
+                              void* grad_x, void* grad_weight, void* grad_bias);
+
 // With `training`, mean and invstd are the batch's own statistics and grad_x includes their
 // dependence on x; otherwise they are constants (running statistics in eval mode).
 void batch_norm_backward(DType dtype, int64_t batch, int64_t channels, int64_t inner, bool training,

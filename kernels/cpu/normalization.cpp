@@ -141,39 +141,75 @@ MPIGRAD_AVX2 void channel_statistics(int64_t batch, int64_t stride, int64_t inne
   variance = float(std::max(total(sum_dd) / count - mean_d * mean_d, 0.0));
 }
 
-// y = x * scale + shift.
+// max(0, v) as the ReLU kernel (kernels/cpu/elementwise.cpp) computes it: NaN and -0 pass.
+MPIGRAD_AVX2 inline __m256 relu(__m256 v) {
+  return _mm256_max_ps(_mm256_setzero_ps(), v);
+}
+
+// y = x * scale + shift, or with Relu max(0, x * scale + shift).
+template <bool Relu>
 MPIGRAD_AVX2 void channel_forward(int64_t batch, int64_t stride, int64_t inner, const float* x,
                                   float scale, float shift, float* y) {
   const __m256 a = _mm256_set1_ps(scale), b = _mm256_set1_ps(shift);
+  const auto affine = [a, b](__m256 v) MPIGRAD_AVX2 {
+    const __m256 z = _mm256_fmadd_ps(v, a, b);
+    if constexpr (Relu) {
+      return relu(z);
+    } else {
+      return z;
+    }
+  };
   for (int64_t n = 0; n < batch; ++n) {
     const float* in = x + n * stride;
     float* out = y + n * stride;
     int64_t i = 0;
-    for (; i + 8 <= inner; i += 8) {
-      _mm256_storeu_ps(out + i, _mm256_fmadd_ps(_mm256_loadu_ps(in + i), a, b));
-    }
+    for (; i + 8 <= inner; i += 8) _mm256_storeu_ps(out + i, affine(_mm256_loadu_ps(in + i)));
     if (i < inner) {
-      const __m256 v = _mm256_fmadd_ps(load(in + i, inner - i), a, b);
+      const __m256 v = affine(load(in + i, inner - i));
       // Not a masked store: vmaskmov stores take tens of cycles on some CPUs.
       vector_math::store_tail(out + i, inner - i, v);
     }
   }
 }
 
-// The channel's sums of dy and dy (x - mean).
+// The gradient that reaches batch norm's output from `dy` (its lanes past a row's tail loaded as
+// 0): dy itself, or with Relu dy where the ReLU's output is positive and +0 elsewhere, as the
+// ReLU's backward writes it. The forward wrote y = max(0, fma(x, scale, shift)), so y > 0 exactly
+// where fma(x, scale, shift) > 0: the same instruction on the same operands recomputes the mask
+// from `xv`, which the backward reads anyway, and y (another stream the size of x) is not read.
+template <bool Relu>
+MPIGRAD_AVX2 inline __m256 grad_through(__m256 dy, __m256 xv, __m256 scale, __m256 shift) {
+  if constexpr (Relu) {
+    const __m256 z = _mm256_fmadd_ps(xv, scale, shift);
+    return _mm256_and_ps(dy, _mm256_cmp_ps(z, _mm256_setzero_ps(), _CMP_GT_OQ));
+  } else {
+    (void)xv, (void)scale, (void)shift;
+    return dy;
+  }
+}
+
+// The channel's sums of dy and dy (x - mean); with Relu, dy through the ReLU that followed the
+// forward's y = x * scale + shift. With `warm` (the channel's grad_x, laid out as x), it also
+// fetches grad_x's lines, as channel_statistics does y's: grad_x is often a block that has left
+// the cache, and channel_grad_input's stores would otherwise each wait for theirs (profiled in
+// training: that pass ran 3x slower than with a block still in cache).
+template <bool Relu>
 MPIGRAD_AVX2 void channel_grad_sums(int64_t batch, int64_t stride, int64_t inner, const float* x,
-                                    const float* dy, float mean, double& sum_dy,
-                                    double& sum_dy_xc) {
+                                    const float* dy, float mean, float scale, float shift,
+                                    double& sum_dy, double& sum_dy_xc, const float* warm) {
   const __m256 m = _mm256_set1_ps(mean);
+  const __m256 a = _mm256_set1_ps(scale), b = _mm256_set1_ps(shift);
   __m256 g = _mm256_setzero_ps(), gx = _mm256_setzero_ps();
   __m256d sum_g = _mm256_setzero_pd(), sum_gx = _mm256_setzero_pd();
   for_each_block(
       batch, stride, inner,
       [&](int64_t at, int64_t n) MPIGRAD_AVX2 {
+        if (warm != nullptr) _mm_prefetch(reinterpret_cast<const char*>(warm + at), _MM_HINT_T0);
         // Masked lanes of a tail load as 0, so their dy adds nothing.
-        const __m256 d = load(dy + at, n);
+        const __m256 xv = load(x + at, n);
+        const __m256 d = grad_through<Relu>(load(dy + at, n), xv, a, b);
         g = _mm256_add_ps(g, d);
-        gx = _mm256_fmadd_ps(d, _mm256_sub_ps(load(x + at, n), m), gx);
+        gx = _mm256_fmadd_ps(d, _mm256_sub_ps(xv, m), gx);
       },
       [&]() MPIGRAD_AVX2 {
         sum_g = _mm256_add_pd(sum_g, widen(g));
@@ -184,22 +220,27 @@ MPIGRAD_AVX2 void channel_grad_sums(int64_t batch, int64_t stride, int64_t inner
   sum_dy_xc = total(sum_gx);
 }
 
-// dx = a dy + b x + k.
+// dx = a dy + b x + k; with Relu, dy through the ReLU as in channel_grad_sums.
+template <bool Relu>
 MPIGRAD_AVX2 void channel_grad_input(int64_t batch, int64_t stride, int64_t inner, const float* x,
-                                     const float* dy, float a, float b, float k, float* dx) {
+                                     const float* dy, float scale, float shift, float a, float b,
+                                     float k, float* dx) {
   const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b), vk = _mm256_set1_ps(k);
+  const __m256 vscale = _mm256_set1_ps(scale), vshift = _mm256_set1_ps(shift);
+  const auto row_piece = [&](const float* in, const float* grad, int64_t count) MPIGRAD_AVX2 {
+    const __m256 xv = load(in, count);
+    const __m256 g = grad_through<Relu>(load(grad, count), xv, vscale, vshift);
+    return _mm256_fmadd_ps(va, g, _mm256_fmadd_ps(vb, xv, vk));
+  };
   for (int64_t n = 0; n < batch; ++n) {
     const int64_t row = n * stride;
     int64_t i = 0;
     for (; i + 8 <= inner; i += 8) {
-      const __m256 v = _mm256_fmadd_ps(va, _mm256_loadu_ps(dy + row + i),
-                                       _mm256_fmadd_ps(vb, _mm256_loadu_ps(x + row + i), vk));
-      _mm256_storeu_ps(dx + row + i, v);
+      _mm256_storeu_ps(dx + row + i, row_piece(x + row + i, dy + row + i, 8));
     }
     if (i < inner) {
-      const __m256 v = _mm256_fmadd_ps(va, load(dy + row + i, inner - i),
-                                       _mm256_fmadd_ps(vb, load(x + row + i, inner - i), vk));
-      vector_math::store_tail(dx + row + i, inner - i, v);
+      vector_math::store_tail(dx + row + i, inner - i,
+                              row_piece(x + row + i, dy + row + i, inner - i));
     }
   }
 }
@@ -254,17 +295,29 @@ void channel_statistics(int64_t batch, int64_t channels, int64_t inner, const T*
   variance = T(squares[0].total() / count);
 }
 
-// y = (x - mean) * invstd * weight[c] + bias[c] over one channel, as y = x * scale + shift.
+// Channel c's y = (x - mean) * invstd * weight[c] + bias[c] as y = x * scale + shift. The forward
+// and the fused backward's recomputed ReLU mask both take scale and shift from here, bitwise the
+// same: not inlined, so that a build allowed to contract a - b * c into one fma cannot do so in
+// one caller and not in the other.
 template <typename T>
+[[gnu::noinline]] void channel_affine(int64_t c, T mean, T invstd, const T* weight, const T* bias,
+                                      T& scale, T& shift) {
+  scale = invstd * (weight ? weight[c] : T(1));
+  shift = (bias ? bias[c] : T(0)) - mean * scale;
+}
+
+// y = x * scale + shift over one channel (channel_affine); with Relu, max(0, that) as the ReLU
+// kernel writes it (`v < 0 ? 0 : v`: NaN and -0 pass).
+template <bool Relu, typename T>
 void channel_normalize(int64_t batch, int64_t channels, int64_t inner, const T* x, int64_t c,
                        T mean, T invstd, const T* weight, const T* bias, T* y) {
-  const T scale = invstd * (weight ? weight[c] : T(1));
-  const T shift = (bias ? bias[c] : T(0)) - mean * scale;
+  T scale, shift;
+  channel_affine(c, mean, invstd, weight, bias, scale, shift);
 #if defined(MPIGRAD_HAS_AVX2_MATH)
   if constexpr (std::is_same_v<T, float>) {
     if (use_avx2<T>(inner)) {
-      avx2::channel_forward(batch, channels * inner, inner, x + c * inner, scale, shift,
-                            y + c * inner);
+      avx2::channel_forward<Relu>(batch, channels * inner, inner, x + c * inner, scale, shift,
+                                  y + c * inner);
       return;
     }
   }
@@ -272,7 +325,26 @@ void channel_normalize(int64_t batch, int64_t channels, int64_t inner, const T* 
   for (int64_t n = 0; n < batch; ++n) {
     const T* in = x + (n * channels + c) * inner;
     T* out = y + (n * channels + c) * inner;
-    for (int64_t i = 0; i < inner; ++i) out[i] = in[i] * scale + shift;
+    for (int64_t i = 0; i < inner; ++i) {
+      const T v = in[i] * scale + shift;
+      if constexpr (Relu) {
+        out[i] = v < T(0) ? T(0) : v;
+      } else {
+        out[i] = v;
+      }
+    }
+  }
+}
+
+// dy[i] as it reaches batch norm's output: with Relu through the ReLU whose output is y, as its
+// backward writes it (`y > 0 ? dy : 0`; y > 0 exactly where the ReLU's input is).
+template <bool Relu, typename T>
+inline T grad_through(const T* dy, const T* y, int64_t i) {
+  if constexpr (Relu) {
+    return y[i] > T(0) ? dy[i] : T(0);
+  } else {
+    (void)y;
+    return dy[i];
   }
 }
 
@@ -291,7 +363,7 @@ void bn_forward(int64_t batch, int64_t channels, int64_t inner, const T* x, cons
                 const T* invstd, const T* weight, const T* bias, T* y) {
   parallel_for(0, channels, channel_grain(batch, inner), [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
-      channel_normalize(batch, channels, inner, x, c, mean[c], invstd[c], weight, bias, y);
+      channel_normalize<false>(batch, channels, inner, x, c, mean[c], invstd[c], weight, bias, y);
     }
   });
 }
@@ -302,8 +374,8 @@ void bn_forward(int64_t batch, int64_t channels, int64_t inner, const T* x, cons
 // channel's lines of y, which the normalization then writes. The per-channel arithmetic is core's
 // ops' in T (invstd = 1 / sqrt(variance + eps); running = running * (1 - factor) + stat * factor,
 // the variance unbiased), one rounding per operation as batch_norm_statistics + those ops +
-// batch_norm_forward give.
-template <typename T>
+// batch_norm_forward give. With Relu, y is max(0, that), in the same pass.
+template <bool Relu, typename T>
 void bn_forward_training(int64_t batch, int64_t channels, int64_t inner, double factor, double eps,
                          const T* x, const T* weight, const T* bias, T* running_mean,
                          T* running_var, T* y, T* mean, T* invstd) {
@@ -325,26 +397,38 @@ void bn_forward_training(int64_t batch, int64_t channels, int64_t inner, double 
         const T add_var = unbiased * add;
         running_var[c] = keep_var + add_var;
       }
-      channel_normalize(batch, channels, inner, x, c, mean[c], invstd[c], weight, bias, y);
+      channel_normalize<Relu>(batch, channels, inner, x, c, mean[c], invstd[c], weight, bias, y);
     }
   });
 }
 
-template <typename T>
+// With Relu, grad_y is the gradient of y = relu(batch norm), `relu_output` that y and `bias` the
+// forward's, and each read of grad_y goes through the ReLU's derivative: the same values, summed
+// in the same order, as the ReLU's backward followed by this one without Relu. The AVX2 path
+// recomputes the ReLU's mask from x (avx2::grad_through); the scalar one, whose rounding of
+// x * scale + shift the compiler may contract differently from the forward's, reads y.
+template <bool Relu, typename T>
 void bn_backward(int64_t batch, int64_t channels, int64_t inner, bool training, const T* x,
-                 const T* grad_y, const T* mean, const T* invstd, const T* weight, T* grad_x,
-                 T* grad_weight, T* grad_bias) {
+                 const T* relu_output, const T* grad_y, const T* mean, const T* invstd,
+                 const T* weight, const T* bias, T* grad_x, T* grad_weight, T* grad_bias) {
+  // Without Relu nothing reads the output; grad_y stands in so no offset is taken from null.
+  const T* y = Relu ? relu_output : grad_y;
+  // grad_x written over grad_y is already in cache.
+  const bool warm = grad_x != nullptr && grad_x != grad_y;
   const double count = double(batch * inner);
   parallel_for(0, channels, channel_grain(batch, inner), [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
       const double m = double(mean[c]), s = double(invstd[c]);
       double sum_dy = 0, sum_dy_xc = 0;  // of dy and dy * (x - m)
       const bool vector = use_avx2<T>(inner);
+      T scale = T(1), shift = T(0);  // the forward's, for the recomputed mask
+      if (Relu) channel_affine(c, mean[c], invstd[c], weight, bias, scale, shift);
 #if defined(MPIGRAD_HAS_AVX2_MATH)
       if constexpr (std::is_same_v<T, float>) {
         if (vector) {
-          avx2::channel_grad_sums(batch, channels * inner, inner, x + c * inner, grad_y + c * inner,
-                                  mean[c], sum_dy, sum_dy_xc);
+          avx2::channel_grad_sums<Relu>(batch, channels * inner, inner, x + c * inner,
+                                        grad_y + c * inner, mean[c], scale, shift, sum_dy,
+                                        sum_dy_xc, warm ? grad_x + c * inner : nullptr);
         }
       }
 #endif
@@ -353,8 +437,10 @@ void bn_backward(int64_t batch, int64_t channels, int64_t inner, bool training, 
         for (int64_t n = 0; n < batch; ++n) {
           const T* in = x + (n * channels + c) * inner;
           const T* dy = grad_y + (n * channels + c) * inner;
-          add_lanes(inner, sums, [in, dy, m](int64_t i) {
-            return std::array<double, 2>{double(dy[i]), double(dy[i]) * (double(in[i]) - m)};
+          const T* out = y + (n * channels + c) * inner;
+          add_lanes(inner, sums, [in, dy, out, m](int64_t i) {
+            const double g = double(grad_through<Relu>(dy, out, i));
+            return std::array<double, 2>{g, g * (double(in[i]) - m)};
           });
         }
         sum_dy = sums[0].total();
@@ -375,8 +461,9 @@ void bn_backward(int64_t batch, int64_t channels, int64_t inner, bool training, 
 #if defined(MPIGRAD_HAS_AVX2_MATH)
       if constexpr (std::is_same_v<T, float>) {
         if (vector) {
-          avx2::channel_grad_input(batch, channels * inner, inner, x + c * inner,
-                                   grad_y + c * inner, ta, tb, tk, grad_x + c * inner);
+          avx2::channel_grad_input<Relu>(batch, channels * inner, inner, x + c * inner,
+                                         grad_y + c * inner, scale, shift, ta, tb, tk,
+                                         grad_x + c * inner);
           continue;
         }
       }
@@ -384,8 +471,11 @@ void bn_backward(int64_t batch, int64_t channels, int64_t inner, bool training, 
       for (int64_t n = 0; n < batch; ++n) {
         const T* in = x + (n * channels + c) * inner;
         const T* dy = grad_y + (n * channels + c) * inner;
+        const T* out = y + (n * channels + c) * inner;
         T* dx = grad_x + (n * channels + c) * inner;
-        for (int64_t i = 0; i < inner; ++i) dx[i] = ta * dy[i] + tb * in[i] + tk;
+        for (int64_t i = 0; i < inner; ++i) {
+          dx[i] = ta * grad_through<Relu>(dy, out, i) + tb * in[i] + tk;
+        }
       }
     }
   });
@@ -542,11 +632,22 @@ void batch_norm_forward_training(DType dtype, int64_t batch, int64_t channels, i
                                  double factor, double eps, const void* x, const void* weight,
                                  const void* bias, void* running_mean, void* running_var, void* y,
                                  void* mean, void* invstd) {
-  MPIGRAD_NORM_DISPATCH(
-      "batch_norm_forward_training",
-      bn_forward_training(batch, channels, inner, factor, eps, in_ptr<T>(x), in_ptr<T>(weight),
-                          in_ptr<T>(bias), out_ptr<T>(running_mean), out_ptr<T>(running_var),
-                          out_ptr<T>(y), out_ptr<T>(mean), out_ptr<T>(invstd)))
+  MPIGRAD_NORM_DISPATCH("batch_norm_forward_training",
+                        bn_forward_training<false>(
+                            batch, channels, inner, factor, eps, in_ptr<T>(x), in_ptr<T>(weight),
+                            in_ptr<T>(bias), out_ptr<T>(running_mean), out_ptr<T>(running_var),
+                            out_ptr<T>(y), out_ptr<T>(mean), out_ptr<T>(invstd)))
+}
+
+void batch_norm_relu_forward_training(DType dtype, int64_t batch, int64_t channels, int64_t inner,
+                                      double factor, double eps, const void* x, const void* weight,
+                                      const void* bias, void* running_mean, void* running_var,
+                                      void* y, void* mean, void* invstd) {
+  MPIGRAD_NORM_DISPATCH("batch_norm_relu_forward_training",
+                        bn_forward_training<true>(
+                            batch, channels, inner, factor, eps, in_ptr<T>(x), in_ptr<T>(weight),
+                            in_ptr<T>(bias), out_ptr<T>(running_mean), out_ptr<T>(running_var),
+                            out_ptr<T>(y), out_ptr<T>(mean), out_ptr<T>(invstd)))
 }
 
 void batch_norm_backward(DType dtype, int64_t batch, int64_t channels, int64_t inner, bool training,
@@ -554,9 +655,22 @@ void batch_norm_backward(DType dtype, int64_t batch, int64_t channels, int64_t i
                          const void* weight, void* grad_x, void* grad_weight, void* grad_bias) {
   MPIGRAD_NORM_DISPATCH(
       "batch_norm_backward",
-      bn_backward(batch, channels, inner, training, in_ptr<T>(x), in_ptr<T>(grad_y),
-                  in_ptr<T>(mean), in_ptr<T>(invstd), in_ptr<T>(weight), out_ptr<T>(grad_x),
-                  out_ptr<T>(grad_weight), out_ptr<T>(grad_bias)))
+      bn_backward<false>(batch, channels, inner, training, in_ptr<T>(x), in_ptr<T>(nullptr),
+                         in_ptr<T>(grad_y), in_ptr<T>(mean), in_ptr<T>(invstd), in_ptr<T>(weight),
+                         in_ptr<T>(nullptr), out_ptr<T>(grad_x), out_ptr<T>(grad_weight),
+                         out_ptr<T>(grad_bias)))
+}
+
+void batch_norm_relu_backward(DType dtype, int64_t batch, int64_t channels, int64_t inner,
+                              const void* x, const void* y, const void* grad_y, const void* mean,
+                              const void* invstd, const void* weight, const void* bias,
+                              void* grad_x, void* grad_weight, void* grad_bias) {
+  MPIGRAD_NORM_DISPATCH(
+      "batch_norm_relu_backward",
+      bn_backward<true>(batch, channels, inner, /*training=*/true, in_ptr<T>(x), in_ptr<T>(y),
+                        in_ptr<T>(grad_y), in_ptr<T>(mean), in_ptr<T>(invstd), in_ptr<T>(weight),
+                        in_ptr<T>(bias), out_ptr<T>(grad_x), out_ptr<T>(grad_weight),
+                        out_ptr<T>(grad_bias)))
 }
 
 void layer_norm_forward(DType dtype, int64_t rows, int64_t cols, double eps, const void* x,

@@ -76,12 +76,15 @@ NormGradients normalization_gradients(const Tensor& x, const Tensor& g, const Te
   return out;
 }
 
+// With `relu` (training only), the node is batch_norm_relu's: `output` is y = relu(batch norm),
+// and the gradient reaching batch norm is grad_output where y > 0 and 0 elsewhere, as ReLU's
+// backward gives it (y > 0 exactly where ReLU's input is).
 struct BatchNormBackward final : core::Node {
-  core::SavedTensor input, mean, invstd, weight;
-  bool training = true, has_weight = false;
+  core::SavedTensor input, mean, invstd, weight, bias, output;  // bias, output: relu only
+  bool training = true, has_weight = false, has_bias = false, relu = false;
   double eps = 1e-5;
   int64_t batch = 0, channels = 0, inner = 0;
-  const char* name() const override { return "BatchNormBackward"; }
+  const char* name() const override { return relu ? "BatchNormReluBackward" : "BatchNormBackward"; }
   bool differentiable_backward() const override { return true; }
   void apply(const Tensor& grad_output, std::vector<Tensor>& grads) override {
     const Tensor x = input.get(*this);
@@ -90,11 +93,15 @@ struct BatchNormBackward final : core::Node {
       Tensor x3 = core::stand_in(x, next[0]).reshape(per_channel);
       Tensor w3 =
           has_weight ? core::stand_in(weight.get(*this), next[1]).reshape(broadcast) : Tensor();
+      // ReLU's create_graph backward: the gradient times its derivative, a constant mask.
+      Tensor g = relu ? core::mul(grad_output, core::gt(output.get(*this).detach(),
+                                                        core::scalar_like(0.0, grad_output))
+                                                   .to(grad_output.dtype()))
+                      : grad_output;
       NormGradients d =
-          training ? normalization_gradients(x3, grad_output.reshape(per_channel), w3, {0, 2},
-                                             {0, 2}, eps)
-                   : normalization_gradients(x3, grad_output.reshape(per_channel), w3, {0, 2},
-                                             {0, 2}, eps, mean.get(*this).reshape(broadcast),
+          training ? normalization_gradients(x3, g.reshape(per_channel), w3, {0, 2}, {0, 2}, eps)
+                   : normalization_gradients(x3, g.reshape(per_channel), w3, {0, 2}, {0, 2}, eps,
+                                             mean.get(*this).reshape(broadcast),
                                              invstd.get(*this).reshape(broadcast));
       if (next[0]) grads[0] = d.input.reshape(x.shape());
       if (next[1]) grads[1] = d.weight;
@@ -103,14 +110,32 @@ struct BatchNormBackward final : core::Node {
     }
     Tensor g = grad_output.contiguous();
     Tensor w = has_weight ? weight.get(*this) : Tensor();
-    Tensor grad_x = next[0] ? core::detail::empty_on(x.shape(), x.dtype(), x.device()) : Tensor();
+    Tensor b = has_bias ? bias.get(*this) : Tensor();
+    Tensor grad_x;
+    if (next[0]) {
+      // The fused kernel may write grad_x over grad_y, so it takes the incoming buffer when
+      // nothing else can see it (the engine's handle and g; no view), as AccumulateGrad adopts
+      // one: that buffer was just written and is in cache, where a fresh block's every store
+      // waits for its line to come from memory.
+      const bool adopt = relu && g.dtype() == x.dtype() && g.numel() == x.numel() &&
+                         g.impl_shared().use_count() <= 2 && g.storage().use_count() == 1;
+      grad_x = adopt ? g.detach().reshape(x.shape())
+                     : core::detail::empty_on(x.shape(), x.dtype(), x.device());
+    }
     Tensor grad_w = next[1] ? core::detail::empty_on({channels}, x.dtype(), x.device()) : Tensor();
     Tensor grad_b = next[2] ? core::detail::empty_on({channels}, x.dtype(), x.device()) : Tensor();
-    core::backend_for(x.device())
-        .batch_norm_backward(x.dtype(), batch, channels, inner, training, eps, x.data_ptr(),
-                             g.data_ptr(), mean.get(*this).data_ptr(), invstd.get(*this).data_ptr(),
-                             ptr_or_null(w), out_or_null(grad_x), out_or_null(grad_w),
-                             out_or_null(grad_b));
+    core::Backend& backend = core::backend_for(x.device());
+    if (relu) {
+      backend.batch_norm_relu_backward(
+          x.dtype(), batch, channels, inner, x.data_ptr(), output.get(*this).data_ptr(),
+          g.data_ptr(), mean.get(*this).data_ptr(), invstd.get(*this).data_ptr(), ptr_or_null(w),
+          ptr_or_null(b), out_or_null(grad_x), out_or_null(grad_w), out_or_null(grad_b));
+    } else {
+      backend.batch_norm_backward(x.dtype(), batch, channels, inner, training, eps, x.data_ptr(),
+                                  g.data_ptr(), mean.get(*this).data_ptr(),
+                                  invstd.get(*this).data_ptr(), ptr_or_null(w), out_or_null(grad_x),
+                                  out_or_null(grad_w), out_or_null(grad_b));
+    }
     grads[0] = grad_x;
     grads[1] = grad_w;
     grads[2] = grad_b;
@@ -120,6 +145,8 @@ struct BatchNormBackward final : core::Node {
     mean.release();
     invstd.release();
     weight.release();
+    bias.release();
+    output.release();
   }
 };
 
@@ -174,8 +201,8 @@ struct LayerNormBackward final : core::Node {
 // dtype, so running statistics of another dtype or layout are updated through a temporary.
 void batch_norm_training(const Tensor& input, const Tensor& x, const Tensor& w, const Tensor& b,
                          const Tensor& running_mean, const Tensor& running_var, double factor,
-                         double eps, int64_t batch, int64_t channels, int64_t inner, Tensor& out,
-                         Tensor& mean, Tensor& invstd) {
+                         double eps, int64_t batch, int64_t channels, int64_t inner, bool relu,
+                         Tensor& out, Tensor& mean, Tensor& invstd) {
   const char* name = "batch_norm";
   const core::DType dtype = x.dtype();
   core::NoGradGuard no_grad;
@@ -195,10 +222,16 @@ void batch_norm_training(const Tensor& input, const Tensor& x, const Tensor& w, 
     rv = direct ? running_var
                 : dense_vector(name, "running_var", running_var, channels, dtype).clone();
   }
-  core::backend_for(input.device())
-      .batch_norm_forward_training(dtype, batch, channels, inner, factor, eps, x.data_ptr(),
-                                   ptr_or_null(w), ptr_or_null(b), out_or_null(rm), out_or_null(rv),
-                                   out.data_ptr(), mean.data_ptr(), invstd.data_ptr());
+  core::Backend& backend = core::backend_for(input.device());
+  if (relu) {
+    backend.batch_norm_relu_forward_training(
+        dtype, batch, channels, inner, factor, eps, x.data_ptr(), ptr_or_null(w), ptr_or_null(b),
+        out_or_null(rm), out_or_null(rv), out.data_ptr(), mean.data_ptr(), invstd.data_ptr());
+  } else {
+    backend.batch_norm_forward_training(
+        dtype, batch, channels, inner, factor, eps, x.data_ptr(), ptr_or_null(w), ptr_or_null(b),
+        out_or_null(rm), out_or_null(rv), out.data_ptr(), mean.data_ptr(), invstd.data_ptr());
+  }
   if (!have_running) return;
   if (direct) {
     running_mean.storage()->bump_version();
@@ -210,12 +243,12 @@ void batch_norm_training(const Tensor& input, const Tensor& x, const Tensor& w, 
   }
 }
 
-}  // namespace
-
-Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
-                  const Tensor& weight, const Tensor& bias, bool training, double factor,
-                  double eps) {
-  const char* name = "batch_norm";
+// batch_norm, or with `relu` (training on a backend that supports the fusion) batch_norm_relu's
+// fused op.
+Tensor batch_norm_op(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                     const Tensor& weight, const Tensor& bias, bool training, double factor,
+                     double eps, bool relu) {
+  const char* name = relu ? "batch_norm_relu" : "batch_norm";
   core::ProfileSpan span(name);
   check_input(name, input);
   MPIGRAD_CHECK(input.dim() >= 2, name, ": input must be [N, C, *], got shape ", input.shape());
@@ -243,7 +276,7 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
   Tensor out = core::detail::empty_on(input.shape(), dtype, input.device());
   if (training) {
     batch_norm_training(input, x, w, b, running_mean, running_var, factor, eps, batch, channels,
-                        inner, out, mean, invstd);
+                        inner, relu, out, mean, invstd);
   } else {
     core::NoGradGuard no_grad;
     mean = dense_vector(name, "running_mean", running_mean, channels, dtype).clone();
@@ -265,8 +298,36 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
     node->batch = batch;
     node->channels = channels;
     node->inner = inner;
+    node->relu = relu;
+    if (relu) {
+      node->output = core::SavedTensor(out, /*is_output=*/true);
+      if (b.defined()) node->bias = core::SavedTensor(b);
+      node->has_bias = b.defined();
+    }
   }
   return out;
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight, const Tensor& bias, bool training, double factor,
+                  double eps) {
+  return batch_norm_op(input, running_mean, running_var, weight, bias, training, factor, eps,
+                       /*relu=*/false);
+}
+
+Tensor batch_norm_relu(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                       const Tensor& weight, const Tensor& bias, bool training, double factor,
+                       double eps) {
+  const bool fused = training && input.defined() &&
+                     core::backend_for(input.device()).supports_batch_norm_relu(input.dtype());
+  if (!fused) {
+    return core::relu(
+        batch_norm(input, running_mean, running_var, weight, bias, training, factor, eps));
+  }
+  return batch_norm_op(input, running_mean, running_var, weight, bias, training, factor, eps,
+                       /*relu=*/true);
 }
 
 Tensor layer_norm(const Tensor& input, const std::vector<int64_t>& normalized_shape,

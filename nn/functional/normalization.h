@@ -20,6 +20,14 @@ core::Tensor batch_norm(const core::Tensor& input, const core::Tensor& running_m
                         const core::Tensor& running_var, const core::Tensor& weight,
                         const core::Tensor& bias, bool training, double factor, double eps);
 
+// relu(batch_norm(...)) with the same arguments. In training on a backend that fuses the pair
+// (core::Backend::supports_batch_norm_relu: the CPU in Float32), one op writes the output once and
+// its backward applies ReLU's mask inside batch norm's; every value, gradient and running statistic
+// is bitwise the composition's. Elsewhere (eval, other dtypes, CUDA) it is the composition.
+core::Tensor batch_norm_relu(const core::Tensor& input, const core::Tensor& running_mean,
+                             const core::Tensor& running_var, const core::Tensor& weight,
+                             const core::Tensor& bias, bool training, double factor, double eps);
+
 // Normalizes over the last normalized_shape.size() dims, which must equal normalized_shape.
 // weight and bias (shape normalized_shape) may be undefined.
 core::Tensor layer_norm(const core::Tensor& input, const std::vector<int64_t>& normalized_shape,

@@ -36,6 +36,14 @@ void BatchNorm::reset_running_stats() {
 }
 
 Tensor BatchNorm::forward(const Tensor& input) {
+  return normalize(input, /*relu=*/false);
+}
+
+Tensor BatchNorm::forward_relu(const Tensor& input) {
+  return normalize(input, /*relu=*/true);
+}
+
+Tensor BatchNorm::normalize(const Tensor& input, bool relu) {
   MPIGRAD_CHECK(input.dim() >= min_dims_ && input.dim() <= max_dims_, type_name_, ": expected ",
                 min_dims_ == max_dims_
                     ? std::to_string(min_dims_)
@@ -53,9 +61,10 @@ Tensor BatchNorm::forward(const Tensor& input) {
   }
   // Running stats are only read or updated when tracked and (in training) wanted.
   const bool pass_running = config_.track_running_stats;
-  return functional::batch_norm(input, pass_running ? *running_mean_ : Tensor(),
-                                pass_running ? *running_var_ : Tensor(), *weight_, *bias_,
-                                use_batch_stats, factor, config_.eps);
+  const auto op = relu ? functional::batch_norm_relu : functional::batch_norm;
+  return op(input, pass_running ? *running_mean_ : Tensor(),
+            pass_running ? *running_var_ : Tensor(), *weight_, *bias_, use_batch_stats, factor,
+            config_.eps);
 }
 
 std::string batch_norm_repr(const BatchNormConfig& config) {

@@ -29,6 +29,10 @@ class BatchNorm : public Module {
   // expected_dims: the input ranks this flavour accepts (1d: 2 or 3, 2d: 4).
   BatchNorm(const BatchNormConfig& config, std::string type_name, int min_dims, int max_dims);
   Tensor forward(const Tensor& input) override;
+  // relu(forward(input)), as one op where the backend fuses the pair
+  // (functional::batch_norm_relu): bitwise the same output, gradients and running statistics.
+  // Sequential calls it for a BatchNorm followed by a ReLU.
+  Tensor forward_relu(const Tensor& input);
   std::string type_name() const override { return type_name_; }
   std::string extra_repr() const override;
 
@@ -39,6 +43,8 @@ class BatchNorm : public Module {
   const BatchNormConfig& config() const { return config_; }
 
  private:
+  Tensor normalize(const Tensor& input, bool relu);
+
   BatchNormConfig config_;
   std::string type_name_;
   int min_dims_, max_dims_;

@@ -1,6 +1,8 @@
 // Sequential runs its children in order and names them "0", "1", ..., so its parameters get
-// PyTorch's names ("0.weight", "features.3.bias"). Identity returns its input; Flatten merges
-// dims start_dim..end_dim (torch's defaults 1..-1 keep the batch dim).
+// PyTorch's names ("0.weight", "features.3.bias"). A BatchNorm directly followed by a ReLU runs
+// as one op (BatchNorm::forward_relu), fused where the backend can: the same results, the same
+// modules. Identity returns its input; Flatten merges dims start_dim..end_dim (torch's defaults
+// 1..-1 keep the batch dim).
 #pragma once
 
 #include <initializer_list>
