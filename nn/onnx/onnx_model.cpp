@@ -6,11 +6,13 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <typeinfo>
 #include <utility>
 #include <variant>
 
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/error.h"
+#include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/profiler.h"
 #include "mpigrad/nn/layers/batch_norm.h"
 #include "mpigrad/nn/onnx/onnx_file.h"
@@ -159,6 +161,7 @@ class OnnxModel::Graph::Builder {
   void index_initializers();
   void count_uses();
   void find_owned_batch_norms();
+  void pair_batch_norms_with_relus();
   void load_initializers();
   void declare_inputs_and_outputs();
   void compile_nodes();
@@ -187,6 +190,9 @@ class OnnxModel::Graph::Builder {
   std::set<std::string> owned_names_, buffer_names_;
   std::map<std::string, const onnx::NodeProto*> owned_by_;
   std::map<const onnx::NodeProto*, std::pair<Module*, std::string>> batch_norm_layers_;
+  // Owned BatchNormalization nodes that apply the ReLU reading them, and those Relu nodes, which
+  // then pass their input through (pair_batch_norms_with_relus).
+  std::set<const onnx::NodeProto*> batch_norms_with_relu_, absorbed_relus_;
   std::set<int> known_;  // values defined so far (inputs, initializers, earlier outputs)
 };
 
@@ -199,6 +205,7 @@ void OnnxModel::Graph::build(OnnxModel& model, onnx::ModelProto& proto, const st
   builder.index_initializers();
   builder.count_uses();
   builder.find_owned_batch_norms();
+  builder.pair_batch_norms_with_relus();
   builder.load_initializers();
   builder.declare_inputs_and_outputs();
   builder.compile_nodes();
@@ -325,6 +332,35 @@ Tensor& OnnxModel::Graph::Builder::register_slot(const std::string& name, Tensor
   }
 }
 
+// An owned BatchNormalization whose output only a Relu reads (not a graph output) runs the pair
+// as BatchNorm::forward_relu: one op where the backend fuses it (the CPU in float32 training),
+// writing the activation once; bitwise the composition's values, gradients and statistics. Not
+// in a graph with subgraphs (If, Loop, Scan), which may read any value by name unseen.
+void OnnxModel::Graph::Builder::pair_batch_norms_with_relus() {
+  std::map<std::string, const onnx::NodeProto*> reader;  // of values read exactly once
+  for (const auto& node : onnx_graph_.node()) {
+    for (const auto& attribute : node.attribute()) {
+      if (attribute.type() == onnx::AttributeProto::GRAPH ||
+          attribute.type() == onnx::AttributeProto::GRAPHS)
+        return;
+    }
+    for (const auto& input : node.input())
+      if (uses_[input] == 1) reader[input] = &node;
+  }
+  std::set<std::string> graph_outputs;
+  for (const auto& output : onnx_graph_.output()) graph_outputs.insert(output.name());
+  for (const auto& [node, prefix] : owned_batch_norms_) {
+    if (node->output_size() < 1 || node->output(0).empty()) continue;
+    const std::string& y = node->output(0);
+    auto found = reader.find(y);
+    if (found == reader.end() || graph_outputs.count(y)) continue;
+    const onnx::NodeProto& relu = *found->second;
+    if (relu.op_type() != "Relu" || relu.input_size() != 1) continue;
+    batch_norms_with_relu_.insert(node);
+    absorbed_relus_.insert(&relu);
+  }
+}
+
 // Builds the nn::BatchNorm child for an owned node, where its first initializer comes, so the
 // children keep the exporter's (PyTorch's) order.
 void OnnxModel::Graph::Builder::create_batch_norm(const onnx::NodeProto& node) {
@@ -441,13 +477,28 @@ OnnxModel::Graph::Node OnnxModel::Graph::Builder::compile_node(const onnx::NodeP
   if (batch_norm_layers_.count(&node)) {
     Module* owner = batch_norm_layers_.at(&node).first;
     const std::string leaf = batch_norm_layers_.at(&node).second;
-    compiled.run = [owner, leaf, where](const std::vector<Tensor>& in, onnx_ops::RunContext&) {
+    const bool relu = batch_norms_with_relu_.count(&node) > 0;
+    compiled.run = [owner, leaf, where, relu](const std::vector<Tensor>& in,
+                                              onnx_ops::RunContext&) {
       Module* layer = find_child(*owner, leaf);
       MPIGRAD_CHECK(layer != nullptr, where, ": its layer '", leaf, "' was removed");
-      std::vector<Tensor> out{layer->forward(in[0])};
+      // The layer may since have become another module (convert_sync_batchnorm): then the two
+      // ops run in turn.
+      std::vector<Tensor> out;
+      if (!relu)
+        out.push_back(layer->forward(in[0]));
+      else if (typeid(*layer) == typeid(BatchNorm))
+        out.push_back(static_cast<BatchNorm*>(layer)->forward_relu(in[0]));
+      else
+        out.push_back(core::relu(layer->forward(in[0])));
       out.push_back(layer->buffer("running_mean"));
       out.push_back(layer->buffer("running_var"));
       return out;
+    };
+  } else if (absorbed_relus_.count(&node)) {
+    // Its BatchNormalization applied it already.
+    compiled.run = [](const std::vector<Tensor>& in, onnx_ops::RunContext&) {
+      return std::vector<Tensor>{in[0]};
     };
   } else {
     compile_op(node, compiled);

@@ -139,6 +139,57 @@ TEST_CASE("OnnxModel: BatchNorm follows train()/eval() and is a replaceable chil
   CHECK(model->named_buffers().size() == 3);
 }
 
+TEST_CASE("OnnxModel: a BatchNormalization that only a Relu reads runs fused, same results") {
+  // x -> BatchNormalization (bn) -> Relu -> y; the twin also reads the batch norm's output
+  // elsewhere (an Identity), and a third makes it a graph output: those two run unfused.
+  auto graph = [](int variant) {
+    OnnxGraph g(17);
+    g.input("x", {-1, 3, 4, 4}, onnx::TensorProto::FLOAT).output("y", onnx::TensorProto::FLOAT);
+    if (variant == 2) g.output("b", onnx::TensorProto::FLOAT);
+    g.initializer("bn.weight", values({1.0f, 2.0f, -0.5f}, {3}));
+    g.initializer("bn.bias", values({0.5f, -0.5f, 0.25f}, {3}));
+    g.initializer("bn.running_mean", values({0.1f, 0.2f, 0.0f}, {3}));
+    g.initializer("bn.running_var", values({1.5f, 0.5f, 1.0f}, {3}));
+    g.node("BatchNormalization", {"x", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"},
+           {"b"}, "bn");
+    g.node("Relu", {"b"}, {"y"}, "relu");
+    if (variant == 1) g.node("Identity", {"b"}, {"unused"}, "other_reader");
+    return g;
+  };
+  auto fused = nn::OnnxModel::load(graph(0).write(test::scratch_folder("bn_relu_fused")));
+  auto apart = nn::OnnxModel::load(graph(1).write(test::scratch_folder("bn_relu_apart")));
+  auto output = nn::OnnxModel::load(graph(2).write(test::scratch_folder("bn_relu_output")));
+  core::Generator generator(5);
+  const core::Tensor x0 = core::randn({4, 3, 4, 4}, generator);
+  const core::Tensor upstream = core::randn({4, 3, 4, 4}, generator);
+  std::vector<std::vector<float>> grads;
+  std::vector<std::string> nodes;
+  for (nn::OnnxModel* model : {fused.get(), apart.get(), output.get()}) {
+    model->train();
+    core::Tensor x = x0.detach().set_requires_grad(true);
+    core::Tensor y = model->forward(x);
+    nodes.push_back(y.grad_fn() ? y.grad_fn()->name() : "(leaf)");
+    core::sum(y * upstream).backward();
+    grads.push_back(y.to_vector<float>());
+    grads.push_back(x.grad().to_vector<float>());
+    grads.push_back(model->named_parameters()[0].second.grad().to_vector<float>());
+    grads.push_back(model->named_buffers()[0].second.to_vector<float>());  // running mean
+  }
+  CHECK(nodes[0] == "BatchNormReluBackward");
+  CHECK(nodes[1] != "BatchNormReluBackward");
+  CHECK(nodes[2] != "BatchNormReluBackward");
+  for (size_t i = 0; i < 4; ++i) {
+    CAPTURE(i);
+    CHECK(grads[i] == grads[4 + i]);  // bitwise
+    CHECK(grads[i] == grads[8 + i]);
+  }
+  // Replaced by another module (as convert_sync_batchnorm does), the layer runs, then the ReLU.
+  fused->replace_child("bn", std::make_shared<nn::BatchNorm2d>(3));
+  const core::Tensor replaced = fused->forward(x0);
+  CHECK(core::min(replaced).item<float>() >= 0.0f);
+  CHECK(core::max(replaced).item<float>() > 0.0f);
+}
+
 TEST_CASE("OnnxModel: Dropout is active in train() only, from the module's generator") {
   OnnxGraph g(17);
   g.input("x", {-1, 1000}, onnx::TensorProto::FLOAT).output("y", onnx::TensorProto::FLOAT);
