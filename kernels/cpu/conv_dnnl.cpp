@@ -11,7 +11,7 @@
 // oneDNN runs on OpenMP with omp_get_max_threads() threads: the count core/threads.cpp set, or 1
 // for a convolution too small to share (kSerialConvFlops), which then gives the same bits at
 // every thread count; reorders of small tensors run on the calling thread alone
-// (kSerialReorderBytes).
+// (kSerialReorderBytes, more where the OpenMP workers sleep between regions).
 #include <omp.h>
 
 #include <algorithm>
@@ -370,16 +370,33 @@ class Scratch {
   size_t capacity_ = 0;
 };
 
-// Reorders of tensors under 2 MiB run on the calling thread alone. Each oneDNN call is an OpenMP
-// region of its own, and waking the other threads for one costs about as much as such a copy, far
-// more where other processes share the cores: in the MNIST CNN's training step on 2 threads (its
+// Reorders of small tensors run on the calling thread alone. Each oneDNN call is an OpenMP region
+// of its own, and waking sleeping workers for one costs about as much as such a copy, far more
+// where other processes share the cores: in the MNIST CNN's training step on 2 threads (its
 // second convolution, ONEDNN_VERBOSE, a shared 2-core VM) the 18 KB weight reorders took
 // 0.02-0.14 ms each, the 0.8 and 1.6 MB activations 0.13-0.26 and 0.17-0.24 ms (7-20 GB/s);
-// on one thread 0.10-0.11 and 0.14-0.15 ms.
-constexpr size_t kSerialReorderBytes = size_t(2) << 20;
+// on one thread 0.10-0.11 and 0.14-0.15 ms. So 2 MiB where the workers sleep between regions
+// (OMP_WAIT_POLICY=passive, which core/threads.h picks on busy cores). Where they spin (free
+// cores, GOMP_SPINCOUNT) a region starts in microseconds and 64 KB is enough: ResNet-18 at batch 8
+// on 2 threads, whose 128-590 KB activations and weights then split, 23.0-24.0 -> 22.0-23.3 ms a
+// step (idle 2-core VM, GOMP_SPINCOUNT=10000, alternated).
+constexpr size_t kSerialReorderBytes = size_t(64) << 10;
+constexpr size_t kSerialReorderBytesPassive = size_t(2) << 20;
+
+// Whether OpenMP's idle workers sleep between parallel regions (libgomp reads OMP_WAIT_POLICY
+// once, when it is loaded).
+bool workers_sleep() {
+  static const bool sleep = [] {
+    const char* policy = std::getenv("OMP_WAIT_POLICY");
+    return policy != nullptr &&
+           (std::string(policy) == "passive" || std::string(policy) == "PASSIVE");
+  }();
+  return sleep;
+}
 
 void reorder(const Operand& op, dnnl::stream& stream, memory from, memory to) {
-  const bool serial = op.plain.get_size() < kSerialReorderBytes;
+  const size_t limit = workers_sleep() ? kSerialReorderBytesPassive : kSerialReorderBytes;
+  const bool serial = op.plain.get_size() < limit;
   const ThreadScope threads(serial ? 1 : omp_get_max_threads());  // read at each execute
   op.reorder.execute(stream, from, to);
 }
