@@ -9,6 +9,7 @@
 #include "mpigrad/kernels/cpu/conv_weight_layout.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "mpigrad/kernels/cpu/parallel.h"
 
@@ -24,6 +25,9 @@ namespace {
 // Tiles per thread at least: about 256 KB of weight, below which waking a second thread costs
 // more than the copy.
 constexpr int64_t kTileGrainBytes = int64_t(256) << 10;
+
+// Plain weights from this size on are written with non-temporal stores (weights_from_blocked).
+constexpr int64_t kStreamBytes = int64_t(1) << 20;
 
 #if defined(MPIGRAD_HAS_AVX512_LAYOUT)
 
@@ -61,8 +65,9 @@ MPIGRAD_AVX512F inline void transpose16(__m512 r[16]) {
   }
 }
 
-// One tile, plain rows `row_stride` floats apart <-> its blocked taps*256 floats.
-template <bool kToBlocked>
+// One tile, plain rows `row_stride` floats apart <-> its blocked taps*256 floats. kStream writes
+// the plain rows with non-temporal stores (every store a whole, 64-byte aligned line).
+template <bool kToBlocked, bool kStream = false>
 MPIGRAD_AVX512F void copy_tile(int64_t taps, int64_t row_stride, float* plain, float* blocked) {
   __m512 r[16];
   for (int64_t chunk = 0; chunk < taps; ++chunk) {
@@ -80,12 +85,18 @@ MPIGRAD_AVX512F void copy_tile(int64_t taps, int64_t row_stride, float* plain, f
         r[c] = _mm512_loadu_ps(blocked + ((j % taps) * 16 + j / taps) * 16);
       }
       transpose16(r);
-      for (int o = 0; o < 16; ++o) _mm512_storeu_ps(plain + o * row_stride + first, r[o]);
+      for (int o = 0; o < 16; ++o) {
+        if constexpr (kStream) {
+          _mm512_stream_ps(plain + o * row_stride + first, r[o]);
+        } else {
+          _mm512_storeu_ps(plain + o * row_stride + first, r[o]);
+        }
+      }
     }
   }
 }
 
-template <bool kToBlocked>
+template <bool kToBlocked, bool kStream = false>
 void copy_weights(int64_t out, int64_t in, int64_t taps, float* plain, float* blocked) {
   const int64_t in_blocks = in / 16, tiles = (out / 16) * in_blocks;
   const int64_t tile_bytes = taps * 256 * int64_t(sizeof(float));
@@ -93,9 +104,10 @@ void copy_weights(int64_t out, int64_t in, int64_t taps, float* plain, float* bl
   parallel_for(0, tiles, grain, [&](int64_t begin, int64_t end) {
     for (int64_t tile = begin; tile < end; ++tile) {
       const int64_t ob = tile / in_blocks, ib = tile % in_blocks;
-      copy_tile<kToBlocked>(taps, in * taps, plain + (ob * 16 * in + ib * 16) * taps,
-                            blocked + tile * taps * 256);
+      copy_tile<kToBlocked, kStream>(taps, in * taps, plain + (ob * 16 * in + ib * 16) * taps,
+                                     blocked + tile * taps * 256);
     }
+    if constexpr (kStream) _mm_sfence();  // the streamed lines are visible before the join
   });
 }
 
@@ -125,7 +137,15 @@ void weights_to_blocked_16i16o(int64_t out, int64_t in, int64_t taps, const floa
 void weights_from_blocked_16i16o(int64_t out, int64_t in, int64_t taps, const float* blocked,
                                  float* plain) {
 #if defined(MPIGRAD_HAS_AVX512_LAYOUT)
-  copy_weights<false>(out, in, taps, plain, const_cast<float*>(blocked));
+  // A large filter gradient is next read by the optimizer, after the rest of backward has
+  // passed through the caches: streaming it to memory saves reading its old lines first.
+  const bool stream = reinterpret_cast<uintptr_t>(plain) % 64 == 0 &&
+                      out * in * taps * int64_t(sizeof(float)) >= kStreamBytes;
+  if (stream) {
+    copy_weights<false, true>(out, in, taps, plain, const_cast<float*>(blocked));
+  } else {
+    copy_weights<false>(out, in, taps, plain, const_cast<float*>(blocked));
+  }
 #else
   (void)out, (void)in, (void)taps, (void)plain, (void)blocked;
 #endif

@@ -1,8 +1,8 @@
 // The Float32 weight copies between plain [out, in, kh, kw] and oneDNN's OIhw16i16o
 // (kernels/cpu/conv_weight_layout.h), which conv_dnnl.cpp runs in place of oneDNN's reorders:
-// every element lands where the blocked layout's formula puts it, the way back restores the
-// plain weight bit for bit, at 1 and 2 threads, and the oneDNN path built on them still matches
-// the GEMM path on shapes whose weight copies run on several threads.
+// every element lands where the blocked layout's formula puts it, the way back (streamed to
+// memory or not) restores the plain weight bit for bit, at 1 and 2 threads, and the oneDNN path
+// built on them still matches the GEMM path on shapes whose weight copies run on several threads.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -61,7 +61,12 @@ TEST_CASE("conv weight layout: plain <-> OIhw16i16o puts every element where the
     for (const LayoutCase& c : cases) {
       INFO("out ", c.out, " in ", c.in, " taps ", c.taps, ", ", threads, " thread(s)");
       const size_t n = size_t(c.out * c.in * c.taps);
-      std::vector<float> plain(n), blocked(n, -1.0f), back(n, -1.0f);
+      std::vector<float> plain(n), blocked(n, -1.0f);
+      // The way back into a 64-byte aligned buffer (large weights are then streamed to memory)
+      // and into one a float off that alignment (stored through the caches).
+      std::vector<float> back_storage(n + 32, -1.0f);
+      float* aligned = back_storage.data();
+      while (reinterpret_cast<uintptr_t>(aligned) % 64 != 0) ++aligned;
       for (size_t k = 0; k < n; ++k) plain[k] = float(k);  // distinct and exact in float
       kernels::cpu::weights_to_blocked_16i16o(c.out, c.in, c.taps, plain.data(), blocked.data());
       int64_t misplaced = 0;
@@ -74,8 +79,10 @@ TEST_CASE("conv weight layout: plain <-> OIhw16i16o puts every element where the
         }
       }
       CHECK(misplaced == 0);
-      kernels::cpu::weights_from_blocked_16i16o(c.out, c.in, c.taps, blocked.data(), back.data());
-      CHECK(std::memcmp(back.data(), plain.data(), n * sizeof(float)) == 0);
+      for (float* back : {aligned, aligned + 1}) {
+        kernels::cpu::weights_from_blocked_16i16o(c.out, c.in, c.taps, blocked.data(), back);
+        CHECK(std::memcmp(back, plain.data(), n * sizeof(float)) == 0);
+      }
     }
   }
 }
