@@ -11,7 +11,10 @@
 // oneDNN runs on OpenMP with omp_get_max_threads() threads: the count core/threads.cpp set, or 1
 // for a convolution too small to share (kSerialConvFlops), which then gives the same bits at
 // every thread count; reorders of small tensors run on the calling thread alone
-// (kSerialReorderBytes).
+// (kSerialReorderBytes, more where the OpenMP workers sleep between regions). Float32 weights to
+// and from OIhw16i16o, the forward weights and filter gradient of oneDNN's AVX-512 kernels, move
+// through conv_weight_layout.h's copies instead of a reorder primitive: ResNet-18 at batch 8, 1
+// thread, 42.4-44.7 -> 36.7-38.4 ms a step.
 #include <omp.h>
 
 #include <algorithm>
@@ -26,6 +29,7 @@
 #include <string>
 
 #include "mpigrad/kernels/conv.h"
+#include "mpigrad/kernels/cpu/conv_weight_layout.h"
 #include "mpigrad/kernels/matmul.h"
 #include "mpigrad/kernels/unsupported.h"
 
@@ -133,7 +137,26 @@ struct Operand {
   dnnl::reorder reorder;  // plain -> blocked for inputs, blocked -> plain for the output
   bool reordered = false;
   size_t scratch_offset = 0;  // of the blocked copy in the thread's scratch buffer
+  // Float32 weights [out, in, taps] to or from OIhw16i16o: conv_weight_layout.h's copies run
+  // instead of `reorder`.
+  bool weight_copy = false;
+  int64_t weight_out = 0, weight_in = 0, weight_taps = 0;
 };
+
+// Whether op's reorder is one conv_weight_layout.h copies: plain oihw <-> OIhw16i16o, Float32,
+// out and in whole blocks of 16.
+void choose_weight_copy(Operand& op) {
+  if (!op.reordered || !has_blocked_weight_copies()) return;
+  const memory::dims dims = op.plain.dims();
+  if (dims.size() != 4 || dims[0] % 16 != 0 || dims[1] % 16 != 0) return;
+  const auto f32 = memory::data_type::f32;
+  if (op.plain != memory::desc(dims, f32, memory::format_tag::oihw)) return;
+  if (op.blocked != memory::desc(dims, f32, memory::format_tag::OIhw16i16o)) return;
+  op.weight_copy = true;
+  op.weight_out = dims[0];
+  op.weight_in = dims[1];
+  op.weight_taps = dims[2] * dims[3];
+}
 
 struct Plan {
   dnnl::primitive primitive;
@@ -226,6 +249,9 @@ void bind_operands(Plan& plan, const dnnl::engine& engine, size_t& scratch, cons
   prepare_input(plan.first, first.blocked, engine, scratch);
   prepare_input(plan.second, second.blocked, engine, scratch);
   prepare_output(plan.out, out.blocked, engine, scratch);
+  choose_weight_copy(plan.first);
+  choose_weight_copy(plan.second);
+  choose_weight_copy(plan.out);
   plan.first_arg = first.arg;
   plan.second_arg = second.arg;
   plan.out_arg = out.arg;
@@ -370,16 +396,43 @@ class Scratch {
   size_t capacity_ = 0;
 };
 
-// Reorders of tensors under 2 MiB run on the calling thread alone. Each oneDNN call is an OpenMP
-// region of its own, and waking the other threads for one costs about as much as such a copy, far
-// more where other processes share the cores: in the MNIST CNN's training step on 2 threads (its
+// Reorders of small tensors run on the calling thread alone. Each oneDNN call is an OpenMP region
+// of its own, and waking sleeping workers for one costs about as much as such a copy, far more
+// where other processes share the cores: in the MNIST CNN's training step on 2 threads (its
 // second convolution, ONEDNN_VERBOSE, a shared 2-core VM) the 18 KB weight reorders took
 // 0.02-0.14 ms each, the 0.8 and 1.6 MB activations 0.13-0.26 and 0.17-0.24 ms (7-20 GB/s);
-// on one thread 0.10-0.11 and 0.14-0.15 ms.
-constexpr size_t kSerialReorderBytes = size_t(2) << 20;
+// on one thread 0.10-0.11 and 0.14-0.15 ms. So 2 MiB where the workers sleep between regions
+// (OMP_WAIT_POLICY=passive, which core/threads.h picks on busy cores). Where they spin (free
+// cores, GOMP_SPINCOUNT) a region starts in microseconds and 64 KB is enough: ResNet-18 at batch 8
+// on 2 threads, whose 128-590 KB activations and weights then split, 23.0-24.0 -> 22.0-23.3 ms a
+// step (idle 2-core VM, GOMP_SPINCOUNT=10000, alternated).
+constexpr size_t kSerialReorderBytes = size_t(64) << 10;
+constexpr size_t kSerialReorderBytesPassive = size_t(2) << 20;
+
+// Whether OpenMP's idle workers sleep between parallel regions (libgomp reads OMP_WAIT_POLICY
+// once, when it is loaded).
+bool workers_sleep() {
+  static const bool sleep = [] {
+    const char* policy = std::getenv("OMP_WAIT_POLICY");
+    return policy != nullptr &&
+           (std::string(policy) == "passive" || std::string(policy) == "PASSIVE");
+  }();
+  return sleep;
+}
 
 void reorder(const Operand& op, dnnl::stream& stream, memory from, memory to) {
-  const bool serial = op.plain.get_size() < kSerialReorderBytes;
+  if (op.weight_copy) {
+    const auto* source = static_cast<const float*>(from.get_data_handle());
+    auto* target = static_cast<float*>(to.get_data_handle());
+    if (from.get_desc() == op.plain) {
+      weights_to_blocked_16i16o(op.weight_out, op.weight_in, op.weight_taps, source, target);
+    } else {
+      weights_from_blocked_16i16o(op.weight_out, op.weight_in, op.weight_taps, source, target);
+    }
+    return;
+  }
+  const size_t limit = workers_sleep() ? kSerialReorderBytesPassive : kSerialReorderBytes;
+  const bool serial = op.plain.get_size() < limit;
   const ThreadScope threads(serial ? 1 : omp_get_max_threads());  // read at each execute
   op.reorder.execute(stream, from, to);
 }

@@ -1,0 +1,154 @@
+// Float32 convolution weights between plain [out, in, kh, kw] and OIhw16i16o
+// (conv_weight_layout.h).
+//
+// Tile (ob, ib) of a weight with `taps` = kh*kw: plain rows o = 0..15 at
+// plain + (ob*16 + o) * in * taps + ib * 16 * taps, each 16 * taps floats indexed j = i * taps + t;
+// blocked block of (ob, ib) at blocked + (ob * in/16 + ib) * taps * 256, float (t*16 + i)*16 + o.
+// So column j of the tile's [16 o][16 * taps j] matrix is blocked line t*16 + i: taps 16x16
+// transposes, chunk c taking columns 16c .. 16c + 15.
+#include "mpigrad/kernels/cpu/conv_weight_layout.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "mpigrad/kernels/cpu/parallel.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define MPIGRAD_HAS_AVX512_LAYOUT 1
+#define MPIGRAD_AVX512F __attribute__((target("avx512f")))
+#endif
+
+namespace mpigrad::kernels::cpu {
+namespace {
+
+// Tiles per thread at least: about 256 KB of weight, below which waking a second thread costs
+// more than the copy.
+constexpr int64_t kTileGrainBytes = int64_t(256) << 10;
+
+// Plain weights from this size on are written with non-temporal stores (weights_from_blocked).
+constexpr int64_t kStreamBytes = int64_t(1) << 20;
+
+#if defined(MPIGRAD_HAS_AVX512_LAYOUT)
+
+// GCC 12 warns inside its own AVX-512 unpack intrinsics, whose masked form takes an undefined
+// pass-through register (_mm512_undefined_ps) that the full mask never reads.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// Transposes the 16x16 matrix whose rows are r[0..15]: row c of the result is column c.
+MPIGRAD_AVX512F inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {  // per 128-bit lane: [a0 b0 a1 b1], [a2 b2 a3 b3]
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // lane L of r[4i + j]: rows 4i .. 4i+3 of column 4L + j
+    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+    const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  for (int j = 0; j < 4; ++j) {  // gather the four row groups' lanes: 0x88 lanes 0 and 2, 0xDD 1, 3
+    t[j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);
+    t[4 + j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xDD);
+    t[8 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
+    t[12 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xDD);
+  }
+  for (int j = 0; j < 4; ++j) {
+    r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
+    r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xDD);
+    r[4 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88);
+    r[12 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xDD);
+  }
+}
+
+// One tile, plain rows `row_stride` floats apart <-> its blocked taps*256 floats. kStream writes
+// the plain rows with non-temporal stores (every store a whole, 64-byte aligned line).
+template <bool kToBlocked, bool kStream = false>
+MPIGRAD_AVX512F void copy_tile(int64_t taps, int64_t row_stride, float* plain, float* blocked) {
+  __m512 r[16];
+  for (int64_t chunk = 0; chunk < taps; ++chunk) {
+    const int64_t first = chunk * 16;
+    if constexpr (kToBlocked) {
+      for (int o = 0; o < 16; ++o) r[o] = _mm512_loadu_ps(plain + o * row_stride + first);
+      transpose16(r);
+      for (int c = 0; c < 16; ++c) {
+        const int64_t j = first + c;
+        _mm512_storeu_ps(blocked + ((j % taps) * 16 + j / taps) * 16, r[c]);
+      }
+    } else {
+      for (int c = 0; c < 16; ++c) {
+        const int64_t j = first + c;
+        r[c] = _mm512_loadu_ps(blocked + ((j % taps) * 16 + j / taps) * 16);
+      }
+      transpose16(r);
+      for (int o = 0; o < 16; ++o) {
+        if constexpr (kStream) {
+          _mm512_stream_ps(plain + o * row_stride + first, r[o]);
+        } else {
+          _mm512_storeu_ps(plain + o * row_stride + first, r[o]);
+        }
+      }
+    }
+  }
+}
+
+template <bool kToBlocked, bool kStream = false>
+void copy_weights(int64_t out, int64_t in, int64_t taps, float* plain, float* blocked) {
+  const int64_t in_blocks = in / 16, tiles = (out / 16) * in_blocks;
+  const int64_t tile_bytes = taps * 256 * int64_t(sizeof(float));
+  const int64_t grain = std::max<int64_t>(1, kTileGrainBytes / std::max<int64_t>(1, tile_bytes));
+  parallel_for(0, tiles, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t tile = begin; tile < end; ++tile) {
+      const int64_t ob = tile / in_blocks, ib = tile % in_blocks;
+      copy_tile<kToBlocked, kStream>(taps, in * taps, plain + (ob * 16 * in + ib * 16) * taps,
+                                     blocked + tile * taps * 256);
+    }
+    if constexpr (kStream) _mm_sfence();  // the streamed lines are visible before the join
+  });
+}
+
+#pragma GCC diagnostic pop
+#endif
+
+}  // namespace
+
+bool has_blocked_weight_copies() {
+#if defined(MPIGRAD_HAS_AVX512_LAYOUT)
+  static const bool yes = __builtin_cpu_supports("avx512f");
+  return yes;
+#else
+  return false;
+#endif
+}
+
+void weights_to_blocked_16i16o(int64_t out, int64_t in, int64_t taps, const float* plain,
+                               float* blocked) {
+#if defined(MPIGRAD_HAS_AVX512_LAYOUT)
+  copy_weights<true>(out, in, taps, const_cast<float*>(plain), blocked);
+#else
+  (void)out, (void)in, (void)taps, (void)plain, (void)blocked;
+#endif
+}
+
+void weights_from_blocked_16i16o(int64_t out, int64_t in, int64_t taps, const float* blocked,
+                                 float* plain) {
+#if defined(MPIGRAD_HAS_AVX512_LAYOUT)
+  // A large filter gradient is next read by the optimizer, after the rest of backward has
+  // passed through the caches: streaming it to memory saves reading its old lines first.
+  const bool stream = reinterpret_cast<uintptr_t>(plain) % 64 == 0 &&
+                      out * in * taps * int64_t(sizeof(float)) >= kStreamBytes;
+  if (stream) {
+    copy_weights<false, true>(out, in, taps, plain, const_cast<float*>(blocked));
+  } else {
+    copy_weights<false>(out, in, taps, plain, const_cast<float*>(blocked));
+  }
+#else
+  (void)out, (void)in, (void)taps, (void)plain, (void)blocked;
+#endif
+}
+
+}  // namespace mpigrad::kernels::cpu
