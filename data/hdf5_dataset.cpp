@@ -110,9 +110,8 @@ Hdf5Dataset::OpenShard Hdf5Dataset::open_shard(int shard_index,
           std::max<int64_t>(521, 100 * chunks) | 1;  // HDF5 advises ~100x chunks
       dataset = shard.file.open_dataset(name, access);
     }
-    shard.mapped.push_back(options_.open_file
-                               ? std::nullopt
-                               : hdf5::MappedRows::open(dataset, info.dtype));
+    shard.mapped.push_back(options_.open_file ? std::nullopt
+                                              : hdf5::MappedRows::open(dataset, info.dtype));
     shard.datasets.push_back(std::move(dataset));
     infos.push_back(std::move(info));
   }

@@ -43,7 +43,9 @@ std::optional<MappedRows> MappedRows::open(const Dataset& dataset, DType memory_
   return rows;
 }
 
-MappedRows::MappedRows(MappedRows&& other) noexcept { *this = std::move(other); }
+MappedRows::MappedRows(MappedRows&& other) noexcept {
+  *this = std::move(other);
+}
 
 MappedRows& MappedRows::operator=(MappedRows&& other) noexcept {
   if (this != &other) {

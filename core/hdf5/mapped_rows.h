@@ -45,8 +45,8 @@ class MappedRows {
 
  private:
   MappedRows() = default;
-  void* map_ = nullptr;        // what mmap returned (page-aligned)
-  size_t map_bytes_ = 0;       // its length
+  void* map_ = nullptr;         // what mmap returned (page-aligned)
+  size_t map_bytes_ = 0;        // its length
   const char* data_ = nullptr;  // the dataset's first byte inside the map
   int64_t rows_ = 0;
   int64_t row_bytes_ = 0;

@@ -130,10 +130,10 @@ Tensor run_reduction(ReduceOp op, const ReductionPlan& plan, Tensor* indices) {
   if (plan.trailing > 1) {
     // [extent, inner, trailing] -> [extent, inner] -> [inner]
     Tensor rows = detail::empty_on({plan.extent * plan.inner}, out_dtype, device);
-    backend_for(device).reduce(op, plan.input.dtype(), plan.extent * plan.inner, plan.trailing,
-                               1, rows.data_ptr(), nullptr, plan.input.data_ptr());
-    backend_for(device).reduce(op, out_dtype, 1, plan.extent, plan.inner, out.data_ptr(),
-                               nullptr, rows.data_ptr());
+    backend_for(device).reduce(op, plan.input.dtype(), plan.extent * plan.inner, plan.trailing, 1,
+                               rows.data_ptr(), nullptr, plan.input.data_ptr());
+    backend_for(device).reduce(op, out_dtype, 1, plan.extent, plan.inner, out.data_ptr(), nullptr,
+                               rows.data_ptr());
     return out;
   }
   backend_for(device).reduce(op, plan.input.dtype(), plan.outer, plan.extent, plan.inner,

@@ -205,14 +205,14 @@ TEST_CASE("DataLoader: transforms run per batch; worker errors reach the trainer
   CHECK(one["x"].to_vector<float>() ==
         std::vector<float>{-1.0f, 12.0f, 25.0f, (39 - 2) / 4.0f, (52 - 2) / 4.0f, (65 - 2) / 4.0f});
   // Channel planes repeat per sample: sample 1's first plane takes channel 0's mean and std.
-  std::vector<float> two = per_channel(dataset->get_batch(std::vector<int64_t>{0, 1}))["x"]
-                               .to_vector<float>();
+  std::vector<float> two =
+      per_channel(dataset->get_batch(std::vector<int64_t>{0, 1}))["x"].to_vector<float>();
   REQUIRE(two.size() == size_t(2 * test::kSampleElements));
   for (int64_t i = 0; i < 2; ++i) {
     for (int64_t j = 0; j < test::kSampleElements; ++j) {
       const bool second = j >= test::kSampleElements / 2;
-      const float expected = (float(test::pattern(i, j)) - (second ? 2.0f : 1.0f)) /
-                             (second ? 4.0f : 1.0f);
+      const float expected =
+          (float(test::pattern(i, j)) - (second ? 2.0f : 1.0f)) / (second ? 4.0f : 1.0f);
       CHECK(two[size_t(i * test::kSampleElements + j)] == doctest::Approx(expected));
     }
   }

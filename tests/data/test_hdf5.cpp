@@ -105,8 +105,8 @@ TEST_CASE("hdf5: scattered rows are read through a one-page sieve buffer, and re
   for (size_t i = 0; i < data.size(); ++i) data[i] = float(i);
   {
     hdf5::File file = hdf5::File::create(path);
-    file.create_dataset("x", core::kFloat32, {kRows, kCols}).write_rows(0, kRows, data.data(),
-                                                                        core::kFloat32);
+    file.create_dataset("x", core::kFloat32, {kRows, kCols})
+        .write_rows(0, kRows, data.data(), core::kFloat32);
   }
   hdf5::File file = hdf5::File::open(path);
   const hid_t access = H5Fget_access_plist(file.id());
@@ -138,8 +138,8 @@ TEST_CASE("hdf5: MappedRows reads contiguous rows stored as memory wants, and no
   {
     hdf5::File file = hdf5::File::create(path);
     // A small dataset first, so the next one starts away from a page boundary.
-    file.create_dataset("pad", core::kUInt8, {13}).write(std::vector<uint8_t>(13, 1).data(),
-                                                         core::kUInt8);
+    file.create_dataset("pad", core::kUInt8, {13})
+        .write(std::vector<uint8_t>(13, 1).data(), core::kUInt8);
     file.create_dataset("x", core::kFloat32, {kRows, kCols}).write(data.data(), core::kFloat32);
     file.create_dataset("chunked", core::kFloat32, {kRows, kCols}, {.chunk_rows = 64})
         .write(data.data(), core::kFloat32);
@@ -155,8 +155,8 @@ TEST_CASE("hdf5: MappedRows reads contiguous rows stored as memory wants, and no
     file.create_dataset("empty", core::kFloat32, {0, kCols});
   }
   hdf5::File file = hdf5::File::open(path);
-  std::optional<hdf5::MappedRows> mapped = hdf5::MappedRows::open(file.open_dataset("x"),
-                                                                  core::kFloat32);
+  std::optional<hdf5::MappedRows> mapped =
+      hdf5::MappedRows::open(file.open_dataset("x"), core::kFloat32);
   REQUIRE(mapped.has_value());
   CHECK(mapped->rows() == kRows);
   CHECK(mapped->row_bytes() == kCols * 4);

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "../thread_count.h"
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/reduce.h"
@@ -32,11 +33,6 @@ using namespace mpigrad;  // NOLINT
 using core::Shape;
 using core::Tensor;
 namespace F = nn::functional;
-
-struct ThreadCountRestorer {
-  int previous = core::num_threads();
-  ~ThreadCountRestorer() { core::set_num_threads(previous); }
-};
 
 std::vector<double> normal_values(int64_t n, uint32_t seed, double centre, double spread) {
   std::mt19937 rng(seed);
@@ -124,7 +120,7 @@ void check_same_results(BatchNormInputs& a, const Tensor& ya, BatchNormInputs& b
 }  // namespace
 
 TEST_CASE("batch_norm_relu in training is bitwise batch_norm then relu, forward and backward") {
-  ThreadCountRestorer restore;
+  test::ThreadCount restore;
   // A Fashion-MNIST feature map (AVX2, rows a multiple of 8), rows with a tail, rows shorter than
   // a vector, BatchNorm1d's [N, C].
   const std::vector<Shape> shapes{{64, 16, 28, 28}, {5, 3, 7, 7}, {4, 3, 2, 2}, {6, 5}};
@@ -172,7 +168,7 @@ TEST_CASE("batch_norm_relu without running statistics or affine parameters is bi
 }
 
 TEST_CASE("batch_norm_relu's results do not depend on the thread count") {
-  ThreadCountRestorer restore;
+  test::ThreadCount restore;
   const Shape shape{8, 6, 9, 9};
   const BatchNormInputs start = make_inputs(shape);
   core::set_num_threads(1);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "../thread_count.h"
 #include "mpigrad/core/backend.h"
 #include "mpigrad/core/rng.h"
 #include "mpigrad/core/threads.h"
@@ -20,16 +21,7 @@ using namespace mpigrad;  // NOLINT
 using core::Tensor;
 using kernels::cpu::ConvPass;
 
-class ThreadCount {
- public:
-  explicit ThreadCount(int threads) { core::set_num_threads(threads); }
-  ~ThreadCount() { core::set_num_threads(previous_); }
-  ThreadCount(const ThreadCount&) = delete;
-  ThreadCount& operator=(const ThreadCount&) = delete;
-
- private:
-  int previous_ = core::num_threads();
-};
+using test::ThreadCount;
 
 // A 3x3 convolution of batch 8 over 16 -> 16 channels on 4x4 images: 0.3 MFLOP a pass, the size
 // of MobileNetV3's late layers.

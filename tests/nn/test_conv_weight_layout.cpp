@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "../thread_count.h"
 #include "conv_test_util.h"
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/ops/elementwise.h"
@@ -26,16 +27,7 @@ using namespace mpigrad;  // NOLINT
 using core::Tensor;
 using kernels::cpu::ConvPath;
 
-class ThreadCount {
- public:
-  explicit ThreadCount(int threads) { core::set_num_threads(threads); }
-  ~ThreadCount() { core::set_num_threads(previous_); }
-  ThreadCount(const ThreadCount&) = delete;
-  ThreadCount& operator=(const ThreadCount&) = delete;
-
- private:
-  int previous_ = core::num_threads();
-};
+using test::ThreadCount;
 
 // Where OIhw16i16o keeps plain element (o, i, t).
 int64_t blocked_index(int64_t in, int64_t taps, int64_t o, int64_t i, int64_t t) {
