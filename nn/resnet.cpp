@@ -62,10 +62,9 @@ ResNet::ResNet(const core::Shape& input_shape, const ResNetConfig& config,
 
 Tensor ResNet::forward(const Tensor& input) {
   MPIGRAD_CHECK(input.dim() == 4, "ResNet: expected input [N, C, H, W], got ", input.shape());
-  // The children run in registration order; looked up per call so SyncBatchNorm swaps apply.
-  Tensor out = input;
-  for (const auto& [name, child] : named_children()) out = (*child)(out);
-  return out;
+  // The children run in registration order (the stem's BatchNorm and ReLU as one op); looked up
+  // per call so SyncBatchNorm swaps apply.
+  return forward_in_order(named_children(), input);
 }
 
 std::string ResNet::extra_repr() const {

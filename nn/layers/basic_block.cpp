@@ -52,7 +52,7 @@ Tensor BasicBlock::forward(const Tensor& input) {
   Module& bn1 = *children[1].second;
   Module& conv2 = *children[3].second;
   Module& bn2 = *children[4].second;
-  Tensor out = core::relu(bn1(conv1(input)));
+  Tensor out = batch_norm_then_relu(bn1, conv1(input));
   out = bn2(conv2(out));
   Tensor shortcut = has_downsample_ ? (*children[5].second)(input) : input;
   return core::relu(out + shortcut);

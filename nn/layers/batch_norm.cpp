@@ -1,8 +1,10 @@
 #include "mpigrad/nn/layers/batch_norm.h"
 
 #include <sstream>
+#include <typeinfo>
 
 #include "mpigrad/core/autograd.h"
+#include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/nn/functional/normalization.h"
 
 namespace mpigrad::nn {
@@ -41,6 +43,16 @@ Tensor BatchNorm::forward(const Tensor& input) {
 
 Tensor BatchNorm::forward_relu(const Tensor& input) {
   return normalize(input, /*relu=*/true);
+}
+
+bool is_plain_batch_norm(const Module& module) {
+  const std::type_info& type = typeid(module);
+  return type == typeid(BatchNorm1d) || type == typeid(BatchNorm2d);
+}
+
+Tensor batch_norm_then_relu(Module& module, const Tensor& input) {
+  if (is_plain_batch_norm(module)) return static_cast<BatchNorm&>(module).forward_relu(input);
+  return core::relu(module(input));
 }
 
 Tensor BatchNorm::normalize(const Tensor& input, bool relu) {

@@ -7,21 +7,22 @@
 
 namespace mpigrad::nn {
 
-namespace {
-
-// `first` when it is a BatchNorm1d or BatchNorm2d and `second` a ReLU, exactly those types (a
-// subclass may forward differently), else null. Such a pair runs as BatchNorm::forward_relu:
-// one op where the backend fuses it, writing the activation once, with bitwise the same results
-// as the two modules in turn. A SyncBatchNorm (launch/ddp/) is no BatchNorm, so a model converted
-// for multi-rank runs keeps its pairs apart.
-BatchNorm* batch_norm_before_relu(Module& first, const Module& second) {
-  const std::type_info& type = typeid(first);
-  if (type != typeid(BatchNorm1d) && type != typeid(BatchNorm2d)) return nullptr;
-  if (typeid(second) != typeid(ReLU)) return nullptr;
-  return static_cast<BatchNorm*>(&first);
+Tensor forward_in_order(
+    const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children,
+    const Tensor& input) {
+  Tensor x = input;
+  for (size_t i = 0; i < children.size(); ++i) {
+    Module& child = *children[i].second;
+    if (i + 1 < children.size() && is_plain_batch_norm(child) &&
+        typeid(*children[i + 1].second) == typeid(ReLU)) {
+      x = static_cast<BatchNorm&>(child).forward_relu(x);
+      ++i;
+      continue;
+    }
+    x = child.forward(x);
+  }
+  return x;
 }
-
-}  // namespace
 
 Sequential::Sequential(std::initializer_list<std::shared_ptr<Module>> modules) {
   for (const auto& module : modules) push_back(module);
@@ -32,20 +33,7 @@ Sequential::Sequential(const std::vector<std::shared_ptr<Module>>& modules) {
 }
 
 Tensor Sequential::forward(const Tensor& input) {
-  Tensor x = input;
-  const auto& children = named_children();
-  for (size_t i = 0; i < children.size(); ++i) {
-    Module& child = *children[i].second;
-    if (i + 1 < children.size()) {
-      if (BatchNorm* batch_norm = batch_norm_before_relu(child, *children[i + 1].second)) {
-        x = batch_norm->forward_relu(x);
-        ++i;
-        continue;
-      }
-    }
-    x = child.forward(x);
-  }
-  return x;
+  return forward_in_order(named_children(), input);
 }
 
 std::shared_ptr<Module> Sequential::operator[](size_t index) const {

@@ -7,11 +7,19 @@
 
 #include <initializer_list>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "mpigrad/nn/module.h"
 
 namespace mpigrad::nn {
+
+// Runs `children` in order on `input`, a BatchNorm directly followed by a ReLU as one op
+// (batch_norm_then_relu): Sequential's forward, and that of models whose children run in order.
+Tensor forward_in_order(
+    const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children,
+    const Tensor& input);
 
 class Sequential : public Module {
  public:

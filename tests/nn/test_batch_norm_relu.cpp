@@ -10,8 +10,10 @@
 
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,7 @@
 #include "mpigrad/nn/layers/batch_norm.h"
 #include "mpigrad/nn/layers/container.h"
 #include "mpigrad/nn/models.h"
+#include "mpigrad/nn/resnet.h"
 
 namespace {
 
@@ -322,4 +325,31 @@ TEST_CASE("make_cnn fuses its BatchNorm-ReLU pairs and keeps its modules, names 
       CHECK(same_bits(buffers_a[i].second, buffers_b[i].second));
     }
   }
+}
+
+TEST_CASE("the built-in ResNet runs its stem's and each block's first BatchNorm-ReLU fused") {
+  core::Generator generator(9);
+  nn::ResNet model({3, 16, 16}, {.depth = 18, .width = 8, .outputs = 10}, generator);
+  Tensor x = normal({2, 3, 16, 16}, 40, 0.0, 1.0);
+  // The graph's nodes by name, each node once.
+  const auto node_names = [](const Tensor& y) {
+    std::map<std::string, int> names;
+    std::set<const core::Node*> seen;
+    std::vector<const core::Node*> stack{y.grad_fn().get()};
+    while (!stack.empty()) {
+      const core::Node* node = stack.back();
+      stack.pop_back();
+      if (node == nullptr || !seen.insert(node).second) continue;
+      ++names[node->name()];
+      for (const auto& next : node->next) stack.push_back(next.get());
+    }
+    return names;
+  };
+  std::map<std::string, int> names = node_names(model.forward(x));
+  CHECK(names["BatchNormReluBackward"] == 9);  // the stem and 8 blocks' bn1
+  CHECK(names["BatchNormBackward"] == 8 + 3);  // the blocks' bn2 and 3 downsample paths
+  model.eval();  // running statistics: batch norm and ReLU are composed
+  names = node_names(model.forward(x));
+  CHECK(names["BatchNormReluBackward"] == 0);
+  CHECK(names["relu"] == 9 + 8);  // and the 8 blocks' ReLU after the residual add
 }
