@@ -47,7 +47,7 @@ Tensor BatchNorm::forward_relu(const Tensor& input) {
 
 bool is_plain_batch_norm(const Module& module) {
   const std::type_info& type = typeid(module);
-  return type == typeid(BatchNorm1d) || type == typeid(BatchNorm2d);
+  return type == typeid(BatchNorm) || type == typeid(BatchNorm1d) || type == typeid(BatchNorm2d);
 }
 
 Tensor batch_norm_then_relu(Module& module, const Tensor& input) {

@@ -72,9 +72,10 @@ class BatchNorm2d : public BatchNorm {
                        bool track_running_stats = true);
 };
 
-// Whether `module` is exactly a BatchNorm1d or BatchNorm2d, whose forward_relu may stand in for
-// it and the ReLU after it (a subclass may forward differently, and a SyncBatchNorm is none: a
-// model converted for multi-rank runs keeps the two ops apart).
+// Whether `module` is exactly a BatchNorm, BatchNorm1d or BatchNorm2d (an ONNX graph's layers
+// are the first), whose forward_relu may stand in for it and the ReLU after it (a subclass may
+// forward differently, and a SyncBatchNorm is none: a model converted for multi-rank runs keeps
+// the two ops apart).
 bool is_plain_batch_norm(const Module& module);
 
 // relu(module(input)): BatchNorm::forward_relu where is_plain_batch_norm, else the module, then

@@ -6,13 +6,11 @@
 #include <optional>
 #include <set>
 #include <sstream>
-#include <typeinfo>
 #include <utility>
 #include <variant>
 
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/error.h"
-#include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/profiler.h"
 #include "mpigrad/nn/layers/batch_norm.h"
 #include "mpigrad/nn/onnx/onnx_file.h"
@@ -482,15 +480,9 @@ OnnxModel::Graph::Node OnnxModel::Graph::Builder::compile_node(const onnx::NodeP
                                               onnx_ops::RunContext&) {
       Module* layer = find_child(*owner, leaf);
       MPIGRAD_CHECK(layer != nullptr, where, ": its layer '", leaf, "' was removed");
-      // The layer may since have become another module (convert_sync_batchnorm): then the two
-      // ops run in turn.
-      std::vector<Tensor> out;
-      if (!relu)
-        out.push_back(layer->forward(in[0]));
-      else if (typeid(*layer) == typeid(BatchNorm))
-        out.push_back(static_cast<BatchNorm*>(layer)->forward_relu(in[0]));
-      else
-        out.push_back(core::relu(layer->forward(in[0])));
+      // The layer may since have become another module (convert_sync_batchnorm): then
+      // batch_norm_then_relu runs the two ops in turn.
+      std::vector<Tensor> out{relu ? batch_norm_then_relu(*layer, in[0]) : layer->forward(in[0])};
       out.push_back(layer->buffer("running_mean"));
       out.push_back(layer->buffer("running_var"));
       return out;
