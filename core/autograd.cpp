@@ -147,14 +147,18 @@ void AccumulateGrad::apply(const Tensor& grad_output, std::vector<Tensor>&) {
   if (!meta.grad.defined()) {
     // Keep the engine's buffer when nothing else can see it; otherwise take a private copy, so
     // that later in-place accumulation never writes into another tensor.
-    bool exclusive = incoming.is_contiguous() && incoming.impl_shared().use_count() <= 2 &&
-                     incoming.storage().use_count() == 1 && incoming.numel() == leaf.numel();
+    const bool exclusive = is_exclusive_gradient(incoming) && incoming.numel() == leaf.numel();
     meta.grad = exclusive ? incoming.detach() : incoming.clone();
   } else {
     // In place, so that a .grad that is a view (a DDP bucket slot) stays one.
     meta.grad.add_(incoming);
   }
   for (auto& [id, hook] : meta.hooks) hook(meta.grad);
+}
+
+bool is_exclusive_gradient(const Tensor& grad) {
+  return grad.is_contiguous() && grad.impl_shared().use_count() <= 2 &&
+         grad.storage().use_count() == 1;
 }
 
 // ---- Recording -------------------------------------------------------------------------------
@@ -367,7 +371,8 @@ struct BackwardRun {
            early->end();
   }
 };
-[[gnu::tls_model("initial-exec")]] thread_local BackwardRun* running = nullptr;  // see grad_mode_enabled
+// See grad_mode_enabled.
+[[gnu::tls_model("initial-exec")]] thread_local BackwardRun* running = nullptr;
 
 void run_node(BackwardRun& run, Node* node, std::vector<Tensor>& grad_inputs, bool leaf_chain);
 
@@ -496,8 +501,8 @@ struct AskedFor {
 // Runs the graph below `outputs`, seeded with `seeds`. With `asked` (grad()), only the nodes
 // leading to those run, each one's complete gradient is stored into `results`, and no leaf's
 // accumulator runs; otherwise every reachable node runs (backward()).
-void run_backward(std::span<const Tensor> outputs, std::span<const Tensor> seeds,
-                  bool retain_graph, bool create_graph, const std::vector<AskedFor>* asked,
+void run_backward(std::span<const Tensor> outputs, std::span<const Tensor> seeds, bool retain_graph,
+                  bool create_graph, const std::vector<AskedFor>* asked,
                   std::vector<Tensor>* results) {
   EngineScratch scratch = std::move(scratch_cache);
   std::vector<std::shared_ptr<Node>>& root_nodes = scratch.root_nodes;

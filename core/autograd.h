@@ -182,6 +182,11 @@ Tensor with_history(const Tensor& data, std::shared_ptr<Node> grad_fn);
 // `data` must have that input's shape.
 Tensor stand_in(const Tensor& data, std::shared_ptr<Node> edge);
 
+// Whether a gradient a backward node received is the engine's buffer alone (dense, no other
+// handle beyond the engine's and the caller's, no view sharing its storage), so the node may keep
+// it or write into it instead of a fresh block: AccumulateGrad adopts such a buffer as .grad.
+bool is_exclusive_gradient(const Tensor& grad);
+
 // ---- Backward ----------------------------------------------------------------------------------
 // Runs backward from `root` with `gradient` (ones for a one-element root if undefined) and adds
 // into the .grad of every leaf it reaches. Nodes whose gradients could reach only leaves that

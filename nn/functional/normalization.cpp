@@ -118,7 +118,7 @@ struct BatchNormBackward final : core::Node {
       // one: that buffer was just written and is in cache, where a fresh block's every store
       // waits for its line to come from memory.
       const bool adopt = relu && g.dtype() == x.dtype() && g.numel() == x.numel() &&
-                         g.impl_shared().use_count() <= 2 && g.storage().use_count() == 1;
+                         core::is_exclusive_gradient(g);
       grad_x = adopt ? g.detach().reshape(x.shape())
                      : core::detail::empty_on(x.shape(), x.dtype(), x.device());
     }
