@@ -351,6 +351,47 @@ TEST_CASE("conv2d: oneDNN's filter gradient writes the bias's gradient in the sa
   }
 }
 
+TEST_CASE("conv2d: the Backend defaults (a backend without the fusion) add and leave the sum") {
+  // The base class's versions, called past the CPU backend's overrides: the convolution, then
+  // the bias added with `binary`; the filter gradient alone, reported as without the bias's.
+  core::Generator generator(41);
+  core::Backend& backend = core::backend_for(core::kCPU);
+  for (const PathCase& c : kCases) {
+    INFO("case: ", c.name);
+    const core::Conv2dShape s = shape_of(c);
+    const auto& g = s.geometry;
+    const Tensor x = core::randn({c.batch, c.channels, c.height, c.width}, generator);
+    const Tensor w =
+        core::randn({c.out_channels, c.channels / c.groups, c.kernel_h, c.kernel_w}, generator);
+    const Tensor b = core::randn({c.out_channels}, generator);
+    const core::Shape y_shape{c.batch, c.out_channels, g.out_h, g.out_w};
+    Tensor y = core::empty(y_shape), fused = core::empty(y_shape);
+    backend.core::Backend::conv2d_forward_bias(core::kFloat32, s, x.data_ptr(), w.data_ptr(),
+                                               b.data_ptr(), y.data_ptr());
+    backend.conv2d_forward_bias(core::kFloat32, s, x.data_ptr(), w.data_ptr(), b.data_ptr(),
+                                fused.data_ptr());
+    check_close(fused.to_vector<float>(), y.to_vector<float>(), 1e-6, "forward");
+    backend.core::Backend::conv2d_forward_bias(core::kFloat32, s, x.data_ptr(), w.data_ptr(),
+                                               nullptr, y.data_ptr());
+    backend.conv2d_forward(core::kFloat32, s, x.data_ptr(), w.data_ptr(), fused.data_ptr());
+    CHECK(y.to_vector<float>() == fused.to_vector<float>());
+    const Tensor x16 = x.to(core::kBFloat16), w16 = w.to(core::kBFloat16);
+    backend.core::Backend::conv2d_forward_mixed_bias(
+        core::kBFloat16, s, x16.data_ptr(), w16.data_ptr(), b.data<float>(), y.data<float>());
+    backend.conv2d_forward_mixed_bias(core::kBFloat16, s, x16.data_ptr(), w16.data_ptr(),
+                                      b.data<float>(), fused.data<float>());
+    check_close(fused.to_vector<float>(), y.to_vector<float>(), 1e-5, "forward, bfloat16");
+    Tensor gw = core::empty(w.shape()), gw_alone = core::empty(w.shape());
+    Tensor gb = core::full({c.out_channels}, -7.0);
+    CHECK_FALSE(backend.core::Backend::conv2d_backward_filter_bias(
+        core::kFloat32, s, x.data_ptr(), y.data_ptr(), gw.data_ptr(), gb.data_ptr()));
+    backend.conv2d_backward_filter(core::kFloat32, s, x.data_ptr(), y.data_ptr(),
+                                   gw_alone.data_ptr());
+    CHECK(gw.to_vector<float>() == gw_alone.to_vector<float>());
+    CHECK(gb.to_vector<float>() == std::vector<float>(size_t(c.out_channels), -7.0f));
+  }
+}
+
 TEST_CASE("conv2d: double backward with a bias agrees on every path") {
   // gx = d/dx sum(y * y * u) with create_graph, then sum(gx * gx) differentiated again: the bias
   // reaches the second derivative through y, so its gradient needs the graph of the fused
