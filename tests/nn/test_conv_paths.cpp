@@ -351,6 +351,48 @@ TEST_CASE("conv2d: oneDNN's filter gradient writes the bias's gradient in the sa
   }
 }
 
+TEST_CASE("conv2d on oneDNN: one of weight and bias frozen, and an empty batch, with a bias") {
+  // The filter gradient's pass writes the bias's gradient only when both are wanted; a frozen
+  // weight leaves the bias's to the sum, a frozen bias asks oneDNN for none.
+  PathGuard guard(ConvPath::OneDnn);
+  core::Generator generator(42);
+  const PathCase& c = kCases[0];
+  const auto options = options_of(c);
+  const Tensor x0 = core::randn({c.batch, c.channels, c.height, c.width}, generator);
+  const Tensor w0 =
+      core::randn({c.out_channels, c.channels / c.groups, c.kernel_h, c.kernel_w}, generator);
+  const Tensor b0 = core::randn({c.out_channels}, generator);
+  const Tensor y0 = nn::functional::conv2d(x0, w0, b0, options);
+  const Tensor upstream = upstream_of(y0);
+  const std::vector<float> bias_grad = core::sum(upstream, {0, 2, 3}).to_vector<float>();
+  std::vector<float> weight_grad;
+  {
+    Tensor w = w0.detach().set_requires_grad(true);
+    Tensor b = b0.detach().set_requires_grad(true);
+    core::sum(nn::functional::conv2d(x0, w, b, options) * upstream).backward();
+    check_close(bias_grad, b.grad().to_vector<float>(), 1e-5, "both wanted: grad b");
+    weight_grad = w.grad().to_vector<float>();
+  }
+  {
+    Tensor b = b0.detach().set_requires_grad(true);
+    core::sum(nn::functional::conv2d(x0, w0, b, options) * upstream).backward();
+    check_close(bias_grad, b.grad().to_vector<float>(), 1e-5, "weight frozen: grad b");
+  }
+  {
+    Tensor w = w0.detach().set_requires_grad(true);
+    core::sum(nn::functional::conv2d(x0, w, b0, options) * upstream).backward();
+    check_close(weight_grad, w.grad().to_vector<float>(), 1e-5, "bias frozen: grad w");
+  }
+  Tensor x = core::ones({0, c.channels, c.height, c.width}).set_requires_grad(true);
+  Tensor w = w0.detach().set_requires_grad(true);
+  Tensor b = b0.detach().set_requires_grad(true);
+  Tensor y = nn::functional::conv2d(x, w, b, options);
+  CHECK(y.numel() == 0);
+  core::sum(y).backward();
+  CHECK(w.grad().to_vector<float>() == std::vector<float>(size_t(w.numel()), 0.0f));
+  CHECK(b.grad().to_vector<float>() == std::vector<float>(size_t(c.out_channels), 0.0f));
+}
+
 TEST_CASE("conv2d: the Backend defaults (a backend without the fusion) add and leave the sum") {
   // The base class's versions, called past the CPU backend's overrides: the convolution, then
   // the bias added with `binary`; the filter gradient alone, reported as without the bias's.
