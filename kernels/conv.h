@@ -11,11 +11,13 @@
 //    pixels inside the image, on NCHW as it is.
 //  * Direct stems (groups 1, 1 to 4 input channels; kernels/cpu/conv_small.cpp): vector loops over
 //    output columns and channels on NCHW as it is, forward and filter gradient.
-// A bias [out_channels], of the output's dtype, rides along where a path can take it: every
-// forward adds it to each output value after that value's products (y = conv(x, w) + bias, the
-// value a separate add would give, without the second pass over y), and oneDNN's filter
-// gradient also writes the bias's gradient (grad_y summed over batch and pixels) from the same
-// pass over grad_y.
+// A bias [out_channels], of the output's dtype, rides along where a path can take it. Every
+// forward writes y = conv(x, w) + bias without a second pass over y: the direct loops add it to
+// each value after its taps (bitwise the separate add), the GEMM path starts each product from it
+// (beta = 1) and oneDNN adds it inside its kernel (both may round differently from the separate
+// add, within float32 rounding). oneDNN's filter gradient also writes the bias's gradient (grad_y
+// summed over batch and pixels) from the same pass over grad_y; the other paths leave that sum to
+// the caller.
 #pragma once
 
 #include <cstdint>
