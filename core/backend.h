@@ -130,9 +130,9 @@ class Backend {
   // Tensors are dense, float32 or float64 (the optimizers: the dtypes their kernels take), and
   // outputs are written with `=`.
 
-  // 2-d convolution without bias (kernels/conv.h): y = conv(x, w), and its two backward passes;
-  // on the CPU each pass takes the path kernels::cpu::conv2d_path picks (im2col + GEMM, oneDNN, or
-  // the direct depthwise loops).
+  // 2-d convolution without bias (kernels/conv.h; with one: conv2d_forward_bias below):
+  // y = conv(x, w), and its two backward passes; on the CPU each pass takes the path
+  // kernels::cpu::conv2d_path picks (im2col + GEMM, oneDNN, or the direct loops).
   // A batch of 0 is valid: forward and backward data write nothing, backward filter zeros.
   virtual void conv2d_forward(DType dtype, const Conv2dShape& shape, const void* x, const void* w,
                               void* y) = 0;
@@ -153,6 +153,21 @@ class Backend {
                                           const void* grad_y, const void* w, float* grad_x);
   virtual void conv2d_backward_filter_mixed(DType operand, const Conv2dShape& shape, const void* x,
                                             const void* grad_y, float* grad_w);
+
+  // The convolution with its bias [out_channels] (of y's dtype, Float32 in mixed precision; null:
+  // none), for a backend that can fuse the two (the CPU: kernels/conv.h): y = conv(x, w) + bias
+  // written in one pass, and the filter gradient with the bias's, grad_bias[o] = grad_y's channel
+  // o summed over batch and pixels. The forward defaults run conv2d_forward(_mixed) and then add
+  // the bias with `binary`, the second pass over y that a fusion saves. The filter gradient's
+  // returns whether it wrote grad_bias (null: not wanted): the default runs
+  // conv2d_backward_filter alone and returns false, and so does the CPU where its path has no
+  // fused bias gradient; the caller then sums grad_y itself.
+  virtual void conv2d_forward_bias(DType dtype, const Conv2dShape& shape, const void* x,
+                                   const void* w, const void* bias, void* y);
+  virtual void conv2d_forward_mixed_bias(DType operand, const Conv2dShape& shape, const void* x,
+                                         const void* w, const float* bias, float* y);
+  virtual bool conv2d_backward_filter_bias(DType dtype, const Conv2dShape& shape, const void* x,
+                                           const void* grad_y, void* grad_w, void* grad_bias);
 
   // 2-d pooling over [planes, H, W] (kernels/pooling.h). Max pooling records its winners in
   // `indices`, max_pool2d_indices(geometry) Int64 values (one per output on the CPU; none on

@@ -11,6 +11,13 @@
 //    pixels inside the image, on NCHW as it is.
 //  * Direct stems (groups 1, 1 to 4 input channels; kernels/cpu/conv_small.cpp): vector loops over
 //    output columns and channels on NCHW as it is, forward and filter gradient.
+// A bias [out_channels], of the output's dtype, rides along where a path can take it. Every
+// forward writes y = conv(x, w) + bias without a second pass over y: the direct loops add it to
+// each value after its taps (bitwise the separate add), the GEMM path starts each product from it
+// (beta = 1) and oneDNN adds it inside its kernel (both may round differently from the separate
+// add, within float32 rounding). oneDNN's filter gradient also writes the bias's gradient (grad_y
+// summed over batch and pixels) from the same pass over grad_y; the other paths leave that sum to
+// the caller.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +53,12 @@ void im2col(DType dtype, const Conv2dGeometry& geometry, const void* image, void
 // The adjoint of im2col: image += scatter(columns). Adds with `+=` (zero the image first).
 void col2im(DType dtype, const Conv2dGeometry& geometry, const void* columns, void* image);
 
+// y[n, o, i] = bias[o] for y [batch, channels, area], Float32 or Float64: the GEMM path starts
+// each image's product from its bias (beta = 1), which costs BLAS no more than the zeros it
+// writes before a product with beta = 0.
+void fill_channel_bias(DType dtype, int64_t batch, int64_t channels, int64_t area, const void* bias,
+                       void* y);
+
 // ---- The other paths and the choice between them ------------------------------------------------
 
 enum class ConvPass : uint8_t { Forward, BackwardData, BackwardFilter };
@@ -70,19 +83,23 @@ ConvPath set_conv2d_path_override(ConvPath path);
 // Runs `pass` on oneDNN: Forward (x, w) -> y, BackwardData (grad_y, w) -> grad_x,
 // BackwardFilter (x, grad_y) -> grad_w, dense NCHW / [out, in/groups, kh, kw] tensors, outputs
 // written with `=`. Inputs of `operand` (Float32, or BFloat16 with a Float32 output: mixed
-// precision), output of `out_dtype`. Returns false, having written nothing, when oneDNN has
-// only its reference kernel for the case, so the caller runs the GEMM path instead. Primitives
-// are built once per shape, pass and thread count and kept per thread.
+// precision), output of `out_dtype`. Forward adds `bias` where it is not null; BackwardFilter
+// also writes `grad_bias` where it is not null (both [out_channels] of `out_dtype`; the other
+// passes ignore them). Returns false, having written nothing, when oneDNN has only its reference
+// kernel for the case, so the caller runs the GEMM path instead. Primitives are built once per
+// shape, pass, bias or none and thread count and kept per thread.
 bool conv2d_onednn(ConvPass pass, DType operand, DType out_dtype, const Conv2dShape& shape,
-                   const void* first, const void* second, void* out);
+                   const void* first, const void* second, void* out, const void* bias = nullptr,
+                   void* grad_bias = nullptr);
 
 // groups == channels (any multiplier out_channels / groups), the shapes depthwise_conv2d takes.
 bool is_depthwise(const Conv2dShape& shape);
 
 // Runs `pass` of a depthwise shape directly, with the operands and outputs of conv2d_onednn, all
-// of `dtype` (Float32 or Float64). Outputs written with `=`.
+// of `dtype` (Float32 or Float64). Outputs written with `=`. Forward adds `bias` where it is not
+// null ([out_channels]; the backward passes ignore it).
 void depthwise_conv2d(ConvPass pass, DType dtype, const Conv2dShape& shape, const void* first,
-                      const void* second, void* out);
+                      const void* second, void* out, const void* bias = nullptr);
 
 // The stems the direct small-channel kernels are for: groups 1 and 1 to kSmallChannels input
 // channels.
@@ -94,19 +111,19 @@ bool is_small_channel(const Conv2dShape& shape);
 bool has_small_channel_conv2d(ConvPass pass, DType dtype, const Conv2dShape& shape);
 
 // Runs `pass` of a small-channel shape directly, with the operands and outputs of
-// conv2d_onednn, all Float32. Outputs written with `=`. Throws where has_small_channel_conv2d
-// is false.
+// conv2d_onednn, all Float32. Outputs written with `=`; Forward adds `bias` where it is not null
+// (depthwise_conv2d). Throws where has_small_channel_conv2d is false.
 void small_channel_conv2d(ConvPass pass, DType dtype, const Conv2dShape& shape, const void* first,
-                          const void* second, void* out);
+                          const void* second, void* out, const void* bias = nullptr);
 
 // Whether the Direct path can run `pass` of `shape` in `dtype`: depthwise shapes in Float32 and
 // Float64, and the small-channel ones above.
 bool has_direct_conv2d(ConvPass pass, DType dtype, const Conv2dShape& shape);
 
-// Runs `pass` on the Direct path (depthwise_conv2d or small_channel_conv2d), where
-// has_direct_conv2d; throws elsewhere.
+// Runs `pass` on the Direct path (depthwise_conv2d or small_channel_conv2d, forward bias
+// included), where has_direct_conv2d; throws elsewhere.
 void direct_conv2d(ConvPass pass, DType dtype, const Conv2dShape& shape, const void* first,
-                   const void* second, void* out);
+                   const void* second, void* out, const void* bias = nullptr);
 
 // Which implementation oneDNN chose for the case (its impl_info_str, e.g. "jit:avx512_core"),
 // for benchmarks and the tests' log.

@@ -162,8 +162,9 @@ void add_scaled_row(T* dst, int64_t dst_stride, const T* src, int64_t src_stride
   }
 }
 
+// `bias` (null: none) is added to each plane once its taps are summed, while it is in cache.
 template <typename T>
-void depthwise_forward_typed(const Conv2dShape& s, const T* x, const T* w, T* y) {
+void depthwise_forward_typed(const Conv2dShape& s, const T* x, const T* w, const T* bias, T* y) {
   const Conv2dGeometry& g = s.geometry;
   const TapSpans spans(g);
   const int64_t multiplier = s.out_channels / s.groups;
@@ -183,6 +184,10 @@ void depthwise_forward_typed(const Conv2dShape& s, const T* x, const T* w, T* y)
                          columns.hi);
         });
       });
+      if (bias != nullptr) {
+        const T shift = bias[o];
+        for (int64_t i = 0; i < out_plane; ++i) out[i] += shift;
+      }
     }
   });
 }
@@ -283,12 +288,37 @@ void col2im(DType dtype, const Conv2dGeometry& geometry, const void* columns, vo
   }
 }
 
+void fill_channel_bias(DType dtype, int64_t batch, int64_t channels, int64_t area, const void* bias,
+                       void* y) {
+  auto run = [&](auto typed) {
+    using T = decltype(typed);
+    const T* shift = static_cast<const T*>(bias);
+    T* out = static_cast<T*>(y);
+    const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(area, 1));
+    parallel_for(0, batch * channels, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t plane = begin; plane < end; ++plane) {
+        const T value = shift[plane % channels];
+        T* row = out + plane * area;
+        std::fill(row, row + area, value);
+      }
+    });
+  };
+  switch (dtype) {
+    case DType::Float32:
+      return run(float());
+    case DType::Float64:
+      return run(double());
+    default:
+      throw_unsupported("cpu", "fill_channel_bias", "", dtype);
+  }
+}
+
 bool is_depthwise(const Conv2dShape& shape) {
   return shape.groups > 1 && shape.groups == shape.geometry.channels;
 }
 
 void depthwise_conv2d(ConvPass pass, DType dtype, const Conv2dShape& shape, const void* first,
-                      const void* second, void* out) {
+                      const void* second, void* out, const void* bias) {
   if (!is_depthwise(shape)) {
     throw_invalid("depthwise_conv2d",
                   "groups " + std::to_string(shape.groups) + " differ from the " +
@@ -301,7 +331,7 @@ void depthwise_conv2d(ConvPass pass, DType dtype, const Conv2dShape& shape, cons
     T* result = static_cast<T*>(out);
     switch (pass) {
       case ConvPass::Forward:
-        return depthwise_forward_typed(shape, a, b, result);
+        return depthwise_forward_typed(shape, a, b, static_cast<const T*>(bias), result);
       case ConvPass::BackwardData:
         return depthwise_backward_data_typed(shape, a, b, result);
       case ConvPass::BackwardFilter:
@@ -324,9 +354,9 @@ bool has_direct_conv2d(ConvPass pass, DType dtype, const Conv2dShape& shape) {
 }
 
 void direct_conv2d(ConvPass pass, DType dtype, const Conv2dShape& shape, const void* first,
-                   const void* second, void* out) {
-  if (is_depthwise(shape)) return depthwise_conv2d(pass, dtype, shape, first, second, out);
-  small_channel_conv2d(pass, dtype, shape, first, second, out);
+                   const void* second, void* out, const void* bias) {
+  if (is_depthwise(shape)) return depthwise_conv2d(pass, dtype, shape, first, second, out, bias);
+  small_channel_conv2d(pass, dtype, shape, first, second, out, bias);
 }
 
 }  // namespace mpigrad::kernels::cpu

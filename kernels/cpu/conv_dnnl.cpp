@@ -27,6 +27,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 
 #include "mpigrad/kernels/conv.h"
 #include "mpigrad/kernels/cpu/conv_weight_layout.h"
@@ -163,6 +164,11 @@ struct Plan {
   Operand first, second,
       out;  // the pass's two inputs and its output, in the order of kernels/conv.h
   int first_arg = 0, second_arg = 0, out_arg = 0;
+  // The bias the primitive adds (Forward) or whose gradient it writes (BackwardFilter): plain
+  // [out_channels] of the output's dtype, read or written where the caller has it.
+  bool bias = false;
+  memory::desc bias_desc;
+  int bias_arg = 0;
   size_t scratch_bytes = 0;
   bool reference = false;
   std::string implementation;
@@ -193,6 +199,7 @@ void prepare_output(Operand& op, const memory::desc& blocked, const dnnl::engine
 struct Descriptors {
   memory::desc x_plain, w_plain, y_plain;  // the caller's layouts, input dtype
   memory::desc x_any, w_any, y_any;
+  memory::desc bias;  // [out_channels] of the output's dtype
   memory::dims strides, dilations, padding;
 };
 
@@ -219,19 +226,38 @@ Descriptors descriptors(ConvPass pass, DType operand, DType out_dtype, const Con
   d.x_any = memory::desc(x_dims, x_type, memory::format_tag::any);
   d.w_any = memory::desc(w_dims, w_type, memory::format_tag::any);
   d.y_any = memory::desc(y_dims, y_type, memory::format_tag::any);
+  d.bias = memory::desc({s.out_channels}, out_type, memory::format_tag::a);
   d.strides = {g.stride_h, g.stride_w};
   d.dilations = {g.dilation_h - 1, g.dilation_w - 1};  // oneDNN counts the gaps
   d.padding = {g.pad_h, g.pad_w};
   return d;
 }
 
-// The forward primitive descriptor: the pass itself, or the hint a backward pass needs.
-dnnl::convolution_forward::primitive_desc forward_pd(const Descriptors& d,
+// The forward primitive descriptor, with a bias or without: the pass itself, or the hint a
+// backward pass needs.
+dnnl::convolution_forward::primitive_desc forward_pd(const Descriptors& d, bool bias,
                                                      const dnnl::engine& engine) {
-  dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_training,
-                                       dnnl::algorithm::convolution_direct, d.x_any, d.w_any,
-                                       d.y_any, d.strides, d.dilations, d.padding, d.padding);
+  const auto kind = dnnl::prop_kind::forward_training;
+  const auto direct = dnnl::algorithm::convolution_direct;
+  if (bias) {
+    dnnl::convolution_forward::desc desc(kind, direct, d.x_any, d.w_any, d.bias, d.y_any, d.strides,
+                                         d.dilations, d.padding, d.padding);
+    return dnnl::convolution_forward::primitive_desc(desc, engine);
+  }
+  dnnl::convolution_forward::desc desc(kind, direct, d.x_any, d.w_any, d.y_any, d.strides,
+                                       d.dilations, d.padding, d.padding);
   return dnnl::convolution_forward::primitive_desc(desc, engine);
+}
+
+// The filter gradient's descriptor, with the bias's gradient or without.
+dnnl::convolution_backward_weights::desc backward_weights_desc(const Descriptors& d, bool bias) {
+  const auto direct = dnnl::algorithm::convolution_direct;
+  if (bias) {
+    return dnnl::convolution_backward_weights::desc(direct, d.x_any, d.w_any, d.bias, d.y_any,
+                                                    d.strides, d.dilations, d.padding, d.padding);
+  }
+  return dnnl::convolution_backward_weights::desc(direct, d.x_any, d.w_any, d.y_any, d.strides,
+                                                  d.dilations, d.padding, d.padding);
 }
 
 // One operand of a pass: its plain layout, the layout the primitive chose, and its argument.
@@ -261,22 +287,27 @@ bool is_reference(const std::string& implementation) {
   return implementation.rfind("ref", 0) == 0;
 }
 
-Plan make_plan(ConvPass pass, DType operand, DType out_dtype, const Conv2dShape& s) {
+// `bias`: the forward adds the bias, the filter gradient writes its gradient too (the data
+// gradient has none).
+Plan make_plan(ConvPass pass, DType operand, DType out_dtype, const Conv2dShape& s, bool bias) {
   const dnnl::engine& engine = onednn().engine;
   const Descriptors d = descriptors(pass, operand, out_dtype, s);
   // The hint of a backward pass: the forward of the same operands, all of the operand type.
   const Descriptors hint = descriptors(ConvPass::Forward, operand, operand, s);
   Plan plan;
+  plan.bias = bias && pass != ConvPass::BackwardData;
+  plan.bias_desc = d.bias;
   size_t scratch = 0;
   if (pass == ConvPass::Forward) {
-    auto pd = forward_pd(d, engine);
+    auto pd = forward_pd(d, plan.bias, engine);
+    plan.bias_arg = DNNL_ARG_BIAS;
     plan.primitive = dnnl::convolution_forward(pd);
     plan.implementation = pd.impl_info_str();
     bind_operands(plan, engine, scratch, {d.x_plain, pd.src_desc(), DNNL_ARG_SRC},
                   {d.w_plain, pd.weights_desc(), DNNL_ARG_WEIGHTS},
                   {d.y_plain, pd.dst_desc(), DNNL_ARG_DST});
   } else if (pass == ConvPass::BackwardData) {
-    auto hint_pd = forward_pd(hint, engine);
+    auto hint_pd = forward_pd(hint, false, engine);
     dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, d.x_any,
                                                d.w_any, d.y_any, d.strides, d.dilations, d.padding,
                                                d.padding);
@@ -287,12 +318,11 @@ Plan make_plan(ConvPass pass, DType operand, DType out_dtype, const Conv2dShape&
                   {d.w_plain, pd.weights_desc(), DNNL_ARG_WEIGHTS},
                   {d.x_plain, pd.diff_src_desc(), DNNL_ARG_DIFF_SRC});
   } else {
-    auto hint_pd = forward_pd(hint, engine);
-    dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct, d.x_any,
-                                                  d.w_any, d.y_any, d.strides, d.dilations,
-                                                  d.padding, d.padding);
-    dnnl::convolution_backward_weights::primitive_desc pd(desc, engine, hint_pd);
+    auto hint_pd = forward_pd(hint, plan.bias, engine);
+    dnnl::convolution_backward_weights::primitive_desc pd(backward_weights_desc(d, plan.bias),
+                                                          engine, hint_pd);
     plan.primitive = dnnl::convolution_backward_weights(pd);
+    plan.bias_arg = DNNL_ARG_DIFF_BIAS;
     plan.implementation = pd.impl_info_str();
     bind_operands(plan, engine, scratch, {d.x_plain, pd.src_desc(), DNNL_ARG_SRC},
                   {d.y_plain, pd.diff_dst_desc(), DNNL_ARG_DIFF_DST},
@@ -303,9 +333,10 @@ Plan make_plan(ConvPass pass, DType operand, DType out_dtype, const Conv2dShape&
   return plan;
 }
 
-using PlanKey = std::array<int64_t, 19>;
+using PlanKey = std::array<int64_t, 20>;
 
-const Plan& plan_for(ConvPass pass, DType operand, DType out_dtype, const Conv2dShape& s) {
+const Plan& plan_for(ConvPass pass, DType operand, DType out_dtype, const Conv2dShape& s,
+                     bool bias = false) {
   thread_local std::map<PlanKey, Plan> plans;
   const auto& g = s.geometry;
   const PlanKey key{int64_t(pass), int64_t(operand), int64_t(out_dtype),
@@ -314,10 +345,10 @@ const Plan& plan_for(ConvPass pass, DType operand, DType out_dtype, const Conv2d
                     g.kernel_h,    g.kernel_w,       g.stride_h,
                     g.stride_w,    g.pad_h,          g.pad_w,
                     g.dilation_h,  g.dilation_w,     omp_get_max_threads(),
-                    g.out_h};
+                    g.out_h,       int64_t(bias)};
   auto found = plans.find(key);
   if (found != plans.end()) return found->second;
-  return plans.emplace(key, make_plan(pass, operand, out_dtype, s)).first->second;
+  return plans.emplace(key, make_plan(pass, operand, out_dtype, s, bias)).first->second;
 }
 
 // ---- The rule ----------------------------------------------------------------------------------
@@ -437,7 +468,8 @@ void reorder(const Operand& op, dnnl::stream& stream, memory from, memory to) {
   op.reorder.execute(stream, from, to);
 }
 
-void run(const Plan& plan, const void* first, const void* second, void* out) {
+// `bias`: the plan's bias (read) or its gradient (written), where plan.bias.
+void run(const Plan& plan, const void* first, const void* second, void* out, void* bias) {
   thread_local Scratch scratch;
   char* base = scratch.reserve(plan.scratch_bytes);
   OneDnn& dnn = onednn();
@@ -455,9 +487,10 @@ void run(const Plan& plan, const void* first, const void* second, void* out) {
   memory out_used = used_memory(plan.out, out_plain);
   if (plan.first.reordered) reorder(plan.first, dnn.stream, first_plain, first_used);
   if (plan.second.reordered) reorder(plan.second, dnn.stream, second_plain, second_used);
-  plan.primitive.execute(
-      dnn.stream,
-      {{plan.first_arg, first_used}, {plan.second_arg, second_used}, {plan.out_arg, out_used}});
+  std::unordered_map<int, memory> args{
+      {plan.first_arg, first_used}, {plan.second_arg, second_used}, {plan.out_arg, out_used}};
+  if (plan.bias) args.emplace(plan.bias_arg, memory(plan.bias_desc, dnn.engine, bias));
+  plan.primitive.execute(dnn.stream, args);
   if (plan.out.reordered) reorder(plan.out, dnn.stream, out_used, out_plain);
   dnn.stream.wait();
 }
@@ -500,15 +533,19 @@ ConvPath conv2d_path(ConvPass pass, DType operand, const Conv2dShape& shape) {
 }
 
 bool conv2d_onednn(ConvPass pass, DType operand, DType out_dtype, const Conv2dShape& shape,
-                   const void* first, const void* second, void* out) {
+                   const void* first, const void* second, void* out, const void* bias,
+                   void* grad_bias) {
   check_dtypes(operand, out_dtype);
   if (operand == DType::BFloat16 && !has_native_bf16()) return false;
   if (shape.batch == 0) return false;  // nothing for oneDNN to do; the GEMM path's contract
+  void* pass_bias = pass == ConvPass::Forward          ? const_cast<void*>(bias)
+                    : pass == ConvPass::BackwardFilter ? grad_bias
+                                                       : nullptr;
   try {
     const ThreadScope threads(conv_threads(shape));
-    const Plan& plan = plan_for(pass, operand, out_dtype, shape);
+    const Plan& plan = plan_for(pass, operand, out_dtype, shape, pass_bias != nullptr);
     if (plan.reference) return false;
-    run(plan, first, second, out);
+    run(plan, first, second, out, pass_bias);
     return true;
   } catch (const dnnl::error& e) {
     rethrow(e, "conv2d_onednn");

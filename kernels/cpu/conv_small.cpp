@@ -10,8 +10,9 @@
 // "phase" (kj * dilation) % stride at ox + (kj * dilation) / stride, zeros where it falls on
 // padding), so every tap is an unaligned load of 8 output columns with no bounds checks.
 //  * Forward: 4 output channels x up to 3 vectors of 8 output columns in registers, a weight
-//    vector (broadcast once per call) loaded once per tap for all of them. Threads split the
-//    batch's output rows; each output value is written with `=` by one thread.
+//    vector (broadcast once per call) loaded once per tap for all of them, and the bias added
+//    to the sums on their way out. Threads split the batch's output rows; each output value is
+//    written with `=` by one thread.
 //  * Filter gradient: 2 output channels x up to 5 taps in registers, summed over an image's
 //    rows and columns, then added to 8-lane sums per (channel, tap) and summed across the
 //    lanes in a fixed order. Threads split the output channels, so the result does not depend
@@ -145,13 +146,25 @@ std::vector<float> pack_weights(const Conv2dShape& s, const float* w) {
   return packed;
 }
 
+// The bias [out] as [block][kBlock][kLanes], each value broadcast to a vector; empty for none.
+std::vector<float> pack_bias(const Conv2dShape& s, const float* bias) {
+  if (bias == nullptr) return {};
+  const int64_t blocks = (s.out_channels + kBlock - 1) / kBlock;
+  std::vector<float> packed(size_t(blocks * kBlock * kLanes), 0.0f);
+  for (int64_t o = 0; o < s.out_channels; ++o) {
+    std::fill(packed.begin() + o * kLanes, packed.begin() + (o + 1) * kLanes, bias[o]);
+  }
+  return packed;
+}
+
 // `count` vectors of output columns from column ox of kBlock output channels: the weights of
 // each tap are loaded once for all `count` columns' vectors, the input once for all channels.
-// `in` is the band at the output row, `out` channel 0 of the block at the row.
+// `in` is the band at the output row, `out` channel 0 of the block at the row; `shift` the
+// block's packed bias, added after the products (null: none).
 template <int count>
 MPIGRAD_AVX2 void forward_columns(const int64_t* starts, int64_t taps, const float* in,
-                                  const float* weights, int64_t channels, int64_t plane, int64_t ox,
-                                  int64_t width, float* out) {
+                                  const float* weights, const float* shift, int64_t channels,
+                                  int64_t plane, int64_t ox, int64_t width, float* out) {
   __m256 acc[count][kBlock];
 #pragma GCC unroll 4
   for (int a = 0; a < count; ++a) {
@@ -173,6 +186,14 @@ MPIGRAD_AVX2 void forward_columns(const int64_t* starts, int64_t taps, const flo
       for (int a = 0; a < count; ++a) acc[a][b] = _mm256_fmadd_ps(v[a], weight, acc[a][b]);
     }
   }
+  if (shift != nullptr) {
+#pragma GCC unroll 4
+    for (int b = 0; b < kBlock; ++b) {
+      const __m256 bias = _mm256_loadu_ps(shift + b * kLanes);
+#pragma GCC unroll 4
+      for (int a = 0; a < count; ++a) acc[a][b] = _mm256_add_ps(acc[a][b], bias);
+    }
+  }
 #pragma GCC unroll 4
   for (int b = 0; b < kBlock; ++b) {
     if (b >= channels) break;
@@ -190,9 +211,9 @@ MPIGRAD_AVX2 void forward_columns(const int64_t* starts, int64_t taps, const flo
 }
 
 // Output row oy of one image's output `y` [out, out_h, out_w], from the band `in` unrolled at
-// the row's first padded row.
+// the row's first padded row; `shifts` the packed bias (null: none).
 void forward_row(const Conv2dShape& s, const std::vector<int64_t>& starts, const float* in,
-                 const float* packed, float* y, int64_t oy) {
+                 const float* packed, const float* shifts, float* y, int64_t oy) {
   const auto& g = s.geometry;
   const int64_t taps = int64_t(starts.size());
   const int64_t plane = g.out_h * g.out_w;
@@ -200,20 +221,21 @@ void forward_row(const Conv2dShape& s, const std::vector<int64_t>& starts, const
   for (int64_t block = 0; block * kBlock < s.out_channels; ++block) {
     const int64_t channels = std::min(kBlock, s.out_channels - block * kBlock);
     const float* weights = packed + block * taps * kBlock * kLanes;
+    const float* shift = shifts == nullptr ? nullptr : shifts + block * kBlock * kLanes;
     float* out = y + block * kBlock * plane + oy * g.out_w;
     // Three vectors at a time (4 + 4 rather than 3 + 1 where 4 are left).
     int64_t v = 0;
     for (; vectors - v >= 3 && vectors - v != 4; v += 3) {
-      forward_columns<3>(starts.data(), taps, in, weights, channels, plane, v * kLanes, g.out_w,
-                         out);
+      forward_columns<3>(starts.data(), taps, in, weights, shift, channels, plane, v * kLanes,
+                         g.out_w, out);
     }
     for (; vectors - v >= 2; v += 2) {
-      forward_columns<2>(starts.data(), taps, in, weights, channels, plane, v * kLanes, g.out_w,
-                         out);
+      forward_columns<2>(starts.data(), taps, in, weights, shift, channels, plane, v * kLanes,
+                         g.out_w, out);
     }
     if (v < vectors) {
-      forward_columns<1>(starts.data(), taps, in, weights, channels, plane, v * kLanes, g.out_w,
-                         out);
+      forward_columns<1>(starts.data(), taps, in, weights, shift, channels, plane, v * kLanes,
+                         g.out_w, out);
     }
   }
 }
@@ -314,10 +336,11 @@ int64_t band_rows(const Conv2dGeometry& g, int64_t count) {
   return (count - 1) * g.stride_h + (g.kernel_h - 1) * g.dilation_h + 1;
 }
 
-void forward(const Conv2dShape& s, const float* x, const float* w, float* y) {
+void forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y) {
   const auto& g = s.geometry;
   const Unrolled u(g);
   const std::vector<float> packed = pack_weights(s, w);
+  const std::vector<float> shifts = pack_bias(s, bias);
   const int64_t taps = g.channels * g.kernel_h * g.kernel_w;
   const int64_t work = s.out_channels * g.out_w * taps;  // FMAs a row
   const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(work, 1));
@@ -335,7 +358,8 @@ void forward(const Conv2dShape& s, const float* x, const float* w, float* y) {
       const std::vector<int64_t> starts = tap_starts(g, u, rows);
       for (int64_t oy = first; oy < first + count; ++oy) {
         const float* in = band.data() + (oy - first) * g.stride_h * u.group;
-        forward_row(s, starts, in, packed.data(), y + n * out_image, oy);
+        forward_row(s, starts, in, packed.data(), shifts.empty() ? nullptr : shifts.data(),
+                    y + n * out_image, oy);
       }
       row += count;
     }
@@ -399,7 +423,7 @@ bool has_small_channel_conv2d(ConvPass pass, DType dtype, const Conv2dShape& sha
 }
 
 void small_channel_conv2d(ConvPass pass, DType dtype, const Conv2dShape& shape, const void* first,
-                          const void* second, void* out) {
+                          const void* second, void* out, const void* bias) {
   if (!has_small_channel_conv2d(pass, dtype, shape)) {
     throw_invalid("small_channel_conv2d",
                   "no direct kernel for this case (it takes float32 forward and filter-gradient "
@@ -410,8 +434,12 @@ void small_channel_conv2d(ConvPass pass, DType dtype, const Conv2dShape& shape, 
   const float* a = static_cast<const float*>(first);
   const float* b = static_cast<const float*>(second);
   float* result = static_cast<float*>(out);
-  if (pass == ConvPass::Forward) return forward(shape, a, b, result);
+  if (pass == ConvPass::Forward) {
+    return forward(shape, a, b, static_cast<const float*>(bias), result);
+  }
   backward_filter(shape, a, b, result);
+#else
+  (void)first, (void)second, (void)out, (void)bias;
 #endif
 }
 

@@ -88,13 +88,20 @@ struct Conv2dBackward final : core::Node {
     }
     Tensor g = grad_output.contiguous();
     auto& backend = core::backend_for(x.device());
+    const bool bias_wanted = has_bias && next[2];
     if (next[1]) {
+      // The bias's gradient from the filter gradient's pass where the backend fuses them.
       Tensor grad_weight = core::detail::empty_on(w.shape(), w.dtype(), w.device());
-      backend.conv2d_backward_filter(x.dtype(), shape, x.data_ptr(), g.data_ptr(),
-                                     grad_weight.data_ptr());
+      Tensor grad_bias = bias_wanted
+                             ? core::detail::empty_on({shape.out_channels}, x.dtype(), x.device())
+                             : Tensor();
+      const bool fused = backend.conv2d_backward_filter_bias(
+          x.dtype(), shape, x.data_ptr(), g.data_ptr(), grad_weight.data_ptr(),
+          bias_wanted ? grad_bias.data_ptr() : nullptr);
       grads[1] = grad_weight;
+      if (fused) grads[2] = grad_bias;
     }
-    if (has_bias && next[2]) grads[2] = core::sum(g, {0, 2, 3});
+    if (bias_wanted && !grads[2].defined()) grads[2] = core::sum(g, {0, 2, 3});
     if (next[0]) {
       release_weight_gradients_early(*this, grads);
       Tensor grad_input = core::detail::empty_on(x.shape(), x.dtype(), x.device());
@@ -253,7 +260,8 @@ Tensor convolve_filter_grad(const Tensor& x_in, const Tensor& g_in,
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
               const Conv2dOptions& options) {
   MPIGRAD_CHECK(input.defined() && weight.defined(), "conv2d: undefined input or weight");
-  core::detail::check_same_device("conv2d", {&input, &weight});
+  // The bias too: the convolution reads it by pointer (Backend::conv2d_forward_bias).
+  core::detail::check_same_device("conv2d", {&input, &weight, &bias});
   MPIGRAD_CHECK(input.dtype() == weight.dtype() &&
                     (input.dtype() == core::kFloat32 || input.dtype() == core::kFloat64),
                 "conv2d: input and weight must both be float32 or float64, got ", input.dtype(),
@@ -266,23 +274,24 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
                   " differs from input dtype ", input.dtype());
   }
   const std::optional<core::DType> low = core::autocast_dtype_for("conv2d", {&input, &weight});
-  Tensor x, w;
+  Tensor x, w, b;
   {
     core::NoGradGuard no_grad;
     x = low ? core::autocast_operand(input, *low) : input.contiguous();
     w = low ? core::autocast_operand(weight, *low) : weight.contiguous();
+    // The bias stays in the output's dtype (float32 under autocast) and is added by the
+    // convolution's own pass (Backend::conv2d_forward_bias).
+    if (bias.defined()) b = bias.detach().contiguous();
   }
   Tensor out = core::detail::empty_on({p.batch, p.out_channels, p.geometry.out_h, p.geometry.out_w},
                                       input.dtype(), input.device());
   auto& backend = core::backend_for(input.device());
   if (low) {
-    backend.conv2d_forward_mixed(*low, p, x.data_ptr(), w.data_ptr(), out.data<float>());
+    backend.conv2d_forward_mixed_bias(*low, p, x.data_ptr(), w.data_ptr(),
+                                      b.defined() ? b.data<float>() : nullptr, out.data<float>());
   } else {
-    backend.conv2d_forward(input.dtype(), p, x.data_ptr(), w.data_ptr(), out.data_ptr());
-  }
-  if (bias.defined()) {
-    core::NoGradGuard no_grad;
-    out.add_(bias.detach().view({1, p.out_channels, 1, 1}));
+    backend.conv2d_forward_bias(input.dtype(), p, x.data_ptr(), w.data_ptr(),
+                                b.defined() ? b.data_ptr() : nullptr, out.data_ptr());
   }
   if (low) {
     if (auto node = core::detail::record<MixedConv2dBackward>(out, {&input, &weight, &bias})) {

@@ -61,7 +61,14 @@ const PathCase kCases[] = {
     {"1x1", 2, 24, 6, 6, 40, 1, 1, 1, 1, 0, 0, 1, 1, 1, true},
     {"1x1 stride 2", 2, 16, 8, 8, 32, 1, 1, 2, 2, 0, 0, 1, 1, 1, false},
     {"1x1 on 1x1 images", 8, 64, 1, 1, 96, 1, 1, 1, 1, 0, 0, 1, 1, 1, true},
+    // Over 1 MiB of output: the GEMM path writes the bias image by image (core/backend.cpp).
+    {"1x1, an output over 1 MiB", 2, 8, 48, 48, 64, 1, 1, 1, 1, 0, 0, 1, 1, 1, true},
     {"2x2 stride 2 downsample", 2, 16, 8, 8, 32, 2, 2, 2, 2, 0, 0, 1, 1, 1, true},
+    // Unstrided stems: the direct stem loops' forward and filter gradient (the Direct path).
+    {"3x3 stem, 1 channel", 2, 1, 12, 13, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},
+    {"5x5 stem, 3 channels, 6 out (a partial block)", 2, 3, 11, 10, 6, 5, 5, 1, 1, 2, 2, 1, 1, 1,
+     true},
+    {"3x3 stem, 2 channels, no bias", 1, 2, 9, 9, 5, 3, 3, 1, 1, 0, 0, 1, 1, 1, false},
 };
 
 nn::functional::Conv2dOptions options_of(const PathCase& c) {
@@ -77,6 +84,11 @@ struct Results {
   std::vector<float> y, grad_x, grad_w, grad_b;
 };
 
+// A fixed, uneven upstream gradient for y.
+Tensor upstream_of(const Tensor& y) {
+  return core::sin(core::arange(y.numel(), y.dtype()).view(y.shape()) * 0.37) + 0.25;
+}
+
 // Forward and backward (with a fixed, uneven upstream gradient) on `path`.
 Results run(ConvPath path, const Tensor& x0, const Tensor& w0, const Tensor& b0,
             const nn::functional::Conv2dOptions& options,
@@ -90,9 +102,7 @@ Results run(ConvPath path, const Tensor& x0, const Tensor& w0, const Tensor& b0,
     core::AutocastGuard cast(autocast);
     y = nn::functional::conv2d(x, w, b, options);
   }
-  const Tensor upstream =
-      core::sin(core::arange(y.numel(), core::kFloat32).view(y.shape()) * 0.37) + 0.25;
-  core::sum(y * upstream).backward();
+  core::sum(y * upstream_of(y)).backward();
   Results r{y.to_vector<float>(), x.grad().to_vector<float>(), w.grad().to_vector<float>(), {}};
   if (b.defined()) r.grad_b = b.grad().to_vector<float>();
   return r;
@@ -144,6 +154,7 @@ TEST_CASE("conv2d: oneDNN and direct paths match the im2col + GEMM path, float32
     check_close(gemm.y, rule.y, 1e-5, "output (rule)");
     check_close(gemm.grad_x, rule.grad_x, 1e-5, "grad x (rule)");
     check_close(gemm.grad_w, rule.grad_w, 1e-5, "grad w (rule)");
+    check_close(gemm.grad_b, rule.grad_b, 1e-5, "grad b (rule)");
   }
 }
 
@@ -219,6 +230,251 @@ TEST_CASE("conv2d: the oneDNN path matches the GEMM path under bfloat16 autocast
     check_close(gemm.y, onednn.y, 1e-4, "output");
     check_close(gemm.grad_x, onednn.grad_x, 1e-4, "grad x");
     check_close(gemm.grad_w, onednn.grad_w, 1e-4, "grad w");
+    check_close(gemm.grad_b, onednn.grad_b, 1e-4, "grad b");
+  }
+}
+
+namespace {
+
+// The output of conv2d(x, w, b) (the bias fused into the path's forward) and of the composition
+// it replaced, the convolution without bias and then a broadcast add, as doubles.
+struct BiasForward {
+  std::vector<double> fused, composed;
+};
+
+BiasForward bias_forward(ConvPath path, const Tensor& x, const Tensor& w, const Tensor& b,
+                         const nn::functional::Conv2dOptions& options,
+                         std::optional<core::DType> autocast = std::nullopt) {
+  PathGuard guard(path);
+  core::AutocastGuard cast(autocast);
+  const Tensor fused = nn::functional::conv2d(x, w, b, options);
+  const Tensor composed =
+      nn::functional::conv2d(x, w, Tensor(), options) + b.view({1, b.numel(), 1, 1});
+  return {fused.to(core::kFloat64).to_vector<double>(),
+          composed.to(core::kFloat64).to_vector<double>()};
+}
+
+// Bitwise (exact) or within tolerance * (1 + max |composed|).
+void check_bias_forward(const BiasForward& r, bool exact, const char* what) {
+  INFO(std::string(what));
+  REQUIRE(r.fused.size() == r.composed.size());
+  double scale = 1, worst = 0;
+  for (double v : r.composed) scale = std::max(scale, std::fabs(v));
+  for (size_t i = 0; i < r.fused.size(); ++i) {
+    worst = std::max(worst, std::fabs(r.fused[i] - r.composed[i]));
+  }
+  if (exact) {
+    CHECK_MESSAGE(worst == 0, "max difference ", worst);
+  } else {
+    CHECK_MESSAGE(worst <= 1e-6 * scale, "max difference ", worst, " at scale ", scale);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("conv2d: every path adds the bias inside its forward, as the separate add did") {
+  // The direct loops add it to each plane or vector after its taps: the same float additions as
+  // the old separate pass, so the same bits. The GEMM path starts each product from the bias and
+  // oneDNN adds it inside its kernel, which may round differently.
+  core::Generator generator(38);
+  const bool bf16 = kernels::cpu::has_native_bf16();
+  for (const PathCase& c : kCases) {
+    INFO("case: ", c.name);
+    const Tensor x = core::randn({c.batch, c.channels, c.height, c.width}, generator);
+    const Tensor w =
+        core::randn({c.out_channels, c.channels / c.groups, c.kernel_h, c.kernel_w}, generator);
+    const Tensor b = core::randn({c.out_channels}, generator) * 3.0;
+    const auto options = options_of(c);
+    const core::Conv2dShape s = shape_of(c);
+    const bool direct = kernels::cpu::has_direct_conv2d(ConvPass::Forward, core::kFloat32, s);
+    check_bias_forward(bias_forward(ConvPath::Gemm, x, w, b, options), false, "float32, GEMM");
+    check_bias_forward(bias_forward(ConvPath::Direct, x, w, b, options), direct,
+                       direct ? "float32, direct" : "float32, direct (GEMM)");
+    check_bias_forward(bias_forward(ConvPath::OneDnn, x, w, b, options), false, "float32, oneDNN");
+    check_bias_forward(bias_forward(ConvPath::Rule, x, w, b, options), false, "float32, rule");
+    const Tensor x64 = x.to(core::kFloat64), w64 = w.to(core::kFloat64);
+    const Tensor b64 = b.to(core::kFloat64);
+    const bool depthwise = kernels::cpu::is_depthwise(s);
+    check_bias_forward(bias_forward(ConvPath::Gemm, x64, w64, b64, options), false,
+                       "float64, GEMM");
+    check_bias_forward(bias_forward(ConvPath::Direct, x64, w64, b64, options), depthwise,
+                       depthwise ? "float64, direct" : "float64, direct (GEMM)");
+    check_bias_forward(bias_forward(ConvPath::Gemm, x, w, b, options, core::kBFloat16), false,
+                       "bfloat16 autocast, GEMM");
+    if (bf16) {
+      check_bias_forward(bias_forward(ConvPath::OneDnn, x, w, b, options, core::kBFloat16), false,
+                         "bfloat16 autocast, oneDNN");
+    }
+  }
+}
+
+TEST_CASE("conv2d: oneDNN's filter gradient writes the bias's gradient in the same pass") {
+  core::Generator generator(39);
+  auto& backend = core::backend_for(core::kCPU);
+  for (const PathCase& c : kCases) {
+    INFO("case: ", c.name);
+    const core::Conv2dShape s = shape_of(c);
+    const auto& g = s.geometry;
+    const Tensor x = core::randn({c.batch, c.channels, c.height, c.width}, generator);
+    const Tensor gy = core::randn({c.batch, c.out_channels, g.out_h, g.out_w}, generator);
+    const core::Shape w_shape{c.out_channels, c.channels / c.groups, c.kernel_h, c.kernel_w};
+    const std::vector<float> sums = core::sum(gy, {0, 2, 3}).to_vector<float>();
+    for (ConvPath path : {ConvPath::Gemm, ConvPath::OneDnn, ConvPath::Direct, ConvPath::Rule}) {
+      INFO("path ", int(path));
+      PathGuard guard(path);
+      Tensor gw = core::empty(w_shape), gw_alone = core::empty(w_shape);
+      Tensor gb = core::full({c.out_channels}, -7.0);
+      backend.conv2d_backward_filter(core::kFloat32, s, x.data_ptr(), gy.data_ptr(),
+                                     gw_alone.data_ptr());
+      const bool fused = backend.conv2d_backward_filter_bias(
+          core::kFloat32, s, x.data_ptr(), gy.data_ptr(), gw.data_ptr(), gb.data_ptr());
+      const bool on_onednn = kernels::cpu::conv2d_path(ConvPass::BackwardFilter, core::kFloat32,
+                                                       s) == ConvPath::OneDnn;
+      // oneDNN runs its own kernel for every case here (the test above), so it always fuses.
+      CHECK(fused == on_onednn);
+      check_close(gw_alone.to_vector<float>(), gw.to_vector<float>(), 1e-5, "grad w");
+      if (fused) {
+        check_close(sums, gb.to_vector<float>(), 1e-5, "grad b");
+      } else {
+        CHECK(gb.to_vector<float>() == std::vector<float>(size_t(c.out_channels), -7.0f));
+      }
+      // Not asked for: not reported as written.
+      CHECK_FALSE(backend.conv2d_backward_filter_bias(core::kFloat32, s, x.data_ptr(),
+                                                      gy.data_ptr(), gw.data_ptr(), nullptr));
+    }
+    // float64 never reaches oneDNN: the caller sums.
+    const Tensor x64 = x.to(core::kFloat64), gy64 = gy.to(core::kFloat64);
+    Tensor gw64 = core::empty(w_shape, core::kFloat64),
+           gb64 = core::empty({c.out_channels}, core::kFloat64);
+    CHECK_FALSE(backend.conv2d_backward_filter_bias(
+        core::kFloat64, s, x64.data_ptr(), gy64.data_ptr(), gw64.data_ptr(), gb64.data_ptr()));
+  }
+}
+
+TEST_CASE("conv2d on oneDNN: one of weight and bias frozen, and an empty batch, with a bias") {
+  // The filter gradient's pass writes the bias's gradient only when both are wanted; a frozen
+  // weight leaves the bias's to the sum, a frozen bias asks oneDNN for none.
+  PathGuard guard(ConvPath::OneDnn);
+  core::Generator generator(42);
+  const PathCase& c = kCases[0];
+  const auto options = options_of(c);
+  const Tensor x0 = core::randn({c.batch, c.channels, c.height, c.width}, generator);
+  const Tensor w0 =
+      core::randn({c.out_channels, c.channels / c.groups, c.kernel_h, c.kernel_w}, generator);
+  const Tensor b0 = core::randn({c.out_channels}, generator);
+  const Tensor y0 = nn::functional::conv2d(x0, w0, b0, options);
+  const Tensor upstream = upstream_of(y0);
+  const std::vector<float> bias_grad = core::sum(upstream, {0, 2, 3}).to_vector<float>();
+  std::vector<float> weight_grad;
+  {
+    Tensor w = w0.detach().set_requires_grad(true);
+    Tensor b = b0.detach().set_requires_grad(true);
+    core::sum(nn::functional::conv2d(x0, w, b, options) * upstream).backward();
+    check_close(bias_grad, b.grad().to_vector<float>(), 1e-5, "both wanted: grad b");
+    weight_grad = w.grad().to_vector<float>();
+  }
+  {
+    Tensor b = b0.detach().set_requires_grad(true);
+    core::sum(nn::functional::conv2d(x0, w0, b, options) * upstream).backward();
+    check_close(bias_grad, b.grad().to_vector<float>(), 1e-5, "weight frozen: grad b");
+  }
+  {
+    Tensor w = w0.detach().set_requires_grad(true);
+    core::sum(nn::functional::conv2d(x0, w, b0, options) * upstream).backward();
+    check_close(weight_grad, w.grad().to_vector<float>(), 1e-5, "bias frozen: grad w");
+  }
+  Tensor x = core::ones({0, c.channels, c.height, c.width}).set_requires_grad(true);
+  Tensor w = w0.detach().set_requires_grad(true);
+  Tensor b = b0.detach().set_requires_grad(true);
+  Tensor y = nn::functional::conv2d(x, w, b, options);
+  CHECK(y.numel() == 0);
+  core::sum(y).backward();
+  CHECK(w.grad().to_vector<float>() == std::vector<float>(size_t(w.numel()), 0.0f));
+  CHECK(b.grad().to_vector<float>() == std::vector<float>(size_t(c.out_channels), 0.0f));
+}
+
+TEST_CASE("conv2d: the Backend defaults (a backend without the fusion) add and leave the sum") {
+  // The base class's versions, called past the CPU backend's overrides: the convolution, then
+  // the bias added with `binary`; the filter gradient alone, reported as without the bias's.
+  core::Generator generator(41);
+  core::Backend& backend = core::backend_for(core::kCPU);
+  for (const PathCase& c : kCases) {
+    INFO("case: ", c.name);
+    const core::Conv2dShape s = shape_of(c);
+    const auto& g = s.geometry;
+    const Tensor x = core::randn({c.batch, c.channels, c.height, c.width}, generator);
+    const Tensor w =
+        core::randn({c.out_channels, c.channels / c.groups, c.kernel_h, c.kernel_w}, generator);
+    const Tensor b = core::randn({c.out_channels}, generator);
+    const core::Shape y_shape{c.batch, c.out_channels, g.out_h, g.out_w};
+    Tensor y = core::empty(y_shape), fused = core::empty(y_shape);
+    backend.core::Backend::conv2d_forward_bias(core::kFloat32, s, x.data_ptr(), w.data_ptr(),
+                                               b.data_ptr(), y.data_ptr());
+    backend.conv2d_forward_bias(core::kFloat32, s, x.data_ptr(), w.data_ptr(), b.data_ptr(),
+                                fused.data_ptr());
+    check_close(fused.to_vector<float>(), y.to_vector<float>(), 1e-6, "forward");
+    backend.core::Backend::conv2d_forward_bias(core::kFloat32, s, x.data_ptr(), w.data_ptr(),
+                                               nullptr, y.data_ptr());
+    backend.conv2d_forward(core::kFloat32, s, x.data_ptr(), w.data_ptr(), fused.data_ptr());
+    CHECK(y.to_vector<float>() == fused.to_vector<float>());
+    const Tensor x16 = x.to(core::kBFloat16), w16 = w.to(core::kBFloat16);
+    backend.core::Backend::conv2d_forward_mixed_bias(
+        core::kBFloat16, s, x16.data_ptr(), w16.data_ptr(), b.data<float>(), y.data<float>());
+    backend.conv2d_forward_mixed_bias(core::kBFloat16, s, x16.data_ptr(), w16.data_ptr(),
+                                      b.data<float>(), fused.data<float>());
+    check_close(fused.to_vector<float>(), y.to_vector<float>(), 1e-5, "forward, bfloat16");
+    Tensor gw = core::empty(w.shape()), gw_alone = core::empty(w.shape());
+    Tensor gb = core::full({c.out_channels}, -7.0);
+    CHECK_FALSE(backend.core::Backend::conv2d_backward_filter_bias(
+        core::kFloat32, s, x.data_ptr(), y.data_ptr(), gw.data_ptr(), gb.data_ptr()));
+    backend.conv2d_backward_filter(core::kFloat32, s, x.data_ptr(), y.data_ptr(),
+                                   gw_alone.data_ptr());
+    CHECK(gw.to_vector<float>() == gw_alone.to_vector<float>());
+    CHECK(gb.to_vector<float>() == std::vector<float>(size_t(c.out_channels), -7.0f));
+  }
+}
+
+TEST_CASE("conv2d: double backward with a bias agrees on every path") {
+  // gx = d/dx sum(y * y * u) with create_graph, then sum(gx * gx) differentiated again: the bias
+  // reaches the second derivative through y, so its gradient needs the graph of the fused
+  // forward. Every float32 path against float64 on GEMM.
+  core::Generator generator(40);
+  for (const PathCase& c : kCases) {
+    if (!c.bias) continue;
+    INFO("case: ", c.name);
+    const Tensor x0 = core::randn({c.batch, c.channels, c.height, c.width}, generator);
+    const Tensor w0 =
+        core::randn({c.out_channels, c.channels / c.groups, c.kernel_h, c.kernel_w}, generator) *
+        0.3;
+    const Tensor b0 = core::randn({c.out_channels}, generator);
+    const auto options = options_of(c);
+    auto second = [&](ConvPath path, core::DType dtype) {
+      PathGuard guard(path);
+      Tensor x = x0.to(dtype).detach().set_requires_grad(true);
+      Tensor w = w0.to(dtype).detach().set_requires_grad(true);
+      Tensor b = b0.to(dtype).detach().set_requires_grad(true);
+      const Tensor y = nn::functional::conv2d(x, w, b, options);
+      const Tensor gx =
+          core::grad({core::sum(y * y * upstream_of(y))}, {x}, {}, {.create_graph = true})[0];
+      const std::vector<Tensor> grads = core::grad({core::sum(gx * gx)}, {w, b}, {});
+      Results r;
+      r.grad_w = grads[0].to(core::kFloat32).to_vector<float>();
+      r.grad_b = grads[1].to(core::kFloat32).to_vector<float>();
+      return r;
+    };
+    const Results reference = second(ConvPath::Gemm, core::kFloat64);
+    double norm = 0;
+    for (float v : reference.grad_b) norm += std::fabs(v);
+    CHECK(norm > 0);  // the bias does reach the second derivative
+    for (ConvPath path : {ConvPath::Gemm, ConvPath::OneDnn, ConvPath::Direct, ConvPath::Rule}) {
+      INFO("path ", int(path));
+      const Results r = second(path, core::kFloat32);
+      // Float32 against float64 through four convolutions, summing up to 4608 products each (the
+      // large 1x1 case's values reach 2e5): 1e-3 of the scale. A bias missing from the graph
+      // would be off by a whole term.
+      check_close(reference.grad_w, r.grad_w, 1e-3, "second-order grad w");
+      check_close(reference.grad_b, r.grad_b, 1e-3, "second-order grad b");
+    }
   }
 }
 
