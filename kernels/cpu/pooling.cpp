@@ -114,52 +114,81 @@ MPIGRAD_AVX2 inline void store_up_to(float* out, int64_t count, const float* lim
   }
 }
 
-// Outputs [0, count) of one output row: row0 and row1 are the window's two input rows from its
-// first column. Stores end before `limit` (the end of this thread's outputs): see store_up_to.
-MPIGRAD_AVX2 void max_2x2_row(const float* row0, const float* row1, int64_t count,
-                              const float* limit, float* out, uint8_t* taps) {
+// Outputs [0, count) of 8 windows, count <= 8, from row0 and row1, the windows' two input rows
+// from their first column: 16 floats each are loaded whole where `whole`, else only the 2*count
+// wanted. Stores run past count up to `limit` (store_up_to).
+MPIGRAD_AVX2 inline void max_2x2_forward_8(const float* row0, const float* row1, bool whole,
+                                           int64_t count, const float* limit, float* out,
+                                           uint8_t* taps) {
   const __m256 tap_b = _mm256_castsi256_ps(_mm256_set1_epi32(1));
   const __m256 tap_c = _mm256_castsi256_ps(_mm256_set1_epi32(2));
   const __m256 tap_d = _mm256_castsi256_ps(_mm256_set1_epi32(3));
-  for (int64_t ox = 0; ox < count; ox += 8) {
-    const int64_t n = std::min<int64_t>(count - ox, 8);
-    __m256 a, b, c, d;
-    load_pairs(row0 + 2 * ox, n, a, b);
-    load_pairs(row1 + 2 * ox, n, c, d);
-    __m256 best = a, tap = _mm256_setzero_ps();
-    __m256 take = _mm256_cmp_ps(b, best, _CMP_GT_OQ);
-    best = _mm256_blendv_ps(best, b, take);
-    tap = _mm256_blendv_ps(tap, tap_b, take);
-    take = _mm256_cmp_ps(c, best, _CMP_GT_OQ);
-    best = _mm256_blendv_ps(best, c, take);
-    tap = _mm256_blendv_ps(tap, tap_c, take);
-    take = _mm256_cmp_ps(d, best, _CMP_GT_OQ);
-    best = _mm256_blendv_ps(best, d, take);
-    tap = _mm256_blendv_ps(tap, tap_d, take);
-    const __m256 any_nan =
-        _mm256_or_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q), _mm256_cmp_ps(c, d, _CMP_UNORD_Q));
-    if (_mm256_movemask_ps(any_nan) != 0) [[unlikely]] {
-      // PyTorch's rule: a NaN wins, and a later NaN replaces an earlier one.
-      const __m256 candidates[4] = {a, b, c, d};
-      const __m256 taps_of[4] = {_mm256_setzero_ps(), tap_b, tap_c, tap_d};
-      for (int k = 0; k < 4; ++k) {
-        const __m256 nan = _mm256_cmp_ps(candidates[k], candidates[k], _CMP_UNORD_Q);
-        best = _mm256_blendv_ps(best, candidates[k], nan);
-        tap = _mm256_blendv_ps(tap, taps_of[k], nan);
-      }
+  __m256 a, b, c, d;
+  load_pairs(row0, whole ? 8 : count, a, b);
+  load_pairs(row1, whole ? 8 : count, c, d);
+  __m256 best = a, tap = _mm256_setzero_ps();
+  __m256 take = _mm256_cmp_ps(b, best, _CMP_GT_OQ);
+  best = _mm256_blendv_ps(best, b, take);
+  tap = _mm256_blendv_ps(tap, tap_b, take);
+  take = _mm256_cmp_ps(c, best, _CMP_GT_OQ);
+  best = _mm256_blendv_ps(best, c, take);
+  tap = _mm256_blendv_ps(tap, tap_c, take);
+  take = _mm256_cmp_ps(d, best, _CMP_GT_OQ);
+  best = _mm256_blendv_ps(best, d, take);
+  tap = _mm256_blendv_ps(tap, tap_d, take);
+  const __m256 any_nan =
+      _mm256_or_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q), _mm256_cmp_ps(c, d, _CMP_UNORD_Q));
+  if (_mm256_movemask_ps(any_nan) != 0) [[unlikely]] {
+    // PyTorch's rule: a NaN wins, and a later NaN replaces an earlier one.
+    const __m256 candidates[4] = {a, b, c, d};
+    const __m256 taps_of[4] = {_mm256_setzero_ps(), tap_b, tap_c, tap_d};
+    for (int k = 0; k < 4; ++k) {
+      const __m256 nan = _mm256_cmp_ps(candidates[k], candidates[k], _CMP_UNORD_Q);
+      best = _mm256_blendv_ps(best, candidates[k], nan);
+      tap = _mm256_blendv_ps(tap, taps_of[k], nan);
     }
-    // The eight taps (0..3) as bytes, in output order.
-    const __m256i ordered = _mm256_permute4x64_epi64(_mm256_castps_si256(tap), 0xD8);
-    const __m128i words =
-        _mm_packus_epi32(_mm256_castsi256_si128(ordered), _mm256_extracti128_si256(ordered, 1));
-    const __m128i bytes = _mm_packus_epi16(words, words);
-    store_up_to(out + ox, n, limit, unshuffle(best));
-    if (limit - (out + ox) >= 8) {
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(taps + ox), bytes);
-    } else {
-      alignas(16) uint8_t lanes[16];
-      _mm_store_si128(reinterpret_cast<__m128i*>(lanes), bytes);
-      std::memcpy(taps + ox, lanes, size_t(n));
+  }
+  // The eight taps (0..3) as bytes, in output order.
+  const __m256i ordered = _mm256_permute4x64_epi64(_mm256_castps_si256(tap), 0xD8);
+  const __m128i words =
+      _mm_packus_epi32(_mm256_castsi256_si128(ordered), _mm256_extracti128_si256(ordered, 1));
+  const __m128i bytes = _mm_packus_epi16(words, words);
+  store_up_to(out, count, limit, unshuffle(best));
+  if (limit - out >= 8) {
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(taps), bytes);
+  } else {
+    alignas(16) uint8_t lanes[16];
+    _mm_store_si128(reinterpret_cast<__m128i*>(lanes), bytes);
+    std::memcpy(taps, lanes, size_t(count));
+  }
+}
+
+// Planes [begin, end) of the output and taps, rows in order. A row of 8 or more outputs runs as
+// groups of 8, the last one moved back to end with the row (some outputs computed twice, to the
+// same values), so every load and store is whole; a shorter row is one group whose loads are
+// whole but at the end of the input and whose stores run into the outputs after it, written
+// later, up to the end of these planes.
+MPIGRAD_AVX2 void max_2x2_forward_planes(const Pool2dGeometry& g, const float* in, float* out,
+                                         uint8_t* taps, int64_t begin, int64_t end) {
+  const int64_t height = g.height, width = g.width, out_h = g.out_h, out_w = g.out_w;
+  const float* limit = out + end * out_h * out_w;
+  const float* in_end = in + g.planes * height * width;
+  for (int64_t p = begin; p < end; ++p) {
+    const float* plane = in + p * height * width;
+    for (int64_t oy = 0; oy < out_h; ++oy) {
+      const float* row0 = plane + 2 * oy * width;
+      const float* row1 = row0 + width;
+      const int64_t o = (p * out_h + oy) * out_w;
+      if (out_w >= 8) {
+        for (int64_t ox = 0;; ox += 8) {
+          ox = std::min(ox, out_w - 8);
+          max_2x2_forward_8(row0 + 2 * ox, row1 + 2 * ox, true, 8, limit, out + o + ox,
+                            taps + o + ox);
+          if (ox + 8 == out_w) break;
+        }
+      } else {
+        max_2x2_forward_8(row0, row1, in_end - row1 >= 16, out_w, limit, out + o, taps + o);
+      }
     }
   }
 }
@@ -171,36 +200,68 @@ MPIGRAD_AVX2 inline __m256 share_of_tap(__m256 g, __m256i taps, int tap) {
   return _mm256_add_ps(_mm256_and_ps(g, won), _mm256_setzero_ps());
 }
 
-// Input rows row0 and row1 (2*count elements each) from the gradient of one output row and its
-// taps. Stores may run past the 2*count elements into ones written afterwards: row0's up to row1
-// (which a later iteration of this loop writes), row1's up to `limit` (the end of this thread's
-// planes; the caller writes the rows after row1 later).
-MPIGRAD_AVX2 void max_2x2_backward_row(const float* grad, const uint8_t* taps, int64_t count,
-                                       const float* limit, float* row0, float* row1) {
-  for (int64_t ox = 0; ox < count; ox += 8) {
-    const int64_t n = std::min<int64_t>(count - ox, 8);
-    __m256 g;
-    uint64_t packed = 0;
-    if (n == 8) {
-      g = _mm256_loadu_ps(grad + ox);
-      std::memcpy(&packed, taps + ox, 8);
-    } else {
-      g = _mm256_maskload_ps(grad + ox, lanes_below(n));
-      std::memcpy(&packed, taps + ox, size_t(n));
+// The two input rows of 8 windows (16 elements each, at row0 and row1) from their gradient and
+// taps; `count` (<= 8) of them are wanted, and stores run past them up to `limit` (store_up_to).
+// row0 is written first, so where its stores run into row1 row1's own overwrite them.
+MPIGRAD_AVX2 inline void max_2x2_backward_8(__m256 g, __m256i taps, int64_t count,
+                                            const float* limit, float* row0, float* row1) {
+  const __m256 a = share_of_tap(g, taps, 0), b = share_of_tap(g, taps, 1);
+  const __m256 c = share_of_tap(g, taps, 2), d = share_of_tap(g, taps, 3);
+  // Interleave a with b and c with d: unpack works within 128-bit halves.
+  const __m256 ab_low = _mm256_unpacklo_ps(a, b), ab_high = _mm256_unpackhi_ps(a, b);
+  const __m256 cd_low = _mm256_unpacklo_ps(c, d), cd_high = _mm256_unpackhi_ps(c, d);
+  const int64_t first = std::min<int64_t>(2 * count, 8),
+                second = std::max<int64_t>(2 * count - 8, 0);
+  store_up_to(row0, first, limit, _mm256_permute2f128_ps(ab_low, ab_high, 0x20));
+  store_up_to(row0 + 8, second, limit, _mm256_permute2f128_ps(ab_low, ab_high, 0x31));
+  store_up_to(row1, first, limit, _mm256_permute2f128_ps(cd_low, cd_high, 0x20));
+  store_up_to(row1 + 8, second, limit, _mm256_permute2f128_ps(cd_low, cd_high, 0x31));
+}
+
+MPIGRAD_AVX2 inline __m256i load_taps_8(const uint8_t* taps) {
+  uint64_t packed;
+  std::memcpy(&packed, taps, 8);
+  return _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(packed)));
+}
+
+// Planes [begin, end) of grad_in from the gradient and taps of their windows, in order. A row
+// of 8 or more windows runs as groups of 8, the last one moved back to end with the row (it
+// writes some elements twice, with the same values) so that every load and store is whole; a
+// shorter row is one group whose stores run into the elements after it, written later (up to
+// the end of these planes), and whose loads are whole but at the end of the gradient.
+MPIGRAD_AVX2 void max_2x2_backward_planes(const Pool2dGeometry& g, const float* grad_out,
+                                          const uint8_t* taps, float* grad_in, int64_t begin,
+                                          int64_t end) {
+  const int64_t height = g.height, width = g.width, out_h = g.out_h, out_w = g.out_w;
+  const float* limit = grad_in + end * height * width;
+  const float* grad_end = grad_out + g.planes * out_h * out_w;
+  for (int64_t p = begin; p < end; ++p) {
+    float* plane = grad_in + p * height * width;
+    for (int64_t oy = 0; oy < out_h; ++oy) {
+      float* row0 = plane + 2 * oy * width;
+      float* row1 = row0 + width;
+      const int64_t o = (p * out_h + oy) * out_w;
+      const float* grad = grad_out + o;
+      const uint8_t* tap = taps + o;
+      if (out_w >= 8) {
+        for (int64_t ox = 0;; ox += 8) {
+          ox = std::min(ox, out_w - 8);
+          max_2x2_backward_8(_mm256_loadu_ps(grad + ox), load_taps_8(tap + ox), 8, limit,
+                             row0 + 2 * ox, row1 + 2 * ox);
+          if (ox + 8 == out_w) break;
+        }
+      } else if (grad_end - grad >= 8) {
+        max_2x2_backward_8(_mm256_loadu_ps(grad), load_taps_8(tap), out_w, limit, row0, row1);
+      } else {
+        uint64_t packed = 0;
+        for (int64_t k = 0; k < out_w; ++k) packed |= uint64_t(tap[k]) << (8 * k);
+        max_2x2_backward_8(_mm256_maskload_ps(grad, lanes_below(out_w)),
+                           _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(packed))), out_w, limit,
+                           row0, row1);
+      }
+      if (width % 2 != 0) row0[width - 1] = row1[width - 1] = 0.0f;
     }
-    const __m256i t = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(packed)));
-    const __m256 a = share_of_tap(g, t, 0), b = share_of_tap(g, t, 1);
-    const __m256 c = share_of_tap(g, t, 2), d = share_of_tap(g, t, 3);
-    // Interleave a with b (row 0) and c with d (row 1): unpack works within 128-bit halves.
-    const __m256 ab_low = _mm256_unpacklo_ps(a, b), ab_high = _mm256_unpackhi_ps(a, b);
-    const __m256 cd_low = _mm256_unpacklo_ps(c, d), cd_high = _mm256_unpackhi_ps(c, d);
-    const int64_t first = std::min<int64_t>(2 * n, 8), second = std::max<int64_t>(2 * n - 8, 0);
-    float* out0 = row0 + 2 * ox;
-    float* out1 = row1 + 2 * ox;
-    store_up_to(out0, first, row1, _mm256_permute2f128_ps(ab_low, ab_high, 0x20));
-    store_up_to(out0 + 8, second, row1, _mm256_permute2f128_ps(ab_low, ab_high, 0x31));
-    store_up_to(out1, first, limit, _mm256_permute2f128_ps(cd_low, cd_high, 0x20));
-    store_up_to(out1 + 8, second, limit, _mm256_permute2f128_ps(cd_low, cd_high, 0x31));
+    if (height % 2 != 0) std::fill_n(plane + (height - 1) * width, width, 0.0f);
   }
 }
 
@@ -216,20 +277,9 @@ void max_forward_2x2(const Pool2dGeometry& g, const T* in, T* out, uint8_t* taps
 #if defined(MPIGRAD_HAS_AVX2_MATH)
   if constexpr (std::is_same_v<T, float>) {
     if (use_avx2_2x2<T>(g)) {
-      parallel_for(0, g.planes, plane_grain(g),
-                   [&, width, out_h, out_w](int64_t begin, int64_t end) {
-                     // A tail may run into the rows that follow in this chunk, which are written
-                     // after it; not past the chunk (another thread's, or the end).
-                     const float* limit = out + end * out_h * out_w;
-                     for (int64_t p = begin; p < end; ++p) {
-                       const float* plane = in + p * g.height * width;
-                       for (int64_t oy = 0; oy < out_h; ++oy) {
-                         const int64_t row = (p * out_h + oy) * out_w;
-                         avx2::max_2x2_row(plane + 2 * oy * width, plane + (2 * oy + 1) * width,
-                                           out_w, limit, out + row, taps + row);
-                       }
-                     }
-                   });
+      parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
+        avx2::max_2x2_forward_planes(g, in, out, taps, begin, end);
+      });
       return;
     }
   }
@@ -332,26 +382,14 @@ void max_forward(const Pool2dGeometry& geometry, const T* in, T* out, Tap* taps)
                });
 }
 
-// Float32 2x2 windows with AVX2: the planes [begin, end) of grad_in, rows in order, so a tail's
-// whole-vector stores only run into elements written after them.
+// Float32 2x2 windows with AVX2 (max_2x2_backward_planes).
 template <typename T>
 bool max_backward_2x2(const Pool2dGeometry& g, const T* grad_out, const uint8_t* taps, T* grad_in) {
 #if defined(MPIGRAD_HAS_AVX2_MATH)
   if constexpr (std::is_same_v<T, float>) {
     if (use_avx2_2x2<T>(g)) {
       parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
-        const int64_t height = g.height, width = g.width, out_h = g.out_h, out_w = g.out_w;
-        const float* limit = grad_in + end * height * width;
-        for (int64_t p = begin; p < end; ++p) {
-          float* plane = grad_in + p * height * width;
-          for (int64_t oy = 0; oy < out_h; ++oy) {
-            float* row0 = plane + 2 * oy * width;
-            const int64_t o = (p * out_h + oy) * out_w;
-            avx2::max_2x2_backward_row(grad_out + o, taps + o, out_w, limit, row0, row0 + width);
-            if (width % 2 != 0) row0[width - 1] = row0[2 * width - 1] = 0.0f;
-          }
-          if (height % 2 != 0) std::fill_n(plane + (height - 1) * width, width, 0.0f);
-        }
+        avx2::max_2x2_backward_planes(g, grad_out, taps, grad_in, begin, end);
       });
       return true;
     }
