@@ -209,10 +209,14 @@ Tensor windowed_pool(PoolKind kind, const Tensor& input, const Pool2dOptions& o)
       g.pad_h >= 0 && g.pad_w >= 0 && 2 * g.pad_h <= g.kernel_h && 2 * g.pad_w <= g.kernel_w, name,
       ": padding must be >= 0 and at most half the kernel size, got ", g.pad_h, "x", g.pad_w,
       " for kernel ", g.kernel_h, "x", g.kernel_w);
-  g.out_h = (g.height + 2 * g.pad_h - g.dilation_h * (g.kernel_h - 1) - 1) / g.stride_h + 1;
-  g.out_w = (g.width + 2 * g.pad_w - g.dilation_w * (g.kernel_w - 1) - 1) / g.stride_w + 1;
-  MPIGRAD_CHECK(g.out_h > 0 && g.out_w > 0, name, ": input of shape ", input.shape(),
+  // The padded input must hold one whole (dilated) window: C++ division truncates toward zero,
+  // so a span one too long would still give one output, whose window reads past the plane.
+  const int64_t rows = g.height + 2 * g.pad_h - g.dilation_h * (g.kernel_h - 1) - 1;
+  const int64_t cols = g.width + 2 * g.pad_w - g.dilation_w * (g.kernel_w - 1) - 1;
+  MPIGRAD_CHECK(rows >= 0 && cols >= 0, name, ": input of shape ", input.shape(),
                 " is too small for kernel ", g.kernel_h, "x", g.kernel_w);
+  g.out_h = rows / g.stride_h + 1;
+  g.out_w = cols / g.stride_w + 1;
   const core::Pool2dMode mode = kind == PoolKind::Max ? core::Pool2dMode::Max
                                 : o.count_include_pad ? core::Pool2dMode::AvgIncludePad
                                                       : core::Pool2dMode::AvgExcludePad;

@@ -502,6 +502,15 @@ TEST_CASE("pooling names its op in errors and its backward node") {
                        core::Error);
   CHECK_THROWS_WITH_AS(nn::functional::adaptive_avg_pool2d(flat, {2, 2}),
                        doctest::Contains("adaptive_avg_pool2d: "), core::Error);
+  // A 2x2 window does not fit a 1-wide or 1-high input (the output size's numerator is -1, which
+  // truncating division would have turned into one output reading past the plane).
+  for (const core::Shape& shape : {core::Shape{1, 1, 4, 1}, core::Shape{1, 1, 1, 4}}) {
+    const Tensor thin = fd_input(shape, 54);
+    CHECK_THROWS_WITH_AS(nn::functional::max_pool2d(thin, o), doctest::Contains("too small"),
+                         core::Error);
+    CHECK_THROWS_WITH_AS(nn::functional::avg_pool2d(thin, o), doctest::Contains("too small"),
+                         core::Error);
+  }
 }
 
 TEST_CASE("max pooling lets NaN win and takes -inf windows, with the matching index") {
