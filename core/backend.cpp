@@ -412,11 +412,11 @@ class CpuBackend final : public Backend {
     }
   }
 
-  int64_t max_pool2d_indices(const Pool2dGeometry& g) override {
-    return g.planes * g.out_h * g.out_w;
+  MaxPoolIndices max_pool2d_indices(const Pool2dGeometry& g) override {
+    return {g.planes * g.out_h * g.out_w, kernels::cpu::max_pool2d_tap_dtype(g)};
   }
   void pool2d_forward(Pool2dMode mode, DType dtype, const Pool2dGeometry& geometry, const void* x,
-                      void* y, int64_t* indices) override {
+                      void* y, void* indices) override {
     switch (mode) {
       case Pool2dMode::Max:
         return kernels::cpu::max_pool2d_forward(dtype, geometry, x, y, indices);
@@ -429,7 +429,7 @@ class CpuBackend final : public Backend {
     }
   }
   void pool2d_backward(Pool2dMode mode, DType dtype, const Pool2dGeometry& geometry,
-                       const void* /*x*/, const void* /*y*/, const int64_t* indices,
+                       const void* /*x*/, const void* /*y*/, const void* indices,
                        const void* grad_y, void* grad_x) override {
     switch (mode) {
       case Pool2dMode::Max:

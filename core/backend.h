@@ -170,14 +170,19 @@ class Backend {
                                            const void* grad_y, void* grad_w, void* grad_bias);
 
   // 2-d pooling over [planes, H, W] (kernels/pooling.h). Max pooling records its winners in
-  // `indices`, max_pool2d_indices(geometry) Int64 values (one per output on the CPU; none on
-  // CUDA, where cuDNN finds them again from x and y), and its backward reads x, y and those
-  // indices; the average poolings read neither (x, y and indices may then be null).
-  virtual int64_t max_pool2d_indices(const Pool2dGeometry& geometry) = 0;
+  // `indices`, as max_pool2d_indices(geometry) says: on the CPU one window tap per output, in the
+  // narrowest integer type that holds the window's taps; on CUDA none, as cuDNN finds them again
+  // from x and y. Its backward reads x, y and those indices; the average poolings read neither
+  // (x, y and indices may then be null).
+  struct MaxPoolIndices {
+    int64_t count = 0;
+    DType dtype = DType::UInt8;
+  };
+  virtual MaxPoolIndices max_pool2d_indices(const Pool2dGeometry& geometry) = 0;
   virtual void pool2d_forward(Pool2dMode mode, DType dtype, const Pool2dGeometry& geometry,
-                              const void* x, void* y, int64_t* indices) = 0;
+                              const void* x, void* y, void* indices) = 0;
   virtual void pool2d_backward(Pool2dMode mode, DType dtype, const Pool2dGeometry& geometry,
-                               const void* x, const void* y, const int64_t* indices,
+                               const void* x, const void* y, const void* indices,
                                const void* grad_y, void* grad_x) = 0;
 
   // Batch norm over [batch, channels, inner] (kernels/normalization.h); weight and bias [channels]

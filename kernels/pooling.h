@@ -1,6 +1,9 @@
 // 2-d pooling over dense [planes, height, width] buffers, where a plane is one (sample, channel)
-// pair of an NCHW tensor. Max pooling records, per output, the flat index h*width+w of the
-// winning input inside its plane (PyTorch's convention), and backward routes the gradient there.
+// pair of an NCHW tensor. Max pooling records, per output, where its winner lies inside its
+// window: the tap i*kernel_w + j of kernel row i and column j, in the narrowest integer that holds
+// every tap (max_pool2d_tap_dtype). A byte per output instead of PyTorch's int64 flat index moves
+// an eighth of the bytes through memory, and backward routes the gradient from it;
+// max_pool2d_flat_indices turns taps into PyTorch's flat h*width+w where a caller needs those.
 // Forward writes `=`; backward writes every element of grad_in with `=`.
 #pragma once
 
@@ -21,11 +24,15 @@ struct Pool2dGeometry {
 
 namespace cpu {
 
-// Padding counts as -infinity. indices: Int64, one per output element.
+// Padding counts as -infinity. taps: one per output element, of max_pool2d_tap_dtype(geometry).
+DType max_pool2d_tap_dtype(const Pool2dGeometry& geometry);
 void max_pool2d_forward(DType dtype, const Pool2dGeometry& geometry, const void* in, void* out,
-                        int64_t* indices);
+                        void* taps);
 void max_pool2d_backward(DType dtype, const Pool2dGeometry& geometry, const void* grad_out,
-                         const int64_t* indices, void* grad_in);
+                         const void* taps, void* grad_in);
+// flat[k] = the plane index h*width+w that taps[k] names (0 for a tap that lies in the padding,
+// which only a window with no input element at all records).
+void max_pool2d_flat_indices(const Pool2dGeometry& geometry, const void* taps, int64_t* flat);
 
 // count_include_pad: the divisor is the window clipped to the padded input (PyTorch's default)
 // rather than to the input itself.

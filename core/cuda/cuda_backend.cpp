@@ -295,15 +295,15 @@ void CudaBackend::conv2d_backward_filter(DType, const Conv2dShape&, const void*,
                                          void*) {
   no_cudnn("conv2d backward");
 }
-int64_t CudaBackend::max_pool2d_indices(const Pool2dGeometry&) {
-  return 0;
+Backend::MaxPoolIndices CudaBackend::max_pool2d_indices(const Pool2dGeometry&) {
+  return {};
 }
 void CudaBackend::pool2d_forward(Pool2dMode, DType, const Pool2dGeometry&, const void*, void*,
-                                 int64_t*) {
+                                 void*) {
   no_cudnn("pool2d");
 }
 void CudaBackend::pool2d_backward(Pool2dMode, DType, const Pool2dGeometry&, const void*,
-                                  const void*, const int64_t*, const void*, void*) {
+                                  const void*, const void*, const void*, void*) {
   no_cudnn("pool2d backward");
 }
 void CudaBackend::batch_norm_forward_training(DType, int64_t, int64_t, int64_t, double, double,

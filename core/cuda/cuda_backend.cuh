@@ -141,11 +141,11 @@ class CudaBackend : public Backend {
                             const void* w, void* grad_x) override;
   void conv2d_backward_filter(DType dtype, const Conv2dShape& shape, const void* x,
                               const void* grad_y, void* grad_w) override;
-  int64_t max_pool2d_indices(const Pool2dGeometry& geometry) override;
+  MaxPoolIndices max_pool2d_indices(const Pool2dGeometry& geometry) override;
   void pool2d_forward(Pool2dMode mode, DType dtype, const Pool2dGeometry& geometry, const void* x,
-                      void* y, int64_t* indices) override;
+                      void* y, void* indices) override;
   void pool2d_backward(Pool2dMode mode, DType dtype, const Pool2dGeometry& geometry, const void* x,
-                       const void* y, const int64_t* indices, const void* grad_y,
+                       const void* y, const void* indices, const void* grad_y,
                        void* grad_x) override;
   void batch_norm_forward_training(DType dtype, int64_t batch, int64_t channels, int64_t inner,
                                    double factor, double eps, const void* x, const void* weight,

@@ -141,9 +141,9 @@ class CudnnBackend final : public CudaBackend {
   // dtype) or anything so far fell back to widening.
   std::string mixed_precision_kernels(DType operand) override;
   void pool2d_forward(Pool2dMode mode, DType dtype, const Pool2dGeometry& geometry, const void* x,
-                      void* y, int64_t* indices) override;
+                      void* y, void* indices) override;
   void pool2d_backward(Pool2dMode mode, DType dtype, const Pool2dGeometry& geometry, const void* x,
-                       const void* y, const int64_t* indices, const void* grad_y,
+                       const void* y, const void* indices, const void* grad_y,
                        void* grad_x) override;
   void batch_norm_forward_training(DType dtype, int64_t batch, int64_t channels, int64_t inner,
                                    double factor, double eps, const void* x, const void* weight,

@@ -63,7 +63,7 @@ struct PoolDescriptors {
 }  // namespace
 
 void CudnnBackend::pool2d_forward(Pool2dMode mode, DType dtype, const Pool2dGeometry& geometry,
-                                  const void* x, void* y, int64_t* /*indices*/) {
+                                  const void* x, void* y, void* /*indices*/) {
   const Pool2dGeometry window = window_of(mode, geometry);
   if (window.planes == 0) return;
   launch(device(), [&] {
@@ -77,7 +77,7 @@ void CudnnBackend::pool2d_forward(Pool2dMode mode, DType dtype, const Pool2dGeom
 }
 
 void CudnnBackend::pool2d_backward(Pool2dMode mode, DType dtype, const Pool2dGeometry& geometry,
-                                   const void* x, const void* y, const int64_t* /*indices*/,
+                                   const void* x, const void* y, const void* /*indices*/,
                                    const void* grad_y, void* grad_x) {
   const Pool2dGeometry window = window_of(mode, geometry);
   if (window.planes == 0) return;

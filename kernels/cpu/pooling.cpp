@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -28,24 +29,52 @@ bool is_2x2(const Pool2dGeometry& g) {
          g.pad_w == 0 && g.dilation_h == 1 && g.dilation_w == 1;
 }
 
-// Whether the Float32 2x2 routines of namespace avx2 run: this CPU has AVX2 and a plane's flat
-// indices fit in 32 bits.
+// Windows that never overlap (stride at least the kernel, no dilation), so each input element
+// lies in at most one window and backward writes it once, its gradient or 0, with no zero fill
+// of the plane first. Such a window always holds an input element (padding is at most half the
+// kernel), so its tap names one.
+bool windows_disjoint(const Pool2dGeometry& g) {
+  return g.stride_h >= g.kernel_h && g.stride_w >= g.kernel_w &&
+         (g.dilation_h == 1 || g.kernel_h == 1) && (g.dilation_w == 1 || g.kernel_w == 1);
+}
+
+// Whether the Float32 2x2 routines of namespace avx2 run.
 template <typename T>
 bool use_avx2_2x2(const Pool2dGeometry& g) {
 #if defined(MPIGRAD_HAS_AVX2_MATH)
-  return std::is_same_v<T, float> && is_2x2(g) && g.height * g.width < (int64_t(1) << 31) - 2 &&
-         has_avx2_fma();
+  return std::is_same_v<T, float> && is_2x2(g) && has_avx2_fma();
 #else
   (void)g;
   return false;
 #endif
 }
 
+// The plane position of tap `tap` of window (oy, ox); 0 where it lies in the padding (a window
+// with no input element in it at all records tap 0, and PyTorch's index 0).
+int64_t flat_of(const Pool2dGeometry& g, int64_t oy, int64_t ox, int64_t tap) {
+  const int64_t y = oy * g.stride_h - g.pad_h + (tap / g.kernel_w) * g.dilation_h;
+  const int64_t x = ox * g.stride_w - g.pad_w + (tap % g.kernel_w) * g.dilation_w;
+  return y < 0 || y >= g.height || x < 0 || x >= g.width ? 0 : y * g.width + x;
+}
+
+// Calls fn with a value of the integer type that max_pool2d_tap_dtype(g) names.
+template <typename Fn>
+void with_tap_type(const Pool2dGeometry& g, Fn fn) {
+  switch (max_pool2d_tap_dtype(g)) {
+    case DType::UInt8:
+      return fn(uint8_t{});
+    case DType::Int32:
+      return fn(int32_t{});
+    default:
+      return fn(int64_t{});
+  }
+}
+
 #if defined(MPIGRAD_HAS_AVX2_MATH)
 // Float32 2x2 windows, 8 outputs at a time (AVX2), with exactly the rules of max_forward_2x2 below:
-// the four candidates of a window are taken in the order (0,0) (0,1) (1,0) (1,1), a later one
-// replacing the best only when strictly greater, then every NaN replaces it in that same order.
-// Indices are formed in 32 bits (the caller checks that a plane's do fit) and widened to int64.
+// the four candidates of a window are taken in the order (0,0) (0,1) (1,0) (1,1), taps 0 to 3, a
+// later one replacing the best only when strictly greater, then every NaN replaces it in that same
+// order. Backward writes each input element once: the gradient where its tap won, else 0.
 namespace avx2 {
 
 // Lanes [0, count) all ones: the mask of a tail's loads and stores.
@@ -74,62 +103,165 @@ MPIGRAD_AVX2 inline __m256 unshuffle(__m256 v) {
   return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), 0xD8));
 }
 
-// Outputs [0, count) of one output row: row0 and row1 are the window's two input rows from its
-// first column, `first` the plane index of row0[0]. out and indices have room for `room` >= count
-// elements, and those past the row are written again after it by the caller: a tail's stores are
-// then whole vectors where they fit in the room, not the slower partial ones.
-MPIGRAD_AVX2 void max_2x2_row(const float* row0, const float* row1, int64_t count, int32_t first,
-                              int32_t width, int64_t room, float* out, int64_t* indices) {
-  const __m256i step = _mm256_setr_epi32(0, 2, 8, 10, 4, 6, 12, 14);  // shuffled, as the data
-  const __m256 at_b = _mm256_castsi256_ps(_mm256_set1_epi32(1));
-  const __m256 at_c = _mm256_castsi256_ps(_mm256_set1_epi32(width));
-  const __m256 at_d = _mm256_castsi256_ps(_mm256_set1_epi32(width + 1));
-  for (int64_t ox = 0; ox < count; ox += 8) {
-    const int64_t n = std::min<int64_t>(count - ox, 8);
-    __m256 a, b, c, d;
-    load_pairs(row0 + 2 * ox, n, a, b);
-    load_pairs(row1 + 2 * ox, n, c, d);
-    __m256 best = a, offset = _mm256_setzero_ps();
-    __m256 take = _mm256_cmp_ps(b, best, _CMP_GT_OQ);
-    best = _mm256_blendv_ps(best, b, take);
-    offset = _mm256_blendv_ps(offset, at_b, take);
-    take = _mm256_cmp_ps(c, best, _CMP_GT_OQ);
-    best = _mm256_blendv_ps(best, c, take);
-    offset = _mm256_blendv_ps(offset, at_c, take);
-    take = _mm256_cmp_ps(d, best, _CMP_GT_OQ);
-    best = _mm256_blendv_ps(best, d, take);
-    offset = _mm256_blendv_ps(offset, at_d, take);
-    const __m256 any_nan =
-        _mm256_or_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q), _mm256_cmp_ps(c, d, _CMP_UNORD_Q));
-    if (_mm256_movemask_ps(any_nan) != 0) [[unlikely]] {
-      // PyTorch's rule: a NaN wins, and a later NaN replaces an earlier one.
-      const __m256 candidates[4] = {a, b, c, d};
-      const __m256 offsets[4] = {_mm256_setzero_ps(), at_b, at_c, at_d};
-      for (int k = 0; k < 4; ++k) {
-        const __m256 nan = _mm256_cmp_ps(candidates[k], candidates[k], _CMP_UNORD_Q);
-        best = _mm256_blendv_ps(best, candidates[k], nan);
-        offset = _mm256_blendv_ps(offset, offsets[k], nan);
+// Stores the first `count` (<= 8) lanes of v at out; all 8 where they end before `limit`, as
+// whole-vector stores beat partial ones (masked stores take tens of cycles on some CPUs), and
+// every element past `count` is written again later by the caller.
+MPIGRAD_AVX2 inline void store_up_to(float* out, int64_t count, const float* limit, __m256 v) {
+  if (limit - out >= 8) {
+    _mm256_storeu_ps(out, v);
+  } else if (count > 0) {
+    vector_math::store_tail(out, count, v);
+  }
+}
+
+// Outputs [0, count) of 8 windows, count <= 8, from row0 and row1, the windows' two input rows
+// from their first column: 16 floats each are loaded whole where `whole`, else only the 2*count
+// wanted. Stores run past count up to `limit` (store_up_to).
+MPIGRAD_AVX2 inline void max_2x2_forward_8(const float* row0, const float* row1, bool whole,
+                                           int64_t count, const float* limit, float* out,
+                                           uint8_t* taps) {
+  const __m256 tap_b = _mm256_castsi256_ps(_mm256_set1_epi32(1));
+  const __m256 tap_c = _mm256_castsi256_ps(_mm256_set1_epi32(2));
+  const __m256 tap_d = _mm256_castsi256_ps(_mm256_set1_epi32(3));
+  __m256 a, b, c, d;
+  load_pairs(row0, whole ? 8 : count, a, b);
+  load_pairs(row1, whole ? 8 : count, c, d);
+  __m256 best = a, tap = _mm256_setzero_ps();
+  __m256 take = _mm256_cmp_ps(b, best, _CMP_GT_OQ);
+  best = _mm256_blendv_ps(best, b, take);
+  tap = _mm256_blendv_ps(tap, tap_b, take);
+  take = _mm256_cmp_ps(c, best, _CMP_GT_OQ);
+  best = _mm256_blendv_ps(best, c, take);
+  tap = _mm256_blendv_ps(tap, tap_c, take);
+  take = _mm256_cmp_ps(d, best, _CMP_GT_OQ);
+  best = _mm256_blendv_ps(best, d, take);
+  tap = _mm256_blendv_ps(tap, tap_d, take);
+  const __m256 any_nan =
+      _mm256_or_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q), _mm256_cmp_ps(c, d, _CMP_UNORD_Q));
+  if (_mm256_movemask_ps(any_nan) != 0) [[unlikely]] {
+    // PyTorch's rule: a NaN wins, and a later NaN replaces an earlier one.
+    const __m256 candidates[4] = {a, b, c, d};
+    const __m256 taps_of[4] = {_mm256_setzero_ps(), tap_b, tap_c, tap_d};
+    for (int k = 0; k < 4; ++k) {
+      const __m256 nan = _mm256_cmp_ps(candidates[k], candidates[k], _CMP_UNORD_Q);
+      best = _mm256_blendv_ps(best, candidates[k], nan);
+      tap = _mm256_blendv_ps(tap, taps_of[k], nan);
+    }
+  }
+  // The eight taps (0..3) as bytes, in output order.
+  const __m256i ordered = _mm256_permute4x64_epi64(_mm256_castps_si256(tap), 0xD8);
+  const __m128i words =
+      _mm_packus_epi32(_mm256_castsi256_si128(ordered), _mm256_extracti128_si256(ordered, 1));
+  const __m128i bytes = _mm_packus_epi16(words, words);
+  store_up_to(out, count, limit, unshuffle(best));
+  if (limit - out >= 8) {
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(taps), bytes);
+  } else {
+    alignas(16) uint8_t lanes[16];
+    _mm_store_si128(reinterpret_cast<__m128i*>(lanes), bytes);
+    std::memcpy(taps, lanes, size_t(count));
+  }
+}
+
+// Planes [begin, end) of the output and taps, rows in order. A row of 8 or more outputs runs as
+// groups of 8, the last one moved back to end with the row (some outputs computed twice, to the
+// same values), so every load and store is whole; a shorter row is one group whose loads are
+// whole but at the end of the input and whose stores run into the outputs after it, written
+// later, up to the end of these planes.
+MPIGRAD_AVX2 void max_2x2_forward_planes(const Pool2dGeometry& g, const float* in, float* out,
+                                         uint8_t* taps, int64_t begin, int64_t end) {
+  const int64_t height = g.height, width = g.width, out_h = g.out_h, out_w = g.out_w;
+  const float* limit = out + end * out_h * out_w;
+  const float* in_end = in + g.planes * height * width;
+  for (int64_t p = begin; p < end; ++p) {
+    const float* plane = in + p * height * width;
+    for (int64_t oy = 0; oy < out_h; ++oy) {
+      const float* row0 = plane + 2 * oy * width;
+      const float* row1 = row0 + width;
+      const int64_t o = (p * out_h + oy) * out_w;
+      if (out_w >= 8) {
+        for (int64_t ox = 0;; ox += 8) {
+          ox = std::min(ox, out_w - 8);
+          max_2x2_forward_8(row0 + 2 * ox, row1 + 2 * ox, true, 8, limit, out + o + ox,
+                            taps + o + ox);
+          if (ox + 8 == out_w) break;
+        }
+      } else {
+        max_2x2_forward_8(row0, row1, in_end - row1 >= 16, out_w, limit, out + o, taps + o);
       }
     }
-    const __m256i index =
-        _mm256_add_epi32(_mm256_castps_si256(offset),
-                         _mm256_add_epi32(step, _mm256_set1_epi32(first + 2 * int32_t(ox))));
-    const __m256i ordered = _mm256_permute4x64_epi64(index, 0xD8);
-    const __m256i low = _mm256_cvtepi32_epi64(_mm256_castsi256_si128(ordered));
-    const __m256i high = _mm256_cvtepi32_epi64(_mm256_extracti128_si256(ordered, 1));
-    if (ox + 8 <= room) {
-      _mm256_storeu_ps(out + ox, unshuffle(best));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(indices + ox), low);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(indices + ox + 4), high);
-    } else {
-      // Through the stack: masked stores (vmaskmov) take tens of cycles on some CPUs, and
-      // out_w = 7 (a 14-wide input) is all tail.
-      alignas(32) int64_t lanes[8];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), low);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(lanes + 4), high);
-      vector_math::store_tail(out + ox, n, unshuffle(best));
-      for (int64_t k = 0; k < n; ++k) indices[ox + k] = lanes[k];
+  }
+}
+
+// 0 + g where the window's tap is `tap`, else 0: as the scatter into a zeroed plane adds it (-0
+// becomes +0).
+MPIGRAD_AVX2 inline __m256 share_of_tap(__m256 g, __m256i taps, int tap) {
+  const __m256 won = _mm256_castsi256_ps(_mm256_cmpeq_epi32(taps, _mm256_set1_epi32(tap)));
+  return _mm256_add_ps(_mm256_and_ps(g, won), _mm256_setzero_ps());
+}
+
+// The two input rows of 8 windows (16 elements each, at row0 and row1) from their gradient and
+// taps; `count` (<= 8) of them are wanted, and stores run past them up to `limit` (store_up_to).
+// row0 is written first, so where its stores run into row1 row1's own overwrite them.
+MPIGRAD_AVX2 inline void max_2x2_backward_8(__m256 g, __m256i taps, int64_t count,
+                                            const float* limit, float* row0, float* row1) {
+  const __m256 a = share_of_tap(g, taps, 0), b = share_of_tap(g, taps, 1);
+  const __m256 c = share_of_tap(g, taps, 2), d = share_of_tap(g, taps, 3);
+  // Interleave a with b and c with d: unpack works within 128-bit halves.
+  const __m256 ab_low = _mm256_unpacklo_ps(a, b), ab_high = _mm256_unpackhi_ps(a, b);
+  const __m256 cd_low = _mm256_unpacklo_ps(c, d), cd_high = _mm256_unpackhi_ps(c, d);
+  const int64_t first = std::min<int64_t>(2 * count, 8),
+                second = std::max<int64_t>(2 * count - 8, 0);
+  store_up_to(row0, first, limit, _mm256_permute2f128_ps(ab_low, ab_high, 0x20));
+  store_up_to(row0 + 8, second, limit, _mm256_permute2f128_ps(ab_low, ab_high, 0x31));
+  store_up_to(row1, first, limit, _mm256_permute2f128_ps(cd_low, cd_high, 0x20));
+  store_up_to(row1 + 8, second, limit, _mm256_permute2f128_ps(cd_low, cd_high, 0x31));
+}
+
+MPIGRAD_AVX2 inline __m256i load_taps_8(const uint8_t* taps) {
+  uint64_t packed;
+  std::memcpy(&packed, taps, 8);
+  return _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(packed)));
+}
+
+// Planes [begin, end) of grad_in from the gradient and taps of their windows, in order. A row
+// of 8 or more windows runs as groups of 8, the last one moved back to end with the row (it
+// writes some elements twice, with the same values) so that every load and store is whole; a
+// shorter row is one group whose stores run into the elements after it, written later (up to
+// the end of these planes), and whose loads are whole but at the end of the gradient.
+MPIGRAD_AVX2 void max_2x2_backward_planes(const Pool2dGeometry& g, const float* grad_out,
+                                          const uint8_t* taps, float* grad_in, int64_t begin,
+                                          int64_t end) {
+  const int64_t height = g.height, width = g.width, out_h = g.out_h, out_w = g.out_w;
+  const float* limit = grad_in + end * height * width;
+  const float* grad_end = grad_out + g.planes * out_h * out_w;
+  for (int64_t p = begin; p < end; ++p) {
+    float* plane = grad_in + p * height * width;
+    for (int64_t oy = 0; oy < out_h; ++oy) {
+      float* row0 = plane + 2 * oy * width;
+      float* row1 = row0 + width;
+      const int64_t o = (p * out_h + oy) * out_w;
+      const float* grad = grad_out + o;
+      const uint8_t* tap = taps + o;
+      if (out_w >= 8) {
+        for (int64_t ox = 0;; ox += 8) {
+          ox = std::min(ox, out_w - 8);
+          max_2x2_backward_8(_mm256_loadu_ps(grad + ox), load_taps_8(tap + ox), 8, limit,
+                             row0 + 2 * ox, row1 + 2 * ox);
+          if (ox + 8 == out_w) break;
+        }
+      } else if (grad_end - grad >= 8) {
+        max_2x2_backward_8(_mm256_loadu_ps(grad), load_taps_8(tap), out_w, limit, row0, row1);
+      } else {
+        uint64_t packed = 0;
+        for (int64_t k = 0; k < out_w; ++k) packed |= uint64_t(tap[k]) << (8 * k);
+        max_2x2_backward_8(_mm256_maskload_ps(grad, lanes_below(out_w)),
+                           _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(packed))), out_w, limit,
+                           row0, row1);
+      }
+      if (width % 2 != 0) row0[width - 1] = row1[width - 1] = 0.0f;
     }
+    if (height % 2 != 0) std::fill_n(plane + (height - 1) * width, width, 0.0f);
   }
 }
 
@@ -140,28 +272,15 @@ MPIGRAD_AVX2 void max_2x2_row(const float* row0, const float* row1, int64_t coun
 // loop below (the first of equal maxima wins; NaN windows go through the general rule). Four
 // loads and three masked selects per output, no branch on the data.
 template <typename T>
-bool max_forward_2x2(const Pool2dGeometry& g, const T* in, T* out, int64_t* indices) {
-  if (!is_2x2(g)) return false;
+void max_forward_2x2(const Pool2dGeometry& g, const T* in, T* out, uint8_t* taps) {
   const int64_t width = g.width, out_h = g.out_h, out_w = g.out_w;
 #if defined(MPIGRAD_HAS_AVX2_MATH)
   if constexpr (std::is_same_v<T, float>) {
     if (use_avx2_2x2<T>(g)) {
-      parallel_for(0, g.planes, plane_grain(g),
-                   [&, width, out_h, out_w](int64_t begin, int64_t end) {
-                     for (int64_t p = begin; p < end; ++p) {
-                       const float* plane = in + p * g.height * width;
-                       for (int64_t oy = 0; oy < out_h; ++oy) {
-                         const int64_t row = (p * out_h + oy) * out_w;
-                         // A tail may run into the rows that follow in this chunk, which are
-                         // written after it; not past the chunk (another thread's, or the end).
-                         const int64_t room = end * out_h * out_w - row;
-                         avx2::max_2x2_row(plane + 2 * oy * width, plane + (2 * oy + 1) * width,
-                                           out_w, int32_t(2 * oy * width), int32_t(width), room,
-                                           out + row, indices + row);
-                       }
-                     }
-                   });
-      return true;
+      parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
+        avx2::max_2x2_forward_planes(g, in, out, taps, begin, end);
+      });
+      return;
     }
   }
 #endif
@@ -172,60 +291,59 @@ bool max_forward_2x2(const Pool2dGeometry& g, const T* in, T* out, int64_t* indi
         const T* row0 = plane + 2 * oy * width;
         const T* row1 = row0 + width;
         T* out_row = out + (p * out_h + oy) * out_w;
-        int64_t* index_row = indices + (p * out_h + oy) * out_w;
+        uint8_t* tap_row = taps + (p * out_h + oy) * out_w;
         for (int64_t ox = 0; ox < out_w; ++ox) {
           const T a = row0[2 * ox], b = row0[2 * ox + 1], c = row1[2 * ox], d = row1[2 * ox + 1];
-          const int64_t first = 2 * oy * width + 2 * ox;
           T best = a;
-          int64_t index = first;
-          int64_t take = -int64_t(b > best);
-          index = (index & ~take) | ((first + 1) & take);
+          int32_t tap = 0;
+          int32_t take = -int32_t(b > best);
+          tap = (tap & ~take) | (1 & take);
           best = best >= b ? best : b;
-          take = -int64_t(c > best);
-          index = (index & ~take) | ((first + width) & take);
+          take = -int32_t(c > best);
+          tap = (tap & ~take) | (2 & take);
           best = best >= c ? best : c;
-          take = -int64_t(d > best);
-          index = (index & ~take) | ((first + width + 1) & take);
+          take = -int32_t(d > best);
+          tap = (tap & ~take) | (3 & take);
           best = best >= d ? best : d;
           if ((a != a) | (b != b) | (c != c) | (d != d)) [[unlikely]] {
             // PyTorch's rule: a NaN wins, and a later NaN replaces an earlier one.
             const T window[4] = {a, b, c, d};
-            const int64_t offsets[4] = {0, 1, width, width + 1};
             for (int k = 0; k < 4; ++k) {
               if (std::isnan(window[k])) {
                 best = window[k];
-                index = first + offsets[k];
+                tap = k;
               }
             }
           }
           out_row[ox] = best;
-          index_row[ox] = index;
+          tap_row[ox] = uint8_t(tap);
         }
       }
     }
   });
-  return true;
 }
 
-template <typename T>
-void max_forward(const Pool2dGeometry& geometry, const T* in, T* out, int64_t* indices) {
-  if (max_forward_2x2(geometry, in, out, indices)) return;
+template <typename T, typename Tap>
+void max_forward(const Pool2dGeometry& geometry, const T* in, T* out, Tap* taps) {
+  if constexpr (std::is_same_v<Tap, uint8_t>) {
+    if (is_2x2(geometry)) return max_forward_2x2(geometry, in, out, taps);
+  }
   // The lambda takes the geometry by value: through a reference every field would be reloaded
-  // after each int64 index store, which might alias it.
+  // after each tap store, which might alias it.
   parallel_for(0, geometry.planes, plane_grain(geometry),
-               [g = geometry, in, out, indices](int64_t begin, int64_t end) {
+               [g = geometry, in, out, taps](int64_t begin, int64_t end) {
                  for (int64_t p = begin; p < end; ++p) {
                    const T* plane = in + p * g.height * g.width;
                    T* out_plane = out + p * g.out_h * g.out_w;
-                   int64_t* index_plane = indices + p * g.out_h * g.out_w;
+                   Tap* tap_plane = taps + p * g.out_h * g.out_w;
                    for (int64_t oy = 0; oy < g.out_h; ++oy) {
                      for (int64_t ox = 0; ox < g.out_w; ++ox) {
                        // No data-dependent branch: on real activations it mispredicts about half
-                       // the time, which made this loop a quarter of a CNN step. (m > v ? m : v) is
+                       // the time, which made this loop a quarter of a CNN step. (v > m ? v : m) is
                        // one maxss, and NaNs are handled after the window, in the rare window that
                        // has one.
                        T best = -std::numeric_limits<T>::infinity();
-                       int64_t best_index = -1;
+                       int64_t best_tap = -1;
                        bool nan = false;
                        for (int64_t i = 0; i < g.kernel_h; ++i) {
                          const int64_t y = oy * g.stride_h - g.pad_h + i * g.dilation_h;
@@ -235,11 +353,11 @@ void max_forward(const Pool2dGeometry& geometry, const T* in, T* out, int64_t* i
                            const int64_t x = ox * g.stride_w - g.pad_w + j * g.dilation_w;
                            if (x < 0 || x >= g.width) continue;
                            const T v = plane[y * g.width + x];
-                           // Masks rather than ?: for the index: GCC turns that select into a
+                           // Masks rather than ?: for the tap: GCC turns that select into a
                            // branch.
-                           const int64_t take = -int64_t((v > best) | (best_index < 0));
-                           best_index = (best_index & ~take) | ((y * g.width + x) & take);
-                           best = best > v ? best : v;
+                           const int64_t take = -int64_t((v > best) | (best_tap < 0));
+                           best_tap = (best_tap & ~take) | ((i * g.kernel_w + j) & take);
+                           best = v > best ? v : best;  // ties (-0, +0) keep the first
                            nan |= v != v;
                          }
                        }
@@ -251,29 +369,114 @@ void max_forward(const Pool2dGeometry& geometry, const T* in, T* out, int64_t* i
                              const int64_t x = ox * g.stride_w - g.pad_w + j * g.dilation_w;
                              if (x >= 0 && x < g.width && std::isnan(plane[y * g.width + x])) {
                                best = plane[y * g.width + x];
-                               best_index = y * g.width + x;
+                               best_tap = i * g.kernel_w + j;
                              }
                            }
                          }
                        }
                        out_plane[oy * g.out_w + ox] = best;
-                       index_plane[oy * g.out_w + ox] = best_index < 0 ? 0 : best_index;
+                       tap_plane[oy * g.out_w + ox] = Tap(best_tap < 0 ? 0 : best_tap);
                      }
                    }
                  }
                });
 }
 
+// Float32 2x2 windows with AVX2 (max_2x2_backward_planes).
 template <typename T>
-void max_backward(const Pool2dGeometry& g, const T* grad_out, const int64_t* indices, T* grad_in) {
-  parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
-    for (int64_t p = begin; p < end; ++p) {
-      T* plane = grad_in + p * g.height * g.width;
-      std::fill(plane, plane + g.height * g.width, T(0));
-      const T* go = grad_out + p * g.out_h * g.out_w;
-      const int64_t* idx = indices + p * g.out_h * g.out_w;
-      for (int64_t o = 0; o < g.out_h * g.out_w; ++o) plane[idx[o]] += go[o];
+bool max_backward_2x2(const Pool2dGeometry& g, const T* grad_out, const uint8_t* taps, T* grad_in) {
+#if defined(MPIGRAD_HAS_AVX2_MATH)
+  if constexpr (std::is_same_v<T, float>) {
+    if (use_avx2_2x2<T>(g)) {
+      parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
+        avx2::max_2x2_backward_planes(g, grad_out, taps, grad_in, begin, end);
+      });
+      return true;
     }
+  }
+#endif
+  (void)g, (void)grad_out, (void)taps, (void)grad_in;
+  return false;
+}
+
+// Disjoint windows (windows_disjoint): each input element written once with `=`, its window's
+// gradient where its tap won (0 + g, as a scatter into zeros adds it), else 0.
+template <typename T, typename Tap>
+void max_backward_disjoint(const Pool2dGeometry& geometry, const T* grad_out, const Tap* taps,
+                           T* grad_in) {
+  parallel_for(0, geometry.planes, plane_grain(geometry),
+               [g = geometry, grad_out, taps, grad_in](int64_t begin, int64_t end) {
+                 for (int64_t p = begin; p < end; ++p) {
+                   T* plane = grad_in + p * g.height * g.width;
+                   const T* grad_plane = grad_out + p * g.out_h * g.out_w;
+                   const Tap* tap_plane = taps + p * g.out_h * g.out_w;
+                   // Input row y is kernel row i of window row oy: y + pad_h = oy*stride_h + i.
+                   int64_t oy = g.pad_h / g.stride_h, i = g.pad_h % g.stride_h;
+                   for (int64_t y = 0; y < g.height; ++y) {
+                     T* row = plane + y * g.width;
+                     if (i < g.kernel_h && oy < g.out_h) {
+                       const T* grad_row = grad_plane + oy * g.out_w;
+                       const Tap* tap_row = tap_plane + oy * g.out_w;
+                       int64_t ox = g.pad_w / g.stride_w, j = g.pad_w % g.stride_w;
+                       for (int64_t x = 0; x < g.width; ++x) {
+                         const bool won = j < g.kernel_w && ox < g.out_w &&
+                                          int64_t(tap_row[ox]) == i * g.kernel_w + j;
+                         row[x] = won ? T(0) + grad_row[ox] : T(0);
+                         if (++j == g.stride_w) j = 0, ++ox;
+                       }
+                     } else {
+                       std::fill_n(row, g.width, T(0));
+                     }
+                     if (++i == g.stride_h) i = 0, ++oy;
+                   }
+                 }
+               });
+}
+
+// Overlapping windows: zero the plane, then add each output's gradient to its winner, outputs in
+// order (so sums on shared winners round the same at any thread count).
+template <typename T, typename Tap>
+void max_backward_scatter(const Pool2dGeometry& geometry, const T* grad_out, const Tap* taps,
+                          T* grad_in) {
+  parallel_for(0, geometry.planes, plane_grain(geometry),
+               [g = geometry, grad_out, taps, grad_in](int64_t begin, int64_t end) {
+                 for (int64_t p = begin; p < end; ++p) {
+                   T* plane = grad_in + p * g.height * g.width;
+                   std::fill_n(plane, g.height * g.width, T(0));
+                   const T* grad_plane = grad_out + p * g.out_h * g.out_w;
+                   const Tap* tap_plane = taps + p * g.out_h * g.out_w;
+                   for (int64_t oy = 0; oy < g.out_h; ++oy) {
+                     for (int64_t ox = 0; ox < g.out_w; ++ox) {
+                       const int64_t o = oy * g.out_w + ox;
+                       plane[flat_of(g, oy, ox, int64_t(tap_plane[o]))] += grad_plane[o];
+                     }
+                   }
+                 }
+               });
+}
+
+template <typename T, typename Tap>
+void max_backward(const Pool2dGeometry& g, const T* grad_out, const Tap* taps, T* grad_in) {
+  if constexpr (std::is_same_v<Tap, uint8_t>) {
+    if (max_backward_2x2(g, grad_out, taps, grad_in)) return;
+  }
+  if (windows_disjoint(g)) return max_backward_disjoint(g, grad_out, taps, grad_in);
+  max_backward_scatter(g, grad_out, taps, grad_in);
+}
+
+template <typename T>
+void max_forward_any(const Pool2dGeometry& g, const T* in, T* out, void* taps) {
+  with_tap_type(g, [&](auto tag) {
+    using Tap = decltype(tag);
+    max_forward(g, in, out, static_cast<Tap*>(taps));
+  });
+}
+
+template <typename T>
+void max_backward_any(const Pool2dGeometry& g, const T* grad_out, const void* taps, T* grad_in) {
+  with_tap_type(g, [&](auto tag) {
+    using Tap = decltype(tag);
+    max_backward(g, grad_out, static_cast<const Tap*>(taps), grad_in);
   });
 }
 
@@ -397,20 +600,39 @@ void adaptive_backward(const Pool2dGeometry& g, const T* grad_out, T* grad_in) {
       throw_unsupported(kernel, "", dtype);                    \
   }
 
+DType max_pool2d_tap_dtype(const Pool2dGeometry& g) {
+  const int64_t taps = g.kernel_h * g.kernel_w;
+  if (taps <= 256) return DType::UInt8;
+  return taps <= std::numeric_limits<int32_t>::max() ? DType::Int32 : DType::Int64;
+}
+
 void max_pool2d_forward(DType dtype, const Pool2dGeometry& g, const void* in, void* out,
-                        int64_t* indices) {
+                        void* taps) {
   MPIGRAD_POOL_DISPATCH(
       "max_pool2d_forward",
-      max_forward(g, static_cast<const float*>(in), static_cast<float*>(out), indices),
-      max_forward(g, static_cast<const double*>(in), static_cast<double*>(out), indices))
+      max_forward_any(g, static_cast<const float*>(in), static_cast<float*>(out), taps),
+      max_forward_any(g, static_cast<const double*>(in), static_cast<double*>(out), taps))
 }
 
 void max_pool2d_backward(DType dtype, const Pool2dGeometry& g, const void* grad_out,
-                         const int64_t* indices, void* grad_in) {
+                         const void* taps, void* grad_in) {
   MPIGRAD_POOL_DISPATCH(
       "max_pool2d_backward",
-      max_backward(g, static_cast<const float*>(grad_out), indices, static_cast<float*>(grad_in)),
-      max_backward(g, static_cast<const double*>(grad_out), indices, static_cast<double*>(grad_in)))
+      max_backward_any(g, static_cast<const float*>(grad_out), taps, static_cast<float*>(grad_in)),
+      max_backward_any(g, static_cast<const double*>(grad_out), taps,
+                       static_cast<double*>(grad_in)))
+}
+
+void max_pool2d_flat_indices(const Pool2dGeometry& g, const void* taps, int64_t* flat) {
+  with_tap_type(g, [&](auto tag) {
+    using Tap = decltype(tag);
+    const Tap* tap = static_cast<const Tap*>(taps);
+    for (int64_t p = 0; p < g.planes; ++p) {
+      for (int64_t oy = 0; oy < g.out_h; ++oy) {
+        for (int64_t ox = 0; ox < g.out_w; ++ox, ++tap, ++flat) *flat = flat_of(g, oy, ox, *tap);
+      }
+    }
+  });
 }
 
 void avg_pool2d_forward(DType dtype, const Pool2dGeometry& g, bool count_include_pad,

@@ -62,18 +62,27 @@ Tensor average_input_grad(PoolKind kind, core::Pool2dMode mode, const kernels::P
                           const core::Shape& input_shape, const Tensor& grad);
 
 // Max pooling's winners, per output element the flat h*width+w in its plane, for a backward
-// with create_graph. The CPU records them in forward; cuDNN keeps none, so they are found again
-// on the CPU from the input.
+// with create_graph. The CPU records each winner's tap in its window in forward; cuDNN keeps none,
+// so they are found again on the CPU from the input. Either way the CPU kernel turns the taps
+// into flat positions (kernels/pooling.h), on the host: this path is rare and small.
 Tensor max_pool_winners(const Tensor& recorded, const Tensor& input,
                         const kernels::Pool2dGeometry& g) {
-  if (recorded.defined() && recorded.numel() > 0) return recorded;
   core::NoGradGuard no_grad;
-  const Tensor x = input.to(core::kCPU).contiguous();
-  Tensor pooled = core::detail::empty_on({g.planes * g.out_h * g.out_w}, x.dtype(), core::kCPU);
-  Tensor winners = core::detail::empty_on({g.planes * g.out_h * g.out_w}, core::kInt64, core::kCPU);
-  core::backend_for(core::kCPU)
-      .pool2d_forward(core::Pool2dMode::Max, x.dtype(), g, x.data_ptr(), pooled.data_ptr(),
-                      winners.data<int64_t>());
+  const int64_t outputs = g.planes * g.out_h * g.out_w;
+  Tensor taps = recorded.defined() && recorded.numel() > 0 ? recorded.to(core::kCPU) : Tensor();
+  if (!taps.defined()) {
+    auto& cpu = core::backend_for(core::kCPU);
+    const Tensor x = input.to(core::kCPU).contiguous();
+    Tensor pooled = core::detail::empty_on({outputs}, x.dtype(), core::kCPU);
+    taps = core::detail::empty_on({outputs}, cpu.max_pool2d_indices(g).dtype, core::kCPU);
+    cpu.pool2d_forward(core::Pool2dMode::Max, x.dtype(), g, x.data_ptr(), pooled.data_ptr(),
+                       taps.data_ptr());
+  }
+  MPIGRAD_CHECK(taps.numel() == outputs && taps.dtype() == kernels::cpu::max_pool2d_tap_dtype(g),
+                "max_pool2d: recorded winners of ", taps.dtype(), " ", taps.shape(),
+                " do not fit the geometry's ", outputs, " outputs");
+  Tensor winners = core::detail::empty_on({outputs}, core::kInt64, core::kCPU);
+  kernels::cpu::max_pool2d_flat_indices(g, taps.data_ptr(), winners.data<int64_t>());
   return winners.to(input.device());
 }
 
@@ -109,8 +118,7 @@ struct Pool2dBackward final : core::Node {
     Tensor grad_in = core::detail::empty_on(input_shape, g.dtype(), g.device());
     core::backend_for(g.device())
         .pool2d_backward(mode, g.dtype(), geometry, data_or_null(input), data_or_null(output),
-                         indices.defined() ? indices.data<int64_t>() : nullptr, g.data_ptr(),
-                         grad_in.data_ptr());
+                         data_or_null(indices), g.data_ptr(), grad_in.data_ptr());
     grads[0] = grad_in;
   }
   void release_saved() override {
@@ -163,10 +171,11 @@ Tensor run_pool(PoolKind kind, core::Pool2dMode mode, const Tensor& input,
   auto& backend = core::backend_for(input.device());
   Tensor indices;
   if (mode == core::Pool2dMode::Max) {
-    indices = core::detail::empty_on({backend.max_pool2d_indices(g)}, core::kInt64, input.device());
+    const core::Backend::MaxPoolIndices record = backend.max_pool2d_indices(g);
+    indices = core::detail::empty_on({record.count}, record.dtype, input.device());
   }
   backend.pool2d_forward(mode, x.dtype(), g, x.data_ptr(), out.data_ptr(),
-                         indices.defined() ? indices.data<int64_t>() : nullptr);
+                         indices.defined() ? indices.data_ptr() : nullptr);
   if (auto node = core::detail::record<Pool2dBackward>(out, {&input}, kind)) {
     node->mode = mode;
     node->geometry = g;
@@ -200,10 +209,14 @@ Tensor windowed_pool(PoolKind kind, const Tensor& input, const Pool2dOptions& o)
       g.pad_h >= 0 && g.pad_w >= 0 && 2 * g.pad_h <= g.kernel_h && 2 * g.pad_w <= g.kernel_w, name,
       ": padding must be >= 0 and at most half the kernel size, got ", g.pad_h, "x", g.pad_w,
       " for kernel ", g.kernel_h, "x", g.kernel_w);
-  g.out_h = (g.height + 2 * g.pad_h - g.dilation_h * (g.kernel_h - 1) - 1) / g.stride_h + 1;
-  g.out_w = (g.width + 2 * g.pad_w - g.dilation_w * (g.kernel_w - 1) - 1) / g.stride_w + 1;
-  MPIGRAD_CHECK(g.out_h > 0 && g.out_w > 0, name, ": input of shape ", input.shape(),
+  // The padded input must hold one whole (dilated) window: C++ division truncates toward zero,
+  // so a span one too long would still give one output, whose window reads past the plane.
+  const int64_t rows = g.height + 2 * g.pad_h - g.dilation_h * (g.kernel_h - 1) - 1;
+  const int64_t cols = g.width + 2 * g.pad_w - g.dilation_w * (g.kernel_w - 1) - 1;
+  MPIGRAD_CHECK(rows >= 0 && cols >= 0, name, ": input of shape ", input.shape(),
                 " is too small for kernel ", g.kernel_h, "x", g.kernel_w);
+  g.out_h = rows / g.stride_h + 1;
+  g.out_w = cols / g.stride_w + 1;
   const core::Pool2dMode mode = kind == PoolKind::Max ? core::Pool2dMode::Max
                                 : o.count_include_pad ? core::Pool2dMode::AvgIncludePad
                                                       : core::Pool2dMode::AvgExcludePad;

@@ -66,9 +66,9 @@ bool same(float a, double b) {
 
 struct Pooled {
   std::vector<float> out, grad_in;
-  std::vector<int64_t> indices;
+  std::vector<uint8_t> indices;  // window taps
   std::vector<double> out_ref, grad_in_ref;
-  std::vector<int64_t> indices_ref;
+  std::vector<uint8_t> indices_ref;
 };
 
 Pooled pool_both(const Pool2dGeometry& g, const std::vector<float>& x,
@@ -78,17 +78,18 @@ Pooled pool_both(const Pool2dGeometry& g, const std::vector<float>& x,
   const size_t inputs = size_t(g.planes * g.height * g.width);
   // 8 guard elements past the end: a tail's whole-vector stores must stop short of them.
   r.out.assign(outputs + 8, 7.0f);
-  r.indices.assign(outputs + 8, -1);
+  r.indices.assign(outputs + 8, 0xEE);
+  CHECK(cpu::max_pool2d_tap_dtype(g) == DType::UInt8);
   cpu::max_pool2d_forward(DType::Float32, g, x.data(), r.out.data(), r.indices.data());
   for (size_t k = outputs; k < outputs + 8; ++k) {
     CHECK(r.out[k] == 7.0f);
-    CHECK(r.indices[k] == -1);
+    CHECK(r.indices[k] == 0xEE);
   }
   r.out.resize(outputs);
   r.indices.resize(outputs);
   const std::vector<double> xd(x.begin(), x.end());
   r.out_ref.assign(outputs, 7.0);
-  r.indices_ref.assign(outputs, -1);
+  r.indices_ref.assign(outputs, 0xEE);
   cpu::max_pool2d_forward(DType::Float64, g, xd.data(), r.out_ref.data(), r.indices_ref.data());
   // Backward writes every input: a NaN left over would show.
   r.grad_in.assign(inputs, std::numeric_limits<float>::quiet_NaN());
@@ -133,7 +134,7 @@ TEST_CASE("2x2 max pooling in Float32 matches the scalar rule: ties, NaN, zeros,
 }
 
 TEST_CASE("2x2 max pooling in Float32: the first of equal maxima wins, a later NaN replaces one") {
-  // One window per case, 2x2: (0,0) (0,1) / (1,0) (1,1), flat indices 0 1 2 3.
+  // One window per case, 2x2: (0,0) (0,1) / (1,0) (1,1), taps 0 1 2 3.
   const float nan = std::numeric_limits<float>::quiet_NaN();
   struct Case {
     float window[4];
@@ -153,10 +154,13 @@ TEST_CASE("2x2 max pooling in Float32: the first of equal maxima wins, a later N
       x[size_t(2 * copies + 2 * k + 1)] = c.window[3];
     }
     std::vector<float> out(static_cast<size_t>(copies));
+    std::vector<uint8_t> taps(static_cast<size_t>(copies));
+    cpu::max_pool2d_forward(DType::Float32, g, x.data(), out.data(), taps.data());
     std::vector<int64_t> indices(static_cast<size_t>(copies));
-    cpu::max_pool2d_forward(DType::Float32, g, x.data(), out.data(), indices.data());
+    cpu::max_pool2d_flat_indices(g, taps.data(), indices.data());
     for (int64_t k = 0; k < copies; ++k) {
       const int64_t at = (c.index & 1) + (c.index >> 1) * 2 * copies + 2 * k;
+      CHECK(int64_t(taps[size_t(k)]) == c.index);
       CHECK(indices[size_t(k)] == at);
       CHECK(std::memcmp(&out[size_t(k)], &x[size_t(at)], sizeof(float)) == 0);
     }

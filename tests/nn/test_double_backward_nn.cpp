@@ -83,6 +83,28 @@ std::vector<Case> cases() {
     o.padding = {1, 1};
     return core::tanh(F::max_pool2d(in[0], o));
   });
+  // The winners the CPU records as taps of their window, turned into flat positions for the
+  // scatter: 2x2 (the byte taps of the 2x2 routines), disjoint 3x3 windows with padding, and a
+  // window of more than 256 taps (Int32 taps).
+  add("max_pool2d 2x2", {values({2, 2, 6, 7})}, {true}, [](const std::vector<Tensor>& in) {
+    F::Pool2dOptions o;
+    o.kernel_size = {2, 2};
+    return core::tanh(F::max_pool2d(in[0], o));
+  });
+  add("max_pool2d 3x3 stride 3 padding 1", {values({2, 2, 7, 5})}, {true},
+      [](const std::vector<Tensor>& in) {
+        F::Pool2dOptions o;
+        o.kernel_size = {3, 3};
+        o.padding = {1, 1};
+        return core::tanh(F::max_pool2d(in[0], o));
+      });
+  add("max_pool2d 17x16 stride 2", {values({1, 2, 19, 18})}, {true},
+      [](const std::vector<Tensor>& in) {
+        F::Pool2dOptions o;
+        o.kernel_size = {17, 16};
+        o.stride = {2, 2};
+        return core::tanh(F::max_pool2d(in[0], o));
+      });
   add("avg_pool2d", {values({2, 2, 5, 5})}, {true}, [](const std::vector<Tensor>& in) {
     F::Pool2dOptions o;
     o.kernel_size = {2, 3};

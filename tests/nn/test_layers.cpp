@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -501,6 +502,15 @@ TEST_CASE("pooling names its op in errors and its backward node") {
                        core::Error);
   CHECK_THROWS_WITH_AS(nn::functional::adaptive_avg_pool2d(flat, {2, 2}),
                        doctest::Contains("adaptive_avg_pool2d: "), core::Error);
+  // A 2x2 window does not fit a 1-wide or 1-high input (the output size's numerator is -1, which
+  // truncating division would have turned into one output reading past the plane).
+  for (const core::Shape& shape : {core::Shape{1, 1, 4, 1}, core::Shape{1, 1, 1, 4}}) {
+    const Tensor thin = fd_input(shape, 54);
+    CHECK_THROWS_WITH_AS(nn::functional::max_pool2d(thin, o), doctest::Contains("too small"),
+                         core::Error);
+    CHECK_THROWS_WITH_AS(nn::functional::avg_pool2d(thin, o), doctest::Contains("too small"),
+                         core::Error);
+  }
 }
 
 TEST_CASE("max pooling lets NaN win and takes -inf windows, with the matching index") {
@@ -524,6 +534,47 @@ TEST_CASE("max pooling lets NaN win and takes -inf windows, with the matching in
   CHECK(wide[3] == -inf);
   CHECK((std::isnan(wide[4]) && std::isnan(wide[5]) && std::isnan(wide[6])));
   CHECK(wide[7] == -inf);
+}
+
+TEST_CASE("max pooling's recorded winners give the same gradient on every backward path") {
+  // Float32 with ties, signed zeros, -inf and NaN. The first-order backward reads the window
+  // taps the forward recorded (2x2: the vector routines; disjoint windows: one write per input;
+  // overlapping: zero and scatter); the create_graph backward turns the same taps into flat
+  // positions for a scatter_add. Both must give the same bits.
+  const auto pattern = [](core::Shape shape, int multiplier, bool with_specials) {
+    const float specials[] = {-0.0f, 0.0f, -std::numeric_limits<float>::infinity(),
+                              std::numeric_limits<float>::quiet_NaN()};
+    std::vector<float> data;
+    for (int64_t i = 0; i < shape.numel(); ++i) {
+      data.push_back(with_specials && i % 17 == 0 ? specials[(i / 17) % 4]
+                                                  : float((i * multiplier) % 11) * 0.375f - 2.0f);
+    }
+    return Tensor::from_vector(data, shape, core::kFloat32);
+  };
+  struct Window {
+    int64_t kernel, stride, padding;
+  } windows[] = {{2, 2, 0}, {3, 3, 1}, {2, 3, 1}, {3, 2, 1}, {17, 1, 0}};
+  for (const Window& w : windows) {
+    INFO("kernel ", w.kernel, " stride ", w.stride, " padding ", w.padding);
+    nn::functional::Pool2dOptions o;
+    o.kernel_size = {w.kernel, w.kernel};
+    o.stride = {w.stride, w.stride};
+    o.padding = {w.padding, w.padding};
+    // The 17x17 window (289 taps: Int32 taps) needs a larger input.
+    const Tensor input =
+        pattern(w.kernel == 17 ? core::Shape{2, 3, 20, 19} : core::Shape{2, 3, 11, 13}, 7, true)
+            .set_requires_grad(true);
+    const Tensor y = nn::functional::max_pool2d(input, o);
+    // Gradients without infinities or NaN (a NaN gradient would hide a difference); the sine
+    // makes sums on shared winners round differently in another order.
+    const Tensor upstream = core::sin(pattern(y.shape(), 3, false));
+    const Tensor fast = core::grad({y}, {input}, {upstream})[0];
+    const Tensor y2 = nn::functional::max_pool2d(input, o);
+    const Tensor graph = core::grad({y2}, {input}, {upstream}, {.create_graph = true})[0];
+    const std::vector<float> a = fast.to_vector<float>(), b = graph.detach().to_vector<float>();
+    REQUIRE(a.size() == b.size());
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  }
 }
 
 TEST_CASE("activations, Flatten, Identity and Sequential") {
