@@ -101,7 +101,9 @@ void copy_weights(int64_t out, int64_t in, int64_t taps, float* plain, float* bl
   const int64_t in_blocks = in / 16, tiles = (out / 16) * in_blocks;
   const int64_t tile_bytes = taps * 256 * int64_t(sizeof(float));
   const int64_t grain = std::max<int64_t>(1, kTileGrainBytes / std::max<int64_t>(1, tile_bytes));
-  parallel_for(0, tiles, grain, [&](int64_t begin, int64_t end) {
+  // Pieces of a grain, taken in turn, so threads that copy at different speeds (the copy runs at
+  // memory speed) finish together; parallel_for_balanced splits a weight of few pieces evenly.
+  parallel_for_balanced(0, tiles, grain, grain, [&](int64_t begin, int64_t end) {
     for (int64_t tile = begin; tile < end; ++tile) {
       const int64_t ob = tile / in_blocks, ib = tile % in_blocks;
       copy_tile<kToBlocked, kStream>(taps, in * taps, plain + (ob * 16 * in + ib * 16) * taps,

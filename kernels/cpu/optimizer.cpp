@@ -5,10 +5,13 @@
 // Layout: dense buffers of numel elements per tensor, updated in place (param, momentum buffer,
 // moments); the gradient is only read. One pass per element over all of its buffers.
 // Threading: the tensors are laid end to end in one index space of all their elements, and that
-// space is cut into one contiguous range per thread (parallel_for), so a step is one OpenMP
-// region however many tensors it has, and the threads share the work evenly whether the list is
-// one 38M-element embedding or 60 BatchNorm vectors. A range that crosses tensors walks them in
-// order. Every element is independent, so the result does not depend on the thread count.
+// space is cut into pieces the threads take in turn as they finish the last
+// (parallel_for_balanced), so a step is one OpenMP region however many tensors it has, and the
+// threads share the work whether the list is one 38M-element embedding or 60 BatchNorm vectors,
+// and whether or not they run at the same pace (the pass runs at memory speed, where a thread
+// whose core is busy elsewhere falls behind). A piece that crosses tensors walks them in order.
+// Every element is independent, so the result depends neither on the thread count nor on which
+// thread took which piece.
 // Precision: hyperparameters and bias corrections are computed in double once per tensor, before
 // the parallel region, then rounded to the storage type; every element is updated in its storage
 // type (as PyTorch does for float32 parameters). The vector loops (SSE2, the x86-64 baseline)
@@ -45,16 +48,17 @@ std::vector<int64_t> end_to_end_offsets(int64_t count, const Slot* slots) {
 // all elements of all tensors, in one parallel region.
 template <typename Run>
 void for_each_piece(const std::vector<int64_t>& offsets, Run run) {
-  parallel_for(0, offsets.back(), kElementwiseGrain, [&](int64_t begin, int64_t end) {
-    // The last tensor that starts at or before `begin` (empty tensors share its offset).
-    size_t k =
-        size_t(std::upper_bound(offsets.begin(), offsets.end(), begin) - offsets.begin()) - 1;
-    for (; begin < end; ++k) {
-      const int64_t stop = std::min(end, offsets[k + 1]);
-      if (stop > begin) run(k, begin - offsets[k], stop - offsets[k]);
-      begin = stop;
-    }
-  });
+  parallel_for_balanced(
+      0, offsets.back(), kElementwiseGrain, kBalancedPiece, [&](int64_t begin, int64_t end) {
+        // The last tensor that starts at or before `begin` (empty tensors share its offset).
+        size_t k =
+            size_t(std::upper_bound(offsets.begin(), offsets.end(), begin) - offsets.begin()) - 1;
+        for (; begin < end; ++k) {
+          const int64_t stop = std::min(end, offsets[k + 1]);
+          if (stop > begin) run(k, begin - offsets[k], stop - offsets[k]);
+          begin = stop;
+        }
+      });
 }
 
 // ---- SGD ----------------------------------------------------------------------------------------

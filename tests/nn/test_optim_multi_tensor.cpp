@@ -65,8 +65,11 @@ void reference_adam(int64_t n, const AdamHyper& h, T* param, const T* grad, T* e
 }
 
 // Sizes that cross the vector width, the parallel grain (32768) and one big tensor, so ranges
-// of the threads start and end inside tensors; zero-sized tensors are skipped in the walk.
-const std::vector<int64_t> kSizes = {1, 0, 3, 4, 5, 17, 64, 0, 1000, 40000, 7, 150001, 2, 33000};
+// of the threads start and end inside tensors; zero-sized tensors are skipped in the walk. With
+// the 400003 and 200000 the list passes 8 pieces of 65536 elements, so 2 threads take it in
+// pieces (kernels/cpu/parallel.h's parallel_for_balanced) that also start and end inside tensors.
+const std::vector<int64_t> kSizes = {1,    0,     3,      4, 5,      17, 64,    0,
+                                     1000, 40000, 400003, 7, 150001, 2,  33000, 200000};
 
 // Every buffer of one tensor: the kernel's copy and the reference's.
 template <typename T>
