@@ -191,24 +191,35 @@ using kernels::cpu::ConvPath;
 
 // A convolution pass on oneDNN or the direct kernels when the rule (or MPIGRAD_CPU_CONV) picks
 // one of them and it can run the case: returns the path that ran, or Gemm, with nothing written,
-// which sends it to CpuConv (kernels/conv.h). The forward's `bias` goes to either path, grad_bias
-// to oneDNN alone (written only where this returns OneDnn); null: none.
+// which sends it to CpuConv (kernels/conv.h). The forward's `bias` goes to either path; grad_bias
+// to oneDNN and the small-channel filter gradient, and *wrote_grad_bias says whether one of them
+// wrote it; null: none.
 ConvPath other_conv_path(ConvPass pass, DType operand, DType out, const Conv2dShape& shape,
                          const void* first, const void* second, void* result,
-                         const void* bias = nullptr, void* grad_bias = nullptr) {
+                         const void* bias = nullptr, void* grad_bias = nullptr,
+                         bool* wrote_grad_bias = nullptr) {
+  bool wrote = false;
+  ConvPath ran = ConvPath::Gemm;
   switch (kernels::cpu::conv2d_path(pass, operand, shape)) {
     case ConvPath::OneDnn:
-      return kernels::cpu::conv2d_onednn(pass, operand, out, shape, first, second, result, bias,
-                                         grad_bias)
-                 ? ConvPath::OneDnn
-                 : ConvPath::Gemm;
+      if (kernels::cpu::conv2d_onednn(pass, operand, out, shape, first, second, result, bias,
+                                      grad_bias)) {
+        ran = ConvPath::OneDnn;
+        wrote = grad_bias != nullptr;
+      }
+      break;
     case ConvPath::Direct:
-      if (operand != out) return ConvPath::Gemm;
-      kernels::cpu::direct_conv2d(pass, operand, shape, first, second, result, bias);
-      return ConvPath::Direct;
+      if (operand == out) {
+        wrote = kernels::cpu::direct_conv2d(pass, operand, shape, first, second, result, bias,
+                                            grad_bias);
+        ran = ConvPath::Direct;
+      }
+      break;
     default:
-      return ConvPath::Gemm;
+      break;
   }
+  if (wrote_grad_bias != nullptr) *wrote_grad_bias = wrote;
+  return ran;
 }
 
 // The FLOPs the profiler's kernel spans carry (core/profiler.h).
@@ -375,10 +386,11 @@ class CpuBackend final : public Backend {
                                    const void* grad_y, void* grad_w, void* grad_bias) override {
     ProfileSpan span("conv2d_backward_filter", ProfileKind::Kernel,
                      [&] { return conv_shape_flops(shape); });
+    bool wrote_grad_bias = false;
     const ConvPath path = other_conv_path(ConvPass::BackwardFilter, dtype, dtype, shape, x, grad_y,
-                                          grad_w, nullptr, grad_bias);
+                                          grad_w, nullptr, grad_bias, &wrote_grad_bias);
     if (path == ConvPath::Gemm) CpuConv(dtype, shape).backward_filter(x, grad_y, grad_w);
-    return grad_bias != nullptr && path == ConvPath::OneDnn;
+    return wrote_grad_bias;
   }
   void conv2d_forward_mixed(DType operand, const Conv2dShape& shape, const void* x, const void* w,
                             float* y) override {

@@ -112,18 +112,23 @@ bool has_small_channel_conv2d(ConvPass pass, DType dtype, const Conv2dShape& sha
 
 // Runs `pass` of a small-channel shape directly, with the operands and outputs of
 // conv2d_onednn, all Float32. Outputs written with `=`; Forward adds `bias` where it is not null
-// (depthwise_conv2d). Throws where has_small_channel_conv2d is false.
+// (depthwise_conv2d); BackwardFilter also writes the bias's gradient, grad_y summed over the
+// batch and the pixels ([out_channels]), where `grad_bias` is not null. Throws where
+// has_small_channel_conv2d is false.
 void small_channel_conv2d(ConvPass pass, DType dtype, const Conv2dShape& shape, const void* first,
-                          const void* second, void* out, const void* bias = nullptr);
+                          const void* second, void* out, const void* bias = nullptr,
+                          void* grad_bias = nullptr);
 
 // Whether the Direct path can run `pass` of `shape` in `dtype`: depthwise shapes in Float32 and
 // Float64, and the small-channel ones above.
 bool has_direct_conv2d(ConvPass pass, DType dtype, const Conv2dShape& shape);
 
 // Runs `pass` on the Direct path (depthwise_conv2d or small_channel_conv2d, forward bias
-// included), where has_direct_conv2d; throws elsewhere.
-void direct_conv2d(ConvPass pass, DType dtype, const Conv2dShape& shape, const void* first,
-                   const void* second, void* out, const void* bias = nullptr);
+// included), where has_direct_conv2d; throws elsewhere. Returns whether it wrote `grad_bias`
+// (the small-channel filter gradient does; the depthwise loops leave it to the caller).
+bool direct_conv2d(ConvPass pass, DType dtype, const Conv2dShape& shape, const void* first,
+                   const void* second, void* out, const void* bias = nullptr,
+                   void* grad_bias = nullptr);
 
 // Which implementation oneDNN chose for the case (its impl_info_str, e.g. "jit:avx512_core"),
 // for benchmarks and the tests' log.

@@ -353,10 +353,14 @@ bool has_direct_conv2d(ConvPass pass, DType dtype, const Conv2dShape& shape) {
   return has_small_channel_conv2d(pass, dtype, shape);
 }
 
-void direct_conv2d(ConvPass pass, DType dtype, const Conv2dShape& shape, const void* first,
-                   const void* second, void* out, const void* bias) {
-  if (is_depthwise(shape)) return depthwise_conv2d(pass, dtype, shape, first, second, out, bias);
-  small_channel_conv2d(pass, dtype, shape, first, second, out, bias);
+bool direct_conv2d(ConvPass pass, DType dtype, const Conv2dShape& shape, const void* first,
+                   const void* second, void* out, const void* bias, void* grad_bias) {
+  if (is_depthwise(shape)) {
+    depthwise_conv2d(pass, dtype, shape, first, second, out, bias);
+    return false;
+  }
+  small_channel_conv2d(pass, dtype, shape, first, second, out, bias, grad_bias);
+  return grad_bias != nullptr && pass == ConvPass::BackwardFilter;
 }
 
 }  // namespace mpigrad::kernels::cpu
