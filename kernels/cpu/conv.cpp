@@ -257,6 +257,19 @@ void depthwise_backward_filter_typed(const Conv2dShape& s, const T* x, const T* 
   });
 }
 
+// Calls run(float()) or run(double()) for dtype; any other dtype is the error naming `kernel`.
+template <typename Run>
+void run_float_or_double(DType dtype, const char* kernel, Run&& run) {
+  switch (dtype) {
+    case DType::Float32:
+      return run(float());
+    case DType::Float64:
+      return run(double());
+    default:
+      throw_unsupported("cpu", kernel, "", dtype);
+  }
+}
+
 }  // namespace
 
 void im2col(DType dtype, const Conv2dGeometry& geometry, const void* image, void* columns) {
@@ -303,14 +316,7 @@ void fill_channel_bias(DType dtype, int64_t batch, int64_t channels, int64_t are
       }
     });
   };
-  switch (dtype) {
-    case DType::Float32:
-      return run(float());
-    case DType::Float64:
-      return run(double());
-    default:
-      throw_unsupported("cpu", "fill_channel_bias", "", dtype);
-  }
+  run_float_or_double(dtype, "fill_channel_bias", run);
 }
 
 bool is_depthwise(const Conv2dShape& shape) {
@@ -338,14 +344,7 @@ void depthwise_conv2d(ConvPass pass, DType dtype, const Conv2dShape& shape, cons
         return depthwise_backward_filter_typed(shape, a, b, result);
     }
   };
-  switch (dtype) {
-    case DType::Float32:
-      return run(float());
-    case DType::Float64:
-      return run(double());
-    default:
-      throw_unsupported("cpu", "depthwise_conv2d", "", dtype);
-  }
+  run_float_or_double(dtype, "depthwise_conv2d", run);
 }
 
 bool has_direct_conv2d(ConvPass pass, DType dtype, const Conv2dShape& shape) {
