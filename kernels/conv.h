@@ -15,9 +15,9 @@
 // forward writes y = conv(x, w) + bias without a second pass over y: the direct loops add it to
 // each value after its taps (bitwise the separate add), the GEMM path starts each product from it
 // (beta = 1) and oneDNN adds it inside its kernel (both may round differently from the separate
-// add, within float32 rounding). oneDNN's filter gradient also writes the bias's gradient (grad_y
-// summed over batch and pixels) from the same pass over grad_y; the other paths leave that sum to
-// the caller.
+// add, within float32 rounding). oneDNN's filter gradient, and the direct stems', also write the
+// bias's gradient (grad_y summed over batch and pixels) from the same pass over grad_y; the GEMM
+// path and the depthwise loops leave that sum to the caller.
 #pragma once
 
 #include <cstdint>

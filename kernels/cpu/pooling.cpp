@@ -1,4 +1,4 @@
-// CPU 2-d pooling: max (with argmax indices), average, adaptive average.
+// CPU 2-d pooling: max (recording each winner's tap in its window), average, adaptive average.
 //
 // Layout: dense [planes, height, width] in, [planes, out_h, out_w] out.
 // Threading: planes are spread over threads; a plane's outputs and its input gradient belong to
