@@ -3,8 +3,8 @@
 // Convolution runs on oneDNN's direct kernels or as im2col + GEMM, per shape family and pass as
 // kernels::cpu::conv2d_path decides (kernels/conv.h). The GEMM path (CpuConv) runs one GEMM per
 // image over the groups (1x1 stride-1 convolutions skip im2col, the image already being its
-// column matrix); backward recomputes each image's columns instead of saving them, so memory
-// stays at one image's worth of columns.
+// column matrix, and on 1x1 images one GEMM takes the whole batch); backward recomputes each
+// image's columns instead of saving them, so memory stays at one image's worth of columns.
 #include "mpigrad/core/backend.h"
 
 #include <cmath>
@@ -74,6 +74,15 @@ class CpuConv {
   // costs BLAS no more than the zeros it writes for beta = 0, not a second pass over y. An output
   // of up to kWholeBiasFillBytes gets its bias in one pass before the first product instead.
   void forward(const void* x, const void* w, const void* bias, void* y) const {
+    if (one_pixel()) {
+      // y [batch, out] = x [batch, in] W^T: a fully connected layer, one product for the batch.
+      if (bias != nullptr) {
+        kernels::cpu::fill_channel_bias(dtype_, s_.batch, s_.out_channels, 1, bias, y);
+      }
+      product(batch_shape(s_.batch, s_.out_channels, g_.channels, false, true), x, w,
+              bias != nullptr ? 1.0 : 0.0, y);
+      return;
+    }
     HostScratch columns(column_bytes(operand_element_));
     kernels::GemmShape shape;
     shape.m = group_out_;
@@ -104,6 +113,11 @@ class CpuConv {
 
   // columns = W^T g[n], one GEMM per group; then scattered onto the (zeroed) image.
   void backward_data(const void* grad_y, const void* w, void* grad_x) const {
+    if (one_pixel()) {  // grad_x [batch, in] = grad_y [batch, out] W
+      product(batch_shape(s_.batch, g_.channels, s_.out_channels, false, false), grad_y, w, 0.0,
+              grad_x);
+      return;
+    }
     kernels::cpu::fill(dtype_, s_.batch * g_.channels * g_.height * g_.width, grad_x, 0.0);
     HostScratch columns(column_bytes(element_));
     kernels::GemmShape shape;
@@ -132,6 +146,11 @@ class CpuConv {
       kernels::cpu::fill(dtype_, s_.out_channels * patch_, grad_w, 0.0);
       return;
     }
+    if (one_pixel()) {  // grad_w [out, in] = grad_y^T [out, batch] x [batch, in]
+      product(batch_shape(s_.out_channels, g_.channels, s_.batch, true, false), grad_y, x, 0.0,
+              grad_w);
+      return;
+    }
     HostScratch columns(column_bytes(operand_element_));
     kernels::GemmShape shape;
     shape.transpose_b = true;
@@ -157,6 +176,26 @@ class CpuConv {
                void* c) const {
     if (operand_ == dtype_) return kernels::cpu::gemm(dtype_, shape, 1.0, a, b, beta, c);
     kernels::cpu::gemm_mixed(operand_, shape, 1.0, a, b, beta, static_cast<float*>(c));
+  }
+  // A 1x1 convolution of one output pixel (1x1 images: squeeze-and-excitation blocks, the last
+  // stage of a network fed small images) is a fully connected layer on [batch, channels]: one
+  // product over the batch reads the weight once, where a product per image is a
+  // matrix-vector product that reads all of it for each image.
+  bool one_pixel() const { return direct_ && out_area_ == 1 && s_.groups == 1; }
+  // C [m, n] = op(A) op(B), both row-major and packed: A [m, k] ([k, m] transposed), B [k, n]
+  // ([n, k] transposed).
+  static kernels::GemmShape batch_shape(int64_t m, int64_t n, int64_t k, bool transpose_a,
+                                        bool transpose_b) {
+    kernels::GemmShape shape;
+    shape.transpose_a = transpose_a;
+    shape.transpose_b = transpose_b;
+    shape.m = m;
+    shape.n = n;
+    shape.k = k;
+    shape.lda = transpose_a ? m : k;
+    shape.ldb = transpose_b ? k : n;
+    shape.ldc = n;
+    return shape;
   }
   size_t column_bytes(size_t element) const {
     return direct_ ? 0 : size_t(g_.channels * g_.kernel_h * g_.kernel_w * out_area_) * element;
