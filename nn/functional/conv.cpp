@@ -1,5 +1,7 @@
 #include "mpigrad/nn/functional/conv.h"
 
+#include <atomic>
+
 #include "mpigrad/core/autocast.h"
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/backend.h"
@@ -255,7 +257,43 @@ Tensor convolve_filter_grad(const Tensor& x_in, const Tensor& g_in,
   return out;
 }
 
+std::atomic<bool>& drop_padding_taps() {
+  static std::atomic<bool> drop{true};
+  return drop;
+}
+
 }  // namespace
+
+bool set_conv2d_drop_padding_taps(bool drop) {
+  return drop_padding_taps().exchange(drop);
+}
+
+UsedTaps used_taps(int64_t size, int64_t kernel, int64_t stride, int64_t padding,
+                   int64_t dilation) {
+  const UsedTaps all{0, kernel, padding};
+  if (size < 1 || kernel < 1 || stride < 1 || dilation < 1 || padding < 0) return all;
+  const int64_t span = size + 2 * padding - dilation * (kernel - 1) - 1;
+  if (span < 0) return all;
+  const int64_t out = span / stride + 1;
+  // Whether `tap` reads a row of the image at some output position: its row at output o is
+  // o * stride + tap * dilation - padding.
+  auto reads_image = [&](int64_t tap) {
+    const int64_t at_first = tap * dilation - padding;
+    const int64_t o = at_first >= 0 ? 0 : (-at_first + stride - 1) / stride;
+    return o < out && o * stride + at_first < size;
+  };
+  int64_t first = 0, last = kernel - 1;
+  while (first < kernel && !reads_image(first)) ++first;
+  if (first == kernel) return all;  // every tap on padding: the output is the bias alone
+  while (!reads_image(last)) --last;
+  const int64_t count = last - first + 1, kept = padding - first * dilation;
+  if (count == kernel || kept < 0) return all;
+  // The same output positions with `kept` on both sides (the right side may keep more padding
+  // than it needs; those rows are zeros either way).
+  const int64_t kept_span = size + 2 * kept - dilation * (count - 1) - 1;
+  if (kept_span < 0 || kept_span / stride + 1 != out) return all;
+  return {first, count, kept};
+}
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
               const Conv2dOptions& options) {
@@ -272,6 +310,29 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
                   "conv2d: bias must have shape [", p.out_channels, "], got ", bias.shape());
     MPIGRAD_CHECK(bias.dtype() == input.dtype(), "conv2d: bias dtype ", bias.dtype(),
                   " differs from input dtype ", input.dtype());
+  }
+  const auto& g = p.geometry;
+  const UsedTaps rows = used_taps(g.height, g.kernel_h, g.stride_h, g.pad_h, g.dilation_h);
+  const UsedTaps cols = used_taps(g.width, g.kernel_w, g.stride_w, g.pad_w, g.dilation_w);
+  if ((rows.count < g.kernel_h || cols.count < g.kernel_w) && drop_padding_taps().load()) {
+    // Taps that see only padding dropped (conv.h): the narrowed weight is a view, so the
+    // gradient reaches the whole weight, zeros at the dropped taps.
+    Conv2dOptions used = options;
+    used.padding = {rows.padding, cols.padding};
+    const auto& ws = weight.shape();
+    Tensor w;
+    if (rows.count == 1 || cols.count == g.kernel_w) {
+      // The kept taps are one run of the flattened kernel: one view, one window in the
+      // gradient's zeros (the centre of a 3x3 kernel on a 1x1 image).
+      const int64_t first = rows.first * g.kernel_w + cols.first;
+      const int64_t count = rows.count == 1 ? cols.count : rows.count * g.kernel_w;
+      w = weight.reshape({ws[0], ws[1], g.kernel_h * g.kernel_w})
+              .narrow(2, first, count)
+              .reshape({ws[0], ws[1], rows.count, cols.count});
+    } else {
+      w = weight.narrow(2, rows.first, rows.count).narrow(3, cols.first, cols.count);
+    }
+    return conv2d(input, w, bias, used);
   }
   const std::optional<core::DType> low = core::autocast_dtype_for("conv2d", {&input, &weight});
   Tensor x, w, b;

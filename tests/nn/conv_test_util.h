@@ -1,22 +1,30 @@
 // What the CPU convolution's tests share: a guard that forces the path (im2col + GEMM, oneDNN,
-// direct loops) for a scope, and the kernel's shape of a table row of test cases.
+// direct loops) for a scope, and the kernel's shape of a table row of test cases. The guard also
+// keeps conv2d from dropping the taps that see only padding (nn/functional/conv.h), so the path
+// runs on the case's own kernel.
 #pragma once
 
 #include "mpigrad/core/backend.h"
 #include "mpigrad/kernels/conv.h"
+#include "mpigrad/nn/functional/conv.h"
 
 namespace mpigrad::test {
 
 class PathGuard {
  public:
   explicit PathGuard(kernels::cpu::ConvPath path)
-      : previous_(kernels::cpu::set_conv2d_path_override(path)) {}
-  ~PathGuard() { kernels::cpu::set_conv2d_path_override(previous_); }
+      : previous_(kernels::cpu::set_conv2d_path_override(path)),
+        dropped_(nn::functional::set_conv2d_drop_padding_taps(false)) {}
+  ~PathGuard() {
+    kernels::cpu::set_conv2d_path_override(previous_);
+    nn::functional::set_conv2d_drop_padding_taps(dropped_);
+  }
   PathGuard(const PathGuard&) = delete;
   PathGuard& operator=(const PathGuard&) = delete;
 
  private:
   kernels::cpu::ConvPath previous_;
+  bool dropped_;
 };
 
 // The Conv2dShape of a case with batch, channels, height, width, out_channels and the kernel's

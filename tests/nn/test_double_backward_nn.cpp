@@ -48,12 +48,16 @@ std::vector<Case> cases() {
   };
   // Convolution: the product of input and weight makes every second derivative a cross term,
   // so tanh after it makes the pure ones non-zero too.
-  for (int variant = 0; variant < 4; ++variant) {
+  // Variants 4 and 5 drop the taps that see only padding (nn/functional/conv.h): a 1x1 image,
+  // and a stride-2 kernel on a 2x2 one.
+  for (int variant = 0; variant < 6; ++variant) {
     F::Conv2dOptions o;
     Shape x_shape{2, 4, 5, 5}, w_shape{6, 4, 3, 3};
     if (variant == 1) o.stride = {2, 1}, o.padding = {1, 0};
     if (variant == 2) o.dilation = {2, 2}, o.padding = {1, 1};
     if (variant == 3) o.groups = 2, w_shape = {6, 2, 3, 3};
+    if (variant == 4) x_shape = {2, 4, 1, 1}, o.padding = {1, 1};
+    if (variant == 5) x_shape = {2, 4, 2, 2}, o.stride = {2, 2}, o.padding = {1, 1};
     add("conv2d variant " + std::to_string(variant),
         {values({x_shape}, 0.8), values({w_shape}, 0.6, -0.4, 5), values({6}, 0.2, -0.1, 1)},
         {true, true, true}, [o](const std::vector<Tensor>& in) {
