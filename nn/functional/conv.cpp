@@ -332,7 +332,9 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
     } else {
       w = weight.narrow(2, rows.first, rows.count).narrow(3, cols.first, cols.count);
     }
-    return conv2d(input, w, bias, used);
+    // Dense before anything else reads it: under autocast the 16-bit cast of a strided view is an
+    // element walk, 4% of ResNet-50's bf16 step; a dense float32 copy, then a vector cast.
+    return conv2d(input, w.contiguous(), bias, used);
   }
   const std::optional<core::DType> low = core::autocast_dtype_for("conv2d", {&input, &weight});
   Tensor x, w, b;
