@@ -1,5 +1,5 @@
-// CPU batch norm, forward and backward, alone or followed by a ReLU (layer norm is
-// layer_norm.cpp's).
+// CPU batch norm, forward and backward, alone, followed by a ReLU, or followed by a ReLU and a
+// 2x2 max pooling (layer norm is layer_norm.cpp's).
 //
 // Layout: dense [batch, channels, inner].
 // Threading: channels spread over threads (a channel's statistics and gradients are reduced by
@@ -10,12 +10,16 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <memory>
 #include <type_traits>
+#include <vector>
 
 #include "mpigrad/kernels/cpu/lane_sums.h"
+#include "mpigrad/kernels/cpu/max_pool_2x2.h"
 #include "mpigrad/kernels/cpu/parallel.h"
 #include "mpigrad/kernels/cpu/scalar.h"
 #include "mpigrad/kernels/cpu/vector_math.h"
+#include "mpigrad/kernels/pooling.h"
 
 namespace mpigrad::kernels::cpu {
 namespace {
@@ -164,41 +168,50 @@ MPIGRAD_AVX2 inline __m256 grad_through(__m256 dy, __m256 xv, __m256 scale, __m2
 }
 
 // The channel's sums of dy and dy (x - mean); with Relu, dy through the ReLU that followed the
-// forward's y = x * scale + shift. With `warm` (the channel's grad_x, laid out as x), it also
-// fetches grad_x's lines, as channel_statistics does y's: grad_x is often a block that has left
-// the cache, and channel_grad_input's stores would otherwise each wait for theirs (profiled in
-// training: that pass ran 3x slower than with a block still in cache).
-template <bool Relu>
+// forward's y = x * scale + shift. Row n of dy is dy_row(n), called once per row, in order (a
+// fused pooling's backward builds it there: bn_backward). With `warm` (the channel's grad_x, laid
+// out as x), it also fetches grad_x's lines, as channel_statistics does y's: grad_x is often a
+// block that has left the cache, and channel_grad_input's stores would otherwise each wait for
+// theirs (profiled in training: that pass ran 3x slower than with a block still in cache).
+template <bool Relu, typename DyRow>
 MPIGRAD_AVX2 void channel_grad_sums(int64_t batch, int64_t stride, int64_t inner, const float* x,
-                                    const float* dy, float mean, float scale, float shift,
+                                    DyRow dy_row, float mean, float scale, float shift,
                                     double& sum_dy, double& sum_dy_xc, const float* warm) {
   const __m256 m = _mm256_set1_ps(mean);
   const __m256 a = _mm256_set1_ps(scale), b = _mm256_set1_ps(shift);
   __m256 g = _mm256_setzero_ps(), gx = _mm256_setzero_ps();
   __m256d sum_g = _mm256_setzero_pd(), sum_gx = _mm256_setzero_pd();
-  for_each_block(
-      batch, stride, inner,
-      [&](int64_t at, int64_t n) MPIGRAD_AVX2 {
-        if (warm != nullptr) _mm_prefetch(reinterpret_cast<const char*>(warm + at), _MM_HINT_T0);
-        // Masked lanes of a tail load as 0, so their dy adds nothing.
-        const __m256 xv = load(x + at, n);
-        const __m256 d = grad_through<Relu>(load(dy + at, n), xv, a, b);
-        g = _mm256_add_ps(g, d);
-        gx = _mm256_fmadd_ps(d, _mm256_sub_ps(xv, m), gx);
-      },
-      [&]() MPIGRAD_AVX2 {
-        sum_g = _mm256_add_pd(sum_g, widen(g));
-        sum_gx = _mm256_add_pd(sum_gx, widen(gx));
-        g = gx = _mm256_setzero_ps();
-      });
+  for (int64_t n = 0; n < batch; ++n) {
+    const float* in = x + n * stride;
+    const float* dy = dy_row(n);
+    const float* ahead = warm == nullptr ? nullptr : warm + n * stride;
+    for_each_block(
+        1, 0, inner,
+        [&](int64_t at, int64_t count) MPIGRAD_AVX2 {
+          if (ahead != nullptr) {
+            _mm_prefetch(reinterpret_cast<const char*>(ahead + at), _MM_HINT_T0);
+          }
+          // Masked lanes of a tail load as 0, so their dy adds nothing.
+          const __m256 xv = load(in + at, count);
+          const __m256 d = grad_through<Relu>(load(dy + at, count), xv, a, b);
+          g = _mm256_add_ps(g, d);
+          gx = _mm256_fmadd_ps(d, _mm256_sub_ps(xv, m), gx);
+        },
+        [&]() MPIGRAD_AVX2 {
+          sum_g = _mm256_add_pd(sum_g, widen(g));
+          sum_gx = _mm256_add_pd(sum_gx, widen(gx));
+          g = gx = _mm256_setzero_ps();
+        });
+  }
   sum_dy = total(sum_g);
   sum_dy_xc = total(sum_gx);
 }
 
-// dx = a dy + b x + k; with Relu, dy through the ReLU as in channel_grad_sums.
-template <bool Relu>
+// dx = a dy + b x + k; with Relu, dy through the ReLU as in channel_grad_sums, whose dy_row this
+// takes too.
+template <bool Relu, typename DyRow>
 MPIGRAD_AVX2 void channel_grad_input(int64_t batch, int64_t stride, int64_t inner, const float* x,
-                                     const float* dy, float scale, float shift, float a, float b,
+                                     DyRow dy_row, float scale, float shift, float a, float b,
                                      float k, float* dx) {
   const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b), vk = _mm256_set1_ps(k);
   const __m256 vscale = _mm256_set1_ps(scale), vshift = _mm256_set1_ps(shift);
@@ -209,13 +222,13 @@ MPIGRAD_AVX2 void channel_grad_input(int64_t batch, int64_t stride, int64_t inne
   };
   for (int64_t n = 0; n < batch; ++n) {
     const int64_t row = n * stride;
+    const float* dy = dy_row(n);
     int64_t i = 0;
     for (; i + 8 <= inner; i += 8) {
-      _mm256_storeu_ps(dx + row + i, row_piece(x + row + i, dy + row + i, 8));
+      _mm256_storeu_ps(dx + row + i, row_piece(x + row + i, dy + i, 8));
     }
     if (i < inner) {
-      vector_math::store_tail(dx + row + i, inner - i,
-                              row_piece(x + row + i, dy + row + i, inner - i));
+      vector_math::store_tail(dx + row + i, inner - i, row_piece(x + row + i, dy + i, inner - i));
     }
   }
 }
@@ -343,55 +356,113 @@ void bn_forward(int64_t batch, int64_t channels, int64_t inner, const T* x, cons
   });
 }
 
+// Channel c's mean and invstd and, when running_mean is not null, its running statistics blended
+// in place: core's ops' arithmetic in T (invstd = 1 / sqrt(variance + eps); running = running *
+// (1 - factor) + stat * factor, the variance unbiased), one rounding per operation as
+// batch_norm_statistics + those ops give. `warm` as channel_statistics takes it.
+template <typename T>
+void channel_training_statistics(int64_t batch, int64_t channels, int64_t inner, double factor,
+                                 double eps, const T* x, int64_t c, T* running_mean, T* running_var,
+                                 T* mean, T* invstd, const T* warm) {
+  const double count = double(batch * inner);
+  T variance;
+  channel_statistics(batch, channels, inner, x, c, mean[c], variance, warm);
+  const T shifted = variance + T(eps);
+  invstd[c] = T(1) / std::sqrt(shifted);
+  if (running_mean != nullptr) {
+    const T keep = T(1.0 - factor), add = T(factor);
+    const T keep_mean = running_mean[c] * keep;
+    const T add_mean = mean[c] * add;
+    running_mean[c] = keep_mean + add_mean;
+    const T unbiased = variance * T(count / (count - 1.0));
+    const T keep_var = running_var[c] * keep;
+    const T add_var = unbiased * add;
+    running_var[c] = keep_var + add_var;
+  }
+}
+
 // Each channel's statistics, invstd and running statistics, then its y while the channel (200 KB
 // for [64, C, 28, 28] Float32) is still in cache: the statistics and the normalization in turn
 // read it from memory twice, and fork and join the threads twice. The statistics also fetch the
-// channel's lines of y, which the normalization then writes. The per-channel arithmetic is core's
-// ops' in T (invstd = 1 / sqrt(variance + eps); running = running * (1 - factor) + stat * factor,
-// the variance unbiased), one rounding per operation as batch_norm_statistics + those ops +
-// batch_norm_forward give. With Relu, y is max(0, that), in the same pass.
+// channel's lines of y, which the normalization then writes. Bitwise batch_norm_statistics,
+// channel_training_statistics's arithmetic and batch_norm_forward in turn. With Relu, y is
+// max(0, that), in the same pass.
 template <bool Relu, typename T>
 void bn_forward_training(int64_t batch, int64_t channels, int64_t inner, double factor, double eps,
                          const T* x, const T* weight, const T* bias, T* running_mean,
                          T* running_var, T* y, T* mean, T* invstd) {
-  const double count = double(batch * inner);
-  const T unbias = T(count / (count - 1.0));
-  const T keep = T(1.0 - factor), add = T(factor);
   parallel_for(0, channels, channel_grain(batch, inner), [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
-      T variance;
-      channel_statistics(batch, channels, inner, x, c, mean[c], variance, y);
-      const T shifted = variance + T(eps);
-      invstd[c] = T(1) / std::sqrt(shifted);
-      if (running_mean != nullptr) {
-        const T keep_mean = running_mean[c] * keep;
-        const T add_mean = mean[c] * add;
-        running_mean[c] = keep_mean + add_mean;
-        const T unbiased = variance * unbias;
-        const T keep_var = running_var[c] * keep;
-        const T add_var = unbiased * add;
-        running_var[c] = keep_var + add_var;
-      }
+      channel_training_statistics(batch, channels, inner, factor, eps, x, c, running_mean,
+                                  running_var, mean, invstd, y);
       channel_normalize<Relu>(batch, channels, inner, x, c, mean[c], invstd[c], weight, bias, y);
     }
   });
 }
+
+// One (sample, channel) plane of max pooling's geometry `pool`.
+Pool2dGeometry one_plane(const Pool2dGeometry& pool) {
+  Pool2dGeometry plane = pool;
+  plane.planes = 1;
+  return plane;
+}
+
+#if defined(MPIGRAD_HAS_AVX2_MATH)
+// bn_forward_training<true> then max pooling (batch_norm_relu_max_pool_supported): each plane's
+// ReLU output goes to a scratch plane in L1 and max pooling's own kernel pools it from there, so
+// every result is bitwise the two ops' and the full-size ReLU output is never written.
+void bnrp_forward_training(const Pool2dGeometry& pool, int64_t batch, int64_t channels,
+                           double factor, double eps, const float* x, const float* weight,
+                           const float* bias, float* running_mean, float* running_var, float* out,
+                           uint8_t* taps, float* mean, float* invstd) {
+  const int64_t inner = pool.height * pool.width, outer = pool.out_h * pool.out_w;
+  const Pool2dGeometry plane = one_plane(pool);
+  parallel_for(0, channels, channel_grain(batch, inner), [&](int64_t begin, int64_t end) {
+    std::vector<float> scratch(static_cast<size_t>(inner));
+    for (int64_t c = begin; c < end; ++c) {
+      channel_training_statistics(batch, channels, inner, factor, eps, x, c, running_mean,
+                                  running_var, mean, invstd, static_cast<const float*>(nullptr));
+      float scale, shift;
+      channel_affine(c, mean[c], invstd[c], weight, bias, scale, shift);
+      for (int64_t n = 0; n < batch; ++n) {
+        const int64_t p = n * channels + c;
+        avx2::channel_forward<true>(1, inner, inner, x + p * inner, scale, shift, scratch.data());
+        max_pool_2x2_forward_plane(plane, scratch.data(), out + p * outer, taps + p * outer);
+      }
+    }
+  });
+}
+#endif
 
 // With Relu, grad_y is the gradient of y = relu(batch norm), `relu_output` that y and `bias` the
 // forward's, and each read of grad_y goes through the ReLU's derivative: the same values, summed
 // in the same order, as the ReLU's backward followed by this one without Relu. The AVX2 path
 // recomputes the ReLU's mask from x (avx2::grad_through); the scalar one, whose rounding of
 // x * scale + shift the compiler may contract differently from the forward's, reads y.
+// With `pool` as well (Float32 on the AVX2 path only: batch_norm_relu_max_pool_supported),
+// grad_y is the gradient of max pooling's output over y and `taps` that pooling's: the first
+// pass over a channel builds its gradient of y plane by plane with max pooling's own backward
+// (max_pool_2x2_backward_plane) in a block the size of one channel, each plane summed while it
+// is in L1, and the second reads the block back from L2, where the unfused ops write a
+// full-size gradient out to L3 or memory and read it back twice. (Building each plane again for
+// the second pass measured slower: the build costs more than an L2 read.) The values and their
+// order are the unfused ops', so every result is bitwise theirs.
 template <bool Relu, typename T>
 void bn_backward(int64_t batch, int64_t channels, int64_t inner, bool training, const T* x,
                  const T* relu_output, const T* grad_y, const T* mean, const T* invstd,
-                 const T* weight, const T* bias, T* grad_x, T* grad_weight, T* grad_bias) {
+                 const T* weight, const T* bias, T* grad_x, T* grad_weight, T* grad_bias,
+                 const Pool2dGeometry* pool = nullptr, const uint8_t* taps = nullptr) {
   // Without Relu nothing reads the output; grad_y stands in so no offset is taken from null.
   const T* y = Relu ? relu_output : grad_y;
   // grad_x written over grad_y is already in cache.
   const bool warm = grad_x != nullptr && grad_x != grad_y;
   const double count = double(batch * inner);
+  const Pool2dGeometry one = pool != nullptr ? one_plane(*pool) : Pool2dGeometry();
   parallel_for(0, channels, channel_grain(batch, inner), [&](int64_t begin, int64_t end) {
+    // With `pool`, the channel's gradient of y, which max pooling's backward builds (its planes
+    // `inner` apart): not initialized, every element is written before it is read.
+    std::unique_ptr<T[]> block;
+    if (pool != nullptr) block = std::make_unique_for_overwrite<T[]>(size_t(batch * inner));
     for (int64_t c = begin; c < end; ++c) {
       const double m = double(mean[c]), s = double(invstd[c]);
       double sum_dy = 0, sum_dy_xc = 0;  // of dy and dy * (x - m)
@@ -399,11 +470,29 @@ void bn_backward(int64_t batch, int64_t channels, int64_t inner, bool training, 
       T scale = T(1), shift = T(0);  // the forward's, for the recomputed mask
       if (Relu) channel_affine(c, mean[c], invstd[c], weight, bias, scale, shift);
 #if defined(MPIGRAD_HAS_AVX2_MATH)
+      // Row n of the channel's gradient of y: grad_y's, or with `pool` built from the pooled
+      // gradient and taps of plane (n, c).
+      const auto given_row = [&](int64_t n) { return grad_y + (n * channels + c) * inner; };
+      // The first pass builds the block's rows, the second reads them.
+      const auto pooled_row = [&](int64_t n) -> const T* {
+        T* row = block.get() + n * inner;
+        if constexpr (std::is_same_v<T, float>) {
+          const int64_t p = (n * channels + c) * one.out_h * one.out_w;
+          max_pool_2x2_backward_plane(one, grad_y + p, taps + p, row);
+        }
+        return row;
+      };
+      const auto built_row = [&](int64_t n) -> const T* { return block.get() + n * inner; };
       if constexpr (std::is_same_v<T, float>) {
         if (vector) {
-          avx2::channel_grad_sums<Relu>(batch, channels * inner, inner, x + c * inner,
-                                        grad_y + c * inner, mean[c], scale, shift, sum_dy,
-                                        sum_dy_xc, warm ? grad_x + c * inner : nullptr);
+          const float* ahead = warm ? grad_x + c * inner : nullptr;
+          if (pool != nullptr) {
+            avx2::channel_grad_sums<Relu>(batch, channels * inner, inner, x + c * inner, pooled_row,
+                                          mean[c], scale, shift, sum_dy, sum_dy_xc, ahead);
+          } else {
+            avx2::channel_grad_sums<Relu>(batch, channels * inner, inner, x + c * inner, given_row,
+                                          mean[c], scale, shift, sum_dy, sum_dy_xc, ahead);
+          }
         }
       }
 #endif
@@ -436,9 +525,13 @@ void bn_backward(int64_t batch, int64_t channels, int64_t inner, bool training, 
 #if defined(MPIGRAD_HAS_AVX2_MATH)
       if constexpr (std::is_same_v<T, float>) {
         if (vector) {
-          avx2::channel_grad_input<Relu>(batch, channels * inner, inner, x + c * inner,
-                                         grad_y + c * inner, scale, shift, ta, tb, tk,
-                                         grad_x + c * inner);
+          if (pool != nullptr) {
+            avx2::channel_grad_input<Relu>(batch, channels * inner, inner, x + c * inner, built_row,
+                                           scale, shift, ta, tb, tk, grad_x + c * inner);
+          } else {
+            avx2::channel_grad_input<Relu>(batch, channels * inner, inner, x + c * inner, given_row,
+                                           scale, shift, ta, tb, tk, grad_x + c * inner);
+          }
           continue;
         }
       }
@@ -542,6 +635,54 @@ void batch_norm_relu_backward(DType dtype, int64_t batch, int64_t channels, int6
                         in_ptr<T>(grad_y), in_ptr<T>(mean), in_ptr<T>(invstd), in_ptr<T>(weight),
                         in_ptr<T>(bias), out_ptr<T>(grad_x), out_ptr<T>(grad_weight),
                         out_ptr<T>(grad_bias)))
+}
+
+bool batch_norm_relu_max_pool_supported(DType dtype, const Pool2dGeometry& pool) {
+#if defined(MPIGRAD_HAS_AVX2_MATH)
+  return dtype == DType::Float32 && has_avx2_fma() && pool.height * pool.width >= 8 &&
+         pool.kernel_h == 2 && pool.kernel_w == 2 && pool.stride_h == 2 && pool.stride_w == 2 &&
+         pool.pad_h == 0 && pool.pad_w == 0 && pool.dilation_h == 1 && pool.dilation_w == 1 &&
+         pool.out_h == pool.height / 2 && pool.out_w == pool.width / 2 && pool.out_h >= 1 &&
+         pool.out_w >= 1;
+#else
+  (void)dtype, (void)pool;
+  return false;
+#endif
+}
+
+void batch_norm_relu_max_pool_forward_training(DType dtype, const Pool2dGeometry& pool,
+                                               int64_t batch, int64_t channels, double factor,
+                                               double eps, const void* x, const void* weight,
+                                               const void* bias, void* running_mean,
+                                               void* running_var, void* out, void* taps, void* mean,
+                                               void* invstd) {
+  if (!batch_norm_relu_max_pool_supported(dtype, pool) || pool.planes != batch * channels) {
+    throw_unsupported("batch_norm_relu_max_pool_forward_training", "this pooling geometry", dtype);
+  }
+#if defined(MPIGRAD_HAS_AVX2_MATH)
+  bnrp_forward_training(pool, batch, channels, factor, eps, in_ptr<float>(x), in_ptr<float>(weight),
+                        in_ptr<float>(bias), out_ptr<float>(running_mean),
+                        out_ptr<float>(running_var), out_ptr<float>(out), out_ptr<uint8_t>(taps),
+                        out_ptr<float>(mean), out_ptr<float>(invstd));
+#else
+  (void)batch, (void)channels, (void)factor, (void)eps, (void)x, (void)weight, (void)bias;
+  (void)running_mean, (void)running_var, (void)out, (void)taps, (void)mean, (void)invstd;
+#endif
+}
+
+void batch_norm_relu_max_pool_backward(DType dtype, const Pool2dGeometry& pool, int64_t batch,
+                                       int64_t channels, const void* x, const void* grad_out,
+                                       const void* taps, const void* mean, const void* invstd,
+                                       const void* weight, const void* bias, void* grad_x,
+                                       void* grad_weight, void* grad_bias) {
+  if (!batch_norm_relu_max_pool_supported(dtype, pool) || pool.planes != batch * channels) {
+    throw_unsupported("batch_norm_relu_max_pool_backward", "this pooling geometry", dtype);
+  }
+  bn_backward<true>(batch, channels, pool.height * pool.width, /*training=*/true, in_ptr<float>(x),
+                    in_ptr<float>(nullptr), in_ptr<float>(grad_out), in_ptr<float>(mean),
+                    in_ptr<float>(invstd), in_ptr<float>(weight), in_ptr<float>(bias),
+                    out_ptr<float>(grad_x), out_ptr<float>(grad_weight), out_ptr<float>(grad_bias),
+                    &pool, in_ptr<uint8_t>(taps));
 }
 
 #undef MPIGRAD_NORM_DISPATCH
