@@ -68,8 +68,8 @@ void batch_norm_relu_max_pool_forward_training(DType dtype, const Pool2dGeometry
                                                void* invstd);
 // Its backward from the pooled gradient grad_out and the forward's taps, x, mean, invstd,
 // weight and bias: bitwise max_pool2d_backward followed by batch_norm_relu_backward, without the
-// full-size gradient between them (each channel's is built in a scratch block that stays in
-// cache). Unwanted gradients may be null.
+// full-size gradient between them (each plane's is built in a scratch plane in L1, once for the
+// sums and once for grad_x). Unwanted gradients may be null.
 void batch_norm_relu_max_pool_backward(DType dtype, const Pool2dGeometry& pool, int64_t batch,
                                        int64_t channels, const void* x, const void* grad_out,
                                        const void* taps, const void* mean, const void* invstd,

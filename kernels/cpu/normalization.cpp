@@ -167,51 +167,51 @@ MPIGRAD_AVX2 inline __m256 grad_through(__m256 dy, __m256 xv, __m256 scale, __m2
   }
 }
 
+// One step of the backward's sums: `count` (<= 8) elements of x and dy added to the float lanes
+// g, of dy (with Relu through the ReLU that followed y = x * scale + shift, scale and shift in a
+// and b), and gx, of dy (x - mean) (mean in m).
+template <bool Relu>
+MPIGRAD_AVX2 inline void add_grad_terms(const float* x, const float* dy, int64_t count, __m256 m,
+                                        __m256 a, __m256 b, __m256& g, __m256& gx) {
+  // Masked lanes of a tail load as 0, so their dy adds nothing.
+  const __m256 xv = load(x, count);
+  const __m256 d = grad_through<Relu>(load(dy, count), xv, a, b);
+  g = _mm256_add_ps(g, d);
+  gx = _mm256_fmadd_ps(d, _mm256_sub_ps(xv, m), gx);
+}
+
 // The channel's sums of dy and dy (x - mean); with Relu, dy through the ReLU that followed the
-// forward's y = x * scale + shift. Row n of dy is dy_row(n), called once per row, in order (a
-// fused pooling's backward builds it there: bn_backward). With `warm` (the channel's grad_x, laid
-// out as x), it also fetches grad_x's lines, as channel_statistics does y's: grad_x is often a
-// block that has left the cache, and channel_grad_input's stores would otherwise each wait for
-// theirs (profiled in training: that pass ran 3x slower than with a block still in cache).
-template <bool Relu, typename DyRow>
+// forward's y = x * scale + shift. With `warm` (the channel's grad_x, laid out as x), it also
+// fetches grad_x's lines, as channel_statistics does y's: grad_x is often a block that has left
+// the cache, and channel_grad_input's stores would otherwise each wait for theirs (profiled in
+// training: that pass ran 3x slower than with a block still in cache).
+template <bool Relu>
 MPIGRAD_AVX2 void channel_grad_sums(int64_t batch, int64_t stride, int64_t inner, const float* x,
-                                    DyRow dy_row, float mean, float scale, float shift,
+                                    const float* dy, float mean, float scale, float shift,
                                     double& sum_dy, double& sum_dy_xc, const float* warm) {
   const __m256 m = _mm256_set1_ps(mean);
   const __m256 a = _mm256_set1_ps(scale), b = _mm256_set1_ps(shift);
   __m256 g = _mm256_setzero_ps(), gx = _mm256_setzero_ps();
   __m256d sum_g = _mm256_setzero_pd(), sum_gx = _mm256_setzero_pd();
-  for (int64_t n = 0; n < batch; ++n) {
-    const float* in = x + n * stride;
-    const float* dy = dy_row(n);
-    const float* ahead = warm == nullptr ? nullptr : warm + n * stride;
-    for_each_block(
-        1, 0, inner,
-        [&](int64_t at, int64_t count) MPIGRAD_AVX2 {
-          if (ahead != nullptr) {
-            _mm_prefetch(reinterpret_cast<const char*>(ahead + at), _MM_HINT_T0);
-          }
-          // Masked lanes of a tail load as 0, so their dy adds nothing.
-          const __m256 xv = load(in + at, count);
-          const __m256 d = grad_through<Relu>(load(dy + at, count), xv, a, b);
-          g = _mm256_add_ps(g, d);
-          gx = _mm256_fmadd_ps(d, _mm256_sub_ps(xv, m), gx);
-        },
-        [&]() MPIGRAD_AVX2 {
-          sum_g = _mm256_add_pd(sum_g, widen(g));
-          sum_gx = _mm256_add_pd(sum_gx, widen(gx));
-          g = gx = _mm256_setzero_ps();
-        });
-  }
+  for_each_block(
+      batch, stride, inner,
+      [&](int64_t at, int64_t n) MPIGRAD_AVX2 {
+        if (warm != nullptr) _mm_prefetch(reinterpret_cast<const char*>(warm + at), _MM_HINT_T0);
+        add_grad_terms<Relu>(x + at, dy + at, n, m, a, b, g, gx);
+      },
+      [&]() MPIGRAD_AVX2 {
+        sum_g = _mm256_add_pd(sum_g, widen(g));
+        sum_gx = _mm256_add_pd(sum_gx, widen(gx));
+        g = gx = _mm256_setzero_ps();
+      });
   sum_dy = total(sum_g);
   sum_dy_xc = total(sum_gx);
 }
 
-// dx = a dy + b x + k; with Relu, dy through the ReLU as in channel_grad_sums, whose dy_row this
-// takes too.
-template <bool Relu, typename DyRow>
+// dx = a dy + b x + k; with Relu, dy through the ReLU as in channel_grad_sums.
+template <bool Relu>
 MPIGRAD_AVX2 void channel_grad_input(int64_t batch, int64_t stride, int64_t inner, const float* x,
-                                     DyRow dy_row, float scale, float shift, float a, float b,
+                                     const float* dy, float scale, float shift, float a, float b,
                                      float k, float* dx) {
   const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b), vk = _mm256_set1_ps(k);
   const __m256 vscale = _mm256_set1_ps(scale), vshift = _mm256_set1_ps(shift);
@@ -222,15 +222,52 @@ MPIGRAD_AVX2 void channel_grad_input(int64_t batch, int64_t stride, int64_t inne
   };
   for (int64_t n = 0; n < batch; ++n) {
     const int64_t row = n * stride;
-    const float* dy = dy_row(n);
     int64_t i = 0;
     for (; i + 8 <= inner; i += 8) {
-      _mm256_storeu_ps(dx + row + i, row_piece(x + row + i, dy + i, 8));
+      _mm256_storeu_ps(dx + row + i, row_piece(x + row + i, dy + row + i, 8));
     }
     if (i < inner) {
-      vector_math::store_tail(dx + row + i, inner - i, row_piece(x + row + i, dy + i, inner - i));
+      vector_math::store_tail(dx + row + i, inner - i,
+                              row_piece(x + row + i, dy + row + i, inner - i));
     }
   }
+}
+
+// channel_grad_sums<true>'s work on one row of x and dy, stopped short of its sums: the double
+// lanes that each block of the row adds to them, out[8j, 8j + 4) those of dy and out[8j + 4,
+// 8j + 8) those of dy (x - mean) for block j. add_partials adds them up as channel_grad_sums
+// does, so rows done apart, in any order and on any thread, still give its sums to the bit.
+MPIGRAD_AVX2 void row_grad_partials(int64_t inner, const float* x, const float* dy, float mean,
+                                    float scale, float shift, double* out) {
+  const __m256 m = _mm256_set1_ps(mean);
+  const __m256 a = _mm256_set1_ps(scale), b = _mm256_set1_ps(shift);
+  __m256 g = _mm256_setzero_ps(), gx = _mm256_setzero_ps();
+  for_each_block(
+      1, 0, inner,
+      [&](int64_t at, int64_t n)
+          MPIGRAD_AVX2 { add_grad_terms<true>(x + at, dy + at, n, m, a, b, g, gx); },
+      [&]() MPIGRAD_AVX2 {
+        _mm256_storeu_pd(out, widen(g));
+        _mm256_storeu_pd(out + 4, widen(gx));
+        out += 8;
+        g = gx = _mm256_setzero_ps();
+      });
+}
+
+// A channel's sums from the partials of its `rows` rows (row_grad_partials), `stride` doubles
+// apart, `blocks` blocks each, added in channel_grad_sums's order.
+MPIGRAD_AVX2 void add_partials(int64_t rows, int64_t stride, int64_t blocks, const double* partials,
+                               double& sum_dy, double& sum_dy_xc) {
+  __m256d sum_g = _mm256_setzero_pd(), sum_gx = _mm256_setzero_pd();
+  for (int64_t n = 0; n < rows; ++n) {
+    for (int64_t j = 0; j < blocks; ++j) {
+      const double* block = partials + n * stride + 8 * j;
+      sum_g = _mm256_add_pd(sum_g, _mm256_loadu_pd(block));
+      sum_gx = _mm256_add_pd(sum_gx, _mm256_loadu_pd(block + 4));
+    }
+  }
+  sum_dy = total(sum_g);
+  sum_dy_xc = total(sum_gx);
 }
 
 }  // namespace avx2
@@ -434,65 +471,53 @@ void bnrp_forward_training(const Pool2dGeometry& pool, int64_t batch, int64_t ch
 }
 #endif
 
+// Channel c's grad_weight and grad_bias (either may be null) from its sums of dy and
+// dy (x - mean), and the coefficients of its grad_x = a dy + b x + k.
+template <typename T>
+void channel_gradients(int64_t c, double count, bool training, const T* mean, const T* invstd,
+                       const T* weight, double sum_dy, double sum_dy_xc, T* grad_weight,
+                       T* grad_bias, T& ta, T& tb, T& tk) {
+  const double m = double(mean[c]), s = double(invstd[c]);
+  const double sum_dy_xhat = sum_dy_xc * s;
+  if (grad_weight) grad_weight[c] = T(sum_dy_xhat);
+  if (grad_bias) grad_bias[c] = T(sum_dy);
+  const double w = weight ? double(weight[c]) : 1.0;
+  const double mean_dy = training ? sum_dy / count : 0.0;
+  const double mean_dy_xhat = training ? sum_dy_xhat / count : 0.0;
+  // dx = w s (dy - mean_dy - xhat mean_dy_xhat) with xhat = (x - m) s, folded into
+  // dx = a dy + b x + k per channel so the loop runs in T and vectorizes.
+  const double a = w * s, b = -w * s * s * mean_dy_xhat;
+  const double k = -w * s * mean_dy + w * s * s * m * mean_dy_xhat;
+  ta = T(a), tb = T(b), tk = T(k);
+}
+
 // With Relu, grad_y is the gradient of y = relu(batch norm), `relu_output` that y and `bias` the
 // forward's, and each read of grad_y goes through the ReLU's derivative: the same values, summed
 // in the same order, as the ReLU's backward followed by this one without Relu. The AVX2 path
 // recomputes the ReLU's mask from x (avx2::grad_through); the scalar one, whose rounding of
 // x * scale + shift the compiler may contract differently from the forward's, reads y.
-// With `pool` as well (Float32 on the AVX2 path only: batch_norm_relu_max_pool_supported),
-// grad_y is the gradient of max pooling's output over y and `taps` that pooling's: the first
-// pass over a channel builds its gradient of y plane by plane with max pooling's own backward
-// (max_pool_2x2_backward_plane) in a block the size of one channel, each plane summed while it
-// is in L1, and the second reads the block back from L2, where the unfused ops write a
-// full-size gradient out to L3 or memory and read it back twice. (Building each plane again for
-// the second pass measured slower: the build costs more than an L2 read.) The values and their
-// order are the unfused ops', so every result is bitwise theirs.
 template <bool Relu, typename T>
 void bn_backward(int64_t batch, int64_t channels, int64_t inner, bool training, const T* x,
                  const T* relu_output, const T* grad_y, const T* mean, const T* invstd,
-                 const T* weight, const T* bias, T* grad_x, T* grad_weight, T* grad_bias,
-                 const Pool2dGeometry* pool = nullptr, const uint8_t* taps = nullptr) {
+                 const T* weight, const T* bias, T* grad_x, T* grad_weight, T* grad_bias) {
   // Without Relu nothing reads the output; grad_y stands in so no offset is taken from null.
   const T* y = Relu ? relu_output : grad_y;
   // grad_x written over grad_y is already in cache.
   const bool warm = grad_x != nullptr && grad_x != grad_y;
   const double count = double(batch * inner);
-  const Pool2dGeometry one = pool != nullptr ? one_plane(*pool) : Pool2dGeometry();
   parallel_for(0, channels, channel_grain(batch, inner), [&](int64_t begin, int64_t end) {
-    // With `pool`, the channel's gradient of y, which max pooling's backward builds (its planes
-    // `inner` apart): not initialized, every element is written before it is read.
-    std::unique_ptr<T[]> block;
-    if (pool != nullptr) block = std::make_unique_for_overwrite<T[]>(size_t(batch * inner));
     for (int64_t c = begin; c < end; ++c) {
-      const double m = double(mean[c]), s = double(invstd[c]);
+      const double m = double(mean[c]);
       double sum_dy = 0, sum_dy_xc = 0;  // of dy and dy * (x - m)
       const bool vector = use_avx2<T>(inner);
       T scale = T(1), shift = T(0);  // the forward's, for the recomputed mask
       if (Relu) channel_affine(c, mean[c], invstd[c], weight, bias, scale, shift);
 #if defined(MPIGRAD_HAS_AVX2_MATH)
-      // Row n of the channel's gradient of y: grad_y's, or with `pool` built from the pooled
-      // gradient and taps of plane (n, c).
-      const auto given_row = [&](int64_t n) { return grad_y + (n * channels + c) * inner; };
-      // The first pass builds the block's rows, the second reads them.
-      const auto pooled_row = [&](int64_t n) -> const T* {
-        T* row = block.get() + n * inner;
-        if constexpr (std::is_same_v<T, float>) {
-          const int64_t p = (n * channels + c) * one.out_h * one.out_w;
-          max_pool_2x2_backward_plane(one, grad_y + p, taps + p, row);
-        }
-        return row;
-      };
-      const auto built_row = [&](int64_t n) -> const T* { return block.get() + n * inner; };
       if constexpr (std::is_same_v<T, float>) {
         if (vector) {
-          const float* ahead = warm ? grad_x + c * inner : nullptr;
-          if (pool != nullptr) {
-            avx2::channel_grad_sums<Relu>(batch, channels * inner, inner, x + c * inner, pooled_row,
-                                          mean[c], scale, shift, sum_dy, sum_dy_xc, ahead);
-          } else {
-            avx2::channel_grad_sums<Relu>(batch, channels * inner, inner, x + c * inner, given_row,
-                                          mean[c], scale, shift, sum_dy, sum_dy_xc, ahead);
-          }
+          avx2::channel_grad_sums<Relu>(batch, channels * inner, inner, x + c * inner,
+                                        grad_y + c * inner, mean[c], scale, shift, sum_dy,
+                                        sum_dy_xc, warm ? grad_x + c * inner : nullptr);
         }
       }
 #endif
@@ -510,28 +535,16 @@ void bn_backward(int64_t batch, int64_t channels, int64_t inner, bool training, 
         sum_dy = sums[0].total();
         sum_dy_xc = sums[1].total();
       }
-      const double sum_dy_xhat = sum_dy_xc * s;
-      if (grad_weight) grad_weight[c] = T(sum_dy_xhat);
-      if (grad_bias) grad_bias[c] = T(sum_dy);
+      T ta, tb, tk;
+      channel_gradients(c, count, training, mean, invstd, weight, sum_dy, sum_dy_xc, grad_weight,
+                        grad_bias, ta, tb, tk);
       if (!grad_x) continue;
-      const double w = weight ? double(weight[c]) : 1.0;
-      const double mean_dy = training ? sum_dy / count : 0.0;
-      const double mean_dy_xhat = training ? sum_dy_xhat / count : 0.0;
-      // dx = w s (dy - mean_dy - xhat mean_dy_xhat) with xhat = (x - m) s, folded into
-      // dx = a dy + b x + k per channel so the loop runs in T and vectorizes.
-      const double a = w * s, b = -w * s * s * mean_dy_xhat;
-      const double k = -w * s * mean_dy + w * s * s * m * mean_dy_xhat;
-      const T ta = T(a), tb = T(b), tk = T(k);
 #if defined(MPIGRAD_HAS_AVX2_MATH)
       if constexpr (std::is_same_v<T, float>) {
         if (vector) {
-          if (pool != nullptr) {
-            avx2::channel_grad_input<Relu>(batch, channels * inner, inner, x + c * inner, built_row,
-                                           scale, shift, ta, tb, tk, grad_x + c * inner);
-          } else {
-            avx2::channel_grad_input<Relu>(batch, channels * inner, inner, x + c * inner, given_row,
-                                           scale, shift, ta, tb, tk, grad_x + c * inner);
-          }
+          avx2::channel_grad_input<Relu>(batch, channels * inner, inner, x + c * inner,
+                                         grad_y + c * inner, scale, shift, ta, tb, tk,
+                                         grad_x + c * inner);
           continue;
         }
       }
@@ -548,6 +561,60 @@ void bn_backward(int64_t batch, int64_t channels, int64_t inner, bool training, 
     }
   });
 }
+
+#if defined(MPIGRAD_HAS_AVX2_MATH)
+// The backward of bnrp_forward_training from the pooled gradient and taps, in three passes where
+// bn_backward<true> makes two per channel: the planes in memory order, each plane's gradient of
+// the ReLU output built in an L1 scratch plane by max pooling's own backward and its sums' block
+// lanes kept (row_grad_partials); each channel's sums and grad_x coefficients from those lanes;
+// the planes in memory order again, the gradient built again and grad_x written from it. Every
+// stream is read front to back (a channel at a time, each plane's short pieces of the pooled
+// gradient and taps lie a whole row of planes apart, which the hardware prefetcher does not
+// follow), and the full-size gradient of the ReLU output that the unfused ops write to memory and
+// read back twice is never written. The values and their order are the unfused ops', so every
+// result is bitwise theirs.
+void bnrp_backward(const Pool2dGeometry& pool, int64_t batch, int64_t channels, const float* x,
+                   const float* grad_out, const uint8_t* taps, const float* mean,
+                   const float* invstd, const float* weight, const float* bias, float* grad_x,
+                   float* grad_weight, float* grad_bias) {
+  const int64_t inner = pool.height * pool.width, outer = pool.out_h * pool.out_w;
+  const int64_t planes = batch * channels, blocks = (inner + avx2::kBlock - 1) / avx2::kBlock;
+  const Pool2dGeometry one = one_plane(pool);
+  const int64_t grain = std::max<int64_t>(1, 16384 / inner);
+  std::vector<float> scale(static_cast<size_t>(channels)), shift(scale.size());
+  for (int64_t c = 0; c < channels; ++c) {
+    channel_affine(c, mean[c], invstd[c], weight, bias, scale[size_t(c)], shift[size_t(c)]);
+  }
+  const auto partials = std::make_unique_for_overwrite<double[]>(size_t(planes * blocks * 8));
+  parallel_for(0, planes, grain, [&](int64_t begin, int64_t end) {
+    std::vector<float> dy(static_cast<size_t>(inner));
+    for (int64_t p = begin; p < end; ++p) {
+      const size_t c = size_t(p % channels);
+      max_pool_2x2_backward_plane(one, grad_out + p * outer, taps + p * outer, dy.data());
+      avx2::row_grad_partials(inner, x + p * inner, dy.data(), mean[c], scale[c], shift[c],
+                              partials.get() + p * blocks * 8);
+    }
+  });
+  std::vector<float> a(scale.size()), b(scale.size()), k(scale.size());
+  for (int64_t c = 0; c < channels; ++c) {
+    double sum_dy, sum_dy_xc;
+    avx2::add_partials(batch, channels * blocks * 8, blocks, partials.get() + c * blocks * 8,
+                       sum_dy, sum_dy_xc);
+    channel_gradients(c, double(batch * inner), /*training=*/true, mean, invstd, weight, sum_dy,
+                      sum_dy_xc, grad_weight, grad_bias, a[size_t(c)], b[size_t(c)], k[size_t(c)]);
+  }
+  if (grad_x == nullptr) return;
+  parallel_for(0, planes, grain, [&](int64_t begin, int64_t end) {
+    std::vector<float> dy(static_cast<size_t>(inner));
+    for (int64_t p = begin; p < end; ++p) {
+      const size_t c = size_t(p % channels);
+      max_pool_2x2_backward_plane(one, grad_out + p * outer, taps + p * outer, dy.data());
+      avx2::channel_grad_input<true>(1, inner, inner, x + p * inner, dy.data(), scale[c], shift[c],
+                                     a[c], b[c], k[c], grad_x + p * inner);
+    }
+  });
+}
+#endif
 
 template <typename T>
 const T* in_ptr(const void* p) {
@@ -678,11 +745,15 @@ void batch_norm_relu_max_pool_backward(DType dtype, const Pool2dGeometry& pool, 
   if (!batch_norm_relu_max_pool_supported(dtype, pool) || pool.planes != batch * channels) {
     throw_unsupported("batch_norm_relu_max_pool_backward", "this pooling geometry", dtype);
   }
-  bn_backward<true>(batch, channels, pool.height * pool.width, /*training=*/true, in_ptr<float>(x),
-                    in_ptr<float>(nullptr), in_ptr<float>(grad_out), in_ptr<float>(mean),
-                    in_ptr<float>(invstd), in_ptr<float>(weight), in_ptr<float>(bias),
-                    out_ptr<float>(grad_x), out_ptr<float>(grad_weight), out_ptr<float>(grad_bias),
-                    &pool, in_ptr<uint8_t>(taps));
+#if defined(MPIGRAD_HAS_AVX2_MATH)
+  bnrp_backward(pool, batch, channels, in_ptr<float>(x), in_ptr<float>(grad_out),
+                in_ptr<uint8_t>(taps), in_ptr<float>(mean), in_ptr<float>(invstd),
+                in_ptr<float>(weight), in_ptr<float>(bias), out_ptr<float>(grad_x),
+                out_ptr<float>(grad_weight), out_ptr<float>(grad_bias));
+#else
+  (void)x, (void)grad_out, (void)taps, (void)mean, (void)invstd, (void)weight, (void)bias;
+  (void)grad_x, (void)grad_weight, (void)grad_bias;
+#endif
 }
 
 #undef MPIGRAD_NORM_DISPATCH
