@@ -1,5 +1,5 @@
 // CPU batch norm, forward and backward, alone, followed by a ReLU, or followed by a ReLU and a
-// 2x2 max pooling (layer norm is layer_norm.cpp's).
+// 2x2 max pooling (layer norm is normalization_layer.cpp's).
 //
 // Layout: dense [batch, channels, inner].
 // Threading: channels spread over threads (a channel's statistics and gradients are reduced by
@@ -14,8 +14,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "mpigrad/kernels/cpu/lane_sums.h"
 #include "mpigrad/kernels/cpu/max_pool_2x2.h"
+#include "mpigrad/kernels/cpu/normalization_lanes.h"
 #include "mpigrad/kernels/cpu/parallel.h"
 #include "mpigrad/kernels/cpu/scalar.h"
 #include "mpigrad/kernels/cpu/vector_math.h"

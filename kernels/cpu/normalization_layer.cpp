@@ -2,15 +2,14 @@
 // Threading: rows spread over threads for the forward and grad_x, blocks of columns for
 // grad_weight/grad_bias; no result depends on the thread count. Sums are accumulated in double.
 // (Batch norm is normalization.cpp's.)
-#include "mpigrad/kernels/normalization.h"
-
 #include <algorithm>
 #include <array>
 #include <cmath>
 
-#include "mpigrad/kernels/cpu/lane_sums.h"
+#include "mpigrad/kernels/cpu/normalization_lanes.h"
 #include "mpigrad/kernels/cpu/parallel.h"
 #include "mpigrad/kernels/cpu/scalar.h"
+#include "mpigrad/kernels/normalization.h"
 
 namespace mpigrad::kernels::cpu {
 namespace {

@@ -1,5 +1,5 @@
 // Internal to kernels/cpu: the lane sums that batch norm (normalization.cpp) and layer norm
-// (layer_norm.cpp) accumulate their statistics and gradient sums in.
+// (normalization_layer.cpp) accumulate their statistics and gradient sums in.
 #pragma once
 
 #include <cstdint>
