@@ -535,6 +535,29 @@ class CpuBackend final : public Backend {
     kernels::cpu::batch_norm_relu_backward(dtype, batch, channels, inner, x, y, grad_y, mean,
                                            invstd, weight, bias, grad_x, grad_weight, grad_bias);
   }
+  // Float32 with AVX2, as batch_norm_relu: the small CNNs' conv -> BatchNorm -> ReLU -> 2x2 pool.
+  bool supports_batch_norm_relu_max_pool(DType dtype, const Pool2dGeometry& pool) const override {
+    return kernels::cpu::batch_norm_relu_max_pool_supported(dtype, pool);
+  }
+  void batch_norm_relu_max_pool_forward_training(DType dtype, const Pool2dGeometry& pool,
+                                                 int64_t batch, int64_t channels, double factor,
+                                                 double eps, const void* x, const void* weight,
+                                                 const void* bias, void* running_mean,
+                                                 void* running_var, void* out, void* taps,
+                                                 void* mean, void* invstd) override {
+    kernels::cpu::batch_norm_relu_max_pool_forward_training(dtype, pool, batch, channels, factor,
+                                                            eps, x, weight, bias, running_mean,
+                                                            running_var, out, taps, mean, invstd);
+  }
+  void batch_norm_relu_max_pool_backward(DType dtype, const Pool2dGeometry& pool, int64_t batch,
+                                         int64_t channels, const void* x, const void* grad_out,
+                                         const void* taps, const void* mean, const void* invstd,
+                                         const void* weight, const void* bias, void* grad_x,
+                                         void* grad_weight, void* grad_bias) override {
+    kernels::cpu::batch_norm_relu_max_pool_backward(dtype, pool, batch, channels, x, grad_out, taps,
+                                                    mean, invstd, weight, bias, grad_x, grad_weight,
+                                                    grad_bias);
+  }
 
   void layer_norm_forward(DType dtype, int64_t rows, int64_t cols, double eps, const void* x,
                           const void* weight, const void* bias, void* y, void* mean,
@@ -621,6 +644,26 @@ void Backend::batch_norm_relu_backward(DType dtype, int64_t, int64_t, int64_t, c
                                        const void*, const void*, void*, void*, void*) {
   fail("batch_norm_relu backward: this backend has no fused batch norm + ReLU for ",
        dtype_name(dtype), " (check supports_batch_norm_relu and compose batch_norm and relu)");
+}
+
+void Backend::batch_norm_relu_max_pool_forward_training(DType dtype, const Pool2dGeometry&, int64_t,
+                                                        int64_t, double, double, const void*,
+                                                        const void*, const void*, void*, void*,
+                                                        void*, void*, void*, void*) {
+  fail("batch_norm_relu_max_pool2d: this backend has no fused batch norm + ReLU + max pooling for ",
+       dtype_name(dtype),
+       " (check supports_batch_norm_relu_max_pool and compose batch_norm_relu and max_pool2d)");
+}
+
+void Backend::batch_norm_relu_max_pool_backward(DType dtype, const Pool2dGeometry&, int64_t,
+                                                int64_t, const void*, const void*, const void*,
+                                                const void*, const void*, const void*, const void*,
+                                                void*, void*, void*) {
+  fail(
+      "batch_norm_relu_max_pool2d backward: this backend has no fused batch norm + ReLU + max "
+      "pooling for ",
+      dtype_name(dtype),
+      " (check supports_batch_norm_relu_max_pool and compose batch_norm_relu and max_pool2d)");
 }
 
 std::string Backend::mixed_precision_kernels(DType operand) {

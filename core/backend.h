@@ -222,6 +222,25 @@ class Backend {
                                         const void* mean, const void* invstd, const void* weight,
                                         const void* bias, void* grad_x, void* grad_weight,
                                         void* grad_bias);
+  // Training batch norm, ReLU and a 2x2 max pooling of stride 2 without padding in one op, and its
+  // backward from the pooled gradient and the pooling's taps (max_pool2d_indices): a fusion a
+  // backend offers for the dtypes and geometries it names in supports_batch_norm_relu_max_pool.
+  // Where it does not, callers compose batch_norm_relu and max_pool2d, and these two are a
+  // core::Error. The results are bitwise the composition's (kernels/normalization.h).
+  virtual bool supports_batch_norm_relu_max_pool(DType /*dtype*/,
+                                                 const Pool2dGeometry& /*pool*/) const {
+    return false;
+  }
+  virtual void batch_norm_relu_max_pool_forward_training(
+      DType dtype, const Pool2dGeometry& pool, int64_t batch, int64_t channels, double factor,
+      double eps, const void* x, const void* weight, const void* bias, void* running_mean,
+      void* running_var, void* out, void* taps, void* mean, void* invstd);
+  virtual void batch_norm_relu_max_pool_backward(DType dtype, const Pool2dGeometry& pool,
+                                                 int64_t batch, int64_t channels, const void* x,
+                                                 const void* grad_out, const void* taps,
+                                                 const void* mean, const void* invstd,
+                                                 const void* weight, const void* bias, void* grad_x,
+                                                 void* grad_weight, void* grad_bias);
 
   // Layer norm over the rows of [rows, cols] (kernels/normalization.h); weight and bias [cols] or
   // null; unwanted gradients null.

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "mpigrad/kernels/dtype.h"
+#include "mpigrad/kernels/pooling.h"
 
 namespace mpigrad::kernels {
 namespace cpu {
@@ -51,6 +52,29 @@ void batch_norm_relu_backward(DType dtype, int64_t batch, int64_t channels, int6
                               const void* x, const void* y, const void* grad_y, const void* mean,
                               const void* invstd, const void* weight, const void* bias,
                               void* grad_x, void* grad_weight, void* grad_bias);
+
+// batch_norm_relu_forward_training followed by a 2x2 max pooling of stride 2 without padding
+// (`pool`, planes = batch * channels; out_h = height / 2, out_w = width / 2, an odd last row or
+// column left out): writes only the pooled output and its taps (max_pool2d_forward's one-byte
+// taps), bitwise what the two ops write in turn; the full-size ReLU output is never written.
+// Supported where batch_norm_relu_max_pool_supported says so (Float32 with AVX2, planes of 8
+// elements or more); otherwise these throw and callers compose the two ops.
+bool batch_norm_relu_max_pool_supported(DType dtype, const Pool2dGeometry& pool);
+void batch_norm_relu_max_pool_forward_training(DType dtype, const Pool2dGeometry& pool,
+                                               int64_t batch, int64_t channels, double factor,
+                                               double eps, const void* x, const void* weight,
+                                               const void* bias, void* running_mean,
+                                               void* running_var, void* out, void* taps, void* mean,
+                                               void* invstd);
+// Its backward from the pooled gradient grad_out and the forward's taps, x, mean, invstd,
+// weight and bias: bitwise max_pool2d_backward followed by batch_norm_relu_backward, without the
+// full-size gradient between them (each plane's is built in a scratch plane in L1, once for the
+// sums and once for grad_x). Unwanted gradients may be null.
+void batch_norm_relu_max_pool_backward(DType dtype, const Pool2dGeometry& pool, int64_t batch,
+                                       int64_t channels, const void* x, const void* grad_out,
+                                       const void* taps, const void* mean, const void* invstd,
+                                       const void* weight, const void* bias, void* grad_x,
+                                       void* grad_weight, void* grad_bias);
 
 // With `training`, mean and invstd are the batch's own statistics and grad_x includes their
 // dependence on x; otherwise they are constants (running statistics in eval mode).

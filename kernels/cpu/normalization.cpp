@@ -1,20 +1,25 @@
-// CPU batch norm and layer norm, forward and backward.
+// CPU batch norm, forward and backward, alone, followed by a ReLU, or followed by a ReLU and a
+// 2x2 max pooling (layer norm is normalization_layer.cpp's).
 //
-// Layout: batch norm on dense [batch, channels, inner], layer norm on dense [rows, cols].
-// Threading: batch norm spreads channels over threads (a channel's statistics and gradients are
-// reduced by one thread, in a fixed order); layer norm spreads rows for grad_x and blocks of
-// columns for grad_weight/grad_bias. No result depends on the thread count.
+// Layout: dense [batch, channels, inner].
+// Threading: channels spread over threads (a channel's statistics and gradients are reduced by
+// one thread, in a fixed order). No result depends on the thread count.
 // Precision: sums are accumulated in double, so float32 statistics are exact to float rounding.
 #include "mpigrad/kernels/normalization.h"
 
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <memory>
 #include <type_traits>
+#include <vector>
 
+#include "mpigrad/kernels/cpu/max_pool_2x2.h"
+#include "mpigrad/kernels/cpu/normalization_lanes.h"
 #include "mpigrad/kernels/cpu/parallel.h"
 #include "mpigrad/kernels/cpu/scalar.h"
 #include "mpigrad/kernels/cpu/vector_math.h"
+#include "mpigrad/kernels/pooling.h"
 
 namespace mpigrad::kernels::cpu {
 namespace {
@@ -26,37 +31,6 @@ namespace {
 constexpr int64_t kChannelOverhead = 320;
 int64_t channel_grain(int64_t batch, int64_t inner) {
   return std::max<int64_t>(1, 16384 / (std::max<int64_t>(0, batch * inner) + kChannelOverhead));
-}
-
-// Sums in double over kLanes independent running sums, element i of a row going to lane i % 8:
-// one running sum is a single chain of dependent additions (4 cycles each), while the lanes
-// vectorize and overlap - 4-5x faster. The order is fixed, so results still do not depend on the
-// thread count.
-constexpr int kLanes = 8;
-
-struct LaneSums {
-  double lane[kLanes] = {};
-  double total() const {
-    double pairs[kLanes / 2];
-    for (int k = 0; k < kLanes / 2; ++k) pairs[k] = lane[k] + lane[k + kLanes / 2];
-    return (pairs[0] + pairs[2]) + (pairs[1] + pairs[3]);
-  }
-};
-
-// For i in [0, n): term(i) is added to sums[j] lane i % kLanes, for each of the sums term returns.
-template <int Sums, typename Term>
-void add_lanes(int64_t n, LaneSums (&sums)[Sums], Term term) {
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int k = 0; k < kLanes; ++k) {
-      const auto terms = term(i + k);
-      for (int j = 0; j < Sums; ++j) sums[j].lane[k] += terms[j];
-    }
-  }
-  for (int k = 0; i < n; ++i, ++k) {
-    const auto terms = term(i);
-    for (int j = 0; j < Sums; ++j) sums[j].lane[k] += terms[j];
-  }
 }
 
 #if defined(MPIGRAD_HAS_AVX2_MATH)
@@ -193,6 +167,19 @@ MPIGRAD_AVX2 inline __m256 grad_through(__m256 dy, __m256 xv, __m256 scale, __m2
   }
 }
 
+// One step of the backward's sums: `count` (<= 8) elements of x and dy added to the float lanes
+// g, of dy (with Relu through the ReLU that followed y = x * scale + shift, scale and shift in a
+// and b), and gx, of dy (x - mean) (mean in m).
+template <bool Relu>
+MPIGRAD_AVX2 inline void add_grad_terms(const float* x, const float* dy, int64_t count, __m256 m,
+                                        __m256 a, __m256 b, __m256& g, __m256& gx) {
+  // Masked lanes of a tail load as 0, so their dy adds nothing.
+  const __m256 xv = load(x, count);
+  const __m256 d = grad_through<Relu>(load(dy, count), xv, a, b);
+  g = _mm256_add_ps(g, d);
+  gx = _mm256_fmadd_ps(d, _mm256_sub_ps(xv, m), gx);
+}
+
 // The channel's sums of dy and dy (x - mean); with Relu, dy through the ReLU that followed the
 // forward's y = x * scale + shift. With `warm` (the channel's grad_x, laid out as x), it also
 // fetches grad_x's lines, as channel_statistics does y's: grad_x is often a block that has left
@@ -210,11 +197,7 @@ MPIGRAD_AVX2 void channel_grad_sums(int64_t batch, int64_t stride, int64_t inner
       batch, stride, inner,
       [&](int64_t at, int64_t n) MPIGRAD_AVX2 {
         if (warm != nullptr) _mm_prefetch(reinterpret_cast<const char*>(warm + at), _MM_HINT_T0);
-        // Masked lanes of a tail load as 0, so their dy adds nothing.
-        const __m256 xv = load(x + at, n);
-        const __m256 d = grad_through<Relu>(load(dy + at, n), xv, a, b);
-        g = _mm256_add_ps(g, d);
-        gx = _mm256_fmadd_ps(d, _mm256_sub_ps(xv, m), gx);
+        add_grad_terms<Relu>(x + at, dy + at, n, m, a, b, g, gx);
       },
       [&]() MPIGRAD_AVX2 {
         sum_g = _mm256_add_pd(sum_g, widen(g));
@@ -248,6 +231,43 @@ MPIGRAD_AVX2 void channel_grad_input(int64_t batch, int64_t stride, int64_t inne
                               row_piece(x + row + i, dy + row + i, inner - i));
     }
   }
+}
+
+// channel_grad_sums<true>'s work on one row of x and dy, stopped short of its sums: the double
+// lanes that each block of the row adds to them, out[8j, 8j + 4) those of dy and out[8j + 4,
+// 8j + 8) those of dy (x - mean) for block j. add_partials adds them up as channel_grad_sums
+// does, so rows done apart, in any order and on any thread, still give its sums to the bit.
+MPIGRAD_AVX2 void row_grad_partials(int64_t inner, const float* x, const float* dy, float mean,
+                                    float scale, float shift, double* out) {
+  const __m256 m = _mm256_set1_ps(mean);
+  const __m256 a = _mm256_set1_ps(scale), b = _mm256_set1_ps(shift);
+  __m256 g = _mm256_setzero_ps(), gx = _mm256_setzero_ps();
+  for_each_block(
+      1, 0, inner,
+      [&](int64_t at, int64_t n)
+          MPIGRAD_AVX2 { add_grad_terms<true>(x + at, dy + at, n, m, a, b, g, gx); },
+      [&]() MPIGRAD_AVX2 {
+        _mm256_storeu_pd(out, widen(g));
+        _mm256_storeu_pd(out + 4, widen(gx));
+        out += 8;
+        g = gx = _mm256_setzero_ps();
+      });
+}
+
+// A channel's sums from the partials of its `rows` rows (row_grad_partials), `stride` doubles
+// apart, `blocks` blocks each, added in channel_grad_sums's order.
+MPIGRAD_AVX2 void add_partials(int64_t rows, int64_t stride, int64_t blocks, const double* partials,
+                               double& sum_dy, double& sum_dy_xc) {
+  __m256d sum_g = _mm256_setzero_pd(), sum_gx = _mm256_setzero_pd();
+  for (int64_t n = 0; n < rows; ++n) {
+    for (int64_t j = 0; j < blocks; ++j) {
+      const double* block = partials + n * stride + 8 * j;
+      sum_g = _mm256_add_pd(sum_g, _mm256_loadu_pd(block));
+      sum_gx = _mm256_add_pd(sum_gx, _mm256_loadu_pd(block + 4));
+    }
+  }
+  sum_dy = total(sum_g);
+  sum_dy_xc = total(sum_gx);
 }
 
 }  // namespace avx2
@@ -373,38 +393,102 @@ void bn_forward(int64_t batch, int64_t channels, int64_t inner, const T* x, cons
   });
 }
 
+// Channel c's mean and invstd and, when running_mean is not null, its running statistics blended
+// in place: core's ops' arithmetic in T (invstd = 1 / sqrt(variance + eps); running = running *
+// (1 - factor) + stat * factor, the variance unbiased), one rounding per operation as
+// batch_norm_statistics + those ops give. `warm` as channel_statistics takes it.
+template <typename T>
+void channel_training_statistics(int64_t batch, int64_t channels, int64_t inner, double factor,
+                                 double eps, const T* x, int64_t c, T* running_mean, T* running_var,
+                                 T* mean, T* invstd, const T* warm) {
+  const double count = double(batch * inner);
+  T variance;
+  channel_statistics(batch, channels, inner, x, c, mean[c], variance, warm);
+  const T shifted = variance + T(eps);
+  invstd[c] = T(1) / std::sqrt(shifted);
+  if (running_mean != nullptr) {
+    const T keep = T(1.0 - factor), add = T(factor);
+    const T keep_mean = running_mean[c] * keep;
+    const T add_mean = mean[c] * add;
+    running_mean[c] = keep_mean + add_mean;
+    const T unbiased = variance * T(count / (count - 1.0));
+    const T keep_var = running_var[c] * keep;
+    const T add_var = unbiased * add;
+    running_var[c] = keep_var + add_var;
+  }
+}
+
 // Each channel's statistics, invstd and running statistics, then its y while the channel (200 KB
 // for [64, C, 28, 28] Float32) is still in cache: the statistics and the normalization in turn
 // read it from memory twice, and fork and join the threads twice. The statistics also fetch the
-// channel's lines of y, which the normalization then writes. The per-channel arithmetic is core's
-// ops' in T (invstd = 1 / sqrt(variance + eps); running = running * (1 - factor) + stat * factor,
-// the variance unbiased), one rounding per operation as batch_norm_statistics + those ops +
-// batch_norm_forward give. With Relu, y is max(0, that), in the same pass.
+// channel's lines of y, which the normalization then writes. Bitwise batch_norm_statistics,
+// channel_training_statistics's arithmetic and batch_norm_forward in turn. With Relu, y is
+// max(0, that), in the same pass.
 template <bool Relu, typename T>
 void bn_forward_training(int64_t batch, int64_t channels, int64_t inner, double factor, double eps,
                          const T* x, const T* weight, const T* bias, T* running_mean,
                          T* running_var, T* y, T* mean, T* invstd) {
-  const double count = double(batch * inner);
-  const T unbias = T(count / (count - 1.0));
-  const T keep = T(1.0 - factor), add = T(factor);
   parallel_for(0, channels, channel_grain(batch, inner), [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
-      T variance;
-      channel_statistics(batch, channels, inner, x, c, mean[c], variance, y);
-      const T shifted = variance + T(eps);
-      invstd[c] = T(1) / std::sqrt(shifted);
-      if (running_mean != nullptr) {
-        const T keep_mean = running_mean[c] * keep;
-        const T add_mean = mean[c] * add;
-        running_mean[c] = keep_mean + add_mean;
-        const T unbiased = variance * unbias;
-        const T keep_var = running_var[c] * keep;
-        const T add_var = unbiased * add;
-        running_var[c] = keep_var + add_var;
-      }
+      channel_training_statistics(batch, channels, inner, factor, eps, x, c, running_mean,
+                                  running_var, mean, invstd, y);
       channel_normalize<Relu>(batch, channels, inner, x, c, mean[c], invstd[c], weight, bias, y);
     }
   });
+}
+
+// One (sample, channel) plane of max pooling's geometry `pool`.
+Pool2dGeometry one_plane(const Pool2dGeometry& pool) {
+  Pool2dGeometry plane = pool;
+  plane.planes = 1;
+  return plane;
+}
+
+#if defined(MPIGRAD_HAS_AVX2_MATH)
+// bn_forward_training<true> then max pooling (batch_norm_relu_max_pool_supported): each plane's
+// ReLU output goes to a scratch plane in L1 and max pooling's own kernel pools it from there, so
+// every result is bitwise the two ops' and the full-size ReLU output is never written.
+void bnrp_forward_training(const Pool2dGeometry& pool, int64_t batch, int64_t channels,
+                           double factor, double eps, const float* x, const float* weight,
+                           const float* bias, float* running_mean, float* running_var, float* out,
+                           uint8_t* taps, float* mean, float* invstd) {
+  const int64_t inner = pool.height * pool.width, outer = pool.out_h * pool.out_w;
+  const Pool2dGeometry plane = one_plane(pool);
+  parallel_for(0, channels, channel_grain(batch, inner), [&](int64_t begin, int64_t end) {
+    std::vector<float> scratch(static_cast<size_t>(inner));
+    for (int64_t c = begin; c < end; ++c) {
+      channel_training_statistics(batch, channels, inner, factor, eps, x, c, running_mean,
+                                  running_var, mean, invstd, static_cast<const float*>(nullptr));
+      float scale, shift;
+      channel_affine(c, mean[c], invstd[c], weight, bias, scale, shift);
+      for (int64_t n = 0; n < batch; ++n) {
+        const int64_t p = n * channels + c;
+        avx2::channel_forward<true>(1, inner, inner, x + p * inner, scale, shift, scratch.data());
+        max_pool_2x2_forward_plane(plane, scratch.data(), out + p * outer, taps + p * outer);
+      }
+    }
+  });
+}
+#endif
+
+// Channel c's grad_weight and grad_bias (either may be null) from its sums of dy and
+// dy (x - mean), and the coefficients of its grad_x = a dy + b x + k.
+template <typename T>
+void channel_gradients(int64_t c, double count, bool training, const T* mean, const T* invstd,
+                       const T* weight, double sum_dy, double sum_dy_xc, T* grad_weight,
+                       T* grad_bias, T& ta, T& tb, T& tk) {
+  const double m = double(mean[c]), s = double(invstd[c]);
+  const double sum_dy_xhat = sum_dy_xc * s;
+  if (grad_weight) grad_weight[c] = T(sum_dy_xhat);
+  if (grad_bias) grad_bias[c] = T(sum_dy);
+  const double w = weight ? double(weight[c]) : 1.0;
+  const double mean_dy = training ? sum_dy / count : 0.0;
+  const double mean_dy_xhat = training ? sum_dy_xhat / count : 0.0;
+  // dx = w s (dy - mean_dy - xhat mean_dy_xhat) with xhat = (x - m) s, folded into
+  // dx = a dy + b x + k per channel so the loop runs in T and vectorizes.
+  const double a = w * s, b = -w * s * s * mean_dy_xhat;
+  const double k = -w * s * mean_dy + w * s * s * m * mean_dy_xhat;
+  ta = T(a), tb = T(b), tk = T(k);
 }
 
 // With Relu, grad_y is the gradient of y = relu(batch norm), `relu_output` that y and `bias` the
@@ -423,7 +507,7 @@ void bn_backward(int64_t batch, int64_t channels, int64_t inner, bool training, 
   const double count = double(batch * inner);
   parallel_for(0, channels, channel_grain(batch, inner), [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
-      const double m = double(mean[c]), s = double(invstd[c]);
+      const double m = double(mean[c]);
       double sum_dy = 0, sum_dy_xc = 0;  // of dy and dy * (x - m)
       const bool vector = use_avx2<T>(inner);
       T scale = T(1), shift = T(0);  // the forward's, for the recomputed mask
@@ -451,18 +535,10 @@ void bn_backward(int64_t batch, int64_t channels, int64_t inner, bool training, 
         sum_dy = sums[0].total();
         sum_dy_xc = sums[1].total();
       }
-      const double sum_dy_xhat = sum_dy_xc * s;
-      if (grad_weight) grad_weight[c] = T(sum_dy_xhat);
-      if (grad_bias) grad_bias[c] = T(sum_dy);
+      T ta, tb, tk;
+      channel_gradients(c, count, training, mean, invstd, weight, sum_dy, sum_dy_xc, grad_weight,
+                        grad_bias, ta, tb, tk);
       if (!grad_x) continue;
-      const double w = weight ? double(weight[c]) : 1.0;
-      const double mean_dy = training ? sum_dy / count : 0.0;
-      const double mean_dy_xhat = training ? sum_dy_xhat / count : 0.0;
-      // dx = w s (dy - mean_dy - xhat mean_dy_xhat) with xhat = (x - m) s, folded into
-      // dx = a dy + b x + k per channel so the loop runs in T and vectorizes.
-      const double a = w * s, b = -w * s * s * mean_dy_xhat;
-      const double k = -w * s * mean_dy + w * s * s * m * mean_dy_xhat;
-      const T ta = T(a), tb = T(b), tk = T(k);
 #if defined(MPIGRAD_HAS_AVX2_MATH)
       if constexpr (std::is_same_v<T, float>) {
         if (vector) {
@@ -486,109 +562,59 @@ void bn_backward(int64_t batch, int64_t channels, int64_t inner, bool training, 
   });
 }
 
-// x[i] scaled and shifted per column: out[j] = T(v(j) * weight[j] + bias[j]) with either
-// affine vector possibly absent, each case its own loop so that it vectorizes.
-template <typename T, typename Value>
-void affine_row(int64_t cols, const T* weight, const T* bias, T* out, Value v) {
-  if (weight && bias) {
-    for (int64_t j = 0; j < cols; ++j) out[j] = T(v(j) * double(weight[j]) + double(bias[j]));
-  } else if (weight) {
-    for (int64_t j = 0; j < cols; ++j) out[j] = T(v(j) * double(weight[j]));
-  } else if (bias) {
-    for (int64_t j = 0; j < cols; ++j) out[j] = T(v(j) + double(bias[j]));
-  } else {
-    for (int64_t j = 0; j < cols; ++j) out[j] = T(v(j));
+#if defined(MPIGRAD_HAS_AVX2_MATH)
+// The backward of bnrp_forward_training from the pooled gradient and taps, in three passes where
+// bn_backward<true> makes two per channel: the planes in memory order, each plane's gradient of
+// the ReLU output built in an L1 scratch plane by max pooling's own backward and its sums' block
+// lanes kept (row_grad_partials); each channel's sums and grad_x coefficients from those lanes;
+// the planes in memory order again, the gradient built again and grad_x written from it. Every
+// stream is read front to back (a channel at a time, each plane's short pieces of the pooled
+// gradient and taps lie a whole row of planes apart, which the hardware prefetcher does not
+// follow), and the full-size gradient of the ReLU output that the unfused ops write to memory and
+// read back twice is never written. The values and their order are the unfused ops', so every
+// result is bitwise theirs.
+void bnrp_backward(const Pool2dGeometry& pool, int64_t batch, int64_t channels, const float* x,
+                   const float* grad_out, const uint8_t* taps, const float* mean,
+                   const float* invstd, const float* weight, const float* bias, float* grad_x,
+                   float* grad_weight, float* grad_bias) {
+  const int64_t inner = pool.height * pool.width, outer = pool.out_h * pool.out_w;
+  const int64_t planes = batch * channels, blocks = (inner + avx2::kBlock - 1) / avx2::kBlock;
+  const Pool2dGeometry one = one_plane(pool);
+  const int64_t grain = std::max<int64_t>(1, 16384 / inner);
+  std::vector<float> scale(static_cast<size_t>(channels)), shift(scale.size());
+  for (int64_t c = 0; c < channels; ++c) {
+    channel_affine(c, mean[c], invstd[c], weight, bias, scale[size_t(c)], shift[size_t(c)]);
   }
-}
-
-// Each row's sums in kLanes lanes (add_lanes), as batch norm's: a transformer's rows of 768
-// columns were one dependent chain of double additions each.
-template <typename T>
-void ln_forward(int64_t rows, int64_t cols, double eps, const T* x, const T* weight, const T* bias,
-                T* y, T* mean, T* rstd) {
-  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, cols));
-  parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const T* in = x + r * cols;
-      LaneSums total[1];
-      add_lanes(cols, total, [in](int64_t j) { return std::array<double, 1>{double(in[j])}; });
-      const double m = total[0].total() / double(cols);
-      LaneSums squares[1];
-      add_lanes(cols, squares, [in, m](int64_t j) {
-        const double d = double(in[j]) - m;
-        return std::array<double, 1>{d * d};
-      });
-      const double s = 1.0 / std::sqrt(squares[0].total() / double(cols) + eps);
-      affine_row(cols, weight, bias, y + r * cols,
-                 [in, m, s](int64_t j) { return (double(in[j]) - m) * s; });
-      mean[r] = T(m);
-      rstd[r] = T(s);
+  const auto partials = std::make_unique_for_overwrite<double[]>(size_t(planes * blocks * 8));
+  parallel_for(0, planes, grain, [&](int64_t begin, int64_t end) {
+    std::vector<float> dy(static_cast<size_t>(inner));
+    for (int64_t p = begin; p < end; ++p) {
+      const size_t c = size_t(p % channels);
+      max_pool_2x2_backward_plane(one, grad_out + p * outer, taps + p * outer, dy.data());
+      avx2::row_grad_partials(inner, x + p * inner, dy.data(), mean[c], scale[c], shift[c],
+                              partials.get() + p * blocks * 8);
+    }
+  });
+  std::vector<float> a(scale.size()), b(scale.size()), k(scale.size());
+  for (int64_t c = 0; c < channels; ++c) {
+    double sum_dy, sum_dy_xc;
+    avx2::add_partials(batch, channels * blocks * 8, blocks, partials.get() + c * blocks * 8,
+                       sum_dy, sum_dy_xc);
+    channel_gradients(c, double(batch * inner), /*training=*/true, mean, invstd, weight, sum_dy,
+                      sum_dy_xc, grad_weight, grad_bias, a[size_t(c)], b[size_t(c)], k[size_t(c)]);
+  }
+  if (grad_x == nullptr) return;
+  parallel_for(0, planes, grain, [&](int64_t begin, int64_t end) {
+    std::vector<float> dy(static_cast<size_t>(inner));
+    for (int64_t p = begin; p < end; ++p) {
+      const size_t c = size_t(p % channels);
+      max_pool_2x2_backward_plane(one, grad_out + p * outer, taps + p * outer, dy.data());
+      avx2::channel_grad_input<true>(1, inner, inner, x + p * inner, dy.data(), scale[c], shift[c],
+                                     a[c], b[c], k[c], grad_x + p * inner);
     }
   });
 }
-
-// Columns per block of the weight and bias gradients: each block walks the rows in order, a
-// contiguous run of each row at a time, instead of one column down all the rows (a stride of a
-// whole row per element).
-constexpr int64_t kLayerNormColumnBlock = 64;
-
-template <typename T>
-void ln_backward(int64_t rows, int64_t cols, const T* x, const T* grad_y, const T* mean,
-                 const T* rstd, const T* weight, T* grad_x, T* grad_weight, T* grad_bias) {
-  if (grad_x) {
-    const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, cols));
-    parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const T* in = x + r * cols;
-        const T* dy = grad_y + r * cols;
-        const double m = double(mean[r]), s = double(rstd[r]);
-        LaneSums sums[2];
-        add_lanes(cols, sums, [in, dy, weight, m, s](int64_t j) {
-          const double g = double(dy[j]) * (weight ? double(weight[j]) : 1.0);
-          return std::array<double, 2>{g, g * (double(in[j]) - m) * s};
-        });
-        const double mean_g = sums[0].total() / double(cols);
-        const double mean_g_xhat = sums[1].total() / double(cols);
-        // dx = s (g - mean_g - xhat mean_g_xhat), g = dy w, xhat = (x - m) s: per row
-        // dx = s w dy + b x + k, with b = -s^2 mean_g_xhat and k = -s mean_g - b m.
-        const double b = -s * s * mean_g_xhat, k = -s * mean_g - b * m;
-        T* dx = grad_x + r * cols;
-        if (weight) {
-          for (int64_t j = 0; j < cols; ++j) {
-            dx[j] = T(s * double(weight[j]) * double(dy[j]) + b * double(in[j]) + k);
-          }
-        } else {
-          for (int64_t j = 0; j < cols; ++j) dx[j] = T(s * double(dy[j]) + b * double(in[j]) + k);
-        }
-      }
-    });
-  }
-  if (grad_weight || grad_bias) {
-    // Each column's sums run over the rows in order, whatever the blocks and threads.
-    const int64_t blocks = (cols + kLayerNormColumnBlock - 1) / kLayerNormColumnBlock;
-    const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, rows * 64));
-    parallel_for(0, blocks, grain, [&](int64_t begin, int64_t end) {
-      for (int64_t block = begin; block < end; ++block) {
-        const int64_t first = block * kLayerNormColumnBlock;
-        const int64_t width = std::min(kLayerNormColumnBlock, cols - first);
-        double sum_w[kLayerNormColumnBlock] = {}, sum_b[kLayerNormColumnBlock] = {};
-        for (int64_t r = 0; r < rows; ++r) {
-          const T* dy = grad_y + r * cols + first;
-          const T* in = x + r * cols + first;
-          const double m = double(mean[r]), s = double(rstd[r]);
-          for (int64_t j = 0; j < width; ++j) {
-            sum_w[j] += double(dy[j]) * ((double(in[j]) - m) * s);
-            sum_b[j] += double(dy[j]);
-          }
-        }
-        for (int64_t j = 0; j < width; ++j) {
-          if (grad_weight) grad_weight[first + j] = T(sum_w[j]);
-          if (grad_bias) grad_bias[first + j] = T(sum_b[j]);
-        }
-      }
-    });
-  }
-}
+#endif
 
 template <typename T>
 const T* in_ptr(const void* p) {
@@ -678,21 +704,56 @@ void batch_norm_relu_backward(DType dtype, int64_t batch, int64_t channels, int6
                         out_ptr<T>(grad_bias)))
 }
 
-void layer_norm_forward(DType dtype, int64_t rows, int64_t cols, double eps, const void* x,
-                        const void* weight, const void* bias, void* y, void* mean, void* rstd) {
-  MPIGRAD_NORM_DISPATCH(
-      "layer_norm_forward",
-      ln_forward(rows, cols, eps, in_ptr<T>(x), in_ptr<T>(weight), in_ptr<T>(bias), out_ptr<T>(y),
-                 out_ptr<T>(mean), out_ptr<T>(rstd)))
+bool batch_norm_relu_max_pool_supported(DType dtype, const Pool2dGeometry& pool) {
+#if defined(MPIGRAD_HAS_AVX2_MATH)
+  return dtype == DType::Float32 && has_avx2_fma() && pool.height * pool.width >= 8 &&
+         pool.kernel_h == 2 && pool.kernel_w == 2 && pool.stride_h == 2 && pool.stride_w == 2 &&
+         pool.pad_h == 0 && pool.pad_w == 0 && pool.dilation_h == 1 && pool.dilation_w == 1 &&
+         pool.out_h == pool.height / 2 && pool.out_w == pool.width / 2 && pool.out_h >= 1 &&
+         pool.out_w >= 1;
+#else
+  (void)dtype, (void)pool;
+  return false;
+#endif
 }
 
-void layer_norm_backward(DType dtype, int64_t rows, int64_t cols, const void* x, const void* grad_y,
-                         const void* mean, const void* rstd, const void* weight, void* grad_x,
-                         void* grad_weight, void* grad_bias) {
-  MPIGRAD_NORM_DISPATCH("layer_norm_backward",
-                        ln_backward(rows, cols, in_ptr<T>(x), in_ptr<T>(grad_y), in_ptr<T>(mean),
-                                    in_ptr<T>(rstd), in_ptr<T>(weight), out_ptr<T>(grad_x),
-                                    out_ptr<T>(grad_weight), out_ptr<T>(grad_bias)))
+void batch_norm_relu_max_pool_forward_training(DType dtype, const Pool2dGeometry& pool,
+                                               int64_t batch, int64_t channels, double factor,
+                                               double eps, const void* x, const void* weight,
+                                               const void* bias, void* running_mean,
+                                               void* running_var, void* out, void* taps, void* mean,
+                                               void* invstd) {
+  if (!batch_norm_relu_max_pool_supported(dtype, pool) || pool.planes != batch * channels) {
+    throw_unsupported("batch_norm_relu_max_pool_forward_training", "this pooling geometry", dtype);
+  }
+#if defined(MPIGRAD_HAS_AVX2_MATH)
+  bnrp_forward_training(pool, batch, channels, factor, eps, in_ptr<float>(x), in_ptr<float>(weight),
+                        in_ptr<float>(bias), out_ptr<float>(running_mean),
+                        out_ptr<float>(running_var), out_ptr<float>(out), out_ptr<uint8_t>(taps),
+                        out_ptr<float>(mean), out_ptr<float>(invstd));
+#else
+  (void)batch, (void)channels, (void)factor, (void)eps, (void)x, (void)weight, (void)bias;
+  (void)running_mean, (void)running_var, (void)out, (void)taps, (void)mean, (void)invstd;
+#endif
+}
+
+void batch_norm_relu_max_pool_backward(DType dtype, const Pool2dGeometry& pool, int64_t batch,
+                                       int64_t channels, const void* x, const void* grad_out,
+                                       const void* taps, const void* mean, const void* invstd,
+                                       const void* weight, const void* bias, void* grad_x,
+                                       void* grad_weight, void* grad_bias) {
+  if (!batch_norm_relu_max_pool_supported(dtype, pool) || pool.planes != batch * channels) {
+    throw_unsupported("batch_norm_relu_max_pool_backward", "this pooling geometry", dtype);
+  }
+#if defined(MPIGRAD_HAS_AVX2_MATH)
+  bnrp_backward(pool, batch, channels, in_ptr<float>(x), in_ptr<float>(grad_out),
+                in_ptr<uint8_t>(taps), in_ptr<float>(mean), in_ptr<float>(invstd),
+                in_ptr<float>(weight), in_ptr<float>(bias), out_ptr<float>(grad_x),
+                out_ptr<float>(grad_weight), out_ptr<float>(grad_bias));
+#else
+  (void)x, (void)grad_out, (void)taps, (void)mean, (void)invstd, (void)weight, (void)bias;
+  (void)grad_x, (void)grad_weight, (void)grad_bias;
+#endif
 }
 
 #undef MPIGRAD_NORM_DISPATCH

@@ -11,6 +11,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "mpigrad/kernels/cpu/max_pool_2x2.h"
 #include "mpigrad/kernels/cpu/parallel.h"
 #include "mpigrad/kernels/cpu/scalar.h"
 #include "mpigrad/kernels/cpu/vector_math.h"
@@ -668,5 +669,17 @@ void adaptive_avg_pool2d_backward(DType dtype, const Pool2dGeometry& g, const vo
 }
 
 #undef MPIGRAD_POOL_DISPATCH
+
+#if defined(MPIGRAD_HAS_AVX2_MATH)
+void max_pool_2x2_forward_plane(const Pool2dGeometry& plane, const float* in, float* out,
+                                uint8_t* taps) {
+  avx2::max_2x2_forward_planes(plane, in, out, taps, 0, 1);
+}
+
+void max_pool_2x2_backward_plane(const Pool2dGeometry& plane, const float* grad_out,
+                                 const uint8_t* taps, float* grad_in) {
+  avx2::max_2x2_backward_planes(plane, grad_out, taps, grad_in, 0, 1);
+}
+#endif
 
 }  // namespace mpigrad::kernels::cpu

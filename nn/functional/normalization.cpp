@@ -5,9 +5,12 @@
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/backend.h"
 #include "mpigrad/core/ops/elementwise.h"
+#include "mpigrad/core/ops/indexing.h"
 #include "mpigrad/core/ops/op_support.h"
 #include "mpigrad/core/ops/reduce.h"
 #include "mpigrad/core/profiler.h"
+#include "mpigrad/kernels/normalization.h"
+#include "mpigrad/nn/functional/pooling.h"
 
 namespace mpigrad::nn::functional {
 
@@ -76,6 +79,31 @@ NormGradients normalization_gradients(const Tensor& x, const Tensor& g, const Te
   return out;
 }
 
+// A batch norm node's gradients in ops that record a graph, for a backward with create_graph:
+// x and w (undefined: none) stand in for the node's inputs 0 and 1. With `relu_output` (the
+// ReLU's output that followed, in training), the gradient first goes through the ReLU's
+// create_graph backward: times its derivative, the constant mask relu_output > 0.
+void batch_norm_graph_gradients(const core::Node& node, const Tensor& x, const Tensor& w,
+                                const Tensor& relu_output, const Tensor& grad_output, bool training,
+                                double eps, const Tensor& mean, const Tensor& invstd,
+                                const core::Shape& per_channel, std::vector<Tensor>& grads) {
+  const core::Shape broadcast{1, per_channel[1], 1};
+  Tensor x3 = core::stand_in(x, node.next[0]).reshape(per_channel);
+  Tensor w3 = w.defined() ? core::stand_in(w, node.next[1]).reshape(broadcast) : Tensor();
+  Tensor g = relu_output.defined()
+                 ? core::mul(grad_output,
+                             core::gt(relu_output.detach(), core::scalar_like(0.0, grad_output))
+                                 .to(grad_output.dtype()))
+                 : grad_output;
+  NormGradients d =
+      training ? normalization_gradients(x3, g.reshape(per_channel), w3, {0, 2}, {0, 2}, eps)
+               : normalization_gradients(x3, g.reshape(per_channel), w3, {0, 2}, {0, 2}, eps,
+                                         mean.reshape(broadcast), invstd.reshape(broadcast));
+  if (node.next[0]) grads[0] = d.input.reshape(x.shape());
+  if (node.next[1]) grads[1] = d.weight;
+  if (node.next[2]) grads[2] = d.bias;
+}
+
 // With `relu` (training only), the node is batch_norm_relu's: `output` is y = relu(batch norm),
 // and the gradient reaching batch norm is grad_output where y > 0 and 0 elsewhere, as ReLU's
 // backward gives it (y > 0 exactly where ReLU's input is).
@@ -89,23 +117,10 @@ struct BatchNormBackward final : core::Node {
   void apply(const Tensor& grad_output, std::vector<Tensor>& grads) override {
     const Tensor x = input.get(*this);
     if (core::grad_enabled()) {
-      const core::Shape per_channel{batch, channels, inner}, broadcast{1, channels, 1};
-      Tensor x3 = core::stand_in(x, next[0]).reshape(per_channel);
-      Tensor w3 =
-          has_weight ? core::stand_in(weight.get(*this), next[1]).reshape(broadcast) : Tensor();
-      // ReLU's create_graph backward: the gradient times its derivative, a constant mask.
-      Tensor g = relu ? core::mul(grad_output, core::gt(output.get(*this).detach(),
-                                                        core::scalar_like(0.0, grad_output))
-                                                   .to(grad_output.dtype()))
-                      : grad_output;
-      NormGradients d =
-          training ? normalization_gradients(x3, g.reshape(per_channel), w3, {0, 2}, {0, 2}, eps)
-                   : normalization_gradients(x3, g.reshape(per_channel), w3, {0, 2}, {0, 2}, eps,
-                                             mean.get(*this).reshape(broadcast),
-                                             invstd.get(*this).reshape(broadcast));
-      if (next[0]) grads[0] = d.input.reshape(x.shape());
-      if (next[1]) grads[1] = d.weight;
-      if (next[2]) grads[2] = d.bias;
+      Tensor relu_output = relu ? output.get(*this) : Tensor();
+      batch_norm_graph_gradients(*this, x, has_weight ? weight.get(*this) : Tensor(), relu_output,
+                                 grad_output, training, eps, mean.get(*this), invstd.get(*this),
+                                 {batch, channels, inner}, grads);
       return;
     }
     Tensor g = grad_output.contiguous();
@@ -147,6 +162,74 @@ struct BatchNormBackward final : core::Node {
     weight.release();
     bias.release();
     output.release();
+  }
+};
+
+// batch_norm_relu_max_pool2d's node: the pooled gradient goes back through the pooling, the ReLU
+// and batch norm in one backend call, bitwise MaxPool2dBackward then BatchNormReluBackward. With
+// create_graph it records the ops those two nodes record there, in the same order, so the
+// second derivatives are theirs too.
+struct BatchNormReluMaxPoolBackward final : core::Node {
+  core::SavedTensor input, mean, invstd, weight, bias;
+  Tensor taps;  // max pooling's, one byte per output
+  bool has_weight = false, has_bias = false;
+  double eps = 1e-5;
+  kernels::Pool2dGeometry geometry;
+  int64_t batch = 0, channels = 0;
+  const char* name() const override { return "BatchNormReluMaxPoolBackward"; }
+  bool differentiable_backward() const override { return true; }
+  void apply(const Tensor& grad_output, std::vector<Tensor>& grads) override {
+    const Tensor x = input.get(*this);
+    const Tensor w = has_weight ? weight.get(*this) : Tensor();
+    const Tensor b = has_bias ? bias.get(*this) : Tensor();
+    if (core::grad_enabled()) {
+      graph_gradients(x, w, b, grad_output, grads);
+      return;
+    }
+    Tensor g = grad_output.contiguous();
+    Tensor grad_x = next[0] ? core::detail::empty_on(x.shape(), x.dtype(), x.device()) : Tensor();
+    Tensor grad_w = next[1] ? core::detail::empty_on({channels}, x.dtype(), x.device()) : Tensor();
+    Tensor grad_b = next[2] ? core::detail::empty_on({channels}, x.dtype(), x.device()) : Tensor();
+    core::backend_for(x.device())
+        .batch_norm_relu_max_pool_backward(
+            x.dtype(), geometry, batch, channels, x.data_ptr(), g.data_ptr(), taps.data_ptr(),
+            mean.get(*this).data_ptr(), invstd.get(*this).data_ptr(), ptr_or_null(w),
+            ptr_or_null(b), out_or_null(grad_x), out_or_null(grad_w), out_or_null(grad_b));
+    grads[0] = grad_x;
+    grads[1] = grad_w;
+    grads[2] = grad_b;
+  }
+  // create_graph: max pooling's backward scatters each output's gradient onto its winner (whose
+  // gradient gathers), then batch norm + ReLU's, whose mask is the forward's ReLU output > 0: that
+  // output is recomputed, bitwise, by batch_norm_relu from the saved input (without running
+  // statistics, which it would otherwise update again). The taps are the CPU's (the one backend
+  // with the fusion), turned into flat winners as max pooling's own create_graph backward does.
+  void graph_gradients(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& grad_output,
+                       std::vector<Tensor>& grads) const {
+    const int64_t planes = geometry.planes, inner = geometry.height * geometry.width;
+    Tensor winners =
+        core::detail::empty_on({planes, geometry.out_h * geometry.out_w}, core::kInt64, core::kCPU);
+    kernels::cpu::max_pool2d_flat_indices(geometry, taps.data_ptr(), winners.data<int64_t>());
+    Tensor zero = core::zeros(
+        {planes, inner}, core::TensorOptions(grad_output.dtype()).device(grad_output.device()));
+    Tensor g = core::scatter_add(zero, 1, winners.to(x.device()), grad_output.reshape({planes, -1}))
+                   .reshape(x.shape());
+    Tensor relu_output;
+    {
+      core::NoGradGuard no_grad;
+      relu_output =
+          batch_norm_relu(x.detach(), Tensor(), Tensor(), w, b, /*training=*/true, 0.0, eps);
+    }
+    batch_norm_graph_gradients(*this, x, w, relu_output, g, /*training=*/true, eps, Tensor(),
+                               Tensor(), {batch, channels, inner}, grads);
+  }
+  void release_saved() override {
+    input.release();
+    mean.release();
+    invstd.release();
+    weight.release();
+    bias.release();
+    taps = Tensor();
   }
 };
 
@@ -198,11 +281,13 @@ struct LayerNormBackward final : core::Node {
 
 // Training forward: normalizes with the batch statistics, writes mean and invstd, and blends
 // the running statistics in place. The backends update dense running statistics of the data's
-// dtype, so running statistics of another dtype or layout are updated through a temporary.
+// dtype, so running statistics of another dtype or layout are updated through a temporary. With
+// `pool` (and relu), out is the 2x2 max pooling of the ReLU's output and `taps` its taps.
 void batch_norm_training(const Tensor& input, const Tensor& x, const Tensor& w, const Tensor& b,
                          const Tensor& running_mean, const Tensor& running_var, double factor,
                          double eps, int64_t batch, int64_t channels, int64_t inner, bool relu,
-                         Tensor& out, Tensor& mean, Tensor& invstd) {
+                         Tensor& out, Tensor& mean, Tensor& invstd,
+                         const kernels::Pool2dGeometry* pool = nullptr, Tensor* taps = nullptr) {
   const char* name = "batch_norm";
   const core::DType dtype = x.dtype();
   core::NoGradGuard no_grad;
@@ -223,7 +308,12 @@ void batch_norm_training(const Tensor& input, const Tensor& x, const Tensor& w, 
                 : dense_vector(name, "running_var", running_var, channels, dtype).clone();
   }
   core::Backend& backend = core::backend_for(input.device());
-  if (relu) {
+  if (pool != nullptr) {
+    backend.batch_norm_relu_max_pool_forward_training(
+        dtype, *pool, batch, channels, factor, eps, x.data_ptr(), ptr_or_null(w), ptr_or_null(b),
+        out_or_null(rm), out_or_null(rv), out.data_ptr(), taps->data_ptr(), mean.data_ptr(),
+        invstd.data_ptr());
+  } else if (relu) {
     backend.batch_norm_relu_forward_training(
         dtype, batch, channels, inner, factor, eps, x.data_ptr(), ptr_or_null(w), ptr_or_null(b),
         out_or_null(rm), out_or_null(rv), out.data_ptr(), mean.data_ptr(), invstd.data_ptr());
@@ -328,6 +418,75 @@ Tensor batch_norm_relu(const Tensor& input, const Tensor& running_mean, const Te
   }
   return batch_norm_op(input, running_mean, running_var, weight, bias, training, factor, eps,
                        /*relu=*/true);
+}
+
+Tensor batch_norm_relu_max_pool2d(const Tensor& input, const Tensor& running_mean,
+                                  const Tensor& running_var, const Tensor& weight,
+                                  const Tensor& bias, bool training, double factor, double eps,
+                                  const Pool2dOptions& pool) {
+  // The fusion's geometry: 2x2 windows of stride 2 without padding or dilation, over a 4-d input
+  // with a whole window in each plane (an odd last row or column is left out).
+  kernels::Pool2dGeometry g;
+  const bool two_by_two = pool.kernel_size == std::array<int64_t, 2>{2, 2} &&
+                          (pool.stride == std::array<int64_t, 2>{0, 0} ||
+                           pool.stride == std::array<int64_t, 2>{2, 2}) &&
+                          pool.padding == std::array<int64_t, 2>{0, 0} &&
+                          pool.dilation == std::array<int64_t, 2>{1, 1};
+  bool fused = training && two_by_two && input.defined() && input.dim() == 4 &&
+               (input.dtype() == core::kFloat32 || input.dtype() == core::kFloat64);
+  if (fused) {
+    g.planes = input.shape()[0] * input.shape()[1];
+    g.height = input.shape()[2];
+    g.width = input.shape()[3];
+    g.kernel_h = g.kernel_w = g.stride_h = g.stride_w = 2;
+    g.out_h = g.height / 2;
+    g.out_w = g.width / 2;
+    fused = g.planes > 0 && g.out_h >= 1 && g.out_w >= 1 &&
+            core::backend_for(input.device()).supports_batch_norm_relu_max_pool(input.dtype(), g);
+  }
+  if (!fused) {
+    return max_pool2d(
+        batch_norm_relu(input, running_mean, running_var, weight, bias, training, factor, eps),
+        pool);
+  }
+  const char* name = "batch_norm_relu_max_pool2d";
+  core::ProfileSpan span(name);
+  const int64_t batch = input.shape()[0], channels = input.shape()[1];
+  const int64_t inner = g.height * g.width;
+  MPIGRAD_CHECK(batch * inner > 1, name,
+                ": expected more than 1 value per channel when training, got input of shape ",
+                input.shape());
+  const core::DType dtype = input.dtype();
+  Tensor x;
+  {
+    core::NoGradGuard no_grad;
+    x = input.contiguous();
+  }
+  Tensor w = dense_vector(name, "weight", weight, channels, dtype);
+  Tensor b = dense_vector(name, "bias", bias, channels, dtype);
+  Tensor mean = core::detail::empty_on({channels}, dtype, input.device());
+  Tensor invstd;
+  Tensor out = core::detail::empty_on({batch, channels, g.out_h, g.out_w}, dtype, input.device());
+  Tensor taps =
+      core::detail::empty_on({batch, channels, g.out_h, g.out_w}, core::kUInt8, input.device());
+  batch_norm_training(input, x, w, b, running_mean, running_var, factor, eps, batch, channels,
+                      inner, /*relu=*/true, out, mean, invstd, &g, &taps);
+  if (auto node =
+          core::detail::record<BatchNormReluMaxPoolBackward>(out, {&input, &weight, &bias})) {
+    node->input = core::SavedTensor(x);
+    node->mean = core::SavedTensor(mean);
+    node->invstd = core::SavedTensor(invstd);
+    if (w.defined()) node->weight = core::SavedTensor(w);
+    if (b.defined()) node->bias = core::SavedTensor(b);
+    node->has_weight = w.defined();
+    node->has_bias = b.defined();
+    node->eps = eps;
+    node->taps = taps;
+    node->geometry = g;
+    node->batch = batch;
+    node->channels = channels;
+  }
+  return out;
 }
 
 Tensor layer_norm(const Tensor& input, const std::vector<int64_t>& normalized_shape,

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "mpigrad/core/tensor.h"
+#include "mpigrad/nn/functional/pooling.h"
 
 namespace mpigrad::nn::functional {
 
@@ -32,5 +33,16 @@ core::Tensor batch_norm_relu(const core::Tensor& input, const core::Tensor& runn
 // weight and bias (shape normalized_shape) may be undefined.
 core::Tensor layer_norm(const core::Tensor& input, const std::vector<int64_t>& normalized_shape,
                         const core::Tensor& weight, const core::Tensor& bias, double eps = 1e-5);
+
+// max_pool2d(batch_norm_relu(...), pool). In training, with 2x2 windows of stride 2 and no
+// padding or dilation over an [N, C, H, W] input with H, W >= 2, on a backend that supports the
+// fusion (core::Backend::supports_batch_norm_relu_max_pool: the CPU in Float32 with AVX2), one
+// op that writes only the pooled output and its taps, never the full-size ReLU output: bitwise
+// the composition's output, running statistics and gradients, first and second order.
+// Elsewhere that composition.
+core::Tensor batch_norm_relu_max_pool2d(const core::Tensor& input, const core::Tensor& running_mean,
+                                        const core::Tensor& running_var, const core::Tensor& weight,
+                                        const core::Tensor& bias, bool training, double factor,
+                                        double eps, const Pool2dOptions& pool);
 
 }  // namespace mpigrad::nn::functional

@@ -45,6 +45,11 @@ Tensor BatchNorm::forward_relu(const Tensor& input) {
   return normalize(input, /*relu=*/true);
 }
 
+Tensor BatchNorm::forward_relu_max_pool(const Tensor& input,
+                                        const functional::Pool2dOptions& pool) {
+  return normalize(input, /*relu=*/true, &pool);
+}
+
 bool is_plain_batch_norm(const Module& module) {
   const std::type_info& type = typeid(module);
   return type == typeid(BatchNorm) || type == typeid(BatchNorm1d) || type == typeid(BatchNorm2d);
@@ -55,7 +60,7 @@ Tensor batch_norm_then_relu(Module& module, const Tensor& input) {
   return core::relu(module(input));
 }
 
-Tensor BatchNorm::normalize(const Tensor& input, bool relu) {
+Tensor BatchNorm::normalize(const Tensor& input, bool relu, const functional::Pool2dOptions* pool) {
   MPIGRAD_CHECK(input.dim() >= min_dims_ && input.dim() <= max_dims_, type_name_, ": expected ",
                 min_dims_ == max_dims_
                     ? std::to_string(min_dims_)
@@ -73,6 +78,11 @@ Tensor BatchNorm::normalize(const Tensor& input, bool relu) {
   }
   // Running stats are only read or updated when tracked and (in training) wanted.
   const bool pass_running = config_.track_running_stats;
+  if (pool != nullptr) {
+    return functional::batch_norm_relu_max_pool2d(
+        input, pass_running ? *running_mean_ : Tensor(), pass_running ? *running_var_ : Tensor(),
+        *weight_, *bias_, use_batch_stats, factor, config_.eps, *pool);
+  }
   const auto op = relu ? functional::batch_norm_relu : functional::batch_norm;
   return op(input, pass_running ? *running_mean_ : Tensor(),
             pass_running ? *running_var_ : Tensor(), *weight_, *bias_, use_batch_stats, factor,

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "mpigrad/nn/functional/pooling.h"
 #include "mpigrad/nn/module.h"
 
 namespace mpigrad::nn {
@@ -33,6 +34,10 @@ class BatchNorm : public Module {
   // (functional::batch_norm_relu): bitwise the same output, gradients and running statistics.
   // Sequential calls it for a BatchNorm followed by a ReLU.
   Tensor forward_relu(const Tensor& input);
+  // max_pool2d(relu(forward(input)), pool), as one op where the backend fuses the three
+  // (functional::batch_norm_relu_max_pool2d): bitwise the same output, gradients and running
+  // statistics. Sequential calls it for a BatchNorm2d, a ReLU and a 2x2 MaxPool2d.
+  Tensor forward_relu_max_pool(const Tensor& input, const functional::Pool2dOptions& pool);
   std::string type_name() const override { return type_name_; }
   std::string extra_repr() const override;
 
@@ -43,7 +48,7 @@ class BatchNorm : public Module {
   const BatchNormConfig& config() const { return config_; }
 
  private:
-  Tensor normalize(const Tensor& input, bool relu);
+  Tensor normalize(const Tensor& input, bool relu, const functional::Pool2dOptions* pool = nullptr);
 
   BatchNormConfig config_;
   std::string type_name_;

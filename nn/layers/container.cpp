@@ -1,11 +1,38 @@
 #include "mpigrad/nn/layers/container.h"
 
+#include <array>
 #include <typeinfo>
 
 #include "mpigrad/nn/layers/activation.h"
 #include "mpigrad/nn/layers/batch_norm.h"
+#include "mpigrad/nn/layers/pooling.h"
 
 namespace mpigrad::nn {
+
+namespace {
+
+// Whether children i, i + 1 and i + 2 are a training-mode BatchNorm2d, a ReLU and a MaxPool2d of
+// 2x2 windows with stride 2 and no padding or dilation, over a 4-d input: the pattern that
+// functional::batch_norm_relu_max_pool2d fuses (where the backend supports it; elsewhere it
+// composes the three ops itself). Anything else, a subclass of either module included, runs
+// module by module.
+bool batch_norm_relu_max_pool_at(
+    const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children, size_t i,
+    const Tensor& x) {
+  if (i + 2 >= children.size() || x.dim() != 4) return false;
+  const Module& norm = *children[i].second;
+  const Module& pool = *children[i + 2].second;
+  if (typeid(norm) != typeid(BatchNorm2d) || !norm.is_training() ||
+      typeid(*children[i + 1].second) != typeid(ReLU) || typeid(pool) != typeid(MaxPool2d)) {
+    return false;
+  }
+  const functional::Pool2dOptions& o = static_cast<const MaxPool2d&>(pool).options();
+  using Pair = std::array<int64_t, 2>;
+  return o.kernel_size == Pair{2, 2} && (o.stride == Pair{0, 0} || o.stride == Pair{2, 2}) &&
+         o.padding == Pair{0, 0} && o.dilation == Pair{1, 1};
+}
+
+}  // namespace
 
 Tensor forward_in_order(
     const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children,
@@ -13,6 +40,12 @@ Tensor forward_in_order(
   Tensor x = input;
   for (size_t i = 0; i < children.size(); ++i) {
     Module& child = *children[i].second;
+    if (batch_norm_relu_max_pool_at(children, i, x)) {
+      const auto& pool = static_cast<const MaxPool2d&>(*children[i + 2].second);
+      x = static_cast<BatchNorm&>(child).forward_relu_max_pool(x, pool.options());
+      i += 2;
+      continue;
+    }
     if (i + 1 < children.size() && is_plain_batch_norm(child) &&
         typeid(*children[i + 1].second) == typeid(ReLU)) {
       x = static_cast<BatchNorm&>(child).forward_relu(x);

@@ -16,6 +16,7 @@ class MaxPool2d : public Module {
   explicit MaxPool2d(const functional::Pool2dOptions& options) : options_(options) {}
   Tensor forward(const Tensor& input) override;
   std::string type_name() const override { return "MaxPool2d"; }
+  const functional::Pool2dOptions& options() const { return options_; }
   std::string extra_repr() const override;
 
  private:
