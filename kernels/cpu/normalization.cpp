@@ -627,22 +627,6 @@ T* out_ptr(void* p) {
 
 }  // namespace
 
-#define MPIGRAD_NORM_DISPATCH(kernel, CALL) \
-  switch (dtype) {                          \
-    case DType::Float32: {                  \
-      using T = float;                      \
-      CALL;                                 \
-      return;                               \
-    }                                       \
-    case DType::Float64: {                  \
-      using T = double;                     \
-      CALL;                                 \
-      return;                               \
-    }                                       \
-    default:                                \
-      throw_unsupported(kernel, "", dtype); \
-  }
-
 void batch_norm_statistics(DType dtype, int64_t batch, int64_t channels, int64_t inner,
                            const void* x, void* mean, void* variance) {
   MPIGRAD_NORM_DISPATCH(
@@ -755,7 +739,5 @@ void batch_norm_relu_max_pool_backward(DType dtype, const Pool2dGeometry& pool, 
   (void)grad_x, (void)grad_weight, (void)grad_bias;
 #endif
 }
-
-#undef MPIGRAD_NORM_DISPATCH
 
 }  // namespace mpigrad::kernels::cpu

@@ -1,10 +1,29 @@
 // Internal to kernels/cpu: the lane sums that batch norm (normalization.cpp) and layer norm
-// (normalization_layer.cpp) accumulate their statistics and gradient sums in.
+// (normalization_layer.cpp) accumulate their statistics and gradient sums in, and the dtype
+// dispatch of both files' entry points.
 #pragma once
 
 #include <cstdint>
 
 namespace mpigrad::kernels::cpu {
+
+// Runs CALL with T = float or double for `dtype` and returns; any other dtype throws naming
+// `kernel` (kernels/unsupported.h). For the normalization files' entry points, which take `dtype`.
+#define MPIGRAD_NORM_DISPATCH(kernel, CALL) \
+  switch (dtype) {                          \
+    case DType::Float32: {                  \
+      using T = float;                      \
+      CALL;                                 \
+      return;                               \
+    }                                       \
+    case DType::Float64: {                  \
+      using T = double;                     \
+      CALL;                                 \
+      return;                               \
+    }                                       \
+    default:                                \
+      throw_unsupported(kernel, "", dtype); \
+  }
 
 // Sums in double over kLanes independent running sums, element i of a row going to lane i % 8:
 // one running sum is a single chain of dependent additions (4 cycles each), while the lanes

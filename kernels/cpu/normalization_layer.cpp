@@ -120,25 +120,9 @@ void ln_backward(int64_t rows, int64_t cols, const T* x, const T* grad_y, const 
 
 }  // namespace
 
-#define MPIGRAD_LAYER_NORM_DISPATCH(kernel, CALL) \
-  switch (dtype) {                                \
-    case DType::Float32: {                        \
-      using T = float;                            \
-      CALL;                                       \
-      return;                                     \
-    }                                             \
-    case DType::Float64: {                        \
-      using T = double;                           \
-      CALL;                                       \
-      return;                                     \
-    }                                             \
-    default:                                      \
-      throw_unsupported(kernel, "", dtype);       \
-  }
-
 void layer_norm_forward(DType dtype, int64_t rows, int64_t cols, double eps, const void* x,
                         const void* weight, const void* bias, void* y, void* mean, void* rstd) {
-  MPIGRAD_LAYER_NORM_DISPATCH(
+  MPIGRAD_NORM_DISPATCH(
       "layer_norm_forward",
       ln_forward(rows, cols, eps, static_cast<const T*>(x), static_cast<const T*>(weight),
                  static_cast<const T*>(bias), static_cast<T*>(y), static_cast<T*>(mean),
@@ -148,14 +132,12 @@ void layer_norm_forward(DType dtype, int64_t rows, int64_t cols, double eps, con
 void layer_norm_backward(DType dtype, int64_t rows, int64_t cols, const void* x, const void* grad_y,
                          const void* mean, const void* rstd, const void* weight, void* grad_x,
                          void* grad_weight, void* grad_bias) {
-  MPIGRAD_LAYER_NORM_DISPATCH(
+  MPIGRAD_NORM_DISPATCH(
       "layer_norm_backward",
       ln_backward(rows, cols, static_cast<const T*>(x), static_cast<const T*>(grad_y),
                   static_cast<const T*>(mean), static_cast<const T*>(rstd),
                   static_cast<const T*>(weight), static_cast<T*>(grad_x),
                   static_cast<T*>(grad_weight), static_cast<T*>(grad_bias)))
 }
-
-#undef MPIGRAD_LAYER_NORM_DISPATCH
 
 }  // namespace mpigrad::kernels::cpu
