@@ -29,6 +29,14 @@ inline double seconds_per_call(const std::function<void()>& fn, int iterations, 
   return best;
 }
 
+// The median of `values` (the mean of the middle two for an even count); 0 for none.
+inline double median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
 // Named numbers, printed as a table and optionally written as one flat JSON object.
 class Results {
  public:

@@ -77,12 +77,6 @@ Options parse(int argc, char** argv) {
   return options;
 }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -145,11 +139,11 @@ int main(int argc, char** argv) {
       gemm();
       round_rates.push_back(gemm_flops / seconds_since(start));
     }
-    round_ratios.push_back(flops / median(round_steps) / median(round_rates));
+    round_ratios.push_back(flops / bench::median(round_steps) / bench::median(round_rates));
     steps.insert(steps.end(), round_steps.begin(), round_steps.end());
     gemm_rates.insert(gemm_rates.end(), round_rates.begin(), round_rates.end());
   }
-  const double step_median = median(steps), gemm_median = median(gemm_rates);
+  const double step_median = bench::median(steps), gemm_median = bench::median(gemm_rates);
   const double step_best = *std::min_element(steps.begin(), steps.end());
   const double gemm_best = *std::max_element(gemm_rates.begin(), gemm_rates.end());
   const auto [low, high] = std::minmax_element(round_ratios.begin(), round_ratios.end());
@@ -162,7 +156,7 @@ int main(int argc, char** argv) {
   results.add("cnn_gflops", flops / step_median * 1e-9, "GFLOP/s", "at the median step");
   results.add("sgemm_gflops", gemm_median * 1e-9, "GFLOP/s", "1024^3 cblas_sgemm, median");
   results.add("sgemm_gflops_best", gemm_best * 1e-9, "GFLOP/s", "fastest");
-  results.add("rate_ratio", median(round_ratios), "x",
+  results.add("rate_ratio", bench::median(round_ratios), "x",
               "CNN / sgemm, median of the rounds' ratios (target >= 0.5)");
   results.add("rate_ratio_low", *low, "x", "lowest round");
   results.add("rate_ratio_high", *high, "x", "highest round");

@@ -115,12 +115,6 @@ Options parse(int argc, char** argv) {
   return options;
 }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -162,7 +156,7 @@ int main(int argc, char** argv) {
       const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
       if (i > 0) times.push_back(elapsed.count());
     }
-    const double block_median = median(times);
+    const double block_median = bench::median(times);
     (single ? one : many).insert((single ? one : many).end(), times.begin(), times.end());
     if (single) {
       block_one = block_median;
@@ -170,7 +164,7 @@ int main(int argc, char** argv) {
       pair_ratios.push_back(block_one / block_median);
     }
   }
-  const double one_step = median(one), many_step = median(many);
+  const double one_step = bench::median(one), many_step = bench::median(many);
   const auto [low, high] = std::minmax_element(pair_ratios.begin(), pair_ratios.end());
   bench::Results results;
   results.add_text("model", options.model);
@@ -185,7 +179,7 @@ int main(int argc, char** argv) {
   results.add("best_ms_1_thread", one_best * 1e3, "ms", "fastest kept step");
   results.add("best_ms_" + n + "_threads", many_best * 1e3, "ms", "fastest kept step");
   results.add("speedup_best", one_best / many_best, "x", "of the fastest steps (least disturbed)");
-  results.add("speedup_pairs_median", median(pair_ratios), "x",
+  results.add("speedup_pairs_median", bench::median(pair_ratios), "x",
               "median over neighbouring block pairs");
   results.add("speedup_pairs_low", *low, "x", "");
   results.add("speedup_pairs_high", *high, "x", "");

@@ -83,12 +83,6 @@ struct Options {
   std::string json;
 };
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
 // One training run with the timeline on every other step; appends its step times to the arms.
 void train_once(launch::DistributedManager& manager, const Options& options,
                 std::shared_ptr<data::TensorDataset> data, std::vector<double>& off,
@@ -170,8 +164,9 @@ int main(int argc, char** argv) {
     for (int64_t r = 0; r < options.repeats; ++r) {
       const size_t off_before = off.size(), on_before = on.size();
       train_once(manager, options, data, off, on, &spans);
-      ratios.push_back(median(std::vector<double>(on.begin() + long(on_before), on.end())) /
-                       median(std::vector<double>(off.begin() + long(off_before), off.end())));
+      ratios.push_back(
+          bench::median(std::vector<double>(on.begin() + long(on_before), on.end())) /
+          bench::median(std::vector<double>(off.begin() + long(off_before), off.end())));
     }
     const double null_ns = span_ns(nullptr, 10'000'000);
     // Spans into the vector a timeline reserves ahead (2^14 events), the best of 50 fresh
@@ -187,10 +182,11 @@ int main(int argc, char** argv) {
       results.add_text("model", options.model + " on 1x28x28, batch " +
                                     std::to_string(options.batch) + " per rank, " +
                                     std::to_string(manager.world_size()) + " rank(s)");
-      results.add("step_ms_trace_off", 1e3 * median(off), "ms", "median of every off step");
-      results.add("step_ms_trace_on", 1e3 * median(on), "ms", "median of every on step");
-      results.add("ratio_on_over_off", median(on) / median(off), "x", "target < 1.02");
-      results.add("ratio_median_of_runs", median(ratios), "x", "median of per-run ratios");
+      results.add("step_ms_trace_off", 1e3 * bench::median(off), "ms", "median of every off step");
+      results.add("step_ms_trace_on", 1e3 * bench::median(on), "ms", "median of every on step");
+      results.add("ratio_on_over_off", bench::median(on) / bench::median(off), "x",
+                  "target < 1.02");
+      results.add("ratio_median_of_runs", bench::median(ratios), "x", "median of per-run ratios");
       results.add("ratio_min_of_runs", *std::min_element(ratios.begin(), ratios.end()), "x", "");
       results.add("ratio_max_of_runs", *std::max_element(ratios.begin(), ratios.end()), "x", "");
       const double spans_per_step = double(spans) / double(on.size());
@@ -199,7 +195,7 @@ int main(int argc, char** argv) {
       results.add("span_ns_on", recorded_ns, "ns", "Span recorded");
       // What the spans themselves cost a step, free of the run-to-run noise of the ratio.
       results.add("span_cost_percent_of_step",
-                  100.0 * spans_per_step * recorded_ns * 1e-9 / median(off), "%",
+                  100.0 * spans_per_step * recorded_ns * 1e-9 / bench::median(off), "%",
                   "spans per step x span_ns_on / step time off");
       results.print();
       if (!options.json.empty() && !results.write_json(options.json)) {
