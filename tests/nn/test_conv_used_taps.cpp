@@ -4,9 +4,11 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "mpigrad/core/autocast.h"
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/reduce.h"
@@ -45,12 +47,16 @@ struct Result {
 };
 
 Result run(bool drop, const Tensor& x0, const Tensor& w0, const Tensor& b0,
-           const F::Conv2dOptions& options) {
+           const F::Conv2dOptions& options, std::optional<core::DType> autocast = std::nullopt) {
   DropGuard guard(drop);
   Tensor x = x0.detach().set_requires_grad(true);
   Tensor w = w0.detach().set_requires_grad(true);
   Tensor b = b0.detach().set_requires_grad(true);
-  Tensor y = F::conv2d(x, w, b, options);
+  Tensor y;
+  {
+    core::AutocastGuard cast(autocast);
+    y = F::conv2d(x, w, b, options);
+  }
   // With the taps dropped, the convolution reads a view of the weight (its gradient goes through
   // the view's backward); without, the weight itself (its AccumulateGrad).
   const auto& weight_edge = y.grad_fn()->next.at(1);
@@ -160,5 +166,25 @@ TEST_CASE("conv2d without the taps on padding equals the whole kernel, forward a
       }
       CHECK(dropped_nonzero == 0);
     }
+  }
+}
+
+TEST_CASE("conv2d without the taps on padding under bfloat16 autocast") {
+  // The kept taps are cast to 16 bits, not the whole weight; the results agree with the whole
+  // kernel's within bfloat16 rounding, and the dropped taps' gradient is zeros.
+  core::Generator generator(92);
+  const Tensor x = core::randn({4, 16, 1, 1}, generator);
+  const Tensor w = core::randn({24, 16, 3, 3}, generator);
+  const Tensor b = core::randn({24}, generator);
+  F::Conv2dOptions options;
+  options.padding = {1, 1};
+  const Result whole = run(false, x, w, b, options, core::kBFloat16);
+  const Result used = run(true, x, w, b, options, core::kBFloat16);
+  check_close(used.y, whole.y, 2e-2, "output");
+  check_close(used.grad_x, whole.grad_x, 2e-2, "grad x");
+  check_close(used.grad_w, whole.grad_w, 2e-2, "grad w");
+  check_close(used.grad_b, whole.grad_b, 2e-2, "grad b");
+  for (size_t i = 0; i < used.grad_w.size(); ++i) {
+    if (i % 9 != 4) REQUIRE(used.grad_w[i] == 0.0);  // all but the centre tap
   }
 }
