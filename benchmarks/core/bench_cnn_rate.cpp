@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -92,9 +93,9 @@ double step_flops(int64_t batch) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  core::apply_openmp_wait_defaults(argv);  // the wait `mpigrad train` would choose
-  const Options options = parse(argc, argv);
+namespace {
+
+int run(const Options& options) {
   const int threads = core::num_threads();
   core::Generator generator(1);
   std::shared_ptr<nn::Module> model =
@@ -167,4 +168,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  core::apply_openmp_wait_defaults(argv);  // the wait `mpigrad train` would choose
+  const Options options = parse(argc, argv);
+  try {
+    return run(options);
+  } catch (const std::exception& e) {  // a model that cannot be read, a shape it does not take
+    std::fprintf(stderr, "%s: %s\n", "mpigrad-bench-cnn-rate", e.what());
+    return 1;
+  }
 }

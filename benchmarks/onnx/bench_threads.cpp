@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -117,9 +118,9 @@ Options parse(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  core::apply_openmp_wait_defaults(argv);  // the wait `mpigrad train` would choose
-  const Options options = parse(argc, argv);
+namespace {
+
+int run(const Options& options) {
   nn::functional::set_conv2d_drop_padding_taps(!options.keep_padding_taps);
   std::shared_ptr<nn::OnnxModel> model = nn::OnnxModel::load(options.model);
   nn::SGD sgd(model->parameters(), nn::SGDOptions{.lr = 0.01, .momentum = 0.9});
@@ -189,4 +190,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  core::apply_openmp_wait_defaults(argv);  // the wait `mpigrad train` would choose
+  const Options options = parse(argc, argv);
+  try {
+    return run(options);
+  } catch (const std::exception& e) {  // a model that cannot be read, a shape it does not take
+    std::fprintf(stderr, "%s: %s\n", "mpigrad-bench-threads", e.what());
+    return 1;
+  }
 }
