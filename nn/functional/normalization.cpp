@@ -420,6 +420,13 @@ Tensor batch_norm_relu(const Tensor& input, const Tensor& running_mean, const Te
                        /*relu=*/true);
 }
 
+bool fused_max_pool_window(const Pool2dOptions& pool) {
+  using Pair = std::array<int64_t, 2>;
+  return pool.kernel_size == Pair{2, 2} &&
+         (pool.stride == Pair{0, 0} || pool.stride == Pair{2, 2}) && pool.padding == Pair{0, 0} &&
+         pool.dilation == Pair{1, 1};
+}
+
 Tensor batch_norm_relu_max_pool2d(const Tensor& input, const Tensor& running_mean,
                                   const Tensor& running_var, const Tensor& weight,
                                   const Tensor& bias, bool training, double factor, double eps,
@@ -427,12 +434,7 @@ Tensor batch_norm_relu_max_pool2d(const Tensor& input, const Tensor& running_mea
   // The fusion's geometry: 2x2 windows of stride 2 without padding or dilation, over a 4-d input
   // with a whole window in each plane (an odd last row or column is left out).
   kernels::Pool2dGeometry g;
-  const bool two_by_two = pool.kernel_size == std::array<int64_t, 2>{2, 2} &&
-                          (pool.stride == std::array<int64_t, 2>{0, 0} ||
-                           pool.stride == std::array<int64_t, 2>{2, 2}) &&
-                          pool.padding == std::array<int64_t, 2>{0, 0} &&
-                          pool.dilation == std::array<int64_t, 2>{1, 1};
-  bool fused = training && two_by_two && input.defined() && input.dim() == 4 &&
+  bool fused = training && fused_max_pool_window(pool) && input.defined() && input.dim() == 4 &&
                (input.dtype() == core::kFloat32 || input.dtype() == core::kFloat64);
   if (fused) {
     g.planes = input.shape()[0] * input.shape()[1];

@@ -40,6 +40,10 @@ core::Tensor layer_norm(const core::Tensor& input, const std::vector<int64_t>& n
 // op that writes only the pooled output and its taps, never the full-size ReLU output: bitwise
 // the composition's output, running statistics and gradients, first and second order.
 // Elsewhere that composition.
+// Whether `pool` has the windows batch_norm_relu_max_pool2d fuses: 2x2, stride 2 (or the
+// default, the kernel), no padding, no dilation.
+bool fused_max_pool_window(const Pool2dOptions& pool);
+
 core::Tensor batch_norm_relu_max_pool2d(const core::Tensor& input, const core::Tensor& running_mean,
                                         const core::Tensor& running_var, const core::Tensor& weight,
                                         const core::Tensor& bias, bool training, double factor,

@@ -1,8 +1,8 @@
 #include "mpigrad/nn/layers/container.h"
 
-#include <array>
 #include <typeinfo>
 
+#include "mpigrad/nn/functional/normalization.h"
 #include "mpigrad/nn/layers/activation.h"
 #include "mpigrad/nn/layers/batch_norm.h"
 #include "mpigrad/nn/layers/pooling.h"
@@ -26,10 +26,7 @@ bool batch_norm_relu_max_pool_at(
       typeid(*children[i + 1].second) != typeid(ReLU) || typeid(pool) != typeid(MaxPool2d)) {
     return false;
   }
-  const functional::Pool2dOptions& o = static_cast<const MaxPool2d&>(pool).options();
-  using Pair = std::array<int64_t, 2>;
-  return o.kernel_size == Pair{2, 2} && (o.stride == Pair{0, 0} || o.stride == Pair{2, 2}) &&
-         o.padding == Pair{0, 0} && o.dilation == Pair{1, 1};
+  return functional::fused_max_pool_window(static_cast<const MaxPool2d&>(pool).options());
 }
 
 }  // namespace
