@@ -9,15 +9,14 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
-#include <cstring>
 #include <map>
 #include <memory>
-#include <random>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "../thread_count.h"
+#include "batch_norm_test_util.h"
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/ops/elementwise.h"
 #include "mpigrad/core/ops/reduce.h"
@@ -37,66 +36,12 @@ using core::Shape;
 using core::Tensor;
 namespace F = nn::functional;
 
-std::vector<double> normal_values(int64_t n, uint32_t seed, double centre, double spread) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> draw(centre, spread);
-  std::vector<double> values(static_cast<size_t>(n));
-  for (double& v : values) v = draw(rng);
-  return values;
-}
-
-Tensor normal(const Shape& shape, uint32_t seed, double centre, double spread,
-              core::DType dtype = core::kFloat32) {
-  return Tensor::from_vector(normal_values(shape.numel(), seed, centre, spread), shape,
-                             core::kFloat64)
-      .to(dtype);
-}
-
-// Bitwise equality of two defined tensors of the same shape and dtype.
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (!a.defined() || !b.defined() || a.shape() != b.shape() || a.dtype() != b.dtype()) {
-    return false;
-  }
-  const Tensor da = a.detach().contiguous(), db = b.detach().contiguous();
-  return std::memcmp(da.data_ptr(), db.data_ptr(), size_t(da.nbytes())) == 0;
-}
-
-std::string node_name(const Tensor& t) {
-  return t.grad_fn() ? t.grad_fn()->name() : "(leaf)";
-}
-
-// The leaves and running statistics of one batch norm call, and fresh copies of them.
-struct BatchNormInputs {
-  Tensor x, weight, bias, running_mean, running_var;
-
-  BatchNormInputs copy() const {
-    BatchNormInputs c;
-    c.x = x.detach().clone().set_requires_grad(true);
-    c.weight = weight.detach().clone().set_requires_grad(true);
-    c.bias = bias.detach().clone().set_requires_grad(true);
-    c.running_mean = running_mean.clone();
-    c.running_var = running_var.clone();
-    return c;
-  }
-};
-
-// Channel 0 has weight 0 and bias 0, so its output is exactly 0 (ReLU's mask is off at 0); the
-// rest are centred so that ReLU keeps about half of each channel.
-BatchNormInputs make_inputs(const Shape& shape, core::DType dtype = core::kFloat32) {
-  const int64_t channels = shape[1];
-  BatchNormInputs in;
-  in.x = normal(shape, 1, 0.7, 2.0, dtype).set_requires_grad(true);
-  std::vector<double> weight = normal_values(channels, 2, 1.0, 0.4);
-  std::vector<double> bias = normal_values(channels, 3, 0.0, 0.3);
-  weight[0] = bias[0] = 0.0;
-  in.weight = Tensor::from_vector(weight, {channels}, core::kFloat64).to(dtype);
-  in.weight.set_requires_grad(true);
-  in.bias = Tensor::from_vector(bias, {channels}, core::kFloat64).to(dtype);
-  in.bias.set_requires_grad(true);
-  in.running_mean = normal({channels}, 4, 0.1, 0.5, dtype);
-  in.running_var = normal({channels}, 5, 2.0, 0.3, dtype);
-  return in;
-}
+using test::BatchNormInputs;
+using test::make_inputs;
+using test::node_name;
+using test::normal;
+using test::normal_values;
+using test::same_bits;
 
 Tensor fused(BatchNormInputs& in, bool training = true) {
   return F::batch_norm_relu(in.x, in.running_mean, in.running_var, in.weight, in.bias, training,
@@ -210,41 +155,9 @@ TEST_CASE("batch_norm_relu composes batch_norm and relu where it does not fuse")
 
 TEST_CASE("batch_norm_relu's create_graph backward gives the composition's derivatives") {
   const Shape shape{6, 3, 4, 4};
-  const BatchNormInputs start = make_inputs(shape);
-  BatchNormInputs a = start.copy(), b = start.copy();
-  Tensor ya = fused(a), yb = composed(b);
-  REQUIRE(node_name(ya) == std::string("BatchNormReluBackward"));
-  const Tensor grad = normal(shape, 9, 0.0, 1.0);
-  core::GradOptions create;
-  create.create_graph = true;
-  std::vector<Tensor> ga = core::grad({ya}, {a.x, a.weight, a.bias}, {grad}, create);
-  std::vector<Tensor> gb = core::grad({yb}, {b.x, b.weight, b.bias}, {grad}, create);
-  REQUIRE(ga.size() == 3);
-  // The bias's gradient, a sum of the constant incoming gradient, has no graph of its own.
-  CHECK(ga[0].requires_grad());
-  CHECK(ga[1].requires_grad());
-  for (size_t i = 0; i < 3; ++i) {
-    CAPTURE(i);
-    CHECK(same_bits(ga[i], gb[i]));
-  }
-  // The first-order gradients agree with the fused kernel's to float rounding.
-  {
-    BatchNormInputs c = start.copy();
-    Tensor yc = fused(c);
-    yc.backward(grad);
-    const double scale = core::max(core::abs(c.x.grad())).item<double>();
-    CHECK(core::max(core::abs(core::sub(c.x.grad(), ga[0].detach()))).item<double>() <
-          1e-5 * scale);
-  }
-  // Second derivatives: of sum(dx^2) + sum(dw * dx-independent weights).
-  const auto second = [](const std::vector<Tensor>& g, BatchNormInputs& in) {
-    Tensor s = core::add(core::sum(core::mul(g[0], g[0])), core::sum(core::mul(g[1], g[1])));
-    return core::grad({s}, {in.x, in.weight});
-  };
-  std::vector<Tensor> sa = second(ga, a), sb = second(gb, b);
-  CHECK(same_bits(sa[0], sb[0]));
-  CHECK(same_bits(sa[1], sb[1]));
-  CHECK(core::max(core::abs(sa[0])).item<double>() > 0.0);
+  test::check_create_graph_matches(
+      make_inputs(shape), [](BatchNormInputs& in) { return fused(in); },
+      [](BatchNormInputs& in) { return composed(in); }, 9, "BatchNormReluBackward");
 }
 
 TEST_CASE("Sequential runs exactly BatchNorm then ReLU as the fused op") {

@@ -9,14 +9,13 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "../thread_count.h"
+#include "batch_norm_test_util.h"
 #include "mpigrad/core/autocast.h"
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/ops/elementwise.h"
@@ -40,66 +39,13 @@ namespace F = nn::functional;
 
 constexpr const char* kFusedNode = "BatchNormReluMaxPoolBackward";
 
-std::vector<double> normal_values(int64_t n, uint32_t seed, double centre, double spread) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> draw(centre, spread);
-  std::vector<double> values(static_cast<size_t>(n));
-  for (double& v : values) v = draw(rng);
-  return values;
-}
-
-Tensor from(const std::vector<double>& values, const Shape& shape,
-            core::DType dtype = core::kFloat32) {
-  return Tensor::from_vector(values, shape, core::kFloat64).to(dtype);
-}
-
-Tensor normal(const Shape& shape, uint32_t seed, core::DType dtype = core::kFloat32) {
-  return from(normal_values(shape.numel(), seed, 0.0, 1.0), shape, dtype);
-}
-
-// Bitwise equality of two defined tensors of the same shape and dtype (NaN payloads included).
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (!a.defined() || !b.defined() || a.shape() != b.shape() || a.dtype() != b.dtype()) {
-    return false;
-  }
-  const Tensor da = a.detach().contiguous(), db = b.detach().contiguous();
-  return std::memcmp(da.data_ptr(), db.data_ptr(), size_t(da.nbytes())) == 0;
-}
-
-std::string node_name(const Tensor& t) {
-  return t.grad_fn() ? t.grad_fn()->name() : "(leaf)";
-}
-
-// The leaves and running statistics of one call, and fresh copies of them.
-struct Inputs {
-  Tensor x, weight, bias, running_mean, running_var;
-
-  Inputs copy() const {
-    Inputs c;
-    c.x = x.detach().clone().set_requires_grad(true);
-    if (weight.defined()) c.weight = weight.detach().clone().set_requires_grad(true);
-    if (bias.defined()) c.bias = bias.detach().clone().set_requires_grad(true);
-    if (running_mean.defined()) c.running_mean = running_mean.clone();
-    if (running_var.defined()) c.running_var = running_var.clone();
-    return c;
-  }
-};
-
-// x centred so that ReLU keeps about half of each channel; channel 0 has weight 0 and bias 0, so
-// its every window is a tie of +0.
-Inputs make_inputs(const Shape& shape, core::DType dtype = core::kFloat32) {
-  const int64_t channels = shape[1];
-  Inputs in;
-  in.x = from(normal_values(shape.numel(), 1, 0.7, 2.0), shape, dtype);
-  std::vector<double> weight = normal_values(channels, 2, 1.0, 0.4);
-  std::vector<double> bias = normal_values(channels, 3, 0.0, 0.3);
-  weight[0] = bias[0] = 0.0;
-  in.weight = from(weight, {channels}, dtype);
-  in.bias = from(bias, {channels}, dtype);
-  in.running_mean = from(normal_values(channels, 4, 0.1, 0.5), {channels}, dtype);
-  in.running_var = from(normal_values(channels, 5, 2.0, 0.3), {channels}, dtype);
-  return in.copy();
-}
+using Inputs = test::BatchNormInputs;
+using test::from;
+using test::make_inputs;
+using test::node_name;
+using test::normal;
+using test::normal_values;
+using test::same_bits;
 
 F::Pool2dOptions pool_options(int64_t kernel, int64_t stride = 0, int64_t padding = 0,
                               int64_t dilation = 1) {
@@ -270,7 +216,7 @@ TEST_CASE("batch_norm_relu_max_pool2d is the composition where it does not fuse"
     REQUIRE(thrown_a == thrown_b);
     if (thrown_a) continue;  // the one row without padding: too small for the window
     CHECK(node_name(ya) != std::string(kFusedNode));
-    check_same_results(a, ya, b, yb, normal(yb.shape(), 8, c.dtype));
+    check_same_results(a, ya, b, yb, normal(yb.shape(), 8, 0.0, 1.0, c.dtype));
   }
   SUBCASE("an empty batch and a 3-d input fail or compose as the three ops do") {
     for (const Shape& s : {Shape{0, 3, 4, 4}, Shape{3, 4, 4}}) {
@@ -306,40 +252,9 @@ TEST_CASE(
     "derivatives") {
   for (const Shape& shape : {Shape{6, 3, 4, 4}, Shape{3, 2, 5, 7}}) {
     CAPTURE(shape);
-    const Inputs start = make_inputs(shape);
-    Inputs a = start.copy(), b = start.copy();
-    Tensor ya = fused(a), yb = composed(b);
-    REQUIRE(node_name(ya) == std::string(kFusedNode));
-    const Tensor grad = normal(yb.shape(), 9);
-    core::GradOptions create;
-    create.create_graph = true;
-    std::vector<Tensor> ga = core::grad({ya}, {a.x, a.weight, a.bias}, {grad}, create);
-    std::vector<Tensor> gb = core::grad({yb}, {b.x, b.weight, b.bias}, {grad}, create);
-    REQUIRE(ga.size() == 3);
-    CHECK(ga[0].requires_grad());
-    CHECK(ga[1].requires_grad());
-    for (size_t i = 0; i < 3; ++i) {
-      CAPTURE(i);
-      CHECK(same_bits(ga[i], gb[i]));
-    }
-    // The first-order gradients agree with the fused kernel's to float rounding.
-    {
-      Inputs c = start.copy();
-      Tensor yc = fused(c);
-      yc.backward(grad);
-      const double scale = core::max(core::abs(c.x.grad())).item<double>();
-      CHECK(core::max(core::abs(core::sub(c.x.grad(), ga[0].detach()))).item<double>() <
-            1e-5 * scale);
-    }
-    // Second derivatives of sum(dx^2) + sum(dw^2).
-    const auto second = [](const std::vector<Tensor>& g, Inputs& in) {
-      Tensor s = core::add(core::sum(core::mul(g[0], g[0])), core::sum(core::mul(g[1], g[1])));
-      return core::grad({s}, {in.x, in.weight});
-    };
-    std::vector<Tensor> sa = second(ga, a), sb = second(gb, b);
-    CHECK(same_bits(sa[0], sb[0]));
-    CHECK(same_bits(sa[1], sb[1]));
-    CHECK(core::max(core::abs(sa[0])).item<double>() > 0.0);
+    test::check_create_graph_matches(
+        make_inputs(shape), [](Inputs& in) { return fused(in); },
+        [](Inputs& in) { return composed(in); }, 9, kFusedNode);
   }
 }
 
@@ -403,7 +318,7 @@ TEST_CASE("a convolution under bf16 autocast then the fused op is the modules ru
   Tensor ref = x;
   for (const auto& [name, child] : reference->named_children()) ref = child->forward(ref);
   CHECK(same_bits(y, ref));
-  Tensor grad = normal(y.shape(), 22, y.dtype());
+  Tensor grad = normal(y.shape(), 22, 0.0, 1.0, y.dtype());
   y.backward(grad);
   ref.backward(grad);
   const auto a = model->named_parameters(), b = reference->named_parameters();
