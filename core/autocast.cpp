@@ -37,6 +37,7 @@ struct CacheEntry {
   uint32_t version = 0;
   Shape shape, strides;
   Tensor copy;
+  bool given_for_update = false;  // autocast_copy_for_update handed it out, unconfirmed
 };
 
 // Keyed by storage address, element offset and target dtype; the entry's weak pointer and
@@ -109,6 +110,33 @@ Tensor autocast_operand(const Tensor& t, DType dtype) {
   Tensor copy = detail::copy_as(t.detach(), dtype);
   cache.entries[key] = CacheEntry{t.storage(), t.version(), t.shape(), t.strides(), copy};
   return copy;
+}
+
+std::optional<AutocastCopy> autocast_copy_for_update(const Tensor& t) {
+  // The update writes numel elements from data_ptr(): the copy's order only where t is dense.
+  if (t.dtype() != kFloat32 || !t.is_contiguous()) return std::nullopt;
+  for (DType dtype : {kBFloat16, kFloat16}) {
+    auto found = cache.entries.find(CacheKey{t.storage().get(), t.offset(), dtype});
+    if (found == cache.entries.end()) continue;
+    CacheEntry& entry = found->second;
+    const bool sole_holder =
+        entry.copy.impl_shared().use_count() == 1 && entry.copy.storage().use_count() == 1;
+    if (entry.storage.lock() == t.storage() && entry.version == t.version() &&
+        entry.shape == t.shape() && entry.strides == t.strides() && sole_holder) {
+      entry.given_for_update = true;
+      return AutocastCopy{entry.copy.data_ptr(), dtype};
+    }
+  }
+  return std::nullopt;
+}
+
+void autocast_copy_updated(const Tensor& t) {
+  for (DType dtype : {kBFloat16, kFloat16}) {
+    auto found = cache.entries.find(CacheKey{t.storage().get(), t.offset(), dtype});
+    if (found == cache.entries.end() || !found->second.given_for_update) continue;
+    found->second.given_for_update = false;
+    found->second.version = t.version();
+  }
 }
 
 std::string autocast_kernels(DType dtype, Device device) {

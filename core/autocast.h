@@ -65,6 +65,20 @@ std::optional<DType> autocast_dtype_for(std::string_view op,
 // the copy kept; others are cast every time.
 Tensor autocast_operand(const Tensor& t, DType dtype);
 
+// The cached 16-bit copy of `t` that an in-place update of `t` may rewrite alongside it (the
+// optimizers' steps do, kernels/optimizer.h), so the next forward finds it current and casts
+// nothing. There is one only where the copy has t's shape and strides, is current for t's
+// version, and nobody but the cache holds it (a graph kept with retain_graph still reads the old
+// values). The caller writes the updated values into `data`, then calls autocast_copy_updated.
+struct AutocastCopy {
+  void* data = nullptr;
+  DType dtype = kBFloat16;
+};
+std::optional<AutocastCopy> autocast_copy_for_update(const Tensor& t);
+// After the update of `t` (its version bumped) wrote the copy autocast_copy_for_update gave: the
+// copy is current for t's new version. A copy given out and not confirmed stays stale.
+void autocast_copy_updated(const Tensor& t);
+
 // Which kernels run the 16-bit products in `dtype` on `device`, for the run's log: the device's
 // backend says (Backend::mixed_precision_kernels). The CPU says whether it found AVX512-BF16;
 // CUDA with cuDNN tries a small convolution in `dtype` once and says whether cuDNN ran it or the

@@ -578,6 +578,7 @@ class CpuBackend final : public Backend {
   void adam_step(DType dtype, int64_t count, const AdamSlot* slots) override {
     kernels::cpu::adam_step_multi(dtype, count, slots);
   }
+  bool optimizer_writes_low_copies() const override { return true; }
 };
 
 }  // namespace

@@ -256,6 +256,9 @@ class Backend {
   // with its own hyperparameters: a loop on the CPU, one fused launch on CUDA.
   virtual void sgd_step(DType dtype, int64_t count, const SgdSlot* slots) = 0;
   virtual void adam_step(DType dtype, int64_t count, const AdamSlot* slots) = 0;
+  // Whether those steps write a slot's low_copy (the parameter's 16-bit autocast copy, rewritten
+  // from the updated values). Where not, the optimizers leave it null and autocast casts anew.
+  virtual bool optimizer_writes_low_copies() const { return false; }
 };
 
 // The backend for `device`, or core::Error when this build or machine cannot serve it.

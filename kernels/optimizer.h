@@ -31,6 +31,12 @@ struct SgdSlot {
   void* momentum_buffer = nullptr;  // null when hyper.momentum == 0
   int64_t numel = 0;
   SgdHyper hyper;
+  // The parameter's 16-bit copy (low_dtype: BFloat16 or Float16; dense like param), written
+  // from the updated values in the same pass: autocast's cached operand (core/autocast.h), so
+  // the next forward need not cast the parameter again. Null for none; float32 parameters only,
+  // CPU only (core::Backend::optimizer_writes_low_copies).
+  void* low_copy = nullptr;
+  DType low_dtype = DType::BFloat16;
 };
 
 struct AdamSlot {
@@ -40,6 +46,8 @@ struct AdamSlot {
   void* exp_avg_sq = nullptr;
   int64_t numel = 0;
   AdamHyper hyper;
+  void* low_copy = nullptr;  // as SgdSlot's
+  DType low_dtype = DType::BFloat16;
 };
 
 namespace cpu {

@@ -24,10 +24,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "mpigrad/kernels/cpu/parallel.h"
 #include "mpigrad/kernels/cpu/scalar.h"
+#include "mpigrad/kernels/elementwise.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -61,6 +64,18 @@ void for_each_piece(const std::vector<int64_t>& offsets, Run run) {
       });
 }
 
+// A slot's 16-bit copy of the range just updated (SgdSlot::low_copy), written while the range is
+// still in cache: bit for bit the cast autocast would make of it (convert_dense).
+template <typename T>
+void write_low_copy(const T* param, void* low_copy, DType low_dtype, int64_t begin, int64_t end) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (low_copy != nullptr) {
+      convert_dense(low_dtype, DType::Float32, end - begin,
+                    static_cast<uint16_t*>(low_copy) + begin, param + begin);
+    }
+  }
+}
+
 // ---- SGD ----------------------------------------------------------------------------------------
 
 enum class MomentumMode { None, First, Blend };
@@ -71,6 +86,8 @@ struct SgdTensor {
   T* param;
   const T* grad;
   T* buffer;
+  void* low_copy;
+  DType low_dtype;
   T lr, momentum, weight_decay, blend;
   bool decay, nesterov;
   MomentumMode mode;
@@ -83,6 +100,8 @@ SgdTensor<T> sgd_tensor(const SgdSlot& s) {
   t.param = static_cast<T*>(s.param);
   t.grad = static_cast<const T*>(s.grad);
   t.buffer = static_cast<T*>(s.momentum_buffer);
+  t.low_copy = s.low_copy;
+  t.low_dtype = s.low_dtype;
   t.lr = T(h.lr);
   t.momentum = T(h.momentum);
   t.weight_decay = T(h.weight_decay);
@@ -136,6 +155,7 @@ void sgd_multi(int64_t count, const SgdSlot* slots) {
   for_each_piece(end_to_end_offsets(count, slots), [&](size_t k, int64_t begin, int64_t end) {
     const SgdTensor<T>& t = tensors[k];
     t.decay ? sgd_range_with<T, true>(t, begin, end) : sgd_range_with<T, false>(t, begin, end);
+    write_low_copy(t.param, t.low_copy, t.low_dtype, begin, end);
   });
 }
 
@@ -150,6 +170,8 @@ struct AdamTensor {
   const T* grad;
   T* exp_avg;
   T* exp_avg_sq;
+  void* low_copy;
+  DType low_dtype;
   T step_size, sqrt_correction2, beta1, beta2, one_minus_beta1, one_minus_beta2, eps;
   T weight_decay, decay;
   DecayMode mode;
@@ -163,6 +185,8 @@ AdamTensor<T> adam_tensor(const AdamSlot& s) {
   t.grad = static_cast<const T*>(s.grad);
   t.exp_avg = static_cast<T*>(s.exp_avg);
   t.exp_avg_sq = static_cast<T*>(s.exp_avg_sq);
+  t.low_copy = s.low_copy;
+  t.low_dtype = s.low_dtype;
   const double correction1 = 1.0 - std::pow(h.beta1, double(h.step));
   const double correction2 = 1.0 - std::pow(h.beta2, double(h.step));
   t.step_size = T(h.lr / correction1);
@@ -265,28 +289,42 @@ void adam_multi(int64_t count, const AdamSlot* slots) {
     const AdamTensor<T>& t = tensors[k];
     switch (t.mode) {
       case DecayMode::None:
-        return adam_range<T, DecayMode::None>(t, begin, end);
+        adam_range<T, DecayMode::None>(t, begin, end);
+        break;
       case DecayMode::L2:
-        return adam_range<T, DecayMode::L2>(t, begin, end);
+        adam_range<T, DecayMode::L2>(t, begin, end);
+        break;
       case DecayMode::Decoupled:
-        return adam_range<T, DecayMode::Decoupled>(t, begin, end);
+        adam_range<T, DecayMode::Decoupled>(t, begin, end);
+        break;
     }
+    write_low_copy(t.param, t.low_copy, t.low_dtype, begin, end);
   });
 }
 
 // Validation happens before the parallel region: nothing may throw inside it.
-void check_slots(const char* kernel, int64_t count, const void* slots) {
+template <typename Slot>
+void check_slots(const char* kernel, DType dtype, int64_t count, const Slot* slots) {
   if (count < 0) throw_invalid(kernel, "negative tensor count " + std::to_string(count));
   if (count > 0 && slots == nullptr) throw_invalid(kernel, "null slot list");
+  for (int64_t k = 0; k < count; ++k) {
+    const Slot& s = slots[k];
+    if (s.numel < 0) throw_invalid(kernel, "negative numel in slot " + std::to_string(k));
+    if (s.low_copy != nullptr && (dtype != DType::Float32 || (s.low_dtype != DType::BFloat16 &&
+                                                              s.low_dtype != DType::Float16))) {
+      throw_invalid(kernel, "slot " + std::to_string(k) +
+                                " has a 16-bit copy, which needs float32 parameters and a bfloat16 "
+                                "or float16 copy");
+    }
+  }
 }
 
 }  // namespace
 
 void sgd_step_multi(DType dtype, int64_t count, const SgdSlot* slots) {
-  check_slots("sgd_step_multi", count, slots);
+  check_slots("sgd_step_multi", dtype, count, slots);
   for (int64_t k = 0; k < count; ++k) {
     const SgdSlot& s = slots[k];
-    if (s.numel < 0) throw_invalid("sgd_step_multi", "negative numel in slot " + std::to_string(k));
     if (s.hyper.momentum != 0 && s.momentum_buffer == nullptr && s.numel > 0) {
       throw_invalid("sgd_step_multi",
                     "slot " + std::to_string(k) + " has momentum but no momentum buffer");
@@ -303,12 +341,7 @@ void sgd_step_multi(DType dtype, int64_t count, const SgdSlot* slots) {
 }
 
 void adam_step_multi(DType dtype, int64_t count, const AdamSlot* slots) {
-  check_slots("adam_step_multi", count, slots);
-  for (int64_t k = 0; k < count; ++k) {
-    if (slots[k].numel < 0) {
-      throw_invalid("adam_step_multi", "negative numel in slot " + std::to_string(k));
-    }
-  }
+  check_slots("adam_step_multi", dtype, count, slots);
   switch (dtype) {
     case DType::Float32:
       return adam_multi<float>(count, slots);

@@ -14,7 +14,9 @@
 #include <utility>
 #include <vector>
 
+#include "mpigrad/core/autocast.h"
 #include "mpigrad/core/autograd.h"
+#include "mpigrad/core/backend.h"
 #include "mpigrad/core/profiler.h"
 #include "mpigrad/core/tensor.h"
 #include "mpigrad/nn/state_dict.h"
@@ -83,7 +85,8 @@ class Optimizer {
   // gets its kernel slot from make_slot(const Update&) and counts as written (its version is
   // bumped); then launch(device, dtype, std::vector<Slot>&) makes one backend call per
   // (device type, device index, dtype), a single fused launch on CUDA
-  // (core::Backend::sgd_step / adam_step). Every slot is made before the first call.
+  // (core::Backend::sgd_step / adam_step). Every slot is made before the first call. Where the
+  // backend can, a parameter's autocast copy (core/autocast.h) is rewritten in the same pass.
   template <typename Slot, typename MakeSlot, typename Launch>
   void step_batched(MakeSlot&& make_slot, Launch&& launch);
 
@@ -105,19 +108,29 @@ void Optimizer::step_batched(MakeSlot&& make_slot, Launch&& launch) {
   core::ProfileSpan span(core::ProfileKind::Optimizer, [this] { return type_name() + ".step"; });
   core::NoGradGuard no_grad;
   std::map<SlotKey, std::vector<Slot>> slots;
-  std::vector<Tensor> keep;  // the converted gradients the slots point into
+  std::vector<Tensor> keep;           // the converted gradients the slots point into
+  std::vector<Tensor> with_low_copy;  // parameters whose autocast copy the step rewrites
   size_t index = 0;
   for (ParamGroup& group : groups_) {
     for (Tensor& param : group.params) {
       const size_t i = index++;
       if (!param.grad().defined()) continue;
       Tensor grad = checked_grad(param);
-      slots[slot_key(param)].push_back(make_slot(Update{group, param, state_[i], i, grad}));
+      Slot slot = make_slot(Update{group, param, state_[i], i, grad});
+      if (core::backend_for(param.device()).optimizer_writes_low_copies()) {
+        if (auto copy = core::autocast_copy_for_update(param)) {
+          slot.low_copy = copy->data;
+          slot.low_dtype = copy->dtype;
+          with_low_copy.push_back(param);
+        }
+      }
+      slots[slot_key(param)].push_back(slot);
       keep.push_back(std::move(grad));
       param.storage()->bump_version();
     }
   }
   for (auto& [key, batch] : slots) launch(slot_device(key), std::get<2>(key), batch);
+  for (const Tensor& param : with_low_copy) core::autocast_copy_updated(param);
 }
 
 }  // namespace mpigrad::nn
