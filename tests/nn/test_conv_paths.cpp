@@ -570,10 +570,15 @@ TEST_CASE("conv2d paths: in bfloat16 a 1x1 convolution on small images goes to o
     CHECK(path(pass, core::kFloat32, last) == ConvPath::Gemm);
     CHECK(path(pass, core::kBFloat16, last) == ConvPath::OneDnn);
   }
-  // On 2x2 images the filter gradient's per-image products sum 4 pixels each: GEMM in both.
+  // On 2x2 images the GEMM path's filter gradient would be 8 rank-4 updates of the whole weight
+  // gradient: oneDNN's, one pass over the batch, in both dtypes. From 4x4 on, the GEMM path's.
   const core::Conv2dShape third = shape(1024, 2, 256);
   CHECK(path(ConvPass::Forward, core::kBFloat16, third) == ConvPath::OneDnn);
-  CHECK(path(ConvPass::BackwardFilter, core::kBFloat16, third) == ConvPath::Gemm);
+  CHECK(path(ConvPass::BackwardFilter, core::kBFloat16, third) == ConvPath::OneDnn);
+  CHECK(path(ConvPass::BackwardFilter, core::kFloat32, third) == ConvPath::OneDnn);
+  for (core::DType dtype : {core::kFloat32, core::kBFloat16}) {
+    CHECK(path(ConvPass::BackwardFilter, dtype, shape(512, 4, 128)) == ConvPath::Gemm);
+  }
   // Thin layers stay on the GEMM path in bfloat16 too (MobileNet's 16 -> 72).
   CHECK(path(ConvPass::Forward, core::kBFloat16, shape(16, 1, 72)) == ConvPath::Gemm);
 }
