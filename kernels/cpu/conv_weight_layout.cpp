@@ -31,10 +31,12 @@ constexpr int64_t kStreamBytes = int64_t(1) << 20;
 
 #if defined(MPIGRAD_HAS_AVX512_LAYOUT)
 
-// GCC 12 warns inside its own AVX-512 unpack intrinsics, whose masked form takes an undefined
-// pass-through register (_mm512_undefined_ps) that the full mask never reads.
+// GCC 12 warns inside its own AVX-512 unpack intrinsics (maybe- or plainly uninitialized, by how
+// they are inlined), whose masked form takes an undefined pass-through register
+// (_mm512_undefined_ps) that the full mask never reads.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 // Transposes the 16x16 matrix whose rows are r[0..15]: row c of the result is column c.
 MPIGRAD_AVX512F inline void transpose16(__m512 r[16]) {
@@ -113,6 +115,46 @@ void copy_weights(int64_t out, int64_t in, int64_t taps, float* plain, float* bl
   });
 }
 
+// BFloat16 pairs as 32-bit units (conv_weight_layout.h). In ABcd8b16a2b a tile's row o holds 8
+// units (pairs of in) that the layout wants column by column: a 16x8 transpose of units, made two
+// tiles at a time with transpose16 (the units moved as float bit patterns, no arithmetic), whose
+// columns 0-7 and 8-15 land on the two tiles, adjacent in the blocked weight. An odd last tile
+// loads half rows.
+MPIGRAD_AVX512F void in_pairs_tiles(int64_t in, int64_t ob, int64_t ib, int64_t count,
+                                    const uint16_t* plain, uint16_t* blocked) {
+  const __mmask16 half = count == 2 ? __mmask16(0xFFFF) : __mmask16(0x00FF);
+  __m512 r[16];
+  for (int o = 0; o < 16; ++o) {
+    const uint16_t* row = plain + (ob * 16 + o) * in + ib * 16;
+    r[o] = _mm512_maskz_loadu_ps(half, reinterpret_cast<const float*>(row));
+  }
+  transpose16(r);
+  float* units = reinterpret_cast<float*>(blocked + (ob * (in / 16) + ib) * 256);
+  for (int c = 0; c < 8 * count; ++c) _mm512_storeu_ps(units + c * 16, r[c]);
+}
+
+// In BAcd8a16b2a unit (k, i) pairs rows 2k and 2k+1 at column i: each row of 16 widened to 32-bit
+// lanes, the odd row shifted into the high halves.
+MPIGRAD_AVX512F void out_pairs_tile(int64_t out, int64_t in, int64_t ob, int64_t ib,
+                                    const uint16_t* plain, uint16_t* blocked) {
+  uint16_t* tile = blocked + (ib * (out / 16) + ob) * 256;
+  for (int k = 0; k < 8; ++k) {
+    const uint16_t* even = plain + (ob * 16 + 2 * k) * in + ib * 16;
+    const __m512i low =
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(even)));
+    const __m512i high =
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(even + in)));
+    _mm512_storeu_si512(tile + k * 32, _mm512_or_si512(low, _mm512_slli_epi32(high, 16)));
+  }
+}
+
+// Runs tile(first, count) over all tiles of the weight, threads sharing them as copy_weights does.
+template <typename Tiles>
+void over_tiles(int64_t tiles, int64_t tile_bytes, Tiles tile) {
+  const int64_t grain = std::max<int64_t>(1, kTileGrainBytes / std::max<int64_t>(1, tile_bytes));
+  parallel_for_balanced(0, tiles, grain, grain, tile);
+}
+
 #pragma GCC diagnostic pop
 #endif
 
@@ -150,6 +192,34 @@ void weights_from_blocked_16i16o(int64_t out, int64_t in, int64_t taps, const fl
   }
 #else
   (void)out, (void)in, (void)taps, (void)plain, (void)blocked;
+#endif
+}
+
+void bf16_weights_to_in_pairs(int64_t out, int64_t in, const uint16_t* plain, uint16_t* blocked) {
+#if defined(MPIGRAD_HAS_AVX512_LAYOUT)
+  // Pieces of two tiles along in (the last may be one).
+  const int64_t in_blocks = in / 16, pairs = (in_blocks + 1) / 2;
+  over_tiles((out / 16) * pairs, 2 * 512, [&](int64_t begin, int64_t end) {
+    for (int64_t piece = begin; piece < end; ++piece) {
+      const int64_t ob = piece / pairs, ib = piece % pairs * 2;
+      in_pairs_tiles(in, ob, ib, std::min<int64_t>(2, in_blocks - ib), plain, blocked);
+    }
+  });
+#else
+  (void)out, (void)in, (void)plain, (void)blocked;
+#endif
+}
+
+void bf16_weights_to_out_pairs(int64_t out, int64_t in, const uint16_t* plain, uint16_t* blocked) {
+#if defined(MPIGRAD_HAS_AVX512_LAYOUT)
+  const int64_t in_blocks = in / 16;
+  over_tiles((out / 16) * in_blocks, 512, [&](int64_t begin, int64_t end) {
+    for (int64_t tile = begin; tile < end; ++tile) {
+      out_pairs_tile(out, in, tile / in_blocks, tile % in_blocks, plain, blocked);
+    }
+  });
+#else
+  (void)out, (void)in, (void)plain, (void)blocked;
 #endif
 }
 
