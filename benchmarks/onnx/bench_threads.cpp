@@ -1,14 +1,17 @@
-// Thread scaling of a training step, measured in one process: the same ONNX image classifier
-// trained with SGD on 1 and on N threads in turns (blocks of a few steps each, A B A B ...), so
-// that a slow stretch of a shared machine reaches both thread counts alike. Separate processes
-// one after the other (what `mpigrad train` and run_zoo.py can do) put seconds between the two
-// sides, and on a shared VM the host's drift over seconds is as large as the effect measured:
-// ResNet-18 at 2 threads ran 21 to 30 ms a step in runs a minute apart.
+// Thread scaling (or bf16 against float32) of a training step, measured in one process: the same
+// ONNX image classifier trained with SGD on 1 and on N threads in turns (blocks of a few steps
+// each, A B A B ...), so that a slow stretch of a shared machine reaches both thread counts
+// alike. Separate processes one after the other (what `mpigrad train` and run_zoo.py can do) put
+// seconds between the two sides, and on a shared VM the host's drift over seconds is as large as
+// the effect measured: ResNet-18 at 2 threads ran 21 to 30 ms a step in runs a minute apart.
 //
 //   mpigrad-bench-threads --model resnet18.onnx [--input 3,32,32] [--classes 10] [--batch 8]
 //                         [--threads 2] [--block 4] [--blocks 12] [--keep-padding-taps]
-//                         [--json FILE]
+//                         [--compare threads|bf16] [--json FILE]
 //
+// --compare bf16 alternates float32 and bfloat16 autocast (what `mpigrad train
+// --train.precision=bf16` runs) instead of thread counts, both on --threads threads (default 1
+// there), for the same reason: the two precisions a minute apart differ by the host's drift.
 // --keep-padding-taps convolves with the whole kernel where conv2d would drop the taps that see
 // only padding (nn/functional/conv.h), to measure what dropping them changes.
 // Each block runs `block` steps on one thread count and times each; the first step of a block is
@@ -21,11 +24,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "../common/bench_util.h"
+#include "mpigrad/core/autocast.h"
 #include "mpigrad/core/autograd.h"
 #include "mpigrad/core/rng.h"
 #include "mpigrad/core/tensor.h"
@@ -49,6 +54,7 @@ struct Options {
   int block = 4;
   int blocks = 12;
   bool keep_padding_taps = false;
+  bool compare_bf16 = false;  // else thread counts
   std::string json;
 };
 
@@ -56,7 +62,7 @@ struct Options {
   std::fprintf(status == 0 ? stdout : stderr,
                "usage: mpigrad-bench-threads --model F.onnx [--input C,H,W] [--classes K] "
                "[--batch B] [--threads N] [--block S] [--blocks R] [--keep-padding-taps] "
-               "[--json FILE]\n");
+               "[--compare threads|bf16] [--json FILE]\n");
   std::exit(status);
 }
 
@@ -70,6 +76,7 @@ std::vector<int64_t> parse_dims(const std::string& text) {
 
 Options parse(int argc, char** argv) {
   Options options;
+  bool threads_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") usage(0);
@@ -92,10 +99,17 @@ Options parse(int argc, char** argv) {
       options.batch = std::atoll(value.c_str());
     } else if (arg == "--threads") {
       options.threads = std::atoi(value.c_str());
+      threads_given = true;
     } else if (arg == "--block") {
       options.block = std::atoi(value.c_str());
     } else if (arg == "--blocks") {
       options.blocks = std::atoi(value.c_str());
+    } else if (arg == "--compare") {
+      if (value != "threads" && value != "bf16") {
+        std::fprintf(stderr, "--compare takes threads or bf16, got %s\n", value.c_str());
+        usage(2);
+      }
+      options.compare_bf16 = value == "bf16";
     } else if (arg == "--json") {
       options.json = value;
     } else {
@@ -103,14 +117,16 @@ Options parse(int argc, char** argv) {
       usage(2);
     }
   }
+  if (options.compare_bf16 && !threads_given) options.threads = 1;
   const bool valid =
       !options.model.empty() && !options.input.empty() && options.classes >= 1 &&
-      options.batch >= 1 && options.threads >= 2 && options.block >= 2 && options.blocks >= 1 &&
+      options.batch >= 1 && options.threads >= (options.compare_bf16 ? 1 : 2) &&
+      options.block >= 2 && options.blocks >= 1 &&
       std::all_of(options.input.begin(), options.input.end(), [](int64_t d) { return d >= 1; });
   if (!valid) {
     std::fprintf(stderr,
-                 "mpigrad-bench-threads: needs --model, dimensions >= 1, --threads >= 2 and "
-                 "--block >= 2\n");
+                 "mpigrad-bench-threads: needs --model, dimensions >= 1, --threads >= 2 (>= 1 "
+                 "with --compare bf16) and --block >= 2\n");
     usage(2);
   }
   return options;
@@ -133,27 +149,44 @@ int run(const Options& options) {
   for (size_t i = 0; i < labels.size(); ++i) labels[i] = int64_t(i) % options.classes;
   const Tensor y = Tensor::from_vector(labels, {options.batch});
 
-  auto step = [&] {
-    Tensor loss = nn::cross_entropy((*model)(x), y);
+  // The two sides, A and B: thread counts, or float32 and bf16 autocast on one count.
+  struct Side {
+    int threads;
+    std::optional<core::DType> autocast;
+    std::string name;
+  };
+  const std::string n = std::to_string(options.threads);
+  const Side sides[2] = {options.compare_bf16 ? Side{options.threads, std::nullopt, "float32"}
+                                              : Side{1, std::nullopt, "1_thread"},
+                         options.compare_bf16
+                             ? Side{options.threads, core::kBFloat16, "bf16"}
+                             : Side{options.threads, std::nullopt, n + "_threads"}};
+  auto step = [&](const Side& side) {
+    Tensor loss;
+    {
+      core::AutocastGuard autocast(side.autocast);  // the forward, as `mpigrad train` does
+      loss = nn::cross_entropy((*model)(x), y);
+    }
     sgd.zero_grad();
     loss.backward();
     sgd.step();
   };
-  // Warm-up on both counts: each builds its own kernels' plans on its first steps.
-  for (int threads : {1, options.threads}) {
-    core::set_num_threads(threads);
-    for (int i = 0; i < 3; ++i) step();
+  // Warm-up on both sides: each builds its own kernels' plans on its first steps.
+  for (const Side& side : sides) {
+    core::set_num_threads(side.threads);
+    for (int i = 0; i < 3; ++i) step(side);
   }
 
-  std::vector<double> one, many, pair_ratios;
+  std::vector<double> one, many, pair_ratios;  // A's steps, B's steps
   double block_one = 0;
   for (int b = 0; b < 2 * options.blocks; ++b) {
     const bool single = b % 2 == 0;
-    core::set_num_threads(single ? 1 : options.threads);
+    const Side& side = sides[single ? 0 : 1];
+    core::set_num_threads(side.threads);
     std::vector<double> times;
     for (int i = 0; i < options.block; ++i) {
       const auto start = std::chrono::steady_clock::now();
-      step();
+      step(side);
       const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
       if (i > 0) times.push_back(elapsed.count());
     }
@@ -171,14 +204,16 @@ int run(const Options& options) {
   results.add_text("model", options.model);
   results.add_text("wait", core::openmp_wait_description());
   results.add_text("padding taps", options.keep_padding_taps ? "kept" : "dropped");
-  const std::string n = std::to_string(options.threads);
-  results.add("step_ms_1_thread", one_step * 1e3, "ms", "median of kept steps");
-  results.add("step_ms_" + n + "_threads", many_step * 1e3, "ms", "median of kept steps");
-  results.add("speedup", one_step / many_step, "x", "1 thread / " + n + " threads, medians");
+  if (options.compare_bf16) results.add_text("threads", n);
+  const std::string& a = sides[0].name;
+  const std::string& b = sides[1].name;
+  results.add("step_ms_" + a, one_step * 1e3, "ms", "median of kept steps");
+  results.add("step_ms_" + b, many_step * 1e3, "ms", "median of kept steps");
+  results.add("speedup", one_step / many_step, "x", a + " / " + b + ", medians");
   const double one_best = *std::min_element(one.begin(), one.end());
   const double many_best = *std::min_element(many.begin(), many.end());
-  results.add("best_ms_1_thread", one_best * 1e3, "ms", "fastest kept step");
-  results.add("best_ms_" + n + "_threads", many_best * 1e3, "ms", "fastest kept step");
+  results.add("best_ms_" + a, one_best * 1e3, "ms", "fastest kept step");
+  results.add("best_ms_" + b, many_best * 1e3, "ms", "fastest kept step");
   results.add("speedup_best", one_best / many_best, "x", "of the fastest steps (least disturbed)");
   results.add("speedup_pairs_median", bench::median(pair_ratios), "x",
               "median over neighbouring block pairs");
