@@ -18,6 +18,7 @@
 #include <string>
 
 #include "mpigrad/kernels/cpu/parallel.h"
+#include "mpigrad/kernels/cpu/short_copy.h"
 
 namespace mpigrad::kernels::cpu {
 namespace {
@@ -36,11 +37,7 @@ int64_t ceil_div(int64_t a, int64_t b) {
 
 template <typename Word>
 void copy_words(Word* out, const Word* in, int64_t n) {
-  if (n == 1) {
-    *out = *in;
-  } else {
-    std::memcpy(out, in, size_t(n) * sizeof(Word));
-  }
+  copy_short(out, in, size_t(n) * sizeof(Word));
 }
 
 // Element range [first, last) of one row, already zeroed: the window's entries that meet it.
@@ -61,7 +58,7 @@ void scatter_part(const SliceWindow& w, int64_t first, int64_t last, Word* out_r
 
 // `rows` whole rows, already zeroed: the window's entries of each. The loops for inner == 1 are
 // apart so that the common shape (a conv weight's used taps: one element a row) is a plain
-// strided store loop.
+// strided store loop; runs of a few elements move without a call (short_copy.h).
 template <typename Word>
 void scatter_rows(const SliceWindow& w, int64_t rows, Word* out, const Word* grad) {
   const int64_t row = w.extent * w.inner, grad_row = w.count * w.inner;
@@ -72,6 +69,9 @@ void scatter_rows(const SliceWindow& w, int64_t rows, Word* out, const Word* gra
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t k = 0; k < w.count; ++k) target[r * row + k * w.step] = grad[r * grad_row + k];
     }
+  } else if (w.step == 1) {
+    // The window is one run of each row.
+    for (int64_t r = 0; r < rows; ++r) copy_words(target + r * row, grad + r * grad_row, grad_row);
   } else {
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t k = 0; k < w.count; ++k) {
