@@ -86,6 +86,7 @@ TEST_CASE("slice_backward writes the window and zeros, for every element size an
       window(2, 30000, 1, 5, 3, 29990),      // step 3 across tiles of one row
       window(512, 64 * 9, 1, 4, 9, 64 * 9),  // every 9th element, many rows
       window(32768, 9, 1, 4, 1, 5),          // outer rows split across threads
+      window(512 * 512, 9, 1, 4, 1, 5),      // a 512x512x3x3 weight at 1x1: the centre tap
       window(64, 9, 1024, 3, 2, 9),          // pieces and tiles that cut rows
       window(20, 40, 2000, 0, 1, 37),        // dense windows split across threads
   };
