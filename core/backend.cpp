@@ -309,6 +309,11 @@ class CpuBackend final : public Backend {
   void fill(DType dtype, int64_t n, void* out, double value) override {
     kernels::cpu::fill(dtype, n, out, value);
   }
+  bool slice_backward(DType dtype, const kernels::SliceWindow& window, void* out,
+                      const void* grad) override {
+    kernels::cpu::slice_backward(element_size(dtype), window, out, grad);
+    return true;
+  }
   void arange(DType dtype, int64_t n, void* out, double start, double step) override {
     kernels::cpu::arange(dtype, n, out, start, step);
   }

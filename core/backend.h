@@ -25,6 +25,7 @@
 #include "mpigrad/kernels/optimizer.h"
 #include "mpigrad/kernels/pooling.h"
 #include "mpigrad/kernels/reduce.h"
+#include "mpigrad/kernels/slice.h"
 #include "mpigrad/kernels/softmax.h"
 
 namespace mpigrad::kernels {
@@ -72,6 +73,14 @@ class Backend {
   virtual void copy(DType out_dtype, DType in_dtype, const StridedLoop& loop, void* out,
                     const void* in) = 0;
   virtual void fill(DType dtype, int64_t n, void* out, double value) = 0;
+  // The gradient of a slice in one pass (kernels/slice.h): out, dense [outer, extent, inner],
+  // gets grad, dense [outer, count, inner], in the window and zeros elsewhere. Returns false,
+  // having written nothing, where the backend has no such kernel; the caller then composes
+  // zeros and a copy into the window, which gives the same bits.
+  virtual bool slice_backward(DType /*dtype*/, const kernels::SliceWindow& /*window*/,
+                              void* /*out*/, const void* /*grad*/) {
+    return false;
+  }
   virtual void arange(DType dtype, int64_t n, void* out, double start, double step) = 0;
   virtual void reduce(ReduceOp op, DType dtype, int64_t outer, int64_t extent, int64_t inner,
                       void* out, int64_t* indices, const void* in) = 0;

@@ -208,8 +208,9 @@ void clamp(DType dtype, const StridedLoop& loop, void* out, const void* in, doub
 
 // out = in, converting in_dtype to out_dtype. Operands: 0 out, 1 in. This is also how core/
 // makes a view contiguous. Same-dtype copies whose layout is a (batched) transpose go through
-// cache tiles, and rows contiguous on both sides through memcpy (kernels/cpu/transpose.h);
-// MPIGRAD_CPU_COPY=generic, read once, sends them to the element walk instead.
+// cache tiles, and rows contiguous on both sides through memcpy, or fixed-size moves where the
+// rows are short (kernels/cpu/transpose.h); MPIGRAD_CPU_COPY=generic, read once, sends them to
+// the element walk instead.
 void copy(DType out_dtype, DType in_dtype, const StridedLoop& loop, void* out, const void* in);
 
 // copy() by the element walk alone, whatever the layout: the reference that tests and

@@ -60,10 +60,28 @@ struct SliceBackward final : Node {
       grads[0] = index_add(base, dim, positions, removes_dim ? grad.unsqueeze(dim) : grad);
       return;
     }
-    Tensor full_grad = zeros(input_shape, TensorOptions(grad.dtype()).device(grad.device()));
-    Tensor window = full_grad.slice(dim, start, end, step);
-    window.copy_(removes_dim ? grad.unsqueeze(dim) : grad);
+    // One pass where the backend has the kernel: the zeros and the window written together.
+    Tensor full_grad =
+        Tensor::empty(input_shape, TensorOptions(grad.dtype()).device(grad.device()));
+    const Tensor dense = grad.contiguous();
+    if (!backend_for(grad.device())
+             .slice_backward(grad.dtype(), window(dense), full_grad.data_ptr(), dense.data_ptr())) {
+      full_grad.zero_();
+      full_grad.slice(dim, start, end, step).copy_(removes_dim ? grad.unsqueeze(dim) : grad);
+    }
     grads[0] = std::move(full_grad);
+  }
+
+  // The input as [outer, extent, inner] around `dim`, and where the slice's gradient goes in it.
+  kernels::SliceWindow window(const Tensor& grad) const {
+    kernels::SliceWindow w;
+    for (int d = 0; d < dim; ++d) w.outer *= input_shape[d];
+    w.extent = input_shape[dim];
+    for (int d = dim + 1; d < input_shape.size(); ++d) w.inner *= input_shape[d];
+    w.start = start;
+    w.step = step;
+    w.count = removes_dim ? 1 : grad.shape()[dim];
+    return w;
   }
 };
 

@@ -15,12 +15,14 @@ namespace mpigrad::kernels::cpu {
 //    Any other dims are a batch of such transposes.
 //  - rows: both are contiguous along the same dim, in rows of at least kMinRowBytes, copied by
 //    memcpy; rows of exactly 8 or 16 bytes become the elements of a transpose instead.
+//  - short rows: both contiguous along the last dim in rows shorter than kMinRowBytes, each
+//    moved by fixed-size loads and stores (short_copy.h).
 // Returns false, having written nothing, for any other layout (no unit stride on one side, short
-// rows, a single element), which the generic walk handles. Bit for bit a copy: elements
-// move as words, never as values. Threads over tiles (parallel.h) when the copy is large.
+// rows along another dim, a single element), which the generic walk handles. Bit for bit a copy:
+// elements move as words, never as values. Threads over tiles (parallel.h) when the copy is large.
 bool copy_blocked(int element_size, const StridedLoop& loop, void* out, const void* in);
 
-// Rows shorter than this are left to the generic walk: a memcpy call per row costs more.
+// Rows shorter than this are not copied by a memcpy call each: it costs more than the row.
 constexpr int kMinRowBytes = 32;
 
 }  // namespace mpigrad::kernels::cpu

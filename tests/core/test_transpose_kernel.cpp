@@ -3,7 +3,8 @@
 // against the generic element walk (kernels::cpu::copy_generic), byte for byte: every
 // permutation of a 4-d tensor, NCHW <-> NHWC, sizes that are not multiples of the tile or the
 // register block, extent-1 dims, every element size, strided destinations, and copies large
-// enough to be split across threads.
+// enough to be split across threads; and the short rows of a conv weight narrowed to its used
+// taps.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "../thread_count.h"
 #include "mpigrad/kernels/dtype.h"
 #include "mpigrad/kernels/elementwise.h"
 
@@ -120,6 +122,51 @@ int check_permute(const Dims& shape, const Dims& order, DType dtype, int64_t off
   return cases;
 }
 
+// Copies the window [first, first + extent) of a dense tensor of `shape` both ways (its
+// contiguous(), and a dense tensor written into the window) through copy() and copy_generic(),
+// and checks both against the reference; returns the number of cases run.
+int check_window(const Dims& shape, const Dims& first, const Dims& extent, DType dtype) {
+  const int size = element_size(dtype);
+  const Dims dense = row_major_strides(shape), packed = row_major_strides(extent);
+  int64_t start = 0;
+  for (size_t d = 0; d < shape.size(); ++d) start += first[d] * dense[d];
+  const size_t full_bytes = size_t(count(shape) * size),
+               window_bytes = size_t(count(extent) * size);
+  int cases = 0;
+  for (bool gather : {true, false}) {
+    StridedLoop loop;
+    loop.ndim = int(shape.size());
+    for (int d = 0; d < loop.ndim; ++d) {
+      loop.size[d] = extent[size_t(d)];
+      loop.stride[0][d] = gather ? packed[size_t(d)] : dense[size_t(d)];
+      loop.stride[1][d] = gather ? dense[size_t(d)] : packed[size_t(d)];
+    }
+    const size_t in_bytes = gather ? full_bytes : window_bytes;
+    const size_t out_bytes = gather ? window_bytes : full_bytes;
+    const size_t in_at = gather ? size_t(start * size) : 0,
+                 out_at = gather ? 0 : size_t(start * size);
+    const std::vector<unsigned char> source = random_bytes(in_bytes, unsigned(in_bytes + start));
+    const std::vector<unsigned char> in(source.begin() + in_at, source.end());
+    std::vector<unsigned char> expected = reference_copy(loop, size, in, out_bytes - out_at);
+    expected.insert(expected.begin(), out_at, 0);
+    std::vector<unsigned char> blocked(out_bytes, 0), generic(out_bytes, 0);
+    cpu::copy(dtype, dtype, loop, blocked.data() + out_at, source.data() + in_at);
+    cpu::copy_generic(dtype, dtype, loop, generic.data() + out_at, source.data() + in_at);
+    std::string what = "shape [";
+    for (int64_t e : shape) what += std::to_string(e) + " ";
+    what += "] window from [";
+    for (int64_t e : first) what += std::to_string(e) + " ";
+    what += "] of [";
+    for (int64_t e : extent) what += std::to_string(e) + " ";
+    what += "] element size " + std::to_string(size) + (gather ? " gather" : " scatter");
+    CAPTURE(what);
+    CHECK(blocked == expected);
+    CHECK(generic == expected);
+    ++cases;
+  }
+  return cases;
+}
+
 const DType kEveryElementSize[] = {DType::UInt8, DType::BFloat16, DType::Float16, DType::Float32,
                                    DType::Int32, DType::Int64,    DType::Float64};
 
@@ -166,7 +213,7 @@ TEST_CASE("blocked copy: ConvNeXt's NCHW <-> NHWC and the rows a permute keeps t
     cases += check_permute({3, 13, 5, 7}, {0, 2, 3, 1}, dtype);
     cases += check_permute({2, 2, 2, 384}, {0, 3, 1, 2}, dtype);
     // The last dim stays last: rows of 2 to 80 elements, by memcpy, as 8- or 16-byte words of a
-    // transpose, or by the element walk when short.
+    // transpose, or as short rows.
     for (int64_t row : {1, 2, 3, 4, 8, 20}) {
       cases += check_permute({6, 9, row}, {1, 0, 2}, dtype);
       cases += check_permute({4, 3, 5, row}, {2, 0, 1, 3}, dtype);
@@ -194,4 +241,24 @@ TEST_CASE("blocked copy: copies large enough to be split across threads") {
   cases += check_permute({1000, 333}, {1, 0}, DType::Float32);
   cases += check_permute({64, 200, 12}, {1, 0, 2}, DType::Float32);
   CHECK(cases == 8);
+}
+
+TEST_CASE("blocked copy: conv weights narrowed to their used taps, rows shorter than a memcpy's") {
+  // [O, I, 3, 3] weights cut to the taps that see more than padding (nn::functional::conv2d):
+  // rows of 1 to 3 elements along the last dim, 3 elements apart, at 1 and 2 threads.
+  int cases = 0;
+  for (int threads : {1, 2}) {
+    mpigrad::test::ThreadCount scope(threads);
+    for (DType dtype : kEveryElementSize) {
+      cases += check_window({5, 4, 3, 3}, {0, 0, 1, 0}, {5, 4, 2, 2}, dtype);
+      cases += check_window({5, 4, 3, 3}, {0, 0, 0, 1}, {5, 4, 3, 2}, dtype);
+      cases += check_window({5, 4, 3, 3}, {0, 0, 1, 1}, {5, 4, 1, 1}, dtype);
+      cases += check_window({5, 4, 3, 3}, {0, 0, 0, 0}, {5, 4, 2, 3}, dtype);
+      cases += check_window({6, 7}, {0, 2}, {6, 3}, dtype);  // a 2-d walk
+      cases += check_window({2, 3, 40, 5}, {1, 1, 3, 1}, {1, 2, 30, 4}, dtype);
+    }
+    cases += check_window({256, 128, 3, 3}, {0, 0, 1, 0}, {256, 128, 2, 2}, DType::Float32);
+    cases += check_window({40000, 9}, {0, 3}, {40000, 2}, DType::Float32);
+  }
+  CHECK(cases == 2 * (7 * 6 + 2) * 2);
 }
