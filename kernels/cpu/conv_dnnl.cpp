@@ -139,35 +139,38 @@ struct Operand {
   bool reordered = false;
   size_t scratch_offset = 0;  // of the blocked copy in the thread's scratch buffer
   // Weights [out, in, taps] whose reorder conv_weight_layout.h's copies run instead of `reorder`:
-  // Float32 to or from OIhw16i16o, BFloat16 1x1 weights to the forward's or the data gradient's
-  // pairs.
-  enum class WeightCopy { None, Float32Blocked, Bf16InPairs, Bf16OutPairs };
+  // Float32 to or from OIhw16i16o, BFloat16 to the pair layouts (bf16_pairs says which).
+  enum class WeightCopy { None, Float32Blocked, Bf16Pairs };
   WeightCopy weight_copy = WeightCopy::None;
+  Bf16PairLayout bf16_pairs = Bf16PairLayout::InPairs;
   int64_t weight_out = 0, weight_in = 0, weight_taps = 0;
 };
 
 // Whether op's reorder is one conv_weight_layout.h copies (plain oihw, out and in whole blocks of
-// 16), and which.
-void choose_weight_copy(Operand& op) {
+// 16), and which. The BFloat16 copies go one way, plain to blocked: inputs only.
+void choose_weight_copy(Operand& op, bool input) {
   if (!op.reordered || !has_blocked_weight_copies()) return;
   const memory::dims dims = op.plain.dims();
   if (dims.size() != 4 || dims[0] % 16 != 0 || dims[1] % 16 != 0) return;
   using tag = memory::format_tag;
   const auto f32 = memory::data_type::f32, bf16 = memory::data_type::bf16;
-  const bool one_tap = dims[2] == 1 && dims[3] == 1;
   using WeightCopy = Operand::WeightCopy;
+  const std::pair<tag, Bf16PairLayout> pair_layouts[] = {
+      {tag::ABcd8b16a2b, Bf16PairLayout::InPairs},
+      {tag::BAcd8a16b2a, Bf16PairLayout::OutPairsInOuter},
+      {tag::ABcd8a16b2a, Bf16PairLayout::OutPairsOutOuter}};
   if (op.plain == memory::desc(dims, f32, tag::oihw) &&
       op.blocked == memory::desc(dims, f32, tag::OIhw16i16o)) {
     op.weight_copy = WeightCopy::Float32Blocked;
-  } else if (one_tap && op.plain == memory::desc(dims, bf16, tag::oihw) &&
-             op.blocked == memory::desc(dims, bf16, tag::ABcd8b16a2b)) {
-    op.weight_copy = WeightCopy::Bf16InPairs;
-  } else if (one_tap && op.plain == memory::desc(dims, bf16, tag::oihw) &&
-             op.blocked == memory::desc(dims, bf16, tag::BAcd8a16b2a)) {
-    op.weight_copy = WeightCopy::Bf16OutPairs;
-  } else {
-    return;
+  } else if (input && op.plain == memory::desc(dims, bf16, tag::oihw)) {
+    for (const auto& [format, layout] : pair_layouts) {
+      if (op.blocked == memory::desc(dims, bf16, format)) {
+        op.weight_copy = WeightCopy::Bf16Pairs;
+        op.bf16_pairs = layout;
+      }
+    }
   }
+  if (op.weight_copy == WeightCopy::None) return;
   op.weight_out = dims[0];
   op.weight_in = dims[1];
   op.weight_taps = dims[2] * dims[3];
@@ -289,9 +292,9 @@ void bind_operands(Plan& plan, const dnnl::engine& engine, size_t& scratch, cons
   prepare_input(plan.first, first.blocked, engine, scratch);
   prepare_input(plan.second, second.blocked, engine, scratch);
   prepare_output(plan.out, out.blocked, engine, scratch);
-  choose_weight_copy(plan.first);
-  choose_weight_copy(plan.second);
-  choose_weight_copy(plan.out);
+  choose_weight_copy(plan.first, true);
+  choose_weight_copy(plan.second, true);
+  choose_weight_copy(plan.out, false);
   plan.first_arg = first.arg;
   plan.second_arg = second.arg;
   plan.out_arg = out.arg;
@@ -485,17 +488,11 @@ void reorder(const Operand& op, dnnl::stream& stream, memory from, memory to) {
       }
       return;
     }
-    case Operand::WeightCopy::Bf16InPairs:
-    case Operand::WeightCopy::Bf16OutPairs: {  // inputs only: plain to blocked
-      const auto* source = static_cast<const uint16_t*>(from.get_data_handle());
-      auto* target = static_cast<uint16_t*>(to.get_data_handle());
-      if (op.weight_copy == Operand::WeightCopy::Bf16InPairs) {
-        bf16_weights_to_in_pairs(op.weight_out, op.weight_in, source, target);
-      } else {
-        bf16_weights_to_out_pairs(op.weight_out, op.weight_in, source, target);
-      }
+    case Operand::WeightCopy::Bf16Pairs:  // inputs only: plain to blocked
+      bf16_weights_to_pairs(op.bf16_pairs, op.weight_out, op.weight_in, op.weight_taps,
+                            static_cast<const uint16_t*>(from.get_data_handle()),
+                            static_cast<uint16_t*>(to.get_data_handle()));
       return;
-    }
   }
   const size_t limit = workers_sleep() ? kSerialReorderBytesPassive : kSerialReorderBytes;
   const bool serial = op.plain.get_size() < limit;

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "mpigrad/kernels/cpu/parallel.h"
 
@@ -115,11 +116,13 @@ void copy_weights(int64_t out, int64_t in, int64_t taps, float* plain, float* bl
   });
 }
 
-// BFloat16 pairs as 32-bit units (conv_weight_layout.h). In ABcd8b16a2b a tile's row o holds 8
-// units (pairs of in) that the layout wants column by column: a 16x8 transpose of units, made two
-// tiles at a time with transpose16 (the units moved as float bit patterns, no arithmetic), whose
-// columns 0-7 and 8-15 land on the two tiles, adjacent in the blocked weight. An odd last tile
-// loads half rows.
+// BFloat16 pairs as 32-bit units (conv_weight_layout.h); `tile` is the blocked tile's first
+// element, taps * 256 of them.
+//
+// 1x1, InPairs: the tile's row o holds 8 units (pairs of in) that the layout wants column by
+// column: a 16x8 transpose of units, made two tiles at a time with transpose16 (the units moved
+// as float bit patterns, no arithmetic), whose columns 0-7 and 8-15 land on the two tiles,
+// adjacent in the blocked weight. An odd last tile loads half rows.
 MPIGRAD_AVX512F void in_pairs_tiles(int64_t in, int64_t ob, int64_t ib, int64_t count,
                                     const uint16_t* plain, uint16_t* blocked) {
   const __mmask16 half = count == 2 ? __mmask16(0xFFFF) : __mmask16(0x00FF);
@@ -133,11 +136,10 @@ MPIGRAD_AVX512F void in_pairs_tiles(int64_t in, int64_t ob, int64_t ib, int64_t 
   for (int c = 0; c < 8 * count; ++c) _mm512_storeu_ps(units + c * 16, r[c]);
 }
 
-// In BAcd8a16b2a unit (k, i) pairs rows 2k and 2k+1 at column i: each row of 16 widened to 32-bit
-// lanes, the odd row shifted into the high halves.
-MPIGRAD_AVX512F void out_pairs_tile(int64_t out, int64_t in, int64_t ob, int64_t ib,
-                                    const uint16_t* plain, uint16_t* blocked) {
-  uint16_t* tile = blocked + (ib * (out / 16) + ob) * 256;
+// 1x1, pairs of out: unit (k, i) pairs rows 2k and 2k+1 at column i: each row of 16 widened to
+// 32-bit lanes, the odd row shifted into the high halves.
+MPIGRAD_AVX512F void out_pairs_tile(int64_t in, int64_t ob, int64_t ib, const uint16_t* plain,
+                                    uint16_t* tile) {
   for (int k = 0; k < 8; ++k) {
     const uint16_t* even = plain + (ob * 16 + 2 * k) * in + ib * 16;
     const __m512i low =
@@ -145,6 +147,43 @@ MPIGRAD_AVX512F void out_pairs_tile(int64_t out, int64_t in, int64_t ob, int64_t
     const __m512i high =
         _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(even + in)));
     _mm512_storeu_si512(tile + k * 32, _mm512_or_si512(low, _mm512_slli_epi32(high, 16)));
+  }
+}
+
+// Several taps: the tile's 16 plain rows (16 * taps elements each, `row_stride` apart) widened to
+// 32-bit units in `wide`, copy_tile's transposes turn them into `lines`, line t*16 + i holding
+// S_t[o][i] = plain (o, i, t) in lane o, and each tap's pairs come from its 16 lines: of in, two
+// lines joined lane by lane; of out, each line narrowed to its 8 pairs, and a transpose.
+MPIGRAD_AVX512F void pairs_tile_taps(Bf16PairLayout layout, int64_t taps, int64_t row_stride,
+                                     const uint16_t* plain, uint16_t* tile, float* wide,
+                                     float* lines) {
+  const int64_t row = 16 * taps;
+  for (int o = 0; o < 16; ++o) {
+    for (int64_t j = 0; j < row; j += 16) {
+      const __m256i narrow =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(plain + o * row_stride + j));
+      _mm512_storeu_si512(wide + o * row + j, _mm512_cvtepu16_epi32(narrow));
+    }
+  }
+  copy_tile<true>(taps, row, wide, lines);
+  for (int64_t t = 0; t < taps; ++t) {
+    const float* line = lines + t * 256;
+    uint16_t* out = tile + t * 256;
+    if (layout == Bf16PairLayout::InPairs) {
+      for (int k = 0; k < 8; ++k) {  // unit (k, o): S_t[o][2k], S_t[o][2k + 1]
+        const __m512i even = _mm512_loadu_si512(line + 2 * k * 16);
+        const __m512i odd = _mm512_loadu_si512(line + (2 * k + 1) * 16);
+        _mm512_storeu_si512(out + k * 32, _mm512_or_si512(even, _mm512_slli_epi32(odd, 16)));
+      }
+    } else {
+      __m512 r[16];  // r[i]: S_t[0..15][i] as 16 bf16, units k = 0..7 of column i
+      for (int i = 0; i < 16; ++i) {
+        const __m256i narrow = _mm512_cvtepi32_epi16(_mm512_loadu_si512(line + i * 16));
+        r[i] = _mm512_zextps256_ps512(_mm256_castsi256_ps(narrow));
+      }
+      transpose16(r);
+      for (int k = 0; k < 8; ++k) _mm512_storeu_ps(reinterpret_cast<float*>(out + k * 32), r[k]);
+    }
   }
 }
 
@@ -195,31 +234,41 @@ void weights_from_blocked_16i16o(int64_t out, int64_t in, int64_t taps, const fl
 #endif
 }
 
-void bf16_weights_to_in_pairs(int64_t out, int64_t in, const uint16_t* plain, uint16_t* blocked) {
+void bf16_weights_to_pairs(Bf16PairLayout layout, int64_t out, int64_t in, int64_t taps,
+                           const uint16_t* plain, uint16_t* blocked) {
 #if defined(MPIGRAD_HAS_AVX512_LAYOUT)
-  // Pieces of two tiles along in (the last may be one).
-  const int64_t in_blocks = in / 16, pairs = (in_blocks + 1) / 2;
-  over_tiles((out / 16) * pairs, 2 * 512, [&](int64_t begin, int64_t end) {
-    for (int64_t piece = begin; piece < end; ++piece) {
-      const int64_t ob = piece / pairs, ib = piece % pairs * 2;
-      in_pairs_tiles(in, ob, ib, std::min<int64_t>(2, in_blocks - ib), plain, blocked);
+  const int64_t out_blocks = out / 16, in_blocks = in / 16;
+  if (taps == 1 && layout == Bf16PairLayout::InPairs) {
+    // Pieces of two tiles along in (the last may be one).
+    const int64_t pairs = (in_blocks + 1) / 2;
+    over_tiles(out_blocks * pairs, 2 * 512, [&](int64_t begin, int64_t end) {
+      for (int64_t piece = begin; piece < end; ++piece) {
+        const int64_t ob = piece / pairs, ib = piece % pairs * 2;
+        in_pairs_tiles(in, ob, ib, std::min<int64_t>(2, in_blocks - ib), plain, blocked);
+      }
+    });
+    return;
+  }
+  const bool in_outer = layout == Bf16PairLayout::OutPairsInOuter;
+  over_tiles(out_blocks * in_blocks, taps * 512, [&](int64_t begin, int64_t end) {
+    std::vector<float> wide, lines;
+    if (taps > 1) {
+      wide.resize(size_t(taps * 256));
+      lines.resize(size_t(taps * 256));
     }
-  });
-#else
-  (void)out, (void)in, (void)plain, (void)blocked;
-#endif
-}
-
-void bf16_weights_to_out_pairs(int64_t out, int64_t in, const uint16_t* plain, uint16_t* blocked) {
-#if defined(MPIGRAD_HAS_AVX512_LAYOUT)
-  const int64_t in_blocks = in / 16;
-  over_tiles((out / 16) * in_blocks, 512, [&](int64_t begin, int64_t end) {
     for (int64_t tile = begin; tile < end; ++tile) {
-      out_pairs_tile(out, in, tile / in_blocks, tile % in_blocks, plain, blocked);
+      const int64_t ob = tile / in_blocks, ib = tile % in_blocks;
+      uint16_t* target = blocked + (in_outer ? ib * out_blocks + ob : tile) * taps * 256;
+      if (taps == 1) {
+        out_pairs_tile(in, ob, ib, plain, target);
+      } else {
+        pairs_tile_taps(layout, taps, in * taps, plain + (ob * 16 * in + ib * 16) * taps, target,
+                        wide.data(), lines.data());
+      }
     }
   });
 #else
-  (void)out, (void)in, (void)plain, (void)blocked;
+  (void)layout, (void)out, (void)in, (void)taps, (void)plain, (void)blocked;
 #endif
 }
 

@@ -29,13 +29,18 @@ void weights_to_blocked_16i16o(int64_t out, int64_t in, int64_t taps, const floa
 void weights_from_blocked_16i16o(int64_t out, int64_t in, int64_t taps, const float* blocked,
                                  float* plain);
 
-// BFloat16 weights of 1x1 convolutions, plain [out, in], into the layouts of oneDNN's AVX512-BF16
-// kernels, which keep two neighbours of one axis side by side in 32 bits (vdpbf16ps reads such
-// pairs). Bit for bit a copy; out and in multiples of 16. ResNet-50's bf16 step (batch 8, 32x32,
-// 1 thread) spent 9.6 ms in oneDNN's reorders of these weights, 7-8 GB/s.
-// The forward's ABcd8b16a2b: [out/16][in/16][8 pairs of in][16 out][2].
-void bf16_weights_to_in_pairs(int64_t out, int64_t in, const uint16_t* plain, uint16_t* blocked);
-// The data gradient's BAcd8a16b2a: [in/16][out/16][8 pairs of out][16 in][2].
-void bf16_weights_to_out_pairs(int64_t out, int64_t in, const uint16_t* plain, uint16_t* blocked);
+// BFloat16 weights, plain [out, in, taps], into the layouts of oneDNN's AVX512-BF16 kernels,
+// which keep two neighbours of one axis side by side in 32 bits (vdpbf16ps reads such pairs).
+// Bit for bit a copy; out and in multiples of 16. ResNet-50's bf16 step (batch 8, 32x32, 1
+// thread) spent 13 ms in oneDNN's reorders of these weights, 7-8 GB/s.
+enum class Bf16PairLayout {
+  InPairs,           // the forward's ABcd8b16a2b: [out/16][in/16][taps][8 pairs of in][16 out][2]
+  OutPairsInOuter,   // BAcd8a16b2a (1x1 data gradient): [in/16][out/16][taps][8 pairs of out][16
+                     // in][2]
+  OutPairsOutOuter,  // ABcd8a16b2a (kxk data gradient): [out/16][in/16][taps][8 pairs of out][16
+                     // in][2]
+};
+void bf16_weights_to_pairs(Bf16PairLayout layout, int64_t out, int64_t in, int64_t taps,
+                           const uint16_t* plain, uint16_t* blocked);
 
 }  // namespace mpigrad::kernels::cpu

@@ -3,7 +3,7 @@
 // every element lands where the blocked layout's formula puts it, the way back (streamed to
 // memory or not) restores the plain weight bit for bit, at 1 and 2 threads, and the oneDNN path
 // built on them still matches the GEMM path on shapes whose weight copies run on several threads.
-// The same placement check for the bfloat16 1x1 weights' two pair layouts; that oneDNN reads them
+// The same placement check for the bfloat16 weights' three pair layouts; that oneDNN reads them
 // as these formulas say is pinned by the bfloat16 convolution tests in tests/nn, which compare
 // oneDNN's bfloat16 passes with float32 ones (a swapped pair fails them).
 #include <doctest/doctest.h>
@@ -82,40 +82,56 @@ TEST_CASE("conv weight layout: plain <-> OIhw16i16o puts every element where the
   }
 }
 
-TEST_CASE("conv weight layout: bfloat16 1x1 weights into the pair layouts, every element placed") {
+TEST_CASE("conv weight layout: bfloat16 weights into the pair layouts, every element placed") {
   if (!kernels::cpu::has_blocked_weight_copies()) {
     MESSAGE("skipped: this CPU has no AVX-512F, so conv_dnnl.cpp uses oneDNN's reorders");
     return;
   }
-  // Odd and even counts of 16-wide input blocks (the forward's copy takes them two at a time),
-  // and ResNet-50's 512 x 2048, which threads share.
-  const LayoutCase cases[] = {{16, 16, 1}, {32, 48, 1}, {48, 16, 1}, {64, 80, 1}, {512, 2048, 1}};
+  using kernels::cpu::Bf16PairLayout;
+  // 1x1 with odd and even counts of 16-wide input blocks (the forward's 1x1 copy takes them two
+  // at a time), ResNet-50's 512 x 2048, which threads share, and kernels of 4, 9 and 25 taps.
+  const LayoutCase cases[] = {{16, 16, 1}, {32, 48, 1}, {48, 16, 1},   {64, 80, 1}, {512, 2048, 1},
+                              {16, 32, 4}, {48, 32, 9}, {256, 256, 9}, {32, 16, 25}};
+  const Bf16PairLayout layouts[] = {Bf16PairLayout::InPairs, Bf16PairLayout::OutPairsInOuter,
+                                    Bf16PairLayout::OutPairsOutOuter};
   for (int threads : {1, 2}) {
     const ThreadCount count(threads);
     for (const LayoutCase& c : cases) {
-      INFO("out ", c.out, " in ", c.in, ", ", threads, " thread(s)");
-      const size_t n = size_t(c.out * c.in);
-      std::vector<uint16_t> plain(n), in_pairs(n, 0xFFFF), out_pairs(n, 0xFFFF);
+      const size_t n = size_t(c.out * c.in * c.taps);
+      std::vector<uint16_t> plain(n);
       for (size_t k = 0; k < n; ++k) plain[k] = uint16_t(k * 2654435761u >> 7);
-      kernels::cpu::bf16_weights_to_in_pairs(c.out, c.in, plain.data(), in_pairs.data());
-      kernels::cpu::bf16_weights_to_out_pairs(c.out, c.in, plain.data(), out_pairs.data());
       const int64_t in_blocks = c.in / 16, out_blocks = c.out / 16;
-      int64_t misplaced_in = 0, misplaced_out = 0;
-      for (int64_t o = 0; o < c.out; ++o) {
-        for (int64_t i = 0; i < c.in; ++i) {
-          const uint16_t expected = plain[size_t(o * c.in + i)];
-          // ABcd8b16a2b: [out/16][in/16][8 pairs of in][16 out][2].
-          const int64_t forward =
-              (((o / 16) * in_blocks + i / 16) * 8 + i % 16 / 2) * 32 + o % 16 * 2 + i % 2;
-          // BAcd8a16b2a: [in/16][out/16][8 pairs of out][16 in][2].
-          const int64_t data =
-              (((i / 16) * out_blocks + o / 16) * 8 + o % 16 / 2) * 32 + i % 16 * 2 + o % 2;
-          if (in_pairs[size_t(forward)] != expected) ++misplaced_in;
-          if (out_pairs[size_t(data)] != expected) ++misplaced_out;
+      for (Bf16PairLayout layout : layouts) {
+        INFO("out ", c.out, " in ", c.in, " taps ", c.taps, ", layout ", int(layout), ", ", threads,
+             " thread(s)");
+        std::vector<uint16_t> blocked(n, 0xFFFF);
+        kernels::cpu::bf16_weights_to_pairs(layout, c.out, c.in, c.taps, plain.data(),
+                                            blocked.data());
+        int64_t misplaced = 0;
+        for (int64_t o = 0; o < c.out; ++o) {
+          for (int64_t i = 0; i < c.in; ++i) {
+            for (int64_t t = 0; t < c.taps; ++t) {
+              int64_t index = 0;
+              if (layout == Bf16PairLayout::InPairs) {
+                // ABcd8b16a2b: [out/16][in/16][taps][8 pairs of in][16 out][2].
+                index = ((((o / 16) * in_blocks + i / 16) * c.taps + t) * 8 + i % 16 / 2) * 32 +
+                        o % 16 * 2 + i % 2;
+              } else {
+                // BAcd8a16b2a / ABcd8a16b2a: [in/16][out/16] or [out/16][in/16], then
+                // [taps][8 pairs of out][16 in][2].
+                const int64_t tile = layout == Bf16PairLayout::OutPairsInOuter
+                                         ? (i / 16) * out_blocks + o / 16
+                                         : (o / 16) * in_blocks + i / 16;
+                index = ((tile * c.taps + t) * 8 + o % 16 / 2) * 32 + i % 16 * 2 + o % 2;
+              }
+              if (blocked[size_t(index)] != plain[size_t((o * c.in + i) * c.taps + t)]) {
+                ++misplaced;
+              }
+            }
+          }
         }
+        CHECK(misplaced == 0);
       }
-      CHECK(misplaced_in == 0);
-      CHECK(misplaced_out == 0);
     }
   }
 }
