@@ -411,18 +411,20 @@ ConvPath rule(ConvPass pass, DType operand, const Conv2dShape& s, bool direct, b
     return stem && pass == ConvPass::BackwardData ? ConvPath::Gemm : ConvPath::OneDnn;
   }
   if (g.stride_h > 1 || g.stride_w > 1 || g.pad_h > 0 || g.pad_w > 0) return ConvPath::OneDnn;
-  // In bfloat16 the GEMM path's one product per image costs a oneDNN matmul call each, and on a
-  // 1x1 image that product is a matrix-vector one: oneDNN's convolution, which takes the whole
-  // batch at once, ran those at 2-5x (ResNet-50's and EfficientNet-B0's last stages).
+  // On 1x1 images the GEMM path runs one product over the whole batch (in bfloat16 too), which beat
+  // oneDNN's convolution in every pass: EfficientNet-B0's 320 -> 1280 (`mpigrad-bench-conv-paths
+  // --bf16`, 1 thread) 135 / 128 / 145 GFLOP/s against 64 / 73 / 23, and ResNet-50's bf16 step
+  // went 75-76 -> 69-72 ms. Elsewhere in bfloat16 the GEMM path's product per image costs a
+  // oneDNN matmul call each.
   const bool bf16 = operand == DType::BFloat16;
   const bool one_pixel = g.out_h * g.out_w == 1;
+  if (one_pixel) return ConvPath::Gemm;
   if (pass == ConvPass::BackwardFilter) {
-    // Float32 on 1x1 images: the GEMM path's one product over the batch. On images of 2 to 4
-    // pixels its product per image is a rank-4 update that reads and writes the whole weight
-    // gradient once for each image; oneDNN sums the batch in one pass. ResNet-50's 1024 -> 256 on
-    // 2x2 (`mpigrad-bench-conv-paths`, batch 8): float32 28 against 64 GFLOP/s at 1 thread, 30
-    // against 81 at 2; bfloat16 31-32 against 84, and 55-59 against 82-99.
-    if (one_pixel) return bf16 ? ConvPath::OneDnn : ConvPath::Gemm;
+    // On images of 2 to 4 pixels the GEMM path's product per image is a rank-4 update that reads
+    // and writes the whole weight gradient once for each image; oneDNN sums the batch in one
+    // pass. ResNet-50's 1024 -> 256 on 2x2 (`mpigrad-bench-conv-paths`, batch 8): float32 28
+    // against 64 GFLOP/s at 1 thread, 30 against 81 at 2; bfloat16 31-32 against 84, and 55-59
+    // against 82-99.
     return g.out_h * g.out_w <= 4 ? ConvPath::OneDnn : ConvPath::Gemm;
   }
   const int64_t depth = g.channels * s.out_channels / (g.channels + s.out_channels);

@@ -561,14 +561,16 @@ TEST_CASE("conv2d paths: in bfloat16 a 1x1 convolution on small images goes to o
   const auto path = [](ConvPass pass, core::DType operand, const core::Conv2dShape& s) {
     return kernels::cpu::conv2d_path(pass, operand, s);
   };
-  // ResNet-50's last stage on 32x32 inputs (2048 -> 512 on a 1x1 image): float32 keeps the GEMM
-  // path (8 pixels); bfloat16 would make 8 matrix-vector products there, so every pass goes to
-  // oneDNN.
-  const core::Conv2dShape last = shape(2048, 1, 512);
-  for (ConvPass pass : {ConvPass::Forward, ConvPass::BackwardData, ConvPass::BackwardFilter}) {
-    INFO("pass ", int(pass));
-    CHECK(path(pass, core::kFloat32, last) == ConvPath::Gemm);
-    CHECK(path(pass, core::kBFloat16, last) == ConvPath::OneDnn);
+  // ResNet-50's last stage on 32x32 inputs (2048 -> 512 on a 1x1 image): the GEMM path's one
+  // product over the batch in both dtypes and every pass, at batch 8 and at 64.
+  for (const core::Conv2dShape& last :
+       {shape(2048, 1, 512),
+        shape_of(PathCase{"", 64, 2048, 1, 1, 512, 1, 1, 1, 1, 0, 0, 1, 1, 1, false})}) {
+    for (ConvPass pass : {ConvPass::Forward, ConvPass::BackwardData, ConvPass::BackwardFilter}) {
+      INFO("pass ", int(pass), " batch ", last.batch);
+      CHECK(path(pass, core::kFloat32, last) == ConvPath::Gemm);
+      CHECK(path(pass, core::kBFloat16, last) == ConvPath::Gemm);
+    }
   }
   // On 2x2 images the GEMM path's filter gradient would be 8 rank-4 updates of the whole weight
   // gradient: oneDNN's, one pass over the batch, in both dtypes. From 4x4 on, the GEMM path's.
