@@ -1,5 +1,6 @@
-// Float32 convolution weights between plain [out, in, kh, kw] and OIhw16i16o
-// (conv_weight_layout.h).
+// Convolution weights between plain [out, in, kh, kw] and oneDNN's blocked layouts
+// (conv_weight_layout.h): Float32 OIhw16i16o, and BFloat16's pair layouts (see the pairs' tiles
+// below).
 //
 // Tile (ob, ib) of a weight with `taps` = kh*kw: plain rows o = 0..15 at
 // plain + (ob*16 + o) * in * taps + ib * 16 * taps, each 16 * taps floats indexed j = i * taps + t;

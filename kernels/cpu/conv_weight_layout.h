@@ -1,7 +1,8 @@
-// Internal to kernels/cpu: Float32 convolution weights between the plain [out, in, kh, kw] layout
-// and oneDNN's blocked OIhw16i16o (format tag ABcd16b16a), the layout its AVX-512 direct
-// convolutions read as forward weights and write as the filter gradient. conv_dnnl.cpp runs
-// these instead of oneDNN's reorder primitive for that pair of layouts.
+// Internal to kernels/cpu: convolution weights between the plain [out, in, kh, kw] layout and
+// oneDNN's blocked ones: Float32 to and from OIhw16i16o (format tag ABcd16b16a), the layout its
+// AVX-512 direct convolutions read as forward weights and write as the filter gradient, and
+// BFloat16 into the pair layouts of its AVX512-BF16 kernels (below). conv_dnnl.cpp runs these
+// instead of oneDNN's reorder primitive for those layouts.
 //
 // Why: in ResNet-18's training step (batch 8, 32x32 images, 1 thread, ONEDNN_VERBOSE) oneDNN's
 // reorders between these two layouts took 13.8 of its 33.8 ms, the filter gradient's way back to
@@ -33,12 +34,14 @@ void weights_from_blocked_16i16o(int64_t out, int64_t in, int64_t taps, const fl
 // which keep two neighbours of one axis side by side in 32 bits (vdpbf16ps reads such pairs).
 // Bit for bit a copy; out and in multiples of 16. ResNet-50's bf16 step (batch 8, 32x32, 1
 // thread) spent 13 ms in oneDNN's reorders of these weights, 7-8 GB/s.
+// The layouts, outer blocks first:
 enum class Bf16PairLayout {
-  InPairs,           // the forward's ABcd8b16a2b: [out/16][in/16][taps][8 pairs of in][16 out][2]
-  OutPairsInOuter,   // BAcd8a16b2a (1x1 data gradient): [in/16][out/16][taps][8 pairs of out][16
-                     // in][2]
-  OutPairsOutOuter,  // ABcd8a16b2a (kxk data gradient): [out/16][in/16][taps][8 pairs of out][16
-                     // in][2]
+  // the forward's ABcd8b16a2b: [out/16][in/16][taps][8 pairs of in][16 out][2]
+  InPairs,
+  // BAcd8a16b2a (1x1 data gradient): [in/16][out/16][taps][8 pairs of out][16 in][2]
+  OutPairsInOuter,
+  // ABcd8a16b2a (kxk data gradient): [out/16][in/16][taps][8 pairs of out][16 in][2]
+  OutPairsOutOuter,
 };
 void bf16_weights_to_pairs(Bf16PairLayout layout, int64_t out, int64_t in, int64_t taps,
                            const uint16_t* plain, uint16_t* blocked);
