@@ -5,7 +5,9 @@
 // anew, so a graph kept with retain_graph still reads the values it was built from.
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <vector>
 
 #include "mpigrad/core/autocast.h"
@@ -61,8 +63,9 @@ void check_rewritten(DType dtype, const Options& options, int threads) {
   clear_autocast_cache();
   // Sizes around the kernel's pieces (65536 elements): a piece that crosses tensors, a tensor of
   // several pieces, a tail that is not a whole vector.
+  // And one of 1.2 MB in bfloat16.
   std::vector<Tensor> params = {parameter({70003}, 1), parameter({3, 5}, 2),
-                                parameter({64, 1025}, 3)};
+                                parameter({64, 1025}, 3), parameter({600001}, 4)};
   Optimizer optimizer(params, options);
   for (int step = 0; step < 3; ++step) {
     optimizer.zero_grad();
@@ -96,6 +99,41 @@ TEST_CASE("an optimizer step rewrites the parameters' autocast copies, bit for b
     check_rewritten<nn::Adam>(kBFloat16, adam, threads);
     check_rewritten<nn::AdamW>(kBFloat16, adam, threads);
     check_rewritten<nn::AdamW>(kFloat16, adam, threads);
+  }
+}
+
+TEST_CASE("the rewritten copy rounds special values as the cast does") {
+  // NaNs (quiet and signalling), infinities, signed zeros, subnormals, the largest finite
+  // float and ties of the rounding to nearest even, over a small parameter and one of many
+  // pieces of the step's threads; zero gradients, so only the copy is tested.
+  const uint32_t specials[] = {0x7fc00001u, 0x7f800001u, 0x7fffffffu, 0xffc00000u,
+                               0x7f800000u, 0xff800000u, 0x00000000u, 0x80000000u,
+                               0x00000001u, 0x807fffffu, 0x7f7fffffu, 0x3f808000u,
+                               0x3f818000u, 0xbf808000u, 0x3f80ffffu, 0x3f7fffffu};
+  for (int threads : {1, 2}) {
+    ThreadScope scope(threads);
+    for (int64_t n : {int64_t(37), int64_t(600013)}) {
+      for (DType dtype : {kBFloat16, kFloat16}) {
+        CAPTURE(threads);
+        CAPTURE(n);
+        clear_autocast_cache();
+        std::vector<float> values(static_cast<size_t>(n));
+        for (size_t i = 0; i < values.size(); ++i) {
+          const uint32_t bits = specials[i % std::size(specials)];
+          std::memcpy(&values[i], &bits, sizeof(bits));
+        }
+        Tensor p = Tensor::from_vector(values, {n});
+        p.set_requires_grad(true);
+        p.set_grad(zeros_like(p).detach());
+        nn::SGD optimizer({p}, nn::SGDOptions{});
+        autocast_operand(p, dtype);
+        optimizer.step();
+        const int64_t casts = autocast_cache_stats().casts;
+        CHECK(same_bits(autocast_operand(p, dtype), fresh_cast(p, dtype)));
+        CHECK(autocast_cache_stats().casts == casts);
+        clear_autocast_cache();
+      }
+    }
   }
 }
 
