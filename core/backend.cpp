@@ -79,18 +79,12 @@ class CpuConv {
       if (bias != nullptr) {
         kernels::cpu::fill_channel_bias(dtype_, s_.batch, s_.out_channels, 1, bias, y);
       }
-      product(batch_shape(s_.batch, s_.out_channels, g_.channels, false, true), x, w,
+      product(packed_shape(s_.batch, s_.out_channels, g_.channels, false, true), x, w,
               bias != nullptr ? 1.0 : 0.0, y);
       return;
     }
     HostScratch columns(column_bytes(operand_element_));
-    kernels::GemmShape shape;
-    shape.m = group_out_;
-    shape.n = out_area_;
-    shape.k = patch_;
-    shape.lda = patch_;
-    shape.ldb = out_area_;
-    shape.ldc = out_area_;
+    kernels::GemmShape shape = packed_shape(group_out_, out_area_, patch_, false, false);
     shape.batch = s_.groups;
     shape.batch_stride_a = group_out_ * patch_;
     shape.batch_stride_b = patch_ * out_area_;
@@ -114,20 +108,13 @@ class CpuConv {
   // columns = W^T g[n], one GEMM per group; then scattered onto the (zeroed) image.
   void backward_data(const void* grad_y, const void* w, void* grad_x) const {
     if (one_pixel()) {  // grad_x [batch, in] = grad_y [batch, out] W
-      product(batch_shape(s_.batch, g_.channels, s_.out_channels, false, false), grad_y, w, 0.0,
+      product(packed_shape(s_.batch, g_.channels, s_.out_channels, false, false), grad_y, w, 0.0,
               grad_x);
       return;
     }
     kernels::cpu::fill(dtype_, s_.batch * g_.channels * g_.height * g_.width, grad_x, 0.0);
     HostScratch columns(column_bytes(element_));
-    kernels::GemmShape shape;
-    shape.transpose_a = true;
-    shape.m = patch_;
-    shape.n = out_area_;
-    shape.k = group_out_;
-    shape.lda = patch_;
-    shape.ldb = out_area_;
-    shape.ldc = out_area_;
+    kernels::GemmShape shape = packed_shape(patch_, out_area_, group_out_, true, false);
     shape.batch = s_.groups;
     shape.batch_stride_a = group_out_ * patch_;
     shape.batch_stride_b = group_out_ * out_area_;
@@ -147,19 +134,12 @@ class CpuConv {
       return;
     }
     if (one_pixel()) {  // grad_w [out, in] = grad_y^T [out, batch] x [batch, in]
-      product(batch_shape(s_.out_channels, g_.channels, s_.batch, true, false), grad_y, x, 0.0,
+      product(packed_shape(s_.out_channels, g_.channels, s_.batch, true, false), grad_y, x, 0.0,
               grad_w);
       return;
     }
     HostScratch columns(column_bytes(operand_element_));
-    kernels::GemmShape shape;
-    shape.transpose_b = true;
-    shape.m = group_out_;
-    shape.n = patch_;
-    shape.k = out_area_;
-    shape.lda = out_area_;
-    shape.ldb = out_area_;
-    shape.ldc = patch_;
+    kernels::GemmShape shape = packed_shape(group_out_, patch_, out_area_, false, true);
     shape.batch = s_.groups;
     shape.batch_stride_a = group_out_ * out_area_;
     shape.batch_stride_b = patch_ * out_area_;
@@ -184,8 +164,8 @@ class CpuConv {
   bool one_pixel() const { return direct_ && out_area_ == 1 && s_.groups == 1; }
   // C [m, n] = op(A) op(B), both row-major and packed: A [m, k] ([k, m] transposed), B [k, n]
   // ([n, k] transposed).
-  static kernels::GemmShape batch_shape(int64_t m, int64_t n, int64_t k, bool transpose_a,
-                                        bool transpose_b) {
+  static kernels::GemmShape packed_shape(int64_t m, int64_t n, int64_t k, bool transpose_a,
+                                         bool transpose_b) {
     kernels::GemmShape shape;
     shape.transpose_a = transpose_a;
     shape.transpose_b = transpose_b;
