@@ -33,6 +33,24 @@ Tensor dense_vector(const char* name, const char* what, const Tensor& t, int64_t
   return t.detach().to(dtype).contiguous().reshape({n});
 }
 
+// A normalization's operands as its kernels read them: the input dense (the copy its node saves)
+// and the weight and bias as dense vectors of n elements in the input's dtype (undefined where
+// absent).
+struct DenseOperands {
+  Tensor x, w, b;
+};
+DenseOperands dense_operands(const char* name, const Tensor& input, const Tensor& weight,
+                             const Tensor& bias, int64_t n) {
+  DenseOperands d;
+  {
+    core::NoGradGuard no_grad;
+    d.x = input.contiguous();
+  }
+  d.w = dense_vector(name, "weight", weight, n, input.dtype());
+  d.b = dense_vector(name, "bias", bias, n, input.dtype());
+  return d;
+}
+
 const void* ptr_or_null(const Tensor& t) {
   return t.defined() ? t.data_ptr() : nullptr;
 }
@@ -354,13 +372,7 @@ Tensor batch_norm_op(const Tensor& input, const Tensor& running_mean, const Tens
                   input.shape());
   }
   const core::DType dtype = input.dtype();
-  Tensor x, w, b;
-  {
-    core::NoGradGuard no_grad;
-    x = input.contiguous();
-  }
-  w = dense_vector(name, "weight", weight, channels, dtype);
-  b = dense_vector(name, "bias", bias, channels, dtype);
+  const auto [x, w, b] = dense_operands(name, input, weight, bias, channels);
   Tensor mean = core::detail::empty_on({channels}, dtype, input.device());
   Tensor invstd;
   Tensor out = core::detail::empty_on(input.shape(), dtype, input.device());
@@ -459,13 +471,7 @@ Tensor batch_norm_relu_max_pool2d(const Tensor& input, const Tensor& running_mea
                 ": expected more than 1 value per channel when training, got input of shape ",
                 input.shape());
   const core::DType dtype = input.dtype();
-  Tensor x;
-  {
-    core::NoGradGuard no_grad;
-    x = input.contiguous();
-  }
-  Tensor w = dense_vector(name, "weight", weight, channels, dtype);
-  Tensor b = dense_vector(name, "bias", bias, channels, dtype);
+  const auto [x, w, b] = dense_operands(name, input, weight, bias, channels);
   Tensor mean = core::detail::empty_on({channels}, dtype, input.device());
   Tensor invstd;
   Tensor out = core::detail::empty_on({batch, channels, g.out_h, g.out_w}, dtype, input.device());
@@ -508,13 +514,7 @@ Tensor layer_norm(const Tensor& input, const std::vector<int64_t>& normalized_sh
   }
   const int64_t rows = cols == 0 ? 0 : input.numel() / cols;
   const core::DType dtype = input.dtype();
-  Tensor x;
-  {
-    core::NoGradGuard no_grad;
-    x = input.contiguous();
-  }
-  Tensor w = dense_vector(name, "weight", weight, cols, dtype);
-  Tensor b = dense_vector(name, "bias", bias, cols, dtype);
+  const auto [x, w, b] = dense_operands(name, input, weight, bias, cols);
   Tensor out = core::detail::empty_on(input.shape(), dtype, input.device());
   Tensor mean = core::detail::empty_on({rows}, dtype, input.device());
   Tensor rstd = core::detail::empty_on({rows}, dtype, input.device());
