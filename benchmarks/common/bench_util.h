@@ -56,6 +56,15 @@ class Results {
     }
   }
 
+  // print(), then write_json(json_path) where a path is given; returns the program's exit
+  // status: 1, with one message, when the file cannot be written.
+  int report(const std::string& json_path) const {
+    print();
+    if (json_path.empty() || write_json(json_path)) return 0;
+    std::fprintf(stderr, "cannot write %s\n", json_path.c_str());
+    return 1;
+  }
+
   // Writes to path + ".tmp" and renames, so a reader never sees half a file.
   bool write_json(const std::string& path) const {
     std::string tmp = path + ".tmp";

@@ -162,12 +162,7 @@ int run(const Options& options) {
   results.add("rate_ratio_low", *low, "x", "lowest round");
   results.add("rate_ratio_high", *high, "x", "highest round");
   results.add("rate_ratio_best", flops / step_best / gemm_best, "x", "fastest step / fastest gemm");
-  results.print();
-  if (!options.json.empty() && !results.write_json(options.json)) {
-    std::fprintf(stderr, "cannot write %s\n", options.json.c_str());
-    return 1;
-  }
-  return 0;
+  return results.report(options.json);
 }
 
 }  // namespace

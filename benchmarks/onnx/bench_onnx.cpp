@@ -140,10 +140,5 @@ int main(int argc, char** argv) {
               std::to_string(small_nodes) + " nodes, batch 1, no grad");
   results.add("per_node_upper_bound_us", small_forward / small_nodes * 1e6, "us",
               "its forward / nodes (arithmetic included)");
-  results.print();
-  if (!options.json.empty() && !results.write_json(options.json)) {
-    std::fprintf(stderr, "cannot write %s\n", options.json.c_str());
-    return 1;
-  }
-  return 0;
+  return results.report(options.json);
 }

@@ -219,12 +219,7 @@ int run(const Options& options) {
               "median over neighbouring block pairs");
   results.add("speedup_pairs_low", *low, "x", "");
   results.add("speedup_pairs_high", *high, "x", "");
-  results.print();
-  if (!options.json.empty() && !results.write_json(options.json)) {
-    std::fprintf(stderr, "cannot write %s\n", options.json.c_str());
-    return 1;
-  }
-  return 0;
+  return results.report(options.json);
 }
 
 }  // namespace
