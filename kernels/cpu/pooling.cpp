@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "mpigrad/kernels/cpu/max_pool_2x2.h"
 #include "mpigrad/kernels/cpu/parallel.h"
@@ -324,63 +325,139 @@ void max_forward_2x2(const Pool2dGeometry& g, const T* in, T* out, uint8_t* taps
   });
 }
 
-template <typename T, typename Tap>
-void max_forward(const Pool2dGeometry& geometry, const T* in, T* out, Tap* taps) {
-  if constexpr (std::is_same_v<Tap, uint8_t>) {
-    if (is_2x2(geometry)) return max_forward_2x2(geometry, in, out, taps);
+// One tap of a row of windows: the candidates row[ox * stride + offset] for outputs ox in [lo, hi),
+// against the row's best values so far (in the output row), their taps (-1: none yet) and NaN
+// flags. A candidate takes the window when strictly greater or when the window has none yet; the
+// value only when strictly greater (so a first -inf or NaN leaves -inf, and ties keep the first).
+// Branch-free, so that the compiler vectorizes it over ox; Stride > 0 fixes the stride at compile
+// time (1 and 2: contiguous and pairwise loads), 0 reads it from `stride`.
+template <int Stride, typename T>
+inline __attribute__((always_inline)) void max_tap_row(const T* row, int64_t offset,
+                                                       int64_t stride, int64_t lo, int64_t hi,
+                                                       int32_t tap, T* best, int32_t* taps,
+                                                       int32_t* nan) {
+  const int64_t step = Stride > 0 ? Stride : stride;
+  for (int64_t ox = lo; ox < hi; ++ox) {
+    const T v = row[ox * step + offset];
+    const T b = best[ox];
+    const int32_t t = taps[ox];
+    // A blend written as arithmetic: as `?:` GCC makes it a masked store, tens of cycles on AMD.
+    const int32_t take = -int32_t((v > b) | (t < 0));
+    taps[ox] = t ^ ((t ^ tap) & take);
+    best[ox] = v > b ? v : b;
+    nan[ox] |= int32_t(v != v);
   }
-  // The lambda takes the geometry by value: through a reference every field would be reloaded
-  // after each tap store, which might alias it.
-  parallel_for(0, geometry.planes, plane_grain(geometry),
-               [g = geometry, in, out, taps](int64_t begin, int64_t end) {
-                 for (int64_t p = begin; p < end; ++p) {
-                   const T* plane = in + p * g.height * g.width;
-                   T* out_plane = out + p * g.out_h * g.out_w;
-                   Tap* tap_plane = taps + p * g.out_h * g.out_w;
-                   for (int64_t oy = 0; oy < g.out_h; ++oy) {
-                     for (int64_t ox = 0; ox < g.out_w; ++ox) {
-                       // No data-dependent branch: on real activations it mispredicts about half
-                       // the time, which made this loop a quarter of a CNN step. (v > m ? v : m) is
-                       // one maxss, and NaNs are handled after the window, in the rare window that
-                       // has one.
-                       T best = -std::numeric_limits<T>::infinity();
-                       int64_t best_tap = -1;
-                       bool nan = false;
-                       for (int64_t i = 0; i < g.kernel_h; ++i) {
-                         const int64_t y = oy * g.stride_h - g.pad_h + i * g.dilation_h;
-                         if (y < 0 || y >= g.height)
-                           continue;  // padding: predictable, rarely taken
-                         for (int64_t j = 0; j < g.kernel_w; ++j) {
-                           const int64_t x = ox * g.stride_w - g.pad_w + j * g.dilation_w;
-                           if (x < 0 || x >= g.width) continue;
-                           const T v = plane[y * g.width + x];
-                           // Masks rather than ?: for the tap: GCC turns that select into a
-                           // branch.
-                           const int64_t take = -int64_t((v > best) | (best_tap < 0));
-                           best_tap = (best_tap & ~take) | ((i * g.kernel_w + j) & take);
-                           best = v > best ? v : best;  // ties (-0, +0) keep the first
-                           nan |= v != v;
-                         }
-                       }
-                       if (nan) {
-                         // PyTorch's rule: a NaN wins, and a later NaN replaces an earlier one.
-                         for (int64_t i = 0; i < g.kernel_h; ++i) {
-                           const int64_t y = oy * g.stride_h - g.pad_h + i * g.dilation_h;
-                           for (int64_t j = 0; y >= 0 && y < g.height && j < g.kernel_w; ++j) {
-                             const int64_t x = ox * g.stride_w - g.pad_w + j * g.dilation_w;
-                             if (x >= 0 && x < g.width && std::isnan(plane[y * g.width + x])) {
-                               best = plane[y * g.width + x];
-                               best_tap = i * g.kernel_w + j;
-                             }
-                           }
-                         }
-                       }
-                       out_plane[oy * g.out_w + ox] = best;
-                       tap_plane[oy * g.out_w + ox] = Tap(best_tap < 0 ? 0 : best_tap);
-                     }
-                   }
-                 }
-               });
+}
+
+// The outputs [lo, hi) of a row of windows whose column j lies in the input: the same for every
+// row, so worked out once a call.
+struct ColumnRange {
+  int64_t lo = 0, hi = 0;
+};
+
+std::vector<ColumnRange> column_ranges(const Pool2dGeometry& g) {
+  std::vector<ColumnRange> ranges(size_t(g.kernel_w));
+  for (int64_t j = 0; j < g.kernel_w; ++j) {
+    // Input column x = ox * stride_w + offset.
+    const int64_t offset = j * g.dilation_w - g.pad_w;
+    const int64_t lo = offset >= 0 ? 0 : (-offset + g.stride_w - 1) / g.stride_w;
+    const int64_t last_x = g.width - 1 - offset;
+    const int64_t hi = last_x < 0 ? 0 : std::min(g.out_w, last_x / g.stride_w + 1);
+    ranges[size_t(j)] = {lo, std::max(lo, hi)};
+  }
+  return ranges;
+}
+
+// Output row oy of one plane: every tap in window order (row i, then column j), each over the
+// whole row of windows, then PyTorch's NaN rule for the windows that saw one. Same comparisons in
+// the same order per window as one window at a time, so the same winners and bits.
+template <int Stride, typename T, typename Tap>
+inline __attribute__((always_inline)) void max_forward_row(const Pool2dGeometry& g,
+                                                           const ColumnRange* columns,
+                                                           const T* plane, int64_t oy, T* out_row,
+                                                           Tap* tap_row, int32_t* taps,
+                                                           int32_t* nan) {
+  std::fill_n(out_row, g.out_w, -std::numeric_limits<T>::infinity());
+  std::fill_n(taps, g.out_w, -1);
+  std::fill_n(nan, g.out_w, 0);
+  for (int64_t i = 0; i < g.kernel_h; ++i) {
+    const int64_t y = oy * g.stride_h - g.pad_h + i * g.dilation_h;
+    if (y < 0 || y >= g.height) continue;
+    const T* row = plane + y * g.width;
+    for (int64_t j = 0; j < g.kernel_w; ++j) {
+      const ColumnRange c = columns[j];
+      max_tap_row<Stride>(row, j * g.dilation_w - g.pad_w, g.stride_w, c.lo, c.hi,
+                          int32_t(i * g.kernel_w + j), out_row, taps, nan);
+    }
+  }
+  int32_t any_nan = 0;
+  for (int64_t ox = 0; ox < g.out_w; ++ox) any_nan |= nan[ox];
+  for (int64_t ox = 0; any_nan != 0 && ox < g.out_w; ++ox) {
+    if (nan[ox] == 0) continue;
+    // PyTorch's rule: a NaN wins, and a later NaN replaces an earlier one.
+    for (int64_t i = 0; i < g.kernel_h; ++i) {
+      const int64_t y = oy * g.stride_h - g.pad_h + i * g.dilation_h;
+      for (int64_t j = 0; y >= 0 && y < g.height && j < g.kernel_w; ++j) {
+        const int64_t x = ox * g.stride_w - g.pad_w + j * g.dilation_w;
+        if (x >= 0 && x < g.width && std::isnan(plane[y * g.width + x])) {
+          out_row[ox] = plane[y * g.width + x];
+          taps[ox] = int32_t(i * g.kernel_w + j);
+        }
+      }
+    }
+  }
+  for (int64_t ox = 0; ox < g.out_w; ++ox) tap_row[ox] = Tap(taps[ox] < 0 ? 0 : taps[ox]);
+}
+
+// Planes [begin, end), a row of windows at a time.
+template <int Stride, typename T, typename Tap>
+inline __attribute__((always_inline)) void max_forward_planes(const Pool2dGeometry& g,
+                                                              const ColumnRange* columns,
+                                                              const T* in, T* out, Tap* taps,
+                                                              int64_t begin, int64_t end,
+                                                              int32_t* row_taps, int32_t* row_nan) {
+  for (int64_t p = begin; p < end; ++p) {
+    const T* plane = in + p * g.height * g.width;
+    for (int64_t oy = 0; oy < g.out_h; ++oy) {
+      const int64_t o = (p * g.out_h + oy) * g.out_w;
+      max_forward_row<Stride>(g, columns, plane, oy, out + o, taps + o, row_taps, row_nan);
+    }
+  }
+}
+
+#if defined(MPIGRAD_HAS_AVX2_MATH)
+template <int Stride, typename T, typename Tap>
+MPIGRAD_AVX2 void max_forward_planes_avx2(const Pool2dGeometry& g, const ColumnRange* columns,
+                                          const T* in, T* out, Tap* taps, int64_t begin,
+                                          int64_t end, int32_t* row_taps, int32_t* row_nan) {
+  max_forward_planes<Stride>(g, columns, in, out, taps, begin, end, row_taps, row_nan);
+}
+#endif
+
+template <int Stride, typename T, typename Tap>
+void max_forward_rows(const Pool2dGeometry& g, const T* in, T* out, Tap* taps) {
+  const std::vector<ColumnRange> columns = column_ranges(g);
+  parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
+    std::vector<int32_t> row_taps(size_t(g.out_w)), row_nan(size_t(g.out_w));
+#if defined(MPIGRAD_HAS_AVX2_MATH)
+    if (has_avx2_fma()) {
+      return max_forward_planes_avx2<Stride>(g, columns.data(), in, out, taps, begin, end,
+                                             row_taps.data(), row_nan.data());
+    }
+#endif
+    max_forward_planes<Stride>(g, columns.data(), in, out, taps, begin, end, row_taps.data(),
+                               row_nan.data());
+  });
+}
+
+template <typename T, typename Tap>
+void max_forward(const Pool2dGeometry& g, const T* in, T* out, Tap* taps) {
+  if constexpr (std::is_same_v<Tap, uint8_t>) {
+    if (is_2x2(g)) return max_forward_2x2(g, in, out, taps);
+  }
+  if (g.stride_w == 1) return max_forward_rows<1>(g, in, out, taps);
+  if (g.stride_w == 2) return max_forward_rows<2>(g, in, out, taps);
+  max_forward_rows<0>(g, in, out, taps);
 }
 
 // Float32 2x2 windows with AVX2 (max_2x2_backward_planes).

@@ -1,8 +1,8 @@
 // The CPU max-pooling kernels against a plain reference of PyTorch's rules, on a table of window
 // geometries that takes every path: the 2x2 stride-2 routines, disjoint windows (stride at least
 // the kernel: backward writes each input once, no zero fill) with padding, gaps and a dilated 1x1,
-// overlapping and dilated windows (the zero-and-scatter backward), and a window of more than 256
-// taps (Int32 taps). Values, winners (as flat indices) and input gradients must match to the
+// overlapping and dilated windows (the zero-and-scatter backward), a window of more than 256
+// taps (Int32 taps), and rows of windows wide enough for the vectorized forward's loops. Values, winners (as flat indices) and input gradients must match to the
 // last bit, in Float32 and Float64, at 1, 2 and 3 threads, on data with ties, signed zeros, -inf
 // and NaN of either sign.
 #include <doctest/doctest.h>
@@ -168,6 +168,11 @@ const Window kWindows[] = {
     {"2x2 stride 2 dilation 2 (overlap)", 4, 9, 9, 2, 2, 2, 2, 0, 0, 2, 2},
     {"3x2 stride 1 (overlap)", 3, 5, 6, 3, 2, 1, 1, 0, 0, 1, 1},
     {"17x16 stride 5 (272 taps)", 3, 26, 22, 17, 16, 5, 5, 0, 0, 1, 1},
+    // Rows of windows long enough for the vector loops of the row-at-a-time forward, with tails.
+    {"3x3 stride 2 padding 1, 75 wide (ResNet's stem)", 3, 11, 75, 3, 3, 2, 2, 1, 1, 1, 1},
+    {"3x3 stride 1 padding 1, 45 wide", 2, 6, 45, 3, 3, 1, 1, 1, 1, 1, 1},
+    {"3x3 stride 3 padding 1 dilation 2, 100 wide", 2, 13, 100, 3, 3, 3, 3, 1, 1, 2, 2},
+    {"4x5 stride 2x3 padding 2, 64 wide", 3, 10, 64, 4, 5, 2, 3, 2, 2, 1, 1},
 };
 
 }  // namespace
