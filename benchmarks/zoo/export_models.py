@@ -18,6 +18,11 @@ large and are never committed):
     python3 benchmarks/zoo/export_models.py                 # the default set
     python3 benchmarks/zoo/export_models.py --models gpt2_124m,bert_base
     python3 benchmarks/zoo/export_models.py --all           # the large ones too
+    python3 benchmarks/zoo/export_models.py --models resnet18 --image-size 224
+
+--image-size N exports the image models for N x N images instead of 32 x 32 (the size the
+architectures were built for is 224), as NAME_Npx.onnx/.h5/.ini, for mpigrad-bench-threads
+(--input 3,N,N) and `mpigrad train`; run_zoo.py times the 32 x 32 exports only.
 
 A model already exported is skipped unless --force.
 """
@@ -46,8 +51,8 @@ def select(models_arg, all_models):
     return [model for model in zoo_models.MODELS if all_models or not model.large]
 
 
-def write_data(model, path):
-    x, y = zoo_models.synthetic_data(model, BATCHES_IN_DATA * model.batch)
+def write_data(model, path, image_size):
+    x, y = zoo_models.synthetic_data(model, BATCHES_IN_DATA * model.batch, image_size=image_size)
     tmp = path + ".tmp"
     with h5py.File(tmp, "w") as f:
         f.create_dataset("x", data=x)
@@ -80,11 +85,11 @@ def without_packed_sequence_check():
         masking.find_packed_sequence_indices = lambda position_ids: None
 
 
-def export(model, path):
+def export(model, path, image_size):
     if model.kind != "image":
         without_packed_sequence_check()
     module = model.build().train()
-    sample = zoo_models.example_input(model, model.batch)
+    sample = zoo_models.example_input(model, model.batch, image_size)
     tmp = path + ".tmp"
     torch.onnx.export(module, (sample,), tmp, dynamo=False, opset_version=17,
                       training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
@@ -100,20 +105,33 @@ def main():
     parser.add_argument("--models", help="comma-separated names (default: all but the large)")
     parser.add_argument("--all", action="store_true", help="the large models too")
     parser.add_argument("--force", action="store_true", help="export again what exists")
+    parser.add_argument("--image-size", type=int, default=zoo_models.IMAGE_SHAPE[1],
+                        help="image models' height and width (32); other sizes are written "
+                             "as NAME_Npx")
     args = parser.parse_args()
+    default_size = args.image_size == zoo_models.IMAGE_SHAPE[1]
+    models = select(args.models, args.all)
+    if args.image_size < 1:
+        sys.exit(f"export_models.py: --image-size {args.image_size} is not a size in pixels")
+    if not default_size:
+        others = [model.name for model in models if model.kind != "image"]
+        if others:
+            sys.exit(f"export_models.py: --image-size is for image models; "
+                     f"{', '.join(others)}: token models, no images")
     os.makedirs(args.out, exist_ok=True)
-    for model in select(args.models, args.all):
-        stem = os.path.join(args.out, model.name)
+    for model in models:
+        name = zoo_models.file_stem(model.name, args.image_size)
+        stem = os.path.join(args.out, name)
         if os.path.exists(stem + ".onnx") and os.path.exists(stem + ".h5") and not args.force:
-            print(f"{model.name}: exported already ({stem}.onnx)")
+            print(f"{name}: exported already ({stem}.onnx)")
             write_config(model, stem + ".ini")
             continue
         start = time.time()
-        export(model, stem + ".onnx")
-        write_data(model, stem + ".h5")
+        export(model, stem + ".onnx", args.image_size)
+        write_data(model, stem + ".h5", args.image_size)
         write_config(model, stem + ".ini")
         size = os.path.getsize(stem + ".onnx") / 2**20
-        print(f"{model.name}: {stem}.onnx ({size:.0f} MiB), {stem}.h5, {stem}.ini "
+        print(f"{name}: {stem}.onnx ({size:.0f} MiB), {stem}.h5, {stem}.ini "
               f"in {time.time() - start:.0f} s")
 
 

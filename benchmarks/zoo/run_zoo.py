@@ -31,6 +31,11 @@ after scripts/build.sh (build/bin/mpigrad):
 
     # the table of everything measured so far, and the same into docs/benchmarks.md:
     python3 benchmarks/zoo/run_zoo.py --table --update-docs docs/benchmarks.md
+
+    # the image models at the size they were built for (export_models.py --image-size 224
+    # first); their results go to their own folder (ZOO/results-224px), so the table of the
+    # zoo's 32 x 32 runs and its geometric mean never mix sizes:
+    python3 benchmarks/zoo/run_zoo.py --models resnet18,resnet50 --image-size 224
 """
 import argparse
 import datetime
@@ -54,7 +59,7 @@ DOCS_END = "<!-- end of zoo table -->"
 
 # ---- the PyTorch side: a worker process per model and thread count ----
 
-def torch_worker(name, threads, zoo):
+def torch_worker(name, threads, zoo, image_size):
     """Serves `steps K` on stdin with one JSON line of K step times; `quit` ends it."""
     import h5py
     import torch
@@ -66,7 +71,7 @@ def torch_worker(name, threads, zoo):
     model = zoo_models.BY_NAME[name]
     module = model.build().train()
     optimizer = model.optimizer_for(module.parameters())
-    with h5py.File(os.path.join(zoo, name + ".h5")) as f:
+    with h5py.File(os.path.join(zoo, zoo_models.file_stem(name, image_size) + ".h5")) as f:
         x_all, y_all = torch.from_numpy(f["x"][()]), torch.from_numpy(f["y"][()])
     batches = x_all.shape[0] // model.batch
     position = [0]
@@ -101,11 +106,12 @@ def torch_worker(name, threads, zoo):
 
 
 class TorchSide:
-    def __init__(self, name, threads, zoo, python):
+    def __init__(self, name, threads, zoo, python, image_size):
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
         self.process = subprocess.Popen(
             [python, os.path.abspath(__file__), "--torch-worker", name, "--threads", str(threads),
-             "--zoo", zoo], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+             "--zoo", zoo, "--image-size", str(image_size)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         self._reply()
 
     def _reply(self):
@@ -147,14 +153,14 @@ def count_lines(path):
         return 0
 
 
-def mpigrad_round(mpigrad, name, threads, zoo, warmup, steps, batch, timeout):
-    """One `mpigrad train` process: its per-step times from the metrics it logs, its CPU time
-    over the timed steps (read from /proc as the metrics lines of the first and the last timed
-    step appear), and its peak RSS."""
-    out_dir = tempfile.mkdtemp(prefix=f"zoo-{name}-", dir=zoo)
+def mpigrad_round(mpigrad, stem, threads, zoo, warmup, steps, batch, timeout):
+    """One `mpigrad train` process on STEM.ini: its per-step times from the metrics it logs, its
+    CPU time over the timed steps (read from /proc as the metrics lines of the first and the last
+    timed step appear), and its peak RSS."""
+    out_dir = tempfile.mkdtemp(prefix=f"zoo-{stem}-", dir=zoo)
     env = dict(os.environ, MPIGRAD_NUM_THREADS=str(threads))
     env.setdefault("OPENBLAS_CORETYPE", "SkylakeX")  # see core/threads.h
-    command = [mpigrad, "train", "--config", name + ".ini",
+    command = [mpigrad, "train", "--config", stem + ".ini",
                f"--train.max_steps={warmup + steps}", f"--train.out_dir={out_dir}"]
     log_path = os.path.join(out_dir, "stdout.txt")
     metrics_path = os.path.join(out_dir, "metrics.jsonl")
@@ -235,15 +241,22 @@ def llmc_round(llmc_dir, threads, warmup, steps, timeout):
 # ---- one model at one thread count ----
 
 def measure(model, threads, args):
+    import zoo_models
     steps = args.steps or model.steps
     warmup = args.warmup if args.warmup is not None else model.warmup
-    result = {"model": model.name, "title": model.title, "threads": threads,
+    stem = zoo_models.file_stem(model.name, args.image_size)
+    title = model.title
+    if stem != model.name:
+        title += f", {args.image_size}x{args.image_size}"
+    result = {"model": model.name, "title": title, "threads": threads,
+              "image_size": args.image_size if model.kind == "image" else None,
               "batch": model.batch, "optimizer": model.optimizer, "seq_len": model.seq_len,
               "steps": steps, "warmup": warmup, "rounds": args.rounds,
               "load_before": os.getloadavg()[0],
               "date": datetime.datetime.now().isoformat(timespec="seconds"),
               "machine": machine()}
-    torch_side = TorchSide(model.name, threads, os.path.abspath(args.zoo), args.python)
+    torch_side = TorchSide(model.name, threads, os.path.abspath(args.zoo), args.python,
+                           args.image_size)
     torch_rounds, mpigrad_rounds, torch_rss, mpigrad_rss = [], [], 0.0, 0.0
     torch_cpu, mpigrad_cpu = [], []
     llmc = args.llmc if model.name == "gpt2_124m" else None
@@ -255,7 +268,7 @@ def measure(model, threads, args):
             torch_rounds.append(reply["times"])
             torch_cpu += reply["cpu_times"]
             torch_rss = reply["peak_rss_mib"]
-            reply = mpigrad_round(os.path.abspath(args.mpigrad), model.name, threads,
+            reply = mpigrad_round(os.path.abspath(args.mpigrad), stem, threads,
                                   os.path.abspath(args.zoo), warmup, steps, model.batch,
                                   args.timeout)
             mpigrad_rounds.append(reply["times"])
@@ -406,13 +419,20 @@ def main():
                              "(built there, inputs from llmc_inputs.py)")
     parser.add_argument("--table", action="store_true", help="only print the table")
     parser.add_argument("--update-docs", metavar="PAGE", help="write the table into PAGE")
+    parser.add_argument("--image-size", type=int, default=32,
+                        help="image models' height and width, as exported (32); results of "
+                             "other sizes go to ZOO/results-Npx")
     parser.add_argument("--torch-worker", metavar="MODEL", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.torch_worker:
-        torch_worker(args.torch_worker, int(args.threads), args.zoo)
+        torch_worker(args.torch_worker, int(args.threads), args.zoo, args.image_size)
         return
     import zoo_models
-    results_dir = args.results or os.path.join(args.zoo, "results")
+    default_size = args.image_size == zoo_models.IMAGE_SHAPE[1]
+    if args.image_size < 1:
+        sys.exit(f"run_zoo.py: --image-size {args.image_size} is not a size in pixels")
+    results_dir = args.results or os.path.join(
+        args.zoo, "results" if default_size else f"results-{args.image_size}px")
     if not args.table:
         if args.models:
             names = [n.strip() for n in args.models.split(",") if n.strip()]
@@ -423,6 +443,13 @@ def main():
             models = [zoo_models.BY_NAME[n] for n in names]
         else:
             models = [m for m in zoo_models.MODELS if args.all or not m.large]
+        if not default_size:
+            if not args.models:
+                models = [m for m in models if m.kind == "image"]
+            others = [m.name for m in models if m.kind != "image"]
+            if others:
+                sys.exit(f"run_zoo.py: --image-size is for image models; "
+                         f"{', '.join(others)}: token models, no images")
         os.makedirs(results_dir, exist_ok=True)
         for threads in [int(t) for t in args.threads.split(",")]:
             for model in models:
@@ -430,9 +457,11 @@ def main():
                 if os.path.exists(path) and not args.force:
                     print(f"{model.name} t{threads}: measured already ({path}; --force again)")
                     continue
-                if not os.path.exists(os.path.join(args.zoo, model.name + ".onnx")):
-                    sys.exit(f"run_zoo.py: {args.zoo}/{model.name}.onnx is missing; run "
-                             f"export_models.py --models {model.name}")
+                stem = zoo_models.file_stem(model.name, args.image_size)
+                if not os.path.exists(os.path.join(args.zoo, stem + ".onnx")):
+                    size = "" if default_size else f" --image-size {args.image_size}"
+                    sys.exit(f"run_zoo.py: {args.zoo}/{stem}.onnx is missing; run "
+                             f"export_models.py --models {model.name}{size}")
                 print(f"{model.name} t{threads}: load {os.getloadavg()[0]:.1f}", flush=True)
                 result = measure(model, threads, args)
                 with open(path + ".tmp", "w") as f:

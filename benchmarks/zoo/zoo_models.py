@@ -136,18 +136,30 @@ MODELS = [
 BY_NAME = {model.name: model for model in MODELS}
 
 
-def example_input(model: ZooModel, batch: int) -> torch.Tensor:
+def file_stem(name: str, image_size: int = IMAGE_SHAPE[1]) -> str:
+    """The exported files' name: NAME at the zoo's 32 x 32 images, NAME_Npx at N x N."""
+    return name if image_size == IMAGE_SHAPE[1] else f"{name}_{image_size}px"
+
+
+def image_shape(size: int = IMAGE_SHAPE[1]):
+    """An image's shape at `size` x `size` pixels (the zoo's own: 32)."""
+    return (IMAGE_SHAPE[0], size, size)
+
+
+def example_input(model: ZooModel, batch: int, image_size: int = IMAGE_SHAPE[1]) -> torch.Tensor:
     if model.kind == "image":
-        return torch.rand(batch, *IMAGE_SHAPE)
+        return torch.rand(batch, *image_shape(image_size))
     return torch.randint(0, model.vocab, (batch, model.seq_len), dtype=torch.int64)
 
 
-def synthetic_data(model: ZooModel, samples: int, seed: int = 1):
-    """The training set as numpy arrays (x, y): random images or token streams, fixed by seed."""
+def synthetic_data(model: ZooModel, samples: int, seed: int = 1,
+                   image_size: int = IMAGE_SHAPE[1]):
+    """The training set as numpy arrays (x, y): random images (image_size x image_size pixels) or
+    token streams, fixed by seed."""
     import numpy as np
     rng = np.random.default_rng(seed)
     if model.kind == "image":
-        x = rng.integers(0, 256, size=(samples, *IMAGE_SHAPE), dtype=np.uint8)
+        x = rng.integers(0, 256, size=(samples, *image_shape(image_size)), dtype=np.uint8)
         y = rng.integers(0, model.classes, size=samples, dtype=np.int64)
     elif model.kind == "lm":
         stream = rng.integers(0, model.vocab, size=(samples, model.seq_len + 1), dtype=np.int64)
