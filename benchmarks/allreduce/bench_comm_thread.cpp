@@ -154,12 +154,7 @@ int run(int argc, char** argv) {
     }
   }
   if (!manager.is_main_process()) return 0;
-  results.print();
-  if (!options.json.empty() && !results.write_json(options.json)) {
-    std::fprintf(stderr, "mpigrad-bench-comm-thread: could not write %s\n", options.json.c_str());
-    return 1;
-  }
-  return 0;
+  return results.report(options.json, "mpigrad-bench-comm-thread");
 }
 
 }  // namespace

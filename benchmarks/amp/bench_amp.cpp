@@ -211,12 +211,7 @@ int main(int argc, char** argv) {
                         core::randn({64, 1024}, data), core::randn({64, 1024}, data), false, 64});
     }
     for (const Model& m : models) bench_model(m, options, results);
-    results.print();
-    if (!options.json.empty() && !results.write_json(options.json)) {
-      std::fprintf(stderr, "mpigrad-bench-amp: cannot write %s\n", options.json.c_str());
-      return 1;
-    }
-    return 0;
+    return results.report(options.json, "mpigrad-bench-amp");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mpigrad-bench-amp: %s\n", e.what());
     return 1;

@@ -57,11 +57,13 @@ class Results {
   }
 
   // print(), then write_json(json_path) where a path is given; returns the program's exit
-  // status: 1, with one message, when the file cannot be written.
-  int report(const std::string& json_path) const {
+  // status: 1, with one message (after "program: " where one is named), when the file cannot be
+  // written.
+  int report(const std::string& json_path, const std::string& program = "") const {
     print();
     if (json_path.empty() || write_json(json_path)) return 0;
-    std::fprintf(stderr, "cannot write %s\n", json_path.c_str());
+    std::fprintf(stderr, "%s%scannot write %s\n", program.c_str(), program.empty() ? "" : ": ",
+                 json_path.c_str());
     return 1;
   }
 

@@ -162,7 +162,7 @@ int run(const Options& options) {
   results.add("rate_ratio_low", *low, "x", "lowest round");
   results.add("rate_ratio_high", *high, "x", "highest round");
   results.add("rate_ratio_best", flops / step_best / gemm_best, "x", "fastest step / fastest gemm");
-  return results.report(options.json);
+  return results.report(options.json, "mpigrad-bench-cnn-rate");
 }
 
 }  // namespace

@@ -203,10 +203,5 @@ int main(int argc, char** argv) {
     }
   }
 
-  results.print();
-  if (!json_path.empty() && !results.write_json(json_path)) {
-    std::fprintf(stderr, "mpigrad-bench-optimizer: cannot write %s\n", json_path.c_str());
-    return 1;
-  }
-  return 0;
+  return results.report(json_path, "mpigrad-bench-optimizer");
 }

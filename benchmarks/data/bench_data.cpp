@@ -359,11 +359,7 @@ int main(int argc, char** argv) {
                       " ms");
     }
 
-    results.print();
-    if (!json_path.empty() && !results.write_json(json_path)) {
-      std::fprintf(stderr, "mpigrad-bench-data: cannot write %s\n", json_path.c_str());
-      return 1;
-    }
+    return results.report(json_path, "mpigrad-bench-data");
   } catch (const std::exception& error) {
     std::fprintf(stderr, "mpigrad-bench-data: error: %s\n", error.what());
     return 1;

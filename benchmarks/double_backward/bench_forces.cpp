@@ -169,12 +169,7 @@ int main(int argc, char** argv) {
     results.add("energy_step_ms", energy_ms, "ms", "median of 7 rounds");
     results.add("force_step_ms", force_ms, "ms", "energy + forces in the loss");
     results.add("force_over_energy", force_ms / energy_ms, "x", "PyTorch's pair: about 2.5x");
-    results.print();
-    if (!options.json.empty() && !results.write_json(options.json)) {
-      std::fprintf(stderr, "mpigrad-bench-forces: cannot write %s\n", options.json.c_str());
-      return 1;
-    }
-    return 0;
+    return results.report(options.json, "mpigrad-bench-forces");
   } catch (const std::exception& error) {
     std::fprintf(stderr, "mpigrad-bench-forces: %s\n", error.what());
     return 1;

@@ -161,10 +161,5 @@ int main(int argc, char** argv) {
     results.add(prefix + "c_api_over_cpp", c.c_api / c.cpp, "ratio", "target <= 1.02");
     results.add(prefix + "samples_per_s", 16.0 / c.c_api, "1/s", "through the C API");
   }
-  results.print();
-  if (!json_path.empty() && !results.write_json(json_path)) {
-    std::fprintf(stderr, "mpigrad-bench-embed: cannot write %s\n", json_path.c_str());
-    return 1;
-  }
-  return 0;
+  return results.report(json_path, "mpigrad-bench-embed");
 }

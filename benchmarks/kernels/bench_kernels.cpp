@@ -281,11 +281,7 @@ int main(int argc, char** argv) {
       }
     }
 
-    results.print();
-    if (!json_path.empty() && !results.write_json(json_path)) {
-      std::fprintf(stderr, "mpigrad-bench-kernels: cannot write %s\n", json_path.c_str());
-      return 1;
-    }
+    return results.report(json_path, "mpigrad-bench-kernels");
   } catch (const std::exception& error) {
     std::fprintf(stderr, "mpigrad-bench-kernels: %s\n", error.what());
     return 1;

@@ -140,5 +140,5 @@ int main(int argc, char** argv) {
               std::to_string(small_nodes) + " nodes, batch 1, no grad");
   results.add("per_node_upper_bound_us", small_forward / small_nodes * 1e6, "us",
               "its forward / nodes (arithmetic included)");
-  return results.report(options.json);
+  return results.report(options.json, "mpigrad-bench-onnx");
 }

@@ -219,7 +219,7 @@ int run(const Options& options) {
               "median over neighbouring block pairs");
   results.add("speedup_pairs_low", *low, "x", "");
   results.add("speedup_pairs_high", *high, "x", "");
-  return results.report(options.json);
+  return results.report(options.json, "mpigrad-bench-threads");
 }
 
 }  // namespace

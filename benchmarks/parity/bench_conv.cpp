@@ -90,10 +90,5 @@ int main(int argc, char** argv) {
                 "ratio to 3 gemms " + std::to_string(fwd_bwd_s / (3 * gemm_s)).substr(0, 4));
   }
   results.add_text("blas core", kernels::cpu::blas_core_name());
-  results.print();
-  if (!json.empty() && !results.write_json(json)) {
-    std::fprintf(stderr, "mpigrad-bench-conv: cannot write %s\n", json.c_str());
-    return 1;
-  }
-  return 0;
+  return results.report(json, "mpigrad-bench-conv");
 }

@@ -197,11 +197,7 @@ int main(int argc, char** argv) {
       results.add("span_cost_percent_of_step",
                   100.0 * spans_per_step * recorded_ns * 1e-9 / bench::median(off), "%",
                   "spans per step x span_ns_on / step time off");
-      results.print();
-      if (!options.json.empty() && !results.write_json(options.json)) {
-        std::fprintf(stderr, "cannot write %s\n", options.json.c_str());
-        return 1;
-      }
+      return results.report(options.json, "mpigrad-bench-timeline");
     }
   } catch (const std::exception& error) {
     std::fprintf(stderr, "bench-timeline: %s\n", error.what());
