@@ -289,10 +289,10 @@ class CpuBackend final : public Backend {
   void fill(DType dtype, int64_t n, void* out, double value) override {
     kernels::cpu::fill(dtype, n, out, value);
   }
-  bool slice_backward(DType dtype, const kernels::SliceWindow& window, void* out,
+  bool supports_slice_backward() const override { return true; }
+  void slice_backward(DType dtype, const kernels::SliceWindow& window, void* out,
                       const void* grad) override {
     kernels::cpu::slice_backward(element_size(dtype), window, out, grad);
-    return true;
   }
   void arange(DType dtype, int64_t n, void* out, double start, double step) override {
     kernels::cpu::arange(dtype, n, out, start, step);
@@ -630,6 +630,11 @@ void Backend::batch_norm_relu_backward(DType dtype, int64_t, int64_t, int64_t, c
                                        const void*, const void*, void*, void*, void*) {
   fail("batch_norm_relu backward: this backend has no fused batch norm + ReLU for ",
        dtype_name(dtype), " (check supports_batch_norm_relu and compose batch_norm and relu)");
+}
+
+void Backend::slice_backward(DType dtype, const kernels::SliceWindow&, void*, const void*) {
+  fail("slice_backward: this backend has no one-pass slice gradient for ", dtype_name(dtype),
+       " (check supports_slice_backward and compose zeros and a copy)");
 }
 
 void Backend::batch_norm_relu_max_pool_forward_training(DType dtype, const Pool2dGeometry&, int64_t,

@@ -74,13 +74,13 @@ class Backend {
                     const void* in) = 0;
   virtual void fill(DType dtype, int64_t n, void* out, double value) = 0;
   // The gradient of a slice in one pass (kernels/slice.h): out, dense [outer, extent, inner],
-  // gets grad, dense [outer, count, inner], in the window and zeros elsewhere. Returns false,
-  // having written nothing, where the backend has no such kernel; the caller then composes
-  // zeros and a copy into the window, which gives the same bits.
-  virtual bool slice_backward(DType /*dtype*/, const kernels::SliceWindow& /*window*/,
-                              void* /*out*/, const void* /*grad*/) {
-    return false;
-  }
+  // gets grad, dense [outer, count, inner], in the window and zeros elsewhere, on a backend that
+  // says so in supports_slice_backward. Where it does not, callers compose zeros and a copy into
+  // the window, which gives the same bits (and need not make the gradient dense first), and this
+  // is a core::Error.
+  virtual bool supports_slice_backward() const { return false; }
+  virtual void slice_backward(DType dtype, const kernels::SliceWindow& window, void* out,
+                              const void* grad);
   virtual void arange(DType dtype, int64_t n, void* out, double start, double step) = 0;
   virtual void reduce(ReduceOp op, DType dtype, int64_t outer, int64_t extent, int64_t inner,
                       void* out, int64_t* indices, const void* in) = 0;

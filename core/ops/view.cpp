@@ -63,9 +63,11 @@ struct SliceBackward final : Node {
     // One pass where the backend has the kernel: the zeros and the window written together.
     Tensor full_grad =
         Tensor::empty(input_shape, TensorOptions(grad.dtype()).device(grad.device()));
-    const Tensor dense = grad.contiguous();
-    if (!backend_for(grad.device())
-             .slice_backward(grad.dtype(), window(dense), full_grad.data_ptr(), dense.data_ptr())) {
+    Backend& backend = backend_for(grad.device());
+    if (backend.supports_slice_backward()) {
+      const Tensor dense = grad.contiguous();
+      backend.slice_backward(grad.dtype(), window(dense), full_grad.data_ptr(), dense.data_ptr());
+    } else {
       full_grad.zero_();
       full_grad.slice(dim, start, end, step).copy_(removes_dim ? grad.unsqueeze(dim) : grad);
     }
