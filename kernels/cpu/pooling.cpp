@@ -512,12 +512,20 @@ void max_backward_disjoint(const Pool2dGeometry& geometry, const T* grad_out, co
 }
 
 // Overlapping windows: zero the plane, then add each output's gradient to its winner, outputs in
-// order (so sums on shared winners round the same at any thread count).
+// order (so sums on shared winners round the same at any thread count). A tap's row and column
+// offsets in its window come from a table made once a call (flat_of divides per output).
 template <typename T, typename Tap>
 void max_backward_scatter(const Pool2dGeometry& geometry, const T* grad_out, const Tap* taps,
                           T* grad_in) {
+  const int64_t window = geometry.kernel_h * geometry.kernel_w;
+  std::vector<int64_t> tap_dy(static_cast<size_t>(window)), tap_dx(static_cast<size_t>(window));
+  for (int64_t t = 0; t < window; ++t) {
+    tap_dy[size_t(t)] = (t / geometry.kernel_w) * geometry.dilation_h - geometry.pad_h;
+    tap_dx[size_t(t)] = (t % geometry.kernel_w) * geometry.dilation_w - geometry.pad_w;
+  }
   parallel_for(0, geometry.planes, plane_grain(geometry),
-               [g = geometry, grad_out, taps, grad_in](int64_t begin, int64_t end) {
+               [g = geometry, grad_out, taps, grad_in, dy = tap_dy.data(),
+                dx = tap_dx.data()](int64_t begin, int64_t end) {
                  for (int64_t p = begin; p < end; ++p) {
                    T* plane = grad_in + p * g.height * g.width;
                    std::fill_n(plane, g.height * g.width, T(0));
@@ -526,7 +534,11 @@ void max_backward_scatter(const Pool2dGeometry& geometry, const T* grad_out, con
                    for (int64_t oy = 0; oy < g.out_h; ++oy) {
                      for (int64_t ox = 0; ox < g.out_w; ++ox) {
                        const int64_t o = oy * g.out_w + ox;
-                       plane[flat_of(g, oy, ox, int64_t(tap_plane[o]))] += grad_plane[o];
+                       const int64_t t = int64_t(tap_plane[o]);
+                       const int64_t y = oy * g.stride_h + dy[t], x = ox * g.stride_w + dx[t];
+                       // A window with no input element recorded tap 0 (flat_of's position 0).
+                       const bool inside = y >= 0 && y < g.height && x >= 0 && x < g.width;
+                       plane[inside ? y * g.width + x : 0] += grad_plane[o];
                      }
                    }
                  }
