@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -35,6 +36,18 @@ inline double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const size_t n = values.size();
   return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+// A benchmark's run, returning its exit status: an exception it throws (a model file that cannot
+// be read, a shape a kernel does not take) ends it with one line "program: what" and status 1.
+template <typename Run>
+int run_reporting_errors(const char* program, Run&& run) {
+  try {
+    return run();
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "%s: %s\n", program, error.what());
+    return 1;
+  }
 }
 
 // Named numbers, printed as a table and optionally written as one flat JSON object.

@@ -20,7 +20,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <exception>
 #include <string>
 #include <vector>
 
@@ -170,10 +169,5 @@ int run(const Options& options) {
 int main(int argc, char** argv) {
   core::apply_openmp_wait_defaults(argv);  // the wait `mpigrad train` would choose
   const Options options = parse(argc, argv);
-  try {
-    return run(options);
-  } catch (const std::exception& e) {  // a model that cannot be read, a shape it does not take
-    std::fprintf(stderr, "%s: %s\n", "mpigrad-bench-cnn-rate", e.what());
-    return 1;
-  }
+  return bench::run_reporting_errors("mpigrad-bench-cnn-rate", [&] { return run(options); });
 }
